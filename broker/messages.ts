@@ -1,0 +1,125 @@
+import { z } from "zod";
+import { crc32 } from "../src/checksum";
+import { encodeBody } from "../src/encoding";
+import { HttpError } from "../src/errors";
+import { LIMITS } from "../src/limits";
+import { CONTENT_TYPES, type ContentType } from "../src/protocol";
+import { fieldName, parseWith } from "./validate";
+
+/** A message validated and encoded by the broker, not yet given an id or a shard. */
+export interface PendingMessage {
+  body: Uint8Array;
+  contentType: ContentType;
+  delaySeconds: number | undefined;
+  checksum: number;
+}
+
+const delaySeconds = z
+  .number({ error: "must be a number of seconds" })
+  .int("must be a whole number of seconds")
+  .min(0, "must be at least 0")
+  .max(LIMITS.maxDelaySeconds, `must be at most ${LIMITS.maxDelaySeconds} (24 hours)`);
+
+/** HTTP: Cloudflare's REST shapes. Only json and text travel over HTTP, as on Cloudflare. */
+const httpMessage = z
+  .object({
+    body: z.unknown(),
+    content_type: z.enum(["json", "text"], { error: 'must be "json" or "text"' }).optional(),
+    delay_seconds: delaySeconds.optional(),
+  })
+  .strict();
+
+const httpBatch = z
+  .object({
+    messages: z.array(z.unknown(), { error: "must be an array of messages" }),
+    delay_seconds: delaySeconds.optional(),
+  })
+  .strict();
+
+/** Producer binding: the options of Cloudflare's Queue.send / sendBatch. */
+const sendOptions = z
+  .object({
+    contentType: z.enum(CONTENT_TYPES as [ContentType, ...ContentType[]], { error: `must be one of ${CONTENT_TYPES.join(", ")}` }).optional(),
+    delaySeconds: delaySeconds.optional(),
+  })
+  .strict();
+
+const batchRequest = z
+  .object({
+    body: z.unknown(),
+    contentType: sendOptions.shape.contentType,
+    delaySeconds: delaySeconds.optional(),
+  })
+  .strict();
+
+const batchOptions = z.object({ delaySeconds: delaySeconds.optional() }).strict();
+
+export function fromHttpMessage(input: unknown): PendingMessage {
+  const m = parseWith(httpMessage, input);
+  requireBody(input, []);
+  const [one] = encodeAll([{ body: m.body, contentType: m.content_type ?? "json", delaySeconds: m.delay_seconds }], []);
+  return one!;
+}
+
+export function fromHttpBatch(input: unknown): { messages: PendingMessage[]; delaySeconds: number | undefined } {
+  const b = parseWith(httpBatch, input);
+  checkCount(b.messages.length);
+  const parsed = b.messages.map((raw, i) => {
+    const m = parseWith(httpMessage, raw, ["messages", i]);
+    requireBody(raw, ["messages", i]);
+    return { body: m.body, contentType: m.content_type ?? ("json" as const), delaySeconds: m.delay_seconds };
+  });
+  return { messages: encodeAll(parsed, ["messages"]), delaySeconds: b.delay_seconds };
+}
+
+export function fromSend(body: unknown, options: unknown): PendingMessage {
+  const o = parseWith(sendOptions, options ?? {}, ["options"]);
+  const [one] = encodeAll([{ body, contentType: o.contentType ?? "json", delaySeconds: o.delaySeconds }], []);
+  return one!;
+}
+
+export function fromSendBatch(messages: unknown, options: unknown): { messages: PendingMessage[]; delaySeconds: number | undefined } {
+  if (!Array.isArray(messages)) throw HttpError.invalid("messages", "must be an array of { body, contentType?, delaySeconds? }");
+  checkCount(messages.length);
+  const o = parseWith(batchOptions, options ?? {}, ["options"]);
+  const parsed = messages.map((raw, i) => {
+    const m = parseWith(batchRequest, raw, ["messages", i]);
+    requireBody(raw, ["messages", i]);
+    return { body: m.body, contentType: m.contentType ?? ("json" as const), delaySeconds: m.delaySeconds };
+  });
+  return { messages: encodeAll(parsed, ["messages"]), delaySeconds: o.delaySeconds };
+}
+
+function checkCount(n: number): void {
+  if (n === 0) throw HttpError.invalid("messages", "must hold at least one message");
+  if (n > LIMITS.maxBatchMessages) {
+    throw HttpError.tooLarge("messages", `holds ${n} messages; a batch holds at most ${LIMITS.maxBatchMessages}`);
+  }
+}
+
+function requireBody(raw: unknown, path: Array<string | number>): void {
+  if (typeof raw !== "object" || raw === null || !("body" in raw)) {
+    throw HttpError.invalid(fieldName([...path, "body"]), "is required");
+  }
+}
+
+/** Encodes and checksums each body; enforces the per-message and per-batch byte limits. */
+function encodeAll(
+  messages: Array<{ body: unknown; contentType: ContentType; delaySeconds: number | undefined }>,
+  path: Array<string | number>,
+): PendingMessage[] {
+  let total = 0;
+  const out = messages.map((m, i) => {
+    const at = path.length ? [...path, i, "body"] : ["body"];
+    const bytes = encodeBody(m.body, m.contentType, fieldName(at));
+    if (bytes.byteLength > LIMITS.maxMessageBytes) {
+      throw HttpError.tooLarge(fieldName(at), `is ${bytes.byteLength} bytes; a message holds at most ${LIMITS.maxMessageBytes} bytes`);
+    }
+    total += bytes.byteLength;
+    return { body: bytes, contentType: m.contentType, delaySeconds: m.delaySeconds, checksum: crc32(bytes) };
+  });
+  if (total > LIMITS.maxBatchBytes) {
+    throw HttpError.tooLarge(path.length ? fieldName(path) : "body", `batch is ${total} bytes; a batch holds at most ${LIMITS.maxBatchBytes} bytes`);
+  }
+  return out;
+}

@@ -1,0 +1,78 @@
+import { WorkerEntrypoint } from "cloudflare:workers";
+import type { Env } from "../src/env";
+import { HttpError } from "../src/errors";
+import { fromSend, fromSendBatch } from "./messages";
+import { queueMetrics } from "./metrics";
+import { notFound, storeMessages, type SendTarget } from "./send";
+import { cachedShardMap } from "./shard-map-cache";
+
+/** Set on the producer's service binding: `props = { account = "local", queue = "my-queue" }`. */
+export interface ProducerProps {
+  account: string;
+  queue: string;
+  /** Region to store in; defaults to DEFAULT_REGION (an RPC call carries no request.cf). */
+  region?: string;
+}
+
+/** What `env.QUEUE.metrics()` returns, as Cloudflare's Queue.metrics(). */
+export interface ProducerMetrics {
+  backlogCount: number;
+  backlogBytes: number;
+  oldestMessageTimestamp?: Date;
+}
+
+/**
+ * The producer binding. A Worker binds to it with a service binding scoped to one
+ * queue and calls it exactly as it calls a Cloudflare Queues binding (`env.QUEUE`);
+ * beyond Cloudflare, `send` resolves with the message id and `sendBatch` with the ids.
+ * Errors carry the same messages the HTTP API puts in its envelope.
+ */
+export class QueueProducer extends WorkerEntrypoint<Env, ProducerProps> {
+  async send(body: unknown, options?: unknown): Promise<string> {
+    return this.guard(async () => {
+      const [id] = await storeMessages(this.env, this.target(), [fromSend(body, options)]);
+      return id!;
+    });
+  }
+
+  async sendBatch(messages: unknown, options?: unknown): Promise<string[]> {
+    return this.guard(async () => {
+      const batch = fromSendBatch(messages, options);
+      return storeMessages(this.env, this.target(), batch.messages, batch.delaySeconds);
+    });
+  }
+
+  async metrics(): Promise<ProducerMetrics> {
+    return this.guard(async () => {
+      const target = this.target();
+      const map = await cachedShardMap(this.env, target.accountId, target.queueRef);
+      if (!map) throw notFound(target.queueRef);
+      const m = await queueMetrics(this.env, map);
+      const out: ProducerMetrics = { backlogCount: m.backlog_count, backlogBytes: m.backlog_bytes };
+      if (m.oldest_message_timestamp_ms !== null) out.oldestMessageTimestamp = new Date(m.oldest_message_timestamp_ms);
+      return out;
+    });
+  }
+
+  private target(): SendTarget {
+    const props = (this.ctx as unknown as { props?: Partial<ProducerProps> }).props ?? {};
+    if (typeof props.account !== "string" || typeof props.queue !== "string") {
+      throw new HttpError("invalid", 'the service binding to QueueProducer needs props = { account = "...", queue = "..." }', "props");
+    }
+    return { accountId: props.account, queueRef: props.queue, region: props.region };
+  }
+
+  /** RPC keeps only an error's message: make it say what the HTTP API would. */
+  private async guard<T>(fn: () => Promise<T>): Promise<T> {
+    try {
+      return await fn();
+    } catch (err) {
+      if (err instanceof HttpError) {
+        const e = new Error(err.message);
+        e.name = err.status === 413 ? "RangeError" : err.status === 400 ? "TypeError" : "Error";
+        throw e;
+      }
+      throw err;
+    }
+  }
+}

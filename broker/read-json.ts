@@ -1,0 +1,49 @@
+import { HttpError } from "../src/errors";
+import { LIMITS } from "../src/limits";
+
+/**
+ * Reads a JSON request body, refusing it before parsing when it is larger than any
+ * valid request could be (by Content-Length, or by counting a body sent chunked).
+ */
+export async function readJson(request: Request, maxBytes: number = LIMITS.maxRequestBytes): Promise<unknown> {
+  const type = request.headers.get("content-type");
+  if (type && !/^application\/(?:[\w.+-]*\+)?json\b/i.test(type)) {
+    throw new HttpError("unsupported_media_type", `content-type must be application/json, got "${type}"`, "content-type");
+  }
+  const declared = request.headers.get("content-length");
+  if (declared !== null && Number(declared) > maxBytes) {
+    throw HttpError.tooLarge("body", `request body of ${declared} bytes exceeds ${maxBytes} bytes`);
+  }
+  if (!request.body) throw HttpError.invalid("body", "request body is required");
+  const reader = request.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    total += value.byteLength;
+    if (total > maxBytes) {
+      await reader.cancel();
+      throw HttpError.tooLarge("body", `request body exceeds ${maxBytes} bytes`);
+    }
+    chunks.push(value);
+  }
+  const bytes = new Uint8Array(total);
+  let at = 0;
+  for (const c of chunks) {
+    bytes.set(c, at);
+    at += c.byteLength;
+  }
+  let text: string;
+  try {
+    text = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false }).decode(bytes);
+  } catch {
+    throw HttpError.invalid("body", "request body is not valid UTF-8");
+  }
+  if (text.trim() === "") throw HttpError.invalid("body", "request body is required");
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    throw HttpError.invalid("body", `malformed JSON (${(err as Error).message})`);
+  }
+}

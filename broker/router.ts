@@ -1,0 +1,68 @@
+import type { IRequest } from "itty-router";
+import { Router } from "itty-router/Router";
+import type { Env } from "../src/env";
+import { HttpError } from "../src/errors";
+import { authenticate, type Principal } from "./auth";
+import { errorResponse } from "./envelope";
+import { getMetrics, sendBatch, sendMessage } from "./messages-api";
+import { createQueue, deleteQueue, getQueue, listQueues, updateQueue } from "./queues-api";
+
+type ApiRequest = IRequest & { principal: Principal };
+type Args = [Env, ExecutionContext];
+
+const QUEUE = "/accounts/:account_id/queues/:queue";
+
+/**
+ * The broker's HTTP API: Cloudflare's REST paths and envelope. Every route needs a
+ * bearer token; a token only reaches its own account, and another account's paths
+ * answer 404 exactly as a queue that does not exist would.
+ */
+export const router = Router<ApiRequest, Args>({
+  before: [
+    async (request, env) => {
+      request.principal = await authenticate(request, env);
+    },
+  ],
+  catch: errorResponse,
+});
+
+router
+  .all("/accounts/:account_id/*", (request) => {
+    if (param(request, "account_id") !== request.principal.accountId) {
+      throw new HttpError("not_found", "account not found", "account_id");
+    }
+  })
+  .post("/accounts/:account_id/queues", (req, env) => createQueue(req, env, req.principal.accountId))
+  .get("/accounts/:account_id/queues", (req, env) => listQueues(req.query, env, req.principal.accountId))
+  .get(QUEUE, (req, env) => getQueue(env, req.principal.accountId, queueRef(req)))
+  .patch(QUEUE, (req, env) => updateQueue(req, env, req.principal.accountId, queueRef(req)))
+  .delete(QUEUE, (req, env) => deleteQueue(env, req.principal.accountId, queueRef(req)))
+  .post(`${QUEUE}/messages`, (req, env) => sendMessage(req, env, req.principal.accountId, queueRef(req)))
+  .post(`${QUEUE}/messages/batch`, (req, env) => sendBatch(req, env, req.principal.accountId, queueRef(req)))
+  .get(`${QUEUE}/metrics`, (req, env) => getMetrics(env, req.principal.accountId, queueRef(req)))
+  .all("*", (req) => {
+    const path = new URL(req.url).pathname;
+    const allowed = ROUTES.find(([pattern]) => pattern.test(path))?.[1];
+    if (allowed) throw new HttpError("method_not_allowed", `${req.method} is not allowed on ${path}; use ${allowed.join(" or ")}`);
+    throw new HttpError("not_found", `no route for ${req.method} ${path}`);
+  });
+
+/** Known paths and their methods, to tell "wrong method" (405) from "no such path" (404). */
+const ROUTES: Array<[RegExp, string[]]> = [
+  [/^\/accounts\/[^/]+\/queues\/?$/, ["GET", "POST"]],
+  [/^\/accounts\/[^/]+\/queues\/[^/]+\/?$/, ["GET", "PATCH", "DELETE"]],
+  [/^\/accounts\/[^/]+\/queues\/[^/]+\/messages(?:\/batch)?\/?$/, ["POST"]],
+  [/^\/accounts\/[^/]+\/queues\/[^/]+\/metrics\/?$/, ["GET"]],
+];
+
+function queueRef(req: ApiRequest): string {
+  return param(req, "queue");
+}
+
+function param(req: ApiRequest, name: string): string {
+  try {
+    return decodeURIComponent(req.params[name]!);
+  } catch {
+    throw HttpError.invalid(name, "is not a valid URL path segment");
+  }
+}

@@ -1,0 +1,102 @@
+import { serviceConfig } from "../src/config";
+import type { Env } from "../src/env";
+import { HttpError } from "../src/errors";
+import { newMessageId } from "../src/ids";
+import type { AppendResult, EncodedMessage, ShardEntry, ShardMap } from "../src/protocol";
+import { storageShardFor } from "../src/stubs";
+import type { PendingMessage } from "./messages";
+import { authoritativeShardMap, cachedShardMap } from "./shard-map-cache";
+
+/** Attempts over different shards before a send gives up (each refusal stored nothing). */
+const MAX_SHARD_ATTEMPTS = 8;
+/** Retries of the same shard after a transient RPC failure; safe because inserts are idempotent by id. */
+const MAX_TRANSIENT_RETRIES = 2;
+const BACKOFF_BASE_MS = 25;
+const BACKOFF_CAP_MS = 400;
+
+export interface SendTarget {
+  accountId: string;
+  queueRef: string;
+  region: string | undefined;
+}
+
+/**
+ * Stores a batch on one storage shard of the queue, all or nothing, and returns the
+ * message ids in order. A shard that refuses (draining, retired, unknown: a stale map)
+ * has stored nothing, so the batch goes to another; the map is then re-read from the
+ * Coordinator. Every batch lands exactly once or the caller gets an error.
+ */
+export async function storeMessages(
+  env: Env,
+  target: SendTarget,
+  pending: PendingMessage[],
+  batchDelaySeconds?: number,
+): Promise<string[]> {
+  let map = await cachedShardMap(env, target.accountId, target.queueRef);
+  if (!map) throw notFound(target.queueRef);
+  const now = Date.now();
+  const messages: EncodedMessage[] = pending.map((m) => ({
+    id: newMessageId(now),
+    body: m.body,
+    contentType: m.contentType,
+    delayMs: (m.delaySeconds ?? batchDelaySeconds ?? map!.settings.delivery_delay) * 1000,
+    checksum: m.checksum,
+  }));
+  const region = target.region ?? serviceConfig(env).defaultRegion;
+  const refused = new Set<string>();
+  let refreshed = false;
+
+  for (let attempt = 0; attempt < MAX_SHARD_ATTEMPTS; attempt++) {
+    const shard = pickShard(map, region, refused);
+    if (!shard) {
+      if (refreshed) break;
+      map = await authoritativeShardMap(env, target.accountId, target.queueRef);
+      if (!map) throw notFound(target.queueRef);
+      refreshed = true;
+      continue;
+    }
+    const result = await appendWithRetry(env, shard, { queueId: map.queueId, messages });
+    if (result.ok) return messages.map((m) => m.id);
+    refused.add(shard.name);
+    if (!refreshed && result.refused !== "draining" && result.refused !== "corrupt") {
+      // Retired or unknown: the map is older than a shard change or a queue delete.
+      map = await authoritativeShardMap(env, target.accountId, target.queueRef);
+      if (!map) throw notFound(target.queueRef);
+      refreshed = true;
+    }
+  }
+  throw new HttpError("unavailable", "no storage shard of this queue accepted the messages; retry later");
+}
+
+/**
+ * A random active shard in the caller's region; any active shard when the region has
+ * none. Random choice spreads load without coordination between broker isolates.
+ */
+export function pickShard(map: ShardMap, region: string, exclude: ReadonlySet<string>): ShardEntry | undefined {
+  const usable = map.shards.filter((s) => s.state === "active" && !exclude.has(s.name));
+  const local = usable.filter((s) => s.region === region);
+  const pool = local.length ? local : usable;
+  return pool.length ? pool[Math.floor(Math.random() * pool.length)] : undefined;
+}
+
+async function appendWithRetry(env: Env, shard: ShardEntry, req: { queueId: string; messages: EncodedMessage[] }): Promise<AppendResult> {
+  for (let retry = 0; ; retry++) {
+    try {
+      return await storageShardFor(env, shard.name, shard.region).append(req);
+    } catch (err) {
+      const e = err as { retryable?: boolean; overloaded?: boolean };
+      // Never retry an overloaded object: that only adds to its load.
+      if (!e.retryable || e.overloaded || retry >= MAX_TRANSIENT_RETRIES) {
+        console.error(`append to shard ${shard.name} failed:`, err);
+        throw new HttpError("unavailable", "storage shard unavailable; retry later");
+      }
+      await sleep(Math.random() * Math.min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** retry));
+    }
+  }
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+export function notFound(queueRef: string): HttpError {
+  return new HttpError("not_found", `queue "${queueRef}" not found`, "queue");
+}

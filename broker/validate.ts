@@ -1,0 +1,22 @@
+import type { z } from "zod";
+import { HttpError } from "../src/errors";
+
+/** Parses with a schema; the first problem becomes a 400 naming its field ("messages[2].delay_seconds"). */
+export function parseWith<S extends z.ZodType>(schema: S, value: unknown, prefix: Array<string | number> = []): z.infer<S> {
+  const result = schema.safeParse(value);
+  if (result.success) return result.data;
+  const issue = result.error.issues[0]!;
+  const path = [...prefix, ...issue.path.map((p) => (typeof p === "symbol" ? String(p) : p))];
+  if (issue.code === "unrecognized_keys") {
+    const field = fieldName([...path, issue.keys[0]!]);
+    throw HttpError.invalid(field, "is not a known field");
+  }
+  const field = path.length ? fieldName(path) : "body";
+  throw HttpError.invalid(field, issue.message);
+}
+
+export function fieldName(path: Array<string | number>): string {
+  let out = "";
+  for (const p of path) out += typeof p === "number" ? `[${p}]` : out ? `.${p}` : p;
+  return out;
+}

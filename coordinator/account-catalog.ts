@@ -1,0 +1,89 @@
+import { DurableObject } from "cloudflare:workers";
+import type { Env } from "../src/env";
+import { newQueueId, QUEUE_ID_PATTERN } from "../src/ids";
+import type { QueueInfo } from "../src/queue-info";
+import type { QueueSettings } from "../src/settings";
+import { coordinatorFor } from "../src/stubs";
+
+interface CatalogRow {
+  queue_name: string;
+  queue_id: string;
+  state: "creating" | "active";
+}
+
+/** `queue` is null when the account already has a queue of that name. */
+export interface CreateQueueResult {
+  queue: QueueInfo | null;
+}
+
+/**
+ * The queues of one account: names are unique per account, and listing must see a
+ * queue the moment it is created. Workers KV (eventually consistent, up to 60 s)
+ * cannot promise either, so this small object keeps the name -> id index; each
+ * queue's state lives in its own Coordinator.
+ */
+export class AccountCatalog extends DurableObject<Env> {
+  private readonly sql: SqlStorage;
+
+  constructor(ctx: DurableObjectState, env: Env) {
+    super(ctx, env);
+    this.sql = ctx.storage.sql;
+    this.sql.exec(`CREATE TABLE IF NOT EXISTS queues (
+      queue_name TEXT PRIMARY KEY,
+      queue_id   TEXT NOT NULL UNIQUE,
+      state      TEXT NOT NULL,
+      created_at INTEGER NOT NULL
+    )`);
+  }
+
+  /**
+   * The row is written before the Coordinator is initialised, so a concurrent create
+   * of the same name sees it; a create that failed half-way is finished by the next.
+   */
+  async createQueue(accountId: string, queueName: string, settings: QueueSettings): Promise<CreateQueueResult> {
+    let row = this.byName(queueName);
+    if (row?.state === "active") return { queue: null };
+    if (!row) {
+      row = { queue_name: queueName, queue_id: newQueueId(), state: "creating" };
+      this.sql.exec("INSERT INTO queues (queue_name, queue_id, state, created_at) VALUES (?, ?, 'creating', ?)", queueName, row.queue_id, Date.now());
+    }
+    const queue = await coordinatorFor(this.env, row.queue_id).initialize({ accountId, queueId: row.queue_id, queueName, settings });
+    this.sql.exec("UPDATE queues SET state = 'active' WHERE queue_id = ?", row.queue_id);
+    return { queue };
+  }
+
+  /** A queue's id from its name or id; null when this account has no such queue. */
+  resolve(ref: string): string | null {
+    const row = QUEUE_ID_PATTERN.test(ref) ? this.byId(ref) : this.byName(ref);
+    return row?.state === "active" ? row.queue_id : null;
+  }
+
+  async listQueues(page: number, perPage: number): Promise<{ queues: QueueInfo[]; total: number }> {
+    const total = this.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM queues WHERE state = 'active'").one().n;
+    const rows = this.sql
+      .exec("SELECT queue_id FROM queues WHERE state = 'active' ORDER BY queue_name LIMIT ? OFFSET ?", perPage, (page - 1) * perPage)
+      .toArray() as unknown as Array<{ queue_id: string }>;
+    const infos = await Promise.all(rows.map((r) => coordinatorFor(this.env, r.queue_id).info()));
+    const queues: QueueInfo[] = [];
+    for (const q of infos) if (q) queues.push(q);
+    return { queues, total };
+  }
+
+  /** Deletes the queue's data first and its name last, so a retried delete finishes the job. */
+  async deleteQueue(ref: string): Promise<boolean> {
+    const row = QUEUE_ID_PATTERN.test(ref) ? this.byId(ref) : this.byName(ref);
+    if (!row) return false;
+    await coordinatorFor(this.env, row.queue_id).destroy();
+    this.sql.exec("DELETE FROM queues WHERE queue_id = ?", row.queue_id);
+    return true;
+  }
+
+  private byName(name: string): CatalogRow | null {
+    return (this.sql.exec("SELECT queue_name, queue_id, state FROM queues WHERE queue_name = ?", name).toArray()[0] as unknown as CatalogRow | undefined) ?? null;
+  }
+
+  private byId(id: string): CatalogRow | null {
+    return (this.sql.exec("SELECT queue_name, queue_id, state FROM queues WHERE queue_id = ?", id).toArray()[0] as unknown as CatalogRow | undefined) ?? null;
+  }
+}
+

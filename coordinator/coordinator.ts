@@ -1,0 +1,199 @@
+import { DurableObject } from "cloudflare:workers";
+import { systemClock, type Clock } from "../src/clock";
+import { serviceConfig } from "../src/config";
+import type { Env } from "../src/env";
+import type { ShardEntry, ShardMap, ShardState } from "../src/protocol";
+import type { QueueInfo } from "../src/queue-info";
+import { applySettingsPatch, type QueueSettings, type QueueSettingsPatch } from "../src/settings";
+import { shardMapKeys, storageShardFor } from "../src/stubs";
+import { migrateCoordinator } from "./schema";
+
+/** Workers KV accepts at most one write per second to a key. */
+const KV_MIN_WRITE_INTERVAL_MS = 1000;
+const PUBLISH_RETRY_MS = 5000;
+
+interface QueueRow {
+  queue_id: string;
+  account_id: string;
+  queue_name: string;
+  created_at: number;
+  modified_at: number;
+  settings: string;
+  ready: number;
+  map_version: number;
+  published_version: number;
+  published_at: number;
+  next_shard: number;
+}
+
+export interface InitializeQueue {
+  accountId: string;
+  queueId: string;
+  queueName: string;
+  settings: QueueSettings;
+}
+
+/**
+ * The Coordinator of one queue (named by queue id): its settings and its shard map.
+ * It creates the queue's storage shards, versions the map on every change and
+ * publishes it to KV, where brokers read it.
+ */
+export class Coordinator extends DurableObject<Env> {
+  private readonly sql: SqlStorage;
+  clock: Clock = systemClock;
+
+  constructor(ctx: DurableObjectState, env: Env) {
+    super(ctx, env);
+    this.sql = ctx.storage.sql;
+    migrateCoordinator(this.sql);
+  }
+
+  /**
+   * Creates the queue and its initial shards (SHARDS_PER_REGION in every region).
+   * Idempotent for the same queue id, so the catalog can retry a half-finished create.
+   */
+  async initialize(init: InitializeQueue): Promise<QueueInfo> {
+    let row = this.row();
+    if (row && row.queue_id !== init.queueId) throw new Error(`coordinator already holds queue ${row.queue_id}`);
+    if (!row) {
+      const now = this.clock.now();
+      const { regions, shardsPerRegion } = serviceConfig(this.env);
+      this.ctx.storage.transactionSync(() => {
+        this.sql.exec(
+          `INSERT INTO queue (one, queue_id, account_id, queue_name, created_at, modified_at, settings, next_shard)
+           VALUES (1, ?, ?, ?, ?, ?, ?, ?)`,
+          init.queueId, init.accountId, init.queueName, now, now, JSON.stringify(init.settings), shardsPerRegion,
+        );
+        for (const region of regions) {
+          for (let i = 0; i < shardsPerRegion; i++) {
+            this.sql.exec("INSERT INTO shards (name, region, state, created_at) VALUES (?, ?, 'active', ?)", `${init.queueId}:${region}:${i}`, region, now);
+          }
+        }
+      });
+      row = this.row()!;
+    }
+    if (!row.ready) {
+      // Shards learn their identity before the map naming them is published:
+      // a broker never sees a shard that would refuse it as unknown.
+      await Promise.all(
+        this.shards().map((s) =>
+          storageShardFor(this.env, s.name, s.region).activate({ name: s.name, queueId: row!.queue_id, accountId: row!.account_id, region: s.region }),
+        ),
+      );
+      this.sql.exec("UPDATE queue SET ready = 1");
+      await this.publish();
+    }
+    return this.info()!;
+  }
+
+  info(): QueueInfo | null {
+    const row = this.row();
+    if (!row || !row.ready) return null;
+    return {
+      queue_id: row.queue_id,
+      queue_name: row.queue_name,
+      created_on: new Date(row.created_at).toISOString(),
+      modified_on: new Date(row.modified_at).toISOString(),
+      producers_total_count: 0,
+      producers: [],
+      consumers_total_count: 0,
+      consumers: [],
+      settings: JSON.parse(row.settings) as QueueSettings,
+    };
+  }
+
+  /** The authoritative map; brokers come here when KV has none yet or theirs proved stale. */
+  shardMap(): ShardMap | null {
+    const row = this.row();
+    if (!row || !row.ready) return null;
+    return {
+      version: row.map_version,
+      accountId: row.account_id,
+      queueId: row.queue_id,
+      queueName: row.queue_name,
+      settings: JSON.parse(row.settings) as QueueSettings,
+      shards: this.shards(),
+      publishedAt: this.clock.now(),
+    };
+  }
+
+  async updateSettings(patch: QueueSettingsPatch): Promise<QueueInfo | null> {
+    const row = this.row();
+    if (!row || !row.ready) return null;
+    const next = applySettingsPatch(JSON.parse(row.settings) as QueueSettings, patch);
+    this.sql.exec(
+      "UPDATE queue SET settings = ?, modified_at = ?, map_version = map_version + 1",
+      JSON.stringify(next),
+      this.clock.now(),
+    );
+    await this.publish();
+    return this.info();
+  }
+
+  /**
+   * Changes a shard's state. The shard is told first, so it refuses sends the
+   * moment it is draining; brokers holding the old map retry another shard.
+   */
+  async setShardState(name: string, state: ShardState): Promise<ShardMap | null> {
+    const shard = this.shards().find((s) => s.name === name);
+    if (!shard) return null;
+    await storageShardFor(this.env, name, shard.region).setState(state);
+    this.sql.exec("UPDATE shards SET state = ? WHERE name = ?", state, name);
+    this.sql.exec("UPDATE queue SET map_version = map_version + 1");
+    await this.publish();
+    return this.shardMap();
+  }
+
+  /** Deletes the queue: every shard's data, the published maps, then this object's own state. */
+  async destroy(): Promise<boolean> {
+    const row = this.row();
+    if (!row) return false;
+    await Promise.all(this.shards().map((s) => storageShardFor(this.env, s.name, s.region).destroy()));
+    await Promise.all(shardMapKeys(row.account_id, row.queue_id, row.queue_name).map((k) => this.env.SHARD_MAPS.delete(k)));
+    await this.ctx.storage.deleteAll();
+    migrateCoordinator(this.sql);
+    return true;
+  }
+
+  /** Publishing retried or deferred by publish() to respect KV's per-key write rate. */
+  override async alarm(): Promise<void> {
+    await this.publish();
+  }
+
+  /**
+   * Writes the current map to KV under the queue's id and name. At most one write a
+   * second per key: a change inside that window is deferred to an alarm, never lost.
+   */
+  private async publish(): Promise<void> {
+    const row = this.row();
+    if (!row || !row.ready || row.published_version >= row.map_version) return;
+    const now = this.clock.now();
+    const earliest = row.published_at + KV_MIN_WRITE_INTERVAL_MS;
+    if (now < earliest) {
+      await this.ctx.storage.setAlarm(earliest);
+      return;
+    }
+    const map = this.shardMap()!;
+    const value = JSON.stringify(map);
+    try {
+      await Promise.all(shardMapKeys(row.account_id, row.queue_id, row.queue_name).map((k) => this.env.SHARD_MAPS.put(k, value)));
+    } catch (err) {
+      console.error(`shard map publish failed for queue ${row.queue_id}, retrying: ${(err as Error).message}`);
+      await this.ctx.storage.setAlarm(now + PUBLISH_RETRY_MS);
+      return;
+    }
+    // Another change may have landed while we awaited KV: only mark what we wrote.
+    this.sql.exec("UPDATE queue SET published_version = MAX(published_version, ?), published_at = ?", map.version, now);
+    if (this.row()!.map_version > map.version) await this.ctx.storage.setAlarm(now + KV_MIN_WRITE_INTERVAL_MS);
+  }
+
+  private row(): QueueRow | null {
+    return (this.sql.exec("SELECT * FROM queue").toArray()[0] as unknown as QueueRow | undefined) ?? null;
+  }
+
+  private shards(): ShardEntry[] {
+    return this.sql
+      .exec("SELECT name, region, state FROM shards ORDER BY created_at, name")
+      .toArray() as unknown as ShardEntry[];
+  }
+}

@@ -1,0 +1,47 @@
+import type { Env } from "./env";
+
+/**
+ * Tunables read from vars, with defaults. Parsed once per isolate per env object:
+ * vars cannot change without a new deployment, which starts new isolates.
+ */
+export interface ServiceConfig {
+  regions: string[];
+  defaultRegion: string;
+  shardsPerRegion: number;
+  heartbeatIntervalMs: number;
+  shardMapCacheTtlMs: number;
+}
+
+const cache = new WeakMap<object, ServiceConfig>();
+
+export function serviceConfig(env: Env): ServiceConfig {
+  const cached = cache.get(env);
+  if (cached) return cached;
+  const regions = (env.REGIONS ?? "local")
+    .split(",")
+    .map((r) => r.trim())
+    .filter((r) => r.length > 0);
+  if (regions.length === 0) throw new Error("REGIONS must name at least one region");
+  const defaultRegion = env.DEFAULT_REGION?.trim() || regions[0]!;
+  if (!regions.includes(defaultRegion)) {
+    throw new Error(`DEFAULT_REGION "${defaultRegion}" is not one of REGIONS (${regions.join(",")})`);
+  }
+  const config: ServiceConfig = {
+    regions,
+    defaultRegion,
+    shardsPerRegion: positiveInt("SHARDS_PER_REGION", env.SHARDS_PER_REGION, 4, 64),
+    heartbeatIntervalMs: positiveInt("HEARTBEAT_INTERVAL_MS", env.HEARTBEAT_INTERVAL_MS, 5000, 3_600_000),
+    shardMapCacheTtlMs: positiveInt("SHARD_MAP_CACHE_TTL_MS", env.SHARD_MAP_CACHE_TTL_MS, 5000, 300_000),
+  };
+  cache.set(env, config);
+  return config;
+}
+
+function positiveInt(name: string, raw: string | undefined, fallback: number, max: number): number {
+  if (raw === undefined || raw.trim() === "") return fallback;
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < 1 || n > max) {
+    throw new Error(`${name} must be an integer from 1 to ${max}, got "${raw}"`);
+  }
+  return n;
+}

@@ -1,0 +1,26 @@
+import type { Coordinator } from "../coordinator/coordinator";
+import type { AccountCatalog } from "../coordinator/account-catalog";
+import type { StorageShard } from "../storage-shard/storage-shard";
+import type { ConsumerShard } from "../consumer-shard/consumer-shard";
+
+/** Bindings and vars of the shardq service (wrangler.toml, .dev.vars, secrets). */
+export interface Env {
+  COORDINATOR: DurableObjectNamespace<Coordinator>;
+  ACCOUNT_CATALOG: DurableObjectNamespace<AccountCatalog>;
+  STORAGE_SHARD: DurableObjectNamespace<StorageShard>;
+  CONSUMER_SHARD: DurableObjectNamespace<ConsumerShard>;
+  SHARD_MAPS: KVNamespace;
+
+  /** JSON object: token -> { account }. A secret in production, `.dev.vars` locally. */
+  AUTH_TOKENS?: string;
+  /** Comma-separated regions storage shards are created in, e.g. "wnam,weur,apac". */
+  REGIONS?: string;
+  /** Region used when the caller's region is unknown or not in REGIONS. */
+  DEFAULT_REGION?: string;
+  /** Storage shards created per region for a new queue. */
+  SHARDS_PER_REGION?: string;
+  /** How often shards report to their Coordinator. */
+  HEARTBEAT_INTERVAL_MS?: string;
+  /** How long a broker isolate trusts its in-memory copy of a shard map. */
+  SHARD_MAP_CACHE_TTL_MS?: string;
+}

@@ -1,0 +1,16 @@
+/**
+ * The shardq service entry: the broker's HTTP API, the QueueProducer RPC entrypoint
+ * producer Workers bind to, and the Durable Object classes.
+ */
+import { router } from "../broker/router";
+import type { Env } from "./env";
+
+export { QueueProducer } from "../broker/producer";
+export { Coordinator } from "../coordinator/coordinator";
+export { AccountCatalog } from "../coordinator/account-catalog";
+export { StorageShard } from "../storage-shard/storage-shard";
+export { ConsumerShard } from "../consumer-shard/consumer-shard";
+
+export default {
+  fetch: (request, env, ctx) => router.fetch(request, env, ctx),
+} satisfies ExportedHandler<Env>;

@@ -1,0 +1,29 @@
+import type { QueueSettings } from "./settings";
+
+/** A queue as the REST API shows it (Cloudflare's field names). */
+export interface QueueInfo {
+  queue_id: string;
+  queue_name: string;
+  created_on: string;
+  modified_on: string;
+  producers_total_count: number;
+  producers: Array<{ type: "worker"; script: string }>;
+  consumers_total_count: number;
+  consumers: Array<{ type: "worker" | "http_pull"; script?: string; consumer_id: string }>;
+  settings: QueueSettings;
+}
+
+/** Figures of one queue, summed over its shards (`GET .../metrics`, producer `metrics()`). */
+export interface QueueMetrics {
+  backlog_count: number;
+  backlog_bytes: number;
+  oldest_message_timestamp_ms: number | null;
+  shards: Array<{
+    name: string;
+    region: string;
+    state: string;
+    backlog_count: number;
+    backlog_bytes: number;
+    oldest_message_timestamp_ms: number | null;
+  }>;
+}

@@ -1,0 +1,172 @@
+import { DurableObject } from "cloudflare:workers";
+import { crc32 } from "../src/checksum";
+import { systemClock, type Clock } from "../src/clock";
+import type { Env } from "../src/env";
+import type {
+  AppendRequest,
+  AppendResult,
+  ContentType,
+  PeekResult,
+  ShardIdentity,
+  ShardState,
+  ShardStats,
+  StoredMessage,
+} from "../src/protocol";
+import { migrate } from "./schema";
+
+const MAX_PEEK = 1000;
+
+/**
+ * One storage shard of one queue. Persists every batch in a single transaction
+ * before it answers: the RPC reply is held by the output gate until the write is
+ * durable, so an acknowledged send is never lost. Never uses allowUnconfirmed.
+ */
+export class StorageShard extends DurableObject<Env> {
+  private readonly sql: SqlStorage;
+  private identity: ShardIdentity | null;
+  private state: ShardState;
+  private backlogCount: number;
+  private backlogBytes: number;
+  /** Tests replace this to drive time. */
+  clock: Clock = systemClock;
+
+  constructor(ctx: DurableObjectState, env: Env) {
+    super(ctx, env);
+    this.sql = ctx.storage.sql;
+    migrate(this.sql);
+    const meta = new Map(this.sql.exec<{ key: string; value: string }>("SELECT key, value FROM meta").toArray().map((r) => [r.key, r.value]));
+    this.identity = meta.has("identity") ? (JSON.parse(meta.get("identity")!) as ShardIdentity) : null;
+    this.state = (meta.get("state") as ShardState | undefined) ?? "active";
+    const c = this.sql.exec<{ backlog_count: number; backlog_bytes: number }>("SELECT backlog_count, backlog_bytes FROM counters").one();
+    this.backlogCount = c.backlog_count;
+    this.backlogBytes = c.backlog_bytes;
+  }
+
+  /** Called by the Coordinator when it creates this shard. Idempotent. */
+  activate(identity: ShardIdentity): void {
+    if (this.identity && this.identity.queueId !== identity.queueId) {
+      throw new Error(`shard ${identity.name} already belongs to queue ${this.identity.queueId}`);
+    }
+    this.ctx.storage.transactionSync(() => {
+      this.sql.exec("INSERT OR REPLACE INTO meta (key, value) VALUES ('identity', ?)", JSON.stringify(identity));
+      this.sql.exec("INSERT OR REPLACE INTO meta (key, value) VALUES ('state', 'active')");
+    });
+    this.identity = identity;
+    this.state = "active";
+  }
+
+  /** Draining and retired shards refuse new sends with a typed refusal. */
+  setState(state: ShardState): void {
+    this.sql.exec("INSERT OR REPLACE INTO meta (key, value) VALUES ('state', ?)", state);
+    this.state = state;
+  }
+
+  /**
+   * Stores a batch, all or nothing. Messages whose id is already stored are
+   * dropped (a retried send stores once) and counted as duplicates.
+   */
+  append(req: AppendRequest): AppendResult {
+    if (!this.identity) return { ok: false, refused: "unknown_shard" };
+    if (req.queueId !== this.identity.queueId) return { ok: false, refused: "wrong_queue" };
+    if (this.state !== "active") return { ok: false, refused: this.state };
+    for (const m of req.messages) {
+      // A body that changed between the broker and here is refused whole, not stored.
+      if (crc32(m.body) !== m.checksum) return { ok: false, refused: "corrupt", detail: m.id };
+    }
+    const now = this.clock.now();
+    let stored = 0;
+    let bytes = 0;
+    this.ctx.storage.transactionSync(() => {
+      for (const m of req.messages) {
+        const inserted = this.sql
+          .exec(
+            `INSERT INTO messages (id, body, content_type, size, enqueued_at, visible_at, attempts, lease_id, checksum)
+             VALUES (?, ?, ?, ?, ?, ?, 0, NULL, ?) ON CONFLICT(id) DO NOTHING RETURNING seq`,
+            m.id,
+            toArrayBuffer(m.body),
+            m.contentType,
+            m.body.byteLength,
+            now,
+            now + m.delayMs,
+            m.checksum,
+          )
+          .toArray().length;
+        if (inserted) {
+          stored++;
+          bytes += m.body.byteLength;
+        }
+      }
+      if (stored > 0) {
+        this.sql.exec("UPDATE counters SET backlog_count = backlog_count + ?, backlog_bytes = backlog_bytes + ?", stored, bytes);
+      }
+    });
+    this.backlogCount += stored;
+    this.backlogBytes += bytes;
+    return { ok: true, stored, duplicates: req.messages.length - stored };
+  }
+
+  stats(): ShardStats {
+    const oldest = this.sql.exec<{ enqueued_at: number }>("SELECT enqueued_at FROM messages ORDER BY seq LIMIT 1").toArray()[0];
+    return { backlogCount: this.backlogCount, backlogBytes: this.backlogBytes, oldestEnqueuedAt: oldest?.enqueued_at ?? null };
+  }
+
+  /** Reads messages in arrival order without leasing them; bodies are checked against their checksums. */
+  peek(limit = 100, afterSeq = 0): PeekResult & { nextSeq: number | null } {
+    const n = Math.max(1, Math.min(MAX_PEEK, Math.floor(limit)));
+    const rows = this.sql
+      .exec<RowOf<StoredRow>>(
+        `SELECT seq, id, body, content_type, size, enqueued_at, visible_at, attempts, checksum
+         FROM messages WHERE seq > ? ORDER BY seq LIMIT ?`,
+        afterSeq,
+        n,
+      )
+      .toArray() as unknown as StoredRow[];
+    const messages: StoredMessage[] = [];
+    const corrupt: string[] = [];
+    for (const r of rows) {
+      const body = new Uint8Array(r.body);
+      if (crc32(body) !== r.checksum) {
+        corrupt.push(r.id);
+        continue;
+      }
+      messages.push({
+        id: r.id,
+        body,
+        contentType: r.content_type,
+        size: r.size,
+        enqueuedAt: r.enqueued_at,
+        visibleAt: r.visible_at,
+        attempts: r.attempts,
+      });
+    }
+    return { messages, corrupt, nextSeq: rows.length === n ? rows[rows.length - 1]!.seq : null };
+  }
+
+  /** Removes every message and forgets the shard's identity: used when its queue is deleted. */
+  async destroy(): Promise<void> {
+    await this.ctx.storage.deleteAll();
+    migrate(this.sql);
+    this.identity = null;
+    this.state = "retired";
+    this.backlogCount = 0;
+    this.backlogBytes = 0;
+  }
+}
+
+interface StoredRow {
+  seq: number;
+  id: string;
+  body: ArrayBuffer;
+  content_type: ContentType;
+  size: number;
+  enqueued_at: number;
+  visible_at: number;
+  attempts: number;
+  checksum: number;
+}
+type RowOf<T> = { [K in keyof T]: SqlStorageValue };
+
+function toArrayBuffer(u8: Uint8Array): ArrayBuffer {
+  if (u8.byteOffset === 0 && u8.byteLength === u8.buffer.byteLength && u8.buffer instanceof ArrayBuffer) return u8.buffer;
+  return u8.slice().buffer as ArrayBuffer;
+}
