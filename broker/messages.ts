@@ -56,7 +56,6 @@ const batchOptions = z.object({ delaySeconds: delaySeconds.optional() }).strict(
 
 export function fromHttpMessage(input: unknown): PendingMessage {
   const m = parseWith(httpMessage, input);
-  requireBody(input, []);
   const [one] = encodeAll([{ body: m.body, contentType: m.content_type ?? "json", delaySeconds: m.delay_seconds }], []);
   return one!;
 }
@@ -66,7 +65,6 @@ export function fromHttpBatch(input: unknown): { messages: PendingMessage[]; del
   checkCount(b.messages.length);
   const parsed = b.messages.map((raw, i) => {
     const m = parseWith(httpMessage, raw, ["messages", i]);
-    requireBody(raw, ["messages", i]);
     return { body: m.body, contentType: m.content_type ?? ("json" as const), delaySeconds: m.delay_seconds };
   });
   return { messages: encodeAll(parsed, ["messages"]), delaySeconds: b.delay_seconds };
@@ -84,7 +82,6 @@ export function fromSendBatch(messages: unknown, options: unknown): { messages: 
   const o = parseWith(batchOptions, options ?? {}, ["options"]);
   const parsed = messages.map((raw, i) => {
     const m = parseWith(batchRequest, raw, ["messages", i]);
-    requireBody(raw, ["messages", i]);
     return { body: m.body, contentType: m.contentType ?? ("json" as const), delaySeconds: m.delaySeconds };
   });
   return { messages: encodeAll(parsed, ["messages"]), delaySeconds: o.delaySeconds };
@@ -94,12 +91,6 @@ function checkCount(n: number): void {
   if (n === 0) throw HttpError.invalid("messages", "must hold at least one message");
   if (n > LIMITS.maxBatchMessages) {
     throw HttpError.tooLarge("messages", `holds ${n} messages; a batch holds at most ${LIMITS.maxBatchMessages}`);
-  }
-}
-
-function requireBody(raw: unknown, path: Array<string | number>): void {
-  if (typeof raw !== "object" || raw === null || !("body" in raw)) {
-    throw HttpError.invalid(fieldName([...path, "body"]), "is required");
   }
 }
 

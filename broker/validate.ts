@@ -12,7 +12,9 @@ export function parseWith<S extends z.ZodType>(schema: S, value: unknown, prefix
     throw HttpError.invalid(field, "is not a known field");
   }
   const field = path.length ? fieldName(path) : "body";
-  throw HttpError.invalid(field, issue.message);
+  // zod reports a missing key as an invalid type; say what a client needs to hear.
+  const missing = issue.code === "invalid_type" && (issue.expected === "nonoptional" || /received undefined$/.test(issue.message));
+  throw HttpError.invalid(field, missing ? "is required" : issue.message);
 }
 
 export function fieldName(path: Array<string | number>): string {

@@ -1,4 +1,4 @@
-import { serialize, deserialize } from "node:v8";
+import { parse, stringify } from "devalue";
 import { HttpError } from "./errors";
 import type { ContentType } from "./protocol";
 
@@ -33,8 +33,7 @@ export function encodeBody(body: unknown, contentType: ContentType, field: strin
       throw HttpError.invalid(field, 'must be an ArrayBuffer or typed array when content type is "bytes"');
     case "v8":
       try {
-        const buf = serialize(body);
-        return new Uint8Array(buf.buffer, buf.byteOffset, buf.byteLength);
+        return utf8.encode(stringify(body, REDUCERS));
       } catch (err) {
         throw HttpError.invalid(field, `cannot be structured-cloned (${(err as Error).message})`);
       }
@@ -51,6 +50,29 @@ export function decodeBody(bytes: Uint8Array, contentType: ContentType): unknown
     case "bytes":
       return bytes.slice().buffer;
     case "v8":
-      return deserialize(bytes);
+      return parse(utf8Decoder.decode(bytes), REVIVERS);
   }
 }
+
+/*
+ * The "v8" content type promises what structured clone promises: Dates, RegExps, Maps,
+ * Sets, BigInts, typed arrays, undefined, NaN, cycles and shared references survive.
+ * workerd does not implement node:v8's serialize(), so bodies are kept in devalue's
+ * format (a JSON superset with references), extended with Error, which structured
+ * clone also carries. Only the round trip is promised, not V8's wire format.
+ */
+const ERROR_TYPES: Record<string, ErrorConstructor> = {
+  Error, EvalError, RangeError, ReferenceError, SyntaxError, TypeError, URIError,
+};
+
+const REDUCERS = {
+  Error: (value: unknown) => value instanceof Error && [value.name, value.message, value.stack ?? ""],
+};
+
+const REVIVERS = {
+  Error: ([name, message, stack]: [string, string, string]) => {
+    const err = new (ERROR_TYPES[name] ?? Error)(message);
+    if (stack) err.stack = stack;
+    return err;
+  },
+};

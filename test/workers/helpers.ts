@@ -1,4 +1,8 @@
-import { SELF } from "cloudflare:test";
+import { SELF, env } from "cloudflare:test";
+import { exports } from "cloudflare:workers";
+import type { ErrorDetail } from "../../src/errors";
+import type { StoredMessage } from "../../src/protocol";
+import { coordinatorFor, storageShardFor } from "../../src/stubs";
 
 export const TOKEN = "shardq-local-dev-token";
 export const ACCOUNT = "local";
@@ -6,7 +10,7 @@ export const BASE = "http://shardq.test";
 
 export interface Envelope<T = any> {
   success: boolean;
-  errors: Array<{ code: number; message: string; field?: string }>;
+  errors: [ErrorDetail, ...ErrorDetail[]];
   messages: unknown[];
   result: T;
   result_info?: Record<string, number>;
@@ -39,4 +43,40 @@ export async function createQueue(name: string, settings?: Record<string, unknow
   const res = await api("POST", queuesPath(), settings ? { queue_name: name, settings } : { queue_name: name });
   if (res.status !== 201) throw new Error(`create ${name}: ${res.status} ${JSON.stringify(res.json)}`);
   return res.json.result;
+}
+
+export const OTHER_TOKEN = "other-account-token";
+
+/** The QueueProducer entrypoint as a producer Worker's binding sees it (props set by the binding). */
+export function producer(queue: string, account = ACCOUNT): ProducerBinding {
+  return (exports as any).QueueProducer({ props: { account, queue } });
+}
+
+export interface ProducerBinding {
+  send(body: unknown, options?: Record<string, unknown>): Promise<string>;
+  sendBatch(messages: unknown, options?: Record<string, unknown>): Promise<string[]>;
+  metrics(): Promise<{ backlogCount: number; backlogBytes: number; oldestMessageTimestamp?: Date }>;
+}
+
+/** Every message stored on every shard of a queue, read back through the shards (checksums verified). */
+export async function storedMessages(queue: string) {
+  const map = await coordinatorFor(env, (await api("GET", queuePath(queue))).json.result.queue_id).shardMap();
+  if (!map) throw new Error(`no shard map for ${queue}`);
+  const out: Array<StoredMessage & { shard: string }> = [];
+  const corrupt: string[] = [];
+  for (const s of map.shards) {
+    let after = 0;
+    for (;;) {
+      const page = await storageShardFor(env, s.name).peek(1000, after);
+      for (const m of page.messages) out.push({ ...m, shard: s.name });
+      corrupt.push(...page.corrupt);
+      if (page.nextSeq === null) break;
+      after = page.nextSeq;
+    }
+  }
+  return { messages: out, corrupt, map };
+}
+
+export async function backlog(queue: string): Promise<number> {
+  return (await api("GET", `${queuePath(queue)}/metrics`)).json.result.backlog_count;
 }

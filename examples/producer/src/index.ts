@@ -1,0 +1,53 @@
+/**
+ * A producer Worker written exactly as for Cloudflare Queues: `env.QUEUE` is a
+ * `Queue`, and `send` / `sendBatch` / `metrics` are called as usual. shardq also
+ * resolves `send` with the message id and `sendBatch` with the ids, which this
+ * example returns so a caller can check every message arrived.
+ *
+ *   POST /send?count=1000&batch=100   sends `count` messages, `batch` per sendBatch (1 = send())
+ *   GET  /metrics                      the queue's backlog, from env.QUEUE.metrics()
+ */
+interface Env {
+  QUEUE: Queue<unknown>;
+}
+
+const MAX_COUNT = 10_000;
+
+export default {
+  async fetch(request: Request, env: Env): Promise<Response> {
+    const url = new URL(request.url);
+    if (url.pathname === "/metrics" && request.method === "GET") {
+      return Response.json(await env.QUEUE.metrics());
+    }
+    if (url.pathname === "/send" && request.method === "POST") {
+      const count = intParam(url, "count", 1);
+      const batch = intParam(url, "batch", 1);
+      if (count === null || count < 1 || count > MAX_COUNT) return bad(`count must be an integer from 1 to ${MAX_COUNT}`);
+      if (batch === null || batch < 1 || batch > 100) return bad("batch must be an integer from 1 to 100");
+      const ids: string[] = [];
+      const started = Date.now();
+      for (let sent = 0; sent < count; sent += batch) {
+        const n = Math.min(batch, count - sent);
+        if (n === 1 && batch === 1) {
+          ids.push((await env.QUEUE.send({ n: sent, at: Date.now() })) as unknown as string);
+        } else {
+          const messages = Array.from({ length: n }, (_, i) => ({ body: { n: sent + i, at: Date.now() } }));
+          ids.push(...((await env.QUEUE.sendBatch(messages)) as unknown as string[]));
+        }
+      }
+      return Response.json({ sent: ids.length, ms: Date.now() - started, ids });
+    }
+    return Response.json({ error: "try POST /send?count=10 or GET /metrics" }, { status: 404 });
+  },
+} satisfies ExportedHandler<Env>;
+
+function intParam(url: URL, name: string, fallback: number): number | null {
+  const raw = url.searchParams.get(name);
+  if (raw === null) return fallback;
+  const n = Number(raw);
+  return Number.isInteger(n) ? n : null;
+}
+
+function bad(error: string): Response {
+  return Response.json({ error }, { status: 400 });
+}

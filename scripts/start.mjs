@@ -1,0 +1,61 @@
+// `npm start`: the shardq service on :8787 (state in .wrangler/state) and the example
+// producer on :8788, bound to the service's QueueProducer entrypoint; then makes sure
+// the queues declared in shardq.config.json exist. Ctrl-C stops both.
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { ROOT, startWrangler } from "./dev-server.mjs";
+
+const port = Number(process.env.SHARDQ_PORT ?? 8787);
+const producerPort = Number(process.env.SHARDQ_PRODUCER_PORT ?? 8788);
+const token = process.env.SHARDQ_TOKEN ?? "shardq-local-dev-token";
+const base = `http://localhost:${port}`;
+
+const prefix = (name) => (line) => console.log(`[${name}] ${line}`);
+
+const service = await startWrangler({
+  args: ["-c", "wrangler.toml", "--port", String(port), "--persist-to", ".wrangler/state"],
+  readyUrl: `${base}/`,
+  log: prefix("shardq"),
+});
+const producer = await startWrangler({
+  args: ["-c", "examples/producer/wrangler.toml", "--port", String(producerPort), "--persist-to", ".wrangler/producer-state", "--inspector-port", "0"],
+  readyUrl: `http://localhost:${producerPort}/`,
+  log: prefix("producer"),
+}).catch(async (err) => {
+  await service.stop();
+  throw err;
+});
+
+const shutdown = async () => {
+  await Promise.all([producer.stop(), service.stop()]);
+  process.exit(0);
+};
+process.on("SIGINT", shutdown);
+process.on("SIGTERM", shutdown);
+
+const config = JSON.parse(readFileSync(join(ROOT, "shardq.config.json"), "utf8"));
+for (const q of config.queues ?? []) {
+  const res = await fetch(`${base}/accounts/${config.account}/queues`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+    body: JSON.stringify(q),
+  });
+  if (res.status === 409 && q.settings) {
+    const patch = await fetch(`${base}/accounts/${config.account}/queues/${q.queue_name}`, {
+      method: "PATCH",
+      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+      body: JSON.stringify({ settings: q.settings }),
+    });
+    if (!patch.ok) console.error(`[start] could not apply settings to ${q.queue_name}: ${await patch.text()}`);
+  } else if (!res.ok) {
+    console.error(`[start] could not create queue ${q.queue_name}: ${await res.text()}`);
+  }
+}
+
+console.log(`
+shardq is running.
+  service:   ${base}   (account "local", token "${token}")
+  producer:  http://localhost:${producerPort}   (POST /send?count=1000&batch=100, GET /metrics)
+  state:     .wrangler/state
+Press Ctrl-C to stop.
+`);

@@ -1,0 +1,121 @@
+import { env } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import { callerRegion } from "../../broker/region";
+import { pickShard } from "../../broker/send";
+import { cachedShardMap } from "../../broker/shard-map-cache";
+import type { ServiceConfig } from "../../src/config";
+import type { ShardMap } from "../../src/protocol";
+import { catalogFor, coordinatorFor } from "../../src/stubs";
+import { api, createQueue, producer, queuePath, storedMessages } from "./helpers";
+
+const send = (q: string, body: unknown) => api("POST", `${queuePath(q)}/messages`, { body });
+
+describe("sharding", () => {
+  it("creates SHARDS_PER_REGION shards per region and spreads messages over them", async () => {
+    await createQueue("spread");
+    const ids: string[] = [];
+    for (let i = 0; i < 200; i++) ids.push((await send("spread", i)).json.result.message_id);
+    const { messages, map } = await storedMessages("spread");
+    expect(map.shards).toHaveLength(4);
+    expect(new Set(map.shards.map((s) => s.region))).toEqual(new Set(["local"]));
+    const perShard = map.shards.map((s) => messages.filter((m) => m.shard === s.name).length);
+    // Uniform random choice: each of 4 shards gets 50 on average; none is starved.
+    for (const n of perShard) expect(n).toBeGreaterThan(15);
+    expect(messages.map((m) => m.id).sort()).toEqual([...ids].sort());
+  });
+
+  it("stores every message exactly once when the broker's map is stale (a shard turned draining)", async () => {
+    const q = await createQueue("stale-draining");
+    const first = (await send("stale-draining", "warm the cache")).json.result.message_id as string;
+    const stale = (await cachedShardMap(env, "local", "stale-draining"))!;
+    const drained = stale.shards[0]!.name;
+    const before = (await storedMessages("stale-draining")).messages.filter((m) => m.shard === drained).length;
+
+    const current = await coordinatorFor(env, q.queue_id).setShardState(drained, "draining");
+    expect(current!.version).toBe(stale.version + 1);
+    // The broker's cached copy still names the shard active: every pick of it is refused and retried.
+    expect((await cachedShardMap(env, "local", "stale-draining"))!.shards[0]!.state).toBe("active");
+
+    const ids = [first];
+    for (let i = 0; i < 100; i++) ids.push((await send("stale-draining", i)).json.result.message_id);
+    for (let i = 0; i < 10; i++) ids.push(...(await producer("stale-draining").sendBatch(Array.from({ length: 10 }, (_, j) => ({ body: j })))));
+
+    const { messages } = await storedMessages("stale-draining");
+    const stored = messages.map((m) => m.id).sort();
+    expect(stored).toEqual([...ids].sort()); // all there, none twice
+    expect(messages.filter((m) => m.shard === drained)).toHaveLength(before);
+  });
+
+  it("moves past a retired shard and answers 503 when no shard takes sends, storing nothing", async () => {
+    const q = await createQueue("retiring");
+    const map = (await coordinatorFor(env, q.queue_id).shardMap())!;
+    await coordinatorFor(env, q.queue_id).setShardState(map.shards[1]!.name, "retired");
+    for (let i = 0; i < 20; i++) expect((await send("retiring", i)).status).toBe(200);
+    for (const s of map.shards) await coordinatorFor(env, q.queue_id).setShardState(s.name, "draining");
+    const res = await send("retiring", "nowhere to go");
+    expect(res.status).toBe(503);
+    expect(res.json.success).toBe(false);
+    expect((await storedMessages("retiring")).messages).toHaveLength(20);
+  });
+
+  it("answers 404 for a queue deleted behind the broker's back (its cached map names destroyed shards)", async () => {
+    await createQueue("vanishing");
+    await send("vanishing", "cache me");
+    expect(await cachedShardMap(env, "local", "vanishing")).not.toBeNull();
+    await catalogFor(env, "local").deleteQueue("vanishing");
+    const res = await send("vanishing", "too late");
+    expect(res.status).toBe(404);
+  });
+
+  it("publishes each new map version to KV at most once a second per key, deferring the rest to an alarm", async () => {
+    const { runDurableObjectAlarm } = await import("cloudflare:test");
+    const q = await createQueue("publishing");
+    const key = `map/local/id/${q.queue_id}`;
+    const read = async () => (await env.SHARD_MAPS.get<ShardMap>(key, "json"))!;
+    expect((await read()).version).toBe(1);
+    expect((await env.SHARD_MAPS.get<ShardMap>("map/local/name/publishing", "json"))!.queueId).toBe(q.queue_id);
+    await api("PATCH", queuePath("publishing"), { settings: { delivery_delay: 1 } });
+    await api("PATCH", queuePath("publishing"), { settings: { delivery_delay: 2 } });
+    // Within a second of the first write: KV still holds version 1, an alarm holds the rest.
+    const published = await read();
+    expect(published.version).toBe(1);
+    const stub = env.COORDINATOR.get(env.COORDINATOR.idFromName(q.queue_id));
+    await new Promise((r) => setTimeout(r, 1100));
+    await runDurableObjectAlarm(stub);
+    const after = await read();
+    expect(after.version).toBe(3);
+    expect(after.settings.delivery_delay).toBe(2);
+  });
+});
+
+describe("shard choice", () => {
+  const map: ShardMap = {
+    version: 1, accountId: "a", queueId: "q", queueName: "n", publishedAt: 0,
+    settings: { delivery_delay: 0, delivery_paused: false, message_retention_period: 60 },
+    shards: [
+      { name: "w0", region: "wnam", state: "active" },
+      { name: "w1", region: "wnam", state: "draining" },
+      { name: "e0", region: "weur", state: "active" },
+      { name: "e1", region: "weur", state: "retired" },
+    ],
+  };
+
+  it("picks only active shards of the caller's region, any region when its own has none left", () => {
+    for (let i = 0; i < 50; i++) expect(pickShard(map, "wnam", new Set())!.name).toBe("w0");
+    expect(pickShard(map, "wnam", new Set(["w0"]))!.name).toBe("e0");
+    expect(pickShard(map, "apac", new Set())!.state).toBe("active");
+    expect(pickShard(map, "wnam", new Set(["w0", "e0"]))).toBeUndefined();
+  });
+
+  it("maps request.cf to a configured region, else the default", () => {
+    const config: ServiceConfig = { regions: ["wnam", "enam", "weur", "eeur", "apac"], defaultRegion: "enam", shardsPerRegion: 2, heartbeatIntervalMs: 1, shardMapCacheTtlMs: 1 };
+    const cf = (o: Record<string, unknown>) => o as unknown as IncomingRequestCfProperties;
+    expect(callerRegion(cf({ continent: "NA", longitude: "-122.4" }), config)).toBe("wnam");
+    expect(callerRegion(cf({ continent: "NA", longitude: "-74.0" }), config)).toBe("enam");
+    expect(callerRegion(cf({ continent: "EU", longitude: "2.3" }), config)).toBe("weur");
+    expect(callerRegion(cf({ continent: "EU", longitude: "30.5" }), config)).toBe("eeur");
+    expect(callerRegion(cf({ continent: "AS", country: "JP" }), config)).toBe("apac");
+    expect(callerRegion(cf({ continent: "SA" }), config)).toBe("enam"); // sam not configured
+    expect(callerRegion(undefined, config)).toBe("enam");
+  });
+});

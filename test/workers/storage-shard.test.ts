@@ -1,0 +1,117 @@
+import { env, runInDurableObject } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import { crc32 } from "../../src/checksum";
+import { ManualClock } from "../../src/clock";
+import type { EncodedMessage } from "../../src/protocol";
+import type { StorageShard } from "../../storage-shard/storage-shard";
+
+const utf8 = new TextEncoder();
+
+function message(id: string, body: string, delayMs = 0): EncodedMessage {
+  const bytes = utf8.encode(body);
+  return { id: id.padStart(32, "0"), body: bytes, contentType: "text", delayMs, checksum: crc32(bytes) };
+}
+
+function shard(name: string) {
+  return env.STORAGE_SHARD.get(env.STORAGE_SHARD.idFromName(name));
+}
+
+async function activeShard(name: string, queueId = "q".padEnd(32, "0")) {
+  const stub = shard(name);
+  await stub.activate({ name, queueId, accountId: "local", region: "local" });
+  return { stub, queueId };
+}
+
+describe("storage shard", () => {
+  it("stores each batch in one transaction with exact rows and counters", async () => {
+    const { stub, queueId } = await activeShard("rows");
+    const clock = new ManualClock(1_000_000);
+    await runInDurableObject(stub, (obj: StorageShard) => {
+      obj.clock = clock;
+    });
+    const batches = [
+      [message("a1", "x"), message("a2", "yy", 5000)],
+      [message("b1", "zzz")],
+      Array.from({ length: 50 }, (_, i) => message(`c${i}`, "m".repeat(i + 1))),
+    ];
+    let expectedCount = 0;
+    let expectedBytes = 0;
+    for (const b of batches) {
+      const r = await stub.append({ queueId, messages: b });
+      expect(r).toEqual({ ok: true, stored: b.length, duplicates: 0 });
+      expectedCount += b.length;
+      expectedBytes += b.reduce((n, m) => n + m.body.byteLength, 0);
+      clock.advance(10);
+    }
+    const stats = await stub.stats();
+    expect(stats).toEqual({ backlogCount: expectedCount, backlogBytes: expectedBytes, oldestEnqueuedAt: 1_000_000 });
+
+    await runInDurableObject(stub, (_obj: StorageShard, state) => {
+      const rows = state.storage.sql
+        .exec<{ id: string; size: number; enqueued_at: number; visible_at: number; attempts: number; lease_id: string | null; content_type: string; checksum: number; body: ArrayBuffer }>(
+          "SELECT * FROM messages ORDER BY seq",
+        )
+        .toArray();
+      expect(rows).toHaveLength(expectedCount);
+      const a2 = rows.find((r) => r.id.endsWith("a2"))!;
+      expect(a2).toMatchObject({ size: 2, enqueued_at: 1_000_000, visible_at: 1_005_000, attempts: 0, lease_id: null, content_type: "text" });
+      for (const r of rows) expect(crc32(new Uint8Array(r.body))).toBe(r.checksum);
+      const sums = state.storage.sql.exec<{ n: number; b: number }>("SELECT COUNT(*) AS n, SUM(size) AS b FROM messages").one();
+      const counters = state.storage.sql.exec<{ backlog_count: number; backlog_bytes: number }>("SELECT * FROM counters").one();
+      expect(counters).toMatchObject({ backlog_count: sums.n, backlog_bytes: sums.b });
+    });
+  });
+
+  it("drops a retried batch it already stored: same ids, stored once, counters unchanged", async () => {
+    const { stub, queueId } = await activeShard("dupes");
+    const batch = [message("d1", "one"), message("d2", "two")];
+    expect(await stub.append({ queueId, messages: batch })).toEqual({ ok: true, stored: 2, duplicates: 0 });
+    expect(await stub.append({ queueId, messages: [...batch, message("d3", "three")] })).toEqual({ ok: true, stored: 1, duplicates: 2 });
+    expect(await stub.stats()).toMatchObject({ backlogCount: 3, backlogBytes: 11 });
+  });
+
+  it("refuses a batch whose body no longer matches its checksum, storing none of it", async () => {
+    const { stub, queueId } = await activeShard("corrupt-in");
+    const bad = message("e2", "payload");
+    bad.body = utf8.encode("pAyload");
+    const r = await stub.append({ queueId, messages: [message("e1", "fine"), bad] });
+    expect(r).toMatchObject({ ok: false, refused: "corrupt" });
+    expect((await stub.stats()).backlogCount).toBe(0);
+  });
+
+  it("detects a stored body that was corrupted at rest and never returns it", async () => {
+    const { stub, queueId } = await activeShard("corrupt-at-rest");
+    await stub.append({ queueId, messages: [message("f1", "keep"), message("f2", "flip")] });
+    await runInDurableObject(stub, (_obj: StorageShard, state) => {
+      state.storage.sql.exec("UPDATE messages SET body = ? WHERE id = ?", utf8.encode("flop").buffer, "f2".padStart(32, "0"));
+    });
+    const page = await stub.peek(10);
+    expect(page.messages.map((m) => m.id)).toEqual(["f1".padStart(32, "0")]);
+    expect(page.corrupt).toEqual(["f2".padStart(32, "0")]);
+  });
+
+  it("refuses sends while unknown, for another queue, draining or retired, storing nothing", async () => {
+    const unknown = shard("never-activated");
+    expect(await unknown.append({ queueId: "x", messages: [message("g1", "x")] })).toEqual({ ok: false, refused: "unknown_shard" });
+    const { stub, queueId } = await activeShard("states");
+    expect(await stub.append({ queueId: "another".padEnd(32, "0"), messages: [message("g2", "x")] })).toEqual({ ok: false, refused: "wrong_queue" });
+    await stub.setState("draining");
+    expect(await stub.append({ queueId, messages: [message("g3", "x")] })).toEqual({ ok: false, refused: "draining" });
+    await stub.setState("retired");
+    expect(await stub.append({ queueId, messages: [message("g4", "x")] })).toEqual({ ok: false, refused: "retired" });
+    expect((await stub.stats()).backlogCount).toBe(0);
+  });
+
+  it("keeps messages, counters and state across a restart of the object", async () => {
+    const { stub, queueId } = await activeShard("restart");
+    await stub.append({ queueId, messages: [message("h1", "abc"), message("h2", "de")] });
+    await stub.setState("draining");
+    // A fresh instance reads everything back from SQLite in its constructor.
+    await runInDurableObject(stub, async (_obj: StorageShard, state) => {
+      const Fresh = (await import("../../storage-shard/storage-shard")).StorageShard;
+      const again = new Fresh(state, env);
+      expect(again.stats()).toMatchObject({ backlogCount: 2, backlogBytes: 5 });
+      expect(again.append({ queueId, messages: [message("h3", "x")] })).toEqual({ ok: false, refused: "draining" });
+    });
+  });
+});
