@@ -26,7 +26,7 @@ export async function sendBatch(request: Request, env: Env, accountId: string, q
 export async function getMetrics(env: Env, accountId: string, queueRef: string): Promise<Response> {
   const map = await cachedShardMap(env, accountId, queueRef);
   if (!map) throw notFound(queueRef);
-  return ok(await queueMetrics(env, map));
+  return ok(await queueMetrics(env, map, { heartbeats: true }));
 }
 
 function regionOf(request: Request, env: Env): string {

@@ -1,12 +1,19 @@
 import type { Env } from "../src/env";
 import type { ShardMap } from "../src/protocol";
 import type { QueueMetrics } from "../src/queue-info";
-import { storageShardFor } from "../src/stubs";
+import { coordinatorFor, storageShardFor } from "../src/stubs";
 
-/** Exact figures: asks every shard that may still hold messages (active and draining). */
-export async function queueMetrics(env: Env, map: ShardMap): Promise<QueueMetrics> {
+/**
+ * Exact figures: asks every shard that may still hold messages (active and draining).
+ * With `heartbeats`, each shard's latest report to the Coordinator comes along.
+ */
+export async function queueMetrics(env: Env, map: ShardMap, opts: { heartbeats: boolean }): Promise<QueueMetrics> {
   const shards = map.shards.filter((s) => s.state !== "retired");
-  const stats = await Promise.all(shards.map((s) => storageShardFor(env, s.name, s.region).stats()));
+  const [stats, beats] = await Promise.all([
+    Promise.all(shards.map((s) => storageShardFor(env, s.name, s.region).stats())),
+    opts.heartbeats ? coordinatorFor(env, map.queueId).heartbeats() : [],
+  ]);
+  const beatOf = new Map(beats.map((b) => [b.name, b]));
   let oldest: number | null = null;
   let count = 0;
   let bytes = 0;
@@ -22,7 +29,13 @@ export async function queueMetrics(env: Env, map: ShardMap): Promise<QueueMetric
       backlog_count: st.backlogCount,
       backlog_bytes: st.backlogBytes,
       oldest_message_timestamp_ms: st.oldestEnqueuedAt,
+      heartbeat: heartbeatOf(beatOf.get(s.name)),
     };
   });
   return { backlog_count: count, backlog_bytes: bytes, oldest_message_timestamp_ms: oldest, shards: perShard };
+}
+
+function heartbeatOf(b: { received_at: number; messages_in: number; period_ms: number } | undefined) {
+  if (!b) return null;
+  return { received_at_ms: b.received_at, messages_in_per_second: b.period_ms > 0 ? Math.round((b.messages_in * 1000) / b.period_ms) : 0 };
 }

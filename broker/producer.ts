@@ -47,7 +47,7 @@ export class QueueProducer extends WorkerEntrypoint<Env, ProducerProps> {
       const target = this.target();
       const map = await cachedShardMap(this.env, target.accountId, target.queueRef);
       if (!map) throw notFound(target.queueRef);
-      const m = await queueMetrics(this.env, map);
+      const m = await queueMetrics(this.env, map, { heartbeats: false });
       const out: ProducerMetrics = { backlogCount: m.backlog_count, backlogBytes: m.backlog_bytes };
       if (m.oldest_message_timestamp_ms !== null) out.oldestMessageTimestamp = new Date(m.oldest_message_timestamp_ms);
       return out;

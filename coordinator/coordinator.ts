@@ -2,7 +2,7 @@ import { DurableObject } from "cloudflare:workers";
 import { systemClock, type Clock } from "../src/clock";
 import { serviceConfig } from "../src/config";
 import type { Env } from "../src/env";
-import type { ShardEntry, ShardMap, ShardState } from "../src/protocol";
+import type { ShardEntry, ShardMap, ShardState, StorageHeartbeat } from "../src/protocol";
 import type { QueueInfo } from "../src/queue-info";
 import { applySettingsPatch, type QueueSettings, type QueueSettingsPatch } from "../src/settings";
 import { shardMapKeys, storageShardFor } from "../src/stubs";
@@ -24,6 +24,16 @@ interface QueueRow {
   published_version: number;
   published_at: number;
   next_shard: number;
+}
+
+export interface ShardHeartbeat {
+  name: string;
+  backlog_count: number;
+  backlog_bytes: number;
+  oldest_at: number | null;
+  messages_in: number;
+  period_ms: number;
+  received_at: number;
 }
 
 export interface InitializeQueue {
@@ -142,6 +152,24 @@ export class Coordinator extends DurableObject<Env> {
     this.sql.exec("UPDATE queue SET map_version = map_version + 1");
     await this.publish();
     return this.shardMap();
+  }
+
+  /** Keeps the latest report of each of this queue's shards; reports from shards it does not know are dropped. */
+  heartbeat(beat: StorageHeartbeat): { known: boolean } {
+    if (!this.shards().some((s) => s.name === beat.shard)) return { known: false };
+    this.sql.exec(
+      `INSERT OR REPLACE INTO heartbeats (name, backlog_count, backlog_bytes, oldest_at, messages_in, period_ms, sent_at, received_at)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+      beat.shard, beat.backlogCount, beat.backlogBytes, beat.oldestEnqueuedAt, beat.messagesIn, beat.periodMs, beat.sentAt, this.clock.now(),
+    );
+    return { known: true };
+  }
+
+  /** The latest heartbeat of every shard that has sent one. */
+  heartbeats(): ShardHeartbeat[] {
+    return this.sql
+      .exec("SELECT name, backlog_count, backlog_bytes, oldest_at, messages_in, period_ms, received_at FROM heartbeats ORDER BY name")
+      .toArray() as unknown as ShardHeartbeat[];
   }
 
   /** Deletes the queue: every shard's data, the published maps, then this object's own state. */

@@ -20,5 +20,15 @@ export function migrateCoordinator(sql: SqlStorage): void {
       region     TEXT NOT NULL,
       state      TEXT NOT NULL,
       created_at INTEGER NOT NULL
+    );
+    CREATE TABLE IF NOT EXISTS heartbeats (
+      name          TEXT PRIMARY KEY,
+      backlog_count INTEGER NOT NULL,
+      backlog_bytes INTEGER NOT NULL,
+      oldest_at     INTEGER,
+      messages_in   INTEGER NOT NULL,
+      period_ms     INTEGER NOT NULL,
+      sent_at       INTEGER NOT NULL,
+      received_at   INTEGER NOT NULL
     );`);
 }

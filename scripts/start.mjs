@@ -1,7 +1,7 @@
 // `npm start`: the shardq service on :8787 (state in .wrangler/state) and the example
 // producer on :8788, bound to the service's QueueProducer entrypoint; then makes sure
 // the queues declared in shardq.config.json exist. Ctrl-C stops both.
-import { readFileSync } from "node:fs";
+import { mkdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { ROOT, startWrangler } from "./dev-server.mjs";
 
@@ -10,17 +10,28 @@ const producerPort = Number(process.env.SHARDQ_PRODUCER_PORT ?? 8788);
 const token = process.env.SHARDQ_TOKEN ?? "shardq-local-dev-token";
 const base = `http://localhost:${port}`;
 
-const prefix = (name) => (line) => console.log(`[${name}] ${line}`);
+/** @param {string} name */
+const prefix = (name) => (/** @type {string} */ line) => console.log(`[${name}] ${line}`);
+
+// The producer finds the service through wrangler's dev registry. A project-local
+// registry keeps other wrangler sessions out of it, and an entry left by a wrangler
+// that was killed (not stopped) would shadow the new service, so it is cleared.
+const registry = join(ROOT, ".wrangler", "registry");
+mkdirSync(registry, { recursive: true });
+for (const worker of ["shardq", "shardq-example-producer"]) rmSync(join(registry, worker), { force: true });
+const env = { WRANGLER_REGISTRY_PATH: registry };
 
 const service = await startWrangler({
   args: ["-c", "wrangler.toml", "--port", String(port), "--persist-to", ".wrangler/state"],
   readyUrl: `${base}/`,
   log: prefix("shardq"),
+  env,
 });
 const producer = await startWrangler({
   args: ["-c", "examples/producer/wrangler.toml", "--port", String(producerPort), "--persist-to", ".wrangler/producer-state", "--inspector-port", "0"],
   readyUrl: `http://localhost:${producerPort}/`,
   log: prefix("producer"),
+  env,
 }).catch(async (err) => {
   await service.stop();
   throw err;

@@ -86,3 +86,16 @@ export interface PeekResult {
   /** Ids whose stored body no longer matches its checksum; never returned as messages. */
   corrupt: string[];
 }
+
+/**
+ * What a storage shard reports to its Coordinator every HEARTBEAT_INTERVAL_MS while
+ * it is taking messages, and once more when it goes idle.
+ */
+export interface StorageHeartbeat extends ShardStats {
+  shard: string;
+  /** Messages stored since the previous heartbeat. */
+  messagesIn: number;
+  /** Milliseconds those messages were counted over. */
+  periodMs: number;
+  sentAt: number;
+}

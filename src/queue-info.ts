@@ -25,5 +25,7 @@ export interface QueueMetrics {
     backlog_count: number;
     backlog_bytes: number;
     oldest_message_timestamp_ms: number | null;
+    /** From the shard's latest heartbeat to the Coordinator; null before its first. */
+    heartbeat: { received_at_ms: number; messages_in_per_second: number } | null;
   }>;
 }

@@ -1,6 +1,7 @@
 import { DurableObject } from "cloudflare:workers";
 import { crc32 } from "../src/checksum";
 import { systemClock, type Clock } from "../src/clock";
+import { serviceConfig } from "../src/config";
 import type { Env } from "../src/env";
 import type {
   AppendRequest,
@@ -10,8 +11,10 @@ import type {
   ShardIdentity,
   ShardState,
   ShardStats,
+  StorageHeartbeat,
   StoredMessage,
 } from "../src/protocol";
+import { coordinatorFor } from "../src/stubs";
 import { migrate } from "./schema";
 
 const MAX_PEEK = 1000;
@@ -27,6 +30,10 @@ export class StorageShard extends DurableObject<Env> {
   private state: ShardState;
   private backlogCount: number;
   private backlogBytes: number;
+  /** Messages stored since the last heartbeat, and since when. */
+  private messagesIn = 0;
+  private periodStart = 0;
+  private heartbeatArmed = false;
   /** Tests replace this to drive time. */
   clock: Clock = systemClock;
 
@@ -102,6 +109,12 @@ export class StorageShard extends DurableObject<Env> {
     });
     this.backlogCount += stored;
     this.backlogBytes += bytes;
+    if (stored > 0) {
+      // A rate is counted from the first arrival after an idle spell, not from idleness.
+      if (this.messagesIn === 0 && !this.heartbeatArmed) this.periodStart = now;
+      this.messagesIn += stored;
+      this.armHeartbeat(now);
+    }
     return { ok: true, stored, duplicates: req.messages.length - stored };
   }
 
@@ -142,6 +155,28 @@ export class StorageShard extends DurableObject<Env> {
     return { messages, corrupt, nextSeq: rows.length === n ? rows[rows.length - 1]!.seq : null };
   }
 
+  /**
+   * Reports this shard's figures to its Coordinator. Re-armed while messages keep
+   * arriving; an idle shard sends one last report and then costs nothing. A failed
+   * report throws, so the platform retries the alarm, and nothing counted is reset.
+   */
+  override async alarm(): Promise<void> {
+    this.heartbeatArmed = false;
+    if (!this.identity || this.state === "retired") return;
+    const now = this.clock.now();
+    const beat: StorageHeartbeat = { ...this.stats(), shard: this.identity.name, messagesIn: this.messagesIn, periodMs: now - this.periodStart, sentAt: now };
+    await coordinatorFor(this.env, this.identity.queueId).heartbeat(beat);
+    this.messagesIn -= beat.messagesIn;
+    this.periodStart = now;
+    if (beat.messagesIn > 0) this.armHeartbeat(now);
+  }
+
+  private armHeartbeat(now: number): void {
+    if (this.heartbeatArmed) return;
+    this.heartbeatArmed = true;
+    void this.ctx.storage.setAlarm(now + serviceConfig(this.env).heartbeatIntervalMs);
+  }
+
   /** Removes every message and forgets the shard's identity: used when its queue is deleted. */
   async destroy(): Promise<void> {
     await this.ctx.storage.deleteAll();
@@ -150,6 +185,7 @@ export class StorageShard extends DurableObject<Env> {
     this.state = "retired";
     this.backlogCount = 0;
     this.backlogBytes = 0;
+    this.messagesIn = 0;
   }
 }
 
