@@ -24,6 +24,8 @@ export interface CreateQueueResult {
  */
 export class AccountCatalog extends DurableObject<Env> {
   private readonly sql: SqlStorage;
+  /** Names whose create awaits its Coordinator right now (the input gate lets others in meanwhile). */
+  private readonly inFlight = new Set<string>();
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -42,14 +44,20 @@ export class AccountCatalog extends DurableObject<Env> {
    */
   async createQueue(accountId: string, queueName: string, settings: QueueSettings): Promise<CreateQueueResult> {
     let row = this.byName(queueName);
-    if (row?.state === "active") return { queue: null };
+    // Active, or being created by a request still in flight here: the name is taken.
+    if (row?.state === "active" || this.inFlight.has(queueName)) return { queue: null };
     if (!row) {
       row = { queue_name: queueName, queue_id: newQueueId(), state: "creating" };
       this.sql.exec("INSERT INTO queues (queue_name, queue_id, state, created_at) VALUES (?, ?, 'creating', ?)", queueName, row.queue_id, Date.now());
     }
-    const queue = await coordinatorFor(this.env, row.queue_id).initialize({ accountId, queueId: row.queue_id, queueName, settings });
-    this.sql.exec("UPDATE queues SET state = 'active' WHERE queue_id = ?", row.queue_id);
-    return { queue };
+    this.inFlight.add(queueName);
+    try {
+      const queue = await coordinatorFor(this.env, row.queue_id).initialize({ accountId, queueId: row.queue_id, queueName, settings });
+      this.sql.exec("UPDATE queues SET state = 'active' WHERE queue_id = ?", row.queue_id);
+      return { queue };
+    } finally {
+      this.inFlight.delete(queueName);
+    }
   }
 
   /** A queue's id from its name or id; null when this account has no such queue. */

@@ -50,6 +50,7 @@ export interface InitializeQueue {
  */
 export class Coordinator extends DurableObject<Env> {
   private readonly sql: SqlStorage;
+  private publishing = false;
   clock: Clock = systemClock;
 
   constructor(ctx: DurableObjectState, env: Env) {
@@ -131,6 +132,7 @@ export class Coordinator extends DurableObject<Env> {
     const row = this.row();
     if (!row || !row.ready) return null;
     const next = applySettingsPatch(JSON.parse(row.settings) as QueueSettings, patch);
+    if (JSON.stringify(next) === row.settings) return this.info();
     this.sql.exec(
       "UPDATE queue SET settings = ?, modified_at = ?, map_version = map_version + 1",
       JSON.stringify(next),
@@ -197,10 +199,12 @@ export class Coordinator extends DurableObject<Env> {
     if (!row || !row.ready || row.published_version >= row.map_version) return;
     const now = this.clock.now();
     const earliest = row.published_at + KV_MIN_WRITE_INTERVAL_MS;
-    if (now < earliest) {
-      await this.ctx.storage.setAlarm(earliest);
+    // A write already on its way to KV counts as the one write of this second.
+    if (this.publishing || now < earliest) {
+      await this.ctx.storage.setAlarm(Math.max(earliest, now + (this.publishing ? KV_MIN_WRITE_INTERVAL_MS : 0)));
       return;
     }
+    this.publishing = true;
     const map = this.shardMap()!;
     const value = JSON.stringify(map);
     try {
@@ -209,10 +213,13 @@ export class Coordinator extends DurableObject<Env> {
       console.error(`shard map publish failed for queue ${row.queue_id}, retrying: ${(err as Error).message}`);
       await this.ctx.storage.setAlarm(now + PUBLISH_RETRY_MS);
       return;
+    } finally {
+      this.publishing = false;
     }
     // Another change may have landed while we awaited KV: only mark what we wrote.
     this.sql.exec("UPDATE queue SET published_version = MAX(published_version, ?), published_at = ?", map.version, now);
-    if (this.row()!.map_version > map.version) await this.ctx.storage.setAlarm(now + KV_MIN_WRITE_INTERVAL_MS);
+    const after = this.row(); // null if the queue was deleted meanwhile
+    if (after && after.map_version > map.version) await this.ctx.storage.setAlarm(now + KV_MIN_WRITE_INTERVAL_MS);
   }
 
   private row(): QueueRow | null {

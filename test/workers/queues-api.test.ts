@@ -21,6 +21,20 @@ describe("queue management over HTTP", () => {
     expect(res.json.errors[0].field).toBe("queue_name");
   });
 
+  it("lets exactly one of two concurrent creates of a name win", async () => {
+    const [a, b] = await Promise.all([api("POST", queuesPath(), { queue_name: "race" }), api("POST", queuesPath(), { queue_name: "race" })]);
+    expect([a.status, b.status].sort()).toEqual([201, 409]);
+    const list = await api("GET", `${queuesPath()}?per_page=100`);
+    expect(list.json.result.filter((q: { queue_name: string }) => q.queue_name === "race")).toHaveLength(1);
+  });
+
+  it("leaves settings and the map version alone when a change changes nothing", async () => {
+    const q = await createQueue("same-settings");
+    const res = await api("PATCH", queuePath("same-settings"), { settings: { delivery_delay: 0 } });
+    expect(res.status).toBe(200);
+    expect(res.json.result.modified_on).toBe((await api("GET", queuePath(q.queue_id))).json.result.created_on);
+  });
+
   it.each([
     [{}, "queue_name", "is required"],
     [{ queue_name: "" }, "queue_name", "must not be empty"],
