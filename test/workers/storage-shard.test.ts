@@ -4,6 +4,7 @@ import { crc32 } from "../../src/checksum";
 import { ManualClock } from "../../src/clock";
 import type { EncodedMessage } from "../../src/protocol";
 import type { StorageShard } from "../../storage-shard/storage-shard";
+import { api, createQueue, producer, queuePath, storedMessages } from "./helpers";
 
 const utf8 = new TextEncoder();
 
@@ -113,5 +114,36 @@ describe("storage shard", () => {
       expect(again.stats()).toMatchObject({ backlogCount: 2, backlogBytes: 5 });
       expect(again.append({ queueId, messages: [message("h3", "x")] })).toEqual({ ok: false, refused: "draining" });
     });
+  });
+});
+
+describe("counters through the whole write path", () => {
+  it("match the stored rows on every shard after mixed HTTP and binding batches of every content type", async () => {
+    const q = await createQueue("mixed-counters");
+    const p = producer("mixed-counters");
+    let sent = 0;
+    for (let round = 0; round < 5; round++) {
+      await p.send({ round }, { contentType: "json" });
+      await p.send(`text ${round}`, { contentType: "text" });
+      await p.send(new Uint8Array(round + 1), { contentType: "bytes" });
+      await p.send(new Map([[round, new Date(round)]]), { contentType: "v8" });
+      await p.sendBatch(Array.from({ length: 7 }, (_, i) => ({ body: "b".repeat(i), contentType: "text" as const })));
+      await api("POST", `${queuePath("mixed-counters")}/messages/batch`, { messages: Array.from({ length: 13 }, (_, i) => ({ body: { i } })) });
+      await api("POST", `${queuePath("mixed-counters")}/messages`, { body: "single", content_type: "text", delay_seconds: round });
+      sent += 4 + 7 + 13 + 1;
+    }
+    const { messages, map } = await storedMessages("mixed-counters");
+    expect(messages).toHaveLength(sent);
+    let total = 0;
+    for (const s of map.shards) {
+      const rows = messages.filter((m) => m.shard === s.name);
+      const stats = await env.STORAGE_SHARD.get(env.STORAGE_SHARD.idFromName(s.name)).stats();
+      expect(stats.backlogCount).toBe(rows.length);
+      expect(stats.backlogBytes).toBe(rows.reduce((n, m) => n + m.size, 0));
+      expect(stats.oldestEnqueuedAt).toBe(rows.length ? Math.min(...rows.map((m) => m.enqueuedAt)) : null);
+      total += stats.backlogCount;
+    }
+    expect(total).toBe(sent);
+    expect((await api("GET", `${queuePath(q.queue_id)}/metrics`)).json.result.backlog_count).toBe(sent);
   });
 });
