@@ -5,7 +5,7 @@ import { newMessageId } from "../src/ids";
 import type { AppendResult, EncodedMessage, ShardEntry, ShardMap } from "../src/protocol";
 import { storageShardFor } from "../src/stubs";
 import type { PendingMessage } from "./messages";
-import { authoritativeShardMap, cachedShardMap } from "./shard-map-cache";
+import { authoritativeShardMap, cachedShardMap, noteShardRefused } from "./shard-map-cache";
 
 /** Attempts over different shards before a send gives up (each refusal stored nothing). */
 const MAX_SHARD_ATTEMPTS = 8;
@@ -58,6 +58,9 @@ export async function storeMessages(
     const result = await appendWithRetry(env, shard, { queueId: map.queueId, messages });
     if (result.ok) return messages.map((m) => m.id);
     refused.add(shard.name);
+    if (result.refused === "draining" || result.refused === "retired") {
+      noteShardRefused(target.accountId, target.queueRef, shard.name, result.refused);
+    }
     if (!refreshed && result.refused !== "draining" && result.refused !== "corrupt") {
       // Retired or unknown: the map is older than a shard change or a queue delete.
       map = await authoritativeShardMap(env, target.accountId, target.queueRef);

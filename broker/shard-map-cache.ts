@@ -1,7 +1,7 @@
 import { serviceConfig } from "../src/config";
 import type { Env } from "../src/env";
 import { QUEUE_ID_PATTERN } from "../src/ids";
-import type { ShardMap } from "../src/protocol";
+import type { ShardMap, ShardState } from "../src/protocol";
 import { QUEUE_NAME_PATTERN } from "../src/settings";
 import { catalogFor, coordinatorFor, shardMapKeyById, shardMapKeyByName } from "../src/stubs";
 
@@ -45,6 +45,17 @@ export async function authoritativeShardMap(env: Env, accountId: string, queueRe
   const mine = map && map.accountId === accountId ? map : null;
   remember(env, cacheKey(accountId, queueRef), mine);
   return mine;
+}
+
+/**
+ * Remembers, until the cached map expires, that a shard refused sends, so this
+ * isolate stops offering it batches without asking the Coordinator for a new map.
+ */
+export function noteShardRefused(accountId: string, queueRef: string, shardName: string, state: ShardState): void {
+  const hit = entries.get(cacheKey(accountId, queueRef));
+  if (!hit?.map) return;
+  const shards = hit.map.shards.map((s) => (s.name === shardName ? { ...s, state } : s));
+  hit.map = { ...hit.map, shards };
 }
 
 /** Forget what this isolate knows of a queue (after a create, delete or settings change here). */

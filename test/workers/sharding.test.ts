@@ -40,6 +40,9 @@ describe("sharding", () => {
     for (let i = 0; i < 100; i++) ids.push((await send("stale-draining", i)).json.result.message_id);
     for (let i = 0; i < 10; i++) ids.push(...(await producer("stale-draining").sendBatch(Array.from({ length: 10 }, (_, j) => ({ body: j })))));
 
+    // Having been refused, this isolate no longer offers the draining shard anything.
+    expect((await cachedShardMap(env, "local", "stale-draining"))!.shards[0]!.state).toBe("draining");
+
     const { messages } = await storedMessages("stale-draining");
     const stored = messages.map((m) => m.id).sort();
     expect(stored).toEqual([...ids].sort()); // all there, none twice
