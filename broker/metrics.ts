@@ -1,7 +1,7 @@
 import type { Env } from "../src/env";
 import type { ShardMap } from "../src/protocol";
 import type { QueueMetrics } from "../src/queue-info";
-import { coordinatorFor, storageShardFor } from "../src/stubs";
+import { coordinatorFor, storageShardFor } from "../src/addressing";
 
 /**
  * Exact figures: asks every shard that may still hold messages (active and draining).

@@ -3,7 +3,7 @@ import type { Env } from "../src/env";
 import { HttpError } from "../src/errors";
 import { QUEUE_ID_PATTERN } from "../src/ids";
 import { DEFAULT_QUEUE_SETTINGS, applySettingsPatch, queueNameSchema, queueSettingsPatchSchema } from "../src/settings";
-import { catalogFor, coordinatorFor } from "../src/stubs";
+import { catalogFor, coordinatorFor } from "../src/addressing";
 import { ok } from "./envelope";
 import { readJson } from "./read-json";
 import { notFound } from "./send";

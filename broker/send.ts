@@ -3,7 +3,7 @@ import type { Env } from "../src/env";
 import { HttpError } from "../src/errors";
 import { newMessageId } from "../src/ids";
 import type { AppendResult, EncodedMessage, ShardEntry, ShardMap } from "../src/protocol";
-import { storageShardFor } from "../src/stubs";
+import { storageShardFor } from "../src/addressing";
 import type { PendingMessage } from "./messages";
 import { authoritativeShardMap, cachedShardMap, noteShardRefused } from "./shard-map-cache";
 

@@ -3,7 +3,7 @@ import type { Env } from "../src/env";
 import { QUEUE_ID_PATTERN } from "../src/ids";
 import type { ShardMap, ShardState } from "../src/protocol";
 import { QUEUE_NAME_PATTERN } from "../src/settings";
-import { catalogFor, coordinatorFor, shardMapKeyById, shardMapKeyByName } from "../src/stubs";
+import { catalogFor, coordinatorFor, shardMapKeyById, shardMapKeyByName } from "../src/addressing";
 
 /** How long an isolate remembers that a queue does not exist. */
 const NEGATIVE_TTL_MS = 1000;

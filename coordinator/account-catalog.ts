@@ -3,7 +3,7 @@ import type { Env } from "../src/env";
 import { newQueueId, QUEUE_ID_PATTERN } from "../src/ids";
 import type { QueueInfo } from "../src/queue-info";
 import type { QueueSettings } from "../src/settings";
-import { coordinatorFor } from "../src/stubs";
+import { coordinatorFor } from "../src/addressing";
 
 interface CatalogRow {
   queue_name: string;

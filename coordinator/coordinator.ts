@@ -5,7 +5,7 @@ import type { Env } from "../src/env";
 import type { ShardEntry, ShardMap, ShardState, StorageHeartbeat } from "../src/protocol";
 import type { QueueInfo } from "../src/queue-info";
 import { applySettingsPatch, type QueueSettings, type QueueSettingsPatch } from "../src/settings";
-import { shardMapKeys, storageShardFor } from "../src/stubs";
+import { shardMapKeys, storageShardFor } from "../src/addressing";
 import { migrateCoordinator } from "./schema";
 
 /** Workers KV accepts at most one write per second to a key. */

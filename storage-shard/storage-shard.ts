@@ -14,7 +14,7 @@ import type {
   StorageHeartbeat,
   StoredMessage,
 } from "../src/protocol";
-import { coordinatorFor } from "../src/stubs";
+import { coordinatorFor } from "../src/addressing";
 import { migrate } from "./schema";
 
 const MAX_PEEK = 1000;

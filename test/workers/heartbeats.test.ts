@@ -1,7 +1,7 @@
 import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { ManualClock } from "../../src/clock";
-import { coordinatorFor } from "../../src/stubs";
+import { coordinatorFor } from "../../src/addressing";
 import type { StorageShard } from "../../storage-shard/storage-shard";
 import { api, createQueue, producer, queuePath } from "./helpers";
 

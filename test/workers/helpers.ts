@@ -2,7 +2,7 @@ import { SELF, env } from "cloudflare:test";
 import { exports } from "cloudflare:workers";
 import type { ErrorDetail } from "../../src/errors";
 import type { StoredMessage } from "../../src/protocol";
-import { coordinatorFor, storageShardFor } from "../../src/stubs";
+import { coordinatorFor, storageShardFor } from "../../src/addressing";
 
 export const TOKEN = "shardq-local-dev-token";
 export const ACCOUNT = "local";

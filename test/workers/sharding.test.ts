@@ -5,7 +5,7 @@ import { pickShard } from "../../broker/send";
 import { cachedShardMap } from "../../broker/shard-map-cache";
 import type { ServiceConfig } from "../../src/config";
 import type { ShardMap } from "../../src/protocol";
-import { catalogFor, coordinatorFor } from "../../src/stubs";
+import { catalogFor, coordinatorFor } from "../../src/addressing";
 import { api, createQueue, producer, queuePath, storedMessages } from "./helpers";
 
 const send = (q: string, body: unknown) => api("POST", `${queuePath(q)}/messages`, { body });
@@ -82,9 +82,9 @@ describe("sharding", () => {
     // Within a second of the first write: KV still holds version 1, an alarm holds the rest.
     const published = await read();
     expect(published.version).toBe(1);
-    const stub = env.COORDINATOR.get(env.COORDINATOR.idFromName(q.queue_id));
+    const coordinator = env.COORDINATOR.get(env.COORDINATOR.idFromName(q.queue_id));
     await new Promise((r) => setTimeout(r, 1100));
-    await runDurableObjectAlarm(stub);
+    await runDurableObjectAlarm(coordinator);
     const after = await read();
     expect(after.version).toBe(3);
     expect(after.settings.delivery_delay).toBe(2);

@@ -18,16 +18,16 @@ function shard(name: string) {
 }
 
 async function activeShard(name: string, queueId = "q".padEnd(32, "0")) {
-  const stub = shard(name);
-  await stub.activate({ name, queueId, accountId: "local", region: "local" });
-  return { stub, queueId };
+  const target = shard(name);
+  await target.activate({ name, queueId, accountId: "local", region: "local" });
+  return { target, queueId };
 }
 
 describe("storage shard", () => {
   it("stores each batch in one transaction with exact rows and counters", async () => {
-    const { stub, queueId } = await activeShard("rows");
+    const { target, queueId } = await activeShard("rows");
     const clock = new ManualClock(1_000_000);
-    await runInDurableObject(stub, (obj: StorageShard) => {
+    await runInDurableObject(target, (obj: StorageShard) => {
       obj.clock = clock;
     });
     const batches = [
@@ -38,16 +38,16 @@ describe("storage shard", () => {
     let expectedCount = 0;
     let expectedBytes = 0;
     for (const b of batches) {
-      const r = await stub.append({ queueId, messages: b });
+      const r = await target.append({ queueId, messages: b });
       expect(r).toEqual({ ok: true, stored: b.length, duplicates: 0 });
       expectedCount += b.length;
       expectedBytes += b.reduce((n, m) => n + m.body.byteLength, 0);
       clock.advance(10);
     }
-    const stats = await stub.stats();
+    const stats = await target.stats();
     expect(stats).toEqual({ backlogCount: expectedCount, backlogBytes: expectedBytes, oldestEnqueuedAt: 1_000_000 });
 
-    await runInDurableObject(stub, (_obj: StorageShard, state) => {
+    await runInDurableObject(target, (_obj: StorageShard, state) => {
       const rows = state.storage.sql
         .exec<{ id: string; size: number; enqueued_at: number; visible_at: number; attempts: number; lease_id: string | null; content_type: string; checksum: number; body: ArrayBuffer }>(
           "SELECT * FROM messages ORDER BY seq",
@@ -64,29 +64,29 @@ describe("storage shard", () => {
   });
 
   it("drops a retried batch it already stored: same ids, stored once, counters unchanged", async () => {
-    const { stub, queueId } = await activeShard("dupes");
+    const { target, queueId } = await activeShard("dupes");
     const batch = [message("d1", "one"), message("d2", "two")];
-    expect(await stub.append({ queueId, messages: batch })).toEqual({ ok: true, stored: 2, duplicates: 0 });
-    expect(await stub.append({ queueId, messages: [...batch, message("d3", "three")] })).toEqual({ ok: true, stored: 1, duplicates: 2 });
-    expect(await stub.stats()).toMatchObject({ backlogCount: 3, backlogBytes: 11 });
+    expect(await target.append({ queueId, messages: batch })).toEqual({ ok: true, stored: 2, duplicates: 0 });
+    expect(await target.append({ queueId, messages: [...batch, message("d3", "three")] })).toEqual({ ok: true, stored: 1, duplicates: 2 });
+    expect(await target.stats()).toMatchObject({ backlogCount: 3, backlogBytes: 11 });
   });
 
   it("refuses a batch whose body no longer matches its checksum, storing none of it", async () => {
-    const { stub, queueId } = await activeShard("corrupt-in");
+    const { target, queueId } = await activeShard("corrupt-in");
     const bad = message("e2", "payload");
     bad.body = utf8.encode("pAyload");
-    const r = await stub.append({ queueId, messages: [message("e1", "fine"), bad] });
+    const r = await target.append({ queueId, messages: [message("e1", "fine"), bad] });
     expect(r).toMatchObject({ ok: false, refused: "corrupt" });
-    expect((await stub.stats()).backlogCount).toBe(0);
+    expect((await target.stats()).backlogCount).toBe(0);
   });
 
   it("detects a stored body that was corrupted at rest and never returns it", async () => {
-    const { stub, queueId } = await activeShard("corrupt-at-rest");
-    await stub.append({ queueId, messages: [message("f1", "keep"), message("f2", "flip")] });
-    await runInDurableObject(stub, (_obj: StorageShard, state) => {
+    const { target, queueId } = await activeShard("corrupt-at-rest");
+    await target.append({ queueId, messages: [message("f1", "keep"), message("f2", "flip")] });
+    await runInDurableObject(target, (_obj: StorageShard, state) => {
       state.storage.sql.exec("UPDATE messages SET body = ? WHERE id = ?", utf8.encode("flop").buffer, "f2".padStart(32, "0"));
     });
-    const page = await stub.peek(10);
+    const page = await target.peek(10);
     expect(page.messages.map((m) => m.id)).toEqual(["f1".padStart(32, "0")]);
     expect(page.corrupt).toEqual(["f2".padStart(32, "0")]);
   });
@@ -94,21 +94,21 @@ describe("storage shard", () => {
   it("refuses sends while unknown, for another queue, draining or retired, storing nothing", async () => {
     const unknown = shard("never-activated");
     expect(await unknown.append({ queueId: "x", messages: [message("g1", "x")] })).toEqual({ ok: false, refused: "unknown_shard" });
-    const { stub, queueId } = await activeShard("states");
-    expect(await stub.append({ queueId: "another".padEnd(32, "0"), messages: [message("g2", "x")] })).toEqual({ ok: false, refused: "wrong_queue" });
-    await stub.setState("draining");
-    expect(await stub.append({ queueId, messages: [message("g3", "x")] })).toEqual({ ok: false, refused: "draining" });
-    await stub.setState("retired");
-    expect(await stub.append({ queueId, messages: [message("g4", "x")] })).toEqual({ ok: false, refused: "retired" });
-    expect((await stub.stats()).backlogCount).toBe(0);
+    const { target, queueId } = await activeShard("states");
+    expect(await target.append({ queueId: "another".padEnd(32, "0"), messages: [message("g2", "x")] })).toEqual({ ok: false, refused: "wrong_queue" });
+    await target.setState("draining");
+    expect(await target.append({ queueId, messages: [message("g3", "x")] })).toEqual({ ok: false, refused: "draining" });
+    await target.setState("retired");
+    expect(await target.append({ queueId, messages: [message("g4", "x")] })).toEqual({ ok: false, refused: "retired" });
+    expect((await target.stats()).backlogCount).toBe(0);
   });
 
   it("keeps messages, counters and state across a restart of the object", async () => {
-    const { stub, queueId } = await activeShard("restart");
-    await stub.append({ queueId, messages: [message("h1", "abc"), message("h2", "de")] });
-    await stub.setState("draining");
+    const { target, queueId } = await activeShard("restart");
+    await target.append({ queueId, messages: [message("h1", "abc"), message("h2", "de")] });
+    await target.setState("draining");
     // A fresh instance reads everything back from SQLite in its constructor.
-    await runInDurableObject(stub, async (_obj: StorageShard, state) => {
+    await runInDurableObject(target, async (_obj: StorageShard, state) => {
       const Fresh = (await import("../../storage-shard/storage-shard")).StorageShard;
       const again = new Fresh(state, env);
       expect(again.stats()).toMatchObject({ backlogCount: 2, backlogBytes: 5 });
