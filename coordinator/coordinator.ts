@@ -160,9 +160,10 @@ export class Coordinator extends DurableObject<Env> {
   heartbeat(beat: StorageHeartbeat): { known: boolean } {
     if (!this.shards().some((s) => s.name === beat.shard)) return { known: false };
     this.sql.exec(
-      `INSERT OR REPLACE INTO heartbeats (name, backlog_count, backlog_bytes, oldest_at, messages_in, period_ms, sent_at, received_at)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+      `INSERT OR REPLACE INTO heartbeats (name, backlog_count, backlog_bytes, oldest_at, messages_in, period_ms, sent_at, received_at, totals)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
       beat.shard, beat.backlogCount, beat.backlogBytes, beat.oldestEnqueuedAt, beat.messagesIn, beat.periodMs, beat.sentAt, this.clock.now(),
+      JSON.stringify(beat.totals),
     );
     return { known: true };
   }

@@ -1,6 +1,8 @@
-/** The Coordinator's SQLite schema: the queue's record and its shard list. */
-export function migrateCoordinator(sql: SqlStorage): void {
-  sql.exec(`
+import { runMigrations } from "../src/sqlite-migrations";
+
+/** The Coordinator's SQLite schema: the queue's record, its shards, their heartbeats, its consumer. */
+const MIGRATIONS: string[] = [
+  `
     CREATE TABLE IF NOT EXISTS queue (
       one         INTEGER PRIMARY KEY CHECK (one = 1),
       queue_id    TEXT    NOT NULL,
@@ -30,5 +32,19 @@ export function migrateCoordinator(sql: SqlStorage): void {
       period_ms     INTEGER NOT NULL,
       sent_at       INTEGER NOT NULL,
       received_at   INTEGER NOT NULL
-    );`);
+    );`,
+  `ALTER TABLE heartbeats ADD COLUMN totals TEXT NOT NULL DEFAULT '{}';
+   CREATE TABLE IF NOT EXISTS consumers (
+     consumer_id TEXT PRIMARY KEY,
+     type        TEXT NOT NULL,
+     script_name TEXT,
+     settings    TEXT NOT NULL,
+     dead_letter_queue TEXT,
+     created_at  INTEGER NOT NULL,
+     modified_at INTEGER NOT NULL
+   );`,
+];
+
+export function migrateCoordinator(sql: SqlStorage): void {
+  runMigrations(sql, MIGRATIONS);
 }

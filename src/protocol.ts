@@ -60,6 +60,18 @@ export interface ShardStats {
   backlogBytes: number;
   /** enqueued-at of the oldest message still stored, or null when empty. */
   oldestEnqueuedAt: number | null;
+  /** Running totals since the shard was created. */
+  totals: DeliveryTotals;
+}
+
+export interface DeliveryTotals {
+  leased: number;
+  acked: number;
+  retried: number;
+  deadLettered: number;
+  dropped: number;
+  expired: number;
+  quarantined: number;
 }
 
 /** How a shard learns what it is; sent by the Coordinator when it creates the shard. */
@@ -98,4 +110,61 @@ export interface StorageHeartbeat extends ShardStats {
   /** Milliseconds those messages were counted over. */
   periodMs: number;
   sentAt: number;
+}
+
+/** Ask a storage shard for a batch (QuiCK: a lease moves visible_at forward; nothing is removed). */
+export interface LeaseRequest {
+  queueId: string;
+  limit: number;
+  leaseMs: number;
+  /** Lease fewer than `limit` only once the oldest ready message has waited this long (0: never wait). */
+  maxWaitMs: number;
+  /** The queue's message_retention_period, in ms: older messages are deleted, not delivered. */
+  retentionMs: number;
+}
+
+export interface LeasedMessage {
+  id: string;
+  body: Uint8Array;
+  contentType: ContentType;
+  enqueuedAt: number;
+  /** Deliveries so far, this one included: 1 on first delivery. */
+  attempts: number;
+  leaseId: string;
+}
+
+export interface LeaseResult {
+  messages: LeasedMessage[];
+  /** Set when a batch is waiting to fill: lease again then. */
+  waitUntil: number | null;
+  /** True when the batch was full: more may be ready. */
+  more: boolean;
+  /** Earliest visible_at of anything not ready now (delayed, retried or leased), or null. */
+  nextVisibleAt: number | null;
+  backlogCount: number;
+}
+
+/** A message named by the lease it was handed out under: acts on it only while that lease is current. */
+export interface LeaseRef {
+  id: string;
+  leaseId: string;
+}
+
+export interface SettleRequest {
+  queueId: string;
+  acks: LeaseRef[];
+  retries: Array<LeaseRef & { delayMs: number }>;
+  /** Already written to the dead-letter queue: delete and count. */
+  deadLettered: LeaseRef[];
+  /** Out of retries with no dead-letter queue: delete and count. */
+  dropped: LeaseRef[];
+}
+
+export interface SettleResult {
+  acked: number;
+  retried: number;
+  deadLettered: number;
+  dropped: number;
+  /** Ids whose lease had been taken over (or that were gone): nothing was done to them. */
+  stale: string[];
 }

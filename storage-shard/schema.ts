@@ -1,3 +1,5 @@
+import { runMigrations } from "../src/sqlite-migrations";
+
 /**
  * The storage shard's SQLite schema. Applied synchronously in the constructor;
  * SQLite calls in a Durable Object are synchronous, so no request can run before it.
@@ -28,16 +30,23 @@ const MIGRATIONS: string[] = [
    );
    INSERT OR IGNORE INTO counters (one, backlog_count, backlog_bytes) VALUES (1, 0, 0);
    CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);`,
+  // Delivery: what left the backlog and why, and where unreadable bodies go.
+  `ALTER TABLE counters ADD COLUMN leased INTEGER NOT NULL DEFAULT 0;
+   ALTER TABLE counters ADD COLUMN acked INTEGER NOT NULL DEFAULT 0;
+   ALTER TABLE counters ADD COLUMN retried INTEGER NOT NULL DEFAULT 0;
+   ALTER TABLE counters ADD COLUMN dead_lettered INTEGER NOT NULL DEFAULT 0;
+   ALTER TABLE counters ADD COLUMN dropped INTEGER NOT NULL DEFAULT 0;
+   ALTER TABLE counters ADD COLUMN expired INTEGER NOT NULL DEFAULT 0;
+   ALTER TABLE counters ADD COLUMN quarantined INTEGER NOT NULL DEFAULT 0;
+   CREATE TABLE IF NOT EXISTS quarantine (
+     id          TEXT PRIMARY KEY,
+     body        BLOB NOT NULL,
+     checksum    INTEGER NOT NULL,
+     reason      TEXT NOT NULL,
+     detected_at INTEGER NOT NULL
+   );`,
 ];
 
 export function migrate(sql: SqlStorage): void {
-  sql.exec("CREATE TABLE IF NOT EXISTS schema_version (one INTEGER PRIMARY KEY CHECK (one = 1), version INTEGER NOT NULL)");
-  const row = sql.exec<{ version: number }>("SELECT version FROM schema_version").toArray()[0];
-  const from = row?.version ?? 0;
-  for (let v = from; v < MIGRATIONS.length; v++) {
-    sql.exec(MIGRATIONS[v]!);
-  }
-  if (from !== MIGRATIONS.length) {
-    sql.exec("INSERT OR REPLACE INTO schema_version (one, version) VALUES (1, ?)", MIGRATIONS.length);
-  }
+  runMigrations(sql, MIGRATIONS);
 }

@@ -7,13 +7,20 @@ import type {
   AppendRequest,
   AppendResult,
   ContentType,
+  DeliveryTotals,
+  LeaseRef,
+  LeaseRequest,
+  LeaseResult,
   PeekResult,
   ShardIdentity,
   ShardState,
+  SettleRequest,
+  SettleResult,
   ShardStats,
   StorageHeartbeat,
   StoredMessage,
 } from "../src/protocol";
+import { expireOld, extend, lease, settle, type BacklogDelta } from "./delivery";
 import { coordinatorFor } from "../src/addressing";
 import { migrate } from "./schema";
 
@@ -118,9 +125,72 @@ export class StorageShard extends DurableObject<Env> {
     return { ok: true, stored, duplicates: req.messages.length - stored };
   }
 
+  /**
+   * Leases up to `limit` ready messages to one consumer (a batch), after deleting any
+   * past the queue's retention. Any shard state but "retired" serves leases: a
+   * draining shard empties this way.
+   */
+  lease(req: LeaseRequest): LeaseResult {
+    const refused = this.refuseRead(req.queueId);
+    if (refused) return { messages: [], waitUntil: null, more: false, nextVisibleAt: null, backlogCount: 0 };
+    const now = this.clock.now();
+    const { result, delta } = this.ctx.storage.transactionSync(() => {
+      const expired = expireOld(this.sql, now, req.retentionMs);
+      const leased = lease(this.sql, now, req);
+      const delta = { count: expired.count + leased.delta.count, bytes: expired.bytes + leased.delta.bytes };
+      this.writeDelta(delta);
+      return { result: leased.result, delta };
+    });
+    this.applyDelta(delta);
+    return { ...result, backlogCount: this.backlogCount };
+  }
+
+  /** Applies a batch's outcome: deletes acked and dead-lettered messages, schedules retries. */
+  settle(req: SettleRequest): SettleResult {
+    if (this.refuseRead(req.queueId)) {
+      const all = [...req.acks, ...req.retries, ...req.deadLettered, ...req.dropped].map((r) => r.id);
+      return { acked: 0, retried: 0, deadLettered: 0, dropped: 0, stale: all };
+    }
+    const now = this.clock.now();
+    const { result, delta } = this.ctx.storage.transactionSync(() => {
+      const settled = settle(this.sql, now, req);
+      this.writeDelta(settled.delta);
+      return settled;
+    });
+    this.applyDelta(delta);
+    return result;
+  }
+
+  /** Keeps leases alive for a consumer still working (QuiCK's lease extension). */
+  extendLeases(queueId: string, refs: LeaseRef[], leaseMs: number): string[] {
+    if (this.refuseRead(queueId)) return [];
+    const now = this.clock.now();
+    return this.ctx.storage.transactionSync(() => extend(this.sql, now, refs, leaseMs));
+  }
+
   stats(): ShardStats {
     const oldest = this.sql.exec<{ enqueued_at: number }>("SELECT enqueued_at FROM messages ORDER BY seq LIMIT 1").toArray()[0];
-    return { backlogCount: this.backlogCount, backlogBytes: this.backlogBytes, oldestEnqueuedAt: oldest?.enqueued_at ?? null };
+    const t = this.sql.exec("SELECT leased, acked, retried, dead_lettered, dropped, expired, quarantined FROM counters").one() as unknown as Record<string, number>;
+    const totals: DeliveryTotals = {
+      leased: t.leased!, acked: t.acked!, retried: t.retried!, deadLettered: t.dead_lettered!, dropped: t.dropped!, expired: t.expired!, quarantined: t.quarantined!,
+    };
+    return { backlogCount: this.backlogCount, backlogBytes: this.backlogBytes, oldestEnqueuedAt: oldest?.enqueued_at ?? null, totals };
+  }
+
+  private refuseRead(queueId: string): boolean {
+    return !this.identity || this.identity.queueId !== queueId || this.state === "retired";
+  }
+
+  /** Inside the transaction: the stored counters follow the rows. */
+  private writeDelta(delta: BacklogDelta): void {
+    if (delta.count === 0 && delta.bytes === 0) return;
+    this.sql.exec("UPDATE counters SET backlog_count = backlog_count + ?, backlog_bytes = backlog_bytes + ?", delta.count, delta.bytes);
+  }
+
+  /** After the transaction committed: the in-memory copy follows the stored counters. */
+  private applyDelta(delta: BacklogDelta): void {
+    this.backlogCount += delta.count;
+    this.backlogBytes += delta.bytes;
   }
 
   /** Reads messages in arrival order without leasing them; bodies are checked against their checksums. */

@@ -45,7 +45,7 @@ describe("storage shard", () => {
       clock.advance(10);
     }
     const stats = await target.stats();
-    expect(stats).toEqual({ backlogCount: expectedCount, backlogBytes: expectedBytes, oldestEnqueuedAt: 1_000_000 });
+    expect(stats).toMatchObject({ backlogCount: expectedCount, backlogBytes: expectedBytes, oldestEnqueuedAt: 1_000_000 });
 
     await runInDurableObject(target, (_obj: StorageShard, state) => {
       const rows = state.storage.sql
