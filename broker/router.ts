@@ -5,6 +5,7 @@ import { HttpError } from "../src/errors";
 import { authenticate, type Principal } from "./auth";
 import { errorResponse } from "./envelope";
 import { getMetrics, sendBatch, sendMessage } from "./messages-api";
+import { createConsumer, deleteConsumer, getConsumer, listConsumers, updateConsumer } from "./consumers-api";
 import { createQueue, deleteQueue, getQueue, listQueues, updateQueue } from "./queues-api";
 
 type ApiRequest = IRequest & { principal: Principal };
@@ -40,6 +41,11 @@ router
   .post(`${QUEUE}/messages`, (req, env) => sendMessage(req, env, req.principal.accountId, queueRef(req)))
   .post(`${QUEUE}/messages/batch`, (req, env) => sendBatch(req, env, req.principal.accountId, queueRef(req)))
   .get(`${QUEUE}/metrics`, (req, env) => getMetrics(env, req.principal.accountId, queueRef(req)))
+  .post(`${QUEUE}/consumers`, (req, env) => createConsumer(req, env, req.principal.accountId, queueRef(req)))
+  .get(`${QUEUE}/consumers`, (req, env) => listConsumers(env, req.principal.accountId, queueRef(req)))
+  .get(`${QUEUE}/consumers/:consumer_id`, (req, env) => getConsumer(env, req.principal.accountId, queueRef(req), param(req, "consumer_id")))
+  .patch(`${QUEUE}/consumers/:consumer_id`, (req, env) => updateConsumer(req, env, req.principal.accountId, queueRef(req), param(req, "consumer_id")))
+  .delete(`${QUEUE}/consumers/:consumer_id`, (req, env) => deleteConsumer(env, req.principal.accountId, queueRef(req), param(req, "consumer_id")))
   .all("*", (req) => {
     const path = new URL(req.url).pathname;
     const allowed = ROUTES.find(([pattern]) => pattern.test(path))?.[1];
@@ -53,6 +59,8 @@ const ROUTES: Array<[RegExp, string[]]> = [
   [/^\/accounts\/[^/]+\/queues\/[^/]+\/?$/, ["GET", "PATCH", "DELETE"]],
   [/^\/accounts\/[^/]+\/queues\/[^/]+\/messages(?:\/batch)?\/?$/, ["POST"]],
   [/^\/accounts\/[^/]+\/queues\/[^/]+\/metrics\/?$/, ["GET"]],
+  [/^\/accounts\/[^/]+\/queues\/[^/]+\/consumers\/?$/, ["GET", "POST"]],
+  [/^\/accounts\/[^/]+\/queues\/[^/]+\/consumers\/[^/]+\/?$/, ["GET", "PATCH", "DELETE"]],
 ];
 
 function queueRef(req: ApiRequest): string {

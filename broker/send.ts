@@ -31,12 +31,16 @@ export async function storeMessages(
   target: SendTarget,
   pending: PendingMessage[],
   batchDelaySeconds?: number,
+  keepIds?: string[],
 ): Promise<string[]> {
   let map = await cachedShardMap(env, target.accountId, target.queueRef);
   if (!map) throw notFound(target.queueRef);
   const now = Date.now();
-  const messages: EncodedMessage[] = pending.map((m) => ({
-    id: newMessageId(now),
+  // Messages that keep their ids (a move to a dead-letter queue) go to a shard chosen by
+  // id, so writing them again after a crash lands on the same shard and stores nothing new.
+  const random = keepIds ? seededRandom(keepIds[0]!) : Math.random;
+  const messages: EncodedMessage[] = pending.map((m, i) => ({
+    id: keepIds?.[i] ?? newMessageId(now),
     body: m.body,
     contentType: m.contentType,
     delayMs: (m.delaySeconds ?? batchDelaySeconds ?? map!.settings.delivery_delay) * 1000,
@@ -47,7 +51,7 @@ export async function storeMessages(
   let refreshed = false;
 
   for (let attempt = 0; attempt < MAX_SHARD_ATTEMPTS; attempt++) {
-    const shard = pickShard(map, region, refused);
+    const shard = pickShard(map, region, refused, random);
     if (!shard) {
       if (refreshed) break;
       map = await authoritativeShardMap(env, target.accountId, target.queueRef);
@@ -75,11 +79,19 @@ export async function storeMessages(
  * A random active shard in the caller's region; any active shard when the region has
  * none. Random choice spreads load without coordination between broker isolates.
  */
-export function pickShard(map: ShardMap, region: string, exclude: ReadonlySet<string>): ShardEntry | undefined {
+export function pickShard(map: ShardMap, region: string, exclude: ReadonlySet<string>, random: () => number = Math.random): ShardEntry | undefined {
   const usable = map.shards.filter((s) => s.state === "active" && !exclude.has(s.name));
   const local = usable.filter((s) => s.region === region);
   const pool = local.length ? local : usable;
-  return pool.length ? pool[Math.floor(Math.random() * pool.length)] : undefined;
+  return pool.length ? pool[Math.floor(random() * pool.length)] : undefined;
+}
+
+/** A number in [0, 1) fixed by `key` (FNV-1a). */
+function seededRandom(key: string): () => number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < key.length; i++) h = Math.imul(h ^ key.charCodeAt(i), 0x01000193);
+  const value = (h >>> 0) / 2 ** 32;
+  return () => value;
 }
 
 async function appendWithRetry(env: Env, shard: ShardEntry, req: { queueId: string; messages: EncodedMessage[] }): Promise<AppendResult> {

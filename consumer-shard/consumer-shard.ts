@@ -1,10 +1,165 @@
 import { DurableObject } from "cloudflare:workers";
+import { coordinatorFor, storageShardFor } from "../src/addressing";
+import { systemClock, type Clock } from "../src/clock";
+import type { DispatchMessage } from "../src/consumer-entrypoint";
+import { consumerBindingName, type ConsumerRecord } from "../src/consumer-settings";
+import { decodeBody } from "../src/encoding";
 import type { Env } from "../src/env";
+import type { DeliveryPlan, LeasedMessage } from "../src/protocol";
+import { dispose, FAILED_DISPATCH, type Disposition, type DispatchOutcome } from "./outcome";
+import { applyDisposition } from "./settle";
+import { transportFor, type Dispatch } from "./transports";
+
+/** Wall-clock limit of one Cloudflare queue() invocation; leases are not extended past it. */
+const MAX_EXECUTION_MS = 15 * 60_000;
+/** A push lease; renewed every third of it while the handler runs. */
+const PUSH_LEASE_MS = 30_000;
+/** One alarm delivers for at most this long, then hands over to the next alarm. */
+const ROUND_BUDGET_MS = 30_000;
+/** When the consumer Worker is not bound yet, look again after this long. */
+const UNBOUND_RETRY_MS = 30_000;
+
+type PlannedShard = DeliveryPlan["shards"][number];
 
 /**
- * A consumer shard of one queue. Declared now so its SQLite class and migration
- * exist from the first deployment; it gains its delivery loop (lease a batch from a
- * storage shard, dispatch it to the consumer, apply the outcome) with the delivery
- * work. Until then nothing creates or calls one.
+ * A consumer shard of one queue, alarm-driven. Woken by the Coordinator when messages
+ * are ready (and by its own alarm), it leases a batch from a storage shard picked at
+ * random weighted by backlog, hands it to the consumer, applies the outcome, and goes
+ * on while any shard has ready messages; then it sets its alarm for the next message
+ * that becomes visible. A crash anywhere loses nothing: unacked leases expire and the
+ * messages are delivered again.
  */
-export class ConsumerShard extends DurableObject<Env> {}
+export class ConsumerShard extends DurableObject<Env> {
+  /** Tests drive time and stand in for the consumer Worker through these. */
+  clock: Clock = systemClock;
+  dispatchOverride: Dispatch | undefined;
+  leaseMs = PUSH_LEASE_MS;
+  maxExecutionMs = MAX_EXECUTION_MS;
+
+  /** Makes sure a round runs now, unless one is already due. */
+  async wake(queueId: string): Promise<void> {
+    if ((await this.ctx.storage.get<string>("queueId")) !== queueId) await this.ctx.storage.put("queueId", queueId);
+    const now = this.clock.now();
+    const alarm = await this.ctx.storage.getAlarm();
+    if (alarm === null || alarm > now) await this.ctx.storage.setAlarm(now);
+  }
+
+  override async alarm(): Promise<void> {
+    const queueId = await this.ctx.storage.get<string>("queueId");
+    if (!queueId) return;
+    const next = await this.deliverRound(queueId);
+    if (next !== null) await this.ctx.storage.setAlarm(next);
+  }
+
+  /** Delivers batches until no storage shard has ready messages or the round's budget is spent. Returns when to run again. */
+  async deliverRound(queueId: string): Promise<number | null> {
+    const plan = await coordinatorFor(this.env, queueId).deliveryPlan();
+    const consumer = plan?.consumer;
+    // Paused, deleted, or no push consumer: the Coordinator wakes us when that changes.
+    if (!plan || !consumer || consumer.type !== "worker" || plan.paused) return null;
+    const dispatch = this.dispatchOverride ?? this.transport(consumer);
+    if (!dispatch) return this.clock.now() + UNBOUND_RETRY_MS;
+
+    const started = this.clock.now();
+    const weights = new Map(plan.shards.map((s) => [s.name, s.backlog]));
+    const idle = new Set<string>();
+    let next: number | null = null;
+    const later = (t: number | null) => {
+      if (t !== null && (next === null || t < next)) next = t;
+    };
+    while (this.clock.now() - started < ROUND_BUDGET_MS) {
+      const shard = pickWeighted(plan.shards.filter((s) => !idle.has(s.name)), weights);
+      if (!shard) return next;
+      const lease = await storageShardFor(this.env, shard.name).lease({
+        queueId,
+        limit: consumer.settings.batch_size,
+        leaseMs: this.leaseMs,
+        maxWaitMs: consumer.settings.max_wait_time_ms,
+        retentionMs: plan.retentionMs,
+      });
+      weights.set(shard.name, lease.backlogCount);
+      if (lease.messages.length === 0) {
+        idle.add(shard.name);
+        later(lease.waitUntil);
+        later(lease.nextVisibleAt);
+        continue;
+      }
+      await this.deliverBatch(plan, consumer, shard.name, lease.messages, dispatch, lease.backlogCount);
+    }
+    return this.clock.now();
+  }
+
+  private async deliverBatch(
+    plan: DeliveryPlan,
+    consumer: ConsumerRecord,
+    shardName: string,
+    leased: LeasedMessage[],
+    dispatch: Dispatch,
+    backlogCount: number,
+  ): Promise<void> {
+    const readable: Array<{ leased: LeasedMessage; message: DispatchMessage }> = [];
+    const unreadable: LeasedMessage[] = [];
+    for (const m of leased) {
+      try {
+        readable.push({ leased: m, message: { id: m.id, timestamp: new Date(m.enqueuedAt), body: decodeBody(m.body, m.contentType), attempts: m.attempts } });
+      } catch {
+        unreadable.push(m);
+      }
+    }
+    const outcome = await this.withLeasesHeld(plan.queueId, shardName, leased, () =>
+      dispatch(plan.queueName, readable.map((r) => r.message), { metrics: { backlogCount, backlogBytes: 0 } }),
+    );
+    const d = dispose(readable.map((r) => r.leased), outcome, consumer.settings);
+    // A body that cannot be decoded fails its delivery, and so ends in the dead-letter queue.
+    const u = dispose(unreadable, FAILED_DISPATCH, consumer.settings);
+    const all: Disposition = { acks: [...d.acks, ...u.acks], retries: [...d.retries, ...u.retries], exhausted: [...d.exhausted, ...u.exhausted] };
+    await applyDisposition(this.env, plan, consumer, shardName, all);
+  }
+
+  /**
+   * Runs the handler while renewing the batch's leases (QuiCK's Algorithm 3), so a slow
+   * handler is not raced by a second delivery, up to the maximum execution time. A
+   * dispatch that fails outright counts as a handler that threw.
+   */
+  private async withLeasesHeld(queueId: string, shardName: string, leased: LeasedMessage[], run: () => Promise<DispatchOutcome>): Promise<DispatchOutcome> {
+    const refs = leased.map((m) => ({ id: m.id, leaseId: m.leaseId }));
+    const shard = storageShardFor(this.env, shardName);
+    const started = Date.now();
+    const timer = setInterval(() => {
+      if (Date.now() - started + this.leaseMs > this.maxExecutionMs) return clearInterval(timer);
+      shard.extendLeases(queueId, refs, this.leaseMs).catch((err) => console.error("lease extension failed:", err));
+    }, Math.max(1, Math.floor(this.leaseMs / 3)));
+    try {
+      return await run();
+    } catch (err) {
+      console.error(`dispatch of ${leased.length} message(s) failed:`, err);
+      return FAILED_DISPATCH;
+    } finally {
+      clearInterval(timer);
+    }
+  }
+
+  private transport(consumer: ConsumerRecord): Dispatch | null {
+    const binding = consumer.script_name ? (this.env as unknown as Record<string, unknown>)[consumerBindingName(consumer.script_name)] : undefined;
+    if (!binding) {
+      console.error(`no service binding ${consumerBindingName(consumer.script_name ?? "")} for consumer ${consumer.script_name}; add it to shardq's wrangler.toml`);
+      return null;
+    }
+    return transportFor(binding, consumer.settings.transport);
+  }
+}
+
+/**
+ * A shard picked at random, weighted by its backlog plus one: busy shards are visited
+ * more, and a small (or not yet reported) shard always keeps a chance.
+ */
+export function pickWeighted(shards: PlannedShard[], weights: Map<string, number | null>, random: () => number = Math.random): PlannedShard | undefined {
+  if (shards.length === 0) return undefined;
+  const w = shards.map((s) => 1 + Math.max(0, weights.get(s.name) ?? 0));
+  let r = random() * w.reduce((a, b) => a + b, 0);
+  for (let i = 0; i < shards.length; i++) {
+    r -= w[i]!;
+    if (r < 0) return shards[i];
+  }
+  return shards[shards.length - 1];
+}

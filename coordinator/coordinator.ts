@@ -2,11 +2,17 @@ import { DurableObject } from "cloudflare:workers";
 import { systemClock, type Clock } from "../src/clock";
 import { serviceConfig } from "../src/config";
 import type { Env } from "../src/env";
-import type { ShardEntry, ShardMap, ShardState, StorageHeartbeat } from "../src/protocol";
+import { applyConsumerPatch, MAX_CONCURRENCY, type ConsumerRecord, type ConsumerSettingsPatch } from "../src/consumer-settings";
+import { randomHex } from "../src/ids";
+import type { DeliveryPlan, ShardEntry, ShardMap, ShardState, StorageHeartbeat } from "../src/protocol";
 import type { QueueInfo } from "../src/queue-info";
 import { applySettingsPatch, type QueueSettings, type QueueSettingsPatch } from "../src/settings";
-import { shardMapKeys, storageShardFor } from "../src/addressing";
+import { consumerShardFor, shardMapKeys, storageShardFor } from "../src/addressing";
+import { deleteConsumer, insertConsumer, readConsumers, updateConsumer, type NewConsumer } from "./consumers";
 import { migrateCoordinator } from "./schema";
+
+/** Messages per consumer shard before the Coordinator wakes another (up to max_concurrency). */
+const BACKLOG_PER_CONSUMER_SHARD = 200;
 
 /** Workers KV accepts at most one write per second to a key. */
 const KV_MIN_WRITE_INTERVAL_MS = 1000;
@@ -107,10 +113,77 @@ export class Coordinator extends DurableObject<Env> {
       modified_on: new Date(row.modified_at).toISOString(),
       producers_total_count: 0,
       producers: [],
-      consumers_total_count: 0,
-      consumers: [],
+      consumers_total_count: this.consumers().length,
+      consumers: this.consumers().map((c) => ({ type: c.type, consumer_id: c.consumer_id, ...(c.script_name ? { script: c.script_name } : {}) })),
       settings: JSON.parse(row.settings) as QueueSettings,
     };
+  }
+
+  consumers(): ConsumerRecord[] {
+    const row = this.row();
+    return row ? readConsumers(this.sql, row.queue_name) : [];
+  }
+
+  /** One consumer per queue, as on Cloudflare: null when the queue has one already (or is gone). */
+  async addConsumer(c: NewConsumer): Promise<ConsumerRecord | null> {
+    if (!this.row()?.ready || this.consumers().length > 0) return null;
+    const id = randomHex(16);
+    insertConsumer(this.sql, id, c, this.clock.now());
+    await this.wakeConsumers();
+    return this.consumers().find((x) => x.consumer_id === id)!;
+  }
+
+  async updateConsumer(id: string, patch: ConsumerSettingsPatch, deadLetterQueue: string | null | undefined): Promise<ConsumerRecord | null> {
+    const current = this.consumers().find((c) => c.consumer_id === id);
+    if (!current) return null;
+    const settings = applyConsumerPatch(current.settings, patch);
+    updateConsumer(this.sql, id, settings, deadLetterQueue === undefined ? current.dead_letter_queue : deadLetterQueue, this.clock.now());
+    await this.wakeConsumers();
+    return this.consumers().find((c) => c.consumer_id === id)!;
+  }
+
+  removeConsumer(id: string): boolean {
+    return deleteConsumer(this.sql, id);
+  }
+
+  /** Everything a consumer shard needs for one round of delivery. */
+  deliveryPlan(): DeliveryPlan | null {
+    const row = this.row();
+    if (!row || !row.ready) return null;
+    const settings = JSON.parse(row.settings) as QueueSettings;
+    const backlog = new Map(this.heartbeats().map((h) => [h.name, h.backlog_count]));
+    return {
+      accountId: row.account_id,
+      queueId: row.queue_id,
+      queueName: row.queue_name,
+      paused: settings.delivery_paused,
+      retentionMs: settings.message_retention_period * 1000,
+      consumer: this.consumers()[0] ?? null,
+      shards: this.shards()
+        .filter((s) => s.state !== "retired")
+        .map((s) => ({ ...s, backlog: backlog.get(s.name) ?? null })),
+    };
+  }
+
+  /** A storage shard went from empty to holding messages: make sure consumers are running. */
+  async notifyReady(shard: string): Promise<void> {
+    if (this.shards().some((s) => s.name === shard)) await this.wakeConsumers();
+  }
+
+  /**
+   * Wakes as many consumer shards as the backlog calls for: one per
+   * BACKLOG_PER_CONSUMER_SHARD messages, at least one, at most max_concurrency.
+   * Waking a running consumer shard costs it nothing.
+   */
+  private async wakeConsumers(): Promise<void> {
+    const row = this.row();
+    const consumer = this.consumers()[0];
+    if (!row || !consumer || consumer.type !== "worker") return;
+    if ((JSON.parse(row.settings) as QueueSettings).delivery_paused) return;
+    const backlog = this.heartbeats().reduce((n, h) => n + h.backlog_count, 0);
+    const max = consumer.settings.max_concurrency ?? MAX_CONCURRENCY;
+    const wanted = Math.max(1, Math.min(max, Math.ceil(backlog / BACKLOG_PER_CONSUMER_SHARD)));
+    await Promise.all(Array.from({ length: wanted }, (_, i) => consumerShardFor(this.env, row.queue_id, i).wake(row.queue_id)));
   }
 
   /** The authoritative map; brokers come here when KV has none yet or theirs proved stale. */
@@ -139,6 +212,7 @@ export class Coordinator extends DurableObject<Env> {
       this.clock.now(),
     );
     await this.publish();
+    await this.wakeConsumers();
     return this.info();
   }
 
@@ -165,6 +239,7 @@ export class Coordinator extends DurableObject<Env> {
       beat.shard, beat.backlogCount, beat.backlogBytes, beat.oldestEnqueuedAt, beat.messagesIn, beat.periodMs, beat.sentAt, this.clock.now(),
       JSON.stringify(beat.totals),
     );
+    if (beat.backlogCount > 0) this.ctx.waitUntil(this.wakeConsumers());
     return { known: true };
   }
 

@@ -20,6 +20,11 @@ export function storageShardFor(env: Env, shardName: string, region?: string) {
   return env.STORAGE_SHARD.get(id);
 }
 
+/** Consumer shard i of a queue. */
+export function consumerShardFor(env: Env, queueId: string, index: number) {
+  return env.CONSUMER_SHARD.get(env.CONSUMER_SHARD.idFromName(`${queueId}:consumer:${index}`));
+}
+
 /** KV keys a queue's shard map is published under: by id and by name, both scoped to the account. */
 export function shardMapKeys(accountId: string, queueId: string, queueName: string): [string, string] {
   return [shardMapKeyById(accountId, queueId), shardMapKeyByName(accountId, queueName)];

@@ -23,4 +23,10 @@ export interface Env {
   HEARTBEAT_INTERVAL_MS?: string;
   /** How long a broker isolate trusts its in-memory copy of a shard map. */
   SHARD_MAP_CACHE_TTL_MS?: string;
+  /** How a Worker consumer is reached unless its settings say otherwise: "rpc" (deploys) or "queue" (local dev). */
+  DEFAULT_CONSUMER_TRANSPORT?: string;
+  /** Secret that signs pull consumers' lease ids. */
+  LEASE_SIGNING_KEY?: string;
+  /** Service bindings to consumer Workers, named CONSUMER_<SCRIPT_NAME>. */
+  [binding: `CONSUMER_${string}`]: unknown;
 }

@@ -2,6 +2,7 @@
  * The typed messages the parts exchange over Durable Object RPC. HTTP exists only
  * at the edge (broker); everything behind it speaks these shapes.
  */
+import type { ConsumerRecord } from "./consumer-settings";
 import type { QueueSettings } from "./settings";
 
 export type ContentType = "json" | "text" | "bytes" | "v8";
@@ -167,4 +168,16 @@ export interface SettleResult {
   dropped: number;
   /** Ids whose lease had been taken over (or that were gone): nothing was done to them. */
   stale: string[];
+}
+
+/** What a consumer shard needs from the Coordinator to deliver a queue's messages. */
+export interface DeliveryPlan {
+  accountId: string;
+  queueId: string;
+  queueName: string;
+  paused: boolean;
+  retentionMs: number;
+  consumer: ConsumerRecord | null;
+  /** Shards that may hold messages, with the backlog of their latest heartbeat (null before one). */
+  shards: Array<ShardEntry & { backlog: number | null }>;
 }

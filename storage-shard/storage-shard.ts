@@ -41,6 +41,8 @@ export class StorageShard extends DurableObject<Env> {
   private messagesIn = 0;
   private periodStart = 0;
   private heartbeatArmed = false;
+  /** Whether consumers know this shard has messages (reset when one finds nothing ready). */
+  private consumersNotified = false;
   /** Tests replace this to drive time. */
   clock: Clock = systemClock;
 
@@ -116,6 +118,18 @@ export class StorageShard extends DurableObject<Env> {
     });
     this.backlogCount += stored;
     this.backlogBytes += bytes;
+    if (stored > 0 && !this.consumersNotified) {
+      // The first arrival since a consumer last found this shard empty: make sure one runs.
+      this.consumersNotified = true;
+      this.ctx.waitUntil(
+        coordinatorFor(this.env, this.identity.queueId)
+          .notifyReady(this.identity.name)
+          .catch((err) => {
+            this.consumersNotified = false;
+            console.error("notifyReady failed (the next heartbeat wakes consumers):", err);
+          }),
+      );
+    }
     if (stored > 0) {
       // A rate is counted from the first arrival after an idle spell, not from idleness.
       if (this.messagesIn === 0 && !this.heartbeatArmed) this.periodStart = now;
@@ -142,6 +156,8 @@ export class StorageShard extends DurableObject<Env> {
       return { result: leased.result, delta };
     });
     this.applyDelta(delta);
+    // A consumer found nothing ready here: the next arrival must tell one.
+    if (result.messages.length === 0 && result.waitUntil === null) this.consumersNotified = false;
     return { ...result, backlogCount: this.backlogCount };
   }
 

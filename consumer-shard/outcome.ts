@@ -1,0 +1,65 @@
+/**
+ * Cloudflare Queues' consumer semantics, as one pure function: from what a queue()
+ * handler did with a batch to what happens to each message.
+ *
+ * - A per-message ack() or retry() wins over the batch's ackAll() / retryAll().
+ * - A handler that returns normally acks every message it did not retry; a handler
+ *   that throws retries every message it did not explicitly ack.
+ * - A retry's delay is the message's own, else the batch's, else the consumer's retry_delay.
+ * - A message that has failed max_retries + 1 deliveries is out of retries.
+ */
+import type { LeasedMessage } from "../src/protocol";
+
+/** What a dispatch reports: the shape of Fetcher.queue()'s result. */
+export interface DispatchOutcome {
+  outcome: string;
+  ackAll: boolean;
+  retryBatch: { retry: boolean; delaySeconds?: number };
+  explicitAcks: string[];
+  retryMessages: Array<{ msgId: string; delaySeconds?: number }>;
+}
+
+export interface Disposition {
+  acks: LeasedMessage[];
+  retries: Array<{ message: LeasedMessage; delayMs: number }>;
+  /** Failed their last allowed delivery: to the dead-letter queue, or dropped. */
+  exhausted: LeasedMessage[];
+}
+
+export function dispose(
+  messages: LeasedMessage[],
+  result: DispatchOutcome,
+  settings: { max_retries: number; retry_delay: number },
+): Disposition {
+  const acked = new Set(result.explicitAcks);
+  const retried = new Map(result.retryMessages.map((r) => [r.msgId, r.delaySeconds]));
+  const batchDelay = result.retryBatch.retry ? result.retryBatch.delaySeconds : undefined;
+  const threw = result.outcome !== "ok";
+  const out: Disposition = { acks: [], retries: [], exhausted: [] };
+  for (const m of messages) {
+    let retry: boolean;
+    if (retried.has(m.id)) retry = true;
+    else if (acked.has(m.id)) retry = false;
+    else retry = threw || result.retryBatch.retry;
+    if (!retry) {
+      out.acks.push(m);
+      continue;
+    }
+    if (m.attempts > settings.max_retries) {
+      out.exhausted.push(m);
+      continue;
+    }
+    const seconds = retried.get(m.id) ?? batchDelay ?? settings.retry_delay;
+    out.retries.push({ message: m, delayMs: seconds * 1000 });
+  }
+  return out;
+}
+
+/** A dispatch that never reached the handler (unreachable, crashed) counts as a thrown handler. */
+export const FAILED_DISPATCH: DispatchOutcome = {
+  outcome: "exception",
+  ackAll: false,
+  retryBatch: { retry: false },
+  explicitAcks: [],
+  retryMessages: [],
+};

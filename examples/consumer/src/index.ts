@@ -1,0 +1,73 @@
+/**
+ * A consumer Worker written exactly as for Cloudflare Queues: a queue() handler that
+ * acks or retries each message. It also counts every delivery in a Durable Object
+ * (GET /stats: received, distinct, duplicates, by attempts) so that a test can prove
+ * every message arrived.
+ *
+ * Message bodies may ask for trouble, to show the semantics:
+ *   { "retry": true }  -> msg.retry({ delaySeconds: 1 }) every time (ends in the dead-letter queue)
+ *   { "throw": true }  -> the handler throws (every message of the batch not acked is retried)
+ *
+ * The last line is the only shardq-specific one: the same handler, exported as an
+ * RPC entrypoint, for the transport that deploys.
+ */
+import { DurableObject } from "cloudflare:workers";
+import { consumerEntrypoint } from "../../../src/consumer-entrypoint";
+
+interface Env {
+  TALLY: DurableObjectNamespace<Tally>;
+}
+
+const handler = {
+  async queue(batch: MessageBatch<unknown>, env: Env): Promise<void> {
+    const tally = env.TALLY.get(env.TALLY.idFromName("all"));
+    await tally.record(batch.queue, batch.messages.map((m) => ({ id: m.id, attempts: m.attempts })));
+    let shouldThrow = false;
+    for (const msg of batch.messages) {
+      const body = msg.body as { retry?: boolean; throw?: boolean } | null;
+      if (body?.retry) msg.retry({ delaySeconds: 1 });
+      else if (body?.throw) shouldThrow = true;
+      else msg.ack();
+    }
+    if (shouldThrow) throw new Error("a message asked this handler to throw");
+  },
+
+  async fetch(request: Request, env: Env): Promise<Response> {
+    const tally = env.TALLY.get(env.TALLY.idFromName("all"));
+    const url = new URL(request.url);
+    if (url.pathname === "/stats") return Response.json(await tally.stats(url.searchParams.get("queue") ?? undefined));
+    if (url.pathname === "/reset" && request.method === "POST") return Response.json(await tally.reset());
+    return Response.json({ error: "try GET /stats or POST /reset" }, { status: 404 });
+  },
+};
+
+export default handler;
+
+/** Counts deliveries per message id. */
+export class Tally extends DurableObject<Env> {
+  constructor(ctx: DurableObjectState, env: Env) {
+    super(ctx, env);
+    ctx.storage.sql.exec("CREATE TABLE IF NOT EXISTS deliveries (queue TEXT NOT NULL, id TEXT NOT NULL, attempts INTEGER NOT NULL, at INTEGER NOT NULL)");
+  }
+
+  record(queue: string, messages: Array<{ id: string; attempts: number }>): void {
+    const now = Date.now();
+    for (const m of messages) this.ctx.storage.sql.exec("INSERT INTO deliveries (queue, id, attempts, at) VALUES (?, ?, ?, ?)", queue, m.id, m.attempts, now);
+  }
+
+  stats(queue?: string) {
+    const where = queue ? "WHERE queue = ?" : "";
+    const args = queue ? [queue] : [];
+    const sql = this.ctx.storage.sql;
+    const totals = sql.exec<{ received: number; distinct_ids: number }>(`SELECT COUNT(*) AS received, COUNT(DISTINCT id) AS distinct_ids FROM deliveries ${where}`, ...args).one();
+    const byAttempts = sql.exec<{ attempts: number; n: number }>(`SELECT attempts, COUNT(*) AS n FROM deliveries ${where} GROUP BY attempts ORDER BY attempts`, ...args).toArray();
+    return { received: totals.received, distinct: totals.distinct_ids, duplicates: totals.received - totals.distinct_ids, byAttempts };
+  }
+
+  reset() {
+    this.ctx.storage.sql.exec("DELETE FROM deliveries");
+    return { reset: true };
+  }
+}
+
+export const ShardqConsumer = consumerEntrypoint(handler);

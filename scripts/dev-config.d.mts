@@ -1,0 +1,2 @@
+export const DEV_CONFIG: string;
+export function writeDevConfig(): string;
