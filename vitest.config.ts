@@ -1,5 +1,9 @@
 import { cloudflareTest } from "@cloudflare/vitest-plugin";
 import { defineConfig } from "vitest/config";
+import { buildExampleConsumer } from "./scripts/build-examples.mjs";
+
+// The example consumer runs next to the service in the tests, as built JavaScript.
+const exampleConsumer = await buildExampleConsumer();
 
 export default defineConfig({
   test: {
@@ -16,6 +20,24 @@ export default defineConfig({
             wrangler: { configPath: "./wrangler.toml" },
             // A second account, to prove one account never reaches another's queues.
             miniflare: {
+              // Consumer shards call the example consumer's queue() handler, which needs this flag (local only).
+              compatibilityFlags: ["service_binding_extra_handlers"],
+              serviceBindings: {
+                // The two transports: its queue() handler, and its ShardqConsumer entrypoint.
+                CONSUMER_SHARDQ_EXAMPLE_CONSUMER: "shardq-example-consumer",
+                CONSUMER_EXAMPLE_RPC: { name: "shardq-example-consumer", entrypoint: "ShardqConsumer" },
+                // Tests read what the consumer received (GET /stats).
+                EXAMPLE_CONSUMER: "shardq-example-consumer",
+              },
+              workers: [
+                {
+                  name: "shardq-example-consumer",
+                  modules: true,
+                  scriptPath: exampleConsumer,
+                  compatibilityDate: "2026-11-01",
+                  durableObjects: { TALLY: { className: "Tally", useSQLite: true } },
+                },
+              ],
               bindings: {
                 AUTH_TOKENS: JSON.stringify({
                   "shardq-local-dev-token": { account: "local" },

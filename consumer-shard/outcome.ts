@@ -2,9 +2,10 @@
  * Cloudflare Queues' consumer semantics, as one pure function: from what a queue()
  * handler did with a batch to what happens to each message.
  *
- * - A per-message ack() or retry() wins over the batch's ackAll() / retryAll().
+ * - A per-message ack() or retry() wins over the batch's ackAll() / retryAll(), and
+ *   those calls stand even if the handler throws afterwards.
  * - A handler that returns normally acks every message it did not retry; a handler
- *   that throws retries every message it did not explicitly ack.
+ *   that throws retries every message not acked (explicitly or by ackAll()).
  * - A retry's delay is the message's own, else the batch's, else the consumer's retry_delay.
  * - A message that has failed max_retries + 1 deliveries is out of retries.
  */
@@ -40,7 +41,9 @@ export function dispose(
     let retry: boolean;
     if (retried.has(m.id)) retry = true;
     else if (acked.has(m.id)) retry = false;
-    else retry = threw || result.retryBatch.retry;
+    else if (result.ackAll) retry = false;
+    else if (result.retryBatch.retry) retry = true;
+    else retry = threw;
     if (!retry) {
       out.acks.push(m);
       continue;

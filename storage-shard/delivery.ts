@@ -135,6 +135,21 @@ export function extend(sql: SqlStorage, now: number, refs: LeaseRef[], leaseMs: 
   return extended;
 }
 
+/** The messages still held under the given leases, bodies checked (for a dead-letter move). */
+export function readLeased(sql: SqlStorage, refs: LeaseRef[]): LeasedMessage[] {
+  const out: LeasedMessage[] = [];
+  for (const ref of refs) {
+    const r = sql
+      .exec("SELECT id, body, content_type, enqueued_at, attempts, checksum FROM messages WHERE id = ? AND lease_id = ?", ref.id, ref.leaseId)
+      .toArray()[0] as unknown as (Omit<ReadyRow, "seq" | "size" | "visible_at">) | undefined;
+    if (!r) continue;
+    const body = new Uint8Array(r.body);
+    if (crc32(body) !== r.checksum) continue;
+    out.push({ id: r.id, body, contentType: r.content_type, enqueuedAt: r.enqueued_at, attempts: r.attempts, leaseId: ref.leaseId });
+  }
+  return out;
+}
+
 function nextVisible(sql: SqlStorage, now: number): number | null {
   const row = sql.exec<{ t: number | null }>("SELECT MIN(visible_at) AS t FROM messages WHERE visible_at > ?", now).one();
   return row.t;

@@ -8,6 +8,7 @@ import type {
   AppendResult,
   ContentType,
   DeliveryTotals,
+  LeasedMessage,
   LeaseRef,
   LeaseRequest,
   LeaseResult,
@@ -20,7 +21,7 @@ import type {
   StorageHeartbeat,
   StoredMessage,
 } from "../src/protocol";
-import { expireOld, extend, lease, settle, type BacklogDelta } from "./delivery";
+import { expireOld, extend, lease, readLeased, settle, type BacklogDelta } from "./delivery";
 import { coordinatorFor } from "../src/addressing";
 import { migrate } from "./schema";
 
@@ -182,6 +183,12 @@ export class StorageShard extends DurableObject<Env> {
     if (this.refuseRead(queueId)) return [];
     const now = this.clock.now();
     return this.ctx.storage.transactionSync(() => extend(this.sql, now, refs, leaseMs));
+  }
+
+  /** Messages still held under these leases, with their bodies: what a dead-letter move needs. */
+  readLeased(queueId: string, refs: LeaseRef[]): LeasedMessage[] {
+    if (this.refuseRead(queueId)) return [];
+    return readLeased(this.sql, refs);
   }
 
   stats(): ShardStats {

@@ -1,0 +1,1 @@
+export function buildExampleConsumer(): Promise<string>;

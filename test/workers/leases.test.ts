@@ -1,0 +1,168 @@
+import { env, runInDurableObject } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import { crc32 } from "../../src/checksum";
+import { ManualClock } from "../../src/clock";
+import type { EncodedMessage, LeaseRequest } from "../../src/protocol";
+import type { StorageShard } from "../../storage-shard/storage-shard";
+
+const QUEUE = "l".padEnd(32, "0");
+const utf8 = new TextEncoder();
+let n = 0;
+
+function msg(body = "x", delayMs = 0): EncodedMessage {
+  const bytes = utf8.encode(body);
+  return { id: (n++).toString(16).padStart(32, "0"), body: bytes, contentType: "text", delayMs, checksum: crc32(bytes) };
+}
+
+/** A fresh shard on a manual clock. */
+async function shardAt(name: string, t = 1_000_000) {
+  const shard = env.STORAGE_SHARD.get(env.STORAGE_SHARD.idFromName(name));
+  await shard.activate({ name, queueId: QUEUE, accountId: "local", region: "local" });
+  const clock = new ManualClock(t);
+  await runInDurableObject(shard, (obj: StorageShard) => {
+    obj.clock = clock;
+  });
+  return { shard, clock };
+}
+
+const req = (over: Partial<LeaseRequest> = {}): LeaseRequest => ({ queueId: QUEUE, limit: 10, leaseMs: 30_000, maxWaitMs: 5000, retentionMs: 345_600_000, ...over });
+
+describe("leases (vesting times)", () => {
+  it("hands out a full batch at once, and a partial batch only after max wait from its oldest message", async () => {
+    const { shard, clock } = await shardAt("batch-bounds");
+    await shard.append({ queueId: QUEUE, messages: Array.from({ length: 25 }, () => msg()) });
+    const first = await shard.lease(req());
+    expect(first.messages).toHaveLength(10);
+    expect(first.more).toBe(true);
+    expect((await shard.lease(req())).messages).toHaveLength(10);
+    const partial = await shard.lease(req());
+    expect(partial.messages).toHaveLength(0);
+    expect(partial.waitUntil).toBe(1_000_000 + 5000);
+    clock.advance(4999);
+    expect((await shard.lease(req())).messages).toHaveLength(0);
+    clock.advance(1);
+    const late = await shard.lease(req());
+    expect(late.messages).toHaveLength(5);
+    expect(late.more).toBe(false);
+  });
+
+  it("never waits with max_wait_time 0, and counts attempts from 1", async () => {
+    const { shard } = await shardAt("no-wait");
+    await shard.append({ queueId: QUEUE, messages: [msg("a"), msg("b")] });
+    const got = await shard.lease(req({ maxWaitMs: 0 }));
+    expect(got.messages.map((m) => m.attempts)).toEqual([1, 1]);
+    expect(new TextDecoder().decode(got.messages[0]!.body)).toBe("a");
+  });
+
+  it("keeps a leased message invisible until its lease expires, then delivers it again with attempts + 1", async () => {
+    const { shard, clock } = await shardAt("expiry");
+    await shard.append({ queueId: QUEUE, messages: [msg()] });
+    const first = await shard.lease(req({ maxWaitMs: 0, leaseMs: 1000 }));
+    expect(first.nextVisibleAt).toBe(1_001_000);
+    expect((await shard.lease(req({ maxWaitMs: 0 }))).messages).toHaveLength(0);
+    clock.advance(1000);
+    const again = await shard.lease(req({ maxWaitMs: 0 }));
+    expect(again.messages[0]!.id).toBe(first.messages[0]!.id);
+    expect(again.messages[0]!.attempts).toBe(2);
+    expect(again.messages[0]!.leaseId).not.toBe(first.messages[0]!.leaseId);
+  });
+
+  it("fences a late ack or retry: the lease was taken over, nothing changes", async () => {
+    const { shard, clock } = await shardAt("fenced");
+    await shard.append({ queueId: QUEUE, messages: [msg()] });
+    const old = (await shard.lease(req({ maxWaitMs: 0, leaseMs: 1000 }))).messages[0]!;
+    clock.advance(1001);
+    const current = (await shard.lease(req({ maxWaitMs: 0, leaseMs: 60_000 }))).messages[0]!;
+    const late = await shard.settle({ queueId: QUEUE, acks: [{ id: old.id, leaseId: old.leaseId }], retries: [], deadLettered: [], dropped: [] });
+    expect(late).toEqual({ acked: 0, retried: 0, deadLettered: 0, dropped: 0, stale: [old.id] });
+    expect((await shard.stats()).backlogCount).toBe(1);
+    expect(await shard.extendLeases(QUEUE, [{ id: old.id, leaseId: old.leaseId }], 99_000)).toEqual([]);
+    const ok = await shard.settle({ queueId: QUEUE, acks: [{ id: current.id, leaseId: current.leaseId }], retries: [], deadLettered: [], dropped: [] });
+    expect(ok.acked).toBe(1);
+    expect((await shard.stats()).backlogCount).toBe(0);
+  });
+
+  it("accepts an ack after the lease expired when nobody else took the message (as Cloudflare does)", async () => {
+    const { shard, clock } = await shardAt("late-but-free");
+    await shard.append({ queueId: QUEUE, messages: [msg()] });
+    const m = (await shard.lease(req({ maxWaitMs: 0, leaseMs: 1000 }))).messages[0]!;
+    clock.advance(5000);
+    const r = await shard.settle({ queueId: QUEUE, acks: [{ id: m.id, leaseId: m.leaseId }], retries: [], deadLettered: [], dropped: [] });
+    expect(r.acked).toBe(1);
+  });
+
+  it("schedules a retry after its delay and counts every outcome exactly", async () => {
+    const { shard, clock } = await shardAt("outcomes");
+    await shard.append({ queueId: QUEUE, messages: [msg("ack"), msg("retry"), msg("dlq"), msg("drop")] });
+    const [a, r, d, x] = (await shard.lease(req({ maxWaitMs: 0 }))).messages;
+    const result = await shard.settle({
+      queueId: QUEUE,
+      acks: [{ id: a!.id, leaseId: a!.leaseId }],
+      retries: [{ id: r!.id, leaseId: r!.leaseId, delayMs: 10_000 }],
+      deadLettered: [{ id: d!.id, leaseId: d!.leaseId }],
+      dropped: [{ id: x!.id, leaseId: x!.leaseId }],
+    });
+    expect(result).toEqual({ acked: 1, retried: 1, deadLettered: 1, dropped: 1, stale: [] });
+    const stats = await shard.stats();
+    expect(stats).toMatchObject({ backlogCount: 1, backlogBytes: 5 });
+    expect(stats.totals).toMatchObject({ leased: 4, acked: 1, retried: 1, deadLettered: 1, dropped: 1 });
+    clock.advance(9999);
+    expect((await shard.lease(req({ maxWaitMs: 0 }))).messages).toHaveLength(0);
+    clock.advance(1);
+    const back = (await shard.lease(req({ maxWaitMs: 0 }))).messages;
+    expect(back.map((m) => [m.id, m.attempts])).toEqual([[r!.id, 2]]);
+  });
+
+  it("extends a held lease so the message stays invisible past its first deadline", async () => {
+    const { shard, clock } = await shardAt("extend");
+    await shard.append({ queueId: QUEUE, messages: [msg()] });
+    const m = (await shard.lease(req({ maxWaitMs: 0, leaseMs: 1000 }))).messages[0]!;
+    clock.advance(900);
+    expect(await shard.extendLeases(QUEUE, [{ id: m.id, leaseId: m.leaseId }], 1000)).toEqual([m.id]);
+    clock.advance(900);
+    expect((await shard.lease(req({ maxWaitMs: 0 }))).messages).toHaveLength(0);
+    clock.advance(100);
+    expect((await shard.lease(req({ maxWaitMs: 0 }))).messages).toHaveLength(1);
+  });
+
+  it("deletes messages past the retention period instead of delivering them, and counts them", async () => {
+    const { shard, clock } = await shardAt("retention");
+    await shard.append({ queueId: QUEUE, messages: [msg("old"), msg("old")] });
+    clock.advance(30_000);
+    await shard.append({ queueId: QUEUE, messages: [msg("new")] });
+    clock.advance(31_000);
+    const got = await shard.lease(req({ maxWaitMs: 0, retentionMs: 60_000 }));
+    expect(got.messages.map((m) => new TextDecoder().decode(m.body))).toEqual(["new"]);
+    const stats = await shard.stats();
+    expect(stats.backlogCount).toBe(1);
+    expect(stats.totals.expired).toBe(2);
+  });
+
+  it("quarantines a body corrupted at rest: never delivered, counted, the rest of the batch goes on", async () => {
+    const { shard } = await shardAt("quarantine");
+    const bad = msg("flip");
+    await shard.append({ queueId: QUEUE, messages: [msg("ok"), bad] });
+    await runInDurableObject(shard, (_o: StorageShard, state) => {
+      state.storage.sql.exec("UPDATE messages SET body = ? WHERE id = ?", utf8.encode("flop").buffer, bad.id);
+    });
+    const got = await shard.lease(req({ maxWaitMs: 0 }));
+    expect(got.messages.map((m) => new TextDecoder().decode(m.body))).toEqual(["ok"]);
+    const stats = await shard.stats();
+    expect(stats.backlogCount).toBe(1);
+    expect(stats.totals.quarantined).toBe(1);
+    await runInDurableObject(shard, (_o: StorageShard, state) => {
+      expect(state.storage.sql.exec("SELECT id, reason FROM quarantine").toArray()).toEqual([{ id: bad.id, reason: "checksum mismatch" }]);
+    });
+  });
+
+  it("keeps leases across a restart of the storage shard: an ack after the restart still lands", async () => {
+    const { shard } = await shardAt("restart-between");
+    await shard.append({ queueId: QUEUE, messages: [msg()] });
+    const m = (await shard.lease(req({ maxWaitMs: 0 }))).messages[0]!;
+    await runInDurableObject(shard, (_o: StorageShard, state) => state.abort("reset between lease and ack")).catch(() => {});
+    const restarted = env.STORAGE_SHARD.get(env.STORAGE_SHARD.idFromName("restart-between"));
+    const r = await restarted.settle({ queueId: QUEUE, acks: [{ id: m.id, leaseId: m.leaseId }], retries: [], deadLettered: [], dropped: [] });
+    expect(r.acked).toBe(1);
+    expect((await restarted.stats()).backlogCount).toBe(0);
+  });
+});

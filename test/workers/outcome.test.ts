@@ -1,0 +1,93 @@
+import { describe, expect, it } from "vitest";
+import { dispose, type DispatchOutcome } from "../../consumer-shard/outcome";
+import { createBatch } from "../../src/consumer-entrypoint";
+import type { LeasedMessage } from "../../src/protocol";
+
+const settings = { max_retries: 3, retry_delay: 7 };
+const leased = (id: string, attempts = 1): LeasedMessage => ({ id, body: new Uint8Array(), contentType: "json", enqueuedAt: 0, attempts, leaseId: "L" });
+const batchOf = (...ids: string[]) => ids.map((id) => ({ id, timestamp: new Date(0), body: id, attempts: 1 }));
+
+/** Runs a handler against a MessageBatch exactly as the ShardqConsumer entrypoint does. */
+async function run(ids: string[], handler: (batch: MessageBatch) => void | Promise<void>): Promise<DispatchOutcome> {
+  const { batch, outcome } = createBatch("q", batchOf(...ids));
+  try {
+    await handler(batch);
+    return outcome("ok");
+  } catch {
+    return outcome("exception");
+  }
+}
+
+const summary = (d: ReturnType<typeof dispose>) => ({
+  acks: d.acks.map((m) => m.id),
+  retries: d.retries.map((r) => [r.message.id, r.delayMs]),
+  exhausted: d.exhausted.map((m) => m.id),
+});
+
+describe("consumer outcome semantics (Cloudflare's)", () => {
+  const msgs = ["a", "b", "c"].map((id) => leased(id));
+
+  it("acks every message when the handler returns normally", async () => {
+    expect(summary(dispose(msgs, await run(["a", "b", "c"], () => {}), settings))).toEqual({ acks: ["a", "b", "c"], retries: [], exhausted: [] });
+  });
+
+  it("retries every message not explicitly acked when the handler throws, with the consumer's retry_delay", async () => {
+    const outcome = await run(["a", "b", "c"], (batch) => {
+      batch.messages[0]!.ack();
+      throw new Error("boom");
+    });
+    expect(summary(dispose(msgs, outcome, settings))).toEqual({ acks: ["a"], retries: [["b", 7000], ["c", 7000]], exhausted: [] });
+  });
+
+  it("lets a per-message retry win over ackAll, and a per-message ack win over retryAll", async () => {
+    const a = await run(["a", "b", "c"], (batch) => {
+      batch.messages[1]!.retry({ delaySeconds: 3 });
+      batch.ackAll();
+    });
+    expect(summary(dispose(msgs, a, settings))).toEqual({ acks: ["a", "c"], retries: [["b", 3000]], exhausted: [] });
+    const b = await run(["a", "b", "c"], (batch) => {
+      batch.messages[2]!.ack();
+      batch.retryAll({ delaySeconds: 9 });
+    });
+    expect(summary(dispose(msgs, b, settings))).toEqual({ acks: ["c"], retries: [["a", 9000], ["b", 9000]], exhausted: [] });
+  });
+
+  it("keeps the first call on a message: ack then retry stays acked, retry then ack stays retried", async () => {
+    const outcome = await run(["a", "b", "c"], (batch) => {
+      batch.messages[0]!.ack();
+      batch.messages[0]!.retry();
+      batch.messages[1]!.retry({ delaySeconds: 1 });
+      batch.messages[1]!.ack();
+    });
+    expect(summary(dispose(msgs, outcome, settings))).toEqual({ acks: ["a", "c"], retries: [["b", 1000]], exhausted: [] });
+  });
+
+  it("uses the message's delay, else the batch's, else retry_delay", async () => {
+    const outcome = await run(["a", "b", "c"], (batch) => {
+      batch.messages[0]!.retry({ delaySeconds: 2 });
+      batch.messages[1]!.retry();
+      batch.retryAll({ delaySeconds: 5 });
+    });
+    expect(summary(dispose(msgs, outcome, settings))).toEqual({ acks: [], retries: [["a", 2000], ["b", 5000], ["c", 5000]], exhausted: [] });
+    const plain = await run(["a"], (batch) => batch.messages[0]!.retry());
+    expect(summary(dispose([leased("a")], plain, settings)).retries).toEqual([["a", 7000]]);
+  });
+
+  it("counts deliveries: after max_retries + 1 failed deliveries a message is out of retries", async () => {
+    const outcome = await run(["a", "b"], () => {
+      throw new Error("always");
+    });
+    const d = dispose([leased("a", 3), leased("b", 4)], outcome, settings);
+    expect(summary(d)).toEqual({ acks: [], retries: [["a", 7000]], exhausted: ["b"] });
+    const none = dispose([leased("a", 1)], outcome, { max_retries: 0, retry_delay: 0 });
+    expect(summary(none).exhausted).toEqual(["a"]);
+  });
+
+  it("keeps ackAll() and explicit acks made before a throw (the documented behaviour, unlike miniflare's simulator)", async () => {
+    const outcome = await run(["a", "b"], (batch) => {
+      batch.ackAll();
+      throw new Error("after ackAll");
+    });
+    expect(summary(dispose([leased("a"), leased("b")], outcome, settings))).toEqual({ acks: ["a", "b"], retries: [], exhausted: [] });
+  });
+});
