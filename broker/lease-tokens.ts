@@ -20,7 +20,7 @@ export interface LeaseToken {
 export type VerifiedLease = { ok: true; lease: LeaseToken } | { ok: false; reason: string };
 
 const utf8 = new TextEncoder();
-const utf8Decoder = new TextDecoder("utf-8", { fatal: true });
+const utf8Decoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false });
 const SEGMENT = /^[A-Za-z0-9_-]+$/;
 /** Far above any real token: refuses junk before it costs a parse or an HMAC. */
 const MAX_TOKEN_CHARS = 2048;
@@ -31,7 +31,7 @@ let cachedKey: { secret: string; key: Promise<CryptoKey> } | null = null;
  * The signing key. Without a secret pull consumers are refused outright (503): signing
  * with an empty key would let anyone forge lease ids for any shard.
  */
-export function leaseSigningKey(env: Env): Promise<CryptoKey> {
+export async function leaseSigningKey(env: Env): Promise<CryptoKey> {
   const secret = env.LEASE_SIGNING_KEY;
   if (!secret || secret.trim() === "") {
     throw new HttpError("unavailable", "pull consumers are unavailable: the LEASE_SIGNING_KEY secret is not set (wrangler secret put LEASE_SIGNING_KEY)");
@@ -41,7 +41,7 @@ export function leaseSigningKey(env: Env): Promise<CryptoKey> {
     const key = crypto.subtle.importKey("raw", utf8.encode(secret), { name: "HMAC", hash: "SHA-256" }, false, ["sign", "verify"]);
     cachedKey = { secret, key };
   }
-  return cachedKey.key;
+  return await cachedKey.key;
 }
 
 /** `<payload>.<signature>`, both base64url: safe in JSON, URLs and headers as they are. */

@@ -7,6 +7,7 @@ import { errorResponse } from "./envelope";
 import { getMetrics, sendBatch, sendMessage } from "./messages-api";
 import { createConsumer, deleteConsumer, getConsumer, listConsumers, updateConsumer } from "./consumers-api";
 import { createQueue, deleteQueue, getQueue, listQueues, updateQueue } from "./queues-api";
+import { ackMessages, extendLeases, pullMessages } from "./pull-api";
 
 type ApiRequest = IRequest & { principal: Principal };
 type Args = [Env, ExecutionContext];
@@ -40,6 +41,9 @@ router
   .delete(QUEUE, (req, env) => deleteQueue(env, req.principal.accountId, queueRef(req)))
   .post(`${QUEUE}/messages`, (req, env) => sendMessage(req, env, req.principal.accountId, queueRef(req)))
   .post(`${QUEUE}/messages/batch`, (req, env) => sendBatch(req, env, req.principal.accountId, queueRef(req)))
+  .post(`${QUEUE}/messages/pull`, (req, env) => pullMessages(req, env, req.principal.accountId, queueRef(req)))
+  .post(`${QUEUE}/messages/ack`, (req, env) => ackMessages(req, env, req.principal.accountId, queueRef(req)))
+  .post(`${QUEUE}/messages/extend`, (req, env) => extendLeases(req, env, req.principal.accountId, queueRef(req)))
   .get(`${QUEUE}/metrics`, (req, env) => getMetrics(env, req.principal.accountId, queueRef(req)))
   .post(`${QUEUE}/consumers`, (req, env) => createConsumer(req, env, req.principal.accountId, queueRef(req)))
   .get(`${QUEUE}/consumers`, (req, env) => listConsumers(env, req.principal.accountId, queueRef(req)))
@@ -58,6 +62,7 @@ const ROUTES: Array<[RegExp, string[]]> = [
   [/^\/accounts\/[^/]+\/queues\/?$/, ["GET", "POST"]],
   [/^\/accounts\/[^/]+\/queues\/[^/]+\/?$/, ["GET", "PATCH", "DELETE"]],
   [/^\/accounts\/[^/]+\/queues\/[^/]+\/messages(?:\/batch)?\/?$/, ["POST"]],
+  [/^\/accounts\/[^/]+\/queues\/[^/]+\/messages\/(?:pull|ack|extend)\/?$/, ["POST"]],
   [/^\/accounts\/[^/]+\/queues\/[^/]+\/metrics\/?$/, ["GET"]],
   [/^\/accounts\/[^/]+\/queues\/[^/]+\/consumers\/?$/, ["GET", "POST"]],
   [/^\/accounts\/[^/]+\/queues\/[^/]+\/consumers\/[^/]+\/?$/, ["GET", "PATCH", "DELETE"]],

@@ -1,0 +1,221 @@
+import { env, runInDurableObject } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import type { ConsumerShard } from "../../consumer-shard/consumer-shard";
+import type { Dispatch } from "../../consumer-shard/transports";
+import { consumerShardFor, coordinatorFor } from "../../src/addressing";
+import { createBatch, type DispatchMessage } from "../../src/consumer-entrypoint";
+import { api, backlog, createQueue, producer, queuePath, storedMessages } from "./helpers";
+
+interface Stats {
+  received: number;
+  distinct: number;
+  duplicates: number;
+  byAttempts: Array<{ attempts: number; n: number }>;
+}
+
+const consumerStats = async (queue: string): Promise<Stats> => (await env.EXAMPLE_CONSUMER.fetch(`http://consumer/stats?queue=${queue}`)).json();
+
+async function eventually<T>(probe: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = 15_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await probe();
+    if (ok(v)) return v;
+    if (Date.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms; last value: ${JSON.stringify(v)}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+async function addConsumer(queue: string, body: Record<string, unknown>) {
+  const res = await api("POST", `${queuePath(queue)}/consumers`, { type: "worker", script_name: "shardq-example-consumer", ...body });
+  if (res.status !== 201) throw new Error(JSON.stringify(res.json));
+  return res.json.result;
+}
+
+/** Sends everything to one storage shard (the others drain), to make batch boundaries exact. */
+async function singleShard(queue: string, queueId: string) {
+  const map = (await coordinatorFor(env, queueId).shardMap())!;
+  for (const s of map.shards.slice(1)) await coordinatorFor(env, queueId).setShardState(s.name, "draining");
+}
+
+/** A stand-in consumer handler installed in consumer shards 0..n-1; records every delivery. */
+async function fakeConsumer(queueId: string, handler: (batch: MessageBatch) => Promise<void> | void, opts: { shards?: number; leaseMs?: number; maxExecutionMs?: number } = {}) {
+  const deliveries: Array<{ shard: number; ids: string[]; attempts: number[]; at: number }> = [];
+  for (let i = 0; i < (opts.shards ?? 1); i++) {
+    const dispatch: Dispatch = async (queueName, messages: DispatchMessage[], metadata) => {
+      deliveries.push({ shard: i, ids: messages.map((m) => m.id), attempts: messages.map((m) => m.attempts), at: Date.now() });
+      const { batch, outcome } = createBatch(queueName, messages, metadata);
+      try {
+        await handler(batch);
+        return outcome("ok");
+      } catch {
+        return outcome("exception");
+      }
+    };
+    await runInDurableObject(consumerShardFor(env, queueId, i), (obj: ConsumerShard) => {
+      obj.dispatchOverride = dispatch;
+      if (opts.leaseMs) obj.leaseMs = opts.leaseMs;
+      if (opts.maxExecutionMs) obj.maxExecutionMs = opts.maxExecutionMs;
+    });
+  }
+  return deliveries;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+describe("push delivery to a queue() handler", () => {
+  it("delivers every message to the example consumer's queue() handler, in batches, each once", async () => {
+    await createQueue("push-queue");
+    await addConsumer("push-queue", { settings: { batch_size: 5, max_wait_time_ms: 100 } });
+    const ids = await producer("push-queue").sendBatch(Array.from({ length: 60 }, (_, i) => ({ body: { i } })));
+    const stats = await eventually(() => consumerStats("push-queue"), (s) => s.distinct === 60);
+    expect(stats.duplicates).toBe(0);
+    expect(stats.byAttempts).toEqual([{ attempts: 1, n: 60 }]);
+    await eventually(() => backlog("push-queue"), (n) => n === 0);
+    expect(ids).toHaveLength(60);
+  });
+
+  it("delivers through the ShardqConsumer RPC entrypoint (the transport that deploys) the same way", async () => {
+    await createQueue("push-rpc");
+    await addConsumer("push-rpc", { script_name: "example-rpc", settings: { transport: "rpc", batch_size: 10, max_wait_time_ms: 100 } });
+    await producer("push-rpc").sendBatch(Array.from({ length: 40 }, (_, i) => ({ body: { i } })));
+    const stats = await eventually(() => consumerStats("push-rpc"), (s) => s.distinct === 40);
+    expect(stats.duplicates).toBe(0);
+    await eventually(() => backlog("push-rpc"), (n) => n === 0);
+  });
+
+  it("gives a handler that throws its messages again with rising attempts, then moves them to the dead-letter queue", async () => {
+    await createQueue("push-throws");
+    await createQueue("push-throws-dlq");
+    await addConsumer("push-throws", { dead_letter_queue: "push-throws-dlq", settings: { max_retries: 2, retry_delay: 0, max_wait_time_ms: 0 } });
+    const [bad] = await producer("push-throws").sendBatch([{ body: { throw: true } }]);
+    const stats = await eventually(() => consumerStats("push-throws"), (s) => s.received === 3);
+    expect(stats.byAttempts).toEqual([1, 2, 3].map((attempts) => ({ attempts, n: 1 })));
+    const dlq = await eventually(() => storedMessages("push-throws-dlq"), (s) => s.messages.length === 1);
+    expect(dlq.messages[0]!.id).toBe(bad);
+    expect(new TextDecoder().decode(dlq.messages[0]!.body)).toBe('{"throw":true}');
+    await eventually(() => backlog("push-throws"), (n) => n === 0);
+    await sleep(300);
+    expect((await consumerStats("push-throws")).received).toBe(3);
+  });
+
+  it("deletes and counts a message out of retries when there is no dead-letter queue", async () => {
+    const q = await createQueue("push-drop");
+    await addConsumer("push-drop", { settings: { max_retries: 1, retry_delay: 0, max_wait_time_ms: 0 } });
+    await producer("push-drop").send({ retry: true });
+    await producer("push-drop").send({ fine: true });
+    await eventually(() => backlog("push-drop"), (n) => n === 0);
+    const stats = await consumerStats("push-drop");
+    expect(stats.received).toBe(3); // the retried message twice (max_retries 1), the fine one once
+    const metrics = await api("GET", `${queuePath(q.queue_id)}/metrics`);
+    expect(metrics.json.result.backlog_count).toBe(0);
+  });
+
+  it("honours batch_size exactly and the explicit per-message outcomes of a real handler", async () => {
+    const q = await createQueue("push-batches");
+    await singleShard("push-batches", q.queue_id);
+    const deliveries = await fakeConsumer(q.queue_id, (batch) => {
+      for (const m of batch.messages) {
+        if ((m.body as { n: number }).n % 4 === 0 && m.attempts === 1) m.retry({ delaySeconds: 0 });
+        else m.ack();
+      }
+    });
+    await addConsumer("push-batches", { settings: { batch_size: 3, max_wait_time_ms: 0 } });
+    await producer("push-batches").sendBatch(Array.from({ length: 9 }, (_, n) => ({ body: { n } })));
+    await eventually(() => backlog("push-batches"), (n) => n === 0);
+    for (const d of deliveries) expect(d.ids.length).toBeLessThanOrEqual(3);
+    const all = deliveries.flatMap((d) => d.ids.map((id, i) => [id, d.attempts[i]]));
+    expect(all.filter(([, a]) => a === 1)).toHaveLength(9);
+    expect(all.filter(([, a]) => a === 2)).toHaveLength(3); // n = 0, 4, 8 retried once
+  });
+
+  it("waits up to max_wait_time_ms for a batch to fill", async () => {
+    const q = await createQueue("push-wait");
+    await singleShard("push-wait", q.queue_id);
+    const deliveries = await fakeConsumer(q.queue_id, () => {});
+    await addConsumer("push-wait", { settings: { batch_size: 10, max_wait_time_ms: 1500 } });
+    const sentAt = Date.now();
+    await producer("push-wait").sendBatch([{ body: 1 }, { body: 2 }]);
+    await sleep(700);
+    await producer("push-wait").sendBatch([{ body: 3 }]);
+    await eventually(async () => deliveries.length, (n) => n > 0, 5000);
+    const waited = Date.now() - sentAt;
+    expect(deliveries[0]!.ids).toHaveLength(3);
+    expect(waited).toBeGreaterThanOrEqual(1400);
+  });
+
+  it("extends the leases of a slow handler so no one else gets its batch, up to the maximum execution time", async () => {
+    const q = await createQueue("push-slow");
+    await singleShard("push-slow", q.queue_id);
+    let slow = true;
+    const deliveries = await fakeConsumer(
+      q.queue_id,
+      async () => {
+        if (slow) await sleep(1500);
+      },
+      { shards: 2, leaseMs: 300, maxExecutionMs: 60_000 },
+    );
+    await addConsumer("push-slow", { settings: { max_wait_time_ms: 0 } });
+    await producer("push-slow").send("take your time");
+    await eventually(async () => deliveries.length, (n) => n === 1);
+    // The other consumer shard looks while the first is still working: the lease holds.
+    await runInDurableObject(consumerShardFor(env, q.queue_id, 1), (obj: ConsumerShard) => obj.deliverRound(q.queue_id));
+    await eventually(() => backlog("push-slow"), (n) => n === 0);
+    expect(deliveries).toHaveLength(1);
+
+    // A handler hanging past the maximum execution time loses its lease: delivered again.
+    const q2 = await createQueue("push-hang");
+    await singleShard("push-hang", q2.queue_id);
+    const hung = await fakeConsumer(q2.queue_id, async (batch) => {
+      if (batch.messages[0]!.attempts === 1) await sleep(2500);
+    }, { shards: 2, leaseMs: 300, maxExecutionMs: 600 });
+    await addConsumer("push-hang", { settings: { max_wait_time_ms: 0 } });
+    await producer("push-hang").send("hang");
+    await eventually(async () => hung.length, (n) => n === 1);
+    await sleep(1000);
+    await runInDurableObject(consumerShardFor(env, q2.queue_id, 1), (obj: ConsumerShard) => obj.deliverRound(q2.queue_id));
+    expect(hung.map((d) => d.attempts[0])).toEqual([1, 2]);
+    slow = false;
+  });
+
+  it("loses nothing when the consumer shard is reset mid-batch: the lease expires and the batch comes again", async () => {
+    const q = await createQueue("push-abort");
+    let first = true;
+    const deliveries = await fakeConsumer(
+      q.queue_id,
+      async () => {
+        if (first) {
+          first = false;
+          // The consumer shard dies while the handler runs; nothing was acked.
+          await runInDurableObject(consumerShardFor(env, q.queue_id, 0), (_obj: ConsumerShard, state) => state.abort("reset mid-batch")).catch(() => {});
+          throw new Error("the shard running me is gone");
+        }
+      },
+      { leaseMs: 500 },
+    );
+    await addConsumer("push-abort", { settings: { max_wait_time_ms: 0, max_retries: 5 } });
+    const id = await producer("push-abort").send("survive");
+    await eventually(() => backlog("push-abort"), (n) => n === 0, 20_000);
+    expect(deliveries.map((d) => [d.ids[0], d.attempts[0]])).toEqual([[id, 1]]);
+    // The restarted consumer shard has no stand-in handler: the example consumer got the second delivery.
+    expect((await consumerStats("push-abort")).byAttempts).toEqual([{ attempts: 2, n: 1 }]);
+  });
+
+  it("stops on delivery_paused and resumes when it is cleared", async () => {
+    await createQueue("push-paused", { delivery_paused: true });
+    await addConsumer("push-paused", { settings: { max_wait_time_ms: 0 } });
+    await producer("push-paused").sendBatch([{ body: 1 }, { body: 2 }]);
+    await sleep(500);
+    expect((await consumerStats("push-paused")).received).toBe(0);
+    await api("PATCH", queuePath("push-paused"), { settings: { delivery_paused: false } });
+    await eventually(() => consumerStats("push-paused"), (s) => s.distinct === 2);
+  });
+
+  it("delivers a delayed message when its delay has passed, not before", async () => {
+    await createQueue("push-delayed");
+    await addConsumer("push-delayed", { settings: { max_wait_time_ms: 0 } });
+    await producer("push-delayed").send("later", { delaySeconds: 1 });
+    await sleep(600);
+    expect((await consumerStats("push-delayed")).received).toBe(0);
+    await eventually(() => consumerStats("push-delayed"), (s) => s.received === 1, 5000);
+  });
+});
