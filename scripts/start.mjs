@@ -1,8 +1,12 @@
-// `npm start`: the shardq service on :8787 (state in .wrangler/state) and the example
-// producer on :8788, bound to the service's QueueProducer entrypoint; then makes sure
-// the queues declared in shardq.config.json exist. Ctrl-C stops both.
-import { mkdirSync, readFileSync, rmSync } from "node:fs";
+// `npm start`: the shardq service on :8787 (state in .wrangler/state) with the example
+// consumer in the same process (its queue() handler is reached through a service
+// binding, which must stay in-process), and the example producer on :8788, bound to
+// the service's QueueProducer entrypoint. Then applies shardq.config.json (queues and
+// their consumers). Ctrl-C stops everything.
+import { mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
+import { applyConfig } from "./apply-config.mjs";
+import { writeDevConfig } from "./dev-config.mjs";
 import { ROOT, startWrangler } from "./dev-server.mjs";
 
 const port = Number(process.env.SHARDQ_PORT ?? 8787);
@@ -18,11 +22,11 @@ const prefix = (name) => (/** @type {string} */ line) => console.log(`[${name}] 
 // that was killed (not stopped) would shadow the new service, so it is cleared.
 const registry = join(ROOT, ".wrangler", "registry");
 mkdirSync(registry, { recursive: true });
-for (const worker of ["shardq", "shardq-example-producer"]) rmSync(join(registry, worker), { force: true });
+for (const worker of ["shardq", "shardq-example-producer", "shardq-example-consumer"]) rmSync(join(registry, worker), { force: true });
 const env = { WRANGLER_REGISTRY_PATH: registry };
 
 const service = await startWrangler({
-  args: ["-c", "wrangler.toml", "--port", String(port), "--persist-to", ".wrangler/state"],
+  args: ["-c", writeDevConfig(), "-c", "examples/consumer/wrangler.toml", "--port", String(port), "--persist-to", ".wrangler/state"],
   readyUrl: `${base}/`,
   log: prefix("shardq"),
   env,
@@ -44,29 +48,17 @@ const shutdown = async () => {
 process.on("SIGINT", shutdown);
 process.on("SIGTERM", shutdown);
 
-const config = JSON.parse(readFileSync(join(ROOT, "shardq.config.json"), "utf8"));
-for (const q of config.queues ?? []) {
-  const res = await fetch(`${base}/accounts/${config.account}/queues`, {
-    method: "POST",
-    headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
-    body: JSON.stringify(q),
-  });
-  if (res.status === 409 && q.settings) {
-    const patch = await fetch(`${base}/accounts/${config.account}/queues/${q.queue_name}`, {
-      method: "PATCH",
-      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
-      body: JSON.stringify({ settings: q.settings }),
-    });
-    if (!patch.ok) console.error(`[start] could not apply settings to ${q.queue_name}: ${await patch.text()}`);
-  } else if (!res.ok) {
-    console.error(`[start] could not create queue ${q.queue_name}: ${await res.text()}`);
-  }
+try {
+  await applyConfig(base, token);
+} catch (err) {
+  console.error(`[start] could not apply shardq.config.json: ${/** @type {Error} */ (err).message}`);
 }
 
 console.log(`
 shardq is running.
   service:   ${base}   (account "local", token "${token}")
   producer:  http://localhost:${producerPort}   (POST /send?count=1000&batch=100, GET /metrics)
+  consumer:  examples/consumer, consuming "example" (what it received: http://localhost:${producerPort}/consumer/stats)
   state:     .wrangler/state
 Press Ctrl-C to stop.
 `);

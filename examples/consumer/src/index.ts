@@ -2,7 +2,7 @@
  * A consumer Worker written exactly as for Cloudflare Queues: a queue() handler that
  * acks or retries each message. It also counts every delivery in a Durable Object
  * (GET /stats: received, distinct, duplicates, by attempts) so that a test can prove
- * every message arrived.
+ * every message arrived (POST /missing with { queue, ids } lists the ids never delivered).
  *
  * Message bodies may ask for trouble, to show the semantics:
  *   { "retry": true }  -> msg.retry({ delaySeconds: 1 }) every time (ends in the dead-letter queue)
@@ -37,6 +37,10 @@ const handler = {
     const url = new URL(request.url);
     if (url.pathname === "/stats") return Response.json(await tally.stats(url.searchParams.get("queue") ?? undefined));
     if (url.pathname === "/reset" && request.method === "POST") return Response.json(await tally.reset());
+    if (url.pathname === "/missing" && request.method === "POST") {
+      const { queue, ids } = (await request.json()) as { queue: string; ids: string[] };
+      return Response.json({ missing: await tally.missing(queue, ids) });
+    }
     return Response.json({ error: "try GET /stats or POST /reset" }, { status: 404 });
   },
 };
@@ -62,6 +66,12 @@ export class Tally extends DurableObject<Env> {
     const totals = sql.exec<{ received: number; distinct_ids: number }>(`SELECT COUNT(*) AS received, COUNT(DISTINCT id) AS distinct_ids FROM deliveries ${where}`, ...args).one();
     const byAttempts = sql.exec<{ attempts: number; n: number }>(`SELECT attempts, COUNT(*) AS n FROM deliveries ${where} GROUP BY attempts ORDER BY attempts`, ...args).toArray();
     return { received: totals.received, distinct: totals.distinct_ids, duplicates: totals.received - totals.distinct_ids, byAttempts };
+  }
+
+  /** The ids, of those given, never delivered from `queue`. */
+  missing(queue: string, ids: string[]): string[] {
+    const seen = new Set(this.ctx.storage.sql.exec<{ id: string }>("SELECT DISTINCT id FROM deliveries WHERE queue = ?", queue).toArray().map((r) => r.id));
+    return ids.filter((id) => !seen.has(id));
   }
 
   reset() {

@@ -6,9 +6,12 @@
  *
  *   POST /send?count=1000&batch=100   sends `count` messages, `batch` per sendBatch (1 = send())
  *   GET  /metrics                      the queue's backlog, from env.QUEUE.metrics()
+ *   /consumer/...                      passed to the example consumer (GET /consumer/stats): it runs
+ *                                      inside the service's process, which has no port of its own
  */
 interface Env {
   QUEUE: Queue<unknown>;
+  CONSUMER?: Fetcher;
 }
 
 const MAX_COUNT = 10_000;
@@ -26,16 +29,24 @@ export default {
       if (batch === null || batch < 1 || batch > 100) return bad("batch must be an integer from 1 to 100");
       const ids: string[] = [];
       const started = Date.now();
-      for (let sent = 0; sent < count; sent += batch) {
-        const n = Math.min(batch, count - sent);
-        if (n === 1 && batch === 1) {
-          ids.push((await env.QUEUE.send({ n: sent, at: Date.now() })) as unknown as string);
-        } else {
-          const messages = Array.from({ length: n }, (_, i) => ({ body: { n: sent + i, at: Date.now() } }));
-          ids.push(...((await env.QUEUE.sendBatch(messages)) as unknown as string[]));
+      try {
+        for (let sent = 0; sent < count; sent += batch) {
+          const n = Math.min(batch, count - sent);
+          if (n === 1 && batch === 1) {
+            ids.push((await env.QUEUE.send({ n: sent, at: Date.now() })) as unknown as string);
+          } else {
+            const messages = Array.from({ length: n }, (_, i) => ({ body: { n: sent + i, at: Date.now() } }));
+            ids.push(...((await env.QUEUE.sendBatch(messages)) as unknown as string[]));
+          }
         }
+      } catch (err) {
+        // What was acknowledged before the failure is stored: say which ids those are.
+        return Response.json({ sent: ids.length, ms: Date.now() - started, ids, error: String(err) }, { status: 503 });
       }
       return Response.json({ sent: ids.length, ms: Date.now() - started, ids });
+    }
+    if (url.pathname.startsWith("/consumer/") && env.CONSUMER) {
+      return env.CONSUMER.fetch(new Request(new URL(url.pathname.slice("/consumer".length) + url.search, url), request));
     }
     return Response.json({ error: "try POST /send?count=10 or GET /metrics" }, { status: 404 });
   },
