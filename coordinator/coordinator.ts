@@ -231,8 +231,9 @@ export class Coordinator extends DurableObject<Env> {
   }
 
   /** Keeps the latest report of each of this queue's shards; reports from shards it does not know are dropped. */
-  heartbeat(beat: StorageHeartbeat): { known: boolean } {
-    if (!this.shards().some((s) => s.name === beat.shard)) return { known: false };
+  heartbeat(beat: StorageHeartbeat): { known: boolean; retentionMs: number | null } {
+    const row = this.row();
+    if (!row || !this.shards().some((s) => s.name === beat.shard)) return { known: false, retentionMs: null };
     this.sql.exec(
       `INSERT OR REPLACE INTO heartbeats (name, backlog_count, backlog_bytes, oldest_at, messages_in, period_ms, sent_at, received_at, totals)
        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
@@ -240,7 +241,8 @@ export class Coordinator extends DurableObject<Env> {
       JSON.stringify(beat.totals),
     );
     if (beat.backlogCount > 0) this.ctx.waitUntil(this.wakeConsumers());
-    return { known: true };
+    // The shard learns the queue's retention here, so it can expire messages no consumer reads.
+    return { known: true, retentionMs: (JSON.parse(row.settings) as QueueSettings).message_retention_period * 1000 };
   }
 
   /** The latest heartbeat of every shard that has sent one. */

@@ -175,6 +175,7 @@ export class StorageShard extends DurableObject<Env> {
       return settled;
     });
     this.applyDelta(delta);
+    if (delta.count !== 0) this.armHeartbeat(now);
     return result;
   }
 
@@ -258,10 +259,28 @@ export class StorageShard extends DurableObject<Env> {
     if (!this.identity || this.state === "retired") return;
     const now = this.clock.now();
     const beat: StorageHeartbeat = { ...this.stats(), shard: this.identity.name, messagesIn: this.messagesIn, periodMs: now - this.periodStart, sentAt: now };
-    await coordinatorFor(this.env, this.identity.queueId).heartbeat(beat);
+    const reply = await coordinatorFor(this.env, this.identity.queueId).heartbeat(beat);
     this.messagesIn -= beat.messagesIn;
     this.periodStart = now;
-    if (beat.messagesIn > 0) this.armHeartbeat(now);
+    if (beat.messagesIn > 0) return this.armHeartbeat(now);
+    // Idle: the only reason left to wake is the oldest message reaching the end of its retention.
+    if (reply.retentionMs !== null) this.expireIdle(now, reply.retentionMs);
+  }
+
+  /**
+   * Retention for a shard no consumer visits (a lease expires old messages itself):
+   * delete what is past it now, and wake again when the next oldest message will be.
+   */
+  private expireIdle(now: number, retentionMs: number): void {
+    const delta = this.ctx.storage.transactionSync(() => {
+      const d = expireOld(this.sql, now, retentionMs);
+      this.writeDelta(d);
+      return d;
+    });
+    this.applyDelta(delta);
+    const oldest = this.stats().oldestEnqueuedAt;
+    // Not marked as an armed heartbeat: new activity may move this alarm sooner.
+    if (oldest !== null) void this.ctx.storage.setAlarm(Math.max(now + 1000, oldest + retentionMs));
   }
 
   private armHeartbeat(now: number): void {
