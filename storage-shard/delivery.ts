@@ -10,7 +10,8 @@
  */
 import { crc32 } from "../src/checksum";
 import { randomHex } from "../src/ids";
-import type { ContentType, LeasedMessage, LeaseRef, LeaseRequest, LeaseResult, SettleRequest, SettleResult } from "../src/protocol";
+import type { MessageRow } from "./schema";
+import type { LeasedMessage, LeaseRef, LeaseRequest, LeaseResult, SettleRequest, SettleResult } from "../src/protocol";
 
 /** How many expired messages one lease call deletes at most: bounded work per visit. */
 const EXPIRE_PER_CALL = 500;
@@ -20,17 +21,7 @@ export interface BacklogDelta {
   bytes: number;
 }
 
-interface ReadyRow {
-  seq: number;
-  id: string;
-  body: ArrayBuffer;
-  content_type: ContentType;
-  size: number;
-  enqueued_at: number;
-  visible_at: number;
-  attempts: number;
-  checksum: number;
-}
+type ReadyRow = Omit<MessageRow, "lease_id">;
 
 export function expireOld(sql: SqlStorage, now: number, retentionMs: number): BacklogDelta {
   const cutoff = now - retentionMs;

@@ -1,4 +1,19 @@
+import type { ContentType } from "../src/protocol";
 import { runMigrations } from "../src/sqlite-migrations";
+
+/** A row of the messages table, as SQLite returns it. */
+export interface MessageRow {
+  seq: number;
+  id: string;
+  body: ArrayBuffer;
+  content_type: ContentType;
+  size: number;
+  enqueued_at: number;
+  visible_at: number;
+  attempts: number;
+  lease_id: string | null;
+  checksum: number;
+}
 
 /**
  * The storage shard's SQLite schema. Applied synchronously in the constructor;

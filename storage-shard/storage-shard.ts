@@ -23,7 +23,7 @@ import type {
 } from "../src/protocol";
 import { expireOld, extend, lease, readLeased, settle, type BacklogDelta } from "./delivery";
 import { coordinatorFor } from "../src/addressing";
-import { migrate } from "./schema";
+import { migrate, type MessageRow } from "./schema";
 
 const MAX_PEEK = 1000;
 
@@ -301,17 +301,7 @@ export class StorageShard extends DurableObject<Env> {
   }
 }
 
-interface StoredRow {
-  seq: number;
-  id: string;
-  body: ArrayBuffer;
-  content_type: ContentType;
-  size: number;
-  enqueued_at: number;
-  visible_at: number;
-  attempts: number;
-  checksum: number;
-}
+type StoredRow = Omit<MessageRow, "lease_id">;
 type RowOf<T> = { [K in keyof T]: SqlStorageValue };
 
 function toArrayBuffer(u8: Uint8Array): ArrayBuffer {
