@@ -6,7 +6,6 @@ import type { Env } from "../src/env";
 import type {
   AppendRequest,
   AppendResult,
-  ContentType,
   DeliveryTotals,
   LeasedMessage,
   LeaseRef,
