@@ -8,7 +8,7 @@ export function ok(result: unknown, status = 200, extra: Record<string, unknown>
 /** The one place an error becomes a response. Anything not an HttpError is a 500 with no internals. */
 export function errorResponse(err: unknown): Response {
   if (err instanceof HttpError) {
-    return Response.json({ success: false, errors: err.details, messages: [], result: null }, { status: err.status });
+    return Response.json({ success: false, errors: err.details, messages: [], result: null }, { status: err.status, headers: err.headers });
   }
   console.error("unhandled error in broker:", err);
   return Response.json(

@@ -9,6 +9,8 @@ import { authoritativeShardMap, cachedShardMap, noteShardRefused } from "./shard
 
 /** Attempts over different shards before a send gives up (each refusal stored nothing). */
 const MAX_SHARD_ATTEMPTS = 8;
+/** How long a send keeps trying when every shard is at its capacity, waiting for the autoscaler. */
+const OVERLOAD_PATIENCE_MS = 5000;
 /** Retries of the same shard after a transient RPC failure; safe because inserts are idempotent by id. */
 const MAX_TRANSIENT_RETRIES = 2;
 const BACKOFF_BASE_MS = 25;
@@ -49,10 +51,22 @@ export async function storeMessages(
   const region = target.region ?? serviceConfig(env).defaultRegion;
   const refused = new Set<string>();
   let refreshed = false;
+  let overloaded = 0;
+  const patience = Date.now() + OVERLOAD_PATIENCE_MS;
 
   for (let attempt = 0; attempt < MAX_SHARD_ATTEMPTS; attempt++) {
     const shard = pickShard(map, region, refused, random);
     if (!shard) {
+      // Every shard was at capacity just now: back off (full jitter) and try them all
+      // again with a fresh map, which may have new shards by then.
+      if (overloaded > 0 && overloaded === refused.size && Date.now() < patience) {
+        await sleep(Math.random() * Math.min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** Math.min(6, attempt)));
+        map = (await authoritativeShardMap(env, target.accountId, target.queueRef)) ?? map;
+        refused.clear();
+        overloaded = 0;
+        attempt = -1; // a new round over every shard; bounded by OVERLOAD_PATIENCE_MS
+        continue;
+      }
       if (refreshed) break;
       map = await authoritativeShardMap(env, target.accountId, target.queueRef);
       if (!map) throw notFound(target.queueRef);
@@ -62,6 +76,10 @@ export async function storeMessages(
     const result = await appendWithRetry(env, shard, { queueId: map.queueId, messages });
     if (result.ok) return messages.map((m) => m.id);
     refused.add(shard.name);
+    if (result.refused === "overloaded") {
+      overloaded++;
+      continue;
+    }
     if (result.refused === "draining" || result.refused === "retired") {
       noteShardRefused(target.accountId, target.queueRef, shard.name, result.refused);
     }
@@ -72,7 +90,9 @@ export async function storeMessages(
       refreshed = true;
     }
   }
-  throw new HttpError("unavailable", "no storage shard of this queue accepted the messages; retry later");
+  const err = new HttpError("unavailable", "no storage shard of this queue accepted the messages; retry later");
+  err.headers["retry-after"] = "1";
+  throw err;
 }
 
 /**

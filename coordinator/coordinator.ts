@@ -4,7 +4,7 @@ import { serviceConfig } from "../src/config";
 import type { Env } from "../src/env";
 import { applyConsumerPatch, MAX_CONCURRENCY, type ConsumerRecord, type ConsumerSettingsPatch } from "../src/consumer-settings";
 import { randomHex } from "../src/ids";
-import type { DeliveryPlan, ShardEntry, ShardMap, ShardState, StorageHeartbeat } from "../src/protocol";
+import type { DeliveryPlan, DeliveryTotals, ShardEntry, ShardMap, ShardState, StorageHeartbeat } from "../src/protocol";
 import type { QueueInfo } from "../src/queue-info";
 import { applySettingsPatch, type QueueSettings, type QueueSettingsPatch } from "../src/settings";
 import { consumerShardFor, shardMapKeys, storageShardFor } from "../src/addressing";
@@ -38,8 +38,14 @@ export interface ShardHeartbeat {
   backlog_bytes: number;
   oldest_at: number | null;
   messages_in: number;
+  messages_out: number;
+  refusals: number;
+  leased_now: number;
   period_ms: number;
   received_at: number;
+  totals: DeliveryTotals;
+  /** False once the shard has missed three heartbeats. */
+  healthy: boolean;
 }
 
 export interface InitializeQueue {
@@ -235,10 +241,11 @@ export class Coordinator extends DurableObject<Env> {
     const row = this.row();
     if (!row || !this.shards().some((s) => s.name === beat.shard)) return { known: false, retentionMs: null };
     this.sql.exec(
-      `INSERT OR REPLACE INTO heartbeats (name, backlog_count, backlog_bytes, oldest_at, messages_in, period_ms, sent_at, received_at, totals)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-      beat.shard, beat.backlogCount, beat.backlogBytes, beat.oldestEnqueuedAt, beat.messagesIn, beat.periodMs, beat.sentAt, this.clock.now(),
-      JSON.stringify(beat.totals),
+      `INSERT OR REPLACE INTO heartbeats
+         (name, backlog_count, backlog_bytes, oldest_at, messages_in, messages_out, refusals, leased_now, state, period_ms, sent_at, received_at, totals)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      beat.shard, beat.backlogCount, beat.backlogBytes, beat.oldestEnqueuedAt, beat.messagesIn, beat.messagesOut, beat.refusals, beat.leasedNow,
+      beat.state, beat.periodMs, beat.sentAt, this.clock.now(), JSON.stringify(beat.totals),
     );
     if (beat.backlogCount > 0) this.ctx.waitUntil(this.wakeConsumers());
     // The shard learns the queue's retention here, so it can expire messages no consumer reads.
@@ -247,9 +254,12 @@ export class Coordinator extends DurableObject<Env> {
 
   /** The latest heartbeat of every shard that has sent one. */
   heartbeats(): ShardHeartbeat[] {
-    return this.sql
-      .exec("SELECT name, backlog_count, backlog_bytes, oldest_at, messages_in, period_ms, received_at FROM heartbeats ORDER BY name")
-      .toArray() as unknown as ShardHeartbeat[];
+    const rows = this.sql
+      .exec("SELECT name, backlog_count, backlog_bytes, oldest_at, messages_in, messages_out, refusals, leased_now, period_ms, received_at, totals FROM heartbeats ORDER BY name")
+      .toArray() as unknown as Array<Omit<ShardHeartbeat, "totals" | "healthy"> & { totals: string }>;
+    // A shard is unhealthy once it has missed three heartbeats in a row.
+    const late = this.clock.now() - 3 * serviceConfig(this.env).heartbeatIntervalMs;
+    return rows.map((r) => ({ ...r, totals: JSON.parse(r.totals) as DeliveryTotals, healthy: r.received_at >= late }));
   }
 
   /** Deletes the queue: every shard's data, the published maps, then this object's own state. */

@@ -43,6 +43,10 @@ const MIGRATIONS: string[] = [
      created_at  INTEGER NOT NULL,
      modified_at INTEGER NOT NULL
    );`,
+  `ALTER TABLE heartbeats ADD COLUMN state TEXT NOT NULL DEFAULT 'active';
+   ALTER TABLE heartbeats ADD COLUMN messages_out INTEGER NOT NULL DEFAULT 0;
+   ALTER TABLE heartbeats ADD COLUMN refusals INTEGER NOT NULL DEFAULT 0;
+   ALTER TABLE heartbeats ADD COLUMN leased_now INTEGER NOT NULL DEFAULT 0;`,
 ];
 
 export function migrateCoordinator(sql: SqlStorage): void {

@@ -10,6 +10,8 @@ export interface ServiceConfig {
   shardsPerRegion: number;
   heartbeatIntervalMs: number;
   shardMapCacheTtlMs: number;
+  /** 0: no per-shard limit. */
+  shardCapacityPerSecond: number;
 }
 
 const cache = new WeakMap<object, ServiceConfig>();
@@ -32,6 +34,7 @@ export function serviceConfig(env: Env): ServiceConfig {
     shardsPerRegion: positiveInt("SHARDS_PER_REGION", env.SHARDS_PER_REGION, 4, 64),
     heartbeatIntervalMs: positiveInt("HEARTBEAT_INTERVAL_MS", env.HEARTBEAT_INTERVAL_MS, 5000, 3_600_000),
     shardMapCacheTtlMs: positiveInt("SHARD_MAP_CACHE_TTL_MS", env.SHARD_MAP_CACHE_TTL_MS, 5000, 300_000),
+    shardCapacityPerSecond: env.SHARD_CAPACITY_PER_SECOND && env.SHARD_CAPACITY_PER_SECOND.trim() !== "0" ? positiveInt("SHARD_CAPACITY_PER_SECOND", env.SHARD_CAPACITY_PER_SECOND, 0, 1_000_000) : 0,
   };
   cache.set(env, config);
   return config;

@@ -21,6 +21,8 @@ export interface Env {
   SHARDS_PER_REGION?: string;
   /** How often shards report to their Coordinator. */
   HEARTBEAT_INTERVAL_MS?: string;
+  /** Messages per second one storage shard accepts before refusing as overloaded; unset or 0: no limit. */
+  SHARD_CAPACITY_PER_SECOND?: string;
   /** How long a broker isolate trusts its in-memory copy of a shard map. */
   SHARD_MAP_CACHE_TTL_MS?: string;
   /** How a Worker consumer is reached unless its settings say otherwise: "rpc" (deploys) or "queue" (local dev). */

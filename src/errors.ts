@@ -48,6 +48,8 @@ export interface ErrorDetail {
 export class HttpError extends Error {
   readonly status: number;
   readonly details: ErrorDetail[];
+  /** Extra response headers, such as Retry-After. */
+  headers: Record<string, string> = {};
 
   constructor(kind: ErrorKind, message: string, field?: string, more: ErrorDetail[] = []) {
     super(message);

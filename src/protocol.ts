@@ -38,6 +38,8 @@ export interface EncodedMessage {
   delayMs: number;
   /** CRC-32 of body, computed by the broker. */
   checksum: number;
+  /** Deliveries it already had (a dead-letter move keeps them); 0 for a new message. */
+  attempts?: number;
 }
 
 export interface AppendRequest {
@@ -49,7 +51,7 @@ export interface AppendRequest {
  * Why a storage shard refused a send without storing anything. Every refusal means
  * "nothing of this batch was written", so the broker may safely try another shard.
  */
-export type ShardRefusal = "draining" | "retired" | "unknown_shard" | "wrong_queue" | "corrupt";
+export type ShardRefusal = "draining" | "retired" | "unknown_shard" | "wrong_queue" | "corrupt" | "overloaded";
 
 export type AppendResult =
   | { ok: true; stored: number; duplicates: number }
@@ -100,14 +102,18 @@ export interface PeekResult {
   corrupt: string[];
 }
 
-/**
- * What a storage shard reports to its Coordinator every HEARTBEAT_INTERVAL_MS while
- * it is taking messages, and once more when it goes idle.
- */
+/** What a storage shard reports to its Coordinator every HEARTBEAT_INTERVAL_MS. */
 export interface StorageHeartbeat extends ShardStats {
   shard: string;
+  state: ShardState;
   /** Messages stored since the previous heartbeat. */
   messagesIn: number;
+  /** Messages leased to consumers since the previous heartbeat. */
+  messagesOut: number;
+  /** Sends refused since the previous heartbeat (overloaded, draining, corrupt). */
+  refusals: number;
+  /** Messages currently leased and not yet settled. */
+  leasedNow: number;
   /** Milliseconds those messages were counted over. */
   periodMs: number;
   sentAt: number;

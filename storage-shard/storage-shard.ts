@@ -16,10 +16,12 @@ import type {
   ShardState,
   SettleRequest,
   SettleResult,
+  ShardRefusal,
   ShardStats,
   StorageHeartbeat,
   StoredMessage,
 } from "../src/protocol";
+import { ActivityMeter, TokenBucket } from "./capacity";
 import { expireOld, extend, lease, readLeased, settle, type BacklogDelta } from "./delivery";
 import { coordinatorFor } from "../src/addressing";
 import { migrate, type MessageRow } from "./schema";
@@ -37,9 +39,12 @@ export class StorageShard extends DurableObject<Env> {
   private state: ShardState;
   private backlogCount: number;
   private backlogBytes: number;
-  /** Messages stored since the last heartbeat, and since when. */
-  private messagesIn = 0;
-  private periodStart = 0;
+  /** What happened since the last heartbeat. */
+  private readonly activity: ActivityMeter;
+  /** SHARD_CAPACITY_PER_SECOND as a token bucket; tests set their own. */
+  capacity: TokenBucket | null;
+  /** Messages leased and not yet settled (reset on restart: a lower bound after one). */
+  private leasedNow = 0;
   private heartbeatArmed = false;
   /** Whether consumers know this shard has messages (reset when one finds nothing ready). */
   private consumersNotified = false;
@@ -56,6 +61,12 @@ export class StorageShard extends DurableObject<Env> {
     const c = this.sql.exec<{ backlog_count: number; backlog_bytes: number }>("SELECT backlog_count, backlog_bytes FROM counters").one();
     this.backlogCount = c.backlog_count;
     this.backlogBytes = c.backlog_bytes;
+    const now = this.clock.now();
+    this.activity = new ActivityMeter(now);
+    const perSecond = serviceConfig(env).shardCapacityPerSecond;
+    this.capacity = perSecond > 0 ? new TokenBucket(perSecond, now) : null;
+    // A shard that exists reports in: the Coordinator notices when it stops.
+    if (this.identity && this.state !== "retired") this.armHeartbeat(now);
   }
 
   /** Called by the Coordinator when it creates this shard. Idempotent. */
@@ -69,6 +80,7 @@ export class StorageShard extends DurableObject<Env> {
     });
     this.identity = identity;
     this.state = "active";
+    this.armHeartbeat(this.clock.now());
   }
 
   /** Draining and retired shards refuse new sends with a typed refusal. */
@@ -84,12 +96,13 @@ export class StorageShard extends DurableObject<Env> {
   append(req: AppendRequest): AppendResult {
     if (!this.identity) return { ok: false, refused: "unknown_shard" };
     if (req.queueId !== this.identity.queueId) return { ok: false, refused: "wrong_queue" };
-    if (this.state !== "active") return { ok: false, refused: this.state };
+    if (this.state !== "active") return this.refuse(this.state);
     for (const m of req.messages) {
       // A body that changed between the broker and here is refused whole, not stored.
-      if (crc32(m.body) !== m.checksum) return { ok: false, refused: "corrupt", detail: m.id };
+      if (crc32(m.body) !== m.checksum) return { ...this.refuse("corrupt"), detail: m.id };
     }
     const now = this.clock.now();
+    if (this.capacity && !this.capacity.take(req.messages.length, now)) return this.refuse("overloaded");
     let stored = 0;
     let bytes = 0;
     this.ctx.storage.transactionSync(() => {
@@ -97,13 +110,14 @@ export class StorageShard extends DurableObject<Env> {
         const inserted = this.sql
           .exec(
             `INSERT INTO messages (id, body, content_type, size, enqueued_at, visible_at, attempts, lease_id, checksum)
-             VALUES (?, ?, ?, ?, ?, ?, 0, NULL, ?) ON CONFLICT(id) DO NOTHING RETURNING seq`,
+             VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?) ON CONFLICT(id) DO NOTHING RETURNING seq`,
             m.id,
             toArrayBuffer(m.body),
             m.contentType,
             m.body.byteLength,
             now,
             now + m.delayMs,
+            m.attempts ?? 0,
             m.checksum,
           )
           .toArray().length;
@@ -130,12 +144,7 @@ export class StorageShard extends DurableObject<Env> {
           }),
       );
     }
-    if (stored > 0) {
-      // A rate is counted from the first arrival after an idle spell, not from idleness.
-      if (this.messagesIn === 0 && !this.heartbeatArmed) this.periodStart = now;
-      this.messagesIn += stored;
-      this.armHeartbeat(now);
-    }
+    this.activity.messagesIn += stored;
     return { ok: true, stored, duplicates: req.messages.length - stored };
   }
 
@@ -156,6 +165,8 @@ export class StorageShard extends DurableObject<Env> {
       return { result: leased.result, delta };
     });
     this.applyDelta(delta);
+    this.activity.messagesOut += result.messages.length;
+    this.leasedNow += result.messages.length;
     // A consumer found nothing ready here: the next arrival must tell one.
     if (result.messages.length === 0 && result.waitUntil === null) this.consumersNotified = false;
     return { ...result, backlogCount: this.backlogCount };
@@ -174,7 +185,7 @@ export class StorageShard extends DurableObject<Env> {
       return settled;
     });
     this.applyDelta(delta);
-    if (delta.count !== 0) this.armHeartbeat(now);
+    this.leasedNow = Math.max(0, this.leasedNow - (result.acked + result.retried + result.deadLettered + result.dropped));
     return result;
   }
 
@@ -249,43 +260,50 @@ export class StorageShard extends DurableObject<Env> {
   }
 
   /**
-   * Reports this shard's figures to its Coordinator. Re-armed while messages keep
-   * arriving; an idle shard sends one last report and then costs nothing. A failed
-   * report throws, so the platform retries the alarm, and nothing counted is reset.
+   * Every HEARTBEAT_INTERVAL_MS: reports this shard's figures to its Coordinator and
+   * deletes messages past the queue's retention (the heartbeat's reply carries it), so
+   * a shard no consumer visits still honours it. A failed report throws, so the
+   * platform retries the alarm.
    */
   override async alarm(): Promise<void> {
     this.heartbeatArmed = false;
     if (!this.identity || this.state === "retired") return;
     const now = this.clock.now();
-    const beat: StorageHeartbeat = { ...this.stats(), shard: this.identity.name, messagesIn: this.messagesIn, periodMs: now - this.periodStart, sentAt: now };
-    const reply = await coordinatorFor(this.env, this.identity.queueId).heartbeat(beat);
-    this.messagesIn -= beat.messagesIn;
-    this.periodStart = now;
-    if (beat.messagesIn > 0) return this.armHeartbeat(now);
-    // Idle: the only reason left to wake is the oldest message reaching the end of its retention.
-    if (reply.retentionMs !== null) this.expireIdle(now, reply.retentionMs);
-  }
-
-  /**
-   * Retention for a shard no consumer visits (a lease expires old messages itself):
-   * delete what is past it now, and wake again when the next oldest message will be.
-   */
-  private expireIdle(now: number, retentionMs: number): void {
-    const delta = this.ctx.storage.transactionSync(() => {
-      const d = expireOld(this.sql, now, retentionMs);
-      this.writeDelta(d);
-      return d;
-    });
-    this.applyDelta(delta);
-    const oldest = this.stats().oldestEnqueuedAt;
-    // Not marked as an armed heartbeat: new activity may move this alarm sooner.
-    if (oldest !== null) void this.ctx.storage.setAlarm(Math.max(now + 1000, oldest + retentionMs));
+    const period = this.activity.roll(now);
+    const beat: StorageHeartbeat = { ...this.stats(), ...period, shard: this.identity.name, state: this.state, leasedNow: this.leasedNow, sentAt: now };
+    let reply: { known: boolean; retentionMs: number | null };
+    try {
+      reply = await coordinatorFor(this.env, this.identity.queueId).heartbeat(beat);
+    } catch (err) {
+      // Count this period again in the next report.
+      this.activity.messagesIn += period.messagesIn;
+      this.activity.messagesOut += period.messagesOut;
+      this.activity.refusals += period.refusals;
+      this.activity.periodStart = now - period.periodMs;
+      this.armHeartbeat(now);
+      throw err;
+    }
+    if (!reply.known) return; // the queue no longer lists this shard
+    if (reply.retentionMs !== null) {
+      const delta = this.ctx.storage.transactionSync(() => {
+        const d = expireOld(this.sql, now, reply.retentionMs!);
+        this.writeDelta(d);
+        return d;
+      });
+      this.applyDelta(delta);
+    }
+    this.armHeartbeat(now);
   }
 
   private armHeartbeat(now: number): void {
     if (this.heartbeatArmed) return;
     this.heartbeatArmed = true;
     void this.ctx.storage.setAlarm(now + serviceConfig(this.env).heartbeatIntervalMs);
+  }
+
+  private refuse(reason: ShardRefusal): { ok: false; refused: ShardRefusal } {
+    this.activity.refusals++;
+    return { ok: false, refused: reason };
   }
 
   /** Removes every message and forgets the shard's identity: used when its queue is deleted. */
@@ -296,7 +314,7 @@ export class StorageShard extends DurableObject<Env> {
     this.state = "retired";
     this.backlogCount = 0;
     this.backlogBytes = 0;
-    this.messagesIn = 0;
+    this.leasedNow = 0;
   }
 }
 

@@ -2,6 +2,7 @@ import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test"
 import { describe, expect, it } from "vitest";
 import { ManualClock } from "../../src/clock";
 import { coordinatorFor } from "../../src/addressing";
+import type { Coordinator } from "../../coordinator/coordinator";
 import type { StorageShard } from "../../storage-shard/storage-shard";
 import { api, createQueue, producer, queuePath } from "./helpers";
 
@@ -12,67 +13,81 @@ import { api, createQueue, producer, queuePath } from "./helpers";
 const FUTURE = Date.now() + 100_000_000_000;
 
 describe("storage shard heartbeats", () => {
-  it("report backlog and arrival rate to the Coordinator while busy, then stop when idle", async () => {
-    const q = await createQueue("beats");
+  async function onlyShard(name: string, settings?: Record<string, unknown>) {
+    const q = await createQueue(name, settings);
     const map = (await coordinatorFor(env, q.queue_id).shardMap())!;
-    const name = map.shards[0]!.name;
-    const shard = env.STORAGE_SHARD.get(env.STORAGE_SHARD.idFromName(name));
+    for (const s of map.shards.slice(1)) await coordinatorFor(env, q.queue_id).setShardState(s.name, "draining");
+    const shardName = map.shards[0]!.name;
+    const shard = env.STORAGE_SHARD.get(env.STORAGE_SHARD.idFromName(shardName));
     const clock = new ManualClock(FUTURE);
     await runInDurableObject(shard, (obj: StorageShard) => {
       obj.clock = clock;
     });
+    // The first report closes the period that began on the real clock.
+    expect(await runDurableObjectAlarm(shard)).toBe(true);
+    return { q, shard, shardName, clock };
+  }
 
-    // Only this shard takes sends: the others drain.
-    for (const s of map.shards.slice(1)) await coordinatorFor(env, q.queue_id).setShardState(s.name, "draining");
+  it("report backlog, arrivals, departures and leases to the Coordinator every interval", async () => {
+    const { q, shard, shardName: name, clock } = await onlyShard("beats");
     // 20 JSON strings of 0 to 9 characters: 90 characters and 40 quotes.
     await producer("beats").sendBatch(Array.from({ length: 20 }, (_, i) => ({ body: "0123456789".slice(0, i % 10) })));
     clock.advance(4000);
-
     expect(await runDurableObjectAlarm(shard)).toBe(true);
     const beats = await coordinatorFor(env, q.queue_id).heartbeats();
-    expect(beats).toEqual([expect.objectContaining({ name, backlog_count: 20, backlog_bytes: 130, messages_in: 20, period_ms: 4000 })]);
-
+    expect(beats.find((b) => b.name === name)).toEqual(
+      expect.objectContaining({ backlog_count: 20, backlog_bytes: 130, messages_in: 20, messages_out: 0, leased_now: 0, period_ms: 4000, healthy: true }),
+    );
     const metrics = await api("GET", `${queuePath("beats")}/metrics`);
     const mine = metrics.json.result.shards.find((s: { name: string }) => s.name === name);
     expect(mine.heartbeat).toEqual({ received_at_ms: expect.any(Number), messages_in_per_second: 5 });
 
-    // Busy in the last period: re-armed. The next report finds no arrivals and is the last;
-    // what remains armed is the retention deadline of the oldest message (4 days by default).
-    expect(await runDurableObjectAlarm(shard)).toBe(true);
-    expect((await coordinatorFor(env, q.queue_id).heartbeats())[0]!.messages_in).toBe(0);
+    // Always re-armed, busy or not: a Coordinator notices a shard that stops reporting.
     await runInDurableObject(shard, async (_obj: StorageShard, state) => {
-      expect(await state.storage.getAlarm()).toBe(FUTURE + 345_600_000);
+      expect(await state.storage.getAlarm()).toBe(FUTURE + 4000 + 5000);
     });
+    const leased = await shard.lease({ queueId: q.queue_id, limit: 5, leaseMs: 60_000, maxWaitMs: 0, retentionMs: 1e12 });
+    clock.advance(5000);
+    expect(await runDurableObjectAlarm(shard)).toBe(true);
+    const after = (await coordinatorFor(env, q.queue_id).heartbeats()).find((b) => b.name === name)!;
+    expect(after).toMatchObject({ messages_in: 0, messages_out: 5, leased_now: 5, backlog_count: 20 });
+    expect(after.totals.leased).toBe(5);
+    await shard.settle({ queueId: q.queue_id, acks: leased.messages.map((m) => ({ id: m.id, leaseId: m.leaseId })), retries: [], deadLettered: [], dropped: [] });
+    clock.advance(5000);
+    await runDurableObjectAlarm(shard);
+    expect((await coordinatorFor(env, q.queue_id).heartbeats()).find((b) => b.name === name)).toMatchObject({ leased_now: 0, backlog_count: 15 });
+  });
+
+  it("mark a shard unhealthy once it has missed three heartbeats", async () => {
+    const { q, shardName } = await onlyShard("beats-health");
+    const coordinator = env.COORDINATOR.get(env.COORDINATOR.idFromName(q.queue_id));
+    await runInDurableObject(coordinator, (obj: Coordinator) => {
+      obj.clock = new ManualClock(Date.now() + 3 * 5000 + 1000);
+    });
+    const beat = (await coordinatorFor(env, q.queue_id).heartbeats()).find((b) => b.name === shardName)!;
+    expect(beat.healthy).toBe(false);
   });
 
   it("are dropped by a Coordinator that does not know the shard", async () => {
     const q = await createQueue("beats-unknown");
     const res = await coordinatorFor(env, q.queue_id).heartbeat({
-      shard: "someone-else", backlogCount: 1, backlogBytes: 1, oldestEnqueuedAt: 1, messagesIn: 1, periodMs: 1, sentAt: 1,
+      shard: "someone-else", state: "active", backlogCount: 1, backlogBytes: 1, oldestEnqueuedAt: 1, messagesIn: 1, messagesOut: 0, refusals: 0, leasedNow: 0, periodMs: 1, sentAt: 1,
       totals: { leased: 0, acked: 0, retried: 0, deadLettered: 0, dropped: 0, expired: 0, quarantined: 0 },
     });
     expect(res).toEqual({ known: false, retentionMs: null });
-    expect(await coordinatorFor(env, q.queue_id).heartbeats()).toEqual([]);
+    expect((await coordinatorFor(env, q.queue_id).heartbeats()).some((b) => b.name === "someone-else")).toBe(false);
   });
 
-  it("expire messages no consumer reads once they pass the queue's retention, then stop", async () => {
-    const q = await createQueue("beats-retention", { message_retention_period: 60 });
-    const map = (await coordinatorFor(env, q.queue_id).shardMap())!;
-    for (const s of map.shards.slice(1)) await coordinatorFor(env, q.queue_id).setShardState(s.name, "draining");
-    const shard = env.STORAGE_SHARD.get(env.STORAGE_SHARD.idFromName(map.shards[0]!.name));
-    const clock = new ManualClock(FUTURE);
-    await runInDurableObject(shard, (obj: StorageShard) => {
-      obj.clock = clock;
-    });
+  it("expire messages no consumer reads once they pass the queue's retention", async () => {
+    const { shard, clock } = await onlyShard("beats-retention", { message_retention_period: 60 });
     await producer("beats-retention").sendBatch([{ body: 1 }, { body: 2 }]);
-    expect(await runDurableObjectAlarm(shard)).toBe(true); // busy: reports, re-arms
-    expect(await runDurableObjectAlarm(shard)).toBe(true); // idle: reports, arms for the retention deadline
+    clock.advance(5000);
+    expect(await runDurableObjectAlarm(shard)).toBe(true);
     expect((await shard.stats()).backlogCount).toBe(2);
     clock.advance(60_001);
     expect(await runDurableObjectAlarm(shard)).toBe(true);
     const stats = await shard.stats();
     expect(stats.backlogCount).toBe(0);
     expect(stats.totals.expired).toBe(2);
-    expect(await runDurableObjectAlarm(shard)).toBe(false);
   });
 });

@@ -1,0 +1,51 @@
+/**
+ * An optional ceiling on how many messages a storage shard accepts per second.
+ * In production one Durable Object tops out near 1,000 requests/s; on one machine
+ * nothing pushes back like that, so this reproduces the ceiling (SHARD_CAPACITY_PER_SECOND)
+ * to let the autoscaler be exercised and measured locally. Off by default.
+ */
+export class TokenBucket {
+  private tokens: number;
+  private last: number;
+
+  /** Holds one second's worth; starts full. */
+  constructor(private readonly perSecond: number, now: number) {
+    this.tokens = perSecond;
+    this.last = now;
+  }
+
+  /**
+   * Takes `n` tokens if they are there; false (and nothing taken) if not. A batch
+   * larger than the bucket passes when the bucket is full and leaves a debt, so it is
+   * never refused forever and the average rate still holds.
+   */
+  take(n: number, now: number): boolean {
+    this.tokens = Math.min(this.perSecond, this.tokens + ((now - this.last) / 1000) * this.perSecond);
+    this.last = now;
+    if (this.tokens < Math.min(n, this.perSecond)) return false;
+    this.tokens -= n;
+    return true;
+  }
+}
+
+/** What one heartbeat reports about the period since the previous one. */
+export class ActivityMeter {
+  messagesIn = 0;
+  messagesOut = 0;
+  refusals = 0;
+  periodStart: number;
+
+  constructor(now: number) {
+    this.periodStart = now;
+  }
+
+  /** Returns the period's figures and starts a new period. */
+  roll(now: number): { messagesIn: number; messagesOut: number; refusals: number; periodMs: number } {
+    const out = { messagesIn: this.messagesIn, messagesOut: this.messagesOut, refusals: this.refusals, periodMs: Math.max(0, now - this.periodStart) };
+    this.messagesIn = 0;
+    this.messagesOut = 0;
+    this.refusals = 0;
+    this.periodStart = now;
+    return out;
+  }
+}
