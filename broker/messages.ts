@@ -12,6 +12,8 @@ export interface PendingMessage {
   contentType: ContentType;
   delaySeconds: number | undefined;
   checksum: number;
+  /** Deliveries it already had: kept by a move to the dead-letter queue, absent for a new message. */
+  attempts?: number;
 }
 
 const delaySeconds = z

@@ -47,6 +47,7 @@ export async function storeMessages(
     contentType: m.contentType,
     delayMs: (m.delaySeconds ?? batchDelaySeconds ?? map!.settings.delivery_delay) * 1000,
     checksum: m.checksum,
+    ...(m.attempts ? { attempts: m.attempts } : {}),
   }));
   const region = target.region ?? serviceConfig(env).defaultRegion;
   const refused = new Set<string>();

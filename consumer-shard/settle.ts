@@ -31,7 +31,8 @@ export async function applyDisposition(
         await storeMessages(
           env,
           { accountId: queue.accountId, queueRef: consumer.dead_letter_queue, region: undefined },
-          d.exhausted.map((m) => ({ body: m.body, contentType: m.contentType, delaySeconds: 0, checksum: crc32(m.body) })),
+          // The dead-letter copy keeps its id and its delivery count (redrive filters on it).
+          d.exhausted.map((m) => ({ body: m.body, contentType: m.contentType, delaySeconds: 0, checksum: crc32(m.body), attempts: m.attempts })),
           0,
           d.exhausted.map((m) => m.id),
         );
