@@ -1,5 +1,6 @@
 import type { Env } from "../src/env";
 import type { ShardMap } from "../src/protocol";
+import type { ShardHeartbeat } from "../coordinator/heartbeats";
 import type { QueueMetrics } from "../src/queue-info";
 import { coordinatorFor, storageShardFor } from "../src/addressing";
 
@@ -9,9 +10,10 @@ import { coordinatorFor, storageShardFor } from "../src/addressing";
  */
 export async function queueMetrics(env: Env, map: ShardMap, opts: { heartbeats: boolean }): Promise<QueueMetrics> {
   const shards = map.shards.filter((s) => s.state !== "retired");
-  const [stats, beats] = await Promise.all([
+  const [stats, beats, consumers] = await Promise.all([
     Promise.all(shards.map((s) => storageShardFor(env, s.name, s.region).stats())),
     opts.heartbeats ? coordinatorFor(env, map.queueId).heartbeats() : [],
+    opts.heartbeats ? coordinatorFor(env, map.queueId).consumerShards() : null,
   ]);
   const beatOf = new Map(beats.map((b) => [b.name, b]));
   let oldest: number | null = null;
@@ -32,10 +34,25 @@ export async function queueMetrics(env: Env, map: ShardMap, opts: { heartbeats: 
       heartbeat: heartbeatOf(beatOf.get(s.name)),
     };
   });
-  return { backlog_count: count, backlog_bytes: bytes, oldest_message_timestamp_ms: oldest, shards: perShard };
+  return {
+    backlog_count: count,
+    backlog_bytes: bytes,
+    oldest_message_timestamp_ms: oldest,
+    consumer_concurrency: consumers?.running ?? null,
+    shards: perShard,
+  };
 }
 
-function heartbeatOf(b: { received_at: number; messages_in: number; period_ms: number } | undefined) {
+function heartbeatOf(b: ShardHeartbeat | undefined) {
   if (!b) return null;
-  return { received_at_ms: b.received_at, messages_in_per_second: b.period_ms > 0 ? Math.round((b.messages_in * 1000) / b.period_ms) : 0 };
+  const perSecond = (n: number) => (b.period_ms > 0 ? Math.round((n * 1000) / b.period_ms) : 0);
+  return {
+    received_at_ms: b.received_at,
+    healthy: b.healthy,
+    messages_in_per_second: perSecond(b.messages_in),
+    messages_out_per_second: perSecond(b.messages_out),
+    leased: b.leased_now,
+    refusals: b.refusals,
+    totals: b.totals,
+  };
 }

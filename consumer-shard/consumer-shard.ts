@@ -18,6 +18,8 @@ const PUSH_LEASE_MS = 30_000;
 const ROUND_BUDGET_MS = 30_000;
 /** When the consumer Worker is not bound yet, look again after this long. */
 const UNBOUND_RETRY_MS = 30_000;
+/** How often a consumer shard at work reports to its Coordinator. */
+const REPORT_EVERY_MS = 5000;
 
 type PlannedShard = DeliveryPlan["shards"][number];
 
@@ -36,9 +38,13 @@ export class ConsumerShard extends DurableObject<Env> {
   leaseMs = PUSH_LEASE_MS;
   maxExecutionMs = MAX_EXECUTION_MS;
 
+  /** Delivered since the last report to the Coordinator. */
+  private report = { delivered: 0, batches: 0, errors: 0, at: 0 };
+
   /** Makes sure a round runs now, unless one is already due. */
-  async wake(queueId: string): Promise<void> {
+  async wake(queueId: string, index: number): Promise<void> {
     if ((await this.ctx.storage.get<string>("queueId")) !== queueId) await this.ctx.storage.put("queueId", queueId);
+    if ((await this.ctx.storage.get<number>("index")) !== index) await this.ctx.storage.put("index", index);
     const now = this.clock.now();
     const alarm = await this.ctx.storage.getAlarm();
     if (alarm === null || alarm > now) await this.ctx.storage.setAlarm(now);
@@ -48,7 +54,20 @@ export class ConsumerShard extends DurableObject<Env> {
     const queueId = await this.ctx.storage.get<string>("queueId");
     if (!queueId) return;
     const next = await this.deliverRound(queueId);
+    await this.sendReport(queueId, next !== null);
     if (next !== null) await this.ctx.storage.setAlarm(next);
+  }
+
+  /** Tells the Coordinator what this shard delivered, and whether it is still at work. */
+  private async sendReport(queueId: string, running: boolean): Promise<void> {
+    const index = (await this.ctx.storage.get<number>("index")) ?? 0;
+    const { delivered, batches, errors } = this.report;
+    this.report = { delivered: 0, batches: 0, errors: 0, at: Date.now() };
+    try {
+      await coordinatorFor(this.env, queueId).consumerReport({ index, running, delivered, batches, errors });
+    } catch (err) {
+      console.error("consumer shard report failed:", err);
+    }
   }
 
   /** Delivers batches until no storage shard has ready messages or the round's budget is spent. Returns when to run again. */
@@ -85,6 +104,8 @@ export class ConsumerShard extends DurableObject<Env> {
         continue;
       }
       await this.deliverBatch(plan, consumer, shard.name, lease.messages, dispatch, lease.backlogCount);
+      // A long round still reports every few seconds, so the Coordinator sees it working.
+      if (Date.now() - this.report.at >= REPORT_EVERY_MS) await this.sendReport(queueId, true);
     }
     return this.clock.now();
   }
@@ -109,6 +130,9 @@ export class ConsumerShard extends DurableObject<Env> {
     const outcome = await this.withLeasesHeld(plan.queueId, shardName, leased, () =>
       dispatch(plan.queueName, readable.map((r) => r.message), { metrics: { backlogCount, backlogBytes: 0 } }),
     );
+    this.report.batches++;
+    this.report.delivered += leased.length;
+    if (outcome.outcome !== "ok") this.report.errors++;
     const d = dispose(readable.map((r) => r.leased), outcome, consumer.settings);
     // A body that cannot be decoded fails its delivery, and so ends in the dead-letter queue.
     const u = dispose(unreadable, FAILED_DISPATCH, consumer.settings);

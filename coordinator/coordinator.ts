@@ -4,11 +4,22 @@ import { serviceConfig } from "../src/config";
 import type { Env } from "../src/env";
 import { applyConsumerPatch, MAX_CONCURRENCY, type ConsumerRecord, type ConsumerSettingsPatch } from "../src/consumer-settings";
 import { randomHex } from "../src/ids";
-import type { DeliveryPlan, DeliveryTotals, ShardEntry, ShardMap, ShardState, StorageHeartbeat } from "../src/protocol";
+import type { DeliveryPlan, ShardEntry, ShardMap, ShardState, StorageHeartbeat } from "../src/protocol";
 import type { QueueInfo } from "../src/queue-info";
 import { applySettingsPatch, type QueueSettings, type QueueSettingsPatch } from "../src/settings";
 import { consumerShardFor, shardMapKeys, storageShardFor } from "../src/addressing";
+import { decide, type ScalingAction, type ShardView } from "./autoscaler";
 import { deleteConsumer, insertConsumer, readConsumers, updateConsumer, type NewConsumer } from "./consumers";
+import { loadMemory, logDecision, recentDecisions, saveMemory, type Decision } from "./decisions";
+import {
+  readConsumerShards,
+  readStorageBeats,
+  recordConsumerReport,
+  recordStorageBeat,
+  type ConsumerShardReport,
+  type ConsumerShardStatus,
+  type ShardHeartbeat,
+} from "./heartbeats";
 import { migrateCoordinator } from "./schema";
 
 /** Messages per consumer shard before the Coordinator wakes another (up to max_concurrency). */
@@ -17,6 +28,12 @@ const BACKLOG_PER_CONSUMER_SHARD = 200;
 /** Workers KV accepts at most one write per second to a key. */
 const KV_MIN_WRITE_INTERVAL_MS = 1000;
 const PUBLISH_RETRY_MS = 5000;
+/** The map in KV is rewritten at least this often even when nothing changed (KV entries go cold). */
+const REFRESH_MAP_MS = 60_000;
+/** Retired shards stay in the map this long, so brokers with older maps learn of them. */
+const KEEP_RETIRED_MS = 10 * 60_000;
+/** Scale in only after a shard's share of the target stays below this. */
+const SCALE_IN_BELOW = 0.3;
 
 interface QueueRow {
   queue_id: string;
@@ -30,23 +47,10 @@ interface QueueRow {
   published_version: number;
   published_at: number;
   next_shard: number;
+  consumer_shards_wanted: number;
 }
 
-export interface ShardHeartbeat {
-  name: string;
-  backlog_count: number;
-  backlog_bytes: number;
-  oldest_at: number | null;
-  messages_in: number;
-  messages_out: number;
-  refusals: number;
-  leased_now: number;
-  period_ms: number;
-  received_at: number;
-  totals: DeliveryTotals;
-  /** False once the shard has missed three heartbeats. */
-  healthy: boolean;
-}
+export type { ShardHeartbeat } from "./heartbeats";
 
 export interface InitializeQueue {
   accountId: string;
@@ -105,6 +109,7 @@ export class Coordinator extends DurableObject<Env> {
       );
       this.sql.exec("UPDATE queue SET ready = 1");
       await this.publish();
+      await this.armTick(this.clock.now() + serviceConfig(this.env).heartbeatIntervalMs);
     }
     return this.info()!;
   }
@@ -189,8 +194,23 @@ export class Coordinator extends DurableObject<Env> {
     const backlog = this.heartbeats().reduce((n, h) => n + h.backlog_count, 0);
     const max = consumer.settings.max_concurrency ?? MAX_CONCURRENCY;
     const wanted = Math.max(1, Math.min(max, Math.ceil(backlog / BACKLOG_PER_CONSUMER_SHARD)));
-    await Promise.all(Array.from({ length: wanted }, (_, i) => consumerShardFor(this.env, row.queue_id, i).wake(row.queue_id)));
+    if (wanted !== row.consumer_shards_wanted) {
+      this.ctx.storage.transactionSync(() => {
+        this.sql.exec("UPDATE queue SET consumer_shards_wanted = ?", wanted);
+        logDecision(this.sql, {
+          at: this.clock.now(),
+          kind: wanted > row.consumer_shards_wanted ? "add_consumers" : "remove_consumers",
+          region: null,
+          target: null,
+          reason: `backlog ${backlog}: ${wanted} consumer shard(s) at ${BACKLOG_PER_CONSUMER_SHARD} messages each, max ${max}`,
+          figures: { backlog, consumerShards: wanted, previous: row.consumer_shards_wanted, maxConcurrency: max },
+        });
+      });
+    }
+    // Shards past `wanted` are not woken again: they finish their round and stop.
+    await Promise.all(Array.from({ length: wanted }, (_, i) => consumerShardFor(this.env, row.queue_id, i).wake(row.queue_id, i)));
   }
+
 
   /** The authoritative map; brokers come here when KV has none yet or theirs proved stale. */
   shardMap(): ShardMap | null {
@@ -230,7 +250,7 @@ export class Coordinator extends DurableObject<Env> {
     const shard = this.shards().find((s) => s.name === name);
     if (!shard) return null;
     await storageShardFor(this.env, name, shard.region).setState(state);
-    this.sql.exec("UPDATE shards SET state = ? WHERE name = ?", state, name);
+    this.sql.exec("UPDATE shards SET state = ?, changed_at = ? WHERE name = ?", state, this.clock.now(), name);
     this.sql.exec("UPDATE queue SET map_version = map_version + 1");
     await this.publish();
     return this.shardMap();
@@ -240,27 +260,30 @@ export class Coordinator extends DurableObject<Env> {
   heartbeat(beat: StorageHeartbeat): { known: boolean; retentionMs: number | null } {
     const row = this.row();
     if (!row || !this.shards().some((s) => s.name === beat.shard)) return { known: false, retentionMs: null };
-    this.sql.exec(
-      `INSERT OR REPLACE INTO heartbeats
-         (name, backlog_count, backlog_bytes, oldest_at, messages_in, messages_out, refusals, leased_now, state, period_ms, sent_at, received_at, totals)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-      beat.shard, beat.backlogCount, beat.backlogBytes, beat.oldestEnqueuedAt, beat.messagesIn, beat.messagesOut, beat.refusals, beat.leasedNow,
-      beat.state, beat.periodMs, beat.sentAt, this.clock.now(), JSON.stringify(beat.totals),
-    );
+    recordStorageBeat(this.sql, beat, this.clock.now());
     if (beat.backlogCount > 0) this.ctx.waitUntil(this.wakeConsumers());
     // The shard learns the queue's retention here, so it can expire messages no consumer reads.
     return { known: true, retentionMs: (JSON.parse(row.settings) as QueueSettings).message_retention_period * 1000 };
   }
 
+  /** A consumer shard's report after a round of delivery. */
+  consumerReport(report: ConsumerShardReport): void {
+    if (this.row()) recordConsumerReport(this.sql, report, this.clock.now());
+  }
+
+  /** Consumer shards that have reported, and how many are delivering now. */
+  consumerShards(): { running: number; shards: ConsumerShardStatus[] } {
+    const shards = readConsumerShards(this.sql);
+    const fresh = this.clock.now() - 3 * serviceConfig(this.env).heartbeatIntervalMs;
+    return { running: shards.filter((s) => s.running && s.received_at >= fresh).length, shards };
+  }
+
+
   /** The latest heartbeat of every shard that has sent one. */
   heartbeats(): ShardHeartbeat[] {
-    const rows = this.sql
-      .exec("SELECT name, backlog_count, backlog_bytes, oldest_at, messages_in, messages_out, refusals, leased_now, period_ms, received_at, totals FROM heartbeats ORDER BY name")
-      .toArray() as unknown as Array<Omit<ShardHeartbeat, "totals" | "healthy"> & { totals: string }>;
-    // A shard is unhealthy once it has missed three heartbeats in a row.
-    const late = this.clock.now() - 3 * serviceConfig(this.env).heartbeatIntervalMs;
-    return rows.map((r) => ({ ...r, totals: JSON.parse(r.totals) as DeliveryTotals, healthy: r.received_at >= late }));
+    return readStorageBeats(this.sql, this.clock.now(), serviceConfig(this.env).heartbeatIntervalMs);
   }
+
 
   /** Deletes the queue: every shard's data, the published maps, then this object's own state. */
   async destroy(): Promise<boolean> {
@@ -273,9 +296,110 @@ export class Coordinator extends DurableObject<Env> {
     return true;
   }
 
-  /** Publishing retried or deferred by publish() to respect KV's per-key write rate. */
+  /**
+   * The control loop, every heartbeat interval while the queue exists: finish any change
+   * a reset interrupted, run the autoscaler and carry out its decisions, size the
+   * consumer shards, and publish the map (deferred writes, and a periodic refresh).
+   */
   override async alarm(): Promise<void> {
+    const row = this.row();
+    if (!row || !row.ready) return;
+    const now = this.clock.now();
+    await this.activatePending();
+    await this.autoscale(now);
+    await this.wakeConsumers();
+    this.pruneRetired(now);
+    if (now - row.published_at >= REFRESH_MAP_MS) this.sql.exec("UPDATE queue SET published_version = MIN(published_version, map_version - 1)");
     await this.publish();
+    await this.armTick(now + serviceConfig(this.env).heartbeatIntervalMs);
+  }
+
+  /** What the autoscaler has done lately, newest first. */
+  decisions(limit = 50): Decision[] {
+    return recentDecisions(this.sql, limit);
+  }
+
+  private async autoscale(now: number): Promise<void> {
+    const config = serviceConfig(this.env);
+    const beats = new Map(this.heartbeats().map((b) => [b.name, b]));
+    const raw = this.sql.exec("SELECT name, region, state, created_at FROM shards").toArray() as unknown as Array<{ name: string; region: string; state: ShardView["state"]; created_at: number }>;
+    const views: ShardView[] = raw.map((s) => {
+      const b = beats.get(s.name);
+      return {
+        name: s.name,
+        region: s.region,
+        state: s.state,
+        createdAt: s.created_at,
+        beat: b ? { state: b.state, messagesIn: b.messages_in, periodMs: b.period_ms, backlog: b.backlog_count, leasedNow: b.leased_now, refusals: b.refusals, receivedAt: b.received_at } : null,
+      };
+    });
+    const policy = {
+      targetPerShard: config.targetPerShard,
+      minPerRegion: config.shardsPerRegion,
+      maxPerRegion: Math.max(config.shardsPerRegion, config.maxShardsPerRegion),
+      scaleInBelow: SCALE_IN_BELOW,
+      scaleInAfterMs: config.scaleInAfterMs,
+      cooldownMs: 2 * config.heartbeatIntervalMs,
+      heartbeatIntervalMs: config.heartbeatIntervalMs,
+    };
+    const { actions, memory } = decide(views, config.regions, policy, loadMemory(this.sql), now);
+    saveMemory(this.sql, memory);
+    for (const action of actions) await this.apply(action, now);
+  }
+
+  /**
+   * Carries out one decision. New shards are written as pending, activated, and only
+   * then made active in the map; a state change is told to the shard before it is
+   * recorded. A reset at any point leaves a state the next tick completes or redoes.
+   */
+  private async apply(action: ScalingAction, now: number): Promise<void> {
+    const row = this.row()!;
+    const log = (target: string | null) =>
+      logDecision(this.sql, { at: now, kind: action.kind, region: action.region, target, reason: action.reason, figures: action.figures });
+    if (action.kind === "add_shards") {
+      const names: string[] = [];
+      this.ctx.storage.transactionSync(() => {
+        for (let i = 0; i < action.count; i++) names.push(`${row.queue_id}:${action.region}:${row.next_shard + i}`);
+        for (const name of names) this.sql.exec("INSERT INTO shards (name, region, state, created_at) VALUES (?, ?, 'pending', ?)", name, action.region, now);
+        this.sql.exec("UPDATE queue SET next_shard = next_shard + ?", action.count);
+        log(names.join(","));
+      });
+      await this.activatePending();
+      return;
+    }
+    const state = action.kind === "drain_shard" ? "draining" : "retired";
+    await storageShardFor(this.env, action.shard, action.region).setState(state);
+    this.ctx.storage.transactionSync(() => {
+      this.sql.exec("UPDATE shards SET state = ?, changed_at = ? WHERE name = ?", state, now, action.shard);
+      this.sql.exec("UPDATE queue SET map_version = map_version + 1");
+      log(action.shard);
+    });
+  }
+
+  /** Activates shards written as pending (by a scale-out, possibly one a reset interrupted) and publishes them. */
+  private async activatePending(): Promise<void> {
+    const row = this.row()!;
+    const pending = this.sql.exec("SELECT name, region FROM shards WHERE state = 'pending'").toArray() as unknown as Array<{ name: string; region: string }>;
+    if (pending.length === 0) return;
+    await Promise.all(pending.map((s) => storageShardFor(this.env, s.name, s.region).activate({ name: s.name, queueId: row.queue_id, accountId: row.account_id, region: s.region })));
+    this.ctx.storage.transactionSync(() => {
+      for (const s of pending) this.sql.exec("UPDATE shards SET state = 'active' WHERE name = ? AND state = 'pending'", s.name);
+      this.sql.exec("UPDATE queue SET map_version = map_version + 1");
+    });
+  }
+
+  /** Forgets shards retired long ago: their objects are empty, and every broker map has moved on. */
+  private pruneRetired(now: number): void {
+    const gone = this.sql.exec("DELETE FROM shards WHERE state = 'retired' AND changed_at < ? RETURNING name", now - KEEP_RETIRED_MS).toArray() as unknown as Array<{ name: string }>;
+    if (gone.length === 0) return;
+    for (const g of gone) this.sql.exec("DELETE FROM heartbeats WHERE name = ?", g.name);
+    this.sql.exec("UPDATE queue SET map_version = map_version + 1");
+  }
+
+  /** Sets the alarm to `at` unless it is already due sooner. */
+  private async armTick(at: number): Promise<void> {
+    const current = await this.ctx.storage.getAlarm();
+    if (current === null || at < current) await this.ctx.storage.setAlarm(at);
   }
 
   /**
@@ -289,7 +413,7 @@ export class Coordinator extends DurableObject<Env> {
     const earliest = row.published_at + KV_MIN_WRITE_INTERVAL_MS;
     // A write already on its way to KV counts as the one write of this second.
     if (this.publishing || now < earliest) {
-      await this.ctx.storage.setAlarm(Math.max(earliest, now + (this.publishing ? KV_MIN_WRITE_INTERVAL_MS : 0)));
+      await this.armTick(Math.max(earliest, now + (this.publishing ? KV_MIN_WRITE_INTERVAL_MS : 0)));
       return;
     }
     this.publishing = true;
@@ -299,7 +423,7 @@ export class Coordinator extends DurableObject<Env> {
       await Promise.all(shardMapKeys(row.account_id, row.queue_id, row.queue_name).map((k) => this.env.SHARD_MAPS.put(k, value)));
     } catch (err) {
       console.error(`shard map publish failed for queue ${row.queue_id}, retrying: ${(err as Error).message}`);
-      await this.ctx.storage.setAlarm(now + PUBLISH_RETRY_MS);
+      await this.armTick(now + PUBLISH_RETRY_MS);
       return;
     } finally {
       this.publishing = false;
@@ -307,16 +431,17 @@ export class Coordinator extends DurableObject<Env> {
     // Another change may have landed while we awaited KV: only mark what we wrote.
     this.sql.exec("UPDATE queue SET published_version = MAX(published_version, ?), published_at = ?", map.version, now);
     const after = this.row(); // null if the queue was deleted meanwhile
-    if (after && after.map_version > map.version) await this.ctx.storage.setAlarm(now + KV_MIN_WRITE_INTERVAL_MS);
+    if (after && after.map_version > map.version) await this.armTick(now + KV_MIN_WRITE_INTERVAL_MS);
   }
 
   private row(): QueueRow | null {
     return (this.sql.exec("SELECT * FROM queue").toArray()[0] as unknown as QueueRow | undefined) ?? null;
   }
 
+  /** The shards brokers and consumers may use: not the ones still being created. */
   private shards(): ShardEntry[] {
     return this.sql
-      .exec("SELECT name, region, state FROM shards ORDER BY created_at, name")
+      .exec("SELECT name, region, state FROM shards WHERE state != 'pending' ORDER BY created_at, name")
       .toArray() as unknown as ShardEntry[];
   }
 }

@@ -47,6 +47,27 @@ const MIGRATIONS: string[] = [
    ALTER TABLE heartbeats ADD COLUMN messages_out INTEGER NOT NULL DEFAULT 0;
    ALTER TABLE heartbeats ADD COLUMN refusals INTEGER NOT NULL DEFAULT 0;
    ALTER TABLE heartbeats ADD COLUMN leased_now INTEGER NOT NULL DEFAULT 0;`,
+  // Autoscaling: its decisions, its memory, and what consumer shards report.
+  `CREATE TABLE IF NOT EXISTS decisions (
+     id      INTEGER PRIMARY KEY,
+     at      INTEGER NOT NULL,
+     kind    TEXT NOT NULL,
+     region  TEXT,
+     target  TEXT,
+     reason  TEXT NOT NULL,
+     figures TEXT NOT NULL
+   );
+   CREATE TABLE IF NOT EXISTS autoscale (one INTEGER PRIMARY KEY CHECK (one = 1), memory TEXT NOT NULL);
+   CREATE TABLE IF NOT EXISTS consumer_shards (
+     idx         INTEGER PRIMARY KEY,
+     running     INTEGER NOT NULL,
+     delivered   INTEGER NOT NULL,
+     batches     INTEGER NOT NULL,
+     errors      INTEGER NOT NULL,
+     received_at INTEGER NOT NULL
+   );
+   ALTER TABLE queue ADD COLUMN consumer_shards_wanted INTEGER NOT NULL DEFAULT 0;
+   ALTER TABLE shards ADD COLUMN changed_at INTEGER NOT NULL DEFAULT 0;`,
 ];
 
 export function migrateCoordinator(sql: SqlStorage): void {

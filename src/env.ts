@@ -23,6 +23,10 @@ export interface Env {
   HEARTBEAT_INTERVAL_MS?: string;
   /** Messages per second one storage shard accepts before refusing as overloaded; unset or 0: no limit. */
   SHARD_CAPACITY_PER_SECOND?: string;
+  /** Autoscaler: target messages/s per storage shard, most shards per region, and how long load must stay low to scale in. */
+  TARGET_MESSAGES_PER_SHARD?: string;
+  MAX_SHARDS_PER_REGION?: string;
+  SCALE_IN_AFTER_MS?: string;
   /** How long a broker isolate trusts its in-memory copy of a shard map. */
   SHARD_MAP_CACHE_TTL_MS?: string;
   /** How a Worker consumer is reached unless its settings say otherwise: "rpc" (deploys) or "queue" (local dev). */

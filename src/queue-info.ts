@@ -18,6 +18,8 @@ export interface QueueMetrics {
   backlog_count: number;
   backlog_bytes: number;
   oldest_message_timestamp_ms: number | null;
+  /** Consumer shards delivering now (null when not asked for). */
+  consumer_concurrency: number | null;
   shards: Array<{
     name: string;
     region: string;
@@ -26,6 +28,14 @@ export interface QueueMetrics {
     backlog_bytes: number;
     oldest_message_timestamp_ms: number | null;
     /** From the shard's latest heartbeat to the Coordinator; null before its first. */
-    heartbeat: { received_at_ms: number; messages_in_per_second: number } | null;
+    heartbeat: {
+      received_at_ms: number;
+      healthy: boolean;
+      messages_in_per_second: number;
+      messages_out_per_second: number;
+      leased: number;
+      refusals: number;
+      totals: import("./protocol").DeliveryTotals;
+    } | null;
   }>;
 }

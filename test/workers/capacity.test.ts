@@ -1,5 +1,7 @@
 import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
+import type { Coordinator } from "../../coordinator/coordinator";
+import { saveMemory } from "../../coordinator/decisions";
 import { coordinatorFor } from "../../src/addressing";
 import { TokenBucket } from "../../storage-shard/capacity";
 import type { StorageShard } from "../../storage-shard/storage-shard";
@@ -46,6 +48,10 @@ describe("per-shard capacity", () => {
   it("answers 503 with Retry-After, storing nothing, when no shard frees up in time", async () => {
     const q = await createQueue("swamped");
     await limitShards(q.queue_id, 1);
+    // Keep the autoscaler from adding shards (it would, on these refusals) during this test.
+    await runInDurableObject(env.COORDINATOR.get(env.COORDINATOR.idFromName(q.queue_id)), (_obj: Coordinator, state) => {
+      saveMemory(state.storage.sql, { lowSince: {}, lastChange: { local: Date.now() + 3_600_000 } });
+    });
     const batch = { messages: Array.from({ length: 100 }, (_, i) => ({ body: i })) };
     // Four full batches put every shard 99 messages (99 s) in debt.
     for (let i = 0; i < 4; i++) expect((await api("POST", `${queuePath("swamped")}/messages/batch`, batch)).status).toBe(200);

@@ -267,7 +267,7 @@ describe("acknowledging pulled messages", () => {
     expect(await backlog("ack-dlq")).toBe(0);
     const dead = (await storedMessages("ack-dlq-dead")).messages;
     expect(dead).toHaveLength(1);
-    expect(dead[0]).toMatchObject({ id, contentType: "text", attempts: 0 });
+    expect(dead[0]).toMatchObject({ id, contentType: "text", attempts: 2 }); // the dead-letter copy keeps its delivery count
     expect(new TextDecoder().decode(dead[0]!.body)).toBe("doomed");
   });
 
