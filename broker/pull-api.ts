@@ -17,7 +17,7 @@ import { LIMITS } from "../src/limits";
 import type { DeliveryPlan, LeasedMessage, LeaseRef } from "../src/protocol";
 import { ok } from "./envelope";
 import { leaseSigningKey, signLease, toBase64, verifyLease, type LeaseToken } from "./lease-tokens";
-import { readJson } from "./read-json";
+import { readJson, readOptionalJson } from "./read-json";
 import { notFound } from "./send";
 import { authoritativeShardMap, cachedShardMap } from "./shard-map-cache";
 import { parseWith } from "./validate";
@@ -266,8 +266,3 @@ function shuffled<T>(items: readonly T[]): T[] {
   return out;
 }
 
-/** A pull's every field is optional: an absent body means all defaults, as `curl -X POST` sends. */
-async function readOptionalJson(request: Request): Promise<unknown> {
-  if (request.body === null || request.headers.get("content-length") === "0") return {};
-  return readJson(request);
-}

@@ -47,3 +47,9 @@ export async function readJson(request: Request, maxBytes: number = LIMITS.maxRe
     throw HttpError.invalid("body", `malformed JSON (${(err as Error).message})`);
   }
 }
+
+/** For endpoints whose every field is optional: no body at all (as `curl -X POST` sends) reads as `{}`. */
+export async function readOptionalJson(request: Request): Promise<unknown> {
+  if (request.body === null || request.headers.get("content-length") === "0") return {};
+  return readJson(request);
+}

@@ -5,9 +5,12 @@ import { HttpError } from "../src/errors";
 import { authenticate, type Principal } from "./auth";
 import { errorResponse } from "./envelope";
 import { getMetrics, sendBatch, sendMessage } from "./messages-api";
+import { getShards } from "./shards-api";
 import { createConsumer, deleteConsumer, getConsumer, listConsumers, updateConsumer } from "./consumers-api";
 import { createQueue, deleteQueue, getQueue, listQueues, updateQueue } from "./queues-api";
 import { ackMessages, extendLeases, pullMessages } from "./pull-api";
+import { cancelMessage, lookupMessage, purgeQueue } from "./operations-api";
+import { redriveQueue } from "./redrive";
 
 type ApiRequest = IRequest & { principal: Principal };
 type Args = [Env, ExecutionContext];
@@ -44,7 +47,12 @@ router
   .post(`${QUEUE}/messages/pull`, (req, env) => pullMessages(req, env, req.principal.accountId, queueRef(req)))
   .post(`${QUEUE}/messages/ack`, (req, env) => ackMessages(req, env, req.principal.accountId, queueRef(req)))
   .post(`${QUEUE}/messages/extend`, (req, env) => extendLeases(req, env, req.principal.accountId, queueRef(req)))
+  .get(`${QUEUE}/messages/:message_id`, (req, env) => withMessageId(req, (id) => lookupMessage(env, req.principal.accountId, queueRef(req), id)))
+  .delete(`${QUEUE}/messages/:message_id`, (req, env) => withMessageId(req, (id) => cancelMessage(env, req.principal.accountId, queueRef(req), id)))
+  .post(`${QUEUE}/purge`, (req, env) => purgeQueue(req, env, req.principal.accountId, queueRef(req)))
+  .post(`${QUEUE}/redrive`, (req, env) => redriveQueue(req, env, req.principal.accountId, queueRef(req)))
   .get(`${QUEUE}/metrics`, (req, env) => getMetrics(env, req.principal.accountId, queueRef(req)))
+  .get(`${QUEUE}/shards`, (req, env) => getShards(env, req.principal.accountId, queueRef(req)))
   .post(`${QUEUE}/consumers`, (req, env) => createConsumer(req, env, req.principal.accountId, queueRef(req)))
   .get(`${QUEUE}/consumers`, (req, env) => listConsumers(env, req.principal.accountId, queueRef(req)))
   .get(`${QUEUE}/consumers/:consumer_id`, (req, env) => getConsumer(env, req.principal.accountId, queueRef(req), param(req, "consumer_id")))
@@ -63,10 +71,26 @@ const ROUTES: Array<[RegExp, string[]]> = [
   [/^\/accounts\/[^/]+\/queues\/[^/]+\/?$/, ["GET", "PATCH", "DELETE"]],
   [/^\/accounts\/[^/]+\/queues\/[^/]+\/messages(?:\/batch)?\/?$/, ["POST"]],
   [/^\/accounts\/[^/]+\/queues\/[^/]+\/messages\/(?:pull|ack|extend)\/?$/, ["POST"]],
+  // After the POST-only verbs above: the first pattern that matches answers.
+  [/^\/accounts\/[^/]+\/queues\/[^/]+\/messages\/[^/]+\/?$/, ["GET", "DELETE"]],
+  [/^\/accounts\/[^/]+\/queues\/[^/]+\/(?:purge|redrive)\/?$/, ["POST"]],
   [/^\/accounts\/[^/]+\/queues\/[^/]+\/metrics\/?$/, ["GET"]],
+  [/^\/accounts\/[^/]+\/queues\/[^/]+\/shards\/?$/, ["GET"]],
   [/^\/accounts\/[^/]+\/queues\/[^/]+\/consumers\/?$/, ["GET", "POST"]],
   [/^\/accounts\/[^/]+\/queues\/[^/]+\/consumers\/[^/]+\/?$/, ["GET", "PATCH", "DELETE"]],
 ];
+
+/** Verbs that share the shape of .../messages/:message_id but are POST-only. */
+const MESSAGE_VERBS = new Set(["batch", "pull", "ack", "extend"]);
+
+/**
+ * A GET or DELETE on .../messages/pull is not a lookup of a message named "pull":
+ * returning nothing lets the request fall through to the 405 that names POST.
+ */
+function withMessageId(req: ApiRequest, handle: (id: string) => Promise<Response>): Promise<Response> | undefined {
+  const id = param(req, "message_id");
+  return MESSAGE_VERBS.has(id) ? undefined : handle(id);
+}
 
 function queueRef(req: ApiRequest): string {
   return param(req, "queue");

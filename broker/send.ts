@@ -107,8 +107,8 @@ export function pickShard(map: ShardMap, region: string, exclude: ReadonlySet<st
   return pool.length ? pool[Math.floor(random() * pool.length)] : undefined;
 }
 
-/** A number in [0, 1) fixed by `key` (FNV-1a). */
-function seededRandom(key: string): () => number {
+/** A number in [0, 1) fixed by `key` (FNV-1a): where a message that keeps its id is placed. */
+export function seededRandom(key: string): () => number {
   let h = 0x811c9dc5;
   for (let i = 0; i < key.length; i++) h = Math.imul(h ^ key.charCodeAt(i), 0x01000193);
   const value = (h >>> 0) / 2 ** 32;

@@ -8,9 +8,9 @@ import type { DeliveryPlan, ShardEntry, ShardMap, ShardState, StorageHeartbeat }
 import type { QueueInfo } from "../src/queue-info";
 import { applySettingsPatch, type QueueSettings, type QueueSettingsPatch } from "../src/settings";
 import { consumerShardFor, shardMapKeys, storageShardFor } from "../src/addressing";
-import { decide, type ScalingAction, type ShardView } from "./autoscaler";
+import { ControlLoop } from "./control-loop";
 import { deleteConsumer, insertConsumer, readConsumers, updateConsumer, type NewConsumer } from "./consumers";
-import { loadMemory, logDecision, recentDecisions, saveMemory, type Decision } from "./decisions";
+import { logDecision, recentDecisions, type Decision } from "./decisions";
 import {
   readConsumerShards,
   readStorageBeats,
@@ -20,7 +20,7 @@ import {
   type ConsumerShardStatus,
   type ShardHeartbeat,
 } from "./heartbeats";
-import { migrateCoordinator } from "./schema";
+import { migrateCoordinator, type QueueRow } from "./schema";
 
 /** Messages per consumer shard before the Coordinator wakes another (up to max_concurrency). */
 const BACKLOG_PER_CONSUMER_SHARD = 200;
@@ -30,25 +30,7 @@ const KV_MIN_WRITE_INTERVAL_MS = 1000;
 const PUBLISH_RETRY_MS = 5000;
 /** The map in KV is rewritten at least this often even when nothing changed (KV entries go cold). */
 const REFRESH_MAP_MS = 60_000;
-/** Retired shards stay in the map this long, so brokers with older maps learn of them. */
-const KEEP_RETIRED_MS = 10 * 60_000;
-/** Scale in only after a shard's share of the target stays below this. */
-const SCALE_IN_BELOW = 0.3;
 
-interface QueueRow {
-  queue_id: string;
-  account_id: string;
-  queue_name: string;
-  created_at: number;
-  modified_at: number;
-  settings: string;
-  ready: number;
-  map_version: number;
-  published_version: number;
-  published_at: number;
-  next_shard: number;
-  consumer_shards_wanted: number;
-}
 
 export type { ShardHeartbeat } from "./heartbeats";
 
@@ -66,6 +48,7 @@ export interface InitializeQueue {
  */
 export class Coordinator extends DurableObject<Env> {
   private readonly sql: SqlStorage;
+  private readonly loop: ControlLoop;
   private publishing = false;
   clock: Clock = systemClock;
 
@@ -73,6 +56,15 @@ export class Coordinator extends DurableObject<Env> {
     super(ctx, env);
     this.sql = ctx.storage.sql;
     migrateCoordinator(this.sql);
+    this.loop = new ControlLoop({
+      sql: this.sql,
+      env,
+      storage: ctx.storage,
+      now: () => this.clock.now(),
+      row: () => this.row(),
+      shards: () => this.shards(),
+      heartbeats: () => this.heartbeats(),
+    });
   }
 
   /**
@@ -305,10 +297,11 @@ export class Coordinator extends DurableObject<Env> {
     const row = this.row();
     if (!row || !row.ready) return;
     const now = this.clock.now();
-    await this.activatePending();
-    await this.autoscale(now);
+    await this.loop.activatePending();
+    await this.loop.reconcileStates(now);
+    await this.loop.autoscale(now);
     await this.wakeConsumers();
-    this.pruneRetired(now);
+    this.loop.pruneRetired(now);
     if (now - row.published_at >= REFRESH_MAP_MS) this.sql.exec("UPDATE queue SET published_version = MIN(published_version, map_version - 1)");
     await this.publish();
     await this.armTick(now + serviceConfig(this.env).heartbeatIntervalMs);
@@ -317,83 +310,6 @@ export class Coordinator extends DurableObject<Env> {
   /** What the autoscaler has done lately, newest first. */
   decisions(limit = 50): Decision[] {
     return recentDecisions(this.sql, limit);
-  }
-
-  private async autoscale(now: number): Promise<void> {
-    const config = serviceConfig(this.env);
-    const beats = new Map(this.heartbeats().map((b) => [b.name, b]));
-    const raw = this.sql.exec("SELECT name, region, state, created_at FROM shards").toArray() as unknown as Array<{ name: string; region: string; state: ShardView["state"]; created_at: number }>;
-    const views: ShardView[] = raw.map((s) => {
-      const b = beats.get(s.name);
-      return {
-        name: s.name,
-        region: s.region,
-        state: s.state,
-        createdAt: s.created_at,
-        beat: b ? { state: b.state, messagesIn: b.messages_in, periodMs: b.period_ms, backlog: b.backlog_count, leasedNow: b.leased_now, refusals: b.refusals, receivedAt: b.received_at } : null,
-      };
-    });
-    const policy = {
-      targetPerShard: config.targetPerShard,
-      minPerRegion: config.shardsPerRegion,
-      maxPerRegion: Math.max(config.shardsPerRegion, config.maxShardsPerRegion),
-      scaleInBelow: SCALE_IN_BELOW,
-      scaleInAfterMs: config.scaleInAfterMs,
-      cooldownMs: 2 * config.heartbeatIntervalMs,
-      heartbeatIntervalMs: config.heartbeatIntervalMs,
-    };
-    const { actions, memory } = decide(views, config.regions, policy, loadMemory(this.sql), now);
-    saveMemory(this.sql, memory);
-    for (const action of actions) await this.apply(action, now);
-  }
-
-  /**
-   * Carries out one decision. New shards are written as pending, activated, and only
-   * then made active in the map; a state change is told to the shard before it is
-   * recorded. A reset at any point leaves a state the next tick completes or redoes.
-   */
-  private async apply(action: ScalingAction, now: number): Promise<void> {
-    const row = this.row()!;
-    const log = (target: string | null) =>
-      logDecision(this.sql, { at: now, kind: action.kind, region: action.region, target, reason: action.reason, figures: action.figures });
-    if (action.kind === "add_shards") {
-      const names: string[] = [];
-      this.ctx.storage.transactionSync(() => {
-        for (let i = 0; i < action.count; i++) names.push(`${row.queue_id}:${action.region}:${row.next_shard + i}`);
-        for (const name of names) this.sql.exec("INSERT INTO shards (name, region, state, created_at) VALUES (?, ?, 'pending', ?)", name, action.region, now);
-        this.sql.exec("UPDATE queue SET next_shard = next_shard + ?", action.count);
-        log(names.join(","));
-      });
-      await this.activatePending();
-      return;
-    }
-    const state = action.kind === "drain_shard" ? "draining" : "retired";
-    await storageShardFor(this.env, action.shard, action.region).setState(state);
-    this.ctx.storage.transactionSync(() => {
-      this.sql.exec("UPDATE shards SET state = ?, changed_at = ? WHERE name = ?", state, now, action.shard);
-      this.sql.exec("UPDATE queue SET map_version = map_version + 1");
-      log(action.shard);
-    });
-  }
-
-  /** Activates shards written as pending (by a scale-out, possibly one a reset interrupted) and publishes them. */
-  private async activatePending(): Promise<void> {
-    const row = this.row()!;
-    const pending = this.sql.exec("SELECT name, region FROM shards WHERE state = 'pending'").toArray() as unknown as Array<{ name: string; region: string }>;
-    if (pending.length === 0) return;
-    await Promise.all(pending.map((s) => storageShardFor(this.env, s.name, s.region).activate({ name: s.name, queueId: row.queue_id, accountId: row.account_id, region: s.region })));
-    this.ctx.storage.transactionSync(() => {
-      for (const s of pending) this.sql.exec("UPDATE shards SET state = 'active' WHERE name = ? AND state = 'pending'", s.name);
-      this.sql.exec("UPDATE queue SET map_version = map_version + 1");
-    });
-  }
-
-  /** Forgets shards retired long ago: their objects are empty, and every broker map has moved on. */
-  private pruneRetired(now: number): void {
-    const gone = this.sql.exec("DELETE FROM shards WHERE state = 'retired' AND changed_at < ? RETURNING name", now - KEEP_RETIRED_MS).toArray() as unknown as Array<{ name: string }>;
-    if (gone.length === 0) return;
-    for (const g of gone) this.sql.exec("DELETE FROM heartbeats WHERE name = ?", g.name);
-    this.sql.exec("UPDATE queue SET map_version = map_version + 1");
   }
 
   /** Sets the alarm to `at` unless it is already due sooner. */

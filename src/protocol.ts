@@ -75,6 +75,12 @@ export interface DeliveryTotals {
   dropped: number;
   expired: number;
   quarantined: number;
+  /**
+   * Deleted by a purge, and cancelled one by one. Optional only because heartbeats a
+   * Coordinator stored before these counters existed lack them; stats() always sets them.
+   */
+  purged: number;
+  cancelled: number;
 }
 
 /** How a shard learns what it is; sent by the Coordinator when it creates the shard. */
@@ -186,4 +192,32 @@ export interface DeliveryPlan {
   consumer: ConsumerRecord | null;
   /** Shards that may hold messages, with the backlog of their latest heartbeat (null before one). */
   shards: Array<ShardEntry & { backlog: number | null }>;
+}
+
+/** Where a stored message stands: ready to lease, not visible yet (a delay or a retry's delay), or held under a live lease. */
+export type MessageState = "ready" | "delayed" | "leased";
+
+/** One stored message as a lookup by id sees it, without its body. */
+export interface MessageStatus {
+  id: string;
+  state: MessageState;
+  attempts: number;
+  enqueuedAt: number;
+  visibleAt: number;
+  size: number;
+  contentType: ContentType;
+}
+
+/** One bounded step of a purge: `more` while the shard still holds messages. */
+export interface PurgeResult {
+  deleted: number;
+  more: boolean;
+}
+
+/** Which messages a redrive moves: by age (from enqueued-at, on the shard's clock) and by deliveries so far. Absent bounds are open. */
+export interface MessageFilter {
+  minAgeMs?: number;
+  maxAgeMs?: number;
+  minAttempts?: number;
+  maxAttempts?: number;
 }

@@ -60,6 +60,9 @@ const MIGRATIONS: string[] = [
      reason      TEXT NOT NULL,
      detected_at INTEGER NOT NULL
    );`,
+  // Queue operations: messages removed by a purge, and one by one by a cancel.
+  `ALTER TABLE counters ADD COLUMN purged INTEGER NOT NULL DEFAULT 0;
+   ALTER TABLE counters ADD COLUMN cancelled INTEGER NOT NULL DEFAULT 0;`,
 ];
 
 export function migrate(sql: SqlStorage): void {

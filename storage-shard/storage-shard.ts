@@ -11,7 +11,10 @@ import type {
   LeaseRef,
   LeaseRequest,
   LeaseResult,
+  MessageFilter,
+  MessageStatus,
   PeekResult,
+  PurgeResult,
   ShardIdentity,
   ShardState,
   SettleRequest,
@@ -24,6 +27,7 @@ import type {
 import { ActivityMeter, TokenBucket } from "./capacity";
 import { expireOld, extend, lease, readLeased, settle, type BacklogDelta } from "./delivery";
 import { coordinatorFor } from "../src/addressing";
+import { cancelMessage, countMatching, findMessage, leaseMatching, PURGE_PER_CALL, purgeSome, releaseLeases } from "./operations";
 import { migrate, type MessageRow } from "./schema";
 
 const MAX_PEEK = 1000;
@@ -202,11 +206,80 @@ export class StorageShard extends DurableObject<Env> {
     return readLeased(this.sql, refs);
   }
 
+  // Queue operations (storage-shard/operations.ts): purge, lookup and cancel by id, redrive.
+
+  /** Deletes up to `limit` messages of any state (ready, delayed, leased), oldest first. */
+  purge(queueId: string, limit: number = PURGE_PER_CALL): PurgeResult {
+    if (this.refuseRead(queueId)) return { deleted: 0, more: false };
+    const now = this.clock.now();
+    const r = this.ctx.storage.transactionSync(() => {
+      const r = purgeSome(this.sql, now, limit);
+      this.writeDelta(r.delta);
+      return r;
+    });
+    this.afterRemoval(r);
+    // Emptied: the next arrival must wake a consumer again, as after a lease that found nothing.
+    if (!r.more) this.consumersNotified = false;
+    return { deleted: r.count, more: r.more };
+  }
+
+  findMessage(queueId: string, id: string): MessageStatus | null {
+    if (this.refuseRead(queueId)) return null;
+    return findMessage(this.sql, this.clock.now(), id);
+  }
+
+  /** Deletes one message wherever it stands; false when this shard does not hold it. */
+  cancelMessage(queueId: string, id: string): boolean {
+    if (this.refuseRead(queueId)) return false;
+    const now = this.clock.now();
+    const r = this.ctx.storage.transactionSync(() => {
+      const r = cancelMessage(this.sql, now, id);
+      this.writeDelta(r.delta);
+      return r;
+    });
+    this.afterRemoval(r);
+    return r.count > 0;
+  }
+
+  /** Leases ready messages matching a filter, attempts unchanged: a redrive's batch, acked through settle(). */
+  leaseMatching(queueId: string, filter: MessageFilter, limit: number, leaseMs: number): LeasedMessage[] {
+    if (this.refuseRead(queueId)) return [];
+    const now = this.clock.now();
+    const { messages, delta } = this.ctx.storage.transactionSync(() => {
+      const r = leaseMatching(this.sql, now, filter, limit, leaseMs);
+      this.writeDelta(r.delta);
+      return r;
+    });
+    this.applyDelta(delta);
+    this.leasedNow += messages.length;
+    return messages;
+  }
+
+  /** Ends leases early so the messages are ready again now (a redrive that could not write them). */
+  releaseLeases(queueId: string, refs: LeaseRef[]): number {
+    if (this.refuseRead(queueId)) return 0;
+    const now = this.clock.now();
+    const released = this.ctx.storage.transactionSync(() => releaseLeases(this.sql, now, refs));
+    this.leasedNow = Math.max(0, this.leasedNow - released);
+    return released;
+  }
+
+  countMatching(queueId: string, filter: MessageFilter): number {
+    if (this.refuseRead(queueId)) return 0;
+    return countMatching(this.sql, this.clock.now(), filter);
+  }
+
+  private afterRemoval(r: { delta: BacklogDelta; held: number }): void {
+    this.applyDelta(r.delta);
+    this.leasedNow = Math.max(0, this.leasedNow - r.held);
+  }
+
   stats(): ShardStats {
     const oldest = this.sql.exec<{ enqueued_at: number }>("SELECT enqueued_at FROM messages ORDER BY seq LIMIT 1").toArray()[0];
-    const t = this.sql.exec("SELECT leased, acked, retried, dead_lettered, dropped, expired, quarantined FROM counters").one() as unknown as Record<string, number>;
+    const t = this.sql.exec("SELECT leased, acked, retried, dead_lettered, dropped, expired, quarantined, purged, cancelled FROM counters").one() as unknown as Record<string, number>;
     const totals: DeliveryTotals = {
       leased: t.leased!, acked: t.acked!, retried: t.retried!, deadLettered: t.dead_lettered!, dropped: t.dropped!, expired: t.expired!, quarantined: t.quarantined!,
+      purged: t.purged!, cancelled: t.cancelled!,
     };
     return { backlogCount: this.backlogCount, backlogBytes: this.backlogBytes, oldestEnqueuedAt: oldest?.enqueued_at ?? null, totals };
   }

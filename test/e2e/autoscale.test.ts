@@ -1,0 +1,129 @@
+// The control plane under wrangler dev: with a low per-shard capacity
+// (SHARD_CAPACITY_PER_SECOND) a load of several times one shard's capacity makes the
+// queue grow its storage shards within seconds, every send still succeeds, the map in
+// KV shows the growth, and after the load the queue shrinks back; no message is lost.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { applyConfig } from "../../scripts/apply-config.mjs";
+import { writeDevConfig } from "../../scripts/dev-config.mjs";
+import { freePort, startWrangler } from "../../scripts/dev-server.mjs";
+
+const TOKEN = "shardq-local-dev-token";
+const headers = { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" };
+const LOAD_SECONDS = 10;
+
+interface ShardsView {
+  version: number;
+  published: { version: number; shards: Array<{ state: string }> } | null;
+  shards: Array<{ name: string; state: string; heartbeat: { totals: Record<string, number> } | null }>;
+  consumer_shards: { running: number };
+  decisions: Array<{ kind: string; reason: string }>;
+}
+
+describe("autoscaling under wrangler dev", () => {
+  const stateDir = mkdtempSync(join(tmpdir(), "shardq-e2e-autoscale-"));
+  const registry = mkdtempSync(join(tmpdir(), "shardq-e2e-registry-"));
+  let service: Awaited<ReturnType<typeof startWrangler>> | undefined;
+  let base = "";
+
+  beforeAll(async () => {
+    const port = await freePort();
+    base = `http://127.0.0.1:${port}`;
+    service = await startWrangler({
+      args: [
+        "-c", writeDevConfig(), "-c", "examples/consumer/wrangler.toml", "--port", String(port), "--ip", "127.0.0.1", "--persist-to", stateDir, "--inspector-port", "0",
+        // One shard takes 50 msg/s; the autoscaler aims at 40 per shard and looks every second.
+        "--var", "SHARD_CAPACITY_PER_SECOND:50", "--var", "TARGET_MESSAGES_PER_SHARD:40", "--var", "MAX_SHARDS_PER_REGION:16",
+        "--var", "HEARTBEAT_INTERVAL_MS:1000", "--var", "SCALE_IN_AFTER_MS:3000",
+      ],
+      readyUrl: `${base}/`,
+      env: { WRANGLER_REGISTRY_PATH: registry },
+    });
+    await applyConfig(base, TOKEN);
+  });
+
+  afterAll(async () => {
+    await service?.stop();
+    rmSync(stateDir, { recursive: true, force: true });
+    rmSync(registry, { recursive: true, force: true });
+  });
+
+  const shards = async (): Promise<ShardsView> => ((await (await fetch(`${base}/accounts/local/queues/example/shards`, { headers })).json()) as { result: ShardsView }).result;
+  const active = (v: { shards: Array<{ state: string }> } | null) => v?.shards.filter((s) => s.state === "active").length ?? 0;
+
+  it("grows its shards under load above capacity, loses no send, and shrinks back afterwards", async () => {
+    const start = await shards();
+    expect(active(start)).toBe(4);
+
+    // Closed-loop load over loopback: 16 senders, 10 messages per request, for LOAD_SECONDS.
+    const ids: string[] = [];
+    let failures = 0;
+    let maxActive = 0;
+    let maxPublished = 0;
+    let maxConsumers = 0;
+    const until = Date.now() + LOAD_SECONDS * 1000;
+    const senders = Array.from({ length: 16 }, async () => {
+      while (Date.now() < until) {
+        const res = await fetch(`${base}/accounts/local/queues/example/messages/batch`, {
+          method: "POST",
+          headers,
+          body: JSON.stringify({ messages: Array.from({ length: 10 }, (_, i) => ({ body: { i } })) }),
+        });
+        const json = (await res.json()) as { result: { message_ids: string[] } };
+        if (res.status === 200) ids.push(...json.result.message_ids);
+        else failures++;
+      }
+    });
+    const watcher = (async () => {
+      while (Date.now() < until + 2000) {
+        const v = await shards();
+        maxActive = Math.max(maxActive, active(v));
+        maxPublished = Math.max(maxPublished, active(v.published));
+        maxConsumers = Math.max(maxConsumers, v.consumer_shards.running);
+        await new Promise((r) => setTimeout(r, 250));
+      }
+    })();
+    await Promise.all([...senders, watcher]);
+    const rate = Math.round(ids.length / LOAD_SECONDS);
+    console.log(`load: ${ids.length} messages in ${LOAD_SECONDS} s (${rate} msg/s against 4 x 50 msg/s), ${failures} failed sends; storage shards 4 -> ${maxActive} (KV map: ${maxPublished}); consumer shards up to ${maxConsumers}`);
+    expect(failures).toBe(0);
+    expect(rate).toBeGreaterThan(4 * 50);
+    expect(maxActive).toBeGreaterThan(4);
+    expect(maxPublished).toBeGreaterThan(4);
+
+    // Load gone: back down to the minimum, drained shards retired.
+    const deadline = Date.now() + 90_000;
+    let view = await shards();
+    while (active(view) > 4 && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 1000));
+      view = await shards();
+    }
+    expect(active(view)).toBe(4);
+    const kinds = new Set(view.decisions.map((d) => d.kind));
+    expect(kinds.has("add_shards")).toBe(true);
+    expect(kinds.has("drain_shard")).toBe(true);
+    console.log(`after the load: ${active(view)} active shards; decisions: ${view.decisions.length} (${[...kinds].join(", ")})`);
+
+    // Every acknowledged message was delivered and acked by the consumer, once: the shards' own counts.
+    const totals = async () => {
+      const v = await shards();
+      const sum = { acked: 0, lost: 0 };
+      for (const s of v.shards) {
+        const t = s.heartbeat?.totals;
+        if (!t) continue;
+        sum.acked += t.acked ?? 0;
+        sum.lost += (t.dropped ?? 0) + (t.expired ?? 0) + (t.deadLettered ?? 0);
+      }
+      return sum;
+    };
+    const ackDeadline = Date.now() + 60_000;
+    let sum = await totals();
+    while (sum.acked < ids.length && Date.now() < ackDeadline) {
+      await new Promise((r) => setTimeout(r, 1000));
+      sum = await totals();
+    }
+    expect(sum).toEqual({ acked: ids.length, lost: 0 });
+  });
+});
