@@ -1,6 +1,7 @@
 import { DurableObject } from "cloudflare:workers";
 import { coordinatorFor, storageShardFor } from "../src/addressing";
 import { systemClock, type Clock } from "../src/clock";
+import { serviceConfig } from "../src/config";
 import type { DispatchMessage } from "../src/consumer-entrypoint";
 import { consumerBindingName, type ConsumerRecord } from "../src/consumer-settings";
 import { decodeBody } from "../src/encoding";
@@ -105,7 +106,7 @@ export class ConsumerShard extends DurableObject<Env> {
       }
       await this.deliverBatch(plan, consumer, shard.name, lease.messages, dispatch, lease.backlogCount);
       // A long round still reports every few seconds, so the Coordinator sees it working.
-      if (Date.now() - this.report.at >= REPORT_EVERY_MS) await this.sendReport(queueId, true);
+      if (Date.now() - this.report.at >= Math.min(REPORT_EVERY_MS, serviceConfig(this.env).heartbeatIntervalMs)) await this.sendReport(queueId, true);
     }
     return this.clock.now();
   }

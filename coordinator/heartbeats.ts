@@ -54,7 +54,8 @@ export function recordConsumerReport(sql: SqlStorage, r: ConsumerShardReport, no
     `INSERT INTO consumer_shards (idx, running, delivered, batches, errors, received_at) VALUES (?, ?, ?, ?, ?, ?)
      ON CONFLICT(idx) DO UPDATE SET running = excluded.running, delivered = delivered + excluded.delivered,
        batches = batches + excluded.batches, errors = errors + excluded.errors, received_at = excluded.received_at`,
-    r.index, r.running ? 1 : 0, r.delivered, r.batches, r.errors, now,
+    // Delivering now, or delivered since its last report: it counts toward concurrency.
+    r.index, r.running || r.delivered > 0 ? 1 : 0, r.delivered, r.batches, r.errors, now,
   );
 }
 

@@ -7,6 +7,7 @@
  * Message bodies may ask for trouble, to show the semantics:
  *   { "retry": true }  -> msg.retry({ delaySeconds: 1 }) every time (ends in the dead-letter queue)
  *   { "throw": true }  -> the handler throws (every message of the batch not acked is retried)
+ *   { "work_ms": 20 }  -> takes that long over the message (at most 1 s), like real work
  *
  * The last line is the only shardq-specific one: the same handler, exported as an
  * RPC entrypoint, for the transport that deploys.
@@ -24,7 +25,8 @@ const handler = {
     await tally.record(batch.queue, batch.messages.map((m) => ({ id: m.id, attempts: m.attempts })));
     let shouldThrow = false;
     for (const msg of batch.messages) {
-      const body = msg.body as { retry?: boolean; throw?: boolean } | null;
+      const body = msg.body as { retry?: boolean; throw?: boolean; work_ms?: number } | null;
+      if (typeof body?.work_ms === "number") await new Promise((r) => setTimeout(r, Math.min(1000, Math.max(0, body.work_ms!))));
       if (body?.retry) msg.retry({ delaySeconds: 1 });
       else if (body?.throw) shouldThrow = true;
       else msg.ack();
