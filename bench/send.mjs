@@ -1,7 +1,8 @@
 // A small sender for the write path: `npm run send -- --count 1000 --concurrency 16`.
 // Sends single messages (or --batch N per request) over HTTP to a running shardq
-// (default: the local `npm start` service), then prints throughput, latency
-// percentiles and the queue's backlog. Bounded by --count and --seconds.
+// (default: the local `npm start` service), as fast as --concurrency allows or at a
+// fixed --rate (messages/s), then prints throughput, latency percentiles and the
+// queue's backlog. Bounded by --count and --seconds.
 import { parseArgs } from "node:util";
 
 const { values: opts } = parseArgs({
@@ -15,6 +16,8 @@ const { values: opts } = parseArgs({
     concurrency: { type: "string", default: "16" },
     size: { type: "string", default: "64" },
     seconds: { type: "string", default: "120" },
+    rate: { type: "string", default: "0" },
+    "work-ms": { type: "string", default: "0" },
   },
 });
 
@@ -23,9 +26,13 @@ const batch = int("batch", 1, 100);
 const concurrency = int("concurrency", 1, 512);
 const size = int("size", 1, 127_000);
 const deadline = Date.now() + int("seconds", 1, 3600) * 1000;
+const rate = int("rate", 0, 100_000);
+const workMs = int("work-ms", 0, 1000);
 const base = `${opts.url}/accounts/${opts.account}/queues/${opts.queue}`;
 const headers = { authorization: `Bearer ${opts.token}`, "content-type": "application/json" };
 const payload = "x".repeat(size);
+/** With --work-ms the example consumer spends that long on each message (a JSON body). */
+const message = () => (workMs ? { body: { pad: payload, work_ms: workMs } } : { body: payload, content_type: "text" });
 
 /** @type {number[]} */
 const latencies = [];
@@ -38,11 +45,11 @@ await Promise.all(
   Array.from({ length: concurrency }, async () => {
     while (next < count && Date.now() < deadline) {
       const n = Math.min(batch, count - next);
+      const slot = next;
       next += n;
-      const body =
-        batch === 1
-          ? JSON.stringify({ body: payload, content_type: "text" })
-          : JSON.stringify({ messages: Array.from({ length: n }, () => ({ body: payload, content_type: "text" })) });
+      // At a fixed rate, request k leaves at started + k * batch / rate.
+      if (rate > 0) await new Promise((r) => setTimeout(r, Math.max(0, started + (slot / rate) * 1000 - performance.now())));
+      const body = batch === 1 ? JSON.stringify(message()) : JSON.stringify({ messages: Array.from({ length: n }, message) });
       const t0 = performance.now();
       try {
         const res = await fetch(batch === 1 ? `${base}/messages` : `${base}/messages/batch`, { method: "POST", headers, body });

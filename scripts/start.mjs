@@ -25,8 +25,12 @@ mkdirSync(registry, { recursive: true });
 for (const worker of ["shardq", "shardq-example-producer", "shardq-example-consumer"]) rmSync(join(registry, worker), { force: true });
 const env = { WRANGLER_REGISTRY_PATH: registry };
 
+// Tunables from the environment, e.g. `SHARD_CAPACITY_PER_SECOND=50 npm start` to watch the autoscaler.
+const TUNABLES = ["SHARD_CAPACITY_PER_SECOND", "TARGET_MESSAGES_PER_SHARD", "MAX_SHARDS_PER_REGION", "SHARDS_PER_REGION", "HEARTBEAT_INTERVAL_MS", "SCALE_IN_AFTER_MS"];
+const vars = TUNABLES.filter((name) => process.env[name]).flatMap((name) => ["--var", `${name}:${process.env[name]}`]);
+
 const service = await startWrangler({
-  args: ["-c", writeDevConfig(), "-c", "examples/consumer/wrangler.toml", "--port", String(port), "--persist-to", ".wrangler/state"],
+  args: ["-c", writeDevConfig(), "-c", "examples/consumer/wrangler.toml", "--port", String(port), "--persist-to", ".wrangler/state", ...vars],
   readyUrl: `${base}/`,
   log: prefix("shardq"),
   env,
