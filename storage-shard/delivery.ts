@@ -57,29 +57,45 @@ export function lease(sql: SqlStorage, now: number, req: LeaseRequest): { result
     return { result: { messages: [], waitUntil: oldestReady! + req.maxWaitMs, more: false, nextVisibleAt: nextVisible(sql, now), backlogCount: 0 }, delta: { count: 0, bytes: 0 } };
   }
 
+  const { messages, delta } = leaseRows(sql, rows, now, req.leaseMs, true);
+  if (messages.length) bump(sql, "leased", messages.length);
+  return {
+    result: { messages, waitUntil: null, more: rows.length === req.limit, nextVisibleAt: nextVisible(sql, now), backlogCount: 0 },
+    delta,
+  };
+}
+
+/**
+ * Leases the given rows under one new lease id: visible_at moves forward, and with
+ * `countAttempt` the delivery is counted. A body whose checksum fails is never handed
+ * out: it moves to the quarantine table and is counted there.
+ */
+export function leaseRows(
+  sql: SqlStorage,
+  rows: Array<Omit<MessageRow, "visible_at" | "lease_id">>,
+  now: number,
+  leaseMs: number,
+  countAttempt: boolean,
+): { messages: LeasedMessage[]; delta: BacklogDelta } {
   const leaseId = randomHex(12);
   const messages: LeasedMessage[] = [];
   let quarantined = 0;
   let quarantinedBytes = 0;
+  const add = countAttempt ? 1 : 0;
   for (const r of rows) {
     const body = new Uint8Array(r.body);
     if (crc32(body) !== r.checksum) {
-      // Never delivered garbled: moved aside, counted, and the batch goes on without it.
       sql.exec("INSERT OR REPLACE INTO quarantine (id, body, checksum, reason, detected_at) VALUES (?, ?, ?, 'checksum mismatch', ?)", r.id, r.body, r.checksum, now);
       sql.exec("DELETE FROM messages WHERE seq = ?", r.seq);
       quarantined++;
       quarantinedBytes += r.size;
       continue;
     }
-    sql.exec("UPDATE messages SET visible_at = ?, lease_id = ?, attempts = attempts + 1 WHERE seq = ?", now + req.leaseMs, leaseId, r.seq);
-    messages.push({ id: r.id, body, contentType: r.content_type, enqueuedAt: r.enqueued_at, attempts: r.attempts + 1, leaseId });
+    sql.exec("UPDATE messages SET visible_at = ?, lease_id = ?, attempts = attempts + ? WHERE seq = ?", now + leaseMs, leaseId, add, r.seq);
+    messages.push({ id: r.id, body, contentType: r.content_type, enqueuedAt: r.enqueued_at, attempts: r.attempts + add, leaseId });
   }
-  if (messages.length) bump(sql, "leased", messages.length);
   if (quarantined) bump(sql, "quarantined", quarantined);
-  return {
-    result: { messages, waitUntil: null, more: rows.length === req.limit, nextVisibleAt: nextVisible(sql, now), backlogCount: 0 },
-    delta: { count: -quarantined, bytes: -quarantinedBytes },
-  };
+  return { messages, delta: { count: -quarantined, bytes: -quarantinedBytes } };
 }
 
 export function settle(sql: SqlStorage, now: number, req: SettleRequest): { result: SettleResult; delta: BacklogDelta } {
@@ -146,9 +162,10 @@ function nextVisible(sql: SqlStorage, now: number): number | null {
   return row.t;
 }
 
-const COUNTERS = new Set(["leased", "acked", "retried", "dead_lettered", "dropped", "expired", "quarantined"]);
+const COUNTERS = new Set(["leased", "acked", "retried", "dead_lettered", "dropped", "expired", "quarantined", "purged", "cancelled"]);
 
-function bump(sql: SqlStorage, counter: string, n: number): void {
+/** Adds to one of the shard's running totals (a column of `counters`). */
+export function bump(sql: SqlStorage, counter: string, n: number): void {
   if (!COUNTERS.has(counter)) throw new Error(`unknown counter ${counter}`);
   sql.exec(`UPDATE counters SET ${counter} = ${counter} + ?`, n);
 }

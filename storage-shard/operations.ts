@@ -5,10 +5,8 @@
  * function runs inside the caller's transactionSync, and each one that deletes rows
  * returns the backlog delta so the counters follow the rows in the same transaction.
  */
-import { crc32 } from "../src/checksum";
-import { randomHex } from "../src/ids";
 import type { LeasedMessage, LeaseRef, MessageFilter, MessageStatus } from "../src/protocol";
-import type { BacklogDelta } from "./delivery";
+import { bump, leaseRows, type BacklogDelta } from "./delivery";
 import type { MessageRow } from "./schema";
 
 /**
@@ -83,25 +81,7 @@ export function leaseMatching(sql: SqlStorage, now: number, filter: MessageFilte
       Math.max(1, Math.min(MAX_MATCHING_LEASE, Math.floor(limit))),
     )
     .toArray() as unknown as Array<Omit<MessageRow, "visible_at" | "lease_id">>;
-  const leaseId = randomHex(12);
-  const messages: LeasedMessage[] = [];
-  let quarantined = 0;
-  let quarantinedBytes = 0;
-  for (const r of rows) {
-    const body = new Uint8Array(r.body);
-    if (crc32(body) !== r.checksum) {
-      // As in delivery: a garbled body is set aside and counted, never copied onwards.
-      sql.exec("INSERT OR REPLACE INTO quarantine (id, body, checksum, reason, detected_at) VALUES (?, ?, ?, 'checksum mismatch', ?)", r.id, r.body, r.checksum, now);
-      sql.exec("DELETE FROM messages WHERE seq = ?", r.seq);
-      quarantined++;
-      quarantinedBytes += r.size;
-      continue;
-    }
-    sql.exec("UPDATE messages SET visible_at = ?, lease_id = ? WHERE seq = ?", now + leaseMs, leaseId, r.seq);
-    messages.push({ id: r.id, body, contentType: r.content_type, enqueuedAt: r.enqueued_at, attempts: r.attempts, leaseId });
-  }
-  if (quarantined) bump(sql, "quarantined", quarantined);
-  return { messages, delta: { count: -quarantined, bytes: -quarantinedBytes } };
+  return leaseRows(sql, rows, now, leaseMs, false);
 }
 
 /** Gives leased messages back at once (a redrive whose write failed), counting nothing. */
@@ -143,11 +123,4 @@ function tally(rows: Array<{ size: number; held: number }>): Removed {
     held += r.held ? 1 : 0;
   }
   return { count: rows.length, bytes, held };
-}
-
-const COUNTERS = new Set(["purged", "cancelled", "quarantined"]);
-
-function bump(sql: SqlStorage, counter: string, n: number): void {
-  if (!COUNTERS.has(counter)) throw new Error(`unknown counter ${counter}`);
-  sql.exec(`UPDATE counters SET ${counter} = ${counter} + ?`, n);
 }
