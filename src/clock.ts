@@ -8,9 +8,13 @@ export interface Clock {
 
 export const systemClock: Clock = { now: () => Date.now() };
 
-/** A clock tests move by hand. */
+/**
+ * A clock tests move by hand. It starts far ahead of real time by default: alarms an
+ * object sets from fake times then lie in the real future, and run only when a test
+ * runs them, instead of firing at once, over and over.
+ */
 export class ManualClock implements Clock {
-  constructor(private t = 1_700_000_000_000) {}
+  constructor(private t = Date.now() + 100 * 365 * 86_400_000) {}
   now(): number {
     return this.t;
   }

@@ -1,8 +1,10 @@
-import { SELF, env } from "cloudflare:test";
+import { SELF, env, runInDurableObject } from "cloudflare:test";
 import { exports } from "cloudflare:workers";
 import type { ErrorDetail } from "../../src/errors";
 import type { StoredMessage } from "../../src/protocol";
 import { coordinatorFor, storageShardFor } from "../../src/addressing";
+import { ManualClock } from "../../src/clock";
+import type { StorageShard } from "../../storage-shard/storage-shard";
 
 export const TOKEN = "shardq-local-dev-token";
 export const ACCOUNT = "local";
@@ -79,4 +81,16 @@ export async function storedMessages(queue: string) {
 
 export async function backlog(queue: string): Promise<number> {
   return (await api("GET", `${queuePath(queue)}/metrics`)).json.result.backlog_count;
+}
+
+/** Puts every storage shard of a queue on one fake clock; returns the clock and the shard names. */
+export async function shardsOnFakeClock(queueId: string) {
+  const clock = new ManualClock();
+  const map = (await coordinatorFor(env, queueId).shardMap())!;
+  for (const s of map.shards) {
+    await runInDurableObject(storageShardFor(env, s.name), (obj: StorageShard) => {
+      obj.clock = clock;
+    });
+  }
+  return { clock, shards: map.shards.map((s) => s.name) };
 }

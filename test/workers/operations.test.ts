@@ -1,13 +1,11 @@
-import { env, runInDurableObject } from "cloudflare:test";
+import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { purgeShards } from "../../broker/operations-api";
 import { storeMessages } from "../../broker/send";
 import { coordinatorFor, storageShardFor } from "../../src/addressing";
 import { crc32 } from "../../src/checksum";
-import { ManualClock } from "../../src/clock";
 import type { EncodedMessage, LeaseRequest } from "../../src/protocol";
-import type { StorageShard } from "../../storage-shard/storage-shard";
-import { api, backlog, createQueue, OTHER_TOKEN, queuePath, storedMessages } from "./helpers";
+import { api, backlog, createQueue, OTHER_TOKEN, queuePath, shardsOnFakeClock, storedMessages } from "./helpers";
 
 const send = (q: string, body: unknown, extra: Record<string, unknown> = {}) => api("POST", `${queuePath(q)}/messages`, { body, ...extra });
 const lookup = (q: string, id: string) => api("GET", `${queuePath(q)}/messages/${id}`);
@@ -19,14 +17,7 @@ const leaseAll = (queueId: string, leaseMs = 10_000): LeaseRequest => ({ queueId
 /** A queue whose storage shards all run on one fake clock. */
 async function opsQueue(name: string, settings?: Record<string, unknown>) {
   const q = await createQueue(name, settings);
-  const clock = new ManualClock();
-  const map = (await coordinatorFor(env, q.queue_id).shardMap())!;
-  for (const s of map.shards) {
-    await runInDurableObject(storageShardFor(env, s.name), (obj: StorageShard) => {
-      obj.clock = clock;
-    });
-  }
-  return { ...q, clock, shards: map.shards.map((s) => s.name) };
+  return { ...q, ...(await shardsOnFakeClock(q.queue_id)) };
 }
 
 async function sumTotals(shards: string[]) {

@@ -1,11 +1,9 @@
-import { createExecutionContext, env, runInDurableObject } from "cloudflare:test";
+import { createExecutionContext, env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { router } from "../../broker/router";
 import { coordinatorFor, storageShardFor } from "../../src/addressing";
-import { ManualClock } from "../../src/clock";
 import { defaultConsumerSettings } from "../../src/consumer-settings";
-import type { StorageShard } from "../../storage-shard/storage-shard";
-import { api, backlog, BASE, createQueue, OTHER_TOKEN, producer, queuePath, queuesPath, storedMessages, TOKEN } from "./helpers";
+import { api, backlog, BASE, createQueue, OTHER_TOKEN, producer, queuePath, queuesPath, storedMessages, shardsOnFakeClock, TOKEN } from "./helpers";
 
 const pull = (q: string, body: unknown = {}, token?: string, account?: string) => api("POST", `${queuePath(q, account)}/messages/pull`, body, { token });
 const ack = (q: string, body: unknown, token?: string, account?: string) => api("POST", `${queuePath(q, account)}/messages/ack`, body, { token });
@@ -20,14 +18,7 @@ async function pullQueue(name: string, consumer: Record<string, unknown> = {}) {
   const q = await createQueue(name);
   const res = await api("POST", `${queuePath(name)}/consumers`, { type: "http_pull", settings: { visibility_timeout_ms: 1000, max_retries: 1 }, ...consumer });
   expect(res.status).toBe(201);
-  const clock = new ManualClock();
-  const map = (await coordinatorFor(env, q.queue_id).shardMap())!;
-  for (const s of map.shards) {
-    await runInDurableObject(storageShardFor(env, s.name), (obj: StorageShard) => {
-      obj.clock = clock;
-    });
-  }
-  return { ...q, clock, shards: map.shards.map((s) => s.name) };
+  return { ...q, ...(await shardsOnFakeClock(q.queue_id)) };
 }
 
 async function pullOne(q: string) {
