@@ -1,5 +1,6 @@
 import { serviceConfig } from "../src/config";
 import type { Env } from "../src/env";
+import { sendCoalesced } from "./coalesce";
 import { ok } from "./envelope";
 import { fromHttpBatch, fromHttpMessage } from "./messages";
 import { queueMetrics } from "./metrics";
@@ -11,7 +12,7 @@ import { cachedShardMap } from "./shard-map-cache";
 /** POST .../messages: one message. Unlike Cloudflare, answers with its id. */
 export async function sendMessage(request: Request, env: Env, accountId: string, queueRef: string): Promise<Response> {
   const message = fromHttpMessage(await readJson(request));
-  const [id] = await storeMessages(env, { accountId, queueRef, region: regionOf(request, env) }, [message]);
+  const id = await sendCoalesced(env, { accountId, queueRef, region: regionOf(request, env) }, message);
   return ok({ message_id: id });
 }
 

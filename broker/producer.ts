@@ -1,5 +1,6 @@
 import { WorkerEntrypoint } from "cloudflare:workers";
 import type { Env } from "../src/env";
+import { sendCoalesced } from "./coalesce";
 import { HttpError } from "../src/errors";
 import { fromSend, fromSendBatch } from "./messages";
 import { queueMetrics } from "./metrics";
@@ -30,8 +31,7 @@ export interface ProducerMetrics {
 export class QueueProducer extends WorkerEntrypoint<Env, ProducerProps> {
   async send(body: unknown, options?: unknown): Promise<string> {
     return this.guard(async () => {
-      const [id] = await storeMessages(this.env, this.target(), [fromSend(body, options)]);
-      return id!;
+      return sendCoalesced(this.env, this.target(), fromSend(body, options));
     });
   }
 

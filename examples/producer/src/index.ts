@@ -5,6 +5,7 @@
  * example returns so a caller can check every message arrived.
  *
  *   POST /send?count=1000&batch=100   sends `count` messages, `batch` per sendBatch (1 = send())
+ *        &concurrency=256              ...with up to this many calls in flight at once (default 1)
  *   GET  /metrics                      the queue's backlog, from env.QUEUE.metrics()
  *   /consumer/...                      passed to the example consumer (GET /consumer/stats): it runs
  *                                      inside the service's process, which has no port of its own
@@ -14,7 +15,7 @@ interface Env {
   CONSUMER?: Fetcher;
 }
 
-const MAX_COUNT = 10_000;
+const MAX_COUNT = 100_000;
 
 export default {
   async fetch(request: Request, env: Env): Promise<Response> {
@@ -25,20 +26,28 @@ export default {
     if (url.pathname === "/send" && request.method === "POST") {
       const count = intParam(url, "count", 1);
       const batch = intParam(url, "batch", 1);
+      const concurrency = intParam(url, "concurrency", 1);
       if (count === null || count < 1 || count > MAX_COUNT) return bad(`count must be an integer from 1 to ${MAX_COUNT}`);
       if (batch === null || batch < 1 || batch > 100) return bad("batch must be an integer from 1 to 100");
+      if (concurrency === null || concurrency < 1 || concurrency > 1000) return bad("concurrency must be an integer from 1 to 1000");
       const ids: string[] = [];
       const started = Date.now();
-      try {
-        for (let sent = 0; sent < count; sent += batch) {
-          const n = Math.min(batch, count - sent);
-          if (n === 1 && batch === 1) {
-            ids.push((await env.QUEUE.send({ n: sent, at: Date.now() })) as unknown as string);
+      let next = 0;
+      const worker = async () => {
+        while (next < count) {
+          const first = next;
+          const n = Math.min(batch, count - first);
+          next += n;
+          if (batch === 1) {
+            ids.push((await env.QUEUE.send({ n: first, at: Date.now() })) as unknown as string);
           } else {
-            const messages = Array.from({ length: n }, (_, i) => ({ body: { n: sent + i, at: Date.now() } }));
+            const messages = Array.from({ length: n }, (_, i) => ({ body: { n: first + i, at: Date.now() } }));
             ids.push(...((await env.QUEUE.sendBatch(messages)) as unknown as string[]));
           }
         }
+      };
+      try {
+        await Promise.all(Array.from({ length: concurrency }, worker));
       } catch (err) {
         // What was acknowledged before the failure is stored: say which ids those are.
         return Response.json({ sent: ids.length, ms: Date.now() - started, ids, error: String(err) }, { status: 503 });

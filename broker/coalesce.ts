@@ -1,0 +1,113 @@
+/**
+ * Coalescing of concurrent single sends (Quicksilver batches writes in short windows).
+ * Under load, single `send()`s and `POST .../messages` that arrive while a queue's
+ * writes are in flight join one open batch, stored with one storage-shard RPC and one
+ * SQLite transaction; when the queue is idle a send goes out at once, alone, so it
+ * waits for nothing.
+ *
+ * Each batch has a leader: the request that opened it. Only the leader performs the
+ * write, in its own request context, and it stays alive until the write is done
+ * because it awaits its own message's result. No request performs I/O on behalf of
+ * another. Waiters do not await a promise the leader settles: workerd took
+ * such requests (no I/O of their own pending) for hung and cancelled them. They poll
+ * the batch on a 2 ms timer instead, which also bounds the wait.
+ *
+ * A batch is stored whole or not at all, like any batch: if its write fails, every
+ * sender in it gets the error and none of its messages was stored.
+ */
+import type { Env } from "../src/env";
+import { HttpError } from "../src/errors";
+import { LIMITS } from "../src/limits";
+import type { PendingMessage } from "./messages";
+import { storeMessages, type SendTarget } from "./send";
+
+/** Writes of one queue in flight at once from one isolate before sends start to wait and batch. */
+const MAX_IN_FLIGHT = 8;
+/** A waiter's timer tick, and the longest it waits on another request's write. */
+const TICK_MS = 2;
+const MAX_WAIT_MS = 60_000;
+/** A write not finished by then is presumed dead (its request cancelled) and frees its slot. */
+const WRITE_TIMEOUT_MS = 30_000;
+
+interface Batch {
+  messages: PendingMessage[];
+  bytes: number;
+  /** No more joiners: full, or being written. */
+  closed: boolean;
+  /** Set by the leader when the write is done: the ids in order, or the error. */
+  ids?: string[];
+  error?: unknown;
+}
+
+interface Lane {
+  open: Batch | null;
+  /**
+   * Writes under way and when each began. A write whose request was cancelled never
+   * removes itself, so one older than WRITE_TIMEOUT_MS no longer holds a slot.
+   */
+  writes: Map<symbol, number>;
+}
+
+const lanes = new Map<string, Lane>();
+
+/** Counters for the benchmark: how many single sends went out in how many writes. */
+export const coalesceStats = { sends: 0, writes: 0 };
+
+export async function sendCoalesced(env: Env, target: SendTarget, message: PendingMessage): Promise<string> {
+  coalesceStats.sends++;
+  const key = `${target.accountId}/${target.queueRef}/${target.region ?? ""}`;
+  let lane = lanes.get(key);
+  if (!lane) lanes.set(key, (lane = { open: null, writes: new Map() }));
+
+  const size = message.body.byteLength;
+  const joinable = lane.open && !lane.open.closed && lane.open.messages.length < LIMITS.maxBatchMessages && lane.open.bytes + size <= LIMITS.maxBatchBytes;
+  if (joinable) {
+    const batch = lane.open!;
+    batch.messages.push(message);
+    batch.bytes += size;
+    if (batch.messages.length >= LIMITS.maxBatchMessages) batch.closed = true;
+    const index = batch.messages.length - 1;
+    await waitFor(() => batch.ids !== undefined || batch.error !== undefined);
+    if (batch.error !== undefined) throw batch.error;
+    return batch.ids![index]!;
+  }
+
+  // Lead a new batch: its own message first, then whoever joins while it waits for a slot.
+  const batch: Batch = { messages: [message], bytes: size, closed: false };
+  lane.open = batch;
+  if (inFlight(lane) >= MAX_IN_FLIGHT) await waitFor(() => inFlight(lane!) < MAX_IN_FLIGHT);
+  batch.closed = true;
+  if (lane.open === batch) lane.open = null;
+  const write = Symbol();
+  lane.writes.set(write, Date.now());
+  coalesceStats.writes++;
+  try {
+    batch.ids = await storeMessages(env, target, batch.messages);
+    return batch.ids[0]!;
+  } catch (err) {
+    batch.error = err;
+    throw err;
+  } finally {
+    lane.writes.delete(write);
+    if (lane.writes.size === 0 && !lane.open) lanes.delete(key);
+  }
+}
+
+function inFlight(lane: Lane): number {
+  const now = Date.now();
+  let n = 0;
+  for (const [write, began] of lane.writes) {
+    if (now - began < WRITE_TIMEOUT_MS) n++;
+    else lane.writes.delete(write);
+  }
+  return n;
+}
+
+/** Polls shared state on a short timer: the waiting request always has a timer of its own pending. */
+async function waitFor(ready: () => boolean): Promise<void> {
+  const deadline = Date.now() + MAX_WAIT_MS;
+  while (!ready()) {
+    if (Date.now() > deadline) throw new HttpError("unavailable", "the write this send joined did not finish in time; retry");
+    await new Promise((r) => setTimeout(r, TICK_MS));
+  }
+}

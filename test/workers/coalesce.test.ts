@@ -1,0 +1,40 @@
+import { describe, expect, it } from "vitest";
+import { coalesceStats } from "../../broker/coalesce";
+import { api, createQueue, producer, queuePath, storedMessages } from "./helpers";
+
+describe("coalescing concurrent single sends", () => {
+  it("stores many concurrent sends in far fewer writes, each message once, each sender its own id", async () => {
+    await createQueue("coalesce");
+    const before = { ...coalesceStats };
+    const q = producer("coalesce");
+    const results = await Promise.all([
+      ...Array.from({ length: 300 }, (_, i) => q.send({ i })),
+      ...Array.from({ length: 100 }, (_, i) => api("POST", `${queuePath("coalesce")}/messages`, { body: { http: i } }).then((r) => r.json.result.message_id as string)),
+    ]);
+    const sends = coalesceStats.sends - before.sends;
+    const writes = coalesceStats.writes - before.writes;
+    expect(sends).toBe(400);
+    expect(writes).toBeLessThan(100);
+    expect(new Set(results).size).toBe(400);
+    const { messages } = await storedMessages("coalesce");
+    expect(messages.map((m) => m.id).sort()).toEqual([...results].sort());
+    // Every sender's id names its own message.
+    const body = new Map(messages.map((m) => [m.id, new TextDecoder().decode(m.body)]));
+    expect(body.get(results[7]!)).toBe('{"i":7}');
+    expect(body.get(results[307]!)).toBe('{"http":7}');
+  });
+
+  it("sends a lone message at once, in a write of its own", async () => {
+    await createQueue("coalesce-idle");
+    const before = { ...coalesceStats };
+    for (let i = 0; i < 5; i++) await producer("coalesce-idle").send(i);
+    expect(coalesceStats.writes - before.writes).toBe(5);
+  });
+
+  it("fails every sender of a batch that could not be stored, and stores none of it", async () => {
+    await createQueue("coalesce-gone");
+    await api("DELETE", queuePath("coalesce-gone"));
+    const outcomes = await Promise.allSettled(Array.from({ length: 50 }, (_, i) => producer("coalesce-gone").send(i)));
+    expect(outcomes.every((o) => o.status === "rejected" && /not found/.test(String((o as PromiseRejectedResult).reason)))).toBe(true);
+  });
+});
