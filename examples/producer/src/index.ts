@@ -31,6 +31,7 @@ export default {
       if (batch === null || batch < 1 || batch > 100) return bad("batch must be an integer from 1 to 100");
       if (concurrency === null || concurrency < 1 || concurrency > 1000) return bad("concurrency must be an integer from 1 to 1000");
       const ids: string[] = [];
+      const latencies: number[] = [];
       const started = Date.now();
       let next = 0;
       const worker = async () => {
@@ -39,10 +40,14 @@ export default {
           const n = Math.min(batch, count - first);
           next += n;
           if (batch === 1) {
-            ids.push((await env.QUEUE.send({ n: first, at: Date.now() })) as unknown as string);
+            const t0 = Date.now();
+            ids.push((await env.QUEUE.send({ n: first, sent_at: t0 })) as unknown as string);
+            latencies.push(Date.now() - t0);
           } else {
-            const messages = Array.from({ length: n }, (_, i) => ({ body: { n: first + i, at: Date.now() } }));
+            const t0 = Date.now();
+            const messages = Array.from({ length: n }, (_, i) => ({ body: { n: first + i, sent_at: t0 } }));
             ids.push(...((await env.QUEUE.sendBatch(messages)) as unknown as string[]));
+            latencies.push(Date.now() - t0);
           }
         }
       };
@@ -50,9 +55,10 @@ export default {
         await Promise.all(Array.from({ length: concurrency }, worker));
       } catch (err) {
         // What was acknowledged before the failure is stored: say which ids those are.
-        return Response.json({ sent: ids.length, ms: Date.now() - started, ids, error: String(err) }, { status: 503 });
+        return Response.json({ sent: ids.length, ms: Date.now() - started, ids, latencies, error: String(err) }, { status: 503 });
       }
-      return Response.json({ sent: ids.length, ms: Date.now() - started, ids });
+      // `latencies`: how long each send() / sendBatch() call took, in ms (the load tester reads them).
+      return Response.json({ sent: ids.length, ms: Date.now() - started, ids, latencies });
     }
     if (url.pathname.startsWith("/consumer/") && env.CONSUMER) {
       return env.CONSUMER.fetch(new Request(new URL(url.pathname.slice("/consumer".length) + url.search, url), request));
