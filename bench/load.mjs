@@ -47,10 +47,8 @@ export async function load(argv) {
       wait: { type: "boolean", default: false },
       "consumer-stats": { type: "string" },
       json: { type: "string" },
-      help: { type: "boolean", default: false },
     },
   });
-  if (o.help) return console.log(LOAD_HELP);
   const num = (/** @type {string} */ name, /** @type {number} */ min, /** @type {number} */ max) => {
     const n = Number(o[/** @type {keyof typeof o} */ (name)]);
     if (!Number.isInteger(n) || n < min || n > max) throw new Error(`--${name} must be an integer from ${min} to ${max}`);
