@@ -14,6 +14,8 @@ export interface ShardHeartbeat {
   period_ms: number;
   received_at: number;
   totals: DeliveryTotals;
+  /** RPCs served and SQLite rows written since the shard object last started. */
+  cost: { rpcs: number; rowsWritten: number };
   /** False once the shard has missed three heartbeats. */
   healthy: boolean;
 }
@@ -34,19 +36,19 @@ export interface ConsumerShardStatus extends ConsumerShardReport {
 export function recordStorageBeat(sql: SqlStorage, beat: StorageHeartbeat, now: number): void {
   sql.exec(
     `INSERT OR REPLACE INTO heartbeats
-       (name, backlog_count, backlog_bytes, oldest_at, messages_in, messages_out, refusals, leased_now, state, period_ms, sent_at, received_at, totals)
-     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+       (name, backlog_count, backlog_bytes, oldest_at, messages_in, messages_out, refusals, leased_now, state, period_ms, sent_at, received_at, totals, cost)
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     beat.shard, beat.backlogCount, beat.backlogBytes, beat.oldestEnqueuedAt, beat.messagesIn, beat.messagesOut, beat.refusals, beat.leasedNow,
-    beat.state, beat.periodMs, beat.sentAt, now, JSON.stringify(beat.totals),
+    beat.state, beat.periodMs, beat.sentAt, now, JSON.stringify(beat.totals), JSON.stringify(beat.cost),
   );
 }
 
 export function readStorageBeats(sql: SqlStorage, now: number, intervalMs: number): ShardHeartbeat[] {
   const rows = sql
-    .exec("SELECT name, state, backlog_count, backlog_bytes, oldest_at, messages_in, messages_out, refusals, leased_now, period_ms, received_at, totals FROM heartbeats ORDER BY name")
-    .toArray() as unknown as Array<Omit<ShardHeartbeat, "totals" | "healthy"> & { totals: string }>;
+    .exec("SELECT name, state, backlog_count, backlog_bytes, oldest_at, messages_in, messages_out, refusals, leased_now, period_ms, received_at, totals, cost FROM heartbeats ORDER BY name")
+    .toArray() as unknown as Array<Omit<ShardHeartbeat, "totals" | "cost" | "healthy"> & { totals: string; cost: string }>;
   const late = now - 3 * intervalMs;
-  return rows.map((r) => ({ ...r, totals: JSON.parse(r.totals) as DeliveryTotals, healthy: r.received_at >= late }));
+  return rows.map((r) => ({ ...r, totals: JSON.parse(r.totals) as DeliveryTotals, cost: JSON.parse(r.cost) as ShardHeartbeat["cost"], healthy: r.received_at >= late }));
 }
 
 export function recordConsumerReport(sql: SqlStorage, r: ConsumerShardReport, now: number): void {

@@ -68,6 +68,7 @@ const MIGRATIONS: string[] = [
    );
    ALTER TABLE queue ADD COLUMN consumer_shards_wanted INTEGER NOT NULL DEFAULT 0;
    ALTER TABLE shards ADD COLUMN changed_at INTEGER NOT NULL DEFAULT 0;`,
+  `ALTER TABLE heartbeats ADD COLUMN cost TEXT NOT NULL DEFAULT '{"rpcs":0,"rowsWritten":0}';`,
 ];
 
 export function migrateCoordinator(sql: SqlStorage): void {

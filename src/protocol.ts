@@ -65,6 +65,8 @@ export interface ShardStats {
   oldestEnqueuedAt: number | null;
   /** Running totals since the shard was created. */
   totals: DeliveryTotals;
+  /** Since this object last started: RPCs served and SQLite rows written (index entries included). */
+  cost: { rpcs: number; rowsWritten: number };
 }
 
 export interface DeliveryTotals {

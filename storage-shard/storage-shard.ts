@@ -27,6 +27,7 @@ import type {
 import { ActivityMeter, TokenBucket } from "./capacity";
 import { expireOld, extend, lease, readLeased, settle, type BacklogDelta } from "./delivery";
 import { coordinatorFor } from "../src/addressing";
+import { meteredSql, type CostMeter } from "../src/sql-meter";
 import { cancelMessage, countMatching, findMessage, leaseMatching, PURGE_PER_CALL, purgeSome, releaseLeases } from "./operations";
 import { migrate, type MessageRow } from "./schema";
 
@@ -52,12 +53,14 @@ export class StorageShard extends DurableObject<Env> {
   private heartbeatArmed = false;
   /** Whether consumers know this shard has messages (reset when one finds nothing ready). */
   private consumersNotified = false;
+  /** RPCs served and SQLite rows written since this object started (the benchmark's cost figures). */
+  private readonly cost: CostMeter = { rpcs: 0, rowsWritten: 0 };
   /** Tests replace this to drive time. */
   clock: Clock = systemClock;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
-    this.sql = ctx.storage.sql;
+    this.sql = meteredSql(ctx.storage.sql, this.cost);
     migrate(this.sql);
     const meta = new Map(this.sql.exec<{ key: string; value: string }>("SELECT key, value FROM meta").toArray().map((r) => [r.key, r.value]));
     this.identity = meta.has("identity") ? (JSON.parse(meta.get("identity")!) as ShardIdentity) : null;
@@ -75,6 +78,7 @@ export class StorageShard extends DurableObject<Env> {
 
   /** Called by the Coordinator when it creates this shard. Idempotent. */
   activate(identity: ShardIdentity): void {
+    this.cost.rpcs++;
     if (this.identity && this.identity.queueId !== identity.queueId) {
       throw new Error(`shard ${identity.name} already belongs to queue ${this.identity.queueId}`);
     }
@@ -89,6 +93,7 @@ export class StorageShard extends DurableObject<Env> {
 
   /** Draining and retired shards refuse new sends with a typed refusal. */
   setState(state: ShardState): void {
+    this.cost.rpcs++;
     this.sql.exec("INSERT OR REPLACE INTO meta (key, value) VALUES ('state', ?)", state);
     this.state = state;
   }
@@ -98,6 +103,7 @@ export class StorageShard extends DurableObject<Env> {
    * dropped (a retried send stores once) and counted as duplicates.
    */
   append(req: AppendRequest): AppendResult {
+    this.cost.rpcs++;
     if (!this.identity) return { ok: false, refused: "unknown_shard" };
     if (req.queueId !== this.identity.queueId) return { ok: false, refused: "wrong_queue" };
     if (this.state !== "active") return this.refuse(this.state);
@@ -158,6 +164,7 @@ export class StorageShard extends DurableObject<Env> {
    * draining shard empties this way.
    */
   lease(req: LeaseRequest): LeaseResult {
+    this.cost.rpcs++;
     const refused = this.refuseRead(req.queueId);
     if (refused) return { messages: [], waitUntil: null, more: false, nextVisibleAt: null, backlogCount: 0 };
     const now = this.clock.now();
@@ -178,6 +185,7 @@ export class StorageShard extends DurableObject<Env> {
 
   /** Applies a batch's outcome: deletes acked and dead-lettered messages, schedules retries. */
   settle(req: SettleRequest): SettleResult {
+    this.cost.rpcs++;
     if (this.refuseRead(req.queueId)) {
       const all = [...req.acks, ...req.retries, ...req.deadLettered, ...req.dropped].map((r) => r.id);
       return { acked: 0, retried: 0, deadLettered: 0, dropped: 0, stale: all };
@@ -195,6 +203,7 @@ export class StorageShard extends DurableObject<Env> {
 
   /** Keeps leases alive for a consumer still working (QuiCK's lease extension). */
   extendLeases(queueId: string, refs: LeaseRef[], leaseMs: number): string[] {
+    this.cost.rpcs++;
     if (this.refuseRead(queueId)) return [];
     const now = this.clock.now();
     return this.ctx.storage.transactionSync(() => extend(this.sql, now, refs, leaseMs));
@@ -202,6 +211,7 @@ export class StorageShard extends DurableObject<Env> {
 
   /** Messages still held under these leases, with their bodies: what a dead-letter move needs. */
   readLeased(queueId: string, refs: LeaseRef[]): LeasedMessage[] {
+    this.cost.rpcs++;
     if (this.refuseRead(queueId)) return [];
     return readLeased(this.sql, refs);
   }
@@ -210,6 +220,7 @@ export class StorageShard extends DurableObject<Env> {
 
   /** Deletes up to `limit` messages of any state (ready, delayed, leased), oldest first. */
   purge(queueId: string, limit: number = PURGE_PER_CALL): PurgeResult {
+    this.cost.rpcs++;
     if (this.refuseRead(queueId)) return { deleted: 0, more: false };
     const now = this.clock.now();
     const r = this.ctx.storage.transactionSync(() => {
@@ -224,12 +235,14 @@ export class StorageShard extends DurableObject<Env> {
   }
 
   findMessage(queueId: string, id: string): MessageStatus | null {
+    this.cost.rpcs++;
     if (this.refuseRead(queueId)) return null;
     return findMessage(this.sql, this.clock.now(), id);
   }
 
   /** Deletes one message wherever it stands; false when this shard does not hold it. */
   cancelMessage(queueId: string, id: string): boolean {
+    this.cost.rpcs++;
     if (this.refuseRead(queueId)) return false;
     const now = this.clock.now();
     const r = this.ctx.storage.transactionSync(() => {
@@ -243,6 +256,7 @@ export class StorageShard extends DurableObject<Env> {
 
   /** Leases ready messages matching a filter, attempts unchanged: a redrive's batch, acked through settle(). */
   leaseMatching(queueId: string, filter: MessageFilter, limit: number, leaseMs: number): LeasedMessage[] {
+    this.cost.rpcs++;
     if (this.refuseRead(queueId)) return [];
     const now = this.clock.now();
     const { messages, delta } = this.ctx.storage.transactionSync(() => {
@@ -257,6 +271,7 @@ export class StorageShard extends DurableObject<Env> {
 
   /** Ends leases early so the messages are ready again now (a redrive that could not write them). */
   releaseLeases(queueId: string, refs: LeaseRef[]): number {
+    this.cost.rpcs++;
     if (this.refuseRead(queueId)) return 0;
     const now = this.clock.now();
     const released = this.ctx.storage.transactionSync(() => releaseLeases(this.sql, now, refs));
@@ -265,6 +280,7 @@ export class StorageShard extends DurableObject<Env> {
   }
 
   countMatching(queueId: string, filter: MessageFilter): number {
+    this.cost.rpcs++;
     if (this.refuseRead(queueId)) return 0;
     return countMatching(this.sql, this.clock.now(), filter);
   }
@@ -275,13 +291,18 @@ export class StorageShard extends DurableObject<Env> {
   }
 
   stats(): ShardStats {
+    this.cost.rpcs++;
+    return this.figures();
+  }
+
+  private figures(): ShardStats {
     const oldest = this.sql.exec<{ enqueued_at: number }>("SELECT enqueued_at FROM messages ORDER BY seq LIMIT 1").toArray()[0];
     const t = this.sql.exec("SELECT leased, acked, retried, dead_lettered, dropped, expired, quarantined, purged, cancelled FROM counters").one() as unknown as Record<string, number>;
     const totals: DeliveryTotals = {
       leased: t.leased!, acked: t.acked!, retried: t.retried!, deadLettered: t.dead_lettered!, dropped: t.dropped!, expired: t.expired!, quarantined: t.quarantined!,
       purged: t.purged!, cancelled: t.cancelled!,
     };
-    return { backlogCount: this.backlogCount, backlogBytes: this.backlogBytes, oldestEnqueuedAt: oldest?.enqueued_at ?? null, totals };
+    return { backlogCount: this.backlogCount, backlogBytes: this.backlogBytes, oldestEnqueuedAt: oldest?.enqueued_at ?? null, totals, cost: { ...this.cost } };
   }
 
   private refuseRead(queueId: string): boolean {
@@ -302,6 +323,7 @@ export class StorageShard extends DurableObject<Env> {
 
   /** Reads messages in arrival order without leasing them; bodies are checked against their checksums. */
   peek(limit = 100, afterSeq = 0): PeekResult & { nextSeq: number | null } {
+    this.cost.rpcs++;
     const n = Math.max(1, Math.min(MAX_PEEK, Math.floor(limit)));
     const rows = this.sql
       .exec<RowOf<StoredRow>>(
@@ -343,7 +365,7 @@ export class StorageShard extends DurableObject<Env> {
     if (!this.identity || this.state === "retired") return;
     const now = this.clock.now();
     const period = this.activity.roll(now);
-    const beat: StorageHeartbeat = { ...this.stats(), ...period, shard: this.identity.name, state: this.state, leasedNow: this.leasedNow, sentAt: now };
+    const beat: StorageHeartbeat = { ...this.figures(), ...period, shard: this.identity.name, state: this.state, leasedNow: this.leasedNow, sentAt: now };
     let reply: { known: boolean; retentionMs: number | null };
     try {
       reply = await coordinatorFor(this.env, this.identity.queueId).heartbeat(beat);
@@ -381,6 +403,7 @@ export class StorageShard extends DurableObject<Env> {
 
   /** Removes every message and forgets the shard's identity: used when its queue is deleted. */
   async destroy(): Promise<void> {
+    this.cost.rpcs++;
     await this.ctx.storage.deleteAll();
     migrate(this.sql);
     this.identity = null;

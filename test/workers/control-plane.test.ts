@@ -24,7 +24,7 @@ async function report(queueId: string, shards: Array<{ name: string; state?: str
   for (const s of shards) {
     await coordinatorFor(env, queueId).heartbeat({
       shard: s.name, state: (s.state ?? "active") as StorageHeartbeat["state"], backlogCount: 0, backlogBytes: 0, oldestEnqueuedAt: null,
-      messagesIn: perSecond * 5, messagesOut: 0, refusals: 0, leasedNow: 0, periodMs: 5000, sentAt: 0, totals: TOTALS, ...extra,
+      messagesIn: perSecond * 5, messagesOut: 0, refusals: 0, leasedNow: 0, periodMs: 5000, sentAt: 0, totals: TOTALS, cost: { rpcs: 0, rowsWritten: 0 }, ...extra,
     });
   }
 }

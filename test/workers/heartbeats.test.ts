@@ -73,6 +73,7 @@ describe("storage shard heartbeats", () => {
     const res = await coordinatorFor(env, q.queue_id).heartbeat({
       shard: "someone-else", state: "active", backlogCount: 1, backlogBytes: 1, oldestEnqueuedAt: 1, messagesIn: 1, messagesOut: 0, refusals: 0, leasedNow: 0, periodMs: 1, sentAt: 1,
       totals: { leased: 0, acked: 0, retried: 0, deadLettered: 0, dropped: 0, expired: 0, quarantined: 0, purged: 0, cancelled: 0 },
+      cost: { rpcs: 0, rowsWritten: 0 },
     });
     expect(res).toEqual({ known: false, retentionMs: null });
     expect((await coordinatorFor(env, q.queue_id).heartbeats()).some((b) => b.name === "someone-else")).toBe(false);

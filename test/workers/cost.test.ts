@@ -1,0 +1,33 @@
+import { env } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import { crc32 } from "../../src/checksum";
+import type { EncodedMessage } from "../../src/protocol";
+
+const QUEUE = "c".padEnd(32, "0");
+const utf8 = new TextEncoder();
+const msg = (i: number): EncodedMessage => {
+  const body = utf8.encode(`message ${i}`);
+  return { id: i.toString(16).padStart(32, "0"), body, contentType: "text", delayMs: 0, checksum: crc32(body) };
+};
+
+describe("cost figures a storage shard keeps", () => {
+  it("counts the RPCs it serves and the SQLite rows it writes, index entries included", async () => {
+    const shard = env.STORAGE_SHARD.get(env.STORAGE_SHARD.idFromName("cost"));
+    await shard.activate({ name: "cost", queueId: QUEUE, accountId: "local", region: "local" });
+    const before = (await shard.stats()).cost;
+    await shard.append({ queueId: QUEUE, messages: Array.from({ length: 100 }, (_, i) => msg(i)) });
+    const afterAppend = (await shard.stats()).cost;
+    // Two RPCs (append, stats); each insert writes the row, its id index entry and its visible_at
+    // index entry, and the batch updates the counters row once.
+    expect(afterAppend.rpcs - before.rpcs).toBe(2);
+    expect(afterAppend.rowsWritten - before.rowsWritten).toBe(100 * 3 + 1);
+
+    const leased = await shard.lease({ queueId: QUEUE, limit: 100, leaseMs: 30_000, maxWaitMs: 0, retentionMs: 1e12 });
+    await shard.settle({ queueId: QUEUE, acks: leased.messages.map((m) => ({ id: m.id, leaseId: m.leaseId })), retries: [], deadLettered: [], dropped: [] });
+    const afterDelivery = (await shard.stats()).cost;
+    // Stored, leased and acked: 6.04 rows written per message today. The benchmark reports this
+    // figure; the target is at most 2 (a leaner schema is still to come), so this pins where it stands.
+    expect((afterDelivery.rowsWritten - before.rowsWritten) / 100).toBe(6.04);
+    expect(afterDelivery.rpcs - afterAppend.rpcs).toBe(3);
+  });
+});
