@@ -1,2 +1,2 @@
 export const DEV_CONFIG: string;
-export function writeDevConfig(): string;
+export function writeDevConfig(opts?: { file?: string; consumers?: Array<{ binding: string; service: string }> }): string;

@@ -1,0 +1,238 @@
+// `npm run bench -- compare [--quick]`: shardq and miniflare's Cloudflare Queues
+// simulator side by side, on this machine, in one run. The same driver Worker sends
+// and the same sink Worker consumes on both (bench/workers); each system runs in its
+// own `wrangler dev` on loopback. Workloads repeat, interleaving the two systems, and
+// the report gives medians with min and max: bench/results/<date>.json, .md and .svg.
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import { writeDevConfig } from "../scripts/dev-config.mjs";
+import { freePort, ROOT, startWrangler } from "../scripts/dev-server.mjs";
+import { load } from "./load.mjs";
+
+export const COMPARE_HELP = `npm run bench -- compare [--quick] [--repeats N] [--out DIR]
+  Starts shardq (service + sink consumer) and miniflare's Queues simulator (producer + the same sink),
+  runs the workloads on both, interleaved, and writes bench/results/<date>.{json,md,svg}.
+  --quick      small counts and one repeat, for a CI smoke run (under 2 minutes)
+  --repeats N  runs of each workload per system (default 3)
+  --out DIR    where the results go (default bench/results)`;
+
+const TOKEN = "shardq-local-dev-token";
+const HEADERS = { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" };
+/** The simulator fails with more than 10,000 messages in flight per queue (workers-sdk issue 15670). */
+const MAX_IN_FLIGHT = 8000;
+
+/** @param {string[]} argv */
+export async function compare(argv) {
+  const { values: o } = parseArgs({ args: argv, options: { quick: { type: "boolean", default: false }, repeats: { type: "string" }, out: { type: "string" } } });
+  const quick = o.quick;
+  const repeats = Number(o.repeats ?? (quick ? 1 : 3));
+  if (!Number.isInteger(repeats) || repeats < 1 || repeats > 10) throw new Error("--repeats must be an integer from 1 to 10");
+  const outDir = o.out ?? join(ROOT, "bench", "results");
+  const scale = quick ? 0.1 : 1;
+  const workloads = [
+    { id: "w1", name: "send() from a Worker, 256 in flight", count: Math.round(20_000 * scale), concurrency: 256, batch: 1, systems: ["simulator", "shardq"] },
+    { id: "w2", name: "sendBatch() of 100", count: Math.round(50_000 * scale), concurrency: 8, batch: 100, systems: ["simulator", "shardq"] },
+    { id: "w3", name: "HTTP POST of single messages (no simulator equivalent)", count: Math.round(5_000 * scale), concurrency: 32, batch: 1, systems: ["shardq"] },
+  ];
+
+  const work = mkdtempSync(join(tmpdir(), "shardq-compare-"));
+  const env = { WRANGLER_REGISTRY_PATH: join(work, "registry") };
+  const stacks = /** @type {Record<string, { base: string, stop: () => Promise<void> }>} */ ({});
+  try {
+    const simPort = await freePort();
+    const sim = await startWrangler({
+      args: ["-c", "bench/workers/driver/wrangler.simulator.toml", "-c", "bench/workers/sink/wrangler.simulator.toml", "--port", String(simPort), "--ip", "127.0.0.1", "--persist-to", join(work, "sim"), "--inspector-port", "0"],
+      readyUrl: `http://127.0.0.1:${simPort}/ready`,
+      env,
+    });
+    stacks.simulator = { base: `http://127.0.0.1:${simPort}`, stop: () => sim.stop() };
+    const sqPort = await freePort();
+    const config = writeDevConfig({ file: join(ROOT, "wrangler.bench.toml"), consumers: [{ binding: "CONSUMER_BENCH_SINK", service: "bench-sink" }] });
+    const sq = await startWrangler({
+      args: ["-c", "bench/workers/driver/wrangler.shardq.toml", "-c", config, "-c", "bench/workers/sink/wrangler.shardq.toml", "--port", String(sqPort), "--ip", "127.0.0.1", "--persist-to", join(work, "shardq"), "--inspector-port", "0"],
+      readyUrl: `http://127.0.0.1:${sqPort}/ready`,
+      env,
+    });
+    stacks.shardq = { base: `http://127.0.0.1:${sqPort}`, stop: () => sq.stop() };
+    await setUpShardq(stacks.shardq.base);
+
+    /** @type {Array<{ workload: string, system: string, run: number, figures: Record<string, number | null> }>} */
+    const runs = [];
+    for (const w of workloads) {
+      for (let run = 1; run <= repeats; run++) {
+        for (const system of w.systems) {
+          const base = /** @type {{ base: string }} */ (stacks[system]).base;
+          const figures = w.id === "w3" ? await httpRun(base, w) : await driverRun(base, w, system === "shardq");
+          runs.push({ workload: w.id, system, run, figures });
+          console.log(`${w.id} ${system} run ${run}: ${JSON.stringify(figures)}`);
+        }
+      }
+    }
+    const report = summarize(workloads, runs, quick);
+    mkdirSync(outDir, { recursive: true });
+    const stamp = new Date().toISOString().slice(0, 19).replace(/[:T]/g, "-");
+    const files = { json: join(outDir, `${stamp}.json`), md: join(outDir, `${stamp}.md`), svg: join(outDir, `${stamp}.svg`) };
+    writeFileSync(files.json, `${JSON.stringify({ date: new Date().toISOString(), quick, repeats, workloads, runs, summary: report.rows }, null, 2)}\n`);
+    writeFileSync(files.svg, chart(report.rows));
+    writeFileSync(files.md, `${report.markdown}\n![throughput](${stamp}.svg)\n`);
+    console.log(`\n${report.markdown}\nwritten: ${files.json}, ${files.md}, ${files.svg}`);
+    return { files, rows: report.rows };
+  } finally {
+    for (const s of Object.values(stacks)) await s.stop();
+    rmSync(work, { recursive: true, force: true });
+  }
+}
+
+/** @param {string} base */
+async function setUpShardq(base) {
+  const call = async (/** @type {string} */ path, /** @type {unknown} */ body) => {
+    const res = await fetch(`${base}/shardq/accounts/local${path}`, { method: "POST", headers: HEADERS, body: JSON.stringify(body) });
+    if (!res.ok && res.status !== 409) throw new Error(`shardq set-up ${path}: ${res.status} ${await res.text()}`);
+  };
+  await call("/queues", { queue_name: "bench" });
+  // As the simulator's consumer: batches of 100, at most 1 s to fill, 3 retries.
+  await call("/queues/bench/consumers", { type: "worker", script_name: "bench-sink", settings: { batch_size: 100, max_wait_time_ms: 1000, max_retries: 3, transport: "queue" } });
+}
+
+/**
+ * Sends `count` through the driver Worker in chunks, never more than MAX_IN_FLIGHT
+ * ahead of the sink (for both systems alike), and measures until all are delivered.
+ * @param {string} base @param {{ count: number, concurrency: number, batch: number }} w @param {boolean} withCost
+ */
+async function driverRun(base, w, withCost) {
+  await fetch(`${base}/sink/reset`, { method: "POST" });
+  const costBefore = withCost ? await shardqCost(base) : null;
+  const chunk = Math.min(w.count, 5000);
+  const latencies = /** @type {number[]} */ ([]);
+  const started = performance.now();
+  let sent = 0;
+  while (sent < w.count) {
+    while (sent - (await sink(base)).distinct > MAX_IN_FLIGHT - chunk) await sleep(50);
+    const n = Math.min(chunk, w.count - sent);
+    const r = /** @type {any} */ (await (await fetch(`${base}/run?count=${n}&concurrency=${w.concurrency}&batch=${w.batch}`, { method: "POST" })).json());
+    if (r.error) throw new Error(`driver: ${r.error}`);
+    sent += r.sent;
+    latencies.push(...r.latencies);
+  }
+  const sendSeconds = (performance.now() - started) / 1000;
+  const deadline = Date.now() + 120_000;
+  let s = await sink(base);
+  while (s.distinct < w.count && Date.now() < deadline) {
+    await sleep(50);
+    s = await sink(base);
+  }
+  const seconds = (performance.now() - started) / 1000;
+  latencies.sort((a, b) => a - b);
+  const costAfter = withCost ? await shardqCost(base, true) : null;
+  return {
+    delivered_msgs_per_s: Math.round(s.distinct / seconds),
+    send_msgs_per_s: Math.round(sent / sendSeconds),
+    send_p50_ms: round(pct(latencies, 50)),
+    send_p99_ms: round(pct(latencies, 99)),
+    e2e_p50_ms: s.latency_ms.p50,
+    e2e_p99_ms: s.latency_ms.p99,
+    delivered: s.distinct,
+    duplicates: s.duplicates,
+    do_rpcs_per_msg: costBefore && costAfter ? round((costAfter.rpcs - costBefore.rpcs) / w.count, 3) : null,
+    rows_written_per_msg: costBefore && costAfter ? round((costAfter.rowsWritten - costBefore.rowsWritten) / w.count, 3) : null,
+  };
+}
+
+/** HTTP POSTs from this process, through the load tester. @param {string} base @param {{ count: number, concurrency: number }} w */
+async function httpRun(base, w) {
+  const f = await load(["--url", `${base}/shardq`, "--queue", "bench", "--count", String(w.count), "--concurrency", String(w.concurrency), "--consumer-stats", `${base}/sink/stats`]);
+  return { send_msgs_per_s: f.throughput_msgs_per_s, send_p50_ms: f.send_latency_ms.p50, send_p99_ms: f.send_latency_ms.p99 };
+}
+
+/** @param {string} base */
+async function sink(base) {
+  return /** @type {any} */ (await (await fetch(`${base}/sink/stats`)).json());
+}
+
+/**
+ * RPCs and rows written, summed over the storage shards' latest heartbeats. After a
+ * workload it waits for a fresh round of heartbeats (interval 5 s) so they include it.
+ * @param {string} base @param {boolean} [fresh]
+ */
+async function shardqCost(base, fresh = false) {
+  if (fresh) await sleep(6000);
+  const res = /** @type {any} */ (await (await fetch(`${base}/shardq/accounts/local/queues/bench/shards`, { headers: HEADERS })).json());
+  let rpcs = 0;
+  let rowsWritten = 0;
+  for (const s of res.result.shards) {
+    rpcs += s.heartbeat?.cost?.rpcs ?? 0;
+    rowsWritten += s.heartbeat?.cost?.rowsWritten ?? 0;
+  }
+  return { rpcs, rowsWritten };
+}
+
+/**
+ * @param {Array<{ id: string, name: string, systems: string[] }>} workloads
+ * @param {Array<{ workload: string, system: string, figures: Record<string, number | null> }>} runs
+ * @param {boolean} quick
+ */
+function summarize(workloads, runs, quick) {
+  const metrics = ["delivered_msgs_per_s", "send_msgs_per_s", "send_p50_ms", "send_p99_ms", "e2e_p50_ms", "e2e_p99_ms", "do_rpcs_per_msg", "rows_written_per_msg"];
+  /** @type {Array<{ workload: string, name: string, metric: string, simulator: Stat | null, shardq: Stat | null, ratio: number | null }>} */
+  const rows = [];
+  for (const w of workloads) {
+    for (const metric of metrics) {
+      const stat = (/** @type {string} */ system) => stats(runs.filter((r) => r.workload === w.id && r.system === system).map((r) => r.figures[metric]));
+      const sim = stat("simulator");
+      const sq = stat("shardq");
+      if (!sim && !sq) continue;
+      rows.push({ workload: w.id, name: w.name, metric, simulator: sim, shardq: sq, ratio: sim && sq && sim.median ? round(sq.median / sim.median, 2) : null });
+    }
+  }
+  const cell = (/** @type {Stat | null} */ s) => (s ? `${s.median} (${s.min}–${s.max})` : "–");
+  const lines = [
+    `## shardq vs Cloudflare Queues simulator${quick ? " (quick run)" : ""}`,
+    "",
+    "Medians over the runs, (min–max). Throughput counts messages delivered to the sink's queue() handler; ratio = shardq / simulator.",
+    "",
+    "| workload | figure | simulator | shardq | ratio |",
+    "| --- | --- | --- | --- | --- |",
+    ...rows.map((r) => `| ${r.workload}: ${r.name} | ${r.metric} | ${cell(r.simulator)} | ${cell(r.shardq)} | ${r.ratio ?? "–"} |`),
+  ];
+  return { rows, markdown: lines.join("\n") };
+}
+
+/** @typedef {{ median: number, min: number, max: number, n: number }} Stat */
+/** @param {Array<number | null | undefined>} values @returns {Stat | null} */
+function stats(values) {
+  const v = /** @type {number[]} */ (values.filter((x) => typeof x === "number")).sort((a, b) => a - b);
+  if (!v.length) return null;
+  const mid = v.length >> 1;
+  const median = v.length % 2 ? /** @type {number} */ (v[mid]) : (/** @type {number} */ (v[mid - 1]) + /** @type {number} */ (v[mid])) / 2;
+  return { median: /** @type {number} */ (round(median)), min: /** @type {number} */ (v[0]), max: /** @type {number} */ (v[v.length - 1]), n: v.length };
+}
+
+/** A bar chart of delivered (or, for HTTP, sent) throughput per workload and system. @param {Array<{ workload: string, metric: string, simulator: Stat | null, shardq: Stat | null }>} rows */
+function chart(rows) {
+  const bars = /** @type {Array<{ label: string, system: string, value: number }>} */ ([]);
+  for (const r of rows) {
+    if (r.metric !== "delivered_msgs_per_s" && !(r.workload === "w3" && r.metric === "send_msgs_per_s")) continue;
+    if (r.simulator) bars.push({ label: r.workload, system: "simulator", value: r.simulator.median });
+    if (r.shardq) bars.push({ label: r.workload, system: "shardq", value: r.shardq.median });
+  }
+  const max = Math.max(1, ...bars.map((b) => b.value));
+  const w = 60 + bars.length * 70;
+  const h = 260;
+  const body = bars
+    .map((b, i) => {
+      const bh = Math.round((b.value / max) * 180);
+      const x = 50 + i * 70;
+      const color = b.system === "shardq" ? "#f6821f" : "#6b7280";
+      return `<rect x="${x}" y="${210 - bh}" width="50" height="${bh}" fill="${color}"/><text x="${x + 25}" y="${205 - bh}" font-size="11" text-anchor="middle">${b.value}</text><text x="${x + 25}" y="228" font-size="11" text-anchor="middle">${b.label} ${b.system === "shardq" ? "sq" : "sim"}</text>`;
+    })
+    .join("");
+  return `<svg xmlns="http://www.w3.org/2000/svg" width="${w}" height="${h}" font-family="sans-serif"><text x="10" y="20" font-size="13">messages/s (median): shardq (orange) vs simulator (grey)</text><line x1="40" y1="210" x2="${w - 10}" y2="210" stroke="#999"/>${body}</svg>\n`;
+}
+
+/** @param {number[]} sorted @param {number} p */
+const pct = (sorted, p) => (sorted.length ? /** @type {number} */ (sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]) : null);
+/** @param {number | null} x @param {number} [digits] */
+const round = (x, digits = 1) => (x === null ? null : Math.round(x * 10 ** digits) / 10 ** digits);
+const sleep = (/** @type {number} */ ms) => new Promise((r) => setTimeout(r, ms));

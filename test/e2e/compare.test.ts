@@ -1,0 +1,30 @@
+// The side-by-side benchmark's CI smoke run: `npm run bench -- compare --quick` starts
+// both systems, runs every workload, and writes a report whose figures are filled in.
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { compare } from "../../bench/compare.mjs";
+
+describe("npm run bench -- compare --quick", () => {
+  const out = mkdtempSync(join(tmpdir(), "shardq-compare-results-"));
+  afterAll(() => rmSync(out, { recursive: true, force: true }));
+
+  it("runs every workload on both systems and writes the JSON, Markdown and SVG report", async () => {
+    const { files, rows } = await compare(["--quick", "--out", out]);
+    const json = JSON.parse(readFileSync(files.json, "utf8"));
+    const delivered = (workload: string) => rows.find((r) => r.workload === workload && r.metric === "delivered_msgs_per_s");
+    for (const w of ["w1", "w2"]) {
+      expect(delivered(w)?.simulator?.median).toBeGreaterThan(0);
+      expect(delivered(w)?.shardq?.median).toBeGreaterThan(0);
+    }
+    // Every message delivered on both systems, in every run.
+    for (const run of json.runs.filter((r: { workload: string }) => r.workload !== "w3")) {
+      const w = json.workloads.find((x: { id: string }) => x.id === run.workload);
+      expect(run.figures.delivered).toBe(w.count);
+    }
+    expect(rows.find((r) => r.workload === "w1" && r.metric === "do_rpcs_per_msg")?.shardq?.median).toBeGreaterThan(0);
+    expect(readFileSync(files.md, "utf8")).toContain("| w1: send() from a Worker, 256 in flight | delivered_msgs_per_s |");
+    expect(readFileSync(files.svg, "utf8")).toMatch(/^<svg /);
+  });
+});
