@@ -3,9 +3,9 @@
 // and the same sink Worker consumes on both (bench/workers); each system runs in its
 // own `wrangler dev` on loopback. Workloads repeat, interleaving the two systems, and
 // the report gives medians with min and max: bench/results/<date>.json, .md and .svg.
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import { parseArgs } from "node:util";
 import { writeDevConfig } from "../scripts/dev-config.mjs";
 import { freePort, ROOT, startWrangler } from "../scripts/dev-server.mjs";
@@ -83,6 +83,20 @@ export async function compare(argv) {
     for (const s of Object.values(stacks)) await s.stop();
     rmSync(work, { recursive: true, force: true });
   }
+}
+
+/**
+ * Writes the Markdown and SVG of a results JSON again (after a change to how they are drawn).
+ * @param {string} jsonFile
+ */
+export function rerender(jsonFile) {
+  const data = JSON.parse(readFileSync(jsonFile, "utf8"));
+  const report = summarize(data.workloads, data.runs, data.quick);
+  const stem = jsonFile.replace(/\.json$/, "");
+  writeFileSync(`${stem}.svg`, chart(report.rows));
+  writeFileSync(`${stem}.md`, `${report.markdown}\n![throughput](${basename(stem)}.svg)\n`);
+  data.summary = report.rows;
+  writeFileSync(jsonFile, `${JSON.stringify(data, null, 2)}\n`);
 }
 
 /** @param {string} base */
@@ -206,7 +220,7 @@ function stats(values) {
   if (!v.length) return null;
   const mid = v.length >> 1;
   const median = v.length % 2 ? /** @type {number} */ (v[mid]) : (/** @type {number} */ (v[mid - 1]) + /** @type {number} */ (v[mid])) / 2;
-  return { median: /** @type {number} */ (round(median)), min: /** @type {number} */ (v[0]), max: /** @type {number} */ (v[v.length - 1]), n: v.length };
+  return { median: /** @type {number} */ (round(median, 3)), min: /** @type {number} */ (v[0]), max: /** @type {number} */ (v[v.length - 1]), n: v.length };
 }
 
 /** A bar chart of delivered (or, for HTTP, sent) throughput per workload and system. @param {Array<{ workload: string, metric: string, simulator: Stat | null, shardq: Stat | null }>} rows */
