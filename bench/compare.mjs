@@ -35,6 +35,8 @@ export async function compare(argv) {
     { id: "w1", name: "send() from a Worker, 256 in flight", count: Math.round(20_000 * scale), concurrency: 256, batch: 1, systems: ["simulator", "shardq"] },
     { id: "w2", name: "sendBatch() of 100", count: Math.round(50_000 * scale), concurrency: 8, batch: 100, systems: ["simulator", "shardq"] },
     { id: "w3", name: "HTTP POST of single messages (no simulator equivalent)", count: Math.round(5_000 * scale), concurrency: 32, batch: 1, systems: ["shardq"] },
+    // Its rate is set once w1 has measured shardq's maximum: half of it, for 30 s (3 s quick).
+    { id: "w4", name: "send() at half of shardq's w1 maximum", count: 0, concurrency: 256, batch: 1, rate: 0, seconds: quick ? 3 : 30, systems: ["simulator", "shardq"] },
   ];
 
   const work = mkdtempSync(join(tmpdir(), "shardq-compare-"));
@@ -61,6 +63,12 @@ export async function compare(argv) {
     /** @type {Array<{ workload: string, system: string, run: number, figures: Record<string, number | null> }>} */
     const runs = [];
     for (const w of workloads) {
+      if (w.id === "w4") {
+        const w1 = runs.filter((r) => r.workload === "w1" && r.system === "shardq").map((r) => r.figures.delivered_msgs_per_s ?? 0);
+        w.rate = Math.max(1, Math.round((stats(w1)?.median ?? 100) / 2));
+        w.count = w.rate * /** @type {number} */ (w.seconds);
+        w.name = `send() at ${w.rate} msg/s (half of shardq's w1) for ${w.seconds} s`;
+      }
       for (let run = 1; run <= repeats; run++) {
         for (const system of w.systems) {
           const base = /** @type {{ base: string }} */ (stacks[system]).base;
@@ -113,19 +121,20 @@ async function setUpShardq(base) {
 /**
  * Sends `count` through the driver Worker in chunks, never more than MAX_IN_FLIGHT
  * ahead of the sink (for both systems alike), and measures until all are delivered.
- * @param {string} base @param {{ count: number, concurrency: number, batch: number }} w @param {boolean} withCost
+ * @param {string} base @param {{ count: number, concurrency: number, batch: number, rate?: number }} w @param {boolean} withCost
  */
 async function driverRun(base, w, withCost) {
   await fetch(`${base}/sink/reset`, { method: "POST" });
   const costBefore = withCost ? await shardqCost(base) : null;
-  const chunk = Math.min(w.count, 5000);
+  // Paced chunks follow each other without a pause while the sink keeps up.
+  const chunk = Math.min(w.count, w.rate ? 2000 : 5000);
   const latencies = /** @type {number[]} */ ([]);
   const started = performance.now();
   let sent = 0;
   while (sent < w.count) {
     while (sent - (await sink(base)).distinct > MAX_IN_FLIGHT - chunk) await sleep(50);
     const n = Math.min(chunk, w.count - sent);
-    const r = /** @type {any} */ (await (await fetch(`${base}/run?count=${n}&concurrency=${w.concurrency}&batch=${w.batch}`, { method: "POST" })).json());
+    const r = /** @type {any} */ (await (await fetch(`${base}/run?count=${n}&concurrency=${w.concurrency}&batch=${w.batch}&rate=${w.rate ?? 0}`, { method: "POST" })).json());
     if (r.error) throw new Error(`driver: ${r.error}`);
     sent += r.sent;
     latencies.push(...r.latencies);

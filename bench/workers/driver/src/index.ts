@@ -1,9 +1,9 @@
 /**
  * The benchmark's producer: the same code drives Cloudflare Queues (miniflare's
  * simulator, through a [[queues.producers]] binding) and shardq (through a service
- * binding to QueueProducer). POST /run?count&concurrency&batch sends `count` messages
- * with `concurrency` send() or sendBatch() calls in flight and reports each call's
- * duration. /shardq/* and /sink/* pass through to the shardq service and the sink,
+ * binding to QueueProducer). POST /run?count&concurrency&batch[&rate] sends `count`
+ * messages with `concurrency` send() or sendBatch() calls in flight (or at `rate`
+ * messages/s) and reports each call's duration. /shardq/* and /sink/* pass through to the shardq service and the sink,
  * which run in this process without ports of their own.
  */
 interface Env {
@@ -23,6 +23,8 @@ export default {
     const count = Number(url.searchParams.get("count") ?? 1000);
     const concurrency = Number(url.searchParams.get("concurrency") ?? 1);
     const batch = Number(url.searchParams.get("batch") ?? 1);
+    // With a rate, call k leaves at start + k * batch / rate (an open-loop load).
+    const rate = Number(url.searchParams.get("rate") ?? 0);
     const latencies: number[] = [];
     let next = 0;
     let sent = 0;
@@ -34,6 +36,10 @@ export default {
           const first = next;
           const n = Math.min(batch, count - first);
           next += n;
+          if (rate > 0) {
+            const due = started + (first / rate) * 1000 - Date.now();
+            if (due > 0) await new Promise((r) => setTimeout(r, due));
+          }
           const t0 = performance.now();
           try {
             if (batch === 1) await env.QUEUE.send({ i: first, sent_at: Date.now() });
