@@ -20,19 +20,13 @@ import { leaseSigningKey, signLease, toBase64, verifyLease, type LeaseToken } fr
 import { readJson, readOptionalJson } from "./read-json";
 import { notFound } from "./send";
 import { authoritativeShardMap, cachedShardMap } from "./shard-map-cache";
-import { parseWith } from "./validate";
+import { parseWith, wholeNumber as int } from "./validate";
 
 /** Cloudflare's defaults for a pull without a batch size or visibility timeout. */
 const DEFAULT_PULL_BATCH = 5;
 const DEFAULT_VISIBILITY_MS = 30_000;
 const MAX_LEASES_PER_CALL = 100;
 
-const int = (min: number, max: number, unit = "") =>
-  z
-    .number({ error: (iss) => (iss.input === undefined ? "is required" : "must be a number") })
-    .int("must be a whole number")
-    .min(min, `must be at least ${min}${unit}`)
-    .max(max, `must be at most ${max}${unit}`);
 const visibilityTimeout = int(1000, MAX_VISIBILITY_TIMEOUT_MS, " ms");
 const leaseId = z.string({ error: (iss) => (iss.input === undefined ? "is required" : "must be a string") }).min(1, "must not be empty");
 const list = <T extends z.ZodType>(item: T, what: string) =>

@@ -21,7 +21,7 @@ import { currentMap, liveShards, unavailable } from "./operations-api";
 import { readJson, readOptionalJson } from "./read-json";
 import { pickShard, seededRandom, storeMessages } from "./send";
 import { authoritativeShardMap, cachedShardMap } from "./shard-map-cache";
-import { parseWith } from "./validate";
+import { parseWith, wholeNumber as int } from "./validate";
 
 const DEFAULT_LIMIT = 1000;
 const DEFAULT_PER_SECOND = 500;
@@ -36,12 +36,6 @@ const TIME_BUDGET_MS = 30_000;
 const QUEUES_PER_PAGE = 100;
 const MAX_ATTEMPTS_FILTER = 10_000;
 
-const int = (min: number, max: number, unit = "") =>
-  z
-    .number({ error: (iss) => (iss.input === undefined ? "is required" : "must be a number") })
-    .int("must be a whole number")
-    .min(min, `must be at least ${min}${unit}`)
-    .max(max, `must be at most ${max}${unit}`);
 const age = int(0, LIMITS.maxRetentionSeconds, " s (the longest retention)");
 const attempts = int(0, MAX_ATTEMPTS_FILTER);
 

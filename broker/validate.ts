@@ -1,4 +1,4 @@
-import type { z } from "zod";
+import { z } from "zod";
 import { HttpError } from "../src/errors";
 
 /** Parses with a schema; the first problem becomes a 400 naming its field ("messages[2].delay_seconds"). */
@@ -21,4 +21,13 @@ export function fieldName(path: Array<string | number>): string {
   let out = "";
   for (const p of path) out += typeof p === "number" ? `[${p}]` : out ? `.${p}` : p;
   return out;
+}
+
+/** A whole number within bounds, with messages a client can act on ("must be at most 100 ms"). */
+export function wholeNumber(min: number, max: number, unit = "") {
+  return z
+    .number({ error: (iss) => (iss.input === undefined ? "is required" : "must be a number") })
+    .int("must be a whole number")
+    .min(min, `must be at least ${min}${unit}`)
+    .max(max, `must be at most ${max}${unit}`);
 }
