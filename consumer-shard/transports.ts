@@ -17,7 +17,7 @@ export type Dispatch = (queueName: string, messages: DispatchMessage[], metadata
 interface QueueFetcher {
   queue(queueName: string, messages: DispatchMessage[], metadata?: MessageBatchMetadata): Promise<DispatchOutcome>;
 }
-interface ConsumerEntrypointStub {
+interface ConsumerEntrypoint {
   deliver(queueName: string, messages: DispatchMessage[], metadata?: MessageBatchMetadata): Promise<DispatchOutcome>;
 }
 
@@ -33,6 +33,6 @@ export function transportFor(binding: unknown, transport: ConsumerTransport): Di
       return { outcome: r.outcome, ackAll: r.ackAll, retryBatch: { ...r.retryBatch }, explicitAcks: [...r.explicitAcks], retryMessages: r.retryMessages.map((m) => ({ ...m })) };
     };
   }
-  const stub = binding as ConsumerEntrypointStub;
-  return (queueName, messages, metadata) => stub.deliver(queueName, messages, metadata);
+  const entrypoint = binding as ConsumerEntrypoint;
+  return (queueName, messages, metadata) => entrypoint.deliver(queueName, messages, metadata);
 }

@@ -11,12 +11,12 @@ const FUTURE = Date.now() + 200_000_000_000;
 const TOTALS = { leased: 0, acked: 0, retried: 0, deadLettered: 0, dropped: 0, expired: 0, quarantined: 0, purged: 0, cancelled: 0 };
 
 async function coordinatorOnClock(queueId: string) {
-  const stub = env.COORDINATOR.get(env.COORDINATOR.idFromName(queueId));
+  const coordinator = env.COORDINATOR.get(env.COORDINATOR.idFromName(queueId));
   const clock = new ManualClock(FUTURE);
-  await runInDurableObject(stub, (obj: Coordinator) => {
+  await runInDurableObject(coordinator, (obj: Coordinator) => {
     obj.clock = clock;
   });
-  return { stub, clock };
+  return { coordinator, clock };
 }
 
 /** Every listed shard reports `perSecond` messages/s over the last 5 s. */
@@ -34,10 +34,10 @@ const active = (m: ShardMap) => m.shards.filter((s) => s.state === "active");
 describe("the Coordinator's control loop", () => {
   it("adds storage shards when heartbeats show load above target, activates them, publishes them and logs why", async () => {
     const q = await createQueue("cp-out");
-    const { stub } = await coordinatorOnClock(q.queue_id);
+    const { coordinator } = await coordinatorOnClock(q.queue_id);
     const before = (await coordinatorFor(env, q.queue_id).shardMap())!;
     await report(q.queue_id, before.shards, 1000); // 4 x 1000 msg/s, target 500
-    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect(await runDurableObjectAlarm(coordinator)).toBe(true);
 
     const after = (await coordinatorFor(env, q.queue_id).shardMap())!;
     // 4,000 msg/s with 30% headroom over a 500 target: ceil(4000 / 350) = 12 shards.
@@ -56,16 +56,16 @@ describe("the Coordinator's control loop", () => {
 
   it("drains one shard after load stays low, refuses sends there, and retires it once it reports itself empty", async () => {
     const q = await createQueue("cp-in");
-    const { stub, clock } = await coordinatorOnClock(q.queue_id);
+    const { coordinator, clock } = await coordinatorOnClock(q.queue_id);
     let map = (await coordinatorFor(env, q.queue_id).shardMap())!;
     await report(q.queue_id, map.shards, 1000);
-    await runDurableObjectAlarm(stub); // out to 12
+    await runDurableObjectAlarm(coordinator); // out to 12
     map = (await coordinatorFor(env, q.queue_id).shardMap())!;
     // A cooldown after the scale-out (10 s), then 30 s of low load: the eighth tick drains.
     for (let t = 0; t < 8; t++) {
       clock.advance(5000);
       await report(q.queue_id, active(map), 1);
-      await runDurableObjectAlarm(stub);
+      await runDurableObjectAlarm(coordinator);
       map = (await coordinatorFor(env, q.queue_id).shardMap())!;
     }
     const draining = map.shards.filter((s) => s.state === "draining");
@@ -81,7 +81,7 @@ describe("the Coordinator's control loop", () => {
     clock.advance(5000);
     await report(q.queue_id, draining, 0, { state: "draining" });
     await report(q.queue_id, active(map), 1);
-    await runDurableObjectAlarm(stub);
+    await runDurableObjectAlarm(coordinator);
     map = (await coordinatorFor(env, q.queue_id).shardMap())!;
     expect(map.shards.find((s) => s.name === draining[0]!.name)!.state).toBe("retired");
     expect((await coordinatorFor(env, q.queue_id).decisions()).some((d) => d.kind === "retire_shard")).toBe(true);
@@ -89,16 +89,16 @@ describe("the Coordinator's control loop", () => {
 
   it("finishes a scale-out a reset interrupted: a pending shard is activated and published by the next tick", async () => {
     const q = await createQueue("cp-reset");
-    const { stub } = await coordinatorOnClock(q.queue_id);
+    const { coordinator } = await coordinatorOnClock(q.queue_id);
     const name = `${q.queue_id}:local:99`;
     // The state a reset leaves between recording the decision and activating the shard.
-    await runInDurableObject(stub, (_obj: Coordinator, state) => {
+    await runInDurableObject(coordinator, (_obj: Coordinator, state) => {
       state.storage.sql.exec("INSERT INTO shards (name, region, state, created_at) VALUES (?, 'local', 'pending', ?)", name, FUTURE);
     });
     expect((await coordinatorFor(env, q.queue_id).shardMap())!.shards.map((s) => s.name)).not.toContain(name);
-    await runInDurableObject(stub, (_obj: Coordinator, state) => state.abort("reset mid-decision")).catch(() => {});
+    await runInDurableObject(coordinator, (_obj: Coordinator, state) => state.abort("reset mid-decision")).catch(() => {});
     const fresh = await coordinatorOnClock(q.queue_id);
-    expect(await runDurableObjectAlarm(fresh.stub)).toBe(true);
+    expect(await runDurableObjectAlarm(fresh.coordinator)).toBe(true);
     const map = (await coordinatorFor(env, q.queue_id).shardMap())!;
     expect(map.shards.find((s) => s.name === name)?.state).toBe("active");
     const appended = await env.STORAGE_SHARD.get(env.STORAGE_SHARD.idFromName(name)).append({ queueId: q.queue_id, messages: [] });
@@ -107,12 +107,12 @@ describe("the Coordinator's control loop", () => {
 
   it("undoes a drain a reset kept from being recorded: the shard is told the map's state again", async () => {
     const q = await createQueue("cp-reconcile");
-    const { stub } = await coordinatorOnClock(q.queue_id);
+    const { coordinator } = await coordinatorOnClock(q.queue_id);
     const map = (await coordinatorFor(env, q.queue_id).shardMap())!;
     const shard = env.STORAGE_SHARD.get(env.STORAGE_SHARD.idFromName(map.shards[0]!.name));
     await shard.setState("draining"); // told, never recorded
     await report(q.queue_id, [{ name: map.shards[0]!.name, state: "draining" }], 1);
-    await runDurableObjectAlarm(stub);
+    await runDurableObjectAlarm(coordinator);
     expect((await shard.append({ queueId: q.queue_id, messages: [] })).ok).toBe(true);
   });
 
