@@ -2,7 +2,7 @@ import { serviceConfig } from "../src/config";
 import type { Env } from "../src/env";
 import { HttpError } from "../src/errors";
 import { newMessageId } from "../src/ids";
-import type { AppendResult, EncodedMessage, ShardEntry, ShardMap } from "../src/protocol";
+import type { AppendRequest, AppendResult, EncodedMessage, ShardEntry, ShardMap } from "../src/protocol";
 import { storageShardFor } from "../src/addressing";
 import type { PendingMessage } from "./messages";
 import { authoritativeShardMap, cachedShardMap, noteShardRefused } from "./shard-map-cache";
@@ -11,7 +11,7 @@ import { authoritativeShardMap, cachedShardMap, noteShardRefused } from "./shard
 const MAX_SHARD_ATTEMPTS = 8;
 /** How long a send keeps trying when every shard is at its capacity, waiting for the autoscaler. */
 const OVERLOAD_PATIENCE_MS = 5000;
-/** Retries of the same shard after a transient RPC failure; safe because inserts are idempotent by id. */
+/** Retries of the same shard after a transient RPC failure; a retry is deduplicated by id on the shard. */
 const MAX_TRANSIENT_RETRIES = 2;
 const BACKOFF_BASE_MS = 25;
 const BACKOFF_CAP_MS = 400;
@@ -74,7 +74,8 @@ export async function storeMessages(
       refreshed = true;
       continue;
     }
-    const result = await appendWithRetry(env, shard, { queueId: map.queueId, messages });
+    // Messages that keep their ids are written again after a crash: the shard skips ids it already has.
+    const result = await appendWithRetry(env, shard, { queueId: map.queueId, messages, ...(keepIds ? { dedupe: true } : {}) });
     if (result.ok) return messages.map((m) => m.id);
     refused.add(shard.name);
     if (result.refused === "overloaded") {
@@ -115,10 +116,11 @@ export function seededRandom(key: string): () => number {
   return () => value;
 }
 
-async function appendWithRetry(env: Env, shard: ShardEntry, req: { queueId: string; messages: EncodedMessage[] }): Promise<AppendResult> {
+async function appendWithRetry(env: Env, shard: ShardEntry, req: AppendRequest): Promise<AppendResult> {
   for (let retry = 0; ; retry++) {
     try {
-      return await storageShardFor(env, shard.name, shard.region).append(req);
+      // The first try may have been stored with its reply lost: a retry skips what is there.
+      return await storageShardFor(env, shard.name, shard.region).append(retry > 0 ? { ...req, dedupe: true } : req);
     } catch (err) {
       const e = err as { retryable?: boolean; overloaded?: boolean };
       // Never retry an overloaded object: that only adds to its load.

@@ -45,6 +45,8 @@ export interface EncodedMessage {
 export interface AppendRequest {
   queueId: string;
   messages: EncodedMessage[];
+  /** Skip ids the shard stored moments ago: set on a retry after a lost reply, and on dead-letter moves. */
+  dedupe?: boolean;
 }
 
 /**

@@ -3,10 +3,13 @@
  * cancel one message by id, and the filtered leases a dead-letter redrive moves
  * messages under. Plain functions over the shard's SQLite, like delivery.ts; every
  * function runs inside the caller's transactionSync, and each one that deletes rows
- * returns the backlog delta so the counters follow the rows in the same transaction.
+ * returns the backlog delta for the shard's in-memory figures. Looking a message up
+ * by id reads the table (no index on id: fresh messages cost two row writes, see
+ * schema.ts), which is fine for an operator's call and never on the delivery path.
  */
 import type { LeasedMessage, LeaseRef, MessageFilter, MessageStatus } from "../src/protocol";
-import { bump, leaseRows, type BacklogDelta } from "./delivery";
+import { leaseStored, type BacklogDelta, type ReadyRow } from "./delivery";
+import { DeliveryState } from "./delivery-state";
 import type { MessageRow } from "./schema";
 
 /**
@@ -25,70 +28,85 @@ interface Removed {
   held: number;
 }
 
-export function purgeSome(sql: SqlStorage, now: number, limit: number): Removed & { more: boolean; delta: BacklogDelta } {
+export function purgeSome(sql: SqlStorage, ds: DeliveryState, now: number, limit: number): Removed & { more: boolean; delta: BacklogDelta } {
   const n = Math.max(1, Math.min(PURGE_PER_CALL, Math.floor(limit)));
   // Oldest first by seq (the rowid): each call walks the primary key, never the whole table.
   const rows = sql
-    .exec<{ size: number; held: number }>(
-      `DELETE FROM messages WHERE seq IN (SELECT seq FROM messages ORDER BY seq LIMIT ?)
-       RETURNING size, (lease_id IS NOT NULL AND visible_at > ?) AS held`,
-      n,
-      now,
-    )
+    .exec<RemovedRow>(`DELETE FROM messages WHERE seq IN (SELECT seq FROM messages ORDER BY seq LIMIT ?) RETURNING ${REMOVED_COLUMNS}`, n)
     .toArray();
-  const removed = tally(rows);
-  if (removed.count) bump(sql, "purged", removed.count);
+  const removed = tally(ds, now, rows);
+  ds.bump("purged", removed.count);
   const more = sql.exec("SELECT 1 FROM messages LIMIT 1").toArray().length > 0;
   return { ...removed, more, delta: { count: -removed.count, bytes: -removed.bytes } };
 }
 
-/** One message by id (the unique index), without its body; null when this shard does not hold it. */
-export function findMessage(sql: SqlStorage, now: number, id: string): MessageStatus | null {
+/** One message by id, without its body; null when this shard does not hold it. */
+export function findMessage(sql: SqlStorage, ds: DeliveryState, now: number, id: string): MessageStatus | null {
   const r = sql
-    .exec("SELECT id, content_type, size, enqueued_at, visible_at, attempts, lease_id FROM messages WHERE id = ?", id)
-    .toArray()[0] as unknown as Omit<MessageRow, "seq" | "body" | "checksum"> | undefined;
+    .exec("SELECT seq, id, content_type, size, enqueued_at, due_at, attempts, lease_id FROM messages WHERE id = ?", id)
+    .toArray()[0] as unknown as Omit<MessageRow, "body" | "checksum"> | undefined;
   if (!r) return null;
-  // An expired lease is no lease: delivery.ts leases by visible_at alone, so the message is ready.
-  const state = r.visible_at <= now ? "ready" : r.lease_id !== null ? "leased" : "delayed";
-  return { id: r.id, state, attempts: r.attempts, enqueuedAt: r.enqueued_at, visibleAt: r.visible_at, size: r.size, contentType: r.content_type };
+  const held = ds.leases.get(r.seq);
+  const base = { id: r.id, enqueuedAt: r.enqueued_at, size: r.size, contentType: r.content_type };
+  // A memory lease's delivery is counted in the row only once it fails.
+  if (held?.id === r.id) return { ...base, state: "leased", attempts: r.attempts + 1, visibleAt: held.until };
+  const due = r.due_at ?? r.enqueued_at;
+  // An expired lease is no lease: the message is ready.
+  const state = due <= now ? "ready" : r.lease_id !== null ? "leased" : "delayed";
+  return { ...base, state, attempts: r.attempts, visibleAt: due };
 }
 
 /** Deletes one message whatever its state; a consumer's later ack for it finds nothing (stale). */
-export function cancelMessage(sql: SqlStorage, now: number, id: string): Removed & { delta: BacklogDelta } {
-  const rows = sql
-    .exec<{ size: number; held: number }>("DELETE FROM messages WHERE id = ? RETURNING size, (lease_id IS NOT NULL AND visible_at > ?) AS held", id, now)
-    .toArray();
-  const removed = tally(rows);
-  if (removed.count) bump(sql, "cancelled", removed.count);
+export function cancelMessage(sql: SqlStorage, ds: DeliveryState, now: number, id: string): Removed & { delta: BacklogDelta } {
+  const rows = sql.exec<RemovedRow>(`DELETE FROM messages WHERE id = ? RETURNING ${REMOVED_COLUMNS}`, id).toArray();
+  const removed = tally(ds, now, rows);
+  ds.bump("cancelled", removed.count);
   return { ...removed, delta: { count: -removed.count, bytes: -removed.bytes } };
 }
 
 /**
  * Leases up to `limit` ready messages that match the filter, oldest first, for a
- * redrive. The same vesting-time lease as delivery.ts (visible_at forward, a lease id
- * that a settle must present), so the move is: lease, write to the target, ack here;
- * a crash in between leaves the message here to be moved again. Unlike a delivery it
- * does not count an attempt: the attempts stored are what a redrive filters on.
+ * redrive. A stored lease as delivery.ts takes for scheduled messages (due_at forward,
+ * a lease id that a settle must present), so the move is: lease, write to the target,
+ * ack here; a crash in between leaves the message here to be moved again. Unlike a
+ * delivery it does not count an attempt: the attempts stored are what a redrive filters on.
  */
-export function leaseMatching(sql: SqlStorage, now: number, filter: MessageFilter, limit: number, leaseMs: number): { messages: LeasedMessage[]; delta: BacklogDelta } {
+export function leaseMatching(sql: SqlStorage, ds: DeliveryState, now: number, filter: MessageFilter, limit: number, leaseMs: number): { messages: LeasedMessage[]; delta: BacklogDelta } {
   const m = matching(now, filter);
-  const rows = sql
-    .exec(
-      `SELECT seq, id, body, content_type, size, enqueued_at, attempts, checksum FROM messages
-       WHERE visible_at <= ? AND ${m.where} ORDER BY seq LIMIT ?`,
-      now,
-      ...m.args,
-      Math.max(1, Math.min(MAX_MATCHING_LEASE, Math.floor(limit))),
-    )
-    .toArray() as unknown as Array<Omit<MessageRow, "visible_at" | "lease_id">>;
-  return leaseRows(sql, rows, now, leaseMs, false);
+  const want = Math.max(1, Math.min(MAX_MATCHING_LEASE, Math.floor(limit)));
+  const rows: ReadyRow[] = [];
+  // Rows held in memory are not ready; read on past them.
+  for (let after = 0; rows.length < want; ) {
+    const chunk = sql
+      .exec(
+        `SELECT seq, id, size, enqueued_at, due_at, attempts, checksum, content_type, body FROM messages
+         WHERE seq > ? AND (due_at IS NULL OR due_at <= ?) AND ${m.where} ORDER BY seq LIMIT ?`,
+        after,
+        now,
+        ...m.args,
+        want,
+      )
+      .toArray() as unknown as ReadyRow[];
+    for (const r of chunk) if (rows.length < want && !ds.leases.has(r.seq)) rows.push(r);
+    if (chunk.length < want) break;
+    after = chunk[chunk.length - 1]!.seq;
+  }
+  return leaseStored(sql, ds, rows, now, leaseMs, false);
 }
 
 /** Gives leased messages back at once (a redrive whose write failed), counting nothing. */
-export function releaseLeases(sql: SqlStorage, now: number, refs: LeaseRef[]): number {
+export function releaseLeases(sql: SqlStorage, ds: DeliveryState, now: number, refs: LeaseRef[]): number {
   let released = 0;
   for (const ref of refs) {
-    released += sql.exec("UPDATE messages SET visible_at = ?, lease_id = NULL WHERE id = ? AND lease_id = ? RETURNING seq", now, ref.id, ref.leaseId).toArray().length;
+    const p = DeliveryState.parseLeaseId(ref.leaseId);
+    if (!p) continue;
+    if (ds.held(p.seq, ref.id, p.lease)) {
+      // Behind the cursor now, so it is scheduled (ready at once) to be found again.
+      ds.leases.delete(p.seq);
+      released += sql.exec("UPDATE messages SET due_at = ?, lease_id = NULL WHERE seq = ? AND id = ? RETURNING seq", now, p.seq, ref.id).toArray().length;
+    } else if (!ds.leases.has(p.seq)) {
+      released += sql.exec("UPDATE messages SET due_at = ?, lease_id = NULL WHERE seq = ? AND id = ? AND lease_id = ? RETURNING seq", now, p.seq, ref.id, p.lease).toArray().length;
+    }
   }
   return released;
 }
@@ -115,12 +133,16 @@ function matching(now: number, f: MessageFilter): { where: string; args: number[
   return { where: parts.length ? parts.join(" AND ") : "1", args };
 }
 
-function tally(rows: Array<{ size: number; held: number }>): Removed {
+const REMOVED_COLUMNS = "seq, size, due_at, lease_id";
+type RemovedRow = Pick<MessageRow, "seq" | "size" | "due_at" | "lease_id">;
+
+/** Counts removed rows, and those held under a live lease (in memory or stored), which it lets go. */
+function tally(ds: DeliveryState, now: number, rows: RemovedRow[]): Removed {
   let bytes = 0;
   let held = 0;
   for (const r of rows) {
     bytes += r.size;
-    held += r.held ? 1 : 0;
+    if (ds.leases.delete(r.seq) || (r.lease_id !== null && r.due_at !== null && r.due_at > now)) held++;
   }
   return { count: rows.length, bytes, held };
 }

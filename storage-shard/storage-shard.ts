@@ -26,12 +26,15 @@ import type {
 } from "../src/protocol";
 import { ActivityMeter, TokenBucket } from "./capacity";
 import { expireOld, extend, lease, readLeased, settle, type BacklogDelta } from "./delivery";
+import { DeliveryState } from "./delivery-state";
 import { coordinatorFor } from "../src/addressing";
 import { meteredSql, type CostMeter } from "../src/sql-meter";
 import { cancelMessage, countMatching, findMessage, leaseMatching, PURGE_PER_CALL, purgeSome, releaseLeases } from "./operations";
 import { migrate, type MessageRow } from "./schema";
 
 const MAX_PEEK = 1000;
+/** How far back (in messages) a deduplicated append looks for ids it already stored. */
+const DEDUPE_WINDOW = 10_000;
 
 /**
  * One storage shard of one queue. Persists every batch in a single transaction
@@ -55,6 +58,8 @@ export class StorageShard extends DurableObject<Env> {
   private consumersNotified = false;
   /** RPCs served and SQLite rows written since this object started (the benchmark's cost figures). */
   private readonly cost: CostMeter = { rpcs: 0, rowsWritten: 0 };
+  /** Memory leases, the scan cursor and the running totals (delivery-state.ts). */
+  private readonly delivery: DeliveryState;
   /** Tests replace this to drive time. */
   clock: Clock = systemClock;
 
@@ -65,9 +70,11 @@ export class StorageShard extends DurableObject<Env> {
     const meta = new Map(this.sql.exec<{ key: string; value: string }>("SELECT key, value FROM meta").toArray().map((r) => [r.key, r.value]));
     this.identity = meta.has("identity") ? (JSON.parse(meta.get("identity")!) as ShardIdentity) : null;
     this.state = (meta.get("state") as ShardState | undefined) ?? "active";
-    const c = this.sql.exec<{ backlog_count: number; backlog_bytes: number }>("SELECT backlog_count, backlog_bytes FROM counters").one();
-    this.backlogCount = c.backlog_count;
-    this.backlogBytes = c.backlog_bytes;
+    // Counted once here rather than written with every batch: rows read are cheap, rows written are not.
+    const c = this.sql.exec<{ n: number; bytes: number }>("SELECT COUNT(*) AS n, COALESCE(SUM(size), 0) AS bytes FROM messages").one();
+    this.backlogCount = c.n;
+    this.backlogBytes = c.bytes;
+    this.delivery = new DeliveryState(this.sql);
     const now = this.clock.now();
     this.activity = new ActivityMeter(now);
     const perSecond = serviceConfig(env).shardCapacityPerSecond;
@@ -99,8 +106,9 @@ export class StorageShard extends DurableObject<Env> {
   }
 
   /**
-   * Stores a batch, all or nothing. Messages whose id is already stored are
-   * dropped (a retried send stores once) and counted as duplicates.
+   * Stores a batch, all or nothing. With `dedupe` (a retried send, a dead-letter move)
+   * messages whose id is among the last DEDUPE_WINDOW stored are dropped, so a retry
+   * right after a lost reply stores once, and counted as duplicates.
    */
   append(req: AppendRequest): AppendResult {
     this.cost.rpcs++;
@@ -116,29 +124,28 @@ export class StorageShard extends DurableObject<Env> {
     let stored = 0;
     let bytes = 0;
     this.ctx.storage.transactionSync(() => {
+      const known = req.dedupe ? this.recentIds(req.messages.map((m) => m.id)) : null;
       for (const m of req.messages) {
-        const inserted = this.sql
-          .exec(
-            `INSERT INTO messages (id, body, content_type, size, enqueued_at, visible_at, attempts, lease_id, checksum)
-             VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?) ON CONFLICT(id) DO NOTHING RETURNING seq`,
-            m.id,
-            toArrayBuffer(m.body),
-            m.contentType,
-            m.body.byteLength,
-            now,
-            now + m.delayMs,
-            m.attempts ?? 0,
-            m.checksum,
-          )
-          .toArray().length;
-        if (inserted) {
-          stored++;
-          bytes += m.body.byteLength;
-        }
+        if (known?.has(m.id)) continue;
+        known?.add(m.id);
+        // One row write: a fresh message (no delay) has no index entry.
+        this.sql.exec(
+          `INSERT INTO messages (seq, id, size, enqueued_at, due_at, attempts, lease_id, checksum, content_type, body)
+           VALUES (?, ?, ?, ?, ?, ?, NULL, ?, ?, ?)`,
+          this.delivery.nextSeq++,
+          m.id,
+          m.body.byteLength,
+          now,
+          m.delayMs > 0 ? now + m.delayMs : null,
+          m.attempts ?? 0,
+          m.checksum,
+          m.contentType,
+          toArrayBuffer(m.body),
+        );
+        stored++;
+        bytes += m.body.byteLength;
       }
-      if (stored > 0) {
-        this.sql.exec("UPDATE counters SET backlog_count = backlog_count + ?, backlog_bytes = backlog_bytes + ?", stored, bytes);
-      }
+      this.delivery.flushTotals(now);
     });
     this.backlogCount += stored;
     this.backlogBytes += bytes;
@@ -169,11 +176,10 @@ export class StorageShard extends DurableObject<Env> {
     if (refused) return { messages: [], waitUntil: null, more: false, nextVisibleAt: null, backlogCount: 0 };
     const now = this.clock.now();
     const { result, delta } = this.ctx.storage.transactionSync(() => {
-      const expired = expireOld(this.sql, now, req.retentionMs);
-      const leased = lease(this.sql, now, req);
-      const delta = { count: expired.count + leased.delta.count, bytes: expired.bytes + leased.delta.bytes };
-      this.writeDelta(delta);
-      return { result: leased.result, delta };
+      const expired = expireOld(this.sql, this.delivery, now, req.retentionMs);
+      const leased = lease(this.sql, this.delivery, now, req);
+      this.delivery.flushTotals(now);
+      return { result: leased.result, delta: { count: expired.count + leased.delta.count, bytes: expired.bytes + leased.delta.bytes } };
     });
     this.applyDelta(delta);
     this.activity.messagesOut += result.messages.length;
@@ -192,8 +198,8 @@ export class StorageShard extends DurableObject<Env> {
     }
     const now = this.clock.now();
     const { result, delta } = this.ctx.storage.transactionSync(() => {
-      const settled = settle(this.sql, now, req);
-      this.writeDelta(settled.delta);
+      const settled = settle(this.sql, this.delivery, now, req);
+      this.delivery.flushTotals(now);
       return settled;
     });
     this.applyDelta(delta);
@@ -206,14 +212,14 @@ export class StorageShard extends DurableObject<Env> {
     this.cost.rpcs++;
     if (this.refuseRead(queueId)) return [];
     const now = this.clock.now();
-    return this.ctx.storage.transactionSync(() => extend(this.sql, now, refs, leaseMs));
+    return this.ctx.storage.transactionSync(() => extend(this.sql, this.delivery, now, refs, leaseMs));
   }
 
   /** Messages still held under these leases, with their bodies: what a dead-letter move needs. */
   readLeased(queueId: string, refs: LeaseRef[]): LeasedMessage[] {
     this.cost.rpcs++;
     if (this.refuseRead(queueId)) return [];
-    return readLeased(this.sql, refs);
+    return readLeased(this.sql, this.delivery, refs);
   }
 
   // Queue operations (storage-shard/operations.ts): purge, lookup and cancel by id, redrive.
@@ -224,8 +230,8 @@ export class StorageShard extends DurableObject<Env> {
     if (this.refuseRead(queueId)) return { deleted: 0, more: false };
     const now = this.clock.now();
     const r = this.ctx.storage.transactionSync(() => {
-      const r = purgeSome(this.sql, now, limit);
-      this.writeDelta(r.delta);
+      const r = purgeSome(this.sql, this.delivery, now, limit);
+      this.delivery.flushTotals(now);
       return r;
     });
     this.afterRemoval(r);
@@ -237,7 +243,7 @@ export class StorageShard extends DurableObject<Env> {
   findMessage(queueId: string, id: string): MessageStatus | null {
     this.cost.rpcs++;
     if (this.refuseRead(queueId)) return null;
-    return findMessage(this.sql, this.clock.now(), id);
+    return findMessage(this.sql, this.delivery, this.clock.now(), id);
   }
 
   /** Deletes one message wherever it stands; false when this shard does not hold it. */
@@ -246,8 +252,8 @@ export class StorageShard extends DurableObject<Env> {
     if (this.refuseRead(queueId)) return false;
     const now = this.clock.now();
     const r = this.ctx.storage.transactionSync(() => {
-      const r = cancelMessage(this.sql, now, id);
-      this.writeDelta(r.delta);
+      const r = cancelMessage(this.sql, this.delivery, now, id);
+      this.delivery.flushTotals(now);
       return r;
     });
     this.afterRemoval(r);
@@ -260,8 +266,8 @@ export class StorageShard extends DurableObject<Env> {
     if (this.refuseRead(queueId)) return [];
     const now = this.clock.now();
     const { messages, delta } = this.ctx.storage.transactionSync(() => {
-      const r = leaseMatching(this.sql, now, filter, limit, leaseMs);
-      this.writeDelta(r.delta);
+      const r = leaseMatching(this.sql, this.delivery, now, filter, limit, leaseMs);
+      this.delivery.flushTotals(now);
       return r;
     });
     this.applyDelta(delta);
@@ -274,7 +280,7 @@ export class StorageShard extends DurableObject<Env> {
     this.cost.rpcs++;
     if (this.refuseRead(queueId)) return 0;
     const now = this.clock.now();
-    const released = this.ctx.storage.transactionSync(() => releaseLeases(this.sql, now, refs));
+    const released = this.ctx.storage.transactionSync(() => releaseLeases(this.sql, this.delivery, now, refs));
     this.leasedNow = Math.max(0, this.leasedNow - released);
     return released;
   }
@@ -297,11 +303,7 @@ export class StorageShard extends DurableObject<Env> {
 
   private figures(): ShardStats {
     const oldest = this.sql.exec<{ enqueued_at: number }>("SELECT enqueued_at FROM messages ORDER BY seq LIMIT 1").toArray()[0];
-    const t = this.sql.exec("SELECT leased, acked, retried, dead_lettered, dropped, expired, quarantined, purged, cancelled FROM counters").one() as unknown as Record<string, number>;
-    const totals: DeliveryTotals = {
-      leased: t.leased!, acked: t.acked!, retried: t.retried!, deadLettered: t.dead_lettered!, dropped: t.dropped!, expired: t.expired!, quarantined: t.quarantined!,
-      purged: t.purged!, cancelled: t.cancelled!,
-    };
+    const totals: DeliveryTotals = this.delivery.current();
     return { backlogCount: this.backlogCount, backlogBytes: this.backlogBytes, oldestEnqueuedAt: oldest?.enqueued_at ?? null, totals, cost: { ...this.cost } };
   }
 
@@ -309,13 +311,7 @@ export class StorageShard extends DurableObject<Env> {
     return !this.identity || this.identity.queueId !== queueId || this.state === "retired";
   }
 
-  /** Inside the transaction: the stored counters follow the rows. */
-  private writeDelta(delta: BacklogDelta): void {
-    if (delta.count === 0 && delta.bytes === 0) return;
-    this.sql.exec("UPDATE counters SET backlog_count = backlog_count + ?, backlog_bytes = backlog_bytes + ?", delta.count, delta.bytes);
-  }
-
-  /** After the transaction committed: the in-memory copy follows the stored counters. */
+  /** After the transaction committed: the in-memory figures follow the rows. */
   private applyDelta(delta: BacklogDelta): void {
     this.backlogCount += delta.count;
     this.backlogBytes += delta.bytes;
@@ -327,7 +323,7 @@ export class StorageShard extends DurableObject<Env> {
     const n = Math.max(1, Math.min(MAX_PEEK, Math.floor(limit)));
     const rows = this.sql
       .exec<RowOf<StoredRow>>(
-        `SELECT seq, id, body, content_type, size, enqueued_at, visible_at, attempts, checksum
+        `SELECT seq, id, body, content_type, size, enqueued_at, due_at, attempts, checksum
          FROM messages WHERE seq > ? ORDER BY seq LIMIT ?`,
         afterSeq,
         n,
@@ -347,7 +343,7 @@ export class StorageShard extends DurableObject<Env> {
         contentType: r.content_type,
         size: r.size,
         enqueuedAt: r.enqueued_at,
-        visibleAt: r.visible_at,
+        visibleAt: r.due_at ?? r.enqueued_at,
         attempts: r.attempts,
       });
     }
@@ -380,13 +376,11 @@ export class StorageShard extends DurableObject<Env> {
     }
     if (!reply.known) return; // the queue no longer lists this shard
     if (reply.retentionMs !== null) {
-      const delta = this.ctx.storage.transactionSync(() => {
-        const d = expireOld(this.sql, now, reply.retentionMs!);
-        this.writeDelta(d);
-        return d;
-      });
+      const delta = this.ctx.storage.transactionSync(() => expireOld(this.sql, this.delivery, now, reply.retentionMs!));
       this.applyDelta(delta);
     }
+    // An idle shard's last report also writes the running totals that were waiting for a second to pass.
+    this.delivery.flushTotals(now, true);
     this.armHeartbeat(now);
   }
 
@@ -411,6 +405,16 @@ export class StorageShard extends DurableObject<Env> {
     this.backlogCount = 0;
     this.backlogBytes = 0;
     this.leasedNow = 0;
+    this.delivery.reset();
+  }
+
+  /** Which of `ids` are among the last DEDUPE_WINDOW messages stored (a retry lands right after its first try). */
+  private recentIds(ids: string[]): Set<string> {
+    const wanted = new Set(ids);
+    const found = new Set<string>();
+    const recent = this.sql.exec<{ id: string }>("SELECT id FROM messages WHERE seq >= ? ORDER BY seq DESC", this.delivery.nextSeq - DEDUPE_WINDOW);
+    for (const r of recent) if (wanted.has(r.id)) found.add(r.id);
+    return found;
   }
 }
 

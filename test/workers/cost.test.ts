@@ -17,17 +17,18 @@ describe("cost figures a storage shard keeps", () => {
     const before = (await shard.stats()).cost;
     await shard.append({ queueId: QUEUE, messages: Array.from({ length: 100 }, (_, i) => msg(i)) });
     const afterAppend = (await shard.stats()).cost;
-    // Two RPCs (append, stats); each insert writes the row, its id index entry and its visible_at
-    // index entry, and the batch updates the counters row once.
+    // Two RPCs (append, stats); each insert writes its row and nothing else: a fresh message has
+    // no index entry, and the running totals are written at most once a second.
     expect(afterAppend.rpcs - before.rpcs).toBe(2);
-    expect(afterAppend.rowsWritten - before.rowsWritten).toBe(100 * 3 + 1);
+    expect(afterAppend.rowsWritten - before.rowsWritten).toBeLessThanOrEqual(100 + 1);
 
     const leased = await shard.lease({ queueId: QUEUE, limit: 100, leaseMs: 30_000, maxWaitMs: 0, retentionMs: 1e12 });
     await shard.settle({ queueId: QUEUE, acks: leased.messages.map((m) => ({ id: m.id, leaseId: m.leaseId })), retries: [], deadLettered: [], dropped: [] });
     const afterDelivery = (await shard.stats()).cost;
-    // Stored, leased and acked: 6.04 rows written per message today. The benchmark reports this
-    // figure; the target is at most 2 (a leaner schema is still to come), so this pins where it stands.
-    expect((afterDelivery.rowsWritten - before.rowsWritten) / 100).toBe(6.04);
+    // Stored, leased (in memory) and acked (one delete): the target is at most 2 rows per message,
+    // plus at most one write of the running totals per call.
+    expect(afterDelivery.rowsWritten - before.rowsWritten).toBeGreaterThanOrEqual(200);
+    expect(afterDelivery.rowsWritten - before.rowsWritten).toBeLessThanOrEqual(200 + 3);
     expect(afterDelivery.rpcs - afterAppend.rpcs).toBe(3);
   });
 });
