@@ -9,7 +9,9 @@ import { basename, join } from "node:path";
 import { parseArgs } from "node:util";
 import { writeDevConfig } from "../scripts/dev-config.mjs";
 import { freePort, ROOT, startWrangler } from "../scripts/dev-server.mjs";
+import { latencyChart, throughputChart, timelineChart } from "./charts.mjs";
 import { load } from "./load.mjs";
+import { autoscaleRun, backlogRun, groupCpuSeconds } from "./scaling.mjs";
 
 export const COMPARE_HELP = `npm run bench -- compare [--quick] [--repeats N] [--out DIR]
   Starts shardq (service + sink consumer) and miniflare's Queues simulator (producer + the same sink),
@@ -22,6 +24,10 @@ const TOKEN = "shardq-local-dev-token";
 const HEADERS = { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" };
 /** The simulator fails with more than 10,000 messages in flight per queue (workers-sdk issue 15670). */
 const MAX_IN_FLIGHT = 8000;
+/** The percentiles a run keeps of its latency distributions (for the charts). */
+const CDF_POINTS = [1, 5, 10, 25, 50, 75, 90, 95, 99, 99.9, 100];
+/** Workload 6: one storage shard to start with, each taking at most this many messages/s. */
+const W6_SHARD_CAPACITY = 400;
 
 /** @param {string[]} argv */
 export async function compare(argv) {
@@ -31,17 +37,28 @@ export async function compare(argv) {
   if (!Number.isInteger(repeats) || repeats < 1 || repeats > 10) throw new Error("--repeats must be an integer from 1 to 10");
   const outDir = o.out ?? join(ROOT, "bench", "results");
   const scale = quick ? 0.1 : 1;
-  const workloads = [
+  /** @typedef {{ id: string, name: string, count: number, concurrency: number, batch: number, systems: string[], rate?: number, seconds?: number, backlog?: number }} Workload */
+  const workloads = /** @type {Workload[]} */ ([
     { id: "w1", name: "send() from a Worker, 256 in flight", count: Math.round(20_000 * scale), concurrency: 256, batch: 1, systems: ["simulator", "shardq"] },
     { id: "w2", name: "sendBatch() of 100", count: Math.round(50_000 * scale), concurrency: 8, batch: 100, systems: ["simulator", "shardq"] },
     { id: "w3", name: "HTTP POST of single messages (no simulator equivalent)", count: Math.round(5_000 * scale), concurrency: 32, batch: 1, systems: ["shardq"] },
     // Its rate is set once w1 has measured shardq's maximum: half of it, for 30 s (3 s quick).
     { id: "w4", name: "send() at half of shardq's w1 maximum", count: 0, concurrency: 256, batch: 1, rate: 0, seconds: quick ? 3 : 30, systems: ["simulator", "shardq"] },
-  ];
+    ...(quick ? [1_000, 10_000] : [1_000, 100_000, 1_000_000]).map((backlog) => ({
+      id: `w5-${backlog >= 1e6 ? `${backlog / 1e6}M` : `${backlog / 1e3}k`}`,
+      name: `consuming a backlog of ${backlog.toLocaleString("en-US")} (no simulator equivalent)`,
+      backlog,
+      count: backlog,
+      concurrency: 8,
+      batch: 100,
+      systems: ["shardq"],
+    })),
+    { id: "w6", name: `send() at 4x one shard's capacity (${W6_SHARD_CAPACITY}/s), from 1 shard (no simulator equivalent)`, count: 0, concurrency: 256, batch: 1, rate: 4 * W6_SHARD_CAPACITY, seconds: quick ? 8 : 30, systems: ["shardq"] },
+  ]);
 
   const work = mkdtempSync(join(tmpdir(), "shardq-compare-"));
   const env = { WRANGLER_REGISTRY_PATH: join(work, "registry") };
-  const stacks = /** @type {Record<string, { base: string, stop: () => Promise<void> }>} */ ({});
+  const stacks = /** @type {Record<string, { base: string, pid: number, stop: () => Promise<void> }>} */ ({});
   try {
     const simPort = await freePort();
     const sim = await startWrangler({
@@ -49,7 +66,7 @@ export async function compare(argv) {
       readyUrl: `http://127.0.0.1:${simPort}/ready`,
       env,
     });
-    stacks.simulator = { base: `http://127.0.0.1:${simPort}`, stop: () => sim.stop() };
+    stacks.simulator = { base: `http://127.0.0.1:${simPort}`, pid: /** @type {number} */ (sim.pid), stop: () => sim.stop() };
     const sqPort = await freePort();
     const config = writeDevConfig({ file: join(ROOT, "wrangler.bench.toml"), consumers: [{ binding: "CONSUMER_BENCH_SINK", service: "bench-sink" }] });
     const sq = await startWrangler({
@@ -57,8 +74,30 @@ export async function compare(argv) {
       readyUrl: `http://127.0.0.1:${sqPort}/ready`,
       env,
     });
-    stacks.shardq = { base: `http://127.0.0.1:${sqPort}`, stop: () => sq.stop() };
-    await setUpShardq(stacks.shardq.base);
+    stacks.shardq = { base: `http://127.0.0.1:${sqPort}`, pid: /** @type {number} */ (sq.pid), stop: () => sq.stop() };
+    await setUpShardq(`http://127.0.0.1:${sqPort}`);
+    // Workload 6 runs on its own shardq, with the per-shard capacity limit on and one shard to start.
+    const autoscaling = async () => {
+      const port = await freePort();
+      const w6Config = writeDevConfig({
+        file: join(ROOT, "wrangler.bench-w6.toml"),
+        consumers: [{ binding: "CONSUMER_BENCH_SINK", service: "bench-sink" }],
+        vars: {
+          SHARD_CAPACITY_PER_SECOND: String(W6_SHARD_CAPACITY), TARGET_MESSAGES_PER_SHARD: String(Math.round(W6_SHARD_CAPACITY * 0.75)), SHARDS_PER_REGION: "1",
+          MAX_SHARDS_PER_REGION: "16", HEARTBEAT_INTERVAL_MS: "1000", SCALE_IN_AFTER_MS: "600000",
+        },
+      });
+      const stack = await startWrangler({
+        args: ["-c", "bench/workers/driver/wrangler.shardq.toml", "-c", w6Config, "-c", "bench/workers/sink/wrangler.shardq.toml", "--port", String(port), "--ip", "127.0.0.1", "--persist-to", join(work, "shardq-w6"), "--inspector-port", "0"],
+        readyUrl: `http://127.0.0.1:${port}/ready`,
+        env,
+      });
+      const base = `http://127.0.0.1:${port}`;
+      await setUpShardq(base);
+      return { base, stop: () => stack.stop() };
+    };
+    /** @type {Array<{ workload: string, system: string, run: number, samples: unknown[] }>} */
+    const timelines = [];
 
     /** @type {Array<{ workload: string, system: string, run: number, figures: Record<string, number | null> }>} */
     const runs = [];
@@ -71,10 +110,23 @@ export async function compare(argv) {
       }
       for (let run = 1; run <= repeats; run++) {
         for (const system of w.systems) {
-          const base = /** @type {{ base: string }} */ (stacks[system]).base;
-          const figures = w.id === "w3" ? await httpRun(base, w) : await driverRun(base, w, system === "shardq");
-          runs.push({ workload: w.id, system, run, figures });
-          console.log(`${w.id} ${system} run ${run}: ${JSON.stringify(figures)}`);
+          const stack = /** @type {{ base: string, pid: number }} */ (stacks[system]);
+          /** @type {{ figures: Record<string, number | null>, cdf?: Record<string, Array<[number, number]>> }} */
+          let result;
+          if (w.id === "w3") result = { figures: await httpRun(stack.base, w) };
+          else if (w.id.startsWith("w5")) result = { figures: await backlogRun(stack.base, stack.pid, /** @type {number} */ (w.backlog)) };
+          else if (w.id === "w6") {
+            const fresh = await autoscaling();
+            try {
+              const r = await autoscaleRun(fresh.base, { rate: /** @type {number} */ (w.rate), seconds: /** @type {number} */ (w.seconds) });
+              timelines.push({ workload: w.id, system, run, samples: r.samples });
+              result = { figures: r.figures };
+            } finally {
+              await fresh.stop();
+            }
+          } else result = await driverRun(stack.base, stack.pid, w, system === "shardq");
+          runs.push({ workload: w.id, system, run, ...result });
+          console.log(`${w.id} ${system} run ${run}: ${JSON.stringify(result.figures)}`);
         }
       }
     }
@@ -82,10 +134,10 @@ export async function compare(argv) {
     mkdirSync(outDir, { recursive: true });
     const stamp = new Date().toISOString().slice(0, 19).replace(/[:T]/g, "-");
     const files = { json: join(outDir, `${stamp}.json`), md: join(outDir, `${stamp}.md`), svg: join(outDir, `${stamp}.svg`) };
-    writeFileSync(files.json, `${JSON.stringify({ date: new Date().toISOString(), quick, repeats, workloads, runs, summary: report.rows }, null, 2)}\n`);
-    writeFileSync(files.svg, chart(report.rows));
-    writeFileSync(files.md, `${report.markdown}\n![throughput](${stamp}.svg)\n`);
-    console.log(`\n${report.markdown}\nwritten: ${files.json}, ${files.md}, ${files.svg}`);
+    writeFileSync(files.json, `${JSON.stringify({ date: new Date().toISOString(), quick, repeats, workloads, runs, timelines, summary: report.rows }, null, 2)}\n`);
+    const charts = writeCharts(join(outDir, stamp), report.rows, runs, timelines);
+    writeFileSync(files.md, `${report.markdown}\n${charts}\n`);
+    console.log(`\n${report.markdown}\nwritten: ${files.json}, ${files.md} and its charts`);
     return { files, rows: report.rows };
   } finally {
     for (const s of Object.values(stacks)) await s.stop();
@@ -101,8 +153,8 @@ export function rerender(jsonFile) {
   const data = JSON.parse(readFileSync(jsonFile, "utf8"));
   const report = summarize(data.workloads, data.runs, data.quick);
   const stem = jsonFile.replace(/\.json$/, "");
-  writeFileSync(`${stem}.svg`, chart(report.rows));
-  writeFileSync(`${stem}.md`, `${report.markdown}\n![throughput](${basename(stem)}.svg)\n`);
+  const charts = writeCharts(stem, report.rows, data.runs, data.timelines ?? []);
+  writeFileSync(`${stem}.md`, `${report.markdown}\n${charts}\n`);
   data.summary = report.rows;
   writeFileSync(jsonFile, `${JSON.stringify(data, null, 2)}\n`);
 }
@@ -119,13 +171,50 @@ async function setUpShardq(base) {
 }
 
 /**
- * Sends `count` through the driver Worker in chunks, never more than MAX_IN_FLIGHT
- * ahead of the sink (for both systems alike), and measures until all are delivered.
- * @param {string} base @param {{ count: number, concurrency: number, batch: number, rate?: number }} w @param {boolean} withCost
+ * Writes the charts next to the report and returns the Markdown that shows them:
+ * throughput per workload, latency distributions (w1, w4), shards and throughput over
+ * time (w6, the median run by peak shards).
+ * @param {string} stem @param {any[]} rows @param {any[]} runs @param {any[]} timelines
  */
-async function driverRun(base, w, withCost) {
+function writeCharts(stem, rows, runs, timelines) {
+  const name = basename(stem);
+  const md = [];
+  writeFileSync(`${stem}.svg`, throughputChart(rows));
+  md.push(`![throughput](${name}.svg)`);
+  for (const w of ["w1", "w4"]) {
+    /** @type {Array<{ label: string, system: string, dashed?: boolean, points: Array<[number, number]> }>} */
+    const series = [];
+    for (const system of ["simulator", "shardq"]) {
+      // The run with the median send p50 stands for its system.
+      const mine = runs.filter((r) => r.workload === w && r.system === system && r.cdf).sort((a, b) => (a.figures.send_p50_ms ?? 0) - (b.figures.send_p50_ms ?? 0));
+      const run = mine[mine.length >> 1];
+      if (!run) continue;
+      series.push({ label: `${system} send()`, system, points: run.cdf.send });
+      if (run.cdf.e2e?.length) series.push({ label: `${system} end to end`, system, dashed: true, points: run.cdf.e2e });
+    }
+    if (!series.length) continue;
+    writeFileSync(`${stem}-${w}-latency.svg`, latencyChart(`${w}: latency distribution (percentile by ms, log scale)`, series));
+    md.push(`![${w} latency](${name}-${w}-latency.svg)`);
+  }
+  const w6 = timelines.filter((t) => t.workload === "w6").sort((a, b) => peakShards(a.samples) - peakShards(b.samples));
+  const mid = w6[w6.length >> 1];
+  if (mid) {
+    writeFileSync(`${stem}-w6-autoscaling.svg`, timelineChart("w6: storage shards and throughput over time", mid.samples));
+    md.push(`![w6 autoscaling](${name}-w6-autoscaling.svg)`);
+  }
+  return md.join("\n");
+}
+
+/**
+ * Sends `count` through the driver Worker in chunks, never more than MAX_IN_FLIGHT
+ * ahead of the sink (for both systems alike), and measures until all are delivered,
+ * with the CPU the system's processes used meanwhile.
+ * @param {string} base @param {number} pgid @param {{ count: number, concurrency: number, batch: number, rate?: number }} w @param {boolean} withCost
+ */
+async function driverRun(base, pgid, w, withCost) {
   await fetch(`${base}/sink/reset`, { method: "POST" });
   const costBefore = withCost ? await shardqCost(base) : null;
+  const cpuBefore = groupCpuSeconds(pgid);
   // Paced chunks follow each other without a pause while the sink keeps up.
   const chunk = Math.min(w.count, w.rate ? 2000 : 5000);
   const latencies = /** @type {number[]} */ ([]);
@@ -147,9 +236,10 @@ async function driverRun(base, w, withCost) {
     s = await sink(base);
   }
   const seconds = (performance.now() - started) / 1000;
+  const cpuAfter = groupCpuSeconds(pgid);
   latencies.sort((a, b) => a - b);
   const costAfter = withCost ? await shardqCost(base, true) : null;
-  return {
+  const figures = {
     delivered_msgs_per_s: Math.round(s.distinct / seconds),
     send_msgs_per_s: Math.round(sent / sendSeconds),
     send_p50_ms: round(pct(latencies, 50)),
@@ -160,7 +250,11 @@ async function driverRun(base, w, withCost) {
     duplicates: s.duplicates,
     do_rpcs_per_msg: costBefore && costAfter ? round((costAfter.rpcs - costBefore.rpcs) / w.count, 3) : null,
     rows_written_per_msg: costBefore && costAfter ? round((costAfter.rowsWritten - costBefore.rowsWritten) / w.count, 3) : null,
+    cpu_us_per_msg: cpuBefore !== null && cpuAfter !== null ? Math.round(((cpuAfter - cpuBefore) * 1e6) / w.count) : null,
   };
+  /** @type {Record<string, Array<[number, number]>>} */
+  const cdf = { send: CDF_POINTS.map((p) => /** @type {[number, number]} */ ([p, round(pct(latencies, p)) ?? 0])), e2e: s.latency_ms.cdf ?? [] };
+  return { figures, cdf };
 }
 
 /** HTTP POSTs from this process, through the load tester. @param {string} base @param {{ count: number, concurrency: number }} w */
@@ -197,7 +291,7 @@ async function shardqCost(base, fresh = false) {
  * @param {boolean} quick
  */
 function summarize(workloads, runs, quick) {
-  const metrics = ["delivered_msgs_per_s", "send_msgs_per_s", "send_p50_ms", "send_p99_ms", "e2e_p50_ms", "e2e_p99_ms", "do_rpcs_per_msg", "rows_written_per_msg"];
+  const metrics = ["delivered_msgs_per_s", "send_msgs_per_s", "send_p50_ms", "send_p99_ms", "e2e_p50_ms", "e2e_p99_ms", "do_rpcs_per_msg", "rows_written_per_msg", "cpu_us_per_msg", "shards_at_start", "shards_peak", "send_errors"];
   /** @type {Array<{ workload: string, name: string, metric: string, simulator: Stat | null, shardq: Stat | null, ratio: number | null }>} */
   const rows = [];
   for (const w of workloads) {
@@ -232,28 +326,8 @@ function stats(values) {
   return { median: /** @type {number} */ (round(median, 3)), min: /** @type {number} */ (v[0]), max: /** @type {number} */ (v[v.length - 1]), n: v.length };
 }
 
-/** A bar chart of delivered (or, for HTTP, sent) throughput per workload and system. @param {Array<{ workload: string, metric: string, simulator: Stat | null, shardq: Stat | null }>} rows */
-function chart(rows) {
-  const bars = /** @type {Array<{ label: string, system: string, value: number }>} */ ([]);
-  for (const r of rows) {
-    if (r.metric !== "delivered_msgs_per_s" && !(r.workload === "w3" && r.metric === "send_msgs_per_s")) continue;
-    if (r.simulator) bars.push({ label: r.workload, system: "simulator", value: r.simulator.median });
-    if (r.shardq) bars.push({ label: r.workload, system: "shardq", value: r.shardq.median });
-  }
-  const max = Math.max(1, ...bars.map((b) => b.value));
-  const w = 60 + bars.length * 70;
-  const h = 260;
-  const body = bars
-    .map((b, i) => {
-      const bh = Math.round((b.value / max) * 180);
-      const x = 50 + i * 70;
-      const color = b.system === "shardq" ? "#f6821f" : "#6b7280";
-      return `<rect x="${x}" y="${210 - bh}" width="50" height="${bh}" fill="${color}"/><text x="${x + 25}" y="${205 - bh}" font-size="11" text-anchor="middle">${b.value}</text><text x="${x + 25}" y="228" font-size="11" text-anchor="middle">${b.label} ${b.system === "shardq" ? "sq" : "sim"}</text>`;
-    })
-    .join("");
-  return `<svg xmlns="http://www.w3.org/2000/svg" width="${w}" height="${h}" font-family="sans-serif"><text x="10" y="20" font-size="13">messages/s (median): shardq (orange) vs simulator (grey)</text><line x1="40" y1="210" x2="${w - 10}" y2="210" stroke="#999"/>${body}</svg>\n`;
-}
-
+/** @param {Array<{ shards: number }>} samples */
+const peakShards = (samples) => Math.max(0, ...samples.map((s) => s.shards));
 /** @param {number[]} sorted @param {number} p */
 const pct = (sorted, p) => (sorted.length ? /** @type {number} */ (sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]) : null);
 /** @param {number | null} x @param {number} [digits] */

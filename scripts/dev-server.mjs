@@ -28,7 +28,10 @@ export async function startWrangler({ args, readyUrl, log, timeoutMs = 90_000, e
     cwd: ROOT,
     detached: true,
     stdio: ["ignore", "pipe", "pipe"],
-    env: { ...process.env, WRANGLER_SEND_METRICS: "false", ...env },
+    // wrangler's local trace collector records every invocation (every RPC, alarm and queue()
+    // call) and took a quarter of workerd's CPU in the benchmark's profile (bench/README.md);
+    // X_LOCAL_OBSERVABILITY=true in the environment keeps it.
+    env: { ...process.env, WRANGLER_SEND_METRICS: "false", X_LOCAL_OBSERVABILITY: process.env.X_LOCAL_OBSERVABILITY ?? "false", ...env },
   });
   let output = "";
   const onData = (chunk) => {

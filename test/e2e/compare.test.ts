@@ -10,7 +10,7 @@ describe("npm run bench -- compare --quick", () => {
   const out = mkdtempSync(join(tmpdir(), "shardq-compare-results-"));
   afterAll(() => rmSync(out, { recursive: true, force: true }));
 
-  it("runs every workload on both systems and writes the JSON, Markdown and SVG report", async () => {
+  it("runs every workload on both systems and writes the JSON, Markdown and SVG charts", async () => {
     const { files, rows } = await compare(["--quick", "--out", out]);
     const json = JSON.parse(readFileSync(files.json, "utf8"));
     const delivered = (workload: string) => rows.find((r) => r.workload === workload && r.metric === "delivered_msgs_per_s");
@@ -19,12 +19,23 @@ describe("npm run bench -- compare --quick", () => {
       expect(delivered(w)?.shardq?.median).toBeGreaterThan(0);
     }
     // Every message delivered on both systems, in every run.
-    for (const run of json.runs.filter((r: { workload: string }) => r.workload !== "w3")) {
+    for (const run of json.runs.filter((r: { workload: string }) => r.workload !== "w3" && r.workload !== "w6")) {
       const w = json.workloads.find((x: { id: string }) => x.id === run.workload);
       expect(run.figures.delivered).toBe(w.count);
     }
+    // Autoscaling: from one shard to more under 4x its capacity, every message sent and delivered.
+    const w6 = json.runs.find((r: { workload: string }) => r.workload === "w6").figures;
+    expect(w6).toMatchObject({ send_errors: 0, shards_at_start: 1, delivered: w6.sent });
+    expect(w6.shards_peak).toBeGreaterThan(1);
+    expect(json.timelines[0].samples.length).toBeGreaterThan(3);
+    expect(rows.find((r) => r.workload === "w5-10k" && r.metric === "cpu_us_per_msg")?.shardq?.median).toBeGreaterThan(0);
+    expect(rows.find((r) => r.workload === "w1" && r.metric === "cpu_us_per_msg")?.simulator?.median).toBeGreaterThan(0);
     expect(rows.find((r) => r.workload === "w1" && r.metric === "do_rpcs_per_msg")?.shardq?.median).toBeGreaterThan(0);
     expect(readFileSync(files.md, "utf8")).toContain("| w1: send() from a Worker, 256 in flight | delivered_msgs_per_s |");
     expect(readFileSync(files.svg, "utf8")).toMatch(/^<svg /);
+    for (const chart of ["w1-latency", "w4-latency", "w6-autoscaling"]) {
+      expect(readFileSync(files.json.replace(/\.json$/, `-${chart}.svg`), "utf8")).toMatch(/^<svg .*<polyline/s);
+      expect(readFileSync(files.md, "utf8")).toContain(`-${chart}.svg)`);
+    }
   });
 });

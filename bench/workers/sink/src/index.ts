@@ -35,7 +35,8 @@ export default {
     if (url.pathname === "/stats") {
       const sorted = [...latencies].sort((a, b) => a - b);
       const pct = (p: number) => (sorted.length ? sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] : null);
-      return Response.json({ received, distinct: seen.size, duplicates: received - seen.size, last_at: lastAt, latency_ms: { p50: pct(50), p95: pct(95), p99: pct(99) } });
+      const cdf = [1, 5, 10, 25, 50, 75, 90, 95, 99, 99.9, 100].map((p) => [p, pct(p)]);
+      return Response.json({ received, distinct: seen.size, duplicates: received - seen.size, last_at: lastAt, latency_ms: { p50: pct(50), p95: pct(95), p99: pct(99), cdf } });
     }
     return Response.json({ error: "GET /stats or POST /reset" }, { status: 404 });
   },

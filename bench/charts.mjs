@@ -1,0 +1,86 @@
+// The benchmark report's SVG charts, drawn by hand (no dependency): throughput per
+// workload, latency distributions, and shards and throughput over time while autoscaling.
+
+const SQ = "#f6821f";
+const SIM = "#6b7280";
+const esc = (/** @type {string} */ s) => s.replace(/&/g, "&amp;").replace(/</g, "&lt;");
+
+/**
+ * Bars of delivered (or, for HTTP, sent) messages/s per workload and system (medians).
+ * @param {Array<{ workload: string, metric: string, simulator: { median: number } | null, shardq: { median: number } | null }>} rows
+ */
+export function throughputChart(rows) {
+  const bars = /** @type {Array<{ label: string, system: string, value: number }>} */ ([]);
+  for (const r of rows) {
+    if (r.metric !== "delivered_msgs_per_s" && !(r.workload === "w3" && r.metric === "send_msgs_per_s")) continue;
+    if (r.simulator) bars.push({ label: r.workload, system: "simulator", value: r.simulator.median });
+    if (r.shardq) bars.push({ label: r.workload, system: "shardq", value: r.shardq.median });
+  }
+  const max = Math.max(1, ...bars.map((b) => b.value));
+  const w = 60 + bars.length * 70;
+  const body = bars
+    .map((b, i) => {
+      const bh = Math.round((b.value / max) * 180);
+      const x = 50 + i * 70;
+      return `<rect x="${x}" y="${210 - bh}" width="50" height="${bh}" fill="${b.system === "shardq" ? SQ : SIM}"/><text x="${x + 25}" y="${205 - bh}" font-size="11" text-anchor="middle">${b.value}</text><text x="${x + 25}" y="228" font-size="11" text-anchor="middle">${b.label} ${b.system === "shardq" ? "sq" : "sim"}</text>`;
+    })
+    .join("");
+  return svg(w, 260, `<text x="10" y="20" font-size="13">messages/s (median): shardq (orange) vs simulator (grey)</text><line x1="40" y1="210" x2="${w - 10}" y2="210" stroke="#999"/>${body}`);
+}
+
+/**
+ * Latency distributions as CDFs on a log axis: one line per system and kind (send,
+ * end-to-end), from the percentile points a run recorded.
+ * @param {string} title
+ * @param {Array<{ label: string, system: string, dashed?: boolean, points: Array<[number, number]> }>} series  [percentile, ms]
+ */
+export function latencyChart(title, series) {
+  const W = 560;
+  const H = 300;
+  const left = 50;
+  const bottom = 250;
+  const all = series.flatMap((s) => s.points.map(([, ms]) => Math.max(0.5, ms)));
+  const lo = Math.log10(0.5);
+  const hi = Math.log10(Math.max(10, ...all) * 1.2);
+  const x = (/** @type {number} */ ms) => left + ((Math.log10(Math.max(0.5, ms)) - lo) / (hi - lo)) * (W - left - 20);
+  const y = (/** @type {number} */ p) => bottom - (p / 100) * 210;
+  const ticks = [1, 10, 100, 1000, 10000].filter((t) => Math.log10(t) <= hi);
+  const grid = ticks.map((t) => `<line x1="${x(t)}" y1="${y(100)}" x2="${x(t)}" y2="${bottom}" stroke="#eee"/><text x="${x(t)}" y="${bottom + 14}" font-size="10" text-anchor="middle">${t} ms</text>`).join("");
+  const pgrid = [50, 90, 99].map((p) => `<line x1="${left}" y1="${y(p)}" x2="${W - 20}" y2="${y(p)}" stroke="#eee"/><text x="${left - 4}" y="${y(p) + 3}" font-size="10" text-anchor="end">p${p}</text>`).join("");
+  const lines = series
+    .map((s, i) => {
+      const color = s.system === "shardq" ? SQ : SIM;
+      const pts = s.points.map(([p, ms]) => `${x(ms).toFixed(1)},${y(p).toFixed(1)}`).join(" ");
+      const legend = `<line x1="${left + 10}" y1="${30 + i * 14}" x2="${left + 34}" y2="${30 + i * 14}" stroke="${color}" stroke-width="2"${s.dashed ? ' stroke-dasharray="4 3"' : ""}/><text x="${left + 40}" y="${34 + i * 14}" font-size="11">${esc(s.label)}</text>`;
+      return `<polyline fill="none" stroke="${color}" stroke-width="2"${s.dashed ? ' stroke-dasharray="4 3"' : ""} points="${pts}"/>${legend}`;
+    })
+    .join("");
+  return svg(W, H, `<text x="10" y="16" font-size="13">${esc(title)}</text>${grid}${pgrid}<line x1="${left}" y1="${bottom}" x2="${W - 20}" y2="${bottom}" stroke="#999"/>${lines}`);
+}
+
+/**
+ * Active storage shards and delivered messages/s over time (the autoscaling workload).
+ * @param {string} title
+ * @param {Array<{ t: number, shards: number, sent_per_s: number, delivered_per_s: number }>} samples
+ */
+export function timelineChart(title, samples) {
+  const W = 600;
+  const H = 300;
+  const left = 55;
+  const right = 50;
+  const bottom = 250;
+  const tMax = Math.max(1, ...samples.map((s) => s.t));
+  const rMax = Math.max(1, ...samples.map((s) => Math.max(s.sent_per_s, s.delivered_per_s)));
+  const sMax = Math.max(1, ...samples.map((s) => s.shards));
+  const x = (/** @type {number} */ t) => left + (t / tMax) * (W - left - right);
+  const yr = (/** @type {number} */ v) => bottom - (v / rMax) * 200;
+  const ys = (/** @type {number} */ v) => bottom - (v / sMax) * 200;
+  const line = (/** @type {(s: typeof samples[0]) => number} */ f, /** @type {(v: number) => number} */ yf, /** @type {string} */ color, dashed = false) =>
+    `<polyline fill="none" stroke="${color}" stroke-width="2"${dashed ? ' stroke-dasharray="4 3"' : ""} points="${samples.map((s) => `${x(s.t).toFixed(1)},${yf(f(s)).toFixed(1)}`).join(" ")}"/>`;
+  const axes = `<line x1="${left}" y1="${bottom}" x2="${W - right}" y2="${bottom}" stroke="#999"/><text x="${left - 4}" y="${yr(rMax) + 4}" font-size="10" text-anchor="end">${Math.round(rMax)}/s</text><text x="${W - right + 4}" y="${ys(sMax) + 4}" font-size="10">${sMax} shards</text><text x="${W - right}" y="${bottom + 14}" font-size="10" text-anchor="end">${Math.round(tMax)} s</text>`;
+  const legend = `<text x="${left}" y="34" font-size="11" fill="${SQ}">delivered/s</text><text x="${left + 80}" y="34" font-size="11" fill="${SIM}">sent/s (dashed)</text><text x="${left + 190}" y="34" font-size="11" fill="#2563eb">active storage shards</text>`;
+  return svg(W, H, `<text x="10" y="16" font-size="13">${esc(title)}</text>${axes}${legend}${line((s) => s.delivered_per_s, yr, SQ)}${line((s) => s.sent_per_s, yr, SIM, true)}${line((s) => s.shards, ys, "#2563eb")}`);
+}
+
+/** @param {number} w @param {number} h @param {string} body */
+const svg = (w, h, body) => `<svg xmlns="http://www.w3.org/2000/svg" width="${w}" height="${h}" font-family="sans-serif">${body}</svg>\n`;
