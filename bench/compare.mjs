@@ -159,8 +159,8 @@ export function rerender(jsonFile) {
   writeFileSync(jsonFile, `${JSON.stringify(data, null, 2)}\n`);
 }
 
-/** @param {string} base */
-async function setUpShardq(base) {
+/** Creates the benchmark's queue and its consumer on a shardq (as the simulator's: same batch size, wait and retries). @param {string} base */
+export async function setUpShardq(base) {
   const call = async (/** @type {string} */ path, /** @type {unknown} */ body) => {
     const res = await fetch(`${base}/shardq/accounts/local${path}`, { method: "POST", headers: HEADERS, body: JSON.stringify(body) });
     if (!res.ok && res.status !== 409) throw new Error(`shardq set-up ${path}: ${res.status} ${await res.text()}`);

@@ -100,8 +100,8 @@ export class ConsumerShard extends DurableObject<Env> {
       weights.set(shard.name, lease.backlogCount);
       if (lease.messages.length === 0) {
         idle.add(shard.name);
-        // A batch still filling may fill long before its wait is up: look again soon, not only then.
-        later(lease.waitUntil === null ? null : Math.min(lease.waitUntil, this.clock.now() + fillCheckMs(consumer.settings.max_wait_time_ms)));
+        // A batch still filling: the storage shard wakes consumers when it fills before then.
+        later(lease.waitUntil);
         later(lease.nextVisibleAt);
         continue;
       }
@@ -188,13 +188,4 @@ export function pickWeighted(shards: PlannedShard[], weights: Map<string, number
     if (r < 0) return shards[i];
   }
   return shards[shards.length - 1];
-}
-
-/**
- * How soon to look again at a shard whose batch is filling: a tenth of the wait, within
- * 25-250 ms. Sleeping the whole max_wait_time_ms made a batch that filled in 80 ms wait
- * a second (the benchmark's w1: end-to-end p50 919 ms).
- */
-export function fillCheckMs(maxWaitMs: number): number {
-  return Math.max(25, Math.min(250, Math.round(maxWaitMs / 10)));
 }

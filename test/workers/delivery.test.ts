@@ -143,6 +143,20 @@ describe("push delivery to a queue() handler", () => {
     expect(waited).toBeGreaterThanOrEqual(1400);
   });
 
+  it("sends a waiting batch as soon as it fills, not when the wait is up", async () => {
+    const q = await createQueue("push-fills");
+    await singleShard("push-fills", q.queue_id);
+    const deliveries = await fakeConsumer(q.queue_id, () => {});
+    await addConsumer("push-fills", { settings: { batch_size: 10, max_wait_time_ms: 60_000 } });
+    await producer("push-fills").sendBatch(Array.from({ length: 4 }, (_, i) => ({ body: i })));
+    await sleep(500); // a consumer shard has leased, found 4 of 10 and gone to sleep until the wait is up
+    expect(deliveries).toHaveLength(0);
+    await producer("push-fills").sendBatch(Array.from({ length: 6 }, (_, i) => ({ body: 4 + i })));
+    // Well inside the minute it would wait (the storage shard's own check is in leases.test.ts).
+    await eventually(async () => deliveries.length, (n) => n > 0, 10_000);
+    expect(deliveries[0]!.ids).toHaveLength(10);
+  });
+
   it("extends the leases of a slow handler so no one else gets its batch, up to the maximum execution time", async () => {
     const q = await createQueue("push-slow");
     await singleShard("push-slow", q.queue_id);

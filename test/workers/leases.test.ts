@@ -1,9 +1,10 @@
 import { env, runInDurableObject } from "cloudflare:test";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, onTestFinished } from "vitest";
 import { crc32 } from "../../src/checksum";
 import { ManualClock } from "../../src/clock";
 import type { EncodedMessage, LeaseRequest } from "../../src/protocol";
 import type { StorageShard } from "../../storage-shard/storage-shard";
+import { Coordinator } from "../../coordinator/coordinator";
 
 const QUEUE = "l".padEnd(32, "0");
 const utf8 = new TextEncoder();
@@ -211,6 +212,30 @@ describe("leases (vesting times)", () => {
     expect(first.nextVisibleAt).toBe(1_000_000 + 10_000);
     clock.advance(10_000);
     expect((await shard.lease(req({ maxWaitMs: 0 }))).messages.map((m) => m.id)).toEqual([delayed.id]);
+  });
+
+  it("tells its Coordinator when an arrival fills the batch a consumer was told to wait for", async () => {
+    const { shard } = await shardAt("fill-wakes");
+    const told: string[] = [];
+    // RPC reaches class methods only: listen on the prototype for this test.
+    const original = Coordinator.prototype.notifyReady;
+    Coordinator.prototype.notifyReady = async (name: string) => void told.push(name);
+    onTestFinished(() => {
+      Coordinator.prototype.notifyReady = original;
+    });
+    const settled = async (n: number) => {
+      for (let i = 0; i < 50 && told.length < n; i++) await new Promise((r) => setTimeout(r, 20));
+      await new Promise((r) => setTimeout(r, 50));
+      return told.length;
+    };
+    await shard.append({ queueId: QUEUE, messages: [msg(), msg(), msg()] });
+    expect(await settled(1)).toBe(1); // the first arrival
+    expect((await shard.lease(req({ limit: 10 }))).waitUntil).not.toBeNull(); // 3 of 10: wait
+    await shard.append({ queueId: QUEUE, messages: [msg(), msg(), msg()] });
+    expect(await settled(2)).toBe(1); // 6 of 10: still filling, nobody told
+    await shard.append({ queueId: QUEUE, messages: [msg(), msg(), msg(), msg()] });
+    expect(await settled(2)).toBe(2); // 10 of 10: told at once
+    expect(told).toEqual(["fill-wakes", "fill-wakes"]);
   });
 
   it("keeps leases across a restart of the storage shard: an ack after the restart still lands", async () => {

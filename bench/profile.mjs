@@ -1,0 +1,102 @@
+// `npm run bench -- profile [--workload w1|w2] [--count N] [--observability]`: where
+// shardq's CPU goes. Starts the benchmark's shardq stack (driver, service, sink) on
+// loopback, runs one workload through the driver while `perf record` samples workerd
+// (Debian's linux-perf; skipped with a note when perf is missing), and prints CPU per
+// message of the stack's processes and workerd's hottest frames, self and inclusive.
+import { spawn, spawnSync } from "node:child_process";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import { setUpShardq } from "./compare.mjs";
+import { groupCpuSeconds } from "./scaling.mjs";
+import { writeDevConfig } from "../scripts/dev-config.mjs";
+import { freePort, ROOT, startWrangler } from "../scripts/dev-server.mjs";
+
+export const PROFILE_HELP = `npm run bench -- profile [--workload w1|w2] [--count N] [--observability]
+  Runs one workload against shardq alone under perf and prints CPU per message and workerd's hottest frames.
+  --workload     w1: send() with 256 in flight (default); w2: sendBatch() of 100
+  --count N      messages (default 20000)
+  --observability keep wrangler's local trace collector on (off by default, as everywhere else)`;
+
+/** Frames worth naming in the inclusive view: what the time is spent on. */
+const FRAMES = /TailStreamTarget::report|SqlStorage::exec|sqlite3_step|JsRpcTargetBase::callImpl|Heap::CollectGarbage|ValueSerializer|ValueDeserializer|IoContext::runImpl|transactionSync/;
+
+/** @param {string[]} argv */
+export async function profile(argv) {
+  const { values: o } = parseArgs({ args: argv, options: { workload: { type: "string", default: "w1" }, count: { type: "string", default: "20000" }, observability: { type: "boolean", default: false } } });
+  const count = Number(o.count);
+  if (!Number.isInteger(count) || count < 100 || count > 1_000_000) throw new Error("--count must be an integer from 100 to 1000000");
+  if (o.workload !== "w1" && o.workload !== "w2") throw new Error('--workload must be "w1" or "w2"');
+  const batch = o.workload === "w1" ? 1 : 100;
+  const concurrency = o.workload === "w1" ? 256 : 8;
+  const work = mkdtempSync(join(tmpdir(), "shardq-profile-"));
+  const port = await freePort();
+  const config = writeDevConfig({ file: join(ROOT, "wrangler.bench.toml"), consumers: [{ binding: "CONSUMER_BENCH_SINK", service: "bench-sink" }] });
+  const stack = await startWrangler({
+    args: ["-c", "bench/workers/driver/wrangler.shardq.toml", "-c", config, "-c", "bench/workers/sink/wrangler.shardq.toml", "--port", String(port), "--ip", "127.0.0.1", "--persist-to", join(work, "state"), "--inspector-port", "0"],
+    readyUrl: `http://127.0.0.1:${port}/ready`,
+    env: { WRANGLER_REGISTRY_PATH: join(work, "registry"), X_LOCAL_OBSERVABILITY: o.observability ? "true" : "false" },
+  });
+  const base = `http://127.0.0.1:${port}`;
+  try {
+    await setUpShardq(base);
+    const pgid = /** @type {number} */ (stack.pid);
+    const workerds = groupPids(pgid).filter((pid) => readFileSync(`/proc/${pid}/comm`, "utf8").trim() === "workerd");
+    const perfData = join(work, "perf.data");
+    const havePerf = spawnSync("perf", ["--version"]).status === 0;
+    const perf = havePerf ? spawn("perf", ["record", "-F", "499", "-g", "-o", perfData, "-p", workerds.join(",")], { stdio: "ignore" }) : null;
+    const cpu0 = groupCpuSeconds(pgid);
+    const started = performance.now();
+    const r = /** @type {any} */ (await (await fetch(`${base}/run?count=${count}&concurrency=${concurrency}&batch=${batch}&rate=0`, { method: "POST" })).json());
+    if (r.error) throw new Error(`driver: ${r.error}`);
+    for (let s = await sink(base); s.distinct < count; s = await sink(base)) await new Promise((res) => setTimeout(res, 50));
+    const seconds = (performance.now() - started) / 1000;
+    const cpu1 = groupCpuSeconds(pgid);
+    if (perf) {
+      perf.kill("SIGINT");
+      await new Promise((res) => perf.once("exit", res));
+    }
+    console.log(`${o.workload}: ${count} messages sent and delivered in ${seconds.toFixed(2)} s (${Math.round(count / seconds)} msg/s)`);
+    if (cpu0 !== null && cpu1 !== null) console.log(`CPU of the stack's processes: ${(cpu1 - cpu0).toFixed(2)} s, ${Math.round(((cpu1 - cpu0) * 1e6) / count)} µs per message`);
+    if (!perf) {
+      console.log("perf is not installed (apt-get install linux-perf): no frame profile");
+      return;
+    }
+    const report = (/** @type {string[]} */ args) => spawnSync("perf", ["report", "-i", perfData, "--stdio", "-g", "none", ...args], { encoding: "utf8", maxBuffer: 1 << 28 }).stdout.split("\n").filter((l) => /^\s+\d/.test(l));
+    console.log("\nworkerd, self time (top 20):");
+    for (const l of report(["--no-children", "--sort", "symbol"]).slice(0, 20)) console.log(l.slice(0, 160));
+    console.log("\nworkerd, inclusive time of the frames that say where it goes:");
+    const seen = new Set();
+    for (const l of report(["--children", "--sort", "symbol"])) {
+      const m = l.match(FRAMES);
+      if (m && !seen.has(m[0])) {
+        seen.add(m[0]);
+        console.log(`${l.trim().split(/\s+/)[0]}  ${m[0]}`);
+      }
+    }
+  } finally {
+    await stack.stop();
+    rmSync(work, { recursive: true, force: true });
+  }
+}
+
+/** @param {number} pgid */
+function groupPids(pgid) {
+  return readdirSync("/proc")
+    .filter((p) => /^\d+$/.test(p))
+    .map(Number)
+    .filter((pid) => {
+      try {
+        const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+        return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[2]) === pgid;
+      } catch {
+        return false;
+      }
+    });
+}
+
+/** @param {string} base */
+async function sink(base) {
+  return /** @type {any} */ (await (await fetch(`${base}/sink/stats`)).json());
+}
