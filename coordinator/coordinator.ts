@@ -168,17 +168,23 @@ export class Coordinator extends DurableObject<Env> {
     };
   }
 
-  /** A storage shard went from empty to holding messages: make sure consumers are running. */
+  /**
+   * A storage shard went from empty to holding messages, or filled a batch a consumer
+   * waits for: one consumer shard is woken, enough to take it. (Waking every wanted
+   * consumer shard on each of these made a storm of rounds, run after run of the
+   * benchmark, once a large backlog had asked for many: heartbeats scale up instead.)
+   */
   async notifyReady(shard: string): Promise<void> {
-    if (this.shards().some((s) => s.name === shard)) await this.wakeConsumers();
+    if (this.shards().some((s) => s.name === shard)) await this.wakeConsumers({ one: true });
   }
 
   /**
    * Wakes as many consumer shards as the backlog calls for: one per
-   * BACKLOG_PER_CONSUMER_SHARD messages, at least one, at most max_concurrency.
-   * Waking a running consumer shard costs it nothing.
+   * BACKLOG_PER_CONSUMER_SHARD messages, at least one, at most max_concurrency; those
+   * that reported a round still running are left to it. With `one`, a single one of
+   * them at random, running or not.
    */
-  private async wakeConsumers(): Promise<void> {
+  private async wakeConsumers(opts: { one?: boolean } = {}): Promise<void> {
     const row = this.row();
     const consumer = this.consumers()[0];
     if (!row || !consumer || consumer.type !== "worker") return;
@@ -200,7 +206,14 @@ export class Coordinator extends DurableObject<Env> {
       });
     }
     // Shards past `wanted` are not woken again: they finish their round and stop.
-    await Promise.all(Array.from({ length: wanted }, (_, i) => consumerShardFor(this.env, row.queue_id, i).wake(row.queue_id, i)));
+    let indexes = Array.from({ length: wanted }, (_, i) => i);
+    if (opts.one) indexes = [Math.floor(Math.random() * wanted)];
+    else {
+      const fresh = this.clock.now() - 3 * serviceConfig(this.env).heartbeatIntervalMs;
+      const busy = new Set(readConsumerShards(this.sql).filter((c) => c.running && c.received_at >= fresh).map((c) => c.index));
+      indexes = indexes.filter((i) => !busy.has(i));
+    }
+    await Promise.all(indexes.map((i) => consumerShardFor(this.env, row.queue_id, i).wake(row.queue_id, i)));
   }
 
 
