@@ -4,12 +4,12 @@
 // (Debian's linux-perf; skipped with a note when perf is missing), and prints CPU per
 // message of the stack's processes and workerd's hottest frames, self and inclusive.
 import { spawn, spawnSync } from "node:child_process";
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { setUpShardq } from "./compare.mjs";
-import { groupCpuSeconds } from "./scaling.mjs";
+import { groupCpuSeconds, groupPids } from "./scaling.mjs";
 import { writeDevConfig } from "../scripts/dev-config.mjs";
 import { freePort, ROOT, startWrangler } from "../scripts/dev-server.mjs";
 
@@ -79,21 +79,6 @@ export async function profile(argv) {
     await stack.stop();
     rmSync(work, { recursive: true, force: true });
   }
-}
-
-/** @param {number} pgid */
-function groupPids(pgid) {
-  return readdirSync("/proc")
-    .filter((p) => /^\d+$/.test(p))
-    .map(Number)
-    .filter((pid) => {
-      try {
-        const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-        return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[2]) === pgid;
-      } catch {
-        return false;
-      }
-    });
 }
 
 /** @param {string} base */

@@ -9,30 +9,40 @@ import { readdirSync, readFileSync } from "node:fs";
 
 const HEADERS = { authorization: "Bearer shardq-local-dev-token", "content-type": "application/json" };
 
+/** The pids of a process group (wrangler and the workerd it runs), from /proc. @param {number} pgid */
+export function groupPids(pgid) {
+  return readdirSync("/proc")
+    .filter((p) => /^\d+$/.test(p))
+    .map(Number)
+    .filter((pid) => Number(statFields(pid)?.[2]) === pgid);
+}
+
 /**
- * CPU seconds used so far by every process in a process group (wrangler, workerd):
- * utime + stime from /proc. Null where /proc is not there.
+ * CPU seconds used so far by every process in a process group: utime + stime from
+ * /proc. Null where /proc is not there.
  * @param {number} pgid
  */
 export function groupCpuSeconds(pgid) {
   let ticks = 0;
   try {
-    for (const pid of readdirSync("/proc")) {
-      if (!/^\d+$/.test(pid)) continue;
-      let stat;
-      try {
-        stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-      } catch {
-        continue;
-      }
-      // Fields after the command name (which may hold spaces): state is field 3.
-      const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      if (Number(f[2]) === pgid) ticks += Number(f[11]) + Number(f[12]);
+    for (const pid of groupPids(pgid)) {
+      const f = statFields(pid);
+      if (f) ticks += Number(f[11]) + Number(f[12]);
     }
   } catch {
     return null;
   }
   return ticks / 100; // USER_HZ is 100 on Linux
+}
+
+/** /proc/<pid>/stat after the command name (which may hold spaces): state is [0], pgrp [2]. @param {number} pid */
+function statFields(pid) {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    return stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  } catch {
+    return null;
+  }
 }
 
 /** @param {string} base @param {string} path @param {string} method @param {unknown} [body] */

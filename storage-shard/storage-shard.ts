@@ -184,10 +184,9 @@ export class StorageShard extends DurableObject<Env> {
     const refused = this.refuseRead(req.queueId);
     if (refused) return { messages: [], waitUntil: null, more: false, nextVisibleAt: null, backlogCount: 0 };
     const now = this.clock.now();
-    const { result, delta } = this.ctx.storage.transactionSync(() => {
+    const { result, delta } = this.write(now, () => {
       const expired = expireOld(this.sql, this.delivery, now, req.retentionMs);
       const leased = lease(this.sql, this.delivery, now, req);
-      this.delivery.flushTotals(now);
       return { result: leased.result, delta: { count: expired.count + leased.delta.count, bytes: expired.bytes + leased.delta.bytes } };
     });
     this.applyDelta(delta);
@@ -207,11 +206,7 @@ export class StorageShard extends DurableObject<Env> {
       return { acked: 0, retried: 0, deadLettered: 0, dropped: 0, stale: all };
     }
     const now = this.clock.now();
-    const { result, delta } = this.ctx.storage.transactionSync(() => {
-      const settled = settle(this.sql, this.delivery, now, req);
-      this.delivery.flushTotals(now);
-      return settled;
-    });
+    const { result, delta } = this.write(now, () => settle(this.sql, this.delivery, now, req));
     this.applyDelta(delta);
     this.leasedNow = Math.max(0, this.leasedNow - (result.acked + result.retried + result.deadLettered + result.dropped));
     return result;
@@ -239,11 +234,7 @@ export class StorageShard extends DurableObject<Env> {
     this.cost.rpcs++;
     if (this.refuseRead(queueId)) return { deleted: 0, more: false };
     const now = this.clock.now();
-    const r = this.ctx.storage.transactionSync(() => {
-      const r = purgeSome(this.sql, this.delivery, now, limit);
-      this.delivery.flushTotals(now);
-      return r;
-    });
+    const r = this.write(now, () => purgeSome(this.sql, this.delivery, now, limit));
     this.afterRemoval(r);
     // Emptied: the next arrival must wake a consumer again, as after a lease that found nothing.
     if (!r.more) this.consumersNotified = false;
@@ -261,11 +252,7 @@ export class StorageShard extends DurableObject<Env> {
     this.cost.rpcs++;
     if (this.refuseRead(queueId)) return false;
     const now = this.clock.now();
-    const r = this.ctx.storage.transactionSync(() => {
-      const r = cancelMessage(this.sql, this.delivery, now, id);
-      this.delivery.flushTotals(now);
-      return r;
-    });
+    const r = this.write(now, () => cancelMessage(this.sql, this.delivery, now, id));
     this.afterRemoval(r);
     return r.count > 0;
   }
@@ -275,11 +262,7 @@ export class StorageShard extends DurableObject<Env> {
     this.cost.rpcs++;
     if (this.refuseRead(queueId)) return [];
     const now = this.clock.now();
-    const { messages, delta } = this.ctx.storage.transactionSync(() => {
-      const r = leaseMatching(this.sql, this.delivery, now, filter, limit, leaseMs);
-      this.delivery.flushTotals(now);
-      return r;
-    });
+    const { messages, delta } = this.write(now, () => leaseMatching(this.sql, this.delivery, now, filter, limit, leaseMs));
     this.applyDelta(delta);
     this.leasedNow += messages.length;
     return messages;
@@ -319,6 +302,15 @@ export class StorageShard extends DurableObject<Env> {
 
   private refuseRead(queueId: string): boolean {
     return !this.identity || this.identity.queueId !== queueId || this.state === "retired";
+  }
+
+  /** Runs `fn` in one transaction, with the running totals written in it when a second has passed. */
+  private write<T>(now: number, fn: () => T): T {
+    return this.ctx.storage.transactionSync(() => {
+      const r = fn();
+      this.delivery.flushTotals(now);
+      return r;
+    });
   }
 
   /** After the transaction committed: the in-memory figures follow the rows. */
