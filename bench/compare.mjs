@@ -13,11 +13,12 @@ import { latencyChart, throughputChart, timelineChart } from "./charts.mjs";
 import { load } from "./load.mjs";
 import { autoscaleRun, backlogRun, groupCpuSeconds } from "./scaling.mjs";
 
-export const COMPARE_HELP = `npm run bench -- compare [--quick] [--repeats N] [--out DIR]
+export const COMPARE_HELP = `npm run bench -- compare [--quick] [--repeats N] [--only w1,w4,...] [--out DIR]
   Starts shardq (service + sink consumer) and miniflare's Queues simulator (producer + the same sink),
   runs the workloads on both, interleaved, and writes bench/results/<date>.{json,md,svg}.
   --quick      small counts and one repeat, for a CI smoke run (under 2 minutes)
   --repeats N  runs of each workload per system (default 3)
+  --only LIST  only these workloads (w1 to w6; w5 means every backlog size); w4 needs w1, which sets its rate
   --out DIR    where the results go (default bench/results)`;
 
 const TOKEN = "shardq-local-dev-token";
@@ -31,13 +32,16 @@ const W6_SHARD_CAPACITY = 400;
 
 /** @param {string[]} argv */
 export async function compare(argv) {
-  const { values: o } = parseArgs({ args: argv, options: { quick: { type: "boolean", default: false }, repeats: { type: "string" }, out: { type: "string" } } });
+  const { values: o } = parseArgs({ args: argv, options: { quick: { type: "boolean", default: false }, repeats: { type: "string" }, only: { type: "string" }, out: { type: "string" } } });
   const quick = o.quick;
   const repeats = Number(o.repeats ?? (quick ? 1 : 3));
   if (!Number.isInteger(repeats) || repeats < 1 || repeats > 10) throw new Error("--repeats must be an integer from 1 to 10");
   const outDir = o.out ?? join(ROOT, "bench", "results");
   const scale = quick ? 0.1 : 1;
   /** @typedef {{ id: string, name: string, count: number, concurrency: number, batch: number, systems: string[], rate?: number, seconds?: number, backlog?: number }} Workload */
+  const only = o.only === undefined ? null : new Set(o.only.split(",").map((s) => s.trim()));
+  for (const id of only ?? []) if (!/^w[1-6]$/.test(id)) throw new Error(`--only: unknown workload "${id}" (w1 to w6)`);
+  if (only?.has("w4") && !only.has("w1")) throw new Error("--only: w4 needs w1, which measures the rate w4 sends at");
   const workloads = /** @type {Workload[]} */ ([
     { id: "w1", name: "send() from a Worker, 256 in flight", count: Math.round(20_000 * scale), concurrency: 256, batch: 1, systems: ["simulator", "shardq"] },
     { id: "w2", name: "sendBatch() of 100", count: Math.round(50_000 * scale), concurrency: 8, batch: 100, systems: ["simulator", "shardq"] },
@@ -54,7 +58,7 @@ export async function compare(argv) {
       systems: ["shardq"],
     })),
     { id: "w6", name: `send() at 4x one shard's capacity (${W6_SHARD_CAPACITY}/s), from 1 shard (no simulator equivalent)`, count: 0, concurrency: 256, batch: 1, rate: 4 * W6_SHARD_CAPACITY, seconds: quick ? 8 : 30, systems: ["shardq"] },
-  ]);
+  ].filter((w) => !only || only.has(w.id.slice(0, 2))));
 
   const work = mkdtempSync(join(tmpdir(), "shardq-compare-"));
   const env = { WRANGLER_REGISTRY_PATH: join(work, "registry") };

@@ -1,4 +1,4 @@
-// `npm run bench -- profile [--workload w1|w2] [--count N] [--observability]`: where
+// `npm run bench -- profile [--workload w1|w2] [--count N] [--rate R] [--concurrency C] [--paused] [--observability]`: where
 // shardq's CPU goes. Starts the benchmark's shardq stack (driver, service, sink) on
 // loopback, runs one workload through the driver while `perf record` samples workerd
 // (Debian's linux-perf; skipped with a note when perf is missing), and prints CPU per
@@ -13,10 +13,13 @@ import { groupCpuSeconds, groupPids } from "./scaling.mjs";
 import { writeDevConfig } from "../scripts/dev-config.mjs";
 import { freePort, ROOT, startWrangler } from "../scripts/dev-server.mjs";
 
-export const PROFILE_HELP = `npm run bench -- profile [--workload w1|w2] [--count N] [--observability]
+export const PROFILE_HELP = `npm run bench -- profile [--workload w1|w2] [--count N] [--rate R] [--concurrency C] [--paused] [--observability]
   Runs one workload against shardq alone under perf and prints CPU per message and workerd's hottest frames.
   --workload     w1: send() with 256 in flight (default); w2: sendBatch() of 100
   --count N      messages (default 20000)
+  --rate R       send at R messages/s (an open loop, as workload 4) instead of as fast as they go
+  --concurrency C calls in flight (default 256 for w1, 8 for w2)
+  --paused       delivery paused: the cost of sending alone (the messages stay stored)
   --observability keep wrangler's local trace collector on (off by default, as everywhere else)`;
 
 /** Frames worth naming in the inclusive view: what the time is spent on. */
@@ -24,12 +27,15 @@ const FRAMES = /TailStreamTarget::report|SqlStorage::exec|sqlite3_step|JsRpcTarg
 
 /** @param {string[]} argv */
 export async function profile(argv) {
-  const { values: o } = parseArgs({ args: argv, options: { workload: { type: "string", default: "w1" }, count: { type: "string", default: "20000" }, observability: { type: "boolean", default: false } } });
+  const { values: o } = parseArgs({ args: argv, options: { workload: { type: "string", default: "w1" }, count: { type: "string", default: "20000" }, rate: { type: "string", default: "0" }, concurrency: { type: "string" }, paused: { type: "boolean", default: false }, observability: { type: "boolean", default: false } } });
   const count = Number(o.count);
   if (!Number.isInteger(count) || count < 100 || count > 1_000_000) throw new Error("--count must be an integer from 100 to 1000000");
   if (o.workload !== "w1" && o.workload !== "w2") throw new Error('--workload must be "w1" or "w2"');
+  const rate = Number(o.rate);
+  if (!Number.isInteger(rate) || rate < 0 || rate > 100_000) throw new Error("--rate must be an integer from 0 (as fast as possible) to 100000");
   const batch = o.workload === "w1" ? 1 : 100;
-  const concurrency = o.workload === "w1" ? 256 : 8;
+  const concurrency = Number(o.concurrency ?? (o.workload === "w1" ? 256 : 8));
+  if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 1000) throw new Error("--concurrency must be an integer from 1 to 1000");
   const work = mkdtempSync(join(tmpdir(), "shardq-profile-"));
   const port = await freePort();
   const config = writeDevConfig({ file: join(ROOT, "wrangler.bench.toml"), consumers: [{ binding: "CONSUMER_BENCH_SINK", service: "bench-sink" }] });
@@ -41,6 +47,10 @@ export async function profile(argv) {
   const base = `http://127.0.0.1:${port}`;
   try {
     await setUpShardq(base);
+    if (o.paused) {
+      const res = await fetch(`${base}/shardq/accounts/local/queues/bench`, { method: "PATCH", headers: { authorization: "Bearer shardq-local-dev-token", "content-type": "application/json" }, body: JSON.stringify({ settings: { delivery_paused: true } }) });
+      if (!res.ok) throw new Error(`pausing delivery: ${res.status} ${await res.text()}`);
+    }
     const pgid = /** @type {number} */ (stack.pid);
     const workerds = groupPids(pgid).filter((pid) => readFileSync(`/proc/${pid}/comm`, "utf8").trim() === "workerd");
     const perfData = join(work, "perf.data");
@@ -48,16 +58,16 @@ export async function profile(argv) {
     const perf = havePerf ? spawn("perf", ["record", "-F", "499", "-g", "-o", perfData, "-p", workerds.join(",")], { stdio: "ignore" }) : null;
     const cpu0 = groupCpuSeconds(pgid);
     const started = performance.now();
-    const r = /** @type {any} */ (await (await fetch(`${base}/run?count=${count}&concurrency=${concurrency}&batch=${batch}&rate=0`, { method: "POST" })).json());
+    const r = /** @type {any} */ (await (await fetch(`${base}/run?count=${count}&concurrency=${concurrency}&batch=${batch}&rate=${rate}`, { method: "POST" })).json());
     if (r.error) throw new Error(`driver: ${r.error}`);
-    for (let s = await sink(base); s.distinct < count; s = await sink(base)) await new Promise((res) => setTimeout(res, 50));
+    if (!o.paused) for (let s = await sink(base); s.distinct < count; s = await sink(base)) await new Promise((res) => setTimeout(res, 50));
     const seconds = (performance.now() - started) / 1000;
     const cpu1 = groupCpuSeconds(pgid);
     if (perf) {
       perf.kill("SIGINT");
       await new Promise((res) => perf.once("exit", res));
     }
-    console.log(`${o.workload}: ${count} messages sent and delivered in ${seconds.toFixed(2)} s (${Math.round(count / seconds)} msg/s)`);
+    console.log(`${o.workload}: ${count} messages sent${o.paused ? " (delivery paused)" : " and delivered"} in ${seconds.toFixed(2)} s (${Math.round(count / seconds)} msg/s)`);
     if (cpu0 !== null && cpu1 !== null) console.log(`CPU of the stack's processes: ${(cpu1 - cpu0).toFixed(2)} s, ${Math.round(((cpu1 - cpu0) * 1e6) / count)} µs per message`);
     if (!perf) {
       console.log("perf is not installed (apt-get install linux-perf): no frame profile");

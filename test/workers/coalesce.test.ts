@@ -27,8 +27,21 @@ describe("coalescing concurrent single sends", () => {
   it("sends a lone message at once, in a write of its own", async () => {
     await createQueue("coalesce-idle");
     const before = { ...coalesceStats };
-    for (let i = 0; i < 5; i++) await producer("coalesce-idle").send(i);
+    for (let i = 0; i < 5; i++) {
+      await producer("coalesce-idle").send(i);
+      await new Promise((r) => setTimeout(r, 5)); // apart: not a steady stream
+    }
     expect(coalesceStats.writes - before.writes).toBe(5);
+  });
+
+  it("lets a batch opened in a steady stream wait a moment for the sends right behind it", async () => {
+    await createQueue("coalesce-steady");
+    const q = producer("coalesce-steady");
+    const before = { ...coalesceStats };
+    // The first goes alone; the second opens a batch 0 ms after it and lingers, so the third joins it.
+    const ids = await Promise.all([q.send(1), q.send(2), q.send(3)]);
+    expect(new Set(ids).size).toBe(3);
+    expect(coalesceStats.writes - before.writes).toBe(2);
   });
 
   it("fails every sender of a batch that could not be stored, and stores none of it", async () => {
