@@ -55,7 +55,9 @@ export class ConsumerShard extends DurableObject<Env> {
     const queueId = await this.ctx.storage.get<string>("queueId");
     if (!queueId) return;
     const next = await this.deliverRound(queueId);
-    await this.sendReport(queueId, next !== null);
+    // Running: the round stopped for its budget and goes on at once. One that stopped
+    // because nothing was ready is idle until `next`, however soon, and may be woken.
+    await this.sendReport(queueId, next !== null && next <= this.clock.now());
     if (next !== null) await this.ctx.storage.setAlarm(next);
   }
 

@@ -132,7 +132,7 @@ export class Coordinator extends DurableObject<Env> {
     if (!this.row()?.ready || this.consumers().length > 0) return null;
     const id = randomHex(16);
     insertConsumer(this.sql, id, c, this.clock.now());
-    await this.wakeConsumers();
+    await this.wakeConsumers({ all: true });
     return this.consumers().find((x) => x.consumer_id === id)!;
   }
 
@@ -141,7 +141,7 @@ export class Coordinator extends DurableObject<Env> {
     if (!current) return null;
     const settings = applyConsumerPatch(current.settings, patch);
     updateConsumer(this.sql, id, settings, deadLetterQueue === undefined ? current.dead_letter_queue : deadLetterQueue, this.clock.now());
-    await this.wakeConsumers();
+    await this.wakeConsumers({ all: true });
     return this.consumers().find((c) => c.consumer_id === id)!;
   }
 
@@ -182,9 +182,11 @@ export class Coordinator extends DurableObject<Env> {
    * Wakes as many consumer shards as the backlog calls for: one per
    * BACKLOG_PER_CONSUMER_SHARD messages, at least one, at most max_concurrency; those
    * that reported a round still running are left to it. With `one`, a single one of
-   * them at random, running or not.
+   * them at random, running or not; with `all`, every one: after a change of settings
+   * (a resume, a new consumer) a shard's last report says nothing about what it will
+   * do next, and its next round may be many seconds away.
    */
-  private async wakeConsumers(opts: { one?: boolean } = {}): Promise<void> {
+  private async wakeConsumers(opts: { one?: boolean; all?: boolean } = {}): Promise<void> {
     const row = this.row();
     const consumer = this.consumers()[0];
     if (!row || !consumer || consumer.type !== "worker") return;
@@ -208,7 +210,7 @@ export class Coordinator extends DurableObject<Env> {
     // Shards past `wanted` are not woken again: they finish their round and stop.
     let indexes = Array.from({ length: wanted }, (_, i) => i);
     if (opts.one) indexes = [Math.floor(Math.random() * wanted)];
-    else {
+    else if (!opts.all) {
       const fresh = this.clock.now() - 3 * serviceConfig(this.env).heartbeatIntervalMs;
       const busy = new Set(readConsumerShards(this.sql).filter((c) => c.running && c.received_at >= fresh).map((c) => c.index));
       indexes = indexes.filter((i) => !busy.has(i));
@@ -243,7 +245,7 @@ export class Coordinator extends DurableObject<Env> {
       this.clock.now(),
     );
     await this.publish();
-    await this.wakeConsumers();
+    await this.wakeConsumers({ all: true });
     return this.info();
   }
 

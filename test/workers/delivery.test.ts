@@ -224,6 +224,28 @@ describe("push delivery to a queue() handler", () => {
     await eventually(() => consumerStats("push-paused"), (s) => s.distinct === 2);
   });
 
+  it("resumes at once even when a consumer shard last said it was running and its next round is far off", async () => {
+    const q = await createQueue("push-resume");
+    await addConsumer("push-resume", { settings: { max_wait_time_ms: 0 } });
+    await api("PATCH", queuePath("push-resume"), { settings: { delivery_paused: true } });
+    // Consumer shard 0 reported a round running a moment ago and set its next alarm a minute out:
+    // heartbeats leave such a shard to its round, so only the resume itself can wake it.
+    await consumerShardFor(env, q.queue_id, 0).wake(q.queue_id, 0);
+    await runInDurableObject(consumerShardFor(env, q.queue_id, 0), (obj: ConsumerShard, state) => state.storage.setAlarm(Date.now() + 60_000));
+    await coordinatorFor(env, q.queue_id).consumerReport({ index: 0, running: true, delivered: 0, batches: 0, errors: 0 });
+    await producer("push-resume").sendBatch([{ body: 1 }, { body: 2 }]);
+    await api("PATCH", queuePath("push-resume"), { settings: { delivery_paused: false } });
+    await eventually(() => consumerStats("push-resume"), (s) => s.distinct === 2, 3000);
+  });
+
+  it("reports a consumer shard idle, not running, when its round ends for want of messages", async () => {
+    const q = await createQueue("push-idle");
+    await addConsumer("push-idle", { settings: { max_wait_time_ms: 0 } });
+    await producer("push-idle").send("one");
+    await eventually(() => consumerStats("push-idle"), (s) => s.distinct === 1);
+    await eventually(() => coordinatorFor(env, q.queue_id).consumerShards(), (c) => c.shards.length > 0 && c.running === 0, 5000);
+  });
+
   it("delivers a delayed message when its delay has passed, not before", async () => {
     await createQueue("push-delayed");
     await addConsumer("push-delayed", { settings: { max_wait_time_ms: 0 } });
