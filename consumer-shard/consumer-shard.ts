@@ -55,9 +55,12 @@ export class ConsumerShard extends DurableObject<Env> {
     const queueId = await this.ctx.storage.get<string>("queueId");
     if (!queueId) return;
     const next = await this.deliverRound(queueId);
-    // Running: the round stopped for its budget and goes on at once. One that stopped
-    // because nothing was ready is idle until `next`, however soon, and may be woken.
-    await this.sendReport(queueId, next !== null && next <= this.clock.now());
+    // Running: its next round comes within a heartbeat interval (its budget ran out, or
+    // a batch is filling), so the Coordinator's heartbeat wake-ups leave it alone. One
+    // with no round due, or only one far off (a lease ending in a minute), is idle: a
+    // heartbeat that sees backlog wakes it.
+    const soon = this.clock.now() + serviceConfig(this.env).heartbeatIntervalMs;
+    await this.sendReport(queueId, next !== null && next <= soon);
     if (next !== null) await this.ctx.storage.setAlarm(next);
   }
 
