@@ -81,7 +81,8 @@ export async function compare(argv) {
     stacks.shardq = { base: `http://127.0.0.1:${sqPort}`, pid: /** @type {number} */ (sq.pid), stop: () => sq.stop() };
     await setUpShardq(`http://127.0.0.1:${sqPort}`);
     // Workload 6 runs on its own shardq, with the per-shard capacity limit on and one shard to start.
-    const autoscaling = async () => {
+    // Each run on fresh state: a queue that scaled out in the run before would start with its shards.
+    const autoscaling = async (/** @type {number} */ run) => {
       const port = await freePort();
       const w6Config = writeDevConfig({
         file: join(ROOT, "wrangler.bench-w6.toml"),
@@ -92,7 +93,7 @@ export async function compare(argv) {
         },
       });
       const stack = await startWrangler({
-        args: ["-c", "bench/workers/driver/wrangler.shardq.toml", "-c", w6Config, "-c", "bench/workers/sink/wrangler.shardq.toml", "--port", String(port), "--ip", "127.0.0.1", "--persist-to", join(work, "shardq-w6"), "--inspector-port", "0"],
+        args: ["-c", "bench/workers/driver/wrangler.shardq.toml", "-c", w6Config, "-c", "bench/workers/sink/wrangler.shardq.toml", "--port", String(port), "--ip", "127.0.0.1", "--persist-to", join(work, `shardq-w6-${run}`), "--inspector-port", "0"],
         readyUrl: `http://127.0.0.1:${port}/ready`,
         env,
       });
@@ -120,7 +121,7 @@ export async function compare(argv) {
           if (w.id === "w3") result = { figures: await httpRun(stack.base, w) };
           else if (w.id.startsWith("w5")) result = { figures: await backlogRun(stack.base, stack.pid, /** @type {number} */ (w.backlog)) };
           else if (w.id === "w6") {
-            const fresh = await autoscaling();
+            const fresh = await autoscaling(run);
             try {
               const r = await autoscaleRun(fresh.base, { rate: /** @type {number} */ (w.rate), seconds: /** @type {number} */ (w.seconds) });
               timelines.push({ workload: w.id, system, run, samples: r.samples });
