@@ -3,8 +3,9 @@
  * Under load, single `send()`s and `POST .../messages` that arrive while a queue's
  * writes are in flight join one open batch, stored with one storage-shard RPC and one
  * SQLite transaction; when the queue is idle a send goes out at once, alone, so it
- * waits for nothing. Under a steady stream (the previous batch began under
- * STEADY_GAP_MS ago) a new batch lingers LINGER_MS for company: sends paced evenly
+ * waits for nothing. Under a steady stream of independent sends (the previous batch
+ * began under STEADY_GAP_MS ago, and sends often arrive while another is being
+ * written) a new batch lingers LINGER_MS for company: sends paced evenly
  * never overlap a write, and one write each (an RPC and an fsync'd commit) was more
  * CPU than this machine has for 1,700 sends/s (bench/README.md, workload 4).
  *
@@ -72,12 +73,13 @@ interface Lane {
 const LINGER_MS = 1;
 const STEADY_GAP_MS = 2;
 
-const lanes = new Map<string, Lane>();
-/** When each lane last opened a batch, to tell a steady stream from a lone send. */
-const lastLead = new Map<string, number>();
+/** Share of overlapping sends above which a stream is many producers, not one awaiting each send. */
+const MIN_OVERLAP = 0.25;
 
-/** Counters for the benchmark: how many single sends went out in how many writes. */
-export const coalesceStats = { sends: 0, writes: 0 };
+const lanes = new Map<string, Lane>();
+
+/** Counters for the tests: how many single sends went out in how many writes, and batches that lingered. */
+export const coalesceStats = { sends: 0, writes: 0, lingers: 0 };
 
 export async function sendCoalesced(env: Env, target: SendTarget, message: PendingMessage): Promise<string> {
   coalesceStats.sends++;
@@ -85,6 +87,7 @@ export async function sendCoalesced(env: Env, target: SendTarget, message: Pendi
   let lane = lanes.get(key);
   if (!lane) lanes.set(key, (lane = { open: null, waiting: [], writes: new Map() }));
 
+  noteArrival(key, lane.open !== null || lane.writes.size > 0);
   const size = message.body.byteLength;
   const joinable = lane.open && !lane.open.closed && lane.open.messages.length < LIMITS.maxBatchMessages && lane.open.bytes + size <= LIMITS.maxBatchBytes;
   if (joinable) {
@@ -102,6 +105,7 @@ export async function sendCoalesced(env: Env, target: SendTarget, message: Pendi
   const batch: Batch = { messages: [message], bytes: size, closed: false };
   lane.open = batch;
   if (steadyStream(key) && inFlight(lane) < MAX_IN_FLIGHT && lane.waiting.length === 0) {
+    coalesceStats.lingers++;
     await new Promise((r) => setTimeout(r, LINGER_MS));
   }
   if (inFlight(lane) >= MAX_IN_FLIGHT || lane.waiting.length > 0) {
@@ -130,13 +134,39 @@ export async function sendCoalesced(env: Env, target: SendTarget, message: Pendi
   }
 }
 
-/** Notes a batch opened on `key`; true when the one before it opened just now. */
+interface Stream {
+  lastLead: number;
+  /** Moving share of this queue's sends that arrived while another was being written. */
+  overlap: number;
+}
+/** Per queue: a steady stream of independent sends, or one producer awaiting each send. */
+const streams = new Map<string, Stream>();
+
+function streamOf(key: string): Stream {
+  let s = streams.get(key);
+  if (!s) {
+    streams.set(key, (s = { lastLead: 0, overlap: 0 }));
+    // One entry per queue this isolate sent to; forget the quiet ones now and then.
+    if (streams.size > 1000) for (const [k, v] of streams) if (Date.now() - v.lastLead > 1000) streams.delete(k);
+  }
+  return s;
+}
+
+function noteArrival(key: string, busy: boolean): void {
+  const s = streamOf(key);
+  s.overlap = s.overlap * 0.9 + (busy ? 0.1 : 0);
+}
+
+/**
+ * Notes a batch opened on `key`; true when the one before opened just now and sends
+ * often overlap others' writes. A producer that awaits each send also opens batches
+ * back to back, but its sends never overlap: nothing would join, so it never waits.
+ */
 function steadyStream(key: string): boolean {
+  const s = streamOf(key);
   const now = Date.now();
-  const steady = now - (lastLead.get(key) ?? 0) <= STEADY_GAP_MS;
-  lastLead.set(key, now);
-  // One entry per queue this isolate sent to; forget the quiet ones now and then.
-  if (lastLead.size > 1000) for (const [k, t] of lastLead) if (now - t > 1000) lastLead.delete(k);
+  const steady = now - s.lastLead <= STEADY_GAP_MS && s.overlap >= MIN_OVERLAP;
+  s.lastLead = now;
   return steady;
 }
 

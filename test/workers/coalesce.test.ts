@@ -37,11 +37,23 @@ describe("coalescing concurrent single sends", () => {
   it("lets a batch opened in a steady stream wait a moment for the sends right behind it", async () => {
     await createQueue("coalesce-steady");
     const q = producer("coalesce-steady");
+    // Many producers at once: most sends arrive while another is being written.
+    await Promise.all(Array.from({ length: 20 }, (_, i) => q.send(i)));
     const before = { ...coalesceStats };
     // The first goes alone; the second opens a batch 0 ms after it and lingers, so the third joins it.
     const ids = await Promise.all([q.send(1), q.send(2), q.send(3)]);
     expect(new Set(ids).size).toBe(3);
     expect(coalesceStats.writes - before.writes).toBe(2);
+    expect(coalesceStats.lingers - before.lingers).toBe(1);
+  });
+
+  it("never makes a producer that awaits each send wait for company", async () => {
+    await createQueue("coalesce-sequential");
+    const q = producer("coalesce-sequential");
+    const before = { ...coalesceStats };
+    for (let i = 0; i < 30; i++) await q.send(i);
+    expect(coalesceStats.writes - before.writes).toBe(30);
+    expect(coalesceStats.lingers - before.lingers).toBe(0);
   });
 
   it("fails every sender of a batch that could not be stored, and stores none of it", async () => {
