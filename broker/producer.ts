@@ -2,6 +2,7 @@ import { WorkerEntrypoint } from "cloudflare:workers";
 import type { Env } from "../src/env";
 import { sendCoalesced } from "./coalesce";
 import { HttpError } from "../src/errors";
+import { noteSendLatency } from "./latency-histogram";
 import { fromSend, fromSendBatch } from "./messages";
 import { queueMetrics } from "./metrics";
 import { notFound, storeMessages, type SendTarget } from "./send";
@@ -30,15 +31,23 @@ export interface ProducerMetrics {
  */
 export class QueueProducer extends WorkerEntrypoint<Env, ProducerProps> {
   async send(body: unknown, options?: unknown): Promise<string> {
+    const started = Date.now();
     return this.guard(async () => {
-      return sendCoalesced(this.env, this.target(), fromSend(body, options));
+      const target = this.target();
+      const id = await sendCoalesced(this.env, target, fromSend(body, options));
+      noteSendLatency(this.env, this.ctx, target, started);
+      return id;
     });
   }
 
   async sendBatch(messages: unknown, options?: unknown): Promise<string[]> {
+    const started = Date.now();
     return this.guard(async () => {
       const batch = fromSendBatch(messages, options);
-      return storeMessages(this.env, this.target(), batch.messages, batch.delaySeconds);
+      const target = this.target();
+      const ids = await storeMessages(this.env, target, batch.messages, batch.delaySeconds);
+      noteSendLatency(this.env, this.ctx, target, started);
+      return ids;
     });
   }
 

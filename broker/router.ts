@@ -5,12 +5,14 @@ import { HttpError } from "../src/errors";
 import { authenticate, type Principal } from "./auth";
 import { errorResponse } from "./envelope";
 import { getMetrics, sendBatch, sendMessage } from "./messages-api";
+import { prometheusMetrics } from "./prometheus-api";
 import { getShards } from "./shards-api";
 import { createConsumer, deleteConsumer, getConsumer, listConsumers, updateConsumer } from "./consumers-api";
 import { createQueue, deleteQueue, getQueue, listQueues, updateQueue } from "./queues-api";
 import { ackMessages, extendLeases, pullMessages } from "./pull-api";
 import { cancelMessage, lookupMessage, purgeQueue } from "./operations-api";
 import { redriveQueue } from "./redrive";
+import { getSeries, peekMessages } from "./dashboard-api";
 
 type ApiRequest = IRequest & { principal: Principal };
 type Args = [Env, ExecutionContext];
@@ -32,6 +34,8 @@ export const router = Router<ApiRequest, Args>({
 });
 
 router
+  // Prometheus scrapes: the token's account's queues (broker/prometheus-api.ts).
+  .get("/metrics", (req, env) => prometheusMetrics(env, req.principal.accountId))
   .all("/accounts/:account_id/*", (request) => {
     if (param(request, "account_id") !== request.principal.accountId) {
       throw new HttpError("not_found", "account not found", "account_id");
@@ -42,8 +46,9 @@ router
   .get(QUEUE, (req, env) => getQueue(env, req.principal.accountId, queueRef(req)))
   .patch(QUEUE, (req, env) => updateQueue(req, env, req.principal.accountId, queueRef(req)))
   .delete(QUEUE, (req, env) => deleteQueue(env, req.principal.accountId, queueRef(req)))
-  .post(`${QUEUE}/messages`, (req, env) => sendMessage(req, env, req.principal.accountId, queueRef(req)))
-  .post(`${QUEUE}/messages/batch`, (req, env) => sendBatch(req, env, req.principal.accountId, queueRef(req)))
+  .get(`${QUEUE}/messages`, (req, env) => peekMessages(new URL(req.url), env, req.principal.accountId, queueRef(req)))
+  .post(`${QUEUE}/messages`, (req, env, ctx) => sendMessage(req, env, ctx, req.principal.accountId, queueRef(req)))
+  .post(`${QUEUE}/messages/batch`, (req, env, ctx) => sendBatch(req, env, ctx, req.principal.accountId, queueRef(req)))
   .post(`${QUEUE}/messages/pull`, (req, env) => pullMessages(req, env, req.principal.accountId, queueRef(req)))
   .post(`${QUEUE}/messages/ack`, (req, env) => ackMessages(req, env, req.principal.accountId, queueRef(req)))
   .post(`${QUEUE}/messages/extend`, (req, env) => extendLeases(req, env, req.principal.accountId, queueRef(req)))
@@ -53,6 +58,7 @@ router
   .post(`${QUEUE}/redrive`, (req, env) => redriveQueue(req, env, req.principal.accountId, queueRef(req)))
   .get(`${QUEUE}/metrics`, (req, env) => getMetrics(env, req.principal.accountId, queueRef(req)))
   .get(`${QUEUE}/shards`, (req, env) => getShards(env, req.principal.accountId, queueRef(req)))
+  .get(`${QUEUE}/series`, (req, env) => getSeries(env, req.principal.accountId, queueRef(req)))
   .post(`${QUEUE}/consumers`, (req, env) => createConsumer(req, env, req.principal.accountId, queueRef(req)))
   .get(`${QUEUE}/consumers`, (req, env) => listConsumers(env, req.principal.accountId, queueRef(req)))
   .get(`${QUEUE}/consumers/:consumer_id`, (req, env) => getConsumer(env, req.principal.accountId, queueRef(req), param(req, "consumer_id")))
@@ -67,15 +73,17 @@ router
 
 /** Known paths and their methods, to tell "wrong method" (405) from "no such path" (404). */
 const ROUTES: Array<[RegExp, string[]]> = [
+  [/^\/metrics\/?$/, ["GET"]],
   [/^\/accounts\/[^/]+\/queues\/?$/, ["GET", "POST"]],
   [/^\/accounts\/[^/]+\/queues\/[^/]+\/?$/, ["GET", "PATCH", "DELETE"]],
-  [/^\/accounts\/[^/]+\/queues\/[^/]+\/messages(?:\/batch)?\/?$/, ["POST"]],
+  [/^\/accounts\/[^/]+\/queues\/[^/]+\/messages\/?$/, ["GET", "POST"]],
+  [/^\/accounts\/[^/]+\/queues\/[^/]+\/messages\/batch\/?$/, ["POST"]],
   [/^\/accounts\/[^/]+\/queues\/[^/]+\/messages\/(?:pull|ack|extend)\/?$/, ["POST"]],
   // After the POST-only verbs above: the first pattern that matches answers.
   [/^\/accounts\/[^/]+\/queues\/[^/]+\/messages\/[^/]+\/?$/, ["GET", "DELETE"]],
   [/^\/accounts\/[^/]+\/queues\/[^/]+\/(?:purge|redrive)\/?$/, ["POST"]],
   [/^\/accounts\/[^/]+\/queues\/[^/]+\/metrics\/?$/, ["GET"]],
-  [/^\/accounts\/[^/]+\/queues\/[^/]+\/shards\/?$/, ["GET"]],
+  [/^\/accounts\/[^/]+\/queues\/[^/]+\/(?:shards|series)\/?$/, ["GET"]],
   [/^\/accounts\/[^/]+\/queues\/[^/]+\/consumers\/?$/, ["GET", "POST"]],
   [/^\/accounts\/[^/]+\/queues\/[^/]+\/consumers\/[^/]+\/?$/, ["GET", "PATCH", "DELETE"]],
 ];

@@ -77,6 +77,14 @@ export class AccountCatalog extends DurableObject<Env> {
     return { queues, total };
   }
 
+  /** Every queue of the account, by name, without asking their Coordinators (GET /metrics walks them). */
+  queueIds(): Array<{ queue_name: string; queue_id: string }> {
+    return this.sql.exec("SELECT queue_name, queue_id FROM queues WHERE state = 'active' ORDER BY queue_name").toArray() as unknown as Array<{
+      queue_name: string;
+      queue_id: string;
+    }>;
+  }
+
   /** Deletes the queue's data first and its name last, so a retried delete finishes the job. */
   async deleteQueue(ref: string): Promise<boolean> {
     const row = QUEUE_ID_PATTERN.test(ref) ? this.byId(ref) : this.byName(ref);

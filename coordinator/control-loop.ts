@@ -8,6 +8,7 @@ import { serviceConfig } from "../src/config";
 import type { Env } from "../src/env";
 import type { ShardEntry } from "../src/protocol";
 import { decide, type ScalingAction, type ShardView } from "./autoscaler";
+import { carryForgottenShard } from "./counters";
 import { loadMemory, logDecision, saveMemory } from "./decisions";
 import type { ShardHeartbeat } from "./heartbeats";
 import type { QueueRow } from "./schema";
@@ -119,7 +120,10 @@ export class ControlLoop {
   pruneRetired(now: number): void {
     const gone = this.c.sql.exec("DELETE FROM shards WHERE state = 'retired' AND changed_at < ? RETURNING name", now - KEEP_RETIRED_MS).toArray() as unknown as Array<{ name: string }>;
     if (gone.length === 0) return;
-    for (const g of gone) this.c.sql.exec("DELETE FROM heartbeats WHERE name = ?", g.name);
+    for (const g of gone) {
+      carryForgottenShard(this.c.sql, g.name); // its counts stay in the queue's counters
+      this.c.sql.exec("DELETE FROM heartbeats WHERE name = ?", g.name);
+    }
     this.c.sql.exec("UPDATE queue SET map_version = map_version + 1");
   }
 }

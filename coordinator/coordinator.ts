@@ -11,6 +11,8 @@ import { consumerShardFor, shardMapKeys, storageShardFor } from "../src/addressi
 import { ControlLoop } from "./control-loop";
 import { deleteConsumer, insertConsumer, readConsumers, updateConsumer, type NewConsumer } from "./consumers";
 import { logDecision, recentDecisions, type Decision } from "./decisions";
+import { queueCounters, type QueueCounters } from "./counters";
+import { readSendLatency, recordSendLatency, type SendLatencyCounts } from "./send-latency";
 import {
   readConsumerShards,
   readStorageBeats,
@@ -21,6 +23,7 @@ import {
   type ShardHeartbeat,
 } from "./heartbeats";
 import { migrateCoordinator, type QueueRow } from "./schema";
+import { readSeries, recordPoint, SERIES_STEP_MS, type SeriesPoint } from "./time-series";
 
 /** Messages per consumer shard before the Coordinator wakes another (up to max_concurrency). */
 const BACKLOG_PER_CONSUMER_SHARD = 200;
@@ -317,14 +320,30 @@ export class Coordinator extends DurableObject<Env> {
     await this.loop.autoscale(now);
     await this.wakeConsumers();
     this.loop.pruneRetired(now);
+    recordPoint(this.sql, now, this.heartbeats(), this.shards().filter((s) => s.state === "active").length, this.consumerShards().running);
     if (now - row.published_at >= REFRESH_MAP_MS) this.sql.exec("UPDATE queue SET published_version = MIN(published_version, map_version - 1)");
     await this.publish();
     await this.armTick(now + serviceConfig(this.env).heartbeatIntervalMs);
   }
 
+  /** The last hour of backlog, rates and shards, a point every SERIES_STEP_MS, oldest first. */
+  series(): { stepMs: number; points: SeriesPoint[] } {
+    return { stepMs: SERIES_STEP_MS, points: readSeries(this.sql, this.clock.now()) };
+  }
+
   /** What the autoscaler has done lately, newest first. */
   decisions(limit = 50): Decision[] {
     return recentDecisions(this.sql, limit);
+  }
+
+  /** Adds what a broker isolate measured since its last flush (broker/latency-histogram.ts). */
+  recordSendLatency(counts: SendLatencyCounts): void {
+    if (this.row()) recordSendLatency(this.sql, counts);
+  }
+
+  /** GET /metrics: the delivery counters (counters.ts) and the send latency histogram, cumulative. */
+  metricsTotals(): { counters: QueueCounters; sendLatency: SendLatencyCounts } {
+    return { counters: queueCounters(this.sql), sendLatency: readSendLatency(this.sql) };
   }
 
   /** Sets the alarm to `at` unless it is already due sooner. */

@@ -1,5 +1,6 @@
 /** The latest report of every shard of a queue, kept by its Coordinator. */
 import type { DeliveryTotals, StorageHeartbeat } from "../src/protocol";
+import { carryShardRestart } from "./counters";
 
 export interface ShardHeartbeat {
   name: string;
@@ -34,6 +35,7 @@ export interface ConsumerShardStatus extends ConsumerShardReport {
 }
 
 export function recordStorageBeat(sql: SqlStorage, beat: StorageHeartbeat, now: number): void {
+  carryShardRestart(sql, beat.shard, beat.totals, beat.sentAt);
   sql.exec(
     `INSERT OR REPLACE INTO heartbeats
        (name, backlog_count, backlog_bytes, oldest_at, messages_in, messages_out, refusals, leased_now, state, period_ms, sent_at, received_at, totals, cost)

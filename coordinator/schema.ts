@@ -69,6 +69,20 @@ const MIGRATIONS: string[] = [
    ALTER TABLE queue ADD COLUMN consumer_shards_wanted INTEGER NOT NULL DEFAULT 0;
    ALTER TABLE shards ADD COLUMN changed_at INTEGER NOT NULL DEFAULT 0;`,
   `ALTER TABLE heartbeats ADD COLUMN cost TEXT NOT NULL DEFAULT '{"rpcs":0,"rowsWritten":0}';`,
+  // The dashboard's last hour (coordinator/time-series.ts).
+  `CREATE TABLE IF NOT EXISTS series (
+     at                      INTEGER PRIMARY KEY,
+     backlog_count           INTEGER NOT NULL,
+     backlog_bytes           INTEGER NOT NULL,
+     messages_in_per_second  REAL    NOT NULL,
+     messages_out_per_second REAL    NOT NULL,
+     active_shards           INTEGER NOT NULL,
+     consumer_shards_running INTEGER NOT NULL
+   );`,
+  // GET /metrics: the send latency histogram (send-latency.ts: per-bucket counts by `le`,
+  // and the sum under "_sum") and what keeps the delivery counters from going down (counters.ts).
+  `CREATE TABLE IF NOT EXISTS send_latency (le TEXT PRIMARY KEY, n REAL NOT NULL);
+   CREATE TABLE IF NOT EXISTS counter_carry (name TEXT PRIMARY KEY, totals TEXT NOT NULL);`,
 ];
 
 export function migrateCoordinator(sql: SqlStorage): void {

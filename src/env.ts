@@ -10,6 +10,8 @@ export interface Env {
   STORAGE_SHARD: DurableObjectNamespace<StorageShard>;
   CONSUMER_SHARD: DurableObjectNamespace<ConsumerShard>;
   SHARD_MAPS: KVNamespace;
+  /** The dashboard's files (wrangler.toml [site]); absent where no bucket is bound. */
+  __STATIC_CONTENT?: KVNamespace;
 
   /** JSON object: token -> { account }. A secret in production, `.dev.vars` locally. */
   AUTH_TOKENS?: string;

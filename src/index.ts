@@ -2,6 +2,7 @@
  * The shardq service entry: the broker's HTTP API, the QueueProducer RPC entrypoint
  * producer Workers bind to, and the Durable Object classes.
  */
+import { isDashboardPath, serveDashboard } from "../broker/dashboard";
 import { router } from "../broker/router";
 import type { Env } from "./env";
 
@@ -12,5 +13,5 @@ export { StorageShard } from "../storage-shard/storage-shard";
 export { ConsumerShard } from "../consumer-shard/consumer-shard";
 
 export default {
-  fetch: (request, env, ctx) => router.fetch(request, env, ctx),
+  fetch: (request, env, ctx) => (isDashboardPath(new URL(request.url).pathname) ? serveDashboard(request, env, ctx) : router.fetch(request, env, ctx)),
 } satisfies ExportedHandler<Env>;

@@ -72,6 +72,12 @@ export interface ShardStats {
 }
 
 export interface DeliveryTotals {
+  /**
+   * Messages stored (sends, and moves in: dead-letter moves, redrives; deduplicated
+   * retries not counted). Optional only because heartbeats a Coordinator stored before
+   * this counter existed lack it; stats() always sets it.
+   */
+  stored?: number;
   leased: number;
   acked: number;
   retried: number;

@@ -25,8 +25,8 @@ export interface MemoryLease {
 }
 
 /** The running totals, by the column names of the `counters` table. */
-export type TotalName = "leased" | "acked" | "retried" | "dead_lettered" | "dropped" | "expired" | "quarantined" | "purged" | "cancelled";
-const TOTAL_NAMES: readonly TotalName[] = ["leased", "acked", "retried", "dead_lettered", "dropped", "expired", "quarantined", "purged", "cancelled"];
+export type TotalName = "stored" | "leased" | "acked" | "retried" | "dead_lettered" | "dropped" | "expired" | "quarantined" | "purged" | "cancelled";
+const TOTAL_NAMES: readonly TotalName[] = ["stored", "leased", "acked", "retried", "dead_lettered", "dropped", "expired", "quarantined", "purged", "cancelled"];
 /** How often, at most, the running totals are written. */
 export const TOTALS_FLUSH_MS = 1000;
 
@@ -103,7 +103,7 @@ export class DeliveryState {
   current(): DeliveryTotals {
     const t = this.totals;
     return {
-      leased: t.leased, acked: t.acked, retried: t.retried, deadLettered: t.dead_lettered, dropped: t.dropped,
+      stored: t.stored, leased: t.leased, acked: t.acked, retried: t.retried, deadLettered: t.dead_lettered, dropped: t.dropped,
       expired: t.expired, quarantined: t.quarantined, purged: t.purged, cancelled: t.cancelled,
     };
   }

@@ -7,6 +7,7 @@
  * by id reads the table (no index on id: fresh messages cost two row writes, see
  * schema.ts), which is fine for an operator's call and never on the delivery path.
  */
+import { crc32 } from "../src/checksum";
 import type { LeasedMessage, LeaseRef, MessageFilter, MessageStatus } from "../src/protocol";
 import { leaseStored, type BacklogDelta, type ReadyRow } from "./delivery";
 import { DeliveryState } from "./delivery-state";
@@ -54,6 +55,32 @@ export function findMessage(sql: SqlStorage, ds: DeliveryState, now: number, id:
   // An expired lease is no lease: the message is ready.
   const state = due <= now ? "ready" : r.lease_id !== null ? "leased" : "delayed";
   return { ...base, state, attempts: r.attempts, visibleAt: due };
+}
+
+/** Rows a peek reads at most, whatever it finds among them: an operator's look stays cheap. */
+const PEEK_SCAN = 1000;
+
+/**
+ * Up to `limit` ready messages, oldest first, with their bodies, leaving them as they
+ * are (no lease, no attempt): what the dashboard shows as "ready". Reads at most
+ * PEEK_SCAN rows, so a shard whose oldest rows are all leased or delayed may show none.
+ */
+export function peekReady(sql: SqlStorage, ds: DeliveryState, now: number, limit: number): Array<MessageStatus & { body: Uint8Array }> {
+  const rows = sql
+    .exec("SELECT seq, id, content_type, size, enqueued_at, due_at, attempts, checksum, body FROM messages ORDER BY seq LIMIT ?", PEEK_SCAN)
+    .toArray() as unknown as Array<Omit<MessageRow, "lease_id">>;
+  const out: Array<MessageStatus & { body: Uint8Array }> = [];
+  for (const r of rows) {
+    if (out.length >= limit) break;
+    const held = ds.leases.get(r.seq);
+    if (held?.id === r.id && held.until > now) continue;
+    const due = r.due_at ?? r.enqueued_at;
+    if (due > now) continue;
+    // A body that no longer matches its checksum is never shown (delivery quarantines it).
+    if (crc32(new Uint8Array(r.body)) !== r.checksum) continue;
+    out.push({ id: r.id, state: "ready", attempts: r.attempts, enqueuedAt: r.enqueued_at, visibleAt: due, size: r.size, contentType: r.content_type, body: new Uint8Array(r.body) });
+  }
+  return out;
 }
 
 /** Deletes one message whatever its state; a consumer's later ack for it finds nothing (stale). */

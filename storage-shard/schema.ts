@@ -96,6 +96,8 @@ export const MIGRATIONS: readonly string[] = [
    DROP TABLE messages;
    ALTER TABLE messages_v4 RENAME TO messages;
    CREATE INDEX messages_due ON messages(due_at) WHERE due_at IS NOT NULL;`,
+  // Messages stored, a running total like the others (GET /metrics: shardq_messages_in_total).
+  `ALTER TABLE counters ADD COLUMN stored INTEGER NOT NULL DEFAULT 0;`,
 ];
 
 export function migrate(sql: SqlStorage): void {

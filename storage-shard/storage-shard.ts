@@ -29,7 +29,7 @@ import { expireOld, extend, lease, readLeased, settle, type BacklogDelta } from 
 import { DeliveryState } from "./delivery-state";
 import { coordinatorFor } from "../src/addressing";
 import { meteredSql, type CostMeter } from "../src/sql-meter";
-import { cancelMessage, countMatching, findMessage, leaseMatching, PURGE_PER_CALL, purgeSome, releaseLeases } from "./operations";
+import { cancelMessage, countMatching, findMessage, leaseMatching, peekReady, PURGE_PER_CALL, purgeSome, releaseLeases } from "./operations";
 import { migrate, type MessageRow } from "./schema";
 
 const MAX_PEEK = 1000;
@@ -155,6 +155,8 @@ export class StorageShard extends DurableObject<Env> {
     });
     this.backlogCount += stored;
     this.backlogBytes += bytes;
+    // Counted once committed; written with the next write's totals (at most a second on).
+    this.delivery.bump("stored", stored);
     const filled = this.fillingFor !== null && this.backlogCount - this.leasedNow >= this.fillingFor;
     if (stored > 0 && (!this.consumersNotified || filled)) {
       // The first arrival since a consumer last found this shard empty, or the one that
@@ -245,6 +247,13 @@ export class StorageShard extends DurableObject<Env> {
     this.cost.rpcs++;
     if (this.refuseRead(queueId)) return null;
     return findMessage(this.sql, this.delivery, this.clock.now(), id);
+  }
+
+  /** Ready messages with their bodies, untouched (the dashboard's peek). */
+  peekReady(queueId: string, limit: number): Array<MessageStatus & { body: Uint8Array }> {
+    this.cost.rpcs++;
+    if (this.refuseRead(queueId)) return [];
+    return peekReady(this.sql, this.delivery, this.clock.now(), limit);
   }
 
   /** Deletes one message wherever it stands; false when this shard does not hold it. */

@@ -1,0 +1,144 @@
+// The dashboard in a real browser: headless Chromium (the Debian package) driven by
+// playwright-core against `wrangler dev`. Signs in from the keyboard, creates a queue,
+// sends messages, watches the backlog change, looks a message up, peeks, purges it
+// through the confirmation dialog; checks the page never reaches another origin.
+// Screenshots go to test-artifacts/dashboard/.
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { chromium, type Browser, type Page } from "playwright-core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { writeDevConfig } from "../../scripts/dev-config.mjs";
+import { freePort, ROOT, startWrangler } from "../../scripts/dev-server.mjs";
+
+const TOKEN = "shardq-local-dev-token";
+const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
+const ARTIFACTS = join(ROOT, "test-artifacts", "dashboard");
+const QUEUE = "dash-e2e";
+
+describe("the dashboard in Chromium", () => {
+  const stateDir = mkdtempSync(join(tmpdir(), "shardq-e2e-dashboard-"));
+  const registry = mkdtempSync(join(tmpdir(), "shardq-e2e-registry-"));
+  let service: Awaited<ReturnType<typeof startWrangler>> | undefined;
+  let browser: Browser | undefined;
+  let page: Page;
+  let base = "";
+  const foreign: string[] = [];
+
+  beforeAll(async () => {
+    if (!existsSync(CHROMIUM)) throw new Error(`no Chromium at ${CHROMIUM}: apt-get install -y chromium (or set CHROMIUM_PATH)`);
+    mkdirSync(ARTIFACTS, { recursive: true });
+    const port = await freePort();
+    base = `http://127.0.0.1:${port}`;
+    service = await startWrangler({
+      args: ["-c", writeDevConfig(), "-c", "examples/consumer/wrangler.toml", "--port", String(port), "--ip", "127.0.0.1", "--persist-to", stateDir, "--inspector-port", "0"],
+      readyUrl: `${base}/`,
+      env: { WRANGLER_REGISTRY_PATH: registry },
+    });
+    browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"] });
+    page = await browser.newPage({ viewport: { width: 1366, height: 900 } });
+    page.on("request", (r) => {
+      if (!r.url().startsWith(base) && !r.url().startsWith("data:")) foreign.push(r.url());
+    });
+  });
+
+  afterAll(async () => {
+    await browser?.close();
+    await service?.stop();
+    rmSync(stateDir, { recursive: true, force: true });
+    rmSync(registry, { recursive: true, force: true });
+  });
+
+  const backlogCell = () => page.locator(`#queues tbody tr[data-queue="${QUEUE}"] td.backlog`);
+  const shot = (name: string) => page.screenshot({ path: join(ARTIFACTS, `${name}.png`), fullPage: true });
+
+  it("refuses a wrong token, then signs in from the keyboard alone", async () => {
+    await page.goto(`${base}/dashboard`);
+    await expect.poll(() => page.url()).toBe(`${base}/dashboard/`);
+    const token = page.locator("#sign-in-form [name=token]");
+    await expect.poll(() => token.evaluate((el) => el === document.activeElement)).toBe(true);
+    await page.keyboard.type("not-the-token");
+    await page.keyboard.press("Enter");
+    await expect.poll(() => page.locator("#sign-in-error").textContent()).toMatch(/refused/);
+    await token.fill("");
+    await token.focus();
+    await page.keyboard.type(TOKEN);
+    await page.keyboard.press("Enter");
+    await page.locator("#app").waitFor({ state: "visible" });
+    expect(await page.locator("#whoami").textContent()).toBe("account local");
+    // Kept for this tab only.
+    expect(await page.evaluate(() => sessionStorage.getItem("shardq.session"))).toContain(TOKEN);
+    expect(await page.evaluate(() => localStorage.length)).toBe(0);
+    await shot("1-signed-in");
+  });
+
+  it("creates a queue and shows its shard map", async () => {
+    await page.locator("#create-queue summary").click();
+    await page.locator("#create-queue-form [name=queue_name]").fill(QUEUE);
+    await page.locator("#create-queue-form button[type=submit]").click();
+    await expect.poll(() => page.locator("#queue-title").textContent()).toBe(QUEUE);
+    await expect.poll(() => backlogCell().textContent()).toBe("0");
+    // Four shards in the one local region (.dev.vars), drawn and listed, with the map version.
+    await expect.poll(() => page.locator("#shards tbody tr").count()).toBe(4);
+    expect(await page.locator("#shard-picture svg rect[rx='4']").count()).toBe(4);
+    expect(await page.locator("#map-version").textContent()).toMatch(/^version \d+/);
+    // A queue name the API refuses is reported, not swallowed.
+    await page.locator("#create-queue summary").click();
+    await page.locator("#create-queue-form [name=queue_name]").fill(QUEUE);
+    await page.locator("#create-queue-form button[type=submit]").click();
+    await expect.poll(() => page.locator("#queue-status").textContent()).toMatch(/already exists/);
+  });
+
+  it("sends messages and watches the backlog grow; looks one up and peeks at the ready ones", async () => {
+    await page.locator("#send-form button[type=submit]").click();
+    await expect.poll(() => page.locator("#queue-status").textContent()).toMatch(/^Sent message [0-9a-f]{32}$/);
+    const id = (await page.locator("#queue-status").textContent())!.slice("Sent message ".length);
+    // 24 more from outside the page: the dashboard picks them up on its own.
+    const res = await fetch(`${base}/accounts/local/queues/${QUEUE}/messages/batch`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
+      body: JSON.stringify({ messages: Array.from({ length: 24 }, (_, i) => ({ body: { n: i } })) }),
+    });
+    expect(res.status).toBe(200);
+    await expect.poll(() => backlogCell().textContent(), { timeout: 15_000 }).toBe("25");
+    await expect.poll(() => page.locator('[data-figure="Backlog"]').textContent(), { timeout: 15_000 }).toBe("25");
+
+    await page.locator("#lookup-form button[type=submit]").click(); // the id was filled in by the send
+    await expect.poll(() => page.locator("#lookup-result").textContent()).toContain(`"id": "${id}"`);
+    expect(await page.locator("#lookup-result").textContent()).toContain('"state": "ready"');
+
+    await page.locator("#peek").click();
+    await expect.poll(() => page.locator("#peeked tbody tr").count()).toBe(20);
+    const first = page.locator("#peeked tbody tr").first().locator("td");
+    expect(await first.first().textContent()).toBe(id);
+    // A JSON body is shown as JSON, not as the base64 the API carries it in.
+    expect(await first.last().textContent()).toBe('{"hello":"from the dashboard"}');
+    // Peeking leases nothing: all 25 are still ready.
+    await expect.poll(() => backlogCell().textContent()).toBe("25");
+    await shot("2-backlog");
+  });
+
+  it("purges the queue only after the name is typed in the confirmation", async () => {
+    await page.locator("#purge").click();
+    await page.locator("#confirm-input").fill("wrong-name");
+    await page.locator("#confirm-ok").click();
+    await expect.poll(() => page.locator("#queue-status").textContent()).toBe("Purge cancelled");
+    expect(await backlogCell().textContent()).toBe("25");
+
+    await page.locator("#purge").click();
+    await page.locator("#confirm-input").fill(QUEUE);
+    await shot("3-purge-confirm");
+    await page.locator("#confirm-ok").click();
+    await expect.poll(() => page.locator("#queue-status").textContent()).toMatch(/^Purged 25 message/);
+    await expect.poll(() => backlogCell().textContent(), { timeout: 15_000 }).toBe("0");
+    await shot("4-purged");
+  });
+
+  it("pauses and resumes delivery, and loaded nothing from another origin", async () => {
+    await page.locator("#pause").click();
+    await expect.poll(() => page.locator(`#queues tbody tr[data-queue="${QUEUE}"] td`).last().textContent()).toBe("paused");
+    await page.locator("#pause").click();
+    await expect.poll(() => page.locator(`#queues tbody tr[data-queue="${QUEUE}"] td`).last().textContent()).toBe("on");
+    expect(foreign).toEqual([]);
+  });
+});

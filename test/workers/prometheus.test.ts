@@ -1,0 +1,190 @@
+import { env, runInDurableObject } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import { cumulativeBuckets, emptyCounts, observe, SendLatencyBuffer, type WaitUntil } from "../../broker/latency-histogram";
+import { Exposition, EXPOSITION_CONTENT_TYPE } from "../../broker/prometheus";
+import type { Coordinator } from "../../coordinator/coordinator";
+import { carryForgottenShard, queueCounters } from "../../coordinator/counters";
+import { recordStorageBeat } from "../../coordinator/heartbeats";
+import { readSendLatency, recordSendLatency, type SendLatencyCounts } from "../../coordinator/send-latency";
+import type { Env } from "../../src/env";
+import type { DeliveryTotals, StorageHeartbeat } from "../../src/protocol";
+import { parseExposition, valueOf } from "./exposition";
+
+describe("the Prometheus text format writer", () => {
+  it("escapes label values and HELP text so a scraper reads back exactly what was written", () => {
+    const nasty = 'a "quoted" back\\slash\nnew line, {braces} = 1';
+    const text = new Exposition()
+      .declare("shardq_test_gauge", "gauge", "Help with a back\\slash\nand a line feed, \"quotes\" kept.")
+      .gauge("shardq_test_gauge", { queue: nasty }, 1.5)
+      .gauge("shardq_test_gauge", { queue: "plain" }, 0)
+      .text();
+    expect(text).toContain('queue="a \\"quoted\\" back\\\\slash\\nnew line, {braces} = 1"');
+    expect(text.split("\n").filter((l) => l.startsWith("shardq_test_gauge"))).toHaveLength(2);
+    const families = parseExposition(text);
+    expect(families.get("shardq_test_gauge")!.help).toBe("Help with a back\\slash\nand a line feed, \"quotes\" kept.");
+    expect(valueOf(families, "shardq_test_gauge", { queue: nasty })).toBe(1.5);
+    expect(valueOf(families, "shardq_test_gauge", { queue: "plain" })).toBe(0);
+  });
+
+  it("keeps each family's lines together in declaration order, whatever order samples come in", () => {
+    const out = new Exposition().declare("b_total", "counter", "B.").declare("a", "gauge", "A.").declare("empty", "gauge", "No samples.");
+    out.gauge("a", { q: "1" }, 1).counter("b_total", { q: "1" }, 10).gauge("a", { q: "2" }, 2).counter("b_total", { q: "2" }, 20);
+    expect(out.text()).toBe(
+      [
+        "# HELP b_total B.", "# TYPE b_total counter", 'b_total{q="1"} 10', 'b_total{q="2"} 20',
+        "# HELP a A.", "# TYPE a gauge", 'a{q="1"} 1', 'a{q="2"} 2',
+        "# HELP empty No samples.", "# TYPE empty gauge", "",
+      ].join("\n"),
+    );
+    expect(EXPOSITION_CONTENT_TYPE).toBe("text/plain; version=0.0.4; charset=utf-8");
+  });
+
+  it("writes histograms as cumulative buckets ending at +Inf = _count, with _sum", () => {
+    const text = new Exposition()
+      .declare("lat_seconds", "histogram", "Latency.")
+      .histogram("lat_seconds", { queue: "q" }, { buckets: [{ le: 0.005, count: 1 }, { le: 1, count: 3 }, { le: Infinity, count: 4 }], sum: 7.25, count: 4 })
+      .text();
+    expect(text).toBe(
+      [
+        "# HELP lat_seconds Latency.", "# TYPE lat_seconds histogram",
+        'lat_seconds_bucket{queue="q",le="0.005"} 1', 'lat_seconds_bucket{queue="q",le="1"} 3', 'lat_seconds_bucket{queue="q",le="+Inf"} 4',
+        'lat_seconds_sum{queue="q"} 7.25', 'lat_seconds_count{queue="q"} 4', "",
+      ].join("\n"),
+    );
+    expect(() => parseExposition(text)).not.toThrow();
+  });
+
+  it("refuses what would make invalid output", () => {
+    const out = new Exposition().declare("ok_total", "counter", "x").declare("g", "gauge", "x").declare("h", "histogram", "x");
+    expect(() => out.declare("bad-name", "gauge", "x")).toThrow(/invalid metric name/);
+    expect(() => out.declare("g", "counter", "x")).toThrow(/declared as gauge/);
+    expect(() => out.gauge("undeclared", {}, 1)).toThrow(/not declared/);
+    expect(() => out.gauge("ok_total", {}, 1)).toThrow(/is a counter/);
+    expect(() => out.declare("c", "counter", "x").counter("c", {}, 1)).toThrow(/_total/);
+    expect(() => out.gauge("g", { "bad-label": "v" }, 1)).toThrow(/invalid label name/);
+    expect(() => out.gauge("g", { __reserved: "v" }, 1)).toThrow(/invalid label name/);
+    expect(() => out.histogram("h", {}, { buckets: [{ le: 1, count: 3 }, { le: 2, count: 2 }], sum: 1, count: 3 })).toThrow(/cumulative/);
+    expect(() => out.histogram("h", {}, { buckets: [{ le: 1, count: 5 }], sum: 1, count: 3 })).toThrow(/at most count/);
+    expect(() => out.histogram("h", { le: "1" }, { buckets: [], sum: 0, count: 0 })).toThrow(/reserved/);
+  });
+
+  it("the test's reader rejects broken text, so the endpoint test can fail", () => {
+    expect(() => parseExposition("# HELP a x\n# TYPE a gauge\na 1")).toThrow(/line feed/);
+    expect(() => parseExposition("# TYPE a gauge\na 1\n")).toThrow(/without its HELP/);
+    expect(() => parseExposition("a 1\n")).toThrow(/before its family/);
+    expect(() => parseExposition("# HELP a x\n# TYPE a gauge\na{q=\"x\\t\"} 1\n")).toThrow(/bad escape/);
+    expect(() => parseExposition("# HELP a x\n# TYPE a gauge\na 1\n# HELP b x\n# TYPE b gauge\nb 1\na 2\n")).toThrow(/outside its family/);
+    expect(() => parseExposition("# HELP a x\n# TYPE a counter\na 1\n")).toThrow(/_total/);
+    const h = (lines: string[]) => `# HELP h x\n# TYPE h histogram\n${lines.join("\n")}\n`;
+    expect(() => parseExposition(h(['h_bucket{le="1"} 2', 'h_bucket{le="+Inf"} 1', "h_sum 1", "h_count 1"]))).toThrow(/cumulative/);
+    expect(() => parseExposition(h(['h_bucket{le="1"} 1', 'h_bucket{le="+Inf"} 2', "h_sum 1", "h_count 3"]))).toThrow(/_count/);
+    expect(() => parseExposition(h(['h_bucket{le="1"} 1', "h_sum 1", "h_count 1"]))).toThrow(/\+Inf/);
+  });
+});
+
+describe("send latency counts", () => {
+  it("go to the first bucket whose bound is at least the latency, and read back cumulative", () => {
+    const c = emptyCounts();
+    for (const s of [0, 0.0004, 0.001, 0.0011, 0.003, 0.7, 20]) observe(c, s);
+    expect(c.buckets).toEqual({ "0.001": 3, "0.0025": 1, "0.005": 1, "1": 1, "+Inf": 1 });
+    expect(c.count).toBe(7);
+    expect(c.sumSeconds).toBeCloseTo(20.7055, 6);
+    const h = cumulativeBuckets(c);
+    expect(h.count).toBe(7);
+    expect(h.buckets[0]).toEqual({ le: 0.001, count: 3 });
+    expect(h.buckets.find((b) => b.le === 0.5)).toEqual({ le: 0.5, count: 5 });
+    expect(h.buckets.find((b) => b.le === 10)).toEqual({ le: 10, count: 6 });
+    expect(h.buckets.at(-1)).toEqual({ le: Infinity, count: 7 });
+  });
+
+  it("are flushed by an isolate at most once per interval, in waitUntil, and kept when a flush fails", async () => {
+    const writes: SendLatencyCounts[] = [];
+    let fail = false;
+    const buffer = new SendLatencyBuffer({
+      intervalMs: 20,
+      write: async (_env, _account, _queue, counts) => {
+        if (fail) throw new Error("coordinator unavailable");
+        writes.push(counts);
+      },
+    });
+    const waited: Array<Promise<unknown>> = [];
+    const ctx: WaitUntil = { waitUntil: (p) => void waited.push(p) };
+    const target = { accountId: "acct", queueRef: "q" };
+    const fakeEnv = {} as Env;
+
+    // Three sends in a row: one flush scheduled, carrying all three.
+    buffer.observe(fakeEnv, ctx, target, 0.002);
+    buffer.observe(fakeEnv, ctx, target, 0.002);
+    buffer.observe(fakeEnv, ctx, target, 3);
+    expect(waited).toHaveLength(1);
+    expect(writes).toHaveLength(0); // nothing on the send's path
+    await waited[0];
+    expect(writes).toHaveLength(1);
+    expect(writes[0]).toMatchObject({ buckets: { "0.0025": 2, "5": 1 }, count: 3 });
+    expect(writes[0]!.sumSeconds).toBeCloseTo(3.004, 9);
+
+    // A failed flush keeps its counts for the next one.
+    fail = true;
+    buffer.observe(fakeEnv, ctx, target, 0.5);
+    expect(waited).toHaveLength(2);
+    await waited[1];
+    expect(buffer.pending("acct", "q")?.count).toBe(1);
+    fail = false;
+    buffer.observe(fakeEnv, ctx, target, 0.5);
+    await buffer.flush("acct"); // what a scrape does: write now, from its own request
+    expect(writes[1]).toEqual({ buckets: { "0.5": 2 }, sumSeconds: 1, count: 2 });
+    expect(buffer.pending("acct", "q")?.count).toBe(0);
+    await Promise.all(waited);
+    expect(writes).toHaveLength(2);
+  });
+});
+
+describe("a queue's cumulative figures in its Coordinator", () => {
+  const totals = (t: Partial<DeliveryTotals>): DeliveryTotals => ({
+    stored: 0, leased: 0, acked: 0, retried: 0, deadLettered: 0, dropped: 0, expired: 0, quarantined: 0, purged: 0, cancelled: 0, ...t,
+  });
+  const beat = (shard: string, sentAt: number, t: Partial<DeliveryTotals>): StorageHeartbeat => ({
+    shard, state: "active", backlogCount: 0, backlogBytes: 0, oldestEnqueuedAt: null, messagesIn: 0, messagesOut: 0, refusals: 0,
+    leasedNow: 0, periodMs: 5000, sentAt, totals: totals(t), cost: { rpcs: 0, rowsWritten: 0 },
+  });
+
+  it("counters never go down: not when a shard restarts with fewer counts, nor when a retired shard is forgotten", async () => {
+    const stub = env.COORDINATOR.get(env.COORDINATOR.idFromName("counters-unit"));
+    await runInDurableObject(stub, (_obj: Coordinator, state) => {
+      const sql = state.storage.sql;
+      recordStorageBeat(sql, beat("s1", 1, { stored: 100, acked: 90 }), 1);
+      recordStorageBeat(sql, beat("s2", 1, { stored: 50, acked: 10 }), 1);
+      expect(queueCounters(sql)).toMatchObject({ stored: 150, acked: 100, retried: 0 });
+      // s1 restarts: its last second of counts was never written; it reports less.
+      recordStorageBeat(sql, beat("s1", 2, { stored: 97, acked: 88 }), 2);
+      expect(queueCounters(sql)).toMatchObject({ stored: 150, acked: 100 });
+      recordStorageBeat(sql, beat("s1", 3, { stored: 105, acked: 95 }), 3);
+      expect(queueCounters(sql)).toMatchObject({ stored: 158, acked: 107 });
+      // A report older than the one on file is no restart: nothing is carried for it.
+      recordStorageBeat(sql, beat("s2", 0, { stored: 40, acked: 5 }), 4);
+      recordStorageBeat(sql, beat("s2", 5, { stored: 50, acked: 10 }), 5);
+      expect(queueCounters(sql)).toMatchObject({ stored: 158, acked: 107 });
+      // s1 is retired and forgotten (control-loop.ts pruneRetired): its counts stay.
+      carryForgottenShard(sql, "s1");
+      sql.exec("DELETE FROM heartbeats WHERE name = 's1'");
+      expect(queueCounters(sql)).toMatchObject({ stored: 158, acked: 107 });
+    });
+  });
+
+  it("the send latency histogram adds up flushes and refuses a malformed one whole", async () => {
+    const stub = env.COORDINATOR.get(env.COORDINATOR.idFromName("latency-unit"));
+    await runInDurableObject(stub, (_obj: Coordinator, state) => {
+      const sql = state.storage.sql;
+      recordSendLatency(sql, { buckets: { "0.005": 2, "+Inf": 1 }, sumSeconds: 12.5, count: 3 });
+      recordSendLatency(sql, { buckets: { "0.005": 1 }, sumSeconds: 0.004, count: 1 });
+      expect(() => recordSendLatency(sql, { buckets: { "0.005": 1 }, sumSeconds: 0.004, count: 2 })).toThrow(/not the sum/);
+      expect(() => recordSendLatency(sql, { buckets: { "_sum": 1 }, sumSeconds: 0, count: 1 })).toThrow(/bad bucket/);
+      expect(() => recordSendLatency(sql, { buckets: { "1": -1 }, sumSeconds: 0, count: -1 })).toThrow(/bad bucket/);
+      expect(() => recordSendLatency(sql, { buckets: { "1": 1 }, sumSeconds: NaN, count: 1 })).toThrow(/bad sum/);
+      const read = readSendLatency(sql);
+      expect(read).toMatchObject({ buckets: { "0.005": 3, "+Inf": 1 }, count: 4 });
+      expect(Object.keys(read.buckets)).toHaveLength(2);
+      expect(read.sumSeconds).toBeCloseTo(12.504, 9);
+    });
+  });
+});
