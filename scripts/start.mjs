@@ -63,6 +63,9 @@ shardq is running.
   service:   ${base}   (account "local", token "${token}")
   producer:  http://localhost:${producerPort}   (POST /send?count=1000&batch=100, GET /metrics)
   consumer:  examples/consumer, consuming "example" (what it received: http://localhost:${producerPort}/consumer/stats)
+  dashboard: ${base}/dashboard/   (sign in with the token above)
+  CLI:       npx shardq queues info example   (npx shardq --help)
+  metrics:   ${base}/metrics   (Prometheus, same token)
   state:     .wrangler/state
 Press Ctrl-C to stop.
 `);

@@ -1,0 +1,249 @@
+// `shardq`: the command line of a shardq deployment, over its HTTP API.
+// Exit status: 0 done, 1 the API refused or could not be reached, 2 a usage error.
+import { createInterface } from "node:readline/promises";
+import { CliError, GLOBAL_OPTIONS, UsageError, checkPositionals, parseOptions, splitCommand } from "./args.mjs";
+import { ApiError, ConnectionError, createClient } from "./client.mjs";
+import { COMMANDS, FIELD_FLAGS, spellings } from "./commands/index.mjs";
+
+export const DEFAULT_URL = "http://127.0.0.1:8787";
+export const LOCAL_TOKEN = "shardq-local-dev-token";
+export const DEFAULT_ACCOUNT = "local";
+
+/** @typedef {import("./commands/index.mjs").Command} Command */
+/** @typedef {import("./args.mjs").OptionSpec} OptionSpec */
+
+/**
+ * @typedef {object} Io
+ * @property {(text: string) => void} out      stdout
+ * @property {(text: string) => void} err      stderr
+ * @property {Record<string, string | undefined>} env
+ * @property {boolean} interactive              stdin and stderr are terminals
+ * @property {(question: string) => Promise<string>} ask
+ * @property {() => Promise<string>} readStdin
+ */
+
+/** @returns {Io} */
+export function processIo() {
+  return {
+    out: (text) => process.stdout.write(`${text}\n`),
+    err: (text) => process.stderr.write(`${text}\n`),
+    env: process.env,
+    interactive: Boolean(process.stdin.isTTY && process.stderr.isTTY),
+    ask: async (question) => {
+      const rl = createInterface({ input: process.stdin, output: process.stderr });
+      try {
+        return await rl.question(question);
+      } finally {
+        rl.close();
+      }
+    },
+    readStdin: async () => {
+      const chunks = [];
+      for await (const chunk of process.stdin) chunks.push(/** @type {Buffer} */ (chunk));
+      return Buffer.concat(chunks).toString("utf8").replace(/\r?\n$/, "");
+    },
+  };
+}
+
+/**
+ * Runs one command line; returns the exit status.
+ * @param {string[]} argv  the arguments after `shardq`
+ * @param {Io} [io]
+ * @returns {Promise<number>}
+ */
+export async function main(argv, io = processIo()) {
+  const known = spellings();
+  const names = known.map(([s]) => s);
+  if (argv[0] === "help") return help(io, splitCommand(argv.slice(1), names).words, true);
+  const { words, rest, next } = splitCommand(argv, names);
+  const wantsHelp = rest.includes("--help") || rest.includes("-h");
+  const command = known.find(([s]) => s === words.join(" "))?.[1];
+  if (!command) {
+    if (words.length === 0 && next === undefined && (wantsHelp || argv.length === 0)) return help(io, [], wantsHelp);
+    if (words.length === 0) return usage(io, undefined, next === undefined ? "missing command" : `unknown command "${next}"`);
+    // A group ("queues", "consumer http"), alone or followed by a word it does not know.
+    if (next !== undefined) return usage(io, undefined, `unknown command "${[...words, next].join(" ")}"`, words);
+    if (wantsHelp) return help(io, words, true);
+    return usage(io, undefined, `"${words.join(" ")}" needs a subcommand`, words);
+  }
+
+  const name = words.join(" ");
+  /** @type {import("./commands/index.mjs").Context | undefined} */
+  let ctx;
+  try {
+    const { values, positionals } = parseOptions(rest, command.options ?? {});
+    if (values.help) {
+      io.out(commandHelp(command, name));
+      return 0;
+    }
+    checkPositionals(positionals, command.args);
+    const json = values.json === true;
+    ctx = {
+      args: positionals,
+      opts: values,
+      api: createClient(connection(values, io.env)),
+      json,
+      show: (value, human) => io.out(json ? JSON.stringify(value, null, 2) : human()),
+      interactive: io.interactive,
+      ask: io.ask,
+      readStdin: io.readStdin,
+    };
+    await command.run(ctx);
+    return 0;
+  } catch (err) {
+    if (err instanceof UsageError) return usage(io, name, err.message);
+    if (err instanceof ApiError) {
+      io.err(`shardq ${name}: ${apiErrorText(err)}`);
+      const hint = (ctx && command.hint?.(err, ctx)) ?? genericHint(err);
+      if (hint) io.err(`  ${hint}`);
+      return 1;
+    }
+    if (err instanceof ConnectionError) {
+      io.err(`shardq ${name}: ${err.message}`);
+      if (err.code === "ECONNREFUSED") io.err(`  Is the service running? Start it with \`npm start\` in the shardq project, or point --url (or SHARDQ_URL) at it.`);
+      else io.err(`  Check --url (or SHARDQ_URL).`);
+      return 1;
+    }
+    if (err instanceof CliError) {
+      io.err(`shardq ${name}: ${err.message}`);
+      return 1;
+    }
+    io.err(`shardq ${name}: unexpected error: ${/** @type {Error} */ (err)?.stack ?? String(err)}`);
+    return 1;
+  }
+}
+
+/**
+ * URL, token and account from the flags, else the environment, else local development's.
+ * The local dev token is only ever sent to a loopback address.
+ * @param {import("./args.mjs").Values} values
+ * @param {Record<string, string | undefined>} env
+ */
+export function connection(values, env) {
+  const url = /** @type {string | undefined} */ (values.url) ?? (env.SHARDQ_URL || DEFAULT_URL);
+  /** @type {URL} */
+  let parsed;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw new UsageError(`--url: "${url}" is not a URL (like ${DEFAULT_URL})`);
+  }
+  if (parsed.protocol !== "http:" && parsed.protocol !== "https:") throw new UsageError(`--url: "${url}" must start with http:// or https://`);
+  const token = /** @type {string | undefined} */ (values.token) ?? (env.SHARDQ_TOKEN || (isLoopback(parsed.hostname) ? LOCAL_TOKEN : undefined));
+  if (!token) throw new UsageError(`--token (or SHARDQ_TOKEN) is required for ${parsed.origin}; the local dev token is only used for a loopback URL`);
+  const account = /** @type {string | undefined} */ (values.account) ?? (env.SHARDQ_ACCOUNT || DEFAULT_ACCOUNT);
+  if (account === "") throw new UsageError("--account must not be empty");
+  return { url, token, account };
+}
+
+/** @param {string} host */
+function isLoopback(host) {
+  return host === "localhost" || host.endsWith(".localhost") || host === "[::1]" || /^127\.\d+\.\d+\.\d+$/.test(host);
+}
+
+/**
+ * "queue \"nope\" not found [HTTP 404, code 10003, field queue: <queue>]": the API's own
+ * message, then where it points. Several errors are listed one a line.
+ * @param {ApiError} err
+ */
+function apiErrorText(err) {
+  return err.errors
+    .map((e) => {
+      const where = [`HTTP ${err.status}`];
+      if (e.code !== undefined) where.push(`code ${e.code}`);
+      if (e.field !== undefined) where.push(FIELD_FLAGS[e.field] ? `field ${e.field}, set by ${FIELD_FLAGS[e.field]}` : `field ${e.field}`);
+      return `${e.message} [${where.join(", ")}]`;
+    })
+    .join("\n  ");
+}
+
+/** @param {ApiError} err */
+function genericHint(err) {
+  if (err.status === 401) return "The token was refused: check --token (or SHARDQ_TOKEN).";
+  if (err.status === 404 && err.errors[0]?.field === "account_id") return "This token belongs to another account: check --account (or SHARDQ_ACCOUNT).";
+  if (err.status === 503) return "The service is busy or a shard did not answer; run the command again.";
+  return undefined;
+}
+
+/**
+ * @param {Io} io
+ * @param {string | undefined} name  the command, when known
+ * @param {string} message
+ * @param {string[]} [group]
+ */
+function usage(io, name, message, group) {
+  io.err(`shardq${name ? ` ${name}` : ""}: ${message}`);
+  if (group && group.length) io.err(`\n${groupHelp(group)}`);
+  const target = name ?? group?.join(" ");
+  io.err(`Run "shardq ${target ? `${target} ` : ""}--help" for usage.`);
+  return 2;
+}
+
+/**
+ * @param {Io} io
+ * @param {string[]} words  a command, a group, or nothing (everything)
+ * @param {boolean} asked   asked for (exit 0, stdout), or shown for lack of a command (exit 2, stderr)
+ */
+function help(io, words, asked) {
+  const command = spellings().find(([s]) => s === words.join(" "))?.[1];
+  const text = command ? commandHelp(command, words.join(" ")) : words.length ? groupHelp(words) : globalHelp();
+  (asked ? io.out : io.err)(text);
+  return asked ? 0 : 2;
+}
+
+/** @param {Command} c @param {string} [spelled] */
+function synopsis(c, spelled = c.name) {
+  return [spelled, ...c.args].join(" ");
+}
+
+function globalHelp() {
+  const lines = [
+    "shardq: manage queues, consumers and messages of a shardq service over its HTTP API.",
+    "The commands of `wrangler queues`, plus send, pull, ack, message look-up and redrive.",
+    "",
+    "Usage: shardq <command> [arguments] [options]",
+  ];
+  const width = Math.max(...COMMANDS.map((c) => synopsis(c).length));
+  for (const group of [...new Set(COMMANDS.map((c) => c.group))]) {
+    lines.push("", `${group}:`);
+    for (const c of COMMANDS.filter((x) => x.group === group)) lines.push(`  ${synopsis(c).padEnd(width)}  ${c.summary}`);
+  }
+  lines.push(
+    "",
+    "Options for every command:",
+    optionLines(GLOBAL_OPTIONS),
+    "",
+    'Run "shardq <command> --help" for its options. The `wrangler queues` spellings work too:',
+    "`shardq queues consumer add ...`, `shardq queues purge ...`.",
+    "Exit status: 0 done, 1 the API refused or could not be reached, 2 a usage error.",
+  );
+  return lines.join("\n");
+}
+
+/** @param {string[]} words */
+function groupHelp(words) {
+  const prefix = `${words.join(" ")} `;
+  const all = spellings().filter(([s]) => s.startsWith(prefix));
+  // "queues" lists its own commands; the `wrangler queues` spellings of the others only when asked for ("queues consumer").
+  const own = all.filter(([s, c]) => s === c.name);
+  const matches = own.length ? own : all;
+  const width = Math.max(...matches.map(([s, c]) => synopsis(c, s).length));
+  return [`Commands of "shardq ${words.join(" ")}":`, ...matches.map(([s, c]) => `  shardq ${synopsis(c, s).padEnd(width)}  ${c.summary}`)].join("\n");
+}
+
+/** @param {Command} c @param {string} spelled */
+function commandHelp(c, spelled) {
+  const lines = [`Usage: shardq ${synopsis(c, spelled)}${Object.keys(c.options ?? {}).length ? " [options]" : ""}`, "", `${c.summary}.`];
+  if (c.details) lines.push(c.details);
+  if (c.options && Object.keys(c.options).length) lines.push("", "Options:", optionLines(c.options));
+  lines.push("", "Options for every command:", optionLines(GLOBAL_OPTIONS));
+  return lines.join("\n");
+}
+
+/** @param {Record<string, OptionSpec>} options */
+function optionLines(options) {
+  const shown = Object.entries(options).filter(([, o]) => !o.hidden);
+  const label = (/** @type {string} */ name, /** @type {OptionSpec} */ o) => `${o.short ? `-${o.short}, ` : ""}--${name}${o.value ? ` <${o.value}>` : ""}`;
+  const width = Math.max(...shown.map(([n, o]) => label(n, o).length));
+  return shown.map(([n, o]) => `  ${label(n, o).padEnd(width)}  ${o.help}`).join("\n");
+}
