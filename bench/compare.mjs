@@ -256,6 +256,8 @@ async function driverRun(base, pgid, w, withCost) {
     do_rpcs_per_msg: costBefore && costAfter ? round((costAfter.rpcs - costBefore.rpcs) / w.count, 3) : null,
     rows_written_per_msg: costBefore && costAfter ? round((costAfter.rowsWritten - costBefore.rowsWritten) / w.count, 3) : null,
     cpu_us_per_msg: cpuBefore !== null && cpuAfter !== null ? Math.round(((cpuAfter - cpuBefore) * 1e6) / w.count) : null,
+    // Storage shards when the run began: a queue still scaled out from the workload before has more.
+    ...(costBefore ? { shards_at_start: costBefore.activeShards } : {}),
   };
   /** @type {Record<string, Array<[number, number]>>} */
   const cdf = { send: CDF_POINTS.map((p) => /** @type {[number, number]} */ ([p, round(pct(latencies, p)) ?? 0])), e2e: s.latency_ms.cdf ?? [] };
@@ -283,11 +285,12 @@ async function shardqCost(base, fresh = false) {
   const res = /** @type {any} */ (await (await fetch(`${base}/shardq/accounts/local/queues/bench/shards`, { headers: HEADERS })).json());
   let rpcs = 0;
   let rowsWritten = 0;
+  const activeShards = res.result.shards.filter((/** @type {{ state: string }} */ s) => s.state === "active").length;
   for (const s of res.result.shards) {
     rpcs += s.heartbeat?.cost?.rpcs ?? 0;
     rowsWritten += s.heartbeat?.cost?.rowsWritten ?? 0;
   }
-  return { rpcs, rowsWritten };
+  return { rpcs, rowsWritten, activeShards };
 }
 
 /**
