@@ -149,8 +149,8 @@ describe("a queue's cumulative figures in its Coordinator", () => {
   });
 
   it("counters never go down: not when a shard restarts with fewer counts, nor when a retired shard is forgotten", async () => {
-    const stub = env.COORDINATOR.get(env.COORDINATOR.idFromName("counters-unit"));
-    await runInDurableObject(stub, (_obj: Coordinator, state) => {
+    const coordinator = env.COORDINATOR.get(env.COORDINATOR.idFromName("counters-unit"));
+    await runInDurableObject(coordinator, (_obj: Coordinator, state) => {
       const sql = state.storage.sql;
       recordStorageBeat(sql, beat("s1", 1, { stored: 100, acked: 90 }), 1);
       recordStorageBeat(sql, beat("s2", 1, { stored: 50, acked: 10 }), 1);
@@ -172,8 +172,8 @@ describe("a queue's cumulative figures in its Coordinator", () => {
   });
 
   it("the send latency histogram adds up flushes and refuses a malformed one whole", async () => {
-    const stub = env.COORDINATOR.get(env.COORDINATOR.idFromName("latency-unit"));
-    await runInDurableObject(stub, (_obj: Coordinator, state) => {
+    const coordinator = env.COORDINATOR.get(env.COORDINATOR.idFromName("latency-unit"));
+    await runInDurableObject(coordinator, (_obj: Coordinator, state) => {
       const sql = state.storage.sql;
       recordSendLatency(sql, { buckets: { "0.005": 2, "+Inf": 1 }, sumSeconds: 12.5, count: 3 });
       recordSendLatency(sql, { buckets: { "0.005": 1 }, sumSeconds: 0.004, count: 1 });
