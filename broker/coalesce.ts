@@ -65,10 +65,10 @@ interface Lane {
 
 /**
  * How long a batch opened in a steady stream waits for joiners. Measured with
- * `npm run bench -- compare --only w1,w4` (w4: ~2,000 send()s/s paced): without it,
- * one write per send, 1.2 DO RPCs per message and 1,058 msg/s held; with 1 ms, 0.37
- * and 1,835 msg/s, send p50 3 ms instead of 1 ms; with 0 ms (a turn of the event
- * loop), 0.77 and 1,377 msg/s.
+ * `npm run bench -- compare --only w1,w4` (w4: 1,700-2,000 send()s/s paced): without
+ * it, one write per send, 1.2 DO RPCs per message and about 1,050 msg/s held; with
+ * 1 ms, 0.37-0.50 and 90-94 % of the rate, send p50 3 ms instead of 1 ms; with 0 ms
+ * (a turn of the event loop), 0.77 and 1,377 of 1,697 msg/s.
  */
 const LINGER_MS = 1;
 const STEADY_GAP_MS = 2;
