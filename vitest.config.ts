@@ -42,7 +42,18 @@ export default defineConfig({
                 AUTH_TOKENS: JSON.stringify({
                   "shardq-local-dev-token": { account: "local" },
                   "other-account-token": { account: "other" },
+                  // Narrower tokens of the same account, and a revoked one (test/workers/scopes.test.ts).
+                  "send-only-token": { account: "local", scopes: ["send"] },
+                  "consume-only-token": { account: "local", scopes: ["consume"] },
+                  "admin-only-token": { account: "local", scopes: ["admin"] },
+                  "send-consume-token": { account: "local", scopes: ["send", "consume"] },
+                  "revoked-token": { account: "local", revoked: true },
                 }),
+              },
+              // Low limits the rate-limit tests swap in for the service's own (test/workers/rate-limits.test.ts).
+              ratelimits: {
+                TEST_ACCOUNT_LIMITER: { namespace_id: "9001", simple: { limit: 10, period: 60 } },
+                TEST_QUEUE_LIMITER: { namespace_id: "9002", simple: { limit: 3, period: 60 } },
               },
             },
           }),

@@ -18,7 +18,14 @@ import { parseWith } from "./validate";
 const createBody = z
   .object({
     type: z.enum(["worker", "http_pull"], { error: 'must be "worker" or "http_pull"' }).default("worker"),
-    script_name: z.string({ error: "must be a string" }).min(1, "must not be empty").max(63, "must be at most 63 characters").optional(),
+    // Cloudflare's Worker name rule. Other characters would fold onto another Worker's
+    // binding name (consumerBindingName), or carry control characters into logs and answers.
+    script_name: z
+      .string({ error: "must be a string" })
+      .min(1, "must not be empty")
+      .max(63, "must be at most 63 characters")
+      .regex(/^[a-z0-9_][a-z0-9_-]*$/, "must be a Worker name: lowercase letters, digits, dashes and underscores")
+      .optional(),
     settings: consumerSettingsPatchSchema.optional(),
     dead_letter_queue: queueNameSchema.nullable().optional(),
   })

@@ -3,6 +3,7 @@ import type { Env } from "../src/env";
 import { sendCoalesced } from "./coalesce";
 import { ok } from "./envelope";
 import { noteSendLatency } from "./latency-histogram";
+import { idempotencyKeyOf, sendIdempotent } from "./idempotency";
 import { fromHttpBatch, fromHttpMessage } from "./messages";
 import { queueMetrics } from "./metrics";
 import { readJson } from "./read-json";
@@ -10,11 +11,19 @@ import { callerRegion } from "./region";
 import { notFound, storeMessages } from "./send";
 import { cachedShardMap } from "./shard-map-cache";
 
-/** POST .../messages: one message. Unlike Cloudflare, answers with its id. */
+/**
+ * POST .../messages: one message. Unlike Cloudflare, answers with its id. With an
+ * Idempotency-Key or an `id`, stored once however often it is retried (broker/idempotency.ts).
+ */
 export async function sendMessage(request: Request, env: Env, ctx: ExecutionContext, accountId: string, queueRef: string): Promise<Response> {
   const started = Date.now();
+  const key = idempotencyKeyOf(request);
   const message = fromHttpMessage(await readJson(request));
-  const id = await sendCoalesced(env, { accountId, queueRef, region: regionOf(request, env) }, message);
+  const target = { accountId, queueRef, region: regionOf(request, env) };
+  const id =
+    key !== null || message.id !== undefined
+      ? (await sendIdempotent(env, target, { key, route: "message", messages: [message], batchDelaySeconds: undefined, idField: () => "id" }))[0]!
+      : await sendCoalesced(env, target, message);
   noteSendLatency(env, ctx, { accountId, queueRef }, started);
   return ok({ message_id: id });
 }
@@ -22,8 +31,13 @@ export async function sendMessage(request: Request, env: Env, ctx: ExecutionCont
 /** POST .../messages/batch: up to 100 messages, stored all together or not at all. */
 export async function sendBatch(request: Request, env: Env, ctx: ExecutionContext, accountId: string, queueRef: string): Promise<Response> {
   const started = Date.now();
+  const key = idempotencyKeyOf(request);
   const batch = fromHttpBatch(await readJson(request));
-  const ids = await storeMessages(env, { accountId, queueRef, region: regionOf(request, env) }, batch.messages, batch.delaySeconds);
+  const target = { accountId, queueRef, region: regionOf(request, env) };
+  const ids =
+    key !== null || batch.messages.some((m) => m.id !== undefined)
+      ? await sendIdempotent(env, target, { key, route: "batch", messages: batch.messages, batchDelaySeconds: batch.delaySeconds, idField: (i) => `messages[${i}].id` })
+      : await storeMessages(env, target, batch.messages, batch.delaySeconds);
   noteSendLatency(env, ctx, { accountId, queueRef }, started);
   return ok({ message_ids: ids });
 }

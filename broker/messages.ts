@@ -2,6 +2,7 @@ import { z } from "zod";
 import { crc32 } from "../src/checksum";
 import { encodeBody } from "../src/encoding";
 import { HttpError } from "../src/errors";
+import { MESSAGE_ID_PATTERN } from "../src/ids";
 import { LIMITS } from "../src/limits";
 import { CONTENT_TYPES, type ContentType } from "../src/protocol";
 import { fieldName, parseWith } from "./validate";
@@ -14,6 +15,8 @@ export interface PendingMessage {
   checksum: number;
   /** Deliveries it already had: kept by a move to the dead-letter queue, absent for a new message. */
   attempts?: number;
+  /** The id the producer chose (HTTP `id`); stored once under it (broker/idempotency.ts). */
+  id?: string;
 }
 
 const delaySeconds = z
@@ -22,12 +25,16 @@ const delaySeconds = z
   .min(0, "must be at least 0")
   .max(LIMITS.maxDelaySeconds, `must be at most ${LIMITS.maxDelaySeconds} (24 hours)`);
 
-/** HTTP: Cloudflare's REST shapes. Only json and text travel over HTTP, as on Cloudflare. */
+/**
+ * HTTP: Cloudflare's REST shapes. Only json and text travel over HTTP, as on Cloudflare.
+ * Beyond Cloudflare, `id`: a message id of the producer's choosing, stored once.
+ */
 const httpMessage = z
   .object({
     body: z.unknown(),
     content_type: z.enum(["json", "text"], { error: 'must be "json" or "text"' }).optional(),
     delay_seconds: delaySeconds.optional(),
+    id: z.string({ error: "must be a string" }).regex(MESSAGE_ID_PATTERN, "must be 32 lowercase hex characters").optional(),
   })
   .strict();
 
@@ -59,17 +66,25 @@ const batchOptions = z.object({ delaySeconds: delaySeconds.optional() }).strict(
 export function fromHttpMessage(input: unknown): PendingMessage {
   const m = parseWith(httpMessage, input);
   const [one] = encodeAll([{ body: m.body, contentType: m.content_type ?? "json", delaySeconds: m.delay_seconds }], []);
-  return one!;
+  return m.id === undefined ? one! : { ...one!, id: m.id };
 }
 
 export function fromHttpBatch(input: unknown): { messages: PendingMessage[]; delaySeconds: number | undefined } {
   const b = parseWith(httpBatch, input);
   checkCount(b.messages.length);
+  const seen = new Map<string, number>();
   const parsed = b.messages.map((raw, i) => {
     const m = parseWith(httpMessage, raw, ["messages", i]);
-    return { body: m.body, contentType: m.content_type ?? ("json" as const), delaySeconds: m.delay_seconds };
+    if (m.id !== undefined) {
+      // One id, one message: a batch naming an id twice is a mistake, not a retry.
+      const first = seen.get(m.id);
+      if (first !== undefined) throw HttpError.invalid(`messages[${i}].id`, `repeats the id of messages[${first}]`);
+      seen.set(m.id, i);
+    }
+    return { body: m.body, contentType: m.content_type ?? ("json" as const), delaySeconds: m.delay_seconds, id: m.id };
   });
-  return { messages: encodeAll(parsed, ["messages"]), delaySeconds: b.delay_seconds };
+  const encoded = encodeAll(parsed, ["messages"]);
+  return { messages: encoded.map((e, i) => (parsed[i]!.id === undefined ? e : { ...e, id: parsed[i]!.id })), delaySeconds: b.delay_seconds };
 }
 
 export function fromSend(body: unknown, options: unknown): PendingMessage {

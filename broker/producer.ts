@@ -3,6 +3,7 @@ import type { Env } from "../src/env";
 import { sendCoalesced } from "./coalesce";
 import { HttpError } from "../src/errors";
 import { noteSendLatency } from "./latency-histogram";
+import { enforceRateLimits } from "./rate-limit";
 import { fromSend, fromSendBatch } from "./messages";
 import { queueMetrics } from "./metrics";
 import { notFound, storeMessages, type SendTarget } from "./send";
@@ -27,14 +28,17 @@ export interface ProducerMetrics {
  * The producer binding. A Worker binds to it with a service binding scoped to one
  * queue and calls it exactly as it calls a Cloudflare Queues binding (`env.QUEUE`);
  * beyond Cloudflare, `send` resolves with the message id and `sendBatch` with the ids.
- * Errors carry the same messages the HTTP API puts in its envelope.
+ * Errors carry the same messages the HTTP API puts in its envelope. No token: whoever
+ * deploys the binding chose its account; its sends count against the same rate limits.
  */
 export class QueueProducer extends WorkerEntrypoint<Env, ProducerProps> {
   async send(body: unknown, options?: unknown): Promise<string> {
     const started = Date.now();
     return this.guard(async () => {
       const target = this.target();
-      const id = await sendCoalesced(this.env, target, fromSend(body, options));
+      const message = fromSend(body, options);
+      await enforceRateLimits(this.env, target.accountId, target.queueRef);
+      const id = await sendCoalesced(this.env, target, message);
       noteSendLatency(this.env, this.ctx, target, started);
       return id;
     });
@@ -45,6 +49,7 @@ export class QueueProducer extends WorkerEntrypoint<Env, ProducerProps> {
     return this.guard(async () => {
       const batch = fromSendBatch(messages, options);
       const target = this.target();
+      await enforceRateLimits(this.env, target.accountId, target.queueRef);
       const ids = await storeMessages(this.env, target, batch.messages, batch.delaySeconds);
       noteSendLatency(this.env, this.ctx, target, started);
       return ids;

@@ -10,6 +10,11 @@ export async function readJson(request: Request, maxBytes: number = LIMITS.maxRe
   if (type && !/^application\/(?:[\w.+-]*\+)?json\b/i.test(type)) {
     throw new HttpError("unsupported_media_type", `content-type must be application/json, got "${type}"`, "content-type");
   }
+  // JSON is UTF-8 (RFC 8259); a body declared as anything else would be misread.
+  const charset = type && /;\s*charset\s*=\s*"?([^";\s]+)/i.exec(type)?.[1];
+  if (charset && !/^utf-?8$/i.test(charset)) {
+    throw new HttpError("unsupported_media_type", `content-type charset must be utf-8, got "${charset}"`, "content-type");
+  }
   const declared = request.headers.get("content-length");
   if (declared !== null && Number(declared) > maxBytes) {
     throw HttpError.tooLarge("body", `request body of ${declared} bytes exceeds ${maxBytes} bytes`);
@@ -41,11 +46,38 @@ export async function readJson(request: Request, maxBytes: number = LIMITS.maxRe
     throw HttpError.invalid("body", "request body is not valid UTF-8");
   }
   if (text.trim() === "") throw HttpError.invalid("body", "request body is required");
+  if (nestedDeeperThan(text, MAX_JSON_DEPTH)) {
+    throw HttpError.invalid("body", `JSON nested more than ${MAX_JSON_DEPTH} levels deep`);
+  }
   try {
     return JSON.parse(text);
   } catch (err) {
     throw HttpError.invalid("body", `malformed JSON (${(err as Error).message})`);
   }
+}
+
+/**
+ * Deepest nesting of arrays and objects a request may have, its envelope included.
+ * Serialising a body (JSON.stringify, the v8 encoding) recurses once per level: a
+ * limit well inside the stack makes a hostile body a 400, the same every time.
+ */
+export const MAX_JSON_DEPTH = 100;
+
+/** Counts brackets outside strings: one pass, before the text is parsed. */
+function nestedDeeperThan(text: string, max: number): boolean {
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 0x5c) i++; // backslash: skip the escaped character
+      else if (c === 0x22) inString = false;
+    } else if (c === 0x22) inString = true;
+    else if (c === 0x7b || c === 0x5b) {
+      if (++depth > max) return true;
+    } else if (c === 0x7d || c === 0x5d) depth--;
+  }
+  return false;
 }
 
 /** For endpoints whose every field is optional: no body at all (as `curl -X POST` sends) reads as `{}`. */

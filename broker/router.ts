@@ -2,7 +2,10 @@ import type { IRequest } from "itty-router";
 import { Router } from "itty-router/Router";
 import type { Env } from "../src/env";
 import { HttpError } from "../src/errors";
-import { authenticate, type Principal } from "./auth";
+import { QUEUE_ID_PATTERN } from "../src/ids";
+import { QUEUE_NAME_PATTERN } from "../src/settings";
+import { authenticate, authorize, type Principal, type Scope } from "./auth";
+import { enforceRateLimits } from "./rate-limit";
 import { errorResponse } from "./envelope";
 import { getMetrics, sendBatch, sendMessage } from "./messages-api";
 import { prometheusMetrics } from "./prometheus-api";
@@ -20,14 +23,44 @@ type Args = [Env, ExecutionContext];
 const QUEUE = "/accounts/:account_id/queues/:queue";
 
 /**
+ * Every path the API knows, the methods it takes, and the token scopes each method
+ * accepts (broker/auth.ts): the one place access is decided. Also tells a wrong method
+ * (405) from a path that does not exist (404). The first pattern that matches answers.
+ */
+const S = "send", C = "consume", A = "admin";
+const ROUTES: Array<[RegExp, Partial<Record<string, readonly Scope[]>>]> = [
+  [/^\/metrics\/?$/, { GET: [A] }],
+  [/^\/accounts\/[^/]+\/queues\/?$/, { GET: [A], POST: [A] }],
+  [/^\/accounts\/[^/]+\/queues\/[^/]+\/?$/, { GET: [A], PATCH: [A], DELETE: [A] }],
+  // GET peeks at bodies (the dashboard); POST sends.
+  [/^\/accounts\/[^/]+\/queues\/[^/]+\/messages\/?$/, { GET: [A], POST: [S] }],
+  [/^\/accounts\/[^/]+\/queues\/[^/]+\/messages\/batch\/?$/, { POST: [S] }],
+  [/^\/accounts\/[^/]+\/queues\/[^/]+\/messages\/(?:pull|ack|extend)\/?$/, { POST: [C] }],
+  // After the POST-only verbs above: a message looked up or cancelled by id.
+  [/^\/accounts\/[^/]+\/queues\/[^/]+\/messages\/[^/]+\/?$/, { GET: [A], DELETE: [A] }],
+  [/^\/accounts\/[^/]+\/queues\/[^/]+\/(?:purge|redrive)\/?$/, { POST: [A] }],
+  // The backlog, which the producer binding's metrics() also gives producers.
+  [/^\/accounts\/[^/]+\/queues\/[^/]+\/metrics\/?$/, { GET: [S, C, A] }],
+  [/^\/accounts\/[^/]+\/queues\/[^/]+\/(?:shards|series)\/?$/, { GET: [A] }],
+  [/^\/accounts\/[^/]+\/queues\/[^/]+\/consumers\/?$/, { GET: [A], POST: [A] }],
+  [/^\/accounts\/[^/]+\/queues\/[^/]+\/consumers\/[^/]+\/?$/, { GET: [A], PATCH: [A], DELETE: [A] }],
+];
+
+/**
  * The broker's HTTP API: Cloudflare's REST paths and envelope. Every route needs a
- * bearer token; a token only reaches its own account, and another account's paths
- * answer 404 exactly as a queue that does not exist would.
+ * bearer token (401), holding a scope the route accepts (403, whatever the queue);
+ * then the account's and the queue's request rates are counted (429). A token only
+ * reaches its own account, and another account's paths answer 404 exactly as a queue
+ * that does not exist would. Only what ROUTES lists reaches a handler, so a handler
+ * the table forgot cannot be reached without a scope check: it answers 404 or 405.
  */
 export const router = Router<ApiRequest, Args>({
   before: [
     async (request, env) => {
       request.principal = await authenticate(request, env);
+      const path = new URL(request.url).pathname;
+      authorize(request.principal, acceptedScopes(request.method, path), request.method, path);
+      await enforceRateLimits(env, request.principal.accountId, queueInPath(path));
     },
   ],
   catch: errorResponse,
@@ -64,29 +97,31 @@ router
   .get(`${QUEUE}/consumers/:consumer_id`, (req, env) => getConsumer(env, req.principal.accountId, queueRef(req), param(req, "consumer_id")))
   .patch(`${QUEUE}/consumers/:consumer_id`, (req, env) => updateConsumer(req, env, req.principal.accountId, queueRef(req), param(req, "consumer_id")))
   .delete(`${QUEUE}/consumers/:consumer_id`, (req, env) => deleteConsumer(env, req.principal.accountId, queueRef(req), param(req, "consumer_id")))
+  // Listed in ROUTES yet taken by no handler above: the two disagree; answer rather than hang.
   .all("*", (req) => {
-    const path = new URL(req.url).pathname;
-    const allowed = ROUTES.find(([pattern]) => pattern.test(path))?.[1];
-    if (allowed) throw new HttpError("method_not_allowed", `${req.method} is not allowed on ${path}; use ${allowed.join(" or ")}`);
-    throw new HttpError("not_found", `no route for ${req.method} ${path}`);
+    throw new HttpError("not_found", `no route for ${req.method} ${new URL(req.url).pathname}`);
   });
 
-/** Known paths and their methods, to tell "wrong method" (405) from "no such path" (404). */
-const ROUTES: Array<[RegExp, string[]]> = [
-  [/^\/metrics\/?$/, ["GET"]],
-  [/^\/accounts\/[^/]+\/queues\/?$/, ["GET", "POST"]],
-  [/^\/accounts\/[^/]+\/queues\/[^/]+\/?$/, ["GET", "PATCH", "DELETE"]],
-  [/^\/accounts\/[^/]+\/queues\/[^/]+\/messages\/?$/, ["GET", "POST"]],
-  [/^\/accounts\/[^/]+\/queues\/[^/]+\/messages\/batch\/?$/, ["POST"]],
-  [/^\/accounts\/[^/]+\/queues\/[^/]+\/messages\/(?:pull|ack|extend)\/?$/, ["POST"]],
-  // After the POST-only verbs above: the first pattern that matches answers.
-  [/^\/accounts\/[^/]+\/queues\/[^/]+\/messages\/[^/]+\/?$/, ["GET", "DELETE"]],
-  [/^\/accounts\/[^/]+\/queues\/[^/]+\/(?:purge|redrive)\/?$/, ["POST"]],
-  [/^\/accounts\/[^/]+\/queues\/[^/]+\/metrics\/?$/, ["GET"]],
-  [/^\/accounts\/[^/]+\/queues\/[^/]+\/(?:shards|series)\/?$/, ["GET"]],
-  [/^\/accounts\/[^/]+\/queues\/[^/]+\/consumers\/?$/, ["GET", "POST"]],
-  [/^\/accounts\/[^/]+\/queues\/[^/]+\/consumers\/[^/]+\/?$/, ["GET", "PATCH", "DELETE"]],
-];
+/** The scopes that may call `method` on `path`; 405 for a known path with another method, 404 for an unknown path. */
+function acceptedScopes(method: string, path: string): readonly Scope[] {
+  const route = ROUTES.find(([pattern]) => pattern.test(path));
+  if (!route) throw new HttpError("not_found", `no route for ${method} ${path}`);
+  const accepted = route[1][method];
+  if (!accepted) throw new HttpError("method_not_allowed", `${method} is not allowed on ${path}; use ${Object.keys(route[1]).join(" or ")}`);
+  return accepted;
+}
+
+/** The queue a path names, when it names one that could exist (the per-queue rate limit's key). */
+function queueInPath(path: string): string | undefined {
+  const raw = /^\/accounts\/[^/]+\/queues\/([^/]+)/.exec(path)?.[1];
+  if (raw === undefined) return undefined;
+  try {
+    const ref = decodeURIComponent(raw);
+    return QUEUE_NAME_PATTERN.test(ref) || QUEUE_ID_PATTERN.test(ref) ? ref : undefined;
+  } catch {
+    return undefined;
+  }
+}
 
 /** Verbs that share the shape of .../messages/:message_id but are POST-only. */
 const MESSAGE_VERBS = new Set(["batch", "pull", "ack", "extend"]);

@@ -34,12 +34,15 @@ export async function storeMessages(
   pending: PendingMessage[],
   batchDelaySeconds?: number,
   keepIds?: string[],
+  /** Ask the shard to skip ids it already stored: a write again of the same messages. */
+  dedupe = keepIds !== undefined,
 ): Promise<string[]> {
   let map = await cachedShardMap(env, target.accountId, target.queueRef);
   if (!map) throw notFound(target.queueRef);
   const now = Date.now();
-  // Messages that keep their ids (a move to a dead-letter queue) go to a shard chosen by
-  // id, so writing them again after a crash lands on the same shard and stores nothing new.
+  // Messages that keep their ids (a move to a dead-letter queue, an idempotent send) go to
+  // a shard chosen by id, so writing them again after a crash lands on the same shard
+  // and stores nothing new.
   const random = keepIds ? seededRandom(keepIds[0]!) : Math.random;
   const messages: EncodedMessage[] = pending.map((m, i) => ({
     id: keepIds?.[i] ?? newMessageId(now),
@@ -74,8 +77,7 @@ export async function storeMessages(
       refreshed = true;
       continue;
     }
-    // Messages that keep their ids are written again after a crash: the shard skips ids it already has.
-    const result = await appendWithRetry(env, shard, { queueId: map.queueId, messages, ...(keepIds ? { dedupe: true } : {}) });
+    const result = await appendWithRetry(env, shard, { queueId: map.queueId, messages, ...(dedupe ? { dedupe: true } : {}) });
     if (result.ok) return messages.map((m) => m.id);
     refused.add(shard.name);
     if (result.refused === "overloaded") {

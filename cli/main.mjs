@@ -160,6 +160,8 @@ function apiErrorText(err) {
 /** @param {ApiError} err */
 function genericHint(err) {
   if (err.status === 401) return "The token was refused: check --token (or SHARDQ_TOKEN).";
+  if (err.status === 403) return "This token lacks the scope this command needs (README: Tokens and scopes): use one that has it.";
+  if (err.status === 429) return "Over the request rate: wait the few seconds the message says and run the command again.";
   if (err.status === 404 && err.errors[0]?.field === "account_id") return "This token belongs to another account: check --account (or SHARDQ_ACCOUNT).";
   if (err.status === 503) return "The service is busy or a shard did not answer; run the command again.";
   return undefined;

@@ -31,3 +31,8 @@ export function shardMapKeys(accountId: string, queueId: string, queueName: stri
 }
 export const shardMapKeyById = (accountId: string, queueId: string) => `map/${accountId}/id/${queueId}`;
 export const shardMapKeyByName = (accountId: string, queueName: string) => `map/${accountId}/name/${queueName}`;
+
+/** One of a queue's Idempotency-Key tables (coordinator/idempotency-keys.ts): keys are spread over several by hash. */
+export function idempotencyKeysFor(env: Env, queueId: string, bucket: number) {
+  return env.IDEMPOTENCY_KEYS.get(env.IDEMPOTENCY_KEYS.idFromName(`${queueId}:idempotency:${bucket}`));
+}

@@ -2,6 +2,7 @@ import type { Coordinator } from "../coordinator/coordinator";
 import type { AccountCatalog } from "../coordinator/account-catalog";
 import type { StorageShard } from "../storage-shard/storage-shard";
 import type { ConsumerShard } from "../consumer-shard/consumer-shard";
+import type { IdempotencyKeys } from "../coordinator/idempotency-keys";
 
 /** Bindings and vars of the shardq service (wrangler.toml, .dev.vars, secrets). */
 export interface Env {
@@ -33,6 +34,13 @@ export interface Env {
   SHARD_MAP_CACHE_TTL_MS?: string;
   /** How a Worker consumer is reached unless its settings say otherwise: "rpc" (deploys) or "queue" (local dev). */
   DEFAULT_CONSUMER_TRANSPORT?: string;
+  /** Idempotency-Key records of HTTP sends (coordinator/idempotency-keys.ts). */
+  IDEMPOTENCY_KEYS: DurableObjectNamespace<IdempotencyKeys>;
+  /** Rate Limiting bindings ([[ratelimits]]): requests per account and per queue. */
+  ACCOUNT_RATE_LIMITER?: RateLimit;
+  QUEUE_RATE_LIMITER?: RateLimit;
+  /** "on" enforces ACCOUNT_RATE_LIMITER and QUEUE_RATE_LIMITER (broker/rate-limit.ts); anything else: no limits. */
+  RATE_LIMITS?: string;
   /** Secret that signs pull consumers' lease ids. */
   LEASE_SIGNING_KEY?: string;
   /** Service bindings to consumer Workers, named CONSUMER_<SCRIPT_NAME>. */

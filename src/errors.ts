@@ -4,23 +4,27 @@
  */
 export type ErrorKind =
   | "unauthorized"
+  | "forbidden"
   | "invalid"
   | "not_found"
   | "too_large"
   | "conflict"
   | "unsupported_media_type"
   | "method_not_allowed"
+  | "rate_limited"
   | "unavailable"
   | "internal";
 
 const STATUS: Record<ErrorKind, number> = {
   unauthorized: 401,
+  forbidden: 403,
   invalid: 400,
   not_found: 404,
   too_large: 413,
   conflict: 409,
   unsupported_media_type: 415,
   method_not_allowed: 405,
+  rate_limited: 429,
   unavailable: 503,
   internal: 500,
 };
@@ -35,6 +39,8 @@ const CODE: Record<ErrorKind, number> = {
   unsupported_media_type: 10006,
   method_not_allowed: 10007,
   unavailable: 10008,
+  forbidden: 10009,
+  rate_limited: 10010,
   internal: 10000,
 };
 

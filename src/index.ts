@@ -9,6 +9,7 @@ import type { Env } from "./env";
 export { QueueProducer } from "../broker/producer";
 export { Coordinator } from "../coordinator/coordinator";
 export { AccountCatalog } from "../coordinator/account-catalog";
+export { IdempotencyKeys } from "../coordinator/idempotency-keys";
 export { StorageShard } from "../storage-shard/storage-shard";
 export { ConsumerShard } from "../consumer-shard/consumer-shard";
 

@@ -5,6 +5,9 @@ declare global {
     interface Env extends ShardqEnv {
       /** The example consumer's fetch handler (GET /stats), bound in vitest.config.ts. */
       EXAMPLE_CONSUMER: Fetcher;
+      /** Low rate limits, swapped in by test/workers/rate-limits.test.ts (vitest.config.ts). */
+      TEST_ACCOUNT_LIMITER: RateLimit;
+      TEST_QUEUE_LIMITER: RateLimit;
     }
   }
 }

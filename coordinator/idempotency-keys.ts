@@ -1,0 +1,157 @@
+import { DurableObject } from "cloudflare:workers";
+import { systemClock, type Clock } from "../src/clock";
+import type { Env } from "../src/env";
+import { runMigrations } from "../src/sqlite-migrations";
+
+/** How long a key is remembered after its first use (Stripe's window; documented in the README). */
+export const IDEMPOTENCY_WINDOW_MS = 24 * 3_600_000;
+/**
+ * How long a claim belongs to the request that made it. A send gives up within a few
+ * seconds (broker/send.ts: OVERLOAD_PATIENCE_MS plus retries), so a claim this old
+ * was left by a request that died, and a retry may take it over.
+ */
+export const IN_PROGRESS_MS = 15_000;
+/** Expired keys are swept by an alarm at most this often. */
+const SWEEP_EVERY_MS = 60_000;
+
+/** One key a send wants: its request digest, and the message ids it would store under. */
+export interface KeyClaim {
+  key: string;
+  digest: string;
+  ids: string[];
+}
+
+export type ClaimOutcome =
+  /** Store under `ids`. `retry`: an earlier attempt may have stored them already (send with dedupe). */
+  | { status: "claimed"; ids: string[]; retry: boolean }
+  /** Stored by an earlier request: answer with its ids, store nothing. */
+  | { status: "done"; ids: string[] }
+  /** Another request holds the key right now. */
+  | { status: "busy"; retryAfterMs: number }
+  /** The key was used with a different request. */
+  | { status: "mismatch" };
+
+interface KeyRow extends Record<string, SqlStorageValue> {
+  digest: string;
+  ids: string;
+  state: "pending" | "done";
+  token: string;
+  claimed_at: number;
+  expires_at: number;
+  attempt: number;
+}
+
+const MIGRATIONS = [
+  `CREATE TABLE keys (
+     key        TEXT PRIMARY KEY,
+     digest     TEXT NOT NULL,
+     ids        TEXT NOT NULL,
+     state      TEXT NOT NULL,
+     token      TEXT NOT NULL,
+     claimed_at INTEGER NOT NULL,
+     expires_at INTEGER NOT NULL,
+     attempt    INTEGER NOT NULL
+   );
+   CREATE INDEX keys_by_expiry ON keys (expires_at);`,
+];
+
+/**
+ * The Idempotency-Key records of one queue's HTTP sends, a 16th of them (the broker
+ * spreads keys over 16 such objects by hash, so idempotent sends are not bounded by
+ * one object's rate). Why a table and not only the storage shards' deduplication of
+ * recent ids: a shard remembers its last 10,000 messages, forgets a message once it is
+ * acked, and a changed shard map can send a retry to another shard. A key here is
+ * remembered for IDEMPOTENCY_WINDOW_MS whatever happens to its messages.
+ *
+ * A send claims its key before storing (recording the ids it will use), stores, then
+ * marks the key done. A request that dies in between leaves a pending claim: after
+ * IN_PROGRESS_MS a retry takes it over and stores under the same ids with `dedupe`,
+ * placed by id, so the shard that took the first attempt skips what it already has.
+ */
+export class IdempotencyKeys extends DurableObject<Env> {
+  private readonly sql: SqlStorage;
+  private sweepArmed = false;
+  /** Tests replace this to drive time. */
+  clock: Clock = systemClock;
+
+  constructor(ctx: DurableObjectState, env: Env) {
+    super(ctx, env);
+    this.sql = ctx.storage.sql;
+    runMigrations(this.sql, MIGRATIONS);
+    void ctx.blockConcurrencyWhile(async () => {
+      this.sweepArmed = (await ctx.storage.getAlarm()) !== null;
+    });
+  }
+
+  /**
+   * Claims the keys that are free. When one is busy or a mismatch the request will be
+   * refused, so nothing is written; a key already done is answered, not claimed.
+   */
+  claim(claims: KeyClaim[], token: string): ClaimOutcome[] {
+    const now = this.clock.now();
+    const rows = claims.map((c) => {
+      const row = this.sql.exec<KeyRow>("SELECT * FROM keys WHERE key = ?", c.key).toArray()[0];
+      return row && row.expires_at > now ? row : undefined;
+    });
+    const outcomes: ClaimOutcome[] = claims.map((c, i) => {
+      const row = rows[i];
+      if (!row) return { status: "claimed", ids: c.ids, retry: false };
+      if (row.digest !== c.digest) return { status: "mismatch" };
+      if (row.state === "done") return { status: "done", ids: JSON.parse(row.ids) as string[] };
+      const held = now - row.claimed_at;
+      if (held < IN_PROGRESS_MS) return { status: "busy", retryAfterMs: IN_PROGRESS_MS - held };
+      return { status: "claimed", ids: JSON.parse(row.ids) as string[], retry: true };
+    });
+    if (outcomes.some((o) => o.status === "busy" || o.status === "mismatch")) return outcomes;
+    this.ctx.storage.transactionSync(() => {
+      claims.forEach((c, i) => {
+        const row = rows[i];
+        if (outcomes[i]!.status !== "claimed") return;
+        if (row) {
+          this.sql.exec("UPDATE keys SET token = ?, claimed_at = ?, attempt = attempt + 1 WHERE key = ?", token, now, c.key);
+        } else {
+          this.sql.exec(
+            `INSERT OR REPLACE INTO keys (key, digest, ids, state, token, claimed_at, expires_at, attempt)
+             VALUES (?, ?, ?, 'pending', ?, ?, ?, 1)`,
+            c.key, c.digest, JSON.stringify(c.ids), token, now, now + IDEMPOTENCY_WINDOW_MS,
+          );
+        }
+      });
+    });
+    if (!this.sweepArmed) {
+      this.sweepArmed = true;
+      void this.ctx.storage.setAlarm(now + IDEMPOTENCY_WINDOW_MS);
+    }
+    return outcomes;
+  }
+
+  /** The messages are stored: from now on the keys answer with their ids. */
+  complete(keys: string[]): void {
+    this.ctx.storage.transactionSync(() => {
+      for (const key of keys) this.sql.exec("UPDATE keys SET state = 'done' WHERE key = ?", key);
+    });
+  }
+
+  /**
+   * The attempt holding these keys (`token`) did not complete. `sent`: its messages
+   * may have reached a shard, so the key keeps its ids and a retry may take it over at
+   * once (storing with dedupe). Otherwise a key this attempt created is forgotten.
+   */
+  release(keys: string[], token: string, sent: boolean): void {
+    this.ctx.storage.transactionSync(() => {
+      for (const key of keys) {
+        if (!sent) this.sql.exec("DELETE FROM keys WHERE key = ? AND token = ? AND state = 'pending' AND attempt = 1", key, token);
+        this.sql.exec("UPDATE keys SET claimed_at = 0 WHERE key = ? AND token = ? AND state = 'pending'", key, token);
+      }
+    });
+  }
+
+  /** Deletes expired keys; comes back while any key is left. */
+  override async alarm(): Promise<void> {
+    const now = this.clock.now();
+    this.sql.exec("DELETE FROM keys WHERE expires_at <= ?", now);
+    const next = this.sql.exec<{ at: number | null }>("SELECT MIN(expires_at) AS at FROM keys").one().at;
+    this.sweepArmed = next !== null;
+    if (next !== null) await this.ctx.storage.setAlarm(Math.max(next, now + SWEEP_EVERY_MS));
+  }
+}

@@ -1,0 +1,239 @@
+/**
+ * Idempotent sends (issue 7): an Idempotency-Key on POST .../messages and
+ * .../messages/batch, and message ids chosen by the producer, store a message once
+ * however often the request is retried, across shard-map changes, consumption and a
+ * request that died half-way; the same key or id with a different request is refused.
+ */
+import { createExecutionContext, env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import { bucketOf } from "../../broker/idempotency";
+import { router } from "../../broker/router";
+import { forgetShardMap } from "../../broker/shard-map-cache";
+import { IDEMPOTENCY_WINDOW_MS, IN_PROGRESS_MS, type IdempotencyKeys, type KeyClaim } from "../../coordinator/idempotency-keys";
+import { coordinatorFor, idempotencyKeysFor } from "../../src/addressing";
+import { api, backlog, BASE, createQueue, queuePath, storedMessages, TOKEN } from "./helpers";
+
+const KEY = "idempotency-key";
+const send = (q: string, body: unknown, key?: string) => api("POST", `${queuePath(q)}/messages`, body, { headers: key === undefined ? {} : { [KEY]: key } });
+const sendBatch = (q: string, body: unknown, key?: string) => api("POST", `${queuePath(q)}/messages/batch`, body, { headers: key === undefined ? {} : { [KEY]: key } });
+const hexId = (n: number) => n.toString(16).padStart(32, "0");
+
+async function storedIds(q: string): Promise<string[]> {
+  return (await storedMessages(q)).messages.map((m) => m.id).sort();
+}
+
+/** Moves the clock of the object holding `key` of a queue by `ms`. */
+async function shiftKeyClock(queueId: string, key: string, ms: number) {
+  const stub = idempotencyKeysFor(env, queueId, bucketOf(key));
+  await runInDurableObject(stub, (obj: IdempotencyKeys) => {
+    obj.clock = { now: () => Date.now() + ms };
+  });
+  return stub;
+}
+
+/** Pulls every ready message of a queue with a pull consumer and acks it. */
+async function consumeAll(q: string) {
+  const pulled = await api("POST", `${queuePath(q)}/messages/pull`, { batch_size: 100 });
+  const acks = pulled.json.result.messages.map((m: { lease_id: string }) => ({ lease_id: m.lease_id }));
+  expect((await api("POST", `${queuePath(q)}/messages/ack`, { acks })).json.result.ackCount).toBe(acks.length);
+}
+
+describe("Idempotency-Key", () => {
+  it("stores a message once however often the request is retried, answering with the first id each time", async () => {
+    await createQueue("idem-single");
+    const first = await send("idem-single", { body: { order: 1 } }, "order-1");
+    expect(first.status).toBe(200);
+    for (let i = 0; i < 5; i++) {
+      const again = await send("idem-single", { body: { order: 1 } }, "order-1");
+      expect(again.status).toBe(200);
+      expect(again.json.result.message_id).toBe(first.json.result.message_id);
+    }
+    expect(await storedIds("idem-single")).toEqual([first.json.result.message_id]);
+    // Another key is another message.
+    expect((await send("idem-single", { body: { order: 1 } }, "order-1b")).json.result.message_id).not.toBe(first.json.result.message_id);
+    expect(await backlog("idem-single")).toBe(2);
+  });
+
+  it("stores a batch once, in order, when the same request arrives many times at once", async () => {
+    await createQueue("idem-batch");
+    const body = { messages: [{ body: "a" }, { body: "b", delay_seconds: 5 }, { body: "c", content_type: "text" }], delay_seconds: 1 };
+    const answers = await Promise.all(Array.from({ length: 8 }, () => sendBatch("idem-batch", body, "batch-1")));
+    const ok = answers.filter((a) => a.status === 200);
+    expect(ok.length).toBeGreaterThan(0);
+    for (const a of answers.filter((x) => x.status !== 200)) {
+      // Arrived while the first was storing: told to come back, storing nothing.
+      expect(a.status).toBe(409);
+      expect(a.json.errors[0].field).toBe(KEY);
+      expect(Number(a.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
+    }
+    const ids = ok[0]!.json.result.message_ids as string[];
+    for (const a of ok) expect(a.json.result.message_ids).toEqual(ids);
+    const later = await sendBatch("idem-batch", body, "batch-1");
+    expect(later.json.result.message_ids).toEqual(ids);
+    expect(await storedIds("idem-batch")).toEqual([...ids].sort());
+  });
+
+  it.each([
+    ["another body", { body: { order: 2 } }, "messages"],
+    ["another delay", { body: { order: 1 }, delay_seconds: 10 }, "messages"],
+    ["another content type", { body: "{\"order\":1}", content_type: "text" }, "messages"],
+    ["the batch route", { messages: [{ body: { order: 1 } }] }, "messages/batch"],
+  ])("refuses the same key with %s: 409 naming idempotency-key, nothing stored", async (_what, body, route) => {
+    const q = `idem-mismatch-${Math.random().toString(16).slice(2, 8)}`;
+    await createQueue(q);
+    const first = await send(q, { body: { order: 1 } }, "reused");
+    const res = await api("POST", `${queuePath(q)}/${route}`, body, { headers: { [KEY]: "reused" } });
+    expect(res.status).toBe(409);
+    expect(res.json).toMatchObject({ success: false, result: null });
+    expect(res.json.errors[0].field).toBe(KEY);
+    expect(await storedIds(q)).toEqual([first.json.result.message_id]);
+  });
+
+  it("keeps keys per queue: the same key on two queues is two messages", async () => {
+    await createQueue("idem-per-queue-a");
+    await createQueue("idem-per-queue-b");
+    const a = await send("idem-per-queue-a", { body: 1 }, "shared-key");
+    const b = await send("idem-per-queue-b", { body: 1 }, "shared-key");
+    expect(a.status).toBe(200);
+    expect(b.status).toBe(200);
+    expect(a.json.result.message_id).not.toBe(b.json.result.message_id);
+  });
+
+  it("answers a retry after the message was consumed and acked, storing nothing again", async () => {
+    await createQueue("idem-consumed");
+    expect((await api("POST", `${queuePath("idem-consumed")}/consumers`, { type: "http_pull" })).status).toBe(201);
+    const first = await sendBatch("idem-consumed", { messages: [{ body: 1 }, { body: 2 }] }, "consumed");
+    await consumeAll("idem-consumed");
+    expect(await backlog("idem-consumed")).toBe(0);
+    const again = await sendBatch("idem-consumed", { messages: [{ body: 1 }, { body: 2 }] }, "consumed");
+    expect(again.json.result.message_ids).toEqual(first.json.result.message_ids);
+    expect(await backlog("idem-consumed")).toBe(0);
+  });
+
+  it("answers a retry after the shard that took the message stopped taking sends and the broker forgot its map", async () => {
+    const q = await createQueue("idem-drained");
+    const first = await send("idem-drained", { body: "x" }, "drained");
+    const holder = (await storedMessages("idem-drained")).messages[0]!.shard;
+    await coordinatorFor(env, q.queue_id).setShardState(holder, "draining");
+    // As a fresh broker isolate would: no cached map.
+    forgetShardMap("local", "idem-drained", q.queue_id);
+    const again = await send("idem-drained", { body: "x" }, "drained");
+    expect(again.json.result.message_id).toBe(first.json.result.message_id);
+    expect(await storedIds("idem-drained")).toEqual([first.json.result.message_id]);
+  });
+
+  it("takes over the key of a request that died after storing, once IN_PROGRESS_MS has passed, storing nothing twice", async () => {
+    const q = await createQueue("idem-died");
+    // The first request stores its message and dies before marking its key done.
+    const lostComplete = {
+      idFromName: (name: string) => env.IDEMPOTENCY_KEYS.idFromName(name),
+      get: (id: DurableObjectId) => {
+        const stub = env.IDEMPOTENCY_KEYS.get(id);
+        return {
+          claim: (claims: KeyClaim[], token: string) => stub.claim(claims, token),
+          release: (keys: string[], token: string, sent: boolean) => stub.release(keys, token, sent),
+          complete: () => Promise.reject(new Error("isolate gone")),
+        };
+      },
+    };
+    const request = new Request(`${BASE}${queuePath("idem-died")}/messages`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json", [KEY]: "died" },
+      body: JSON.stringify({ body: "once" }),
+    });
+    const res = await router.fetch(request, { ...env, IDEMPOTENCY_KEYS: lostComplete as unknown as typeof env.IDEMPOTENCY_KEYS }, createExecutionContext());
+    expect(res.status).toBe(200);
+    const id = ((await res.json()) as { result: { message_id: string } }).result.message_id;
+
+    // A retry while the claim is young may be racing the first request: told to wait.
+    const early = await send("idem-died", { body: "once" }, "died");
+    expect(early.status).toBe(409);
+    expect(early.json.errors[0].field).toBe(KEY);
+    expect(Number(early.headers.get("retry-after"))).toBeLessThanOrEqual(IN_PROGRESS_MS / 1000);
+
+    // Later, the retry takes the key over and writes the same id to the same shard, which skips it.
+    await shiftKeyClock(q.queue_id, "key:died", IN_PROGRESS_MS + 1000);
+    const late = await send("idem-died", { body: "once" }, "died");
+    expect(late.status).toBe(200);
+    expect(late.json.result.message_id).toBe(id);
+    expect(await storedIds("idem-died")).toEqual([id]);
+    // And from then on the key is done.
+    expect((await send("idem-died", { body: "once" }, "died")).json.result.message_id).toBe(id);
+    expect(await storedIds("idem-died")).toEqual([id]);
+  });
+
+  it("does not use up the key of a request refused before storing", async () => {
+    await createQueue("idem-refused");
+    const taken = hexId(7);
+    await send("idem-refused", { body: "first", id: taken });
+    // The key is claimed, then the batch is refused for reusing an id with another body.
+    const refused = await sendBatch("idem-refused", { messages: [{ body: "other", id: taken }, { body: "new" }] }, "fresh-key");
+    expect(refused.status).toBe(409);
+    expect(refused.json.errors[0].field).toBe("messages[0].id");
+    const ok = await sendBatch("idem-refused", { messages: [{ body: "something else" }] }, "fresh-key");
+    expect(ok.status).toBe(200);
+    expect(await backlog("idem-refused")).toBe(2);
+  });
+
+  it("forgets a key after 24 hours, and an alarm sweeps it away", async () => {
+    const q = await createQueue("idem-expiry");
+    const first = await send("idem-expiry", { body: 1 }, "old-key");
+    const stub = await shiftKeyClock(q.queue_id, "key:old-key", IDEMPOTENCY_WINDOW_MS + 1000);
+    const reused = await send("idem-expiry", { body: 2 }, "old-key");
+    expect(reused.status).toBe(200);
+    expect(reused.json.result.message_id).not.toBe(first.json.result.message_id);
+    await shiftKeyClock(q.queue_id, "key:old-key", 2 * IDEMPOTENCY_WINDOW_MS + 2000);
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    const left = await runInDurableObject(stub, (_obj: IdempotencyKeys, state) => state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM keys").one().n);
+    expect(left).toBe(0);
+  });
+});
+
+describe("message ids chosen by the producer", () => {
+  it("stores a message under its id once however often it is sent", async () => {
+    await createQueue("pid-single");
+    const id = hexId(1);
+    for (let i = 0; i < 4; i++) {
+      const res = await send("pid-single", { body: { n: 1 }, id });
+      expect(res.status).toBe(200);
+      expect(res.json.result.message_id).toBe(id);
+    }
+    expect(await storedIds("pid-single")).toEqual([id]);
+  });
+
+  it("refuses an id sent again with another body: 409 naming the id, nothing stored", async () => {
+    await createQueue("pid-mismatch");
+    const id = hexId(2);
+    await send("pid-mismatch", { body: "one", id });
+    const single = await send("pid-mismatch", { body: "two", id });
+    expect(single.status).toBe(409);
+    expect(single.json.errors[0].field).toBe("id");
+    const inBatch = await sendBatch("pid-mismatch", { messages: [{ body: "new", id: hexId(3) }, { body: "two", id }] });
+    expect(inBatch.status).toBe(409);
+    expect(inBatch.json.errors[0].field).toBe("messages[1].id");
+    expect(await storedIds("pid-mismatch")).toEqual([id]);
+    // The refused batch used up none of its ids.
+    expect((await send("pid-mismatch", { body: "anything", id: hexId(3) })).status).toBe(200);
+  });
+
+  it("stores a batch's messages once each: a retried batch stores nothing, a batch repeating one stores the others", async () => {
+    await createQueue("pid-batch");
+    const batch = { messages: [1, 2, 3].map((n) => ({ body: n, id: hexId(100 + n) })) };
+    const first = await sendBatch("pid-batch", batch);
+    expect(first.json.result.message_ids).toEqual([hexId(101), hexId(102), hexId(103)]);
+    expect((await sendBatch("pid-batch", batch)).json.result.message_ids).toEqual(first.json.result.message_ids);
+    const mixed = await sendBatch("pid-batch", { messages: [{ body: 2, id: hexId(102) }, { body: 4, id: hexId(104) }, { body: "no id" }] });
+    expect(mixed.status).toBe(200);
+    expect(mixed.json.result.message_ids.slice(0, 2)).toEqual([hexId(102), hexId(104)]);
+    expect(await storedIds("pid-batch")).toEqual([hexId(101), hexId(102), hexId(103), hexId(104), mixed.json.result.message_ids[2]].sort());
+  });
+
+  it("does not store an id again after its message was consumed", async () => {
+    await createQueue("pid-consumed");
+    await api("POST", `${queuePath("pid-consumed")}/consumers`, { type: "http_pull" });
+    await send("pid-consumed", { body: "x", id: hexId(9) });
+    await consumeAll("pid-consumed");
+    expect((await send("pid-consumed", { body: "x", id: hexId(9) })).json.result.message_id).toBe(hexId(9));
+    expect(await backlog("pid-consumed")).toBe(0);
+  });
+});
