@@ -1,0 +1,70 @@
+// The harness's HTTP client for shardq's API, loopback only. Every call ends in one of
+// the three outcomes a history records: ok, fail (certainly not applied) or unknown.
+
+/**
+ * @typedef {{ outcome: "ok", status: number, result: any }
+ *   | { outcome: "fail" | "unknown", status: number | null, error: string }} Outcome
+ */
+
+/**
+ * @param {{ base: string, token: string, timeoutMs?: number }} opts
+ *   base: the service's URL (http://127.0.0.1:<port>); the account is "local"
+ */
+export function apiClient({ base, token, timeoutMs = 10_000 }) {
+  const url = new URL(base);
+  if (url.hostname !== "127.0.0.1" && url.hostname !== "localhost") throw new Error(`the fault harness talks to loopback only, not ${url.hostname}`);
+  const headers = { authorization: `Bearer ${token}`, "content-type": "application/json" };
+  const queues = `${base}/accounts/local/queues`;
+
+  /**
+   * @param {string} method @param {string} path below .../queues @param {unknown} [body]
+   * @returns {Promise<Outcome>}
+   */
+  const call = async (method, path, body) => {
+    /** @type {Response} */
+    let res;
+    try {
+      res = await fetch(`${queues}${path}`, {
+        method,
+        headers,
+        body: body === undefined ? undefined : JSON.stringify(body),
+        signal: AbortSignal.timeout(timeoutMs),
+      });
+    } catch (err) {
+      return { outcome: refused(err) ? "fail" : "unknown", status: null, error: describe(err) };
+    }
+    /** @type {any} */
+    let json;
+    try {
+      json = await res.json();
+    } catch (err) {
+      // The answer was cut off: whatever the status said, what happened is not known.
+      return { outcome: "unknown", status: res.status, error: `unreadable answer: ${describe(err)}` };
+    }
+    if (res.ok && json?.success === true) return { outcome: "ok", status: res.status, result: json.result };
+    const error = `HTTP ${res.status}: ${json?.errors?.[0]?.message ?? "no error message"}`;
+    // A 4xx is a refusal: nothing was applied. A 5xx may come after part of the work.
+    return { outcome: res.status >= 400 && res.status < 500 ? "fail" : "unknown", status: res.status, error };
+  };
+
+  return { call, queues };
+}
+
+/**
+ * A connection refused is the one network error that proves the request never left:
+ * nothing listened on the port. Anything else (reset, closed, timeout) may come after
+ * the service received it.
+ * @param {unknown} err
+ */
+function refused(err) {
+  const cause = /** @type {{ cause?: { code?: string } }} */ (err)?.cause;
+  return cause?.code === "ECONNREFUSED";
+}
+
+/** @param {unknown} err */
+export function describe(err) {
+  const e = /** @type {{ name?: string, message?: string, cause?: { code?: string, message?: string } }} */ (err);
+  if (e?.name === "TimeoutError") return "timeout";
+  const cause = e?.cause?.code ?? e?.cause?.message;
+  return cause ? `${e?.message ?? "error"} (${cause})` : String(e?.message ?? err);
+}

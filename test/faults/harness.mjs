@@ -1,0 +1,201 @@
+// A fault run: start shardq under `wrangler dev` with fresh state, create a queue with
+// an HTTP pull consumer and a dead-letter queue, run producers and consumers while the
+// nemesis hard-kills and restarts the service, stop the faults, drain both queues,
+// then check the history and report. Used by run.mjs (`npm run test:faults`) and by
+// test/e2e/faults.test.ts (the short run in `npm test`).
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, relative, resolve } from "node:path";
+import { freePort, ROOT } from "../../scripts/dev-server.mjs";
+import { check } from "./checker.mjs";
+import { apiClient } from "./client.mjs";
+import { killSchedule, runNemesis, Service, snapshotService } from "./faults.mjs";
+import { History, readHistory } from "./history.mjs";
+import { randomSeed } from "./prng.mjs";
+import { formatTable, writeReport } from "./report.mjs";
+import { Budget, rateLimiter, runConsumer, runProducer, sleep } from "./workload.mjs";
+
+export const TOKEN = "shardq-local-dev-token";
+export const QUEUE = "faults";
+export const DLQ = "faults-dlq";
+/** Deliveries of a poison message before it is dead-lettered: max_retries + 1. */
+const MAX_RETRIES = 2;
+
+/**
+ * @typedef {object} FaultOptions
+ * @property {"short" | "full"} mode
+ * @property {number} seed
+ * @property {number} messages     messages to send (those certainly refused are sent again as new ones)
+ * @property {number} kills        hard kills during the load
+ * @property {number} producers
+ * @property {number} consumers    pull consumers of the queue (the dead-letter queue has one more)
+ * @property {number} rate         messages/s over all producers; 0: spread the messages over the planned fault time
+ * @property {[number, number]} upMs     the service runs this long (seeded, uniform) before each kill
+ * @property {[number, number]} downMs   and stays dead this long
+ * @property {number[]} visibilityMs     visibility timeouts a pull picks from
+ * @property {number} drainTimeoutMs
+ * @property {string} out          directory for history.jsonl, service.log, report.json and report.md
+ * @property {boolean} keepState   keep wrangler's state directory
+ * @property {(line: string) => void} log
+ */
+
+/** @param {"short" | "full"} mode @returns {Omit<FaultOptions, "out" | "log">} */
+export function defaults(mode) {
+  const common = { seed: randomSeed(), producers: 4, consumers: 4, rate: 0, downMs: /** @type {[number, number]} */ ([0, 1000]), visibilityMs: [2000, 3000, 5000], keepState: false };
+  return mode === "short"
+    ? { ...common, mode, messages: 3000, kills: 3, upMs: [2000, 5000], drainTimeoutMs: 60_000 }
+    : { ...common, mode, messages: 200_000, kills: 20, upMs: [3000, 8000], drainTimeoutMs: 300_000 };
+}
+
+/** The command that replays a run. @param {FaultOptions} o */
+export function replayCommand(o) {
+  return `npm run test:faults -- ${o.mode === "short" ? "--short " : ""}--seed ${o.seed} --messages ${o.messages} --kills ${o.kills}${o.rate ? ` --rate ${o.rate}` : ""}`;
+}
+
+/** A run's output directory under test-artifacts/faults. @param {FaultOptions["mode"]} mode @param {number} seed */
+export function defaultOut(mode, seed) {
+  const stamp = new Date().toISOString().replace(/[:.]/g, "-").slice(0, 19);
+  return join(ROOT, "test-artifacts", "faults", `${stamp}-${mode}-seed${seed}`);
+}
+
+/** @param {FaultOptions} o */
+export async function runFaults(o) {
+  const started = Date.now();
+  const startedAt = new Date().toISOString();
+  mkdirSync(o.out, { recursive: true });
+  const stateDir = mkdtempSync(join(tmpdir(), "shardq-faults-state-"));
+  const registry = mkdtempSync(join(tmpdir(), "shardq-faults-registry-"));
+  const sourceDir = snapshotService();
+  const port = await freePort();
+  const service = new Service({ port, sourceDir, stateDir, registry, logFile: join(o.out, "service.log") });
+  const historyFile = join(o.out, "history.jsonl");
+  const history = new History(historyFile);
+  const api = apiClient({ base: service.base, token: TOKEN });
+  const schedule = killSchedule(o.seed, o);
+  o.log(`fault run: ${o.mode}, seed ${o.seed}, ${o.messages} messages, ${o.kills} kills; replay: ${replayCommand(o)}`);
+  o.log(`output: ${o.out}`);
+
+  /** @type {Array<Promise<void>>} */
+  let consumers = [];
+  /** @type {Array<Promise<void>>} */
+  let producers = [];
+  const late = /** @type {Set<Promise<void>>} */ (new Set());
+  const control = { stop: false };
+  let loadMs = 0;
+  let drainMs = 0;
+  try {
+    const firstStartMs = await service.start();
+    await setUp(api);
+    // Spread the sends over the planned fault time, so every kill lands under load.
+    const plannedMs = schedule.reduce((t, s) => t + s.upMs + s.downMs + firstStartMs, 0);
+    const rate = o.rate || (o.kills > 0 ? Math.ceil((o.messages * 1000) / plannedMs) : 0);
+    const loadDeadline = Date.now() + Math.max(120_000, 3 * plannedMs + (o.messages / 500) * 1000);
+    history.note("harness", "phase", { phase: "load", seed: o.seed, messages: o.messages, kills: schedule.length, rate, schedule });
+    o.log(`service ready in ${firstStartMs} ms; sending at ${rate || "full speed"} msg/s; kills planned over ${Math.round(plannedMs / 1000)} s`);
+
+    const tally = { okMessages: 0, delivered: 0 };
+    const consumerDeadline = loadDeadline + o.drainTimeoutMs;
+    const consumer = (/** @type {string} */ name, /** @type {string} */ queue, /** @type {boolean} */ main) =>
+      runConsumer({
+        name, seed: o.seed, history, api, queue, control, deadline: consumerDeadline, late, tally,
+        minBatch: 10, maxBatch: 100, visibilityMs: o.visibilityMs, retryPoison: main,
+        // The dead-letter queue's consumer acks everything.
+        retryRate: main ? 0.01 : 0, dropRate: main ? 0.002 : 0, lateRate: main ? 0.002 : 0,
+      });
+    consumers = [...Array.from({ length: o.consumers }, (_, i) => consumer(`consumer-${i}`, QUEUE, true)), consumer("dlq-consumer-0", DLQ, false)];
+
+    const loadStart = Date.now();
+    const budget = new Budget(o.messages);
+    const limiter = rateLimiter(rate);
+    const progress = setInterval(() => o.log(`  ${Math.round((Date.now() - loadStart) / 1000)} s: ${tally.okMessages} sent ok, ${tally.delivered} delivered`), 10_000);
+    try {
+      producers = Array.from({ length: o.producers }, (_, index) =>
+        runProducer({ index, seed: o.seed, history, api, queue: QUEUE, control, budget, limiter, deadline: loadDeadline, maxBatch: 100, burstRate: 0.25, poisonRate: 0.005, padMax: 200, tally }),
+      );
+      const nemesis = runNemesis({ history, service, schedule, deadline: loadDeadline, onEvent: (line) => o.log(`  ${line}`) });
+      await Promise.all([...producers, nemesis]);
+    } finally {
+      clearInterval(progress);
+    }
+    loadMs = Date.now() - loadStart;
+    o.log(`load and faults done in ${Math.round(loadMs / 1000)} s: ${tally.okMessages} sent ok, ${tally.delivered} delivered; draining`);
+
+    const drainStart = Date.now();
+    history.note("harness", "phase", { phase: "drain" });
+    const drained = await drain(api, late, Math.min(drainStart + o.drainTimeoutMs, consumerDeadline));
+    drainMs = Date.now() - drainStart;
+    history.note("harness", "phase", { phase: "drained", ...drained });
+    o.log(`drain ${drained.drained ? "done" : "NOT done"} in ${Math.round(drainMs / 1000)} s (backlog ${JSON.stringify(drained.backlog)})`);
+  } finally {
+    // Nothing may write to the history once it is closed: every client ends first
+    // (each loop and each late ack is bounded in time).
+    control.stop = true;
+    await Promise.allSettled([...producers, ...consumers]);
+    await Promise.allSettled([...late]);
+    await history.close();
+    await service.stop();
+    if (!o.keepState) rmSync(stateDir, { recursive: true, force: true });
+    rmSync(registry, { recursive: true, force: true });
+    rmSync(sourceDir, { recursive: true, force: true });
+  }
+
+  const result = check(await readHistory(historyFile));
+  /** @type {import("./report.mjs").RunMeta} */
+  const meta = {
+    seed: o.seed,
+    mode: o.mode,
+    replay: replayCommand(o),
+    messages: o.messages,
+    kills: o.kills,
+    producers: o.producers,
+    consumers: o.consumers,
+    rate: result.figures.plan?.rate ?? o.rate,
+    started_at: startedAt,
+    load_s: Math.round(loadMs / 100) / 10,
+    drain_s: Math.round(drainMs / 100) / 10,
+    total_s: Math.round((Date.now() - started) / 100) / 10,
+    history: relative(ROOT, resolve(historyFile)),
+    out: o.out,
+  };
+  const files = writeReport(result, meta);
+  o.log(formatTable(result, meta));
+  o.log(`report: ${files.md}`);
+  return { result, meta, files };
+}
+
+/**
+ * The queue and its dead-letter queue, each with an HTTP pull consumer. A poison
+ * message is retried MAX_RETRIES times and then moved to the dead-letter queue.
+ * @param {ReturnType<typeof apiClient>} api
+ */
+async function setUp(api) {
+  const must = async (/** @type {string} */ what, /** @type {Promise<import("./client.mjs").Outcome>} */ call) => {
+    const r = await call;
+    if (r.outcome !== "ok") throw new Error(`set-up: ${what}: ${r.error}`);
+  };
+  await must("create the dead-letter queue", api.call("POST", "", { queue_name: DLQ }));
+  await must("create the queue", api.call("POST", "", { queue_name: QUEUE }));
+  await must("its pull consumer", api.call("POST", `/${QUEUE}/consumers`, { type: "http_pull", settings: { max_retries: MAX_RETRIES, retry_delay: 0, visibility_timeout_ms: 5000 }, dead_letter_queue: DLQ }));
+  await must("the dead-letter queue's pull consumer", api.call("POST", `/${DLQ}/consumers`, { type: "http_pull", settings: { max_retries: 100, retry_delay: 0, visibility_timeout_ms: 5000 } }));
+}
+
+/**
+ * Waits until both queues' backlogs (stored and not acked, leased included) have been 0
+ * for two seconds and no late ack is pending, or the deadline passes.
+ * @param {ReturnType<typeof apiClient>} api @param {Set<Promise<void>>} late @param {number} deadline
+ */
+async function drain(api, late, deadline) {
+  /** @type {Record<string, number | null>} */
+  let backlog = {};
+  let zeroSince = 0;
+  while (Date.now() < deadline) {
+    const [a, b] = await Promise.all([QUEUE, DLQ].map((q) => api.call("GET", `/${q}/metrics`)));
+    backlog = { [QUEUE]: a?.outcome === "ok" ? a.result.backlog_count : null, [DLQ]: b?.outcome === "ok" ? b.result.backlog_count : null };
+    if (backlog[QUEUE] === 0 && backlog[DLQ] === 0 && late.size === 0) {
+      zeroSince ||= Date.now();
+      if (Date.now() - zeroSince >= 2000) return { drained: true, backlog };
+    } else zeroSince = 0;
+    await sleep(500);
+  }
+  return { drained: false, backlog };
+}

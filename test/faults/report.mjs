@@ -1,0 +1,101 @@
+// What a fault run prints and writes: a table on the console, and report.json and
+// report.md next to the history.
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+
+/**
+ * @typedef {import("./checker.mjs").CheckResult} CheckResult
+ * @typedef {{ seed: number, mode: string, replay: string, messages: number, kills: number, producers: number, consumers: number,
+ *   rate: number, started_at: string, load_s: number, drain_s: number, total_s: number, history: string, out: string }} RunMeta
+ */
+
+const n = (/** @type {number} */ x) => x.toLocaleString("en-US");
+const secs = (/** @type {{ median: number, max: number } | null} */ s) => (s ? `${(s.median / 1000).toFixed(1)} s / ${(s.max / 1000).toFixed(1)} s` : "n/a");
+
+/**
+ * The summary rows, shared by the console table and the Markdown report.
+ * @param {CheckResult} r @param {RunMeta} meta
+ * @returns {Array<[string, string]>}
+ */
+export function summaryRows(r, meta) {
+  const f = r.figures;
+  const c = f.duplicated.redelivery_causes;
+  const k = f.kills;
+  return [
+    ["verdict", r.valid ? "VALID" : `INVALID: ${r.failures.join("; ")}`],
+    ["seed, replay", `${meta.seed}: ${meta.replay}`],
+    ["fault", `${k.count} hard kills (SIGKILL of wrangler dev and workerd), restarted on the same state`],
+    ["messages sent", `${n(f.sent.attempted)} attempted: ${n(f.sent.ok)} ok, ${n(f.sent.unknown)} unknown, ${n(f.sent.fail)} failed`],
+    ["delivered", `${n(f.delivered.distinct)} distinct in ${n(f.delivered.deliveries)} deliveries (${n(f.delivered.from_dead_letter_queue)} from the dead-letter queue)`],
+    ["lost", n(f.lost)],
+    ["unexpected", `${n(f.unexpected)}${f.wrong_id ? ` (+${n(f.wrong_id)} under a wrong id)` : ""}`],
+    ["duplicated", `${n(f.duplicated.messages)} messages, ${n(f.duplicated.extra_deliveries)} extra deliveries (causes: ${c.retried} consumer retry, ${c.dead_lettered} dead-lettered, ${c.lease_expired} lease expired, ${c.kill} kill, ${c.other} other); stored twice: ${f.duplicated.stored_twice}`],
+    ["recovered", `${n(f.recovered)} of ${n(f.sent.unknown)} unknown sends delivered`],
+    ["lease overlaps", `${f.lease_overlaps} while up; ${f.leases_ended_by_kill} leases ended by a kill`],
+    ["delivered after ack", n(f.delivered_after_ack)],
+    ["poison messages", `${f.poison.dead_lettered} of ${f.poison.sent} dead-lettered after max_retries`],
+    ["acks", `${n(f.acks.confirmed)} acks and ${n(f.acks.retriesConfirmed)} retries confirmed, ${n(f.acks.stale)} refused as stale, ${n(f.acks.unknown)} unknown, ${n(f.acks.failed)} failed`],
+    ["ready after restart (median / max)", secs(k.ready_ms)],
+    ["restart to first send ok", secs(k.restart_to_first_send_ms)],
+    ["restart to first pull ok", secs(k.restart_to_first_pull_ms)],
+    ["kill to first send ok", secs(k.kill_to_first_send_ms)],
+    ["time", `load with faults ${meta.load_s} s, drain ${meta.drain_s} s, total ${meta.total_s} s`],
+  ];
+}
+
+/** @param {CheckResult} r @param {RunMeta} meta */
+export function formatTable(r, meta) {
+  const rows = summaryRows(r, meta);
+  const width = Math.max(...rows.map(([k]) => k.length));
+  return rows.map(([k, v]) => `${k.padEnd(width)}  ${v}`).join("\n");
+}
+
+/**
+ * Writes report.json and report.md into meta.out; returns their paths.
+ * @param {CheckResult} r @param {RunMeta} meta
+ */
+export function writeReport(r, meta) {
+  const json = join(meta.out, "report.json");
+  const md = join(meta.out, "report.md");
+  writeFileSync(json, `${JSON.stringify({ meta, ...r }, null, 2)}\n`);
+  writeFileSync(md, markdown(r, meta));
+  return { json, md };
+}
+
+/** @param {CheckResult} r @param {RunMeta} meta */
+function markdown(r, meta) {
+  const esc = (/** @type {string} */ s) => s.replaceAll("|", "\\|");
+  const lines = [
+    `# shardq fault run: ${meta.mode}, seed ${meta.seed}`,
+    "",
+    `Started ${meta.started_at}. ${n(meta.messages)} messages from ${meta.producers} producers${meta.rate ? ` at ${n(meta.rate)} msg/s` : ""}, ${meta.consumers} pull consumers, ${meta.kills} hard kills planned.`,
+    `Replay: \`${meta.replay}\`. History: \`${meta.history}\` (check it again with \`node test/faults/run.mjs --check ${meta.history}\`).`,
+    "",
+    "| | |",
+    "| --- | --- |",
+    ...summaryRows(r, meta).map(([k, v]) => `| ${esc(k)} | ${esc(v)} |`),
+    "",
+    "## Kills",
+    "",
+    "| kill | at (s) | ready after restart (ms) | restart to first send ok (ms) | restart to first pull ok (ms) | kill to first send ok (ms) | messages in unknown sends |",
+    "| --- | --- | --- | --- | --- | --- | --- |",
+    ...r.figures.kills.each.map(
+      (k) => `| ${k.n} | ${(k.at_ms / 1000).toFixed(1)} | ${k.ready_ms ?? "–"} | ${k.restart_to_first_send_ms ?? "–"} | ${k.restart_to_first_pull_ms ?? "–"} | ${k.kill_to_first_send_ms ?? "–"} | ${k.unknown_send_messages} |`,
+    ),
+    "",
+    "## Definitions",
+    "",
+    "- lost: a send answered ok whose message was never delivered, from the queue or its dead-letter queue, by the end of the drain.",
+    "- unexpected: a delivery of a harness id never sent, or whose send certainly failed (4xx, connection refused).",
+    "- duplicated: a message delivered more than once; at-least-once allows it. Each redelivery is put down to a cause: the consumer retried it, it moved to the dead-letter queue, its lease had expired (the consumer dropped it, acked late, or its ack was lost), a kill in between, or other.",
+    "- recovered: a send whose outcome was unknown (reset, timeout, 5xx) whose message was delivered.",
+    "- lease overlap: two deliveries of one message whose leases were held at once. A lease is certainly held from its pull's answer to the earlier of (pull invoked + visibility timeout) and the first ack or retry sent under it, and was granted between its pull's invoke and answer; an overlap is one lease granted within the other's certain span, or the two certain spans sharing more than 250 ms. Leases of fresh messages live in the storage shard's memory, so those taken before a kill end with it: counted apart, as leases ended by a kill.",
+    "- causes of redeliveries: kill means a kill came between the two deliveries (mostly an ack cut off by it, logged as unknown); lease expired means the consumer dropped the message, acked it late, or its ack was lost.",
+    "- delivered after ack: a pull, invoked after an ack of the message was confirmed, that delivered it.",
+    "",
+  ];
+  if (!r.valid) {
+    lines.push("## Failures", "", ...r.failures.map((f) => `- ${f}`), "", "Examples:", "", "```json", JSON.stringify(r.examples, null, 2), "```", "");
+  }
+  return `${lines.join("\n")}\n`;
+}

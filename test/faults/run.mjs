@@ -1,0 +1,96 @@
+// `npm run test:faults [-- options]`: the fault-injection run with its checker (see
+// harness.mjs and checker.mjs). Exit status 0 when the history is valid, 1 when not
+// (or the run broke), 2 on a usage error.
+import { existsSync, readFileSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import { parseArgs } from "node:util";
+import { check } from "./checker.mjs";
+import { defaultOut, defaults, runFaults } from "./harness.mjs";
+import { readHistory } from "./history.mjs";
+import { formatTable, writeReport } from "./report.mjs";
+
+const HELP = `npm run test:faults -- [options]
+  --short            the short run (3,000 messages, 3 kills; what npm test runs)
+  --seed N           the seed (default: a random one, printed); with the same options it replays
+                     the same batch sizes, poison messages, consumer decisions and kill schedule
+  --messages N       messages to send (default 200,000; short 3,000)
+  --kills N          hard kills of wrangler dev during the load (default 20; short 3)
+  --rate N           messages/s (default: spread over the planned fault time)
+  --producers N      producers (default 4)
+  --consumers N      pull consumers (default 4)
+  --out DIR          where history.jsonl, service.log, report.json and report.md go
+                     (default test-artifacts/faults/<time>-<mode>-seed<N>)
+  --keep-state       keep wrangler's state directory
+  --check FILE       check a history.jsonl again and print the verdict (and rewrite the
+                     report.json and report.md next to it, if there are)`;
+
+/** @param {string[]} argv */
+async function main(argv) {
+  const { values: v } = parseArgs({
+    args: argv,
+    options: {
+      short: { type: "boolean", default: false },
+      seed: { type: "string" },
+      messages: { type: "string" },
+      kills: { type: "string" },
+      rate: { type: "string" },
+      producers: { type: "string" },
+      consumers: { type: "string" },
+      out: { type: "string" },
+      "keep-state": { type: "boolean", default: false },
+      check: { type: "string" },
+      help: { type: "boolean", default: false },
+    },
+  });
+  if (v.help) {
+    console.log(HELP);
+    return 0;
+  }
+  if (v.check) {
+    const r = check(await readHistory(v.check));
+    // Next to a run's report: write it again from this check (the checker may have changed).
+    const previous = join(dirname(v.check), "report.json");
+    if (existsSync(previous)) {
+      const meta = JSON.parse(readFileSync(previous, "utf8")).meta;
+      const files = writeReport(r, meta);
+      console.log(`${formatTable(r, meta)}\nreport: ${files.md}`);
+    } else {
+      console.log(JSON.stringify({ valid: r.valid, failures: r.failures, figures: r.figures, examples: r.examples }, null, 2));
+    }
+    return r.valid ? 0 : 1;
+  }
+  const mode = v.short ? "short" : "full";
+  const d = defaults(mode);
+  const int = (/** @type {string | undefined} */ s, /** @type {string} */ name, /** @type {number} */ min, /** @type {number} */ max, /** @type {number} */ fallback) => {
+    if (s === undefined) return fallback;
+    const x = Number(s);
+    if (!Number.isInteger(x) || x < min || x > max) throw new Usage(`--${name} must be an integer from ${min} to ${max}`);
+    return x;
+  };
+  const seed = int(v.seed, "seed", 1, 2 ** 31 - 1, d.seed);
+  const o = {
+    ...d,
+    seed,
+    messages: int(v.messages, "messages", 1, 10_000_000, d.messages),
+    kills: int(v.kills, "kills", 0, 1000, d.kills),
+    rate: int(v.rate, "rate", 0, 1_000_000, d.rate),
+    producers: int(v.producers, "producers", 1, 64, d.producers),
+    consumers: int(v.consumers, "consumers", 1, 64, d.consumers),
+    keepState: v["keep-state"] ?? false,
+    out: v.out ? resolve(v.out) : defaultOut(mode, seed),
+    log: (/** @type {string} */ line) => console.log(line),
+  };
+  const { result } = await runFaults(o);
+  return result.valid ? 0 : 1;
+}
+
+class Usage extends Error {}
+
+main(process.argv.slice(2)).then(
+  (code) => process.exit(code),
+  (err) => {
+    const usage = err instanceof Usage || /** @type {{ code?: string }} */ (err)?.code?.startsWith("ERR_PARSE_ARGS");
+    console.error(usage ? `${err.message}\n\n${HELP}` : err);
+    process.exit(usage ? 2 : 1);
+  },
+);

@@ -1,0 +1,222 @@
+// The clients of a fault run: producers that send batches over HTTP and pull consumers
+// that pull, ack, retry, drop and ack late, each logging every operation to the history.
+// Each draws its decisions (batch sizes, which messages are poison, what to do with a
+// delivery, pause lengths) from its own seeded stream. Every loop ends at a deadline.
+import { createHash } from "node:crypto";
+import { prng } from "./prng.mjs";
+
+/**
+ * @typedef {import("./history.mjs").History} History
+ * @typedef {ReturnType<typeof import("./client.mjs").apiClient>} Api
+ * @typedef {{ stop: boolean }} Control
+ */
+
+/** A delivery in the history: harness id, message id, attempts, lease fingerprint. */
+/** @typedef {{ h: string | null, id: string, a: number, l: string, x?: 1 }} LoggedDelivery */
+
+export const sleep = (/** @type {number} */ ms) => new Promise((r) => setTimeout(r, Math.max(0, ms)));
+
+/** Lease ids are long signed tokens: the history keeps a 64-bit fingerprint of each. */
+export const fingerprint = (/** @type {string} */ token) => createHash("sha256").update(token).digest("hex").slice(0, 16);
+
+/** Messages still to send, shared by the producers. A send refused for certain gives its messages back. */
+export class Budget {
+  /** @param {number} total */
+  constructor(total) {
+    this.remaining = total;
+  }
+  /** @param {number} want */
+  take(want) {
+    const n = Math.max(0, Math.min(want, this.remaining));
+    this.remaining -= n;
+    return n;
+  }
+  /** @param {number} n */
+  refund(n) {
+    this.remaining += n;
+  }
+}
+
+/**
+ * Holds the producers together at `perSecond` messages/s (0: as fast as they go), with
+ * at most a second's worth of burst after a pause such as a restart.
+ * @param {number} perSecond
+ */
+export function rateLimiter(perSecond) {
+  let next = performance.now();
+  return {
+    /** @param {number} n */
+    async take(n) {
+      if (!perSecond) return;
+      const now = performance.now();
+      next = Math.max(next, now - 1000);
+      const at = next;
+      next += (n * 1000) / perSecond;
+      await sleep(at - now);
+    },
+  };
+}
+
+/**
+ * One producer. Each step is either a batch of 1 to `maxBatch` messages (POST
+ * .../messages/batch, stored all together or not at all) or, at `burstRate`, a burst
+ * of 1 to 16 single sends at once (POST .../messages, which the broker coalesces into
+ * shared writes). Every body is {h: "<seed>.<producer>.<n>"}, plus {x: 1} for a poison
+ * message the consumers always retry, and padding of random size.
+ * @param {{ index: number, seed: number, history: History, api: Api, queue: string, control: Control, budget: Budget,
+ *   limiter: ReturnType<typeof rateLimiter>, deadline: number, maxBatch: number, burstRate: number, poisonRate: number, padMax: number,
+ *   tally: { okMessages: number } }} o
+ */
+export async function runProducer(o) {
+  const p = `producer-${o.index}`;
+  const rng = prng(o.seed, "producer", o.index);
+  let k = 0;
+  const message = () => {
+    const h = `${o.seed}.${o.index}.${k++}`;
+    const x = rng.chance(o.poisonRate);
+    const pad = rng.int(0, o.padMax);
+    return { h, x, wire: { body: { h, ...(x ? { x: 1 } : {}), ...(pad ? { pad: "x".repeat(pad) } : {}) }, content_type: "json" } };
+  };
+  while (!o.control.stop && Date.now() < o.deadline) {
+    const burst = rng.chance(o.burstRate);
+    const n = o.budget.take(burst ? rng.int(1, 16) : rng.int(1, o.maxBatch));
+    if (n === 0) break;
+    await o.limiter.take(n);
+    const messages = Array.from({ length: n }, message);
+    /** @type {Array<{ outcome: string, n: number }>} */
+    const outcomes = [];
+    if (burst) {
+      // Each single send is its own operation.
+      await Promise.all(
+        messages.map(async (m) => {
+          const op = o.history.invoke(p, "send", { q: o.queue, hs: [m.h], single: true, ...(m.x ? { x: [m.h] } : {}) });
+          const r = await o.api.call("POST", `/${o.queue}/messages`, m.wire);
+          const id = r.outcome === "ok" ? r.result?.message_id : undefined;
+          outcomes.push({ outcome: complete(o, op, r, typeof id === "string" ? [id] : undefined, 1), n: 1 });
+        }),
+      );
+    } else {
+      const poison = messages.filter((m) => m.x).map((m) => m.h);
+      const op = o.history.invoke(p, "send", { q: o.queue, hs: messages.map((m) => m.h), ...(poison.length ? { x: poison } : {}) });
+      const r = await o.api.call("POST", `/${o.queue}/messages/batch`, { messages: messages.map((m) => m.wire) });
+      const ids = r.outcome === "ok" ? r.result?.message_ids : undefined;
+      outcomes.push({ outcome: complete(o, op, r, Array.isArray(ids) ? ids : undefined, n), n });
+    }
+    for (const x of outcomes) if (x.outcome === "fail") o.budget.refund(x.n);
+    if (outcomes.some((x) => x.outcome !== "ok")) await sleep(rng.int(50, 250));
+  }
+}
+
+/**
+ * Logs a send's completion; returns the outcome logged.
+ * @param {{ history: History, tally: { okMessages: number } }} o @param {number} op
+ * @param {import("./client.mjs").Outcome} r @param {unknown[] | undefined} ids @param {number} n
+ */
+function complete(o, op, r, ids, n) {
+  if (r.outcome === "ok") {
+    if (ids?.length === n && ids.every((id) => typeof id === "string")) {
+      o.history.complete(op, "ok", { ids });
+      o.tally.okMessages += n;
+      return "ok";
+    }
+    // A yes without the ids is not a yes the checker can use.
+    o.history.complete(op, "unknown", { status: r.status, error: `ok without ${n} message ids: ${JSON.stringify(r.result).slice(0, 200)}` });
+    return "unknown";
+  }
+  o.history.complete(op, r.outcome, { status: r.status, error: r.error });
+  return r.outcome;
+}
+
+/**
+ * One pull consumer. For each delivery it acks (most), retries with no delay (a
+ * poison message always, others at `retryRate`), drops it, never settling (`dropRate`,
+ * a consumer that crashed), or acks it after its visibility timeout has passed
+ * (`lateRate`). Acks and retries of one pull go in one request.
+ * @param {{ name: string, seed: number, history: History, api: Api, queue: string, control: Control, deadline: number,
+ *   minBatch: number, maxBatch: number, visibilityMs: number[], retryRate: number, dropRate: number, lateRate: number,
+ *   retryPoison: boolean, late: Set<Promise<void>>, tally: { delivered: number } }} o
+ */
+export async function runConsumer(o) {
+  const rng = prng(o.seed, o.name);
+  while (!o.control.stop && Date.now() < o.deadline) {
+    const batch = rng.int(o.minBatch, o.maxBatch);
+    const vt = rng.pick(o.visibilityMs);
+    const op = o.history.invoke(o.name, "pull", { q: o.queue, n: batch, vt });
+    const r = await o.api.call("POST", `/${o.queue}/messages/pull`, { batch_size: batch, visibility_timeout_ms: vt });
+    if (r.outcome !== "ok") {
+      o.history.complete(op, r.outcome, { status: r.status, error: r.error });
+      await sleep(rng.int(100, 300));
+      continue;
+    }
+    const raw = /** @type {any[]} */ (Array.isArray(r.result?.messages) ? r.result.messages : []);
+    /** @type {LoggedDelivery[]} */
+    const msgs = [];
+    /** @type {Array<{ token: string, l: string }>} */
+    const acks = [];
+    /** @type {Array<{ token: string, l: string }>} */
+    const retries = [];
+    for (const m of raw) {
+      const token = String(m.lease_id);
+      const l = fingerprint(token);
+      const { h, poison } = harnessId(m);
+      msgs.push({ h, id: String(m.id), a: Number(m.attempts), l, ...(poison ? { x: /** @type {1} */ (1) } : {}) });
+      const roll = rng.next();
+      if (o.retryPoison && poison) retries.push({ token, l });
+      else if (roll < o.dropRate) continue;
+      else if (roll < o.dropRate + o.lateRate) {
+        const later = sleep(vt + 500).then(() => settle(o, [{ token, l }], []));
+        o.late.add(later);
+        void later.finally(() => o.late.delete(later));
+      } else if (roll < o.dropRate + o.lateRate + o.retryRate) retries.push({ token, l });
+      else acks.push({ token, l });
+    }
+    o.history.complete(op, "ok", { msgs, backlog: r.result?.message_backlog_count ?? null });
+    o.tally.delivered += msgs.length;
+    if (acks.length || retries.length) await settle(o, acks, retries);
+    if (msgs.length === 0) await sleep(rng.int(50, 150));
+  }
+}
+
+/**
+ * One ack request. The answer's warnings name the lease ids that did not count; the
+ * rest are confirmed.
+ * @param {{ name: string, history: History, api: Api, queue: string }} o
+ * @param {Array<{ token: string, l: string }>} acks
+ * @param {Array<{ token: string, l: string }>} retries
+ */
+async function settle(o, acks, retries) {
+  const op = o.history.invoke(o.name, "ack", { q: o.queue, acks: acks.map((a) => a.l), retries: retries.map((a) => a.l) });
+  const r = await o.api.call("POST", `/${o.queue}/messages/ack`, {
+    ...(acks.length ? { acks: acks.map((a) => ({ lease_id: a.token })) } : {}),
+    ...(retries.length ? { retries: retries.map((a) => ({ lease_id: a.token, delay_seconds: 0 })) } : {}),
+  });
+  if (r.outcome !== "ok") {
+    o.history.complete(op, r.outcome, { status: r.status, error: r.error });
+    return;
+  }
+  const warnings = /** @type {Record<string, string>} */ (r.result?.warnings ?? {});
+  const counted = (/** @type {{ token: string }} */ a) => !(a.token in warnings);
+  o.history.complete(op, "ok", {
+    acked: acks.filter(counted).map((a) => a.l),
+    retried: retries.filter(counted).map((a) => a.l),
+    stale: [...acks, ...retries].filter((a) => !counted(a)).map((a) => a.l),
+    ackCount: r.result?.ackCount ?? null,
+    retryCount: r.result?.retryCount ?? null,
+  });
+}
+
+/**
+ * The harness id in a pulled message's body (JSON bodies come base64-encoded, text as it is).
+ * @param {any} m
+ * @returns {{ h: string | null, poison: boolean }}
+ */
+function harnessId(m) {
+  try {
+    const type = m?.metadata?.["CF-Content-Type"];
+    const text = type === "text" ? String(m.body) : Buffer.from(String(m.body), "base64").toString("utf8");
+    const body = JSON.parse(text);
+    return { h: typeof body?.h === "string" ? body.h : null, poison: body?.x === 1 };
+  } catch {
+    return { h: null, poison: false };
+  }
+}
