@@ -16,6 +16,7 @@ import { ackMessages, extendLeases, pullMessages } from "./pull-api";
 import { cancelMessage, lookupMessage, purgeQueue } from "./operations-api";
 import { redriveQueue } from "./redrive";
 import { getSeries, peekMessages } from "./dashboard-api";
+import { testHook, testHookRoutes } from "./test-hooks-api";
 
 type ApiRequest = IRequest & { principal: Principal };
 type Args = [Env, ExecutionContext];
@@ -59,7 +60,7 @@ export const router = Router<ApiRequest, Args>({
     async (request, env) => {
       request.principal = await authenticate(request, env);
       const path = new URL(request.url).pathname;
-      authorize(request.principal, acceptedScopes(request.method, path), request.method, path);
+      authorize(request.principal, acceptedScopes(request.method, path, env), request.method, path);
       await enforceRateLimits(env, request.principal.accountId, queueInPath(path));
     },
   ],
@@ -97,14 +98,16 @@ router
   .get(`${QUEUE}/consumers/:consumer_id`, (req, env) => getConsumer(env, req.principal.accountId, queueRef(req), param(req, "consumer_id")))
   .patch(`${QUEUE}/consumers/:consumer_id`, (req, env) => updateConsumer(req, env, req.principal.accountId, queueRef(req), param(req, "consumer_id")))
   .delete(`${QUEUE}/consumers/:consumer_id`, (req, env) => deleteConsumer(env, req.principal.accountId, queueRef(req), param(req, "consumer_id")))
+  // The fault harness's hooks: routed only when SHARDQ_TEST_HOOKS is "on" (broker/test-hooks-api.ts).
+  .all(`${QUEUE}/test-hooks`, (req, env) => testHook(req, env, req.principal.accountId, queueRef(req)))
   // Listed in ROUTES yet taken by no handler above: the two disagree; answer rather than hang.
   .all("*", (req) => {
     throw new HttpError("not_found", `no route for ${req.method} ${new URL(req.url).pathname}`);
   });
 
 /** The scopes that may call `method` on `path`; 405 for a known path with another method, 404 for an unknown path. */
-function acceptedScopes(method: string, path: string): readonly Scope[] {
-  const route = ROUTES.find(([pattern]) => pattern.test(path));
+function acceptedScopes(method: string, path: string, env: Env): readonly Scope[] {
+  const route = [...ROUTES, ...testHookRoutes(env)].find(([pattern]) => pattern.test(path));
   if (!route) throw new HttpError("not_found", `no route for ${method} ${path}`);
   const accepted = route[1][method];
   if (!accepted) throw new HttpError("method_not_allowed", `${method} is not allowed on ${path}; use ${Object.keys(route[1]).join(" or ")}`);

@@ -77,7 +77,8 @@ export async function storeMessages(
       refreshed = true;
       continue;
     }
-    const result = await appendWithRetry(env, shard, { queueId: map.queueId, messages, ...(dedupe ? { dedupe: true } : {}) });
+    // Ids kept or chosen by the sender may be written again after a lost reply, even once consumed.
+    const result = await appendWithRetry(env, shard, { queueId: map.queueId, messages, ...(dedupe ? { dedupe: true } : {}), ...(keepIds ? { remember: true } : {}) });
     if (result.ok) return messages.map((m) => m.id);
     refused.add(shard.name);
     if (result.refused === "overloaded") {

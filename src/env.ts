@@ -41,6 +41,8 @@ export interface Env {
   QUEUE_RATE_LIMITER?: RateLimit;
   /** "on" enforces ACCOUNT_RATE_LIMITER and QUEUE_RATE_LIMITER (broker/rate-limit.ts); anything else: no limits. */
   RATE_LIMITS?: string;
+  /** "on" opens the fault harness's hooks (storage-shard/test-hooks.ts). Only test/faults sets it; never wrangler.toml. */
+  SHARDQ_TEST_HOOKS?: string;
   /** Secret that signs pull consumers' lease ids. */
   LEASE_SIGNING_KEY?: string;
   /** Service bindings to consumer Workers, named CONSUMER_<SCRIPT_NAME>. */

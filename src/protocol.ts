@@ -45,8 +45,13 @@ export interface EncodedMessage {
 export interface AppendRequest {
   queueId: string;
   messages: EncodedMessage[];
-  /** Skip ids the shard stored moments ago: set on a retry after a lost reply, and on dead-letter moves. */
+  /** Skip ids the shard stored moments ago: set on a retry after a lost reply. */
   dedupe?: boolean;
+  /**
+   * Ids the sender chose or kept (idempotent sends, dead-letter moves, redrives): the
+   * shard skips those it stored within a day, consumed or not, and remembers these.
+   */
+  remember?: boolean;
 }
 
 /**

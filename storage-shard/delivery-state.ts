@@ -98,6 +98,9 @@ export class DeliveryState {
     if (n === 0) return;
     this.totals[name] += n;
     this.dirty = true;
+    // A quarantine is rare and is what operators alert on: written with the transaction
+    // that moved the row, so a crash in the next second cannot drop it from the total.
+    if (name === "quarantined") this.flushedAt = -Infinity;
   }
 
   current(): DeliveryTotals {

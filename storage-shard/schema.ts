@@ -98,6 +98,9 @@ export const MIGRATIONS: readonly string[] = [
    CREATE INDEX messages_due ON messages(due_at) WHERE due_at IS NOT NULL;`,
   // Messages stored, a running total like the others (GET /metrics: shardq_messages_in_total).
   `ALTER TABLE counters ADD COLUMN stored INTEGER NOT NULL DEFAULT 0;`,
+  // Ids written again by their sender after a lost reply must not be stored twice, even consumed (remembered-ids.ts).
+  `CREATE TABLE IF NOT EXISTS remembered_ids (id TEXT PRIMARY KEY, at INTEGER NOT NULL);
+   CREATE INDEX IF NOT EXISTS remembered_ids_at ON remembered_ids(at);`,
 ];
 
 export function migrate(sql: SqlStorage): void {

@@ -31,10 +31,11 @@ import { coordinatorFor } from "../src/addressing";
 import { meteredSql, type CostMeter } from "../src/sql-meter";
 import { cancelMessage, countMatching, findMessage, leaseMatching, peekReady, PURGE_PER_CALL, purgeSome, releaseLeases } from "./operations";
 import { migrate, type MessageRow } from "./schema";
+import { knownIds, rememberIds } from "./remembered-ids";
+import { TestHooks, testHooksEnabled, type FaultPoint, type TestHookStatus } from "./test-hooks";
 
 const MAX_PEEK = 1000;
 /** How far back (in messages) a deduplicated append looks for ids it already stored. */
-const DEDUPE_WINDOW = 10_000;
 
 /**
  * One storage shard of one queue. Persists every batch in a single transaction
@@ -68,6 +69,8 @@ export class StorageShard extends DurableObject<Env> {
   private readonly delivery: DeliveryState;
   /** Tests replace this to drive time. */
   clock: Clock = systemClock;
+  /** The fault harness's resets; inert unless SHARDQ_TEST_HOOKS is "on" (test-hooks.ts). */
+  private readonly hooks = new TestHooks(testHooksEnabled(this.env));
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -112,11 +115,12 @@ export class StorageShard extends DurableObject<Env> {
   }
 
   /**
-   * Stores a batch, all or nothing. With `dedupe` (a retried send, a dead-letter move)
-   * messages whose id is among the last DEDUPE_WINDOW stored are dropped, so a retry
-   * right after a lost reply stores once, and counted as duplicates.
+   * Stores a batch, all or nothing. With `dedupe` (a retried send) messages this shard
+   * stored moments ago are dropped, so a retry right after a lost reply stores once;
+   * with `remember` (ids chosen or kept by the sender) also those stored within a day,
+   * consumed or not (storage-shard/remembered-ids.ts).
    */
-  append(req: AppendRequest): AppendResult {
+  append(req: AppendRequest): AppendResult | Promise<AppendResult> {
     this.cost.rpcs++;
     if (!this.identity) return { ok: false, refused: "unknown_shard" };
     if (req.queueId !== this.identity.queueId) return { ok: false, refused: "wrong_queue" };
@@ -130,10 +134,12 @@ export class StorageShard extends DurableObject<Env> {
     let stored = 0;
     let bytes = 0;
     this.ctx.storage.transactionSync(() => {
-      const known = req.dedupe ? this.recentIds(req.messages.map((m) => m.id)) : null;
+      const known = req.dedupe || req.remember ? knownIds(this.sql, req.messages.map((m) => m.id), this.delivery.nextSeq) : null;
+      const storedIds: string[] = [];
       for (const m of req.messages) {
         if (known?.has(m.id)) continue;
         known?.add(m.id);
+        storedIds.push(m.id);
         // One row write: a fresh message (no delay) has no index entry.
         this.sql.exec(
           `INSERT INTO messages (seq, id, size, enqueued_at, due_at, attempts, lease_id, checksum, content_type, body)
@@ -151,6 +157,7 @@ export class StorageShard extends DurableObject<Env> {
         stored++;
         bytes += m.body.byteLength;
       }
+      if (req.remember) rememberIds(this.sql, storedIds, now);
       this.delivery.flushTotals(now);
     });
     this.backlogCount += stored;
@@ -173,7 +180,8 @@ export class StorageShard extends DurableObject<Env> {
       );
     }
     this.activity.messagesIn += stored;
-    return { ok: true, stored, duplicates: req.messages.length - stored };
+    // The fault harness's reset once this is durable, before the reply: the sender cannot know.
+    return this.hooks.afterDurable("abort-append", this.ctx, { ok: true, stored, duplicates: req.messages.length - stored });
   }
 
   /**
@@ -207,6 +215,8 @@ export class StorageShard extends DurableObject<Env> {
       const all = [...req.acks, ...req.retries, ...req.deadLettered, ...req.dropped].map((r) => r.id);
       return { acked: 0, retried: 0, deadLettered: 0, dropped: 0, stale: all };
     }
+    // Between lease and ack: the reset ends memory leases, so the messages come again.
+    this.hooks.at("abort-settle", this.ctx);
     const now = this.clock.now();
     const { result, delta } = this.write(now, () => settle(this.sql, this.delivery, now, req));
     this.applyDelta(delta);
@@ -296,6 +306,11 @@ export class StorageShard extends DurableObject<Env> {
   private afterRemoval(r: { delta: BacklogDelta; held: number }): void {
     this.applyDelta(r.delta);
     this.leasedNow = Math.max(0, this.leasedNow - r.held);
+  }
+
+  /** The fault harness's hook (test-hooks.ts): throws unless SHARDQ_TEST_HOOKS is "on". */
+  testHook(arm?: FaultPoint | null, corrupt = 0): TestHookStatus {
+    return this.hooks.control(arm, corrupt > 0 ? { count: corrupt, sql: this.sql, held: this.delivery.leases } : undefined);
   }
 
   stats(): ShardStats {
@@ -419,14 +434,6 @@ export class StorageShard extends DurableObject<Env> {
     this.delivery.reset();
   }
 
-  /** Which of `ids` are among the last DEDUPE_WINDOW messages stored (a retry lands right after its first try). */
-  private recentIds(ids: string[]): Set<string> {
-    const wanted = new Set(ids);
-    const found = new Set<string>();
-    const recent = this.sql.exec<{ id: string }>("SELECT id FROM messages WHERE seq >= ? ORDER BY seq DESC", this.delivery.nextSeq - DEDUPE_WINDOW);
-    for (const r of recent) if (wanted.has(r.id)) found.add(r.id);
-    return found;
-  }
 }
 
 type StoredRow = Omit<MessageRow, "lease_id">;

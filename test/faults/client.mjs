@@ -18,15 +18,16 @@ export function apiClient({ base, token, timeoutMs = 10_000 }) {
 
   /**
    * @param {string} method @param {string} path below .../queues @param {unknown} [body]
+   * @param {Record<string, string>} [extra] more headers (an Idempotency-Key)
    * @returns {Promise<Outcome>}
    */
-  const call = async (method, path, body) => {
+  const call = async (method, path, body, extra) => {
     /** @type {Response} */
     let res;
     try {
       res = await fetch(`${queues}${path}`, {
         method,
-        headers,
+        headers: extra ? { ...headers, ...extra } : headers,
         body: body === undefined ? undefined : JSON.stringify(body),
         signal: AbortSignal.timeout(timeoutMs),
       });

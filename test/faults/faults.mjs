@@ -1,28 +1,57 @@
 // The fault side of a run: the shardq service under `wrangler dev` on its own port,
-// state and dev registry, and the nemesis that hard-kills it (SIGKILL to wrangler's
-// whole process group, workerd included) on a seeded schedule and restarts it on the
-// same --persist-to state.
+// state and dev registry, and the nemesis that, on a seeded schedule, hard-kills it
+// (SIGKILL to wrangler's whole process group, workerd included) and restarts it on the
+// same --persist-to state, or resets one storage shard at an exact point through the
+// test hooks (storage-shard/test-hooks.ts): once an append is durable and before its
+// reply ("abort-append"), or at the next ack or retry it is asked to apply ("abort-ack");
+// or corrupts a few stored bodies of one shard ("corrupt").
 import { cpSync, createWriteStream, mkdtempSync, rmSync, symlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { writeDevConfig } from "../../scripts/dev-config.mjs";
 import { ROOT, startWrangler } from "../../scripts/dev-server.mjs";
 import { prng } from "./prng.mjs";
 import { sleep } from "./workload.mjs";
 
+/** The fault kinds a run can inject (`--faults`). */
+export const FAULT_KINDS = ["kill", "abort-append", "abort-ack", "corrupt"];
+/** Each abort kind's point in the storage shard (storage-shard/test-hooks.ts). */
+const HOOK_POINT = { "abort-append": "abort-append", "abort-ack": "abort-settle" };
+/** How long an armed abort may wait for the call it aims at before it counts as not fired. */
+const ABORT_FIRE_TIMEOUT_MS = 10_000;
+
 /**
- * @typedef {{ upMs: number, downMs: number }} KillStep
- *   upMs: how long the service runs before the kill; downMs: how long it stays dead
+ * @typedef {{ kind: string, upMs: number, downMs: number, pick: number }} FaultStep
+ *   kind: "kill" or an abort kind; upMs: how long the service runs before it; downMs: how
+ *   long a killed service stays dead; pick: which shard an abort aims at (index = pick * shards)
  */
 
 /**
- * The kill schedule a seed fixes: times are relative to the service being ready.
+ * The fault schedule a seed fixes: `kills` kills, `aborts` aborts (the abort kinds in
+ * turn) and `corruptions` corruptions, in a seeded order; times are relative to the
+ * previous fault's end.
  * @param {number} seed
- * @param {{ kills: number, upMs: [number, number], downMs: [number, number] }} o
- * @returns {KillStep[]}
+ * @param {{ kills: number, aborts: number, corruptions: number, faults: string[], upMs: [number, number], downMs: [number, number], abortUpMs: [number, number] }} o
+ * @returns {FaultStep[]}
  */
-export function killSchedule(seed, o) {
+export function faultSchedule(seed, o) {
   const rng = prng(seed, "nemesis");
-  return Array.from({ length: o.kills }, () => ({ upMs: Math.round(rng.between(...o.upMs)), downMs: Math.round(rng.between(...o.downMs)) }));
+  const abortKinds = o.faults.filter((k) => k.startsWith("abort-"));
+  const kinds = [
+    ...Array.from({ length: o.faults.includes("kill") ? o.kills : 0 }, () => "kill"),
+    ...Array.from({ length: abortKinds.length ? o.aborts : 0 }, (_, i) => /** @type {string} */ (abortKinds[i % abortKinds.length])),
+    ...Array.from({ length: o.faults.includes("corrupt") ? o.corruptions : 0 }, () => "corrupt"),
+  ];
+  for (let i = kinds.length - 1; i > 0; i--) {
+    const j = rng.int(0, i);
+    [kinds[i], kinds[j]] = [/** @type {string} */ (kinds[j]), /** @type {string} */ (kinds[i])];
+  }
+  return kinds.map((kind) => ({
+    kind,
+    upMs: Math.round(rng.between(...(kind === "kill" ? o.upMs : o.abortUpMs))),
+    downMs: kind === "kill" ? Math.round(rng.between(...o.downMs)) : 0,
+    pick: rng.next(),
+  }));
 }
 
 /** What `wrangler dev` needs to run the service: its config, local secrets, sources and dashboard files. */
@@ -42,7 +71,11 @@ export function snapshotService() {
   return dir;
 }
 
-/** shardq under `wrangler dev` (from a snapshot of its files) on a fixed port, state directory and dev registry. */
+/**
+ * shardq under `wrangler dev` (from a snapshot of its files) on a fixed port, state
+ * directory and dev registry, from a config generated into the snapshot with the test
+ * hooks on (SHARDQ_TEST_HOOKS: only ever set here, never in wrangler.toml).
+ */
 export class Service {
   /** @param {{ port: number, sourceDir: string, stateDir: string, registry: string, logFile: string }} o */
   constructor(o) {
@@ -51,6 +84,8 @@ export class Service {
     this.log = createWriteStream(o.logFile, { flags: "a" });
     /** @type {Awaited<ReturnType<typeof startWrangler>> | null} */
     this.server = null;
+    /** @type {string | undefined} */
+    this.configFile = undefined;
     this.starts = 0;
   }
 
@@ -61,7 +96,7 @@ export class Service {
       this.log.write(`--- start ${++this.starts} (attempt ${attempt}) at ${new Date().toISOString()}\n`);
       try {
         this.server = await startWrangler({
-          args: ["-c", join(this.o.sourceDir, "wrangler.toml"), "--port", String(this.o.port), "--ip", "127.0.0.1", "--persist-to", this.o.stateDir, "--inspector-port", "0"],
+          args: ["-c", this.config(), "--port", String(this.o.port), "--ip", "127.0.0.1", "--persist-to", this.o.stateDir, "--inspector-port", "0"],
           readyUrl: `${this.base}/`,
           env: { WRANGLER_REGISTRY_PATH: this.o.registry },
           log: (line) => this.log.write(`${line}\n`),
@@ -74,6 +109,12 @@ export class Service {
         await sleep(1000);
       }
     }
+  }
+
+  /** The generated config: wrangler.toml plus the local-dev flag, no consumer Workers, the hooks on. */
+  config() {
+    this.configFile ??= writeDevConfig({ file: join(this.o.sourceDir, "wrangler.faults.toml"), consumers: [], vars: { SHARDQ_TEST_HOOKS: "on" } });
+    return this.configFile;
   }
 
   /** SIGKILL to the process group; a killed wrangler leaves its dev-registry entry behind, which is cleared (as scripts/start.mjs does). */
@@ -94,36 +135,147 @@ export class Service {
 }
 
 /**
- * Runs the schedule: wait, kill (with a send in flight), wait, restart, logging each kill and start as an
- * operation of the process "nemesis". Stops early (without killing) at the deadline.
- * @param {{ history: import("./history.mjs").History, service: Service, schedule: KillStep[], deadline: number,
+ * Runs the schedule, logging each fault as an operation of the process "nemesis". A
+ * kill: wait, kill (with a send in flight), wait, restart ("kill" and "start"). An
+ * abort ("abort"): wait, arm the hook of one storage shard (seeded pick among the
+ * queue's shards), and poll until that shard's instance id changes: the abort happened
+ * between the invoke and the completion logged. Stops early (without faults) at the deadline.
+ * A corruption ("corrupt"): flip a byte of `corruptEach` stored bodies of one shard,
+ * logging the message ids it corrupted.
+ * @param {{ history: import("./history.mjs").History, service: Service, schedule: FaultStep[], deadline: number,
+ *   api: ReturnType<typeof import("./client.mjs").apiClient>, queue: string, corruptEach: number, corrupted: string[], loadDone: () => boolean,
  *   onEvent?: (line: string) => void }} o
- * @returns {Promise<number>} the kills done
+ * @returns {Promise<number>} the faults done
  */
 export async function runNemesis(o) {
   let done = 0;
+  let kills = 0;
+  let aborts = 0;
   for (const [i, step] of o.schedule.entries()) {
     if (Date.now() + step.upMs > o.deadline) break;
     await sleep(step.upMs);
+    // Once the producers are done no append comes to fire an abort-append: logged as skipped.
+    if (step.kind === "abort-append" && o.loadDone()) {
+      o.history.note("nemesis", "skipped", { kind: step.kind, why: "the load was over" });
+      o.onEvent?.(`fault ${i + 1}/${o.schedule.length}: ${step.kind} skipped: the load was over`);
+      continue;
+    }
+    if (step.kind === "corrupt") {
+      const r = await corruptBodies(o, step);
+      o.onEvent?.(`fault ${i + 1}/${o.schedule.length}: corrupted ${r.ids.length} stored bodies on ${r.shards.join(", ")}`);
+      done++;
+      continue;
+    }
+    if (step.kind !== "kill") {
+      const r = await abortShard(o, step, ++aborts);
+      o.onEvent?.(`fault ${i + 1}/${o.schedule.length}: ${step.kind} of ${r.shard}: ${r.fired ? `reset ${r.ms} ms after arming` : `NOT fired (${r.error})`}`);
+      done++;
+      continue;
+    }
+    const n = ++kills;
     // Kill while a send is in flight (waiting at most 2 s for one), so each kill leaves
     // sends whose outcome is unknown: the case at-least-once has to get right.
     const aim = Date.now() + 2000;
     while (o.history.inFlight("send") === 0 && Date.now() < aim) await new Promise((r) => setImmediate(r));
     const inFlight = { send: o.history.inFlight("send"), pull: o.history.inFlight("pull"), ack: o.history.inFlight("ack") };
-    const kill = o.history.invoke("nemesis", "kill", { n: i + 1, signal: "SIGKILL", pid: o.service.server?.pid ?? null, in_flight: inFlight });
+    const kill = o.history.invoke("nemesis", "kill", { n, signal: "SIGKILL", pid: o.service.server?.pid ?? null, in_flight: inFlight });
     await o.service.kill();
     o.history.complete(kill, "ok");
     done++;
     await sleep(step.downMs);
-    const start = o.history.invoke("nemesis", "start", { n: i + 1 });
+    const start = o.history.invoke("nemesis", "start", { n });
     try {
       const ms = await o.service.start();
       o.history.complete(start, "ok", { ready_ms: ms });
-      o.onEvent?.(`kill ${i + 1}/${o.schedule.length}: dead for ${step.downMs} ms, ready ${ms} ms after the restart`);
+      o.onEvent?.(`fault ${i + 1}/${o.schedule.length}: kill ${n}: dead for ${step.downMs} ms, ready ${ms} ms after the restart`);
     } catch (err) {
       o.history.complete(start, "fail", { error: String(err).slice(0, 500) });
       throw err;
     }
   }
   return done;
+}
+
+/**
+ * Arms one shard's hook and waits for its reset. A hook call that fails is retried
+ * (the hooks route goes through the same broker as the load); one that never fires is
+ * disarmed and logged as failed, which the checker reports.
+ * @param {{ history: import("./history.mjs").History, api: ReturnType<typeof import("./client.mjs").apiClient>, queue: string }} o
+ * @param {FaultStep} step @param {number} n
+ */
+async function abortShard(o, step, n) {
+  const shard = await pickShard(o, step);
+  const hooks = `/${o.queue}/test-hooks`;
+  const t0 = Date.now();
+  const op = o.history.invoke("nemesis", "abort", { n, kind: step.kind, shard });
+  const armed = await retrying(() => o.api.call("POST", hooks, { shard, arm: HOOK_POINT[/** @type {"abort-append" | "abort-ack"} */ (step.kind)] }));
+  const instance = armed.result.instance;
+  while (Date.now() - t0 < ABORT_FIRE_TIMEOUT_MS) {
+    await sleep(25);
+    const now = await o.api.call("GET", `${hooks}?shard=${encodeURIComponent(shard)}`);
+    if (now.outcome === "ok" && now.result.instance !== instance) {
+      o.history.complete(op, "ok", { fired: true, instance: now.result.instance });
+      return { shard, fired: true, ms: Date.now() - t0 };
+    }
+  }
+  await retrying(() => o.api.call("POST", hooks, { shard, arm: null }));
+  const error = `not reset within ${ABORT_FIRE_TIMEOUT_MS} ms of arming`;
+  o.history.complete(op, "fail", { fired: false, error });
+  return { shard, fired: false, error };
+}
+
+/**
+ * Corrupts `corruptEach` stored bodies, from the shard the step picks and then the next
+ * ones (by name), round after round for up to 3 s: consumers keep the backlog short, and
+ * a shard may hold fewer messages than wanted, or none. Logged as one "corrupt" operation.
+ * @param {{ history: import("./history.mjs").History, api: ReturnType<typeof import("./client.mjs").apiClient>, queue: string,
+ *   corruptEach: number, corrupted: string[] }} o
+ * @param {FaultStep} step
+ */
+async function corruptBodies(o, step) {
+  const names = await activeShards(o);
+  const first = Math.floor(step.pick * names.length);
+  const op = o.history.invoke("nemesis", "corrupt", { shard: names[first], want: o.corruptEach });
+  /** @type {string[]} */
+  const ids = [];
+  /** @type {string[]} */
+  const shards = [];
+  // Rounds over the shards for up to 3 s: new messages keep arriving.
+  const until = Date.now() + 3000;
+  for (let i = 0; ids.length < o.corruptEach && (i < names.length || Date.now() < until); i++) {
+    if (i > 0 && i % names.length === 0) await sleep(100);
+    const shard = /** @type {string} */ (names[(first + i) % names.length]);
+    const r = await retrying(() => o.api.call("POST", `/${o.queue}/test-hooks`, { shard, corrupt: o.corruptEach - ids.length }));
+    const got = /** @type {Array<{ id: string }>} */ (r.result.corrupted ?? []).map((c) => c.id);
+    if (got.length && !shards.includes(shard)) shards.push(shard);
+    ids.push(...got);
+  }
+  o.history.complete(op, "ok", { ids, shards });
+  o.corrupted.push(...ids);
+  return { ids, shards };
+}
+
+/**
+ * The active shard a step aims at (its seeded pick among them, by name).
+ * @param {{ api: ReturnType<typeof import("./client.mjs").apiClient>, queue: string }} o @param {FaultStep} step
+ */
+async function pickShard(o, step) {
+  const names = await activeShards(o);
+  return /** @type {string} */ (names[Math.floor(step.pick * names.length)]);
+}
+
+/** The queue's active storage shards, by name. @param {{ api: ReturnType<typeof import("./client.mjs").apiClient>, queue: string }} o */
+async function activeShards(o) {
+  const shards = await retrying(() => o.api.call("GET", `/${o.queue}/shards`));
+  return /** @type {Array<{ name: string, state: string }>} */ (shards.result.shards).filter((s) => s.state === "active").map((s) => s.name).sort();
+}
+
+/** A harness call that must succeed: a few tries, then the run breaks. @param {() => Promise<import("./client.mjs").Outcome>} call */
+async function retrying(call) {
+  for (let attempt = 1; ; attempt++) {
+    const r = await call();
+    if (r.outcome === "ok") return r;
+    if (attempt >= 5) throw new Error(`nemesis: ${r.error}`);
+    await sleep(200 * attempt);
+  }
 }

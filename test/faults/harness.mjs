@@ -1,6 +1,7 @@
 // A fault run: start shardq under `wrangler dev` with fresh state, create a queue with
 // an HTTP pull consumer and a dead-letter queue, run producers and consumers while the
-// nemesis hard-kills and restarts the service, stop the faults, drain both queues,
+// nemesis hard-kills and restarts the service and resets single storage shards at the
+// points the test hooks aim at (faults.mjs), stop the faults, drain both queues,
 // then check the history and report. Used by run.mjs (`npm run test:faults`) and by
 // test/e2e/faults.test.ts (the short run in `npm test`).
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
@@ -9,7 +10,7 @@ import { join, relative, resolve } from "node:path";
 import { freePort, ROOT } from "../../scripts/dev-server.mjs";
 import { check } from "./checker.mjs";
 import { apiClient } from "./client.mjs";
-import { killSchedule, runNemesis, Service, snapshotService } from "./faults.mjs";
+import { faultSchedule, FAULT_KINDS, runNemesis, Service, snapshotService } from "./faults.mjs";
 import { History, readHistory } from "./history.mjs";
 import { randomSeed } from "./prng.mjs";
 import { formatTable, writeReport } from "./report.mjs";
@@ -26,12 +27,18 @@ const MAX_RETRIES = 2;
  * @property {"short" | "full"} mode
  * @property {number} seed
  * @property {number} messages     messages to send (those certainly refused are sent again as new ones)
- * @property {number} kills        hard kills during the load
+ * @property {string[]} faults     the fault kinds injected (FAULT_KINDS)
+ * @property {number} kills        hard kills during the load (when faults has "kill")
+ * @property {number} aborts       storage shard resets during the load, the abort kinds of faults in turn
+ * @property {number} corruptions  corruptions during the load (when faults has "corrupt"), each of `corruptEach` stored bodies
+ * @property {number} corruptEach
+ * @property {number} keyRate      share of batches sent with an Idempotency-Key (and sent again while unknown)
  * @property {number} producers
  * @property {number} consumers    pull consumers of the queue (the dead-letter queue has one more)
  * @property {number} rate         messages/s over all producers; 0: spread the messages over the planned fault time
  * @property {[number, number]} upMs     the service runs this long (seeded, uniform) before each kill
  * @property {[number, number]} downMs   and stays dead this long
+ * @property {[number, number]} abortUpMs  the service runs this long before each abort
  * @property {number[]} visibilityMs     visibility timeouts a pull picks from
  * @property {number} drainTimeoutMs
  * @property {string} out          directory for history.jsonl, service.log, report.json and report.md
@@ -41,15 +48,15 @@ const MAX_RETRIES = 2;
 
 /** @param {"short" | "full"} mode @returns {Omit<FaultOptions, "out" | "log">} */
 export function defaults(mode) {
-  const common = { seed: randomSeed(), producers: 4, consumers: 4, rate: 0, downMs: /** @type {[number, number]} */ ([0, 1000]), visibilityMs: [2000, 3000, 5000], keepState: false };
+  const common = { seed: randomSeed(), faults: [...FAULT_KINDS], producers: 4, consumers: 4, rate: 0, downMs: /** @type {[number, number]} */ ([0, 1000]), visibilityMs: [2000, 3000, 5000], keepState: false };
   return mode === "short"
-    ? { ...common, mode, messages: 3000, kills: 3, upMs: [2000, 5000], drainTimeoutMs: 60_000 }
-    : { ...common, mode, messages: 200_000, kills: 20, upMs: [3000, 8000], drainTimeoutMs: 300_000 };
+    ? { ...common, mode, messages: 3000, kills: 3, aborts: 4, corruptions: 1, corruptEach: 5, keyRate: 0.2, upMs: [2000, 5000], abortUpMs: [1000, 2500], drainTimeoutMs: 60_000 }
+    : { ...common, mode, messages: 200_000, kills: 20, aborts: 20, corruptions: 5, corruptEach: 10, keyRate: 0.2, upMs: [3000, 8000], abortUpMs: [1500, 4000], drainTimeoutMs: 300_000 };
 }
 
 /** The command that replays a run. @param {FaultOptions} o */
 export function replayCommand(o) {
-  return `npm run test:faults -- ${o.mode === "short" ? "--short " : ""}--seed ${o.seed} --messages ${o.messages} --kills ${o.kills}${o.rate ? ` --rate ${o.rate}` : ""}`;
+  return `npm run test:faults -- ${o.mode === "short" ? "--short " : ""}--seed ${o.seed} --messages ${o.messages} --faults ${o.faults.join(",")} --kills ${o.kills} --aborts ${o.aborts} --corruptions ${o.corruptions}${o.rate ? ` --rate ${o.rate}` : ""}`;
 }
 
 /** A run's output directory under test-artifacts/faults. @param {FaultOptions["mode"]} mode @param {number} seed */
@@ -71,8 +78,10 @@ export async function runFaults(o) {
   const historyFile = join(o.out, "history.jsonl");
   const history = new History(historyFile);
   const api = apiClient({ base: service.base, token: TOKEN });
-  const schedule = killSchedule(o.seed, o);
-  o.log(`fault run: ${o.mode}, seed ${o.seed}, ${o.messages} messages, ${o.kills} kills; replay: ${replayCommand(o)}`);
+  const schedule = faultSchedule(o.seed, o);
+  const count = (/** @type {(kind: string) => boolean} */ f) => schedule.filter((s) => f(s.kind)).length;
+  const planned = { kills: count((k) => k === "kill"), aborts: count((k) => k.startsWith("abort-")), corruptions: count((k) => k === "corrupt") };
+  o.log(`fault run: ${o.mode}, seed ${o.seed}, ${o.messages} messages, faults ${o.faults.join(",")}: ${planned.kills} kills, ${planned.aborts} aborts, ${planned.corruptions} corruptions of ${o.corruptEach}; replay: ${replayCommand(o)}`);
   o.log(`output: ${o.out}`);
 
   /** @type {Array<Promise<void>>} */
@@ -81,17 +90,20 @@ export async function runFaults(o) {
   let producers = [];
   const late = /** @type {Set<Promise<void>>} */ (new Set());
   const control = { stop: false };
+  /** @type {string[]} the message ids the nemesis corrupted */
+  const corrupted = [];
   let loadMs = 0;
   let drainMs = 0;
   try {
     const firstStartMs = await service.start();
     await setUp(api);
     // Spread the sends over the planned fault time, so every kill lands under load.
-    const plannedMs = schedule.reduce((t, s) => t + s.upMs + s.downMs + firstStartMs, 0);
-    const rate = o.rate || (o.kills > 0 ? Math.ceil((o.messages * 1000) / plannedMs) : 0);
+    // A restart takes longer than the first start, and an abort waits for the call it aims at.
+    const plannedMs = schedule.reduce((t, s) => t + s.upMs + s.downMs + (s.kind === "kill" ? 1.3 * firstStartMs : 1000), 0);
+    const rate = o.rate || (schedule.length > 0 ? Math.ceil((o.messages * 1000) / plannedMs) : 0);
     const loadDeadline = Date.now() + Math.max(120_000, 3 * plannedMs + (o.messages / 500) * 1000);
-    history.note("harness", "phase", { phase: "load", seed: o.seed, messages: o.messages, kills: schedule.length, rate, schedule });
-    o.log(`service ready in ${firstStartMs} ms; sending at ${rate || "full speed"} msg/s; kills planned over ${Math.round(plannedMs / 1000)} s`);
+    history.note("harness", "phase", { phase: "load", seed: o.seed, messages: o.messages, faults: o.faults, ...planned, rate, schedule });
+    o.log(`service ready in ${firstStartMs} ms; sending at ${rate || "full speed"} msg/s; faults planned over ${Math.round(plannedMs / 1000)} s`);
 
     const tally = { okMessages: 0, delivered: 0 };
     const consumerDeadline = loadDeadline + o.drainTimeoutMs;
@@ -109,10 +121,11 @@ export async function runFaults(o) {
     const limiter = rateLimiter(rate);
     const progress = setInterval(() => o.log(`  ${Math.round((Date.now() - loadStart) / 1000)} s: ${tally.okMessages} sent ok, ${tally.delivered} delivered`), 10_000);
     try {
+      let producing = o.producers;
       producers = Array.from({ length: o.producers }, (_, index) =>
-        runProducer({ index, seed: o.seed, history, api, queue: QUEUE, control, budget, limiter, deadline: loadDeadline, maxBatch: 100, burstRate: 0.25, poisonRate: 0.005, padMax: 200, tally }),
+        runProducer({ index, seed: o.seed, history, api, queue: QUEUE, control, budget, limiter, deadline: loadDeadline, maxBatch: 100, burstRate: 0.25, poisonRate: 0.005, padMax: 200, keyRate: o.keyRate, delayRate: o.faults.includes("corrupt") ? 0.2 : 0, tally }).finally(() => producing--),
       );
-      const nemesis = runNemesis({ history, service, schedule, deadline: loadDeadline, onEvent: (line) => o.log(`  ${line}`) });
+      const nemesis = runNemesis({ history, service, schedule, deadline: loadDeadline, api, queue: QUEUE, corruptEach: o.corruptEach, corrupted, loadDone: () => producing === 0, onEvent: (line) => o.log(`  ${line}`) });
       await Promise.all([...producers, nemesis]);
     } finally {
       clearInterval(progress);
@@ -124,6 +137,7 @@ export async function runFaults(o) {
     history.note("harness", "phase", { phase: "drain" });
     const drained = await drain(api, late, Math.min(drainStart + o.drainTimeoutMs, consumerDeadline));
     drainMs = Date.now() - drainStart;
+    if (planned.corruptions > 0) Object.assign(drained, await quarantined(api, new Set(corrupted).size));
     history.note("harness", "phase", { phase: "drained", ...drained });
     o.log(`drain ${drained.drained ? "done" : "NOT done"} in ${Math.round(drainMs / 1000)} s (backlog ${JSON.stringify(drained.backlog)})`);
   } finally {
@@ -146,7 +160,10 @@ export async function runFaults(o) {
     mode: o.mode,
     replay: replayCommand(o),
     messages: o.messages,
-    kills: o.kills,
+    faults: o.faults,
+    kills: planned.kills,
+    aborts: planned.aborts,
+    corruptions: planned.corruptions,
     producers: o.producers,
     consumers: o.consumers,
     rate: result.figures.plan?.rate ?? o.rate,
@@ -198,4 +215,27 @@ async function drain(api, late, deadline) {
     await sleep(500);
   }
   return { drained: false, backlog };
+}
+
+/**
+ * The quarantined total the queue's storage shards report (GET .../metrics, their
+ * heartbeat totals), read until it reaches what was corrupted or 7 s pass: each shard
+ * reports every HEARTBEAT_INTERVAL_MS (5 s), so a quarantine just before the drain
+ * ended shows late. The checker compares it with the corrupted ids.
+ * @param {ReturnType<typeof apiClient>} api @param {number} expected
+ */
+async function quarantined(api, expected) {
+  const deadline = Date.now() + 7_000;
+  /** @type {number | null} */
+  let total = null;
+  while (Date.now() < deadline) {
+    const r = await api.call("GET", `/${QUEUE}/metrics`);
+    if (r.outcome === "ok") {
+      const shards = /** @type {Array<{ heartbeat: { totals?: { quarantined?: number } } | null }>} */ (r.result.shards);
+      total = shards.reduce((n, s) => n + (s.heartbeat?.totals?.quarantined ?? 0), 0);
+      if (total >= expected) break;
+    }
+    await sleep(500);
+  }
+  return { quarantined: total };
 }

@@ -5,7 +5,7 @@ import { join } from "node:path";
 
 /**
  * @typedef {import("./checker.mjs").CheckResult} CheckResult
- * @typedef {{ seed: number, mode: string, replay: string, messages: number, kills: number, producers: number, consumers: number,
+ * @typedef {{ seed: number, mode: string, replay: string, messages: number, faults?: string[], kills: number, aborts?: number, corruptions?: number, producers: number, consumers: number,
  *   rate: number, started_at: string, load_s: number, drain_s: number, total_s: number, history: string, out: string }} RunMeta
  */
 
@@ -21,24 +21,40 @@ export function summaryRows(r, meta) {
   const f = r.figures;
   const c = f.duplicated.redelivery_causes;
   const k = f.kills;
+  const ab = f.aborts;
+  const kinds = Object.entries(ab?.by_kind ?? {}).map(([kind, x]) => `${x.fired} of ${x.count} ${kind}`).join(", ");
   return [
     ["verdict", r.valid ? "VALID" : `INVALID: ${r.failures.join("; ")}`],
     ["seed, replay", `${meta.seed}: ${meta.replay}`],
-    ["fault", `${k.count} hard kills (SIGKILL of wrangler dev and workerd), restarted on the same state`],
+    ["faults", `${k.count} hard kills (SIGKILL of wrangler dev and workerd), restarted on the same state${ab?.count ? `; ${ab.fired} of ${ab.count} storage shard resets fired (${kinds})` : ""}${meta.corruptions ? `; ${meta.corruptions} corruptions at rest` : ""}`],
     ["messages sent", `${n(f.sent.attempted)} attempted: ${n(f.sent.ok)} ok, ${n(f.sent.unknown)} unknown, ${n(f.sent.fail)} failed`],
     ["delivered", `${n(f.delivered.distinct)} distinct in ${n(f.delivered.deliveries)} deliveries (${n(f.delivered.from_dead_letter_queue)} from the dead-letter queue)`],
     ["lost", n(f.lost)],
     ["unexpected", `${n(f.unexpected)}${f.wrong_id ? ` (+${n(f.wrong_id)} under a wrong id)` : ""}`],
-    ["duplicated", `${n(f.duplicated.messages)} messages, ${n(f.duplicated.extra_deliveries)} extra deliveries (causes: ${c.retried} consumer retry, ${c.dead_lettered} dead-lettered, ${c.lease_expired} lease expired, ${c.kill} kill, ${c.other} other); stored twice: ${f.duplicated.stored_twice}`],
+    ["message ids stored twice", n(f.stored_twice_same_id ?? 0)],
+    ...(f.quarantine?.corrupted
+      ? /** @type {Array<[string, string]>} */ ([
+          ["corrupted at rest", `${n(f.quarantine.corrupted)} stored bodies corrupted: ${f.quarantine.reported ?? "no"} reported quarantined (${n(f.quarantine.expected)} expected), ${n(f.quarantine.delivered_after_corruption)} delivered after it; ${n(f.quarantine.never_delivered)} never delivered, not lost`],
+        ])
+      : []),
+    ["garbled deliveries", n(f.quarantine?.garbled_deliveries ?? 0)],
+    ["sent again with their Idempotency-Key", `${n(f.idempotent_retries?.messages ?? 0)} messages after an unknown first try: ${n(f.idempotent_retries?.delivered ?? 0)} delivered, ${n(f.idempotent_retries?.stored_under_two_ids ?? 0)} stored under two ids`],
+    ["duplicated", `${n(f.duplicated.messages)} messages, ${n(f.duplicated.extra_deliveries)} extra deliveries (causes: ${c.retried} consumer retry, ${c.dead_lettered} dead-lettered, ${c.lease_expired} lease expired, ${c.kill} kill, ${c.abort ?? 0} shard reset, ${c.other} other); harness ids stored under two ids: ${f.duplicated.stored_twice}`],
     ["recovered", `${n(f.recovered)} of ${n(f.sent.unknown)} unknown sends delivered`],
-    ["lease overlaps", `${f.lease_overlaps} while up; ${f.leases_ended_by_kill} leases ended by a kill`],
+    ["lease overlaps", `${f.lease_overlaps} while up; ${f.leases_ended_by_kill} leases ended by a kill, ${f.leases_ended_by_abort ?? 0} by a shard reset`],
     ["delivered after ack", n(f.delivered_after_ack)],
-    ["poison messages", `${f.poison.dead_lettered} of ${f.poison.sent} dead-lettered after max_retries`],
+    ["poison messages", `${f.poison.dead_lettered} of ${f.poison.sent} dead-lettered after max_retries${f.poison.quarantined ? ` (${f.poison.quarantined} corrupted and quarantined first)` : ""}`],
     ["acks", `${n(f.acks.confirmed)} acks and ${n(f.acks.retriesConfirmed)} retries confirmed, ${n(f.acks.stale)} refused as stale, ${n(f.acks.unknown)} unknown, ${n(f.acks.failed)} failed`],
     ["ready after restart (median / max)", secs(k.ready_ms)],
     ["restart to first send ok", secs(k.restart_to_first_send_ms)],
     ["restart to first pull ok", secs(k.restart_to_first_pull_ms)],
     ["kill to first send ok", secs(k.kill_to_first_send_ms)],
+    ...(ab?.count
+      ? /** @type {Array<[string, string]>} */ ([
+          ["shard resets", `${n(ab.unknown_send_messages)} messages in sends left unknown and ${n(ab.acks_not_applied)} acks or retries not applied around them; ${n(ab.messages_came_again)} messages they set free came again`],
+          ["reset to the last message it set free coming again", secs(ab.reset_to_last_came_again_ms)],
+        ])
+      : []),
     ["time", `load with faults ${meta.load_s} s, drain ${meta.drain_s} s, total ${meta.total_s} s`],
   ];
 }
@@ -68,7 +84,7 @@ function markdown(r, meta) {
   const lines = [
     `# shardq fault run: ${meta.mode}, seed ${meta.seed}`,
     "",
-    `Started ${meta.started_at}. ${n(meta.messages)} messages from ${meta.producers} producers${meta.rate ? ` at ${n(meta.rate)} msg/s` : ""}, ${meta.consumers} pull consumers, ${meta.kills} hard kills planned.`,
+    `Started ${meta.started_at}. ${n(meta.messages)} messages from ${meta.producers} producers${meta.rate ? ` at ${n(meta.rate)} msg/s` : ""}, ${meta.consumers} pull consumers, ${meta.kills} hard kills, ${meta.aborts ?? 0} storage shard resets and ${meta.corruptions ?? 0} corruptions planned (faults: ${(meta.faults ?? ["kill"]).join(", ")}).`,
     `Replay: \`${meta.replay}\`. History: \`${meta.history}\` (check it again with \`node test/faults/run.mjs --check ${meta.history}\`).`,
     "",
     "| | |",
@@ -83,6 +99,18 @@ function markdown(r, meta) {
       (k) => `| ${k.n} | ${(k.at_ms / 1000).toFixed(1)} | ${k.ready_ms ?? "–"} | ${k.restart_to_first_send_ms ?? "–"} | ${k.restart_to_first_pull_ms ?? "–"} | ${k.kill_to_first_send_ms ?? "–"} | ${k.unknown_send_messages} |`,
     ),
     "",
+    ...(r.figures.aborts?.count
+      ? [
+          "## Storage shard resets",
+          "",
+          "| abort | kind | shard | at (s) | fired | armed to reset (ms) | messages in unknown sends | acks not applied | messages that came again | reset to the last coming again (ms) |",
+          "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+          ...r.figures.aborts.each.map(
+            (a) => `| ${a.n} | ${a.kind} | ${a.shard} | ${(a.at_ms / 1000).toFixed(1)} | ${a.fired ? "yes" : "**no**"} | ${a.armed_to_reset_ms ?? "–"} | ${a.unknown_send_messages} | ${a.acks_not_applied} | ${a.messages_came_again} | ${a.reset_to_last_came_again_ms ?? "–"} |`,
+          ),
+          "",
+        ]
+      : []),
     "## Definitions",
     "",
     "- lost: a send answered ok whose message was never delivered, from the queue or its dead-letter queue, by the end of the drain.",
@@ -90,7 +118,11 @@ function markdown(r, meta) {
     "- duplicated: a message delivered more than once; at-least-once allows it. Each redelivery is put down to a cause: the consumer retried it, it moved to the dead-letter queue, its lease had expired (the consumer dropped it, acked late, or its ack was lost), a kill in between, or other.",
     "- recovered: a send whose outcome was unknown (reset, timeout, 5xx) whose message was delivered.",
     "- lease overlap: two deliveries of one message whose leases were held at once. A lease is certainly held from its pull's answer to the earlier of (pull invoked + visibility timeout) and the first ack or retry sent under it, and was granted between its pull's invoke and answer; an overlap is one lease granted within the other's certain span, or the two certain spans sharing more than 250 ms. Leases of fresh messages live in the storage shard's memory, so those taken before a kill end with it: counted apart, as leases ended by a kill.",
-    "- causes of redeliveries: kill means a kill came between the two deliveries (mostly an ack cut off by it, logged as unknown); lease expired means the consumer dropped the message, acked it late, or its ack was lost.",
+    "- causes of redeliveries: kill means a kill came between the two deliveries (mostly an ack cut off by it, logged as unknown); shard reset means the storage shard holding the message was reset between them (an abort fault: its memory leases ended, or the ack it was asked to apply was not); lease expired means the consumer dropped the message, acked it late, or its ack was lost.",
+    "- storage shard resets (abort faults): the test hooks (storage-shard/test-hooks.ts) reset one storage shard with ctx.abort() after an append committed and before its reply (abort-append), or at the next ack or retry it was asked to apply (abort-ack). Leases it held in memory end with it, counted apart like those a kill ends.",
+    "- sent again with their Idempotency-Key: a fifth of the batches carry a key, and one whose outcome was unknown is sent again with it (up to 8 tries, through a restart); it must be stored once, under the ids of the first try (stored under two ids is a failure).",
+    "- corrupted at rest: the corrupt fault flips a byte of some stored bodies of one shard (checksums kept). Those messages must be quarantined when next leased (never delivered from a pull invoked after the corruption) and counted in the quarantined total the shards report (GET .../metrics, heartbeat totals); they are not lost. Garbled: a delivered body that is not exactly the bytes sent (every body is fixed by its harness id, poison flag and padding).",
+    "- message ids stored twice: one message id of a queue delivered from two rows (storage shard and seq, read from the lease id), as an append retried after a lost reply would store it if the shard did not skip the ids it holds.",
     "- delivered after ack: a pull, invoked after an ack of the message was confirmed, that delivered it.",
     "",
   ];

@@ -5,16 +5,25 @@ import { existsSync, readFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { check } from "./checker.mjs";
+import { FAULT_KINDS } from "./faults.mjs";
 import { defaultOut, defaults, runFaults } from "./harness.mjs";
 import { readHistory } from "./history.mjs";
 import { formatTable, writeReport } from "./report.mjs";
 
 const HELP = `npm run test:faults -- [options]
-  --short            the short run (3,000 messages, 3 kills; what npm test runs)
+  --short            the short run (3,000 messages, 3 kills, 4 aborts, 1 corruption of 5 bodies;
+                     what npm test runs)
   --seed N           the seed (default: a random one, printed); with the same options it replays
-                     the same batch sizes, poison messages, consumer decisions and kill schedule
+                     the same batch sizes, poison messages, consumer decisions and fault schedule
   --messages N       messages to send (default 200,000; short 3,000)
+  --faults K,K       fault kinds (default all: ${FAULT_KINDS.join(",")}):
+                       kill          SIGKILL wrangler dev and workerd, restart on the same state
+                       abort-append  reset one storage shard once an append is durable, before its reply
+                       abort-ack     reset one storage shard at the next ack or retry it is to apply
+                       corrupt       flip a byte of some stored bodies of one shard (checksums kept)
   --kills N          hard kills of wrangler dev during the load (default 20; short 3)
+  --aborts N         storage shard resets during the load, the abort kinds in turn (default 20; short 4)
+  --corruptions N    corruptions during the load, of 10 stored bodies each (default 5; short 1, of 5)
   --rate N           messages/s (default: spread over the planned fault time)
   --producers N      producers (default 4)
   --consumers N      pull consumers (default 4)
@@ -32,7 +41,10 @@ async function main(argv) {
       short: { type: "boolean", default: false },
       seed: { type: "string" },
       messages: { type: "string" },
+      faults: { type: "string" },
       kills: { type: "string" },
+      aborts: { type: "string" },
+      corruptions: { type: "string" },
       rate: { type: "string" },
       producers: { type: "string" },
       consumers: { type: "string" },
@@ -68,9 +80,15 @@ async function main(argv) {
     return x;
   };
   const seed = int(v.seed, "seed", 1, 2 ** 31 - 1, d.seed);
+  const faults = v.faults === undefined ? d.faults : v.faults.split(",").map((k) => k.trim()).filter(Boolean);
+  const unknownKind = faults.find((k) => !FAULT_KINDS.includes(k));
+  if (unknownKind !== undefined || faults.length === 0) throw new Usage(`--faults takes one or more of ${FAULT_KINDS.join(", ")}${unknownKind ? `, not "${unknownKind}"` : ""}`);
   const o = {
     ...d,
     seed,
+    faults,
+    aborts: int(v.aborts, "aborts", 0, 1000, d.aborts),
+    corruptions: int(v.corruptions, "corruptions", 0, 100, d.corruptions),
     messages: int(v.messages, "messages", 1, 10_000_000, d.messages),
     kills: int(v.kills, "kills", 0, 1000, d.kills),
     rate: int(v.rate, "rate", 0, 1_000_000, d.rate),

@@ -11,8 +11,14 @@ import { prng } from "./prng.mjs";
  * @typedef {{ stop: boolean }} Control
  */
 
-/** A delivery in the history: harness id, message id, attempts, lease fingerprint. */
-/** @typedef {{ h: string | null, id: string, a: number, l: string, x?: 1 }} LoggedDelivery */
+/**
+ * A delivery in the history: harness id, message id, attempts, lease fingerprint, and
+ * where the message is stored: its storage shard and row (seq), read from the lease id.
+ */
+/** @typedef {{ h: string | null, id: string, a: number, l: string, s?: string, r?: number, x?: 1, g?: 1 }} LoggedDelivery */
+
+/** Tries of a batch with an Idempotency-Key whose outcome stays unknown. */
+const KEYED_TRIES = 8;
 
 export const sleep = (/** @type {number} */ ms) => new Promise((r) => setTimeout(r, Math.max(0, ms)));
 
@@ -62,9 +68,13 @@ export function rateLimiter(perSecond) {
  * .../messages/batch, stored all together or not at all) or, at `burstRate`, a burst
  * of 1 to 16 single sends at once (POST .../messages, which the broker coalesces into
  * shared writes). Every body is {h: "<seed>.<producer>.<n>"}, plus {x: 1} for a poison
- * message the consumers always retry, and padding of random size.
+ * message the consumers always retry, and padding of random size. At `keyRate` a batch
+ * carries an Idempotency-Key, and when its outcome is unknown it is sent again, the same
+ * messages with the same key, as the README tells users to: it must store them once.
+ * At `delayRate` a batch is delayed 2 to 4 s: stored messages nobody holds, which the
+ * corrupt fault needs (consumers keep the ready backlog near empty).
  * @param {{ index: number, seed: number, history: History, api: Api, queue: string, control: Control, budget: Budget,
- *   limiter: ReturnType<typeof rateLimiter>, deadline: number, maxBatch: number, burstRate: number, poisonRate: number, padMax: number,
+ *   limiter: ReturnType<typeof rateLimiter>, deadline: number, maxBatch: number, burstRate: number, poisonRate: number, padMax: number, keyRate: number, delayRate: number,
  *   tally: { okMessages: number } }} o
  */
 export async function runProducer(o) {
@@ -97,10 +107,20 @@ export async function runProducer(o) {
       );
     } else {
       const poison = messages.filter((m) => m.x).map((m) => m.h);
-      const op = o.history.invoke(p, "send", { q: o.queue, hs: messages.map((m) => m.h), ...(poison.length ? { x: poison } : {}) });
-      const r = await o.api.call("POST", `/${o.queue}/messages/batch`, { messages: messages.map((m) => m.wire) });
-      const ids = r.outcome === "ok" ? r.result?.message_ids : undefined;
-      outcomes.push({ outcome: complete(o, op, r, Array.isArray(ids) ? ids : undefined, n), n });
+      const key = rng.chance(o.keyRate) ? `${o.seed}.${o.index}.${k}` : undefined;
+      const delay = rng.chance(o.delayRate) ? { delay_seconds: rng.int(2, 4) } : {};
+      let outcome = "unknown";
+      // Tries until one is answered ok or refused, through a restart (about 3 s) if need be.
+      for (let attempt = 0; attempt < (key ? KEYED_TRIES : 1) && outcome === "unknown" && !o.control.stop; attempt++) {
+        if (attempt > 0) await sleep(rng.int(300, 800));
+        const op = o.history.invoke(p, "send", { q: o.queue, hs: messages.map((m) => m.h), ...(poison.length ? { x: poison } : {}), ...(key ? { key, try: attempt + 1 } : {}) });
+        const r = await o.api.call("POST", `/${o.queue}/messages/batch`, { messages: messages.map((m) => m.wire), ...delay }, key ? { "idempotency-key": key } : undefined);
+        const ids = r.outcome === "ok" ? r.result?.message_ids : undefined;
+        const x = complete(o, op, r, Array.isArray(ids) ? ids : undefined, n);
+        // A refused try after an unknown one is still unknown (the first may have stored): try again.
+        outcome = attempt > 0 && x === "fail" ? "unknown" : x;
+      }
+      outcomes.push({ outcome, n });
     }
     for (const x of outcomes) if (x.outcome === "fail") o.budget.refund(x.n);
     if (outcomes.some((x) => x.outcome !== "ok")) await sleep(rng.int(50, 250));
@@ -158,8 +178,8 @@ export async function runConsumer(o) {
     for (const m of raw) {
       const token = String(m.lease_id);
       const l = fingerprint(token);
-      const { h, poison } = harnessId(m);
-      msgs.push({ h, id: String(m.id), a: Number(m.attempts), l, ...(poison ? { x: /** @type {1} */ (1) } : {}) });
+      const { h, poison, garbled } = harnessId(m);
+      msgs.push({ h, id: String(m.id), a: Number(m.attempts), l, ...storedAt(token), ...(poison ? { x: /** @type {1} */ (1) } : {}), ...(garbled ? { g: /** @type {1} */ (1) } : {}) });
       const roll = rng.next();
       if (o.retryPoison && poison) retries.push({ token, l });
       else if (roll < o.dropRate) continue;
@@ -206,17 +226,40 @@ async function settle(o, acks, retries) {
 }
 
 /**
- * The harness id in a pulled message's body (JSON bodies come base64-encoded, text as it is).
+ * The storage shard and row a lease id names. A lease id is `<payload>.<signature>`, the
+ * payload base64url JSON [account, queue, shard, message id, "<seq>-<lease>", attempts]
+ * (broker/lease-tokens.ts): the checker uses the shard to tell which leases a storage
+ * shard's reset ended, and the row to see a message id stored twice.
+ * @param {string} token
+ * @returns {{ s?: string, r?: number }}
+ */
+function storedAt(token) {
+  try {
+    const v = JSON.parse(Buffer.from(token.split(".")[0] ?? "", "base64url").toString("utf8"));
+    const seq = Number(String(v[4]).split("-")[0]);
+    return typeof v[2] === "string" && Number.isSafeInteger(seq) ? { s: v[2], r: seq } : {};
+  } catch {
+    return {};
+  }
+}
+
+/**
+ * The harness id in a pulled message's body (JSON bodies come base64-encoded, text as it
+ * is), and whether the body is garbled: not exactly the bytes runProducer sent, which
+ * its id, poison flag and padding of "x" fix (a corrupted body must never be delivered).
  * @param {any} m
- * @returns {{ h: string | null, poison: boolean }}
+ * @returns {{ h: string | null, poison: boolean, garbled: boolean }}
  */
 function harnessId(m) {
   try {
     const type = m?.metadata?.["CF-Content-Type"];
     const text = type === "text" ? String(m.body) : Buffer.from(String(m.body), "base64").toString("utf8");
     const body = JSON.parse(text);
-    return { h: typeof body?.h === "string" ? body.h : null, poison: body?.x === 1 };
+    const h = typeof body?.h === "string" ? body.h : null;
+    const pad = typeof body?.pad === "string" && /^x+$/.test(body.pad) ? body.pad : undefined;
+    const sent = JSON.stringify({ h, ...(body?.x === 1 ? { x: 1 } : {}), ...(pad ? { pad } : {}) });
+    return { h, poison: body?.x === 1, garbled: h === null || text !== sent };
   } catch {
-    return { h: null, poison: false };
+    return { h: null, poison: false, garbled: true };
   }
 }

@@ -1,0 +1,37 @@
+// The fault harness's hooks (storage-shard/test-hooks.ts, broker/test-hooks-api.ts) must
+// not be reachable where SHARDQ_TEST_HOOKS is not "on", which is everywhere but a fault
+// run: these tests run on wrangler.toml and .dev.vars as they are, as a deploy would.
+import { env } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import { coordinatorFor, storageShardFor } from "../../src/addressing";
+import { api, createQueue, queuePath } from "./helpers";
+
+describe("the fault harness's test hooks without SHARDQ_TEST_HOOKS", () => {
+  it("are not set by the service's config", () => {
+    expect((env as { SHARDQ_TEST_HOOKS?: string }).SHARDQ_TEST_HOOKS).toBeUndefined();
+  });
+
+  it("answer 404 exactly as an unknown path does, for an admin token, and 401 without a token", async () => {
+    await createQueue("hooks-off");
+    const unknown = await api("POST", `${queuePath("hooks-off")}/no-such-thing`, { shard: "x", arm: "abort-append" });
+    expect(unknown.status).toBe(404);
+    expect(unknown.json.errors[0].message).toBe(`no route for POST ${queuePath("hooks-off")}/no-such-thing`);
+    for (const method of ["GET", "POST"] as const) {
+      const res = await api(method, `${queuePath("hooks-off")}/test-hooks${method === "GET" ? "?shard=x" : ""}`, method === "POST" ? { shard: "x", arm: "abort-append" } : undefined);
+      expect(res.status).toBe(404);
+      expect(res.json.errors).toEqual([{ ...unknown.json.errors[0], message: `no route for ${method} ${queuePath("hooks-off")}/test-hooks` }]);
+    }
+    expect((await api("POST", `${queuePath("hooks-off")}/test-hooks`, { shard: "x", arm: null }, { token: null })).status).toBe(401);
+  });
+
+  it("refuse at the storage shard too: its RPC method throws and arms nothing", async () => {
+    const q = await createQueue("hooks-off-rpc");
+    const map = await coordinatorFor(env, q.queue_id).shardMap();
+    const shard = storageShardFor(env, map!.shards[0]!.name);
+    await expect(shard.testHook("abort-append")).rejects.toThrow(/test hooks are off/);
+    await expect(shard.testHook()).rejects.toThrow(/test hooks are off/);
+    // An append still answers: nothing was armed.
+    const sent = await api("POST", `${queuePath("hooks-off-rpc")}/messages/batch`, { messages: Array.from({ length: 20 }, (_, i) => ({ body: i })) });
+    expect(sent.status).toBe(200);
+  });
+});
