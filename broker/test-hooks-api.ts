@@ -52,6 +52,6 @@ export async function testHook(request: Request, env: Env, accountId: string, qu
   if (!map) throw notFound(queueRef);
   const shard = map.shards.find((s) => s.name === name);
   if (!shard) throw HttpError.invalid("shard", `is not a storage shard of queue "${queueRef}"`);
-  const stub = storageShardFor(env, shard.name, shard.region);
-  return ok(await (post ? stub.testHook(post.arm, post.corrupt ?? 0) : stub.testHook()));
+  const target = storageShardFor(env, shard.name, shard.region);
+  return ok(await (post ? target.testHook(post.arm, post.corrupt ?? 0) : target.testHook()));
 }

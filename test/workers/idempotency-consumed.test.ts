@@ -26,10 +26,10 @@ describe("Idempotency-Key after consumption", () => {
     const lostComplete = {
       idFromName: (name: string) => env.IDEMPOTENCY_KEYS.idFromName(name),
       get: (id: DurableObjectId) => {
-        const stub = env.IDEMPOTENCY_KEYS.get(id);
+        const target = env.IDEMPOTENCY_KEYS.get(id);
         return {
-          claim: (claims: KeyClaim[], token: string) => stub.claim(claims, token),
-          release: (keys: string[], token: string, sent: boolean) => stub.release(keys, token, sent),
+          claim: (claims: KeyClaim[], token: string) => target.claim(claims, token),
+          release: (keys: string[], token: string, sent: boolean) => target.release(keys, token, sent),
           complete: () => Promise.reject(new Error("isolate gone")),
         };
       },

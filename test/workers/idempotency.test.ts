@@ -24,11 +24,11 @@ async function storedIds(q: string): Promise<string[]> {
 
 /** Moves the clock of the object holding `key` of a queue by `ms`. */
 async function shiftKeyClock(queueId: string, key: string, ms: number) {
-  const stub = idempotencyKeysFor(env, queueId, bucketOf(key));
-  await runInDurableObject(stub, (obj: IdempotencyKeys) => {
+  const target = idempotencyKeysFor(env, queueId, bucketOf(key));
+  await runInDurableObject(target, (obj: IdempotencyKeys) => {
     obj.clock = { now: () => Date.now() + ms };
   });
-  return stub;
+  return target;
 }
 
 /** Pulls every ready message of a queue with a pull consumer and acks it. */
@@ -128,10 +128,10 @@ describe("Idempotency-Key", () => {
     const lostComplete = {
       idFromName: (name: string) => env.IDEMPOTENCY_KEYS.idFromName(name),
       get: (id: DurableObjectId) => {
-        const stub = env.IDEMPOTENCY_KEYS.get(id);
+        const target = env.IDEMPOTENCY_KEYS.get(id);
         return {
-          claim: (claims: KeyClaim[], token: string) => stub.claim(claims, token),
-          release: (keys: string[], token: string, sent: boolean) => stub.release(keys, token, sent),
+          claim: (claims: KeyClaim[], token: string) => target.claim(claims, token),
+          release: (keys: string[], token: string, sent: boolean) => target.release(keys, token, sent),
           complete: () => Promise.reject(new Error("isolate gone")),
         };
       },
@@ -178,13 +178,13 @@ describe("Idempotency-Key", () => {
   it("forgets a key after 24 hours, and an alarm sweeps it away", async () => {
     const q = await createQueue("idem-expiry");
     const first = await send("idem-expiry", { body: 1 }, "old-key");
-    const stub = await shiftKeyClock(q.queue_id, "key:old-key", IDEMPOTENCY_WINDOW_MS + 1000);
+    const target = await shiftKeyClock(q.queue_id, "key:old-key", IDEMPOTENCY_WINDOW_MS + 1000);
     const reused = await send("idem-expiry", { body: 2 }, "old-key");
     expect(reused.status).toBe(200);
     expect(reused.json.result.message_id).not.toBe(first.json.result.message_id);
     await shiftKeyClock(q.queue_id, "key:old-key", 2 * IDEMPOTENCY_WINDOW_MS + 2000);
-    expect(await runDurableObjectAlarm(stub)).toBe(true);
-    const left = await runInDurableObject(stub, (_obj: IdempotencyKeys, state) => state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM keys").one().n);
+    expect(await runDurableObjectAlarm(target)).toBe(true);
+    const left = await runInDurableObject(target, (_obj: IdempotencyKeys, state) => state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM keys").one().n);
     expect(left).toBe(0);
   });
 });
