@@ -2,13 +2,9 @@
 // (SHARD_CAPACITY_PER_SECOND) a load of several times one shard's capacity makes the
 // queue grow its storage shards within seconds, every send still succeeds, the map in
 // KV shows the growth, and after the load the queue shrinks back; no message is lost.
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { applyConfig } from "../../scripts/apply-config.mjs";
-import { writeDevConfig } from "../../scripts/dev-config.mjs";
-import { freePort, startWrangler } from "../../scripts/dev-server.mjs";
+import { startDevService, type DevService } from "./dev-service.mjs";
 
 const TOKEN = "shardq-local-dev-token";
 const headers = { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" };
@@ -23,31 +19,21 @@ interface ShardsView {
 }
 
 describe("autoscaling under wrangler dev", () => {
-  const stateDir = mkdtempSync(join(tmpdir(), "shardq-e2e-autoscale-"));
-  const registry = mkdtempSync(join(tmpdir(), "shardq-e2e-registry-"));
-  let service: Awaited<ReturnType<typeof startWrangler>> | undefined;
+  let service: DevService | undefined;
   let base = "";
 
   beforeAll(async () => {
-    const port = await freePort();
-    base = `http://127.0.0.1:${port}`;
-    service = await startWrangler({
-      args: [
-        "-c", writeDevConfig(), "-c", "examples/consumer/wrangler.toml", "--port", String(port), "--ip", "127.0.0.1", "--persist-to", stateDir, "--inspector-port", "0",
-        // One shard takes 50 msg/s; the autoscaler aims at 40 per shard and looks every second.
-        "--var", "SHARD_CAPACITY_PER_SECOND:50", "--var", "TARGET_MESSAGES_PER_SHARD:40", "--var", "MAX_SHARDS_PER_REGION:16",
-        "--var", "HEARTBEAT_INTERVAL_MS:1000", "--var", "SCALE_IN_AFTER_MS:3000",
-      ],
-      readyUrl: `${base}/`,
-      env: { WRANGLER_REGISTRY_PATH: registry },
-    });
+    service = await startDevService("autoscale", [
+      // One shard takes 50 msg/s; the autoscaler aims at 40 per shard and looks every second.
+      "--var", "SHARD_CAPACITY_PER_SECOND:50", "--var", "TARGET_MESSAGES_PER_SHARD:40", "--var", "MAX_SHARDS_PER_REGION:16",
+      "--var", "HEARTBEAT_INTERVAL_MS:1000", "--var", "SCALE_IN_AFTER_MS:3000",
+    ]);
+    base = service.base;
     await applyConfig(base, TOKEN);
   });
 
   afterAll(async () => {
     await service?.stop();
-    rmSync(stateDir, { recursive: true, force: true });
-    rmSync(registry, { recursive: true, force: true });
   });
 
   const shards = async (): Promise<ShardsView> => ((await (await fetch(`${base}/accounts/local/queues/example/shards`, { headers })).json()) as { result: ShardsView }).result;

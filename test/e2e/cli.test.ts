@@ -4,12 +4,10 @@
 // output parsed, and its failures: usage errors exit 2, API and connection errors exit 1,
 // each saying what was wrong.
 import { spawn } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { writeDevConfig } from "../../scripts/dev-config.mjs";
-import { ROOT, freePort, startWrangler } from "../../scripts/dev-server.mjs";
+import { ROOT, freePort } from "../../scripts/dev-server.mjs";
+import { startDevService, type DevService } from "./dev-service.mjs";
 
 const CLI = join(ROOT, "bin", "shardq.mjs");
 const HEX32 = /^[0-9a-f]{32}$/;
@@ -26,25 +24,16 @@ interface Pulled {
 }
 
 describe("the shardq CLI against wrangler dev", () => {
-  const stateDir = mkdtempSync(join(tmpdir(), "shardq-e2e-cli-"));
-  const registry = mkdtempSync(join(tmpdir(), "shardq-e2e-registry-"));
-  let service: Awaited<ReturnType<typeof startWrangler>> | undefined;
+  let service: DevService | undefined;
   let base = "";
 
   beforeAll(async () => {
-    const port = await freePort();
-    base = `http://127.0.0.1:${port}`;
-    service = await startWrangler({
-      args: ["-c", writeDevConfig(), "-c", "examples/consumer/wrangler.toml", "--port", String(port), "--ip", "127.0.0.1", "--persist-to", stateDir, "--inspector-port", "0"],
-      readyUrl: `${base}/`,
-      env: { WRANGLER_REGISTRY_PATH: registry },
-    });
+    service = await startDevService("cli");
+    base = service.base;
   });
 
   afterAll(async () => {
     await service?.stop();
-    rmSync(stateDir, { recursive: true, force: true });
-    rmSync(registry, { recursive: true, force: true });
   });
 
   /** Runs `shardq ...args` with SHARDQ_URL pointing at the test's service and nothing else set. */

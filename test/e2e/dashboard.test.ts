@@ -3,13 +3,12 @@
 // sends messages, watches the backlog change, looks a message up, peeks, purges it
 // through the confirmation dialog; checks the page never reaches another origin.
 // Screenshots go to test-artifacts/dashboard/.
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { chromium, type Browser, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { writeDevConfig } from "../../scripts/dev-config.mjs";
-import { freePort, ROOT, startWrangler } from "../../scripts/dev-server.mjs";
+import { ROOT } from "../../scripts/dev-server.mjs";
+import { startDevService, type DevService } from "./dev-service.mjs";
 
 const TOKEN = "shardq-local-dev-token";
 const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
@@ -17,9 +16,7 @@ const ARTIFACTS = join(ROOT, "test-artifacts", "dashboard");
 const QUEUE = "dash-e2e";
 
 describe("the dashboard in Chromium", () => {
-  const stateDir = mkdtempSync(join(tmpdir(), "shardq-e2e-dashboard-"));
-  const registry = mkdtempSync(join(tmpdir(), "shardq-e2e-registry-"));
-  let service: Awaited<ReturnType<typeof startWrangler>> | undefined;
+  let service: DevService | undefined;
   let browser: Browser | undefined;
   let page: Page;
   let base = "";
@@ -28,13 +25,8 @@ describe("the dashboard in Chromium", () => {
   beforeAll(async () => {
     if (!existsSync(CHROMIUM)) throw new Error(`no Chromium at ${CHROMIUM}: apt-get install -y chromium (or set CHROMIUM_PATH)`);
     mkdirSync(ARTIFACTS, { recursive: true });
-    const port = await freePort();
-    base = `http://127.0.0.1:${port}`;
-    service = await startWrangler({
-      args: ["-c", writeDevConfig(), "-c", "examples/consumer/wrangler.toml", "--port", String(port), "--ip", "127.0.0.1", "--persist-to", stateDir, "--inspector-port", "0"],
-      readyUrl: `${base}/`,
-      env: { WRANGLER_REGISTRY_PATH: registry },
-    });
+    service = await startDevService("dashboard");
+    base = service.base;
     browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"] });
     page = await browser.newPage({ viewport: { width: 1366, height: 900 } });
     page.on("request", (r) => {
@@ -45,8 +37,6 @@ describe("the dashboard in Chromium", () => {
   afterAll(async () => {
     await browser?.close();
     await service?.stop();
-    rmSync(stateDir, { recursive: true, force: true });
-    rmSync(registry, { recursive: true, force: true });
   });
 
   const backlogCell = () => page.locator(`#queues tbody tr[data-queue="${QUEUE}"] td.backlog`);

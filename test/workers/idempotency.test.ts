@@ -31,6 +31,31 @@ async function shiftKeyClock(queueId: string, key: string, ms: number) {
   return target;
 }
 
+/**
+ * POST .../messages with `key` through a broker whose IdempotencyKeys never hear that
+ * the send completed: the request stored its message and died before marking its key
+ * done (as a storage shard reset after the write and before the reply makes it do).
+ */
+async function sendDyingBeforeDone(q: string, key: string): Promise<Response> {
+  const lostComplete = {
+    idFromName: (name: string) => env.IDEMPOTENCY_KEYS.idFromName(name),
+    get: (id: DurableObjectId) => {
+      const target = env.IDEMPOTENCY_KEYS.get(id);
+      return {
+        claim: (claims: KeyClaim[], token: string) => target.claim(claims, token),
+        release: (keys: string[], token: string, sent: boolean) => target.release(keys, token, sent),
+        complete: () => Promise.reject(new Error("isolate gone")),
+      };
+    },
+  };
+  const request = new Request(`${BASE}${queuePath(q)}/messages`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json", [KEY]: key },
+    body: JSON.stringify({ body: "once" }),
+  });
+  return router.fetch(request, { ...env, IDEMPOTENCY_KEYS: lostComplete as unknown as typeof env.IDEMPOTENCY_KEYS }, createExecutionContext());
+}
+
 /** Pulls every ready message of a queue with a pull consumer and acks it. */
 async function consumeAll(q: string) {
   const pulled = await api("POST", `${queuePath(q)}/messages/pull`, { batch_size: 100 });
@@ -125,23 +150,7 @@ describe("Idempotency-Key", () => {
   it("takes over the key of a request that died after storing, once IN_PROGRESS_MS has passed, storing nothing twice", async () => {
     const q = await createQueue("idem-died");
     // The first request stores its message and dies before marking its key done.
-    const lostComplete = {
-      idFromName: (name: string) => env.IDEMPOTENCY_KEYS.idFromName(name),
-      get: (id: DurableObjectId) => {
-        const target = env.IDEMPOTENCY_KEYS.get(id);
-        return {
-          claim: (claims: KeyClaim[], token: string) => target.claim(claims, token),
-          release: (keys: string[], token: string, sent: boolean) => target.release(keys, token, sent),
-          complete: () => Promise.reject(new Error("isolate gone")),
-        };
-      },
-    };
-    const request = new Request(`${BASE}${queuePath("idem-died")}/messages`, {
-      method: "POST",
-      headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json", [KEY]: "died" },
-      body: JSON.stringify({ body: "once" }),
-    });
-    const res = await router.fetch(request, { ...env, IDEMPOTENCY_KEYS: lostComplete as unknown as typeof env.IDEMPOTENCY_KEYS }, createExecutionContext());
+    const res = await sendDyingBeforeDone("idem-died", "died");
     expect(res.status).toBe(200);
     const id = ((await res.json()) as { result: { message_id: string } }).result.message_id;
 
@@ -160,6 +169,28 @@ describe("Idempotency-Key", () => {
     // And from then on the key is done.
     expect((await send("idem-died", { body: "once" }, "died")).json.result.message_id).toBe(id);
     expect(await storedIds("idem-died")).toEqual([id]);
+  });
+
+  it("stores nothing again when the first request stored, died before marking its key done, and its message was acked before the retry", async () => {
+    // Found by the fault harness (abort-append with keyed retries): the shard's check of
+    // recent rows no longer finds an acked message, so shards remember sender-chosen ids.
+    const q = await createQueue("idem-acked-then-retried");
+    expect((await api("POST", `${queuePath("idem-acked-then-retried")}/consumers`, { type: "http_pull" })).status).toBe(201);
+    const res = await sendDyingBeforeDone("idem-acked-then-retried", "consumed");
+    const id = ((await res.json()) as { result: { message_id: string } }).result.message_id;
+
+    // A consumer takes it and acks it: confirmed.
+    const pulled = await api("POST", `${queuePath("idem-acked-then-retried")}/messages/pull`, { batch_size: 10 });
+    expect(pulled.json.result.messages.map((m: { id: string }) => m.id)).toEqual([id]);
+    const acked = await api("POST", `${queuePath("idem-acked-then-retried")}/messages/ack`, { acks: [{ lease_id: pulled.json.result.messages[0].lease_id }] });
+    expect(acked.json.result).toMatchObject({ ackCount: 1, warnings: {} });
+
+    // The producer, which never got its answer, sends again with the key once the claim is free.
+    await shiftKeyClock(q.queue_id, "key:consumed", IN_PROGRESS_MS + 1000);
+    const again = await send("idem-acked-then-retried", { body: "once" }, "consumed");
+    expect(again.json.result.message_id).toBe(id);
+    // Nothing stored again: the message was delivered and acked once.
+    expect(await backlog("idem-acked-then-retried")).toBe(0);
   });
 
   it("does not use up the key of a request refused before storing", async () => {

@@ -1,0 +1,44 @@
+// The service as `npm start` runs it (the dev config plus the example consumer), under
+// `wrangler dev` on a free loopback port, with its own state and its own dev registry so
+// that no other wrangler dev on the machine binds to it. Stopped by its process group.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { writeDevConfig } from "../../scripts/dev-config.mjs";
+import { freePort, startWrangler } from "../../scripts/dev-server.mjs";
+
+/** @typedef {{ base: string, stop: () => Promise<void> }} DevService `stop` also removes its state and registry. */
+
+/**
+ * @param {string} name names the temporary directories
+ * @param {string[]} [extraArgs] more wrangler dev arguments (e.g. `--var K:V`)
+ * @returns {Promise<DevService>}
+ */
+export async function startDevService(name, extraArgs = []) {
+  const stateDir = mkdtempSync(join(tmpdir(), `shardq-e2e-${name}-`));
+  const registry = mkdtempSync(join(tmpdir(), "shardq-e2e-registry-"));
+  const cleanUp = () => {
+    rmSync(stateDir, { recursive: true, force: true });
+    rmSync(registry, { recursive: true, force: true });
+  };
+  const port = await freePort();
+  const base = `http://127.0.0.1:${port}`;
+  let server;
+  try {
+    server = await startWrangler({
+      args: ["-c", writeDevConfig(), "-c", "examples/consumer/wrangler.toml", "--port", String(port), "--ip", "127.0.0.1", "--persist-to", stateDir, "--inspector-port", "0", ...extraArgs],
+      readyUrl: `${base}/`,
+      env: { WRANGLER_REGISTRY_PATH: registry },
+    });
+  } catch (err) {
+    cleanUp();
+    throw err;
+  }
+  return {
+    base,
+    stop: async () => {
+      await server.stop();
+      cleanUp();
+    },
+  };
+}
