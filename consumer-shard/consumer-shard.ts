@@ -10,11 +10,10 @@ import type { DeliveryPlan, LeasedMessage } from "../src/protocol";
 import { dispose, FAILED_DISPATCH, type Disposition, type DispatchOutcome } from "./outcome";
 import { applyDisposition } from "./settle";
 import { transportFor, type Dispatch } from "./transports";
+import { TestHooks, testHooksEnabled, type FaultPoint, type TestHookStatus } from "../src/test-hooks";
 
 /** Wall-clock limit of one Cloudflare queue() invocation; leases are not extended past it. */
 const MAX_EXECUTION_MS = 15 * 60_000;
-/** A push lease; renewed every third of it while the handler runs. */
-const PUSH_LEASE_MS = 30_000;
 /** One alarm delivers for at most this long, then hands over to the next alarm. */
 const ROUND_BUDGET_MS = 30_000;
 /** When the consumer Worker is not bound yet, look again after this long. */
@@ -36,8 +35,12 @@ export class ConsumerShard extends DurableObject<Env> {
   /** Tests drive time and stand in for the consumer Worker through these. */
   clock: Clock = systemClock;
   dispatchOverride: Dispatch | undefined;
-  leaseMs = PUSH_LEASE_MS;
+  /** A push lease (PUSH_LEASE_MS, 30 s unless set); renewed every third of it while the handler runs. */
+  leaseMs = serviceConfig(this.env).pushLeaseMs;
   maxExecutionMs = MAX_EXECUTION_MS;
+
+  /** The fault harness's aborts and alarm throws; inert unless SHARDQ_TEST_HOOKS is "on" (src/test-hooks.ts). */
+  private readonly hooks = new TestHooks(testHooksEnabled(this.env), "consumer");
 
   /** Delivered since the last report to the Coordinator. */
   private report = { delivered: 0, batches: 0, errors: 0, at: 0 };
@@ -52,6 +55,7 @@ export class ConsumerShard extends DurableObject<Env> {
   }
 
   override async alarm(): Promise<void> {
+    this.hooks.alarmStarts();
     const queueId = await this.ctx.storage.get<string>("queueId");
     if (!queueId) return;
     const next = await this.deliverRound(queueId);
@@ -62,6 +66,12 @@ export class ConsumerShard extends DurableObject<Env> {
     const soon = this.clock.now() + serviceConfig(this.env).heartbeatIntervalMs;
     await this.sendReport(queueId, next !== null && next <= soon);
     if (next !== null) await this.ctx.storage.setAlarm(next);
+    this.hooks.alarmEnds(this.clock.now());
+  }
+
+  /** The fault harness's hook (src/test-hooks.ts): throws unless SHARDQ_TEST_HOOKS is "on". */
+  testHook(req: { arm?: FaultPoint | null; times?: number } = {}): TestHookStatus {
+    return this.hooks.control(req.arm, req.times);
   }
 
   /** Tells the Coordinator what this shard delivered, and whether it is still at work. */
@@ -110,6 +120,8 @@ export class ConsumerShard extends DurableObject<Env> {
         later(lease.nextVisibleAt);
         continue;
       }
+      // Leased and not yet handed over: a reset here leaves the leases to expire.
+      this.hooks.at("abort-leased", this.ctx);
       await this.deliverBatch(plan, consumer, shard.name, lease.messages, dispatch, lease.backlogCount);
       // A long round still reports every few seconds, so the Coordinator sees it working.
       if (Date.now() - this.report.at >= Math.min(REPORT_EVERY_MS, serviceConfig(this.env).heartbeatIntervalMs)) await this.sendReport(queueId, true);
@@ -140,6 +152,8 @@ export class ConsumerShard extends DurableObject<Env> {
     this.report.batches++;
     this.report.delivered += leased.length;
     if (outcome.outcome !== "ok") this.report.errors++;
+    // The consumer is done with the batch and its acks are not applied: they come again.
+    this.hooks.at("abort-dispatched", this.ctx);
     const d = dispose(readable.map((r) => r.leased), outcome, consumer.settings);
     // A body that cannot be decoded fails its delivery, and so ends in the dead-letter queue.
     const u = dispose(unreadable, FAILED_DISPATCH, consumer.settings);

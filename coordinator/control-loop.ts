@@ -12,6 +12,7 @@ import { carryForgottenShard } from "./counters";
 import { loadMemory, logDecision, saveMemory } from "./decisions";
 import type { ShardHeartbeat } from "./heartbeats";
 import type { QueueRow } from "./schema";
+import type { FaultPoint } from "../src/test-hooks";
 
 /** Retired shards stay in the map this long, so brokers with older maps learn of them. */
 const KEEP_RETIRED_MS = 10 * 60_000;
@@ -27,6 +28,8 @@ export interface CoordinatorState {
   row(): QueueRow | null;
   shards(): ShardEntry[];
   heartbeats(): ShardHeartbeat[];
+  /** The fault harness's abort points (src/test-hooks.ts); a no-op unless armed. */
+  faultPoint(point: FaultPoint): void;
 }
 
 export class ControlLoop {
@@ -82,11 +85,31 @@ export class ControlLoop {
     }
     const state = action.kind === "drain_shard" ? "draining" : "retired";
     await storageShardFor(this.c.env, action.shard, action.region).setState(state);
+    this.c.faultPoint("abort-drain");
     this.c.storage.transactionSync(() => {
       this.c.sql.exec("UPDATE shards SET state = ?, changed_at = ? WHERE name = ?", state, now, action.shard);
       this.c.sql.exec("UPDATE queue SET map_version = map_version + 1");
       log(action.shard);
     });
+  }
+
+  /**
+   * A scale-out of one shard, or the drain of `shard`, decided now and carried out as
+   * the autoscaler's own decisions are: the fault harness's way to have a change in
+   * flight when it aborts the Coordinator (src/test-hooks.ts). Returns the shard changed.
+   */
+  async force(kind: "scale-out" | "drain", now: number, shard?: string): Promise<string> {
+    const figures = { activeShards: this.c.shards().filter((s) => s.state === "active").length, messagesPerSecond: 0, perShard: 0, target: 0, refusals: 0 };
+    if (kind === "scale-out") {
+      const before = this.c.row()!.next_shard;
+      const region = serviceConfig(this.c.env).defaultRegion;
+      await this.apply({ kind: "add_shards", region, count: 1, reason: "test hook: forced scale-out", figures }, now);
+      return `${this.c.row()!.queue_id}:${region}:${before}`;
+    }
+    const target = this.c.shards().find((s) => s.name === shard && s.state === "active");
+    if (!target) throw new Error(`${String(shard)} is not an active storage shard of this queue`);
+    await this.apply({ kind: "drain_shard", region: target.region, shard: target.name, reason: "test hook: forced drain", figures }, now);
+    return target.name;
   }
 
   /** Activates shards written as pending (by a scale-out, possibly one a reset interrupted) and publishes them. */
@@ -95,6 +118,7 @@ export class ControlLoop {
     const pending = this.c.sql.exec("SELECT name, region FROM shards WHERE state = 'pending'").toArray() as unknown as Array<{ name: string; region: string }>;
     if (pending.length === 0) return;
     await Promise.all(pending.map((s) => storageShardFor(this.c.env, s.name, s.region).activate({ name: s.name, queueId: row.queue_id, accountId: row.account_id, region: s.region })));
+    this.c.faultPoint("abort-scale-out");
     this.c.storage.transactionSync(() => {
       for (const s of pending) this.c.sql.exec("UPDATE shards SET state = 'active' WHERE name = ? AND state = 'pending'", s.name);
       this.c.sql.exec("UPDATE queue SET map_version = map_version + 1");

@@ -24,6 +24,7 @@ import {
 } from "./heartbeats";
 import { migrateCoordinator, type QueueRow } from "./schema";
 import { readSeries, recordPoint, SERIES_STEP_MS, type SeriesPoint } from "./time-series";
+import { TestHooks, testHooksEnabled, type FaultPoint, type TestHookStatus } from "../src/test-hooks";
 
 /** Messages per consumer shard before the Coordinator wakes another (up to max_concurrency). */
 const BACKLOG_PER_CONSUMER_SHARD = 200;
@@ -54,6 +55,10 @@ export class Coordinator extends DurableObject<Env> {
   private readonly loop: ControlLoop;
   private publishing = false;
   clock: Clock = systemClock;
+  /** The fault harness's aborts and alarm throws; inert unless SHARDQ_TEST_HOOKS is "on" (src/test-hooks.ts). */
+  private readonly hooks = new TestHooks(testHooksEnabled(this.env), "coordinator");
+  /** The fault harness's stale map: KV keeps the old one until then (as KV's own delay could). */
+  private holdMapUntil = 0;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -67,6 +72,7 @@ export class Coordinator extends DurableObject<Env> {
       row: () => this.row(),
       shards: () => this.shards(),
       heartbeats: () => this.heartbeats(),
+      faultPoint: (point) => this.hooks.at(point, ctx),
     });
   }
 
@@ -312,6 +318,7 @@ export class Coordinator extends DurableObject<Env> {
    * consumer shards, and publish the map (deferred writes, and a periodic refresh).
    */
   override async alarm(): Promise<void> {
+    this.hooks.alarmStarts();
     const row = this.row();
     if (!row || !row.ready) return;
     const now = this.clock.now();
@@ -324,6 +331,21 @@ export class Coordinator extends DurableObject<Env> {
     if (now - row.published_at >= REFRESH_MAP_MS) this.sql.exec("UPDATE queue SET published_version = MIN(published_version, map_version - 1)");
     await this.publish();
     await this.armTick(now + serviceConfig(this.env).heartbeatIntervalMs);
+    this.hooks.alarmEnds(now);
+  }
+
+  /**
+   * The fault harness's hook (src/test-hooks.ts): arm a point, force a scale-out or a
+   * drain now, or keep the published map as it is for `holdMapMs`. Throws unless
+   * SHARDQ_TEST_HOOKS is "on".
+   */
+  async testHook(req: { arm?: FaultPoint | null; times?: number; action?: "scale-out" | "drain"; shard?: string; holdMapMs?: number } = {}): Promise<TestHookStatus & { changed?: string; map_held_until?: number }> {
+    this.hooks.check();
+    if (req.holdMapMs) this.holdMapUntil = Date.now() + req.holdMapMs;
+    this.hooks.control(req.arm, req.times);
+    const changed = req.action ? await this.loop.force(req.action, this.clock.now(), req.shard) : undefined;
+    await this.publish();
+    return { ...this.hooks.status(), ...(changed ? { changed } : {}), ...(this.holdMapUntil > Date.now() ? { map_held_until: this.holdMapUntil } : {}) };
   }
 
   /** The last hour of backlog, rates and shards, a point every SERIES_STEP_MS, oldest first. */
@@ -360,6 +382,7 @@ export class Coordinator extends DurableObject<Env> {
     const row = this.row();
     if (!row || !row.ready || row.published_version >= row.map_version) return;
     const now = this.clock.now();
+    if (Date.now() < this.holdMapUntil) return void (await this.armTick(this.holdMapUntil));
     const earliest = row.published_at + KV_MIN_WRITE_INTERVAL_MS;
     // A write already on its way to KV counts as the one write of this second.
     if (this.publishing || now < earliest) {

@@ -17,6 +17,8 @@ export interface ServiceConfig {
   maxShardsPerRegion: number;
   /** Autoscaler: how long load must stay low before a shard is drained. */
   scaleInAfterMs: number;
+  /** How long a consumer shard's lease on a pushed batch lasts; renewed every third of it while the handler runs. */
+  pushLeaseMs: number;
 }
 
 const cache = new WeakMap<object, ServiceConfig>();
@@ -42,6 +44,7 @@ export function serviceConfig(env: Env): ServiceConfig {
     targetPerShard: positiveInt("TARGET_MESSAGES_PER_SHARD", env.TARGET_MESSAGES_PER_SHARD, 500, 1_000_000),
     maxShardsPerRegion: positiveInt("MAX_SHARDS_PER_REGION", env.MAX_SHARDS_PER_REGION, 32, 1000),
     scaleInAfterMs: positiveInt("SCALE_IN_AFTER_MS", env.SCALE_IN_AFTER_MS, 30_000, 86_400_000),
+    pushLeaseMs: positiveInt("PUSH_LEASE_MS", env.PUSH_LEASE_MS, 30_000, 15 * 60_000),
     shardCapacityPerSecond: env.SHARD_CAPACITY_PER_SECOND && env.SHARD_CAPACITY_PER_SECOND.trim() !== "0" ? positiveInt("SHARD_CAPACITY_PER_SECOND", env.SHARD_CAPACITY_PER_SECOND, 0, 1_000_000) : 0,
   };
   cache.set(env, config);

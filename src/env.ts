@@ -32,6 +32,8 @@ export interface Env {
   SCALE_IN_AFTER_MS?: string;
   /** How long a broker isolate trusts its in-memory copy of a shard map. */
   SHARD_MAP_CACHE_TTL_MS?: string;
+  /** How long a consumer shard's lease on a pushed batch lasts (ms, default 30,000; renewed while the handler runs). */
+  PUSH_LEASE_MS?: string;
   /** How a Worker consumer is reached unless its settings say otherwise: "rpc" (deploys) or "queue" (local dev). */
   DEFAULT_CONSUMER_TRANSPORT?: string;
   /** Idempotency-Key records of HTTP sends (coordinator/idempotency-keys.ts). */
@@ -41,7 +43,7 @@ export interface Env {
   QUEUE_RATE_LIMITER?: RateLimit;
   /** "on" enforces ACCOUNT_RATE_LIMITER and QUEUE_RATE_LIMITER (broker/rate-limit.ts); anything else: no limits. */
   RATE_LIMITS?: string;
-  /** "on" opens the fault harness's hooks (storage-shard/test-hooks.ts). Only test/faults sets it; never wrangler.toml. */
+  /** "on" opens the fault harness's hooks (src/test-hooks.ts). Only test/faults sets it; never wrangler.toml. */
   SHARDQ_TEST_HOOKS?: string;
   /** Secret that signs pull consumers' lease ids. */
   LEASE_SIGNING_KEY?: string;

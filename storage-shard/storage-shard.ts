@@ -32,7 +32,8 @@ import { meteredSql, type CostMeter } from "../src/sql-meter";
 import { cancelMessage, countMatching, findMessage, leaseMatching, peekReady, PURGE_PER_CALL, purgeSome, releaseLeases } from "./operations";
 import { migrate, type MessageRow } from "./schema";
 import { knownIds, rememberIds } from "./remembered-ids";
-import { TestHooks, testHooksEnabled, type FaultPoint, type TestHookStatus } from "./test-hooks";
+import { TestHooks, testHooksEnabled, type FaultPoint, type TestHookStatus } from "../src/test-hooks";
+import { corruptBodies } from "./corrupt-bodies";
 
 const MAX_PEEK = 1000;
 /** How far back (in messages) a deduplicated append looks for ids it already stored. */
@@ -69,8 +70,8 @@ export class StorageShard extends DurableObject<Env> {
   private readonly delivery: DeliveryState;
   /** Tests replace this to drive time. */
   clock: Clock = systemClock;
-  /** The fault harness's resets; inert unless SHARDQ_TEST_HOOKS is "on" (test-hooks.ts). */
-  private readonly hooks = new TestHooks(testHooksEnabled(this.env));
+  /** The fault harness's resets; inert unless SHARDQ_TEST_HOOKS is "on" (src/test-hooks.ts). */
+  private readonly hooks = new TestHooks(testHooksEnabled(this.env), "storage");
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -308,9 +309,10 @@ export class StorageShard extends DurableObject<Env> {
     this.leasedNow = Math.max(0, this.leasedNow - r.held);
   }
 
-  /** The fault harness's hook (test-hooks.ts): throws unless SHARDQ_TEST_HOOKS is "on". */
-  testHook(arm?: FaultPoint | null, corrupt = 0): TestHookStatus {
-    return this.hooks.control(arm, corrupt > 0 ? { count: corrupt, sql: this.sql, held: this.delivery.leases } : undefined);
+  /** The fault harness's hook (src/test-hooks.ts): throws unless SHARDQ_TEST_HOOKS is "on". */
+  testHook(req: { arm?: FaultPoint | null; times?: number; corrupt?: number } = {}): TestHookStatus & { corrupted?: Array<{ id: string; seq: number }> } {
+    const status = this.hooks.control(req.arm, req.times);
+    return req.corrupt ? { ...status, corrupted: corruptBodies(this.sql, this.delivery.leases, req.corrupt) } : status;
   }
 
   stats(): ShardStats {
@@ -384,6 +386,7 @@ export class StorageShard extends DurableObject<Env> {
    */
   override async alarm(): Promise<void> {
     this.heartbeatArmed = false;
+    this.hooks.alarmStarts();
     if (!this.identity || this.state === "retired") return;
     const now = this.clock.now();
     const period = this.activity.roll(now);
@@ -408,6 +411,7 @@ export class StorageShard extends DurableObject<Env> {
     // An idle shard's last report also writes the running totals that were waiting for a second to pass.
     this.delivery.flushTotals(now, true);
     this.armHeartbeat(now);
+    this.hooks.alarmEnds(now);
   }
 
   private armHeartbeat(now: number): void {

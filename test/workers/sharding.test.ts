@@ -111,7 +111,7 @@ describe("shard choice", () => {
   });
 
   it("maps request.cf to a configured region, else the default", () => {
-    const config: ServiceConfig = { regions: ["wnam", "enam", "weur", "eeur", "apac"], defaultRegion: "enam", shardsPerRegion: 2, heartbeatIntervalMs: 1, shardMapCacheTtlMs: 1, shardCapacityPerSecond: 0, targetPerShard: 1, maxShardsPerRegion: 1, scaleInAfterMs: 1 };
+    const config: ServiceConfig = { regions: ["wnam", "enam", "weur", "eeur", "apac"], defaultRegion: "enam", shardsPerRegion: 2, heartbeatIntervalMs: 1, shardMapCacheTtlMs: 1, shardCapacityPerSecond: 0, targetPerShard: 1, maxShardsPerRegion: 1, scaleInAfterMs: 1, pushLeaseMs: 1 };
     const cf = (o: Record<string, unknown>) => o as unknown as IncomingRequestCfProperties;
     expect(callerRegion(cf({ continent: "NA", longitude: "-122.4" }), config)).toBe("wnam");
     expect(callerRegion(cf({ continent: "NA", longitude: "-74.0" }), config)).toBe("enam");
