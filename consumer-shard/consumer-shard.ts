@@ -18,6 +18,8 @@ const MAX_EXECUTION_MS = 15 * 60_000;
 const ROUND_BUDGET_MS = 30_000;
 /** When the consumer Worker is not bound yet, look again after this long. */
 const UNBOUND_RETRY_MS = 30_000;
+/** A round that failed (a storage shard or the Coordinator did not answer) runs again after this long. */
+const RETRY_AFTER_ERROR_MS = 2000;
 /** How often a consumer shard at work reports to its Coordinator. */
 const REPORT_EVERY_MS = 5000;
 
@@ -55,10 +57,21 @@ export class ConsumerShard extends DurableObject<Env> {
   }
 
   override async alarm(): Promise<void> {
-    this.hooks.alarmStarts();
     const queueId = await this.ctx.storage.get<string>("queueId");
     if (!queueId) return;
-    const next = await this.deliverRound(queueId);
+    let next: number | null;
+    let failed = false;
+    try {
+      this.hooks.alarmStarts();
+      next = await this.deliverRound(queueId);
+    } catch (err) {
+      failed = true;
+      // Not thrown: the platform retries a throwing alarm 6 times and then drops it, and
+      // this shard would deliver nothing until the Coordinator woke it again.
+      console.error(`consumer shard: delivery round failed, again in ${RETRY_AFTER_ERROR_MS} ms:`, err);
+      this.report.errors++;
+      next = this.clock.now() + RETRY_AFTER_ERROR_MS;
+    }
     // Running: its next round comes within a heartbeat interval (its budget ran out, or
     // a batch is filling), so the Coordinator's heartbeat wake-ups leave it alone. One
     // with no round due, or only one far off (a lease ending in a minute), is idle: a
@@ -66,7 +79,7 @@ export class ConsumerShard extends DurableObject<Env> {
     const soon = this.clock.now() + serviceConfig(this.env).heartbeatIntervalMs;
     await this.sendReport(queueId, next !== null && next <= soon);
     if (next !== null) await this.ctx.storage.setAlarm(next);
-    this.hooks.alarmEnds(this.clock.now());
+    if (!failed) this.hooks.alarmEnds(this.clock.now());
   }
 
   /** The fault harness's hook (src/test-hooks.ts): throws unless SHARDQ_TEST_HOOKS is "on". */

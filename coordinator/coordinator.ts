@@ -318,10 +318,21 @@ export class Coordinator extends DurableObject<Env> {
    * consumer shards, and publish the map (deferred writes, and a periodic refresh).
    */
   override async alarm(): Promise<void> {
+    const now = this.clock.now();
+    try {
+      await this.tick(now);
+    } catch (err) {
+      // Not thrown: the platform retries a throwing alarm 6 times and then drops it, and
+      // the control loop would stop for good (the fault run's throw-alarm fault).
+      console.error(`coordinator ${this.row()?.queue_id}: control loop failed, next tick in one interval:`, err);
+      if (this.row()?.ready) await this.armTick(now + serviceConfig(this.env).heartbeatIntervalMs);
+    }
+  }
+
+  private async tick(now: number): Promise<void> {
     this.hooks.alarmStarts();
     const row = this.row();
     if (!row || !row.ready) return;
-    const now = this.clock.now();
     await this.loop.activatePending();
     await this.loop.reconcileStates(now);
     await this.loop.autoscale(now);

@@ -48,4 +48,12 @@ export class ActivityMeter {
     this.periodStart = now;
     return out;
   }
+
+  /** Takes back a period whose report failed, so the next report counts it. */
+  unroll(period: { messagesIn: number; messagesOut: number; refusals: number; periodMs: number }, now: number): void {
+    this.messagesIn += period.messagesIn;
+    this.messagesOut += period.messagesOut;
+    this.refusals += period.refusals;
+    this.periodStart = now - period.periodMs;
+  }
 }

@@ -89,6 +89,13 @@ export class DeliveryState {
     return out;
   }
 
+  /** Memory leases still running at `now` (one that ran out is only removed at the next lease). */
+  liveLeases(now: number): number {
+    let n = 0;
+    for (const l of this.leases.values()) if (l.until > now) n++;
+    return n;
+  }
+
   /** When the first memory lease runs out, or null: a lower bound (a lease settled since may be the one). */
   earliestExpiry(): number | null {
     return this.earliestUntil === Infinity ? null : this.earliestUntil;

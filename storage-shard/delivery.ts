@@ -52,6 +52,17 @@ export function expireOld(sql: SqlStorage, ds: DeliveryState, now: number, reten
   return { count: -count, bytes: -bytes };
 }
 
+/**
+ * Messages under a lease that has not run out: in memory, and stored (a stored lease
+ * keeps its lease id after it runs out, for a late ack, so only those still due later
+ * count). The running count a shard keeps between heartbeats only grows when a lease
+ * runs out or a stale ack is refused; this is the truth it is reset to.
+ */
+export function leasedCount(sql: SqlStorage, ds: DeliveryState, now: number): number {
+  const stored = sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM messages WHERE lease_id IS NOT NULL AND due_at > ?", now).one().n;
+  return ds.liveLeases(now) + stored;
+}
+
 /** Memory leases that ran out become failed deliveries: counted, scheduled, ready now. */
 export function expireLeases(sql: SqlStorage, ds: DeliveryState, now: number): void {
   for (const [seq, l] of ds.takeExpired(now)) {

@@ -101,6 +101,8 @@ export const MIGRATIONS: readonly string[] = [
   // Ids written again by their sender after a lost reply must not be stored twice, even consumed (remembered-ids.ts).
   `CREATE TABLE IF NOT EXISTS remembered_ids (id TEXT PRIMARY KEY, at INTEGER NOT NULL);
    CREATE INDEX IF NOT EXISTS remembered_ids_at ON remembered_ids(at);`,
+  // Stored leases, counted at each heartbeat (delivery.ts leasedCount): only rows leased from SQLite have one.
+  `CREATE INDEX IF NOT EXISTS messages_leased ON messages(due_at) WHERE lease_id IS NOT NULL;`,
 ];
 
 export function migrate(sql: SqlStorage): void {

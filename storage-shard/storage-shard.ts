@@ -25,7 +25,7 @@ import type {
   StoredMessage,
 } from "../src/protocol";
 import { ActivityMeter, TokenBucket } from "./capacity";
-import { expireOld, extend, lease, readLeased, settle, type BacklogDelta } from "./delivery";
+import { expireOld, extend, lease, leasedCount, readLeased, settle, type BacklogDelta } from "./delivery";
 import { DeliveryState } from "./delivery-state";
 import { coordinatorFor } from "../src/addressing";
 import { meteredSql, type CostMeter } from "../src/sql-meter";
@@ -227,17 +227,12 @@ export class StorageShard extends DurableObject<Env> {
 
   /** Keeps leases alive for a consumer still working (QuiCK's lease extension). */
   extendLeases(queueId: string, refs: LeaseRef[], leaseMs: number): string[] {
-    this.cost.rpcs++;
-    if (this.refuseRead(queueId)) return [];
-    const now = this.clock.now();
-    return this.ctx.storage.transactionSync(() => extend(this.sql, this.delivery, now, refs, leaseMs));
+    return this.read(queueId, [], () => this.ctx.storage.transactionSync(() => extend(this.sql, this.delivery, this.clock.now(), refs, leaseMs)));
   }
 
   /** Messages still held under these leases, with their bodies: what a dead-letter move needs. */
   readLeased(queueId: string, refs: LeaseRef[]): LeasedMessage[] {
-    this.cost.rpcs++;
-    if (this.refuseRead(queueId)) return [];
-    return readLeased(this.sql, this.delivery, refs);
+    return this.read(queueId, [], () => readLeased(this.sql, this.delivery, refs));
   }
 
   // Queue operations (storage-shard/operations.ts): purge, lookup and cancel by id, redrive.
@@ -255,16 +250,12 @@ export class StorageShard extends DurableObject<Env> {
   }
 
   findMessage(queueId: string, id: string): MessageStatus | null {
-    this.cost.rpcs++;
-    if (this.refuseRead(queueId)) return null;
-    return findMessage(this.sql, this.delivery, this.clock.now(), id);
+    return this.read(queueId, null, () => findMessage(this.sql, this.delivery, this.clock.now(), id));
   }
 
   /** Ready messages with their bodies, untouched (the dashboard's peek). */
   peekReady(queueId: string, limit: number): Array<MessageStatus & { body: Uint8Array }> {
-    this.cost.rpcs++;
-    if (this.refuseRead(queueId)) return [];
-    return peekReady(this.sql, this.delivery, this.clock.now(), limit);
+    return this.read(queueId, [], () => peekReady(this.sql, this.delivery, this.clock.now(), limit));
   }
 
   /** Deletes one message wherever it stands; false when this shard does not hold it. */
@@ -299,9 +290,7 @@ export class StorageShard extends DurableObject<Env> {
   }
 
   countMatching(queueId: string, filter: MessageFilter): number {
-    this.cost.rpcs++;
-    if (this.refuseRead(queueId)) return 0;
-    return countMatching(this.sql, this.clock.now(), filter);
+    return this.read(queueId, 0, () => countMatching(this.sql, this.clock.now(), filter));
   }
 
   private afterRemoval(r: { delta: BacklogDelta; held: number }): void {
@@ -324,6 +313,12 @@ export class StorageShard extends DurableObject<Env> {
     const oldest = this.sql.exec<{ enqueued_at: number }>("SELECT enqueued_at FROM messages ORDER BY seq LIMIT 1").toArray()[0];
     const totals: DeliveryTotals = this.delivery.current();
     return { backlogCount: this.backlogCount, backlogBytes: this.backlogBytes, oldestEnqueuedAt: oldest?.enqueued_at ?? null, totals, cost: { ...this.cost } };
+  }
+
+  /** A read-only RPC (or one that only extends leases): `none` when this shard is not the queue's. */
+  private read<T>(queueId: string, none: T, fn: () => T): T {
+    this.cost.rpcs++;
+    return this.refuseRead(queueId) ? none : fn();
   }
 
   private refuseRead(queueId: string): boolean {
@@ -379,39 +374,45 @@ export class StorageShard extends DurableObject<Env> {
   }
 
   /**
-   * Every HEARTBEAT_INTERVAL_MS: reports this shard's figures to its Coordinator and
-   * deletes messages past the queue's retention (the heartbeat's reply carries it), so
-   * a shard no consumer visits still honours it. A failed report throws, so the
-   * platform retries the alarm.
+   * Every HEARTBEAT_INTERVAL_MS: a report to the Coordinator. Whatever fails, the next
+   * one is armed here and nothing is thrown: the platform retries a throwing alarm 6
+   * times, then drops it, and a shard that stopped reporting would never be seen healthy
+   * or be retired again (the fault run's throw-alarm fault).
    */
   override async alarm(): Promise<void> {
     this.heartbeatArmed = false;
-    this.hooks.alarmStarts();
-    if (!this.identity || this.state === "retired") return;
     const now = this.clock.now();
+    const again = await this.report(now).catch((err: unknown) => (console.error(`storage shard ${this.identity?.name}: heartbeat failed:`, err), true));
+    if (again) this.armHeartbeat(now);
+  }
+
+  /**
+   * Reports this shard's figures and deletes messages past the queue's retention (the
+   * reply carries it), so a shard no consumer visits still honours it. False: this shard
+   * should stop reporting (retired, or no longer its queue's).
+   */
+  private async report(now: number): Promise<boolean> {
+    this.hooks.alarmStarts();
+    if (!this.identity || this.state === "retired") return false;
     const period = this.activity.roll(now);
+    // Reset to the truth: the running count drifts up (leases run out), and a draining shard reporting leases it does not hold is never retired.
+    this.leasedNow = leasedCount(this.sql, this.delivery, now);
     const beat: StorageHeartbeat = { ...this.figures(), ...period, shard: this.identity.name, state: this.state, leasedNow: this.leasedNow, sentAt: now };
-    let reply: { known: boolean; retentionMs: number | null };
-    try {
-      reply = await coordinatorFor(this.env, this.identity.queueId).heartbeat(beat);
-    } catch (err) {
-      // Count this period again in the next report.
-      this.activity.messagesIn += period.messagesIn;
-      this.activity.messagesOut += period.messagesOut;
-      this.activity.refusals += period.refusals;
-      this.activity.periodStart = now - period.periodMs;
-      this.armHeartbeat(now);
-      throw err;
-    }
-    if (!reply.known) return; // the queue no longer lists this shard
+    const reply = await coordinatorFor(this.env, this.identity.queueId)
+      .heartbeat(beat)
+      .catch((err: unknown) => {
+        this.activity.unroll(period, now);
+        throw err;
+      });
+    if (!reply.known) return false;
     if (reply.retentionMs !== null) {
       const delta = this.ctx.storage.transactionSync(() => expireOld(this.sql, this.delivery, now, reply.retentionMs!));
       this.applyDelta(delta);
     }
     // An idle shard's last report also writes the running totals that were waiting for a second to pass.
     this.delivery.flushTotals(now, true);
-    this.armHeartbeat(now);
     this.hooks.alarmEnds(now);
+    return true;
   }
 
   private armHeartbeat(now: number): void {
@@ -437,7 +438,6 @@ export class StorageShard extends DurableObject<Env> {
     this.leasedNow = 0;
     this.delivery.reset();
   }
-
 }
 
 type StoredRow = Omit<MessageRow, "lease_id">;

@@ -58,6 +58,33 @@ describe("storage shard heartbeats", () => {
     expect((await coordinatorFor(env, q.queue_id).heartbeats()).find((b) => b.name === name)).toMatchObject({ leased_now: 0, backlog_count: 15 });
   });
 
+  it("report only the leases still running: ones that ran out, or were re-leased after running out, are not counted (a draining shard must be seen empty)", async () => {
+    const { q, shard, shardName: name, clock } = await onlyShard("beats-lease-expiry");
+    await producer("beats-lease-expiry").sendBatch(Array.from({ length: 10 }, (_, i) => ({ body: i })));
+    const lease = (limit: number) => shard.lease({ queueId: q.queue_id, limit, leaseMs: 3000, maxWaitMs: 0, retentionMs: 1e12 });
+    const leasedNow = async () => {
+      clock.advance(1);
+      await runDurableObjectAlarm(shard);
+      return (await coordinatorFor(env, q.queue_id).heartbeats()).find((b) => b.name === name)!.leased_now;
+    };
+    expect((await lease(4)).messages).toHaveLength(4);
+    expect(await leasedNow()).toBe(4);
+    // The four memory leases run out: nothing is held.
+    clock.advance(5000);
+    expect(await leasedNow()).toBe(0);
+    // Leased again (now stored leases), and those run out too.
+    const again = await lease(10);
+    expect(again.messages).toHaveLength(10);
+    expect(await leasedNow()).toBe(10);
+    clock.advance(5000);
+    expect(await leasedNow()).toBe(0);
+    // A third lease, acked: the shard is empty and says so.
+    const third = await lease(10);
+    await shard.settle({ queueId: q.queue_id, acks: third.messages.map((m) => ({ id: m.id, leaseId: m.leaseId })), retries: [], deadLettered: [], dropped: [] });
+    expect(await leasedNow()).toBe(0);
+    expect((await coordinatorFor(env, q.queue_id).heartbeats()).find((b) => b.name === name)).toMatchObject({ backlog_count: 0 });
+  });
+
   it("mark a shard unhealthy once it has missed three heartbeats", async () => {
     const { q, shardName } = await onlyShard("beats-health");
     const coordinator = env.COORDINATOR.get(env.COORDINATOR.idFromName(q.queue_id));
