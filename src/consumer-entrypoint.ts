@@ -29,15 +29,38 @@ export function consumerEntrypoint<Env = unknown>(handler: QueueHandler<Env>) {
   return class ShardqConsumer extends WorkerEntrypoint<Env> {
     async deliver(queueName: string, messages: DispatchMessage[], metadata?: MessageBatchMetadata): Promise<DispatchOutcome> {
       const { batch, outcome } = createBatch(queueName, messages, metadata);
+      // Acks and retries made in ctx.waitUntil() count, as on Cloudflare and through the
+      // "queue" transport: the outcome is read once those promises have settled too
+      // (the consumer shard keeps renewing the batch's leases meanwhile).
+      const pending: Array<Promise<unknown>> = [];
+      const ctx = withCollectedWaitUntil(this.ctx, pending);
+      let result: "ok" | "exception" = "ok";
       try {
-        await handler.queue(batch, this.env, this.ctx);
-        return outcome("ok");
+        await handler.queue(batch, this.env, ctx);
       } catch (err) {
         console.error(`queue() handler threw for ${messages.length} message(s) of ${queueName}:`, err);
-        return outcome("exception");
+        result = "exception";
       }
+      await Promise.allSettled(pending);
+      return outcome(result);
     }
   };
+}
+
+/** The handler's ctx, whose waitUntil() also hands each promise to `pending`. */
+function withCollectedWaitUntil(ctx: ExecutionContext, pending: Array<Promise<unknown>>): ExecutionContext {
+  return new Proxy(ctx, {
+    get(target, prop) {
+      if (prop === "waitUntil") {
+        return (p: Promise<unknown>) => {
+          pending.push(p);
+          target.waitUntil(p);
+        };
+      }
+      const value = Reflect.get(target, prop, target) as unknown;
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
 }
 
 /**

@@ -1,6 +1,7 @@
+import { createExecutionContext } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { dispose, type DispatchOutcome } from "../../consumer-shard/outcome";
-import { createBatch } from "../../src/consumer-entrypoint";
+import { consumerEntrypoint, createBatch } from "../../src/consumer-entrypoint";
 import type { LeasedMessage } from "../../src/protocol";
 
 const settings = { max_retries: 3, retry_delay: 7 };
@@ -89,5 +90,39 @@ describe("consumer outcome semantics (Cloudflare's)", () => {
       throw new Error("after ackAll");
     });
     expect(summary(dispose([leased("a"), leased("b")], outcome, settings))).toEqual({ acks: ["a", "b"], retries: [], exhausted: [] });
+  });
+});
+
+describe("the ShardqConsumer entrypoint (transport \"rpc\")", () => {
+  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+  const deliver = (queue: QueueHandler) => {
+    const Entrypoint = consumerEntrypoint(queue);
+    return new Entrypoint(createExecutionContext(), {}).deliver("q", batchOf("a", "b", "c"));
+  };
+  type QueueHandler = Parameters<typeof consumerEntrypoint>[0];
+
+  it("counts acks and retries made in ctx.waitUntil() after the handler returned, as Cloudflare does", async () => {
+    // Found by the fault run's push consumer: these were dropped and the message acked.
+    const r = await deliver({
+      async queue(batch, _env, ctx) {
+        batch.messages[1]!.ack();
+        ctx.waitUntil(sleep(50).then(() => batch.messages[0]!.retry({ delaySeconds: 5 })));
+        ctx.waitUntil(sleep(20).then(() => batch.messages[2]!.ack()));
+      },
+    });
+    expect(r.outcome).toBe("ok");
+    expect(r.explicitAcks.sort()).toEqual(["b", "c"]);
+    expect(r.retryMessages).toEqual([{ msgId: "a", delaySeconds: 5 }]);
+  });
+
+  it("waits for them after a throw too: explicit acks survive it, the rest is retried", async () => {
+    const r = await deliver({
+      async queue(batch, _env, ctx) {
+        ctx.waitUntil(sleep(20).then(() => batch.messages[0]!.ack()));
+        throw new Error("handler failed");
+      },
+    });
+    expect(r.outcome).toBe("exception");
+    expect(r.explicitAcks).toEqual(["a"]);
   });
 });
