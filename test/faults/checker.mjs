@@ -29,18 +29,29 @@
 //   after ack     a delivery of a message whose pull was invoked after an ack of that
 //                 message had been confirmed (the ack answered ok with no warning for it)
 //
+//   push          deliveries to a Worker consumer's queue() handler, as it reported them
+//                 (push-checker.mjs): each counts as a delivery for all of the above; beyond
+//                 them, no two handlers may hold one message at once while the service and
+//                 its shards stay up, no message may come again after a handler acked it
+//                 with no fault in between, a message not acked at its last delivery must
+//                 come again (the dead-letter queue), and every consumer shard abort must fire
+//
 // Valid when: nothing lost, nothing unexpected, no wrong id, no message id stored twice,
 // no lease overlap while the service and the shard stayed up, no delivery after a
 // confirmed ack, the queues drained, and the fault schedule ran (every abort fired).
 
 /**
  * @typedef {import("./history.mjs").Op} Op
- * @typedef {{ h: string | null, id: string, q: string, a: number, l: string, s: string | null, r: number | null, x: boolean, g: boolean, inv: number, ok: number, vt: number, p: string }} Delivery
+ * @typedef {{ h: string | null, id: string, q: string, a: number, l: string, s: string | null, r: number | null, x: boolean, g: boolean, inv: number, ok: number, vt: number, p: string,
+ *   push?: boolean, acked?: boolean }} Delivery  push: given to a queue() handler (inv = ok = when it started; acked: by that handler)
  * @typedef {{ n: number, kind: string, shard: string, inv: number, ok: number | null, fired: boolean }} Abort
  * @typedef {{ outcome: "invoked" | "ok" | "fail" | "unknown", id: string | null, poison: boolean, t: number, key: string | null, tries: number, before: Sent["outcome"] | null }} Sent
  */
 
+import { controlFaults } from "./control-figures.mjs";
+import { checkCorruption } from "./corruption-checker.mjs";
 import { abortFigures, recovery } from "./figures.mjs";
+import { checkPush, pushDeliveries } from "./push-checker.mjs";
 
 /** How many examples of each anomaly a result keeps. */
 const EXAMPLES = 20;
@@ -51,37 +62,23 @@ const EXAMPLES = 20;
  */
 export function check(ops, opts = {}) {
   const tol = opts.toleranceMs ?? 250;
-  /** @type {Map<number, Op>} */
-  const invokes = new Map();
-  /** @type {Map<string, Sent>} */
-  const sends = new Map();
-  /** @type {Delivery[]} */
-  const deliveries = [];
+  const invokes = /** @type {Map<number, Op>} */ (new Map());
+  const sends = /** @type {Map<string, Sent>} */ (new Map());
+  const deliveries = /** @type {Delivery[]} */ ([]);
   /** first ack or retry sent under a lease: lease fingerprint -> t */
-  /** @type {Map<string, number>} */
-  const settledFrom = new Map();
-  /** @type {Set<string>} */
-  const retryAsked = new Set();
-  /** @type {Array<{ l: string, t: number }>} */
-  const confirmedAcks = [];
-  /** @type {Array<{ n: number, t: number, dead: number | null }>} */
-  const kills = [];
-  /** @type {Array<{ n: number, inv: number, ok: number | null, readyMs: number | null }>} */
-  const starts = [];
-  /** @type {Abort[]} */
-  const aborts = [];
+  const settledFrom = /** @type {Map<string, number>} */ (new Map());
+  const retryAsked = /** @type {Set<string>} */ (new Set());
+  const confirmedAcks = /** @type {Array<{ l: string, t: number }>} */ ([]);
+  const kills = /** @type {Array<{ n: number, t: number, dead: number | null }>} */ ([]);
+  const starts = /** @type {Array<{ n: number, inv: number, ok: number | null, readyMs: number | null }>} */ ([]);
+  const aborts = /** @type {Abort[]} */ ([]);
   /** Corrupted message ids: when the corruption was invoked and answered. */
-  /** @type {Map<string, { inv: number, ok: number }>} */
-  const corrupted = new Map();
+  const corrupted = /** @type {Map<string, { inv: number, ok: number }>} */ (new Map());
   /** Acks answered ok with some leases not applied: when, and how many. */
-  /** @type {Array<{ t: number, n: number }>} */
-  const staleAcks = [];
-  /** @type {number[]} */
-  const sendOks = [];
-  /** @type {number[]} */
-  const pullOks = [];
-  /** @type {Array<{ t: number, n: number }>} */
-  const unknownSends = [];
+  const staleAcks = /** @type {Array<{ t: number, n: number }>} */ ([]);
+  const sendOks = /** @type {number[]} */ ([]);
+  const pullOks = /** @type {number[]} */ ([]);
+  const unknownSends = /** @type {Array<{ t: number, n: number }>} */ ([]);
   /** @type {any} */
   let drained = null;
   /** @type {any} */
@@ -178,13 +175,15 @@ export function check(ops, opts = {}) {
       incomplete++;
     }
   }
+  // A message a queue() handler was given is delivered; leases and acks are push-checker.mjs's.
+  const pushed = pushDeliveries(ops);
+  for (const d of pushed) {
+    deliveries.push({ h: d.h, id: d.id, q: d.q, a: d.a, l: `push:${d.d}:${d.id}`, s: null, r: null, x: d.x, g: d.g, inv: d.start, ok: d.start, vt: 0, p: "push-consumer", push: true, acked: d.outcome === "acked" });
+  }
 
-  /** @type {Map<string, Delivery[]>} */
-  const byH = new Map();
-  /** @type {Map<string, Delivery[]>} */
-  const byId = new Map();
-  /** @type {Map<string, Delivery>} */
-  const byLease = new Map();
+  const byH = /** @type {Map<string, Delivery[]>} */ (new Map());
+  const byId = /** @type {Map<string, Delivery[]>} */ (new Map());
+  const byLease = /** @type {Map<string, Delivery>} */ (new Map());
   for (const d of deliveries) {
     if (d.h !== null) push(byH, d.h, d);
     push(byId, d.id, d);
@@ -193,16 +192,13 @@ export function check(ops, opts = {}) {
 
   // Sends.
   const sent = { attempted: sends.size, ok: 0, fail: 0, unknown: 0, incomplete, poison: 0 };
-  /** @type {string[]} */
-  const lost = [];
+  const lost = /** @type {string[]} */ ([]);
   let recovered = 0;
   let unknownNeverDelivered = 0;
-  /** @type {Array<{ h: string, sent: string, delivered: string }>} */
-  const wrongId = [];
+  const wrongId = /** @type {Array<{ h: string, sent: string, delivered: string }>} */ ([]);
   let storedTwice = 0;
   let keyedRetried = 0;
-  /** @type {Array<{ h: string, key: string, ids: string[] }>} */
-  const keyedStoredTwice = [];
+  const keyedStoredTwice = /** @type {Array<{ h: string, key: string, ids: string[] }>} */ ([]);
   let poisonDeadLettered = 0;
   let poisonNotDeadLettered = 0;
   let poisonQuarantined = 0;
@@ -231,14 +227,12 @@ export function check(ops, opts = {}) {
     // A corrupted one is quarantined before it runs out of retries.
     if (s.poison && s.outcome === "ok") s.id !== null && corrupted.has(s.id) ? poisonQuarantined++ : dlq ? poisonDeadLettered++ : poisonNotDeadLettered++;
     else if (!s.poison && dlq) deadLetteredOthers++;
-    if (!ds.some((d) => confirmedLeases.has(d.l))) neverConfirmed++;
+    if (!ds.some((d) => confirmedLeases.has(d.l) || d.acked)) neverConfirmed++;
   }
 
   // One message id of a queue delivered from two rows: stored twice.
-  /** @type {Array<{ q: string, id: string, h: string | null, rows: string[] }>} */
-  const storedTwiceSameId = [];
-  /** @type {Map<string, Set<string>>} */
-  const rowsOf = new Map();
+  const storedTwiceSameId = /** @type {Array<{ q: string, id: string, h: string | null, rows: string[] }>} */ ([]);
+  const rowsOf = /** @type {Map<string, Set<string>>} */ (new Map());
   for (const d of deliveries) {
     if (d.s === null || d.r === null) continue;
     const key = `${d.q}\u0000${d.id}`;
@@ -253,8 +247,7 @@ export function check(ops, opts = {}) {
   }
 
   // Deliveries nobody sent.
-  /** @type {Array<{ h: string | null, id: string, why: string }>} */
-  const unexpected = [];
+  const unexpected = /** @type {Array<{ h: string | null, id: string, why: string }>} */ ([]);
   for (const d of deliveries) {
     const s = d.h === null ? undefined : sends.get(d.h);
     if (d.h === null) unexpected.push({ h: null, id: d.id, why: "no harness id in the body" });
@@ -264,8 +257,7 @@ export function check(ops, opts = {}) {
 
   // Redeliveries and their causes; lease overlaps.
   const causes = { retried: 0, dead_lettered: 0, lease_expired: 0, kill: 0, abort: 0, other: 0 };
-  /** @type {Array<{ id: string, h: string | null, first: object, second: object, overlapMs: number }>} */
-  const overlaps = [];
+  const overlaps = /** @type {Array<{ id: string, h: string | null, first: object, second: object, overlapMs: number }>} */ ([]);
   let overlapsAcrossKill = 0;
   let overlapsAcrossAbort = 0;
   const killTimes = kills.map((k) => k.t);
@@ -275,14 +267,15 @@ export function check(ops, opts = {}) {
   const abortBetween = (/** @type {string | null} */ shard, /** @type {number} */ from, /** @type {number} */ to) =>
     shard === null ? undefined : fired.find((a) => a.shard === shard && a.inv < to && /** @type {number} */ (a.ok) > from);
   /** Per abort: how long after it was seen each message it set free came again (redelivered, or first delivered from an unknown send). */
-  /** @type {Map<Abort, number[]>} */
-  const cameAgain = new Map();
+  const cameAgain = /** @type {Map<Abort, number[]>} */ (new Map());
   const cameAgainAfter = (/** @type {Abort | undefined} */ a, /** @type {number} */ t) => {
     if (a) cameAgain.set(a, [...(cameAgain.get(a) ?? []), t - /** @type {number} */ (a.ok)]);
   };
   const heldUntil = (/** @type {Delivery} */ d) => Math.min(d.inv + d.vt, settledFrom.get(d.l) ?? Infinity);
   const brief = (/** @type {Delivery} */ d) => ({ q: d.q, by: d.p, attempts: d.a, pull_invoked: d.inv, pull_ok: d.ok, visibility_ms: d.vt, settle_sent: settledFrom.get(d.l) ?? null });
-  for (const ds of byId.values()) {
+  for (const all of byId.values()) {
+    // Pull leases only: push-checker.mjs has its own causes and overlaps.
+    const ds = all.filter((d) => !d.push);
     if (ds.length < 2) continue;
     ds.sort((a, b) => a.ok - b.ok || a.inv - b.inv);
     for (let i = 1; i < ds.length; i++) {
@@ -332,29 +325,10 @@ export function check(ops, opts = {}) {
   }
 
   // Corrupted messages: never delivered after the corruption, never garbled, all counted.
-  /** @type {Array<{ id: string, h: string | null, corruptedAt: number, pulledAt: number }>} */
-  const corruptDelivered = [];
-  for (const [id, c] of corrupted) for (const d of byId.get(id) ?? []) if (d.inv > c.ok) corruptDelivered.push({ id, h: d.h, corruptedAt: c.inv, pulledAt: d.inv });
-  const garbled = deliveries.filter((d) => d.g).map((d) => ({ id: d.id, h: d.h, by: d.p, pulledAt: d.inv }));
-  // A corrupted message acked under a lease from before the corruption is deleted, not quarantined.
-  const ackedAfterCorruption = new Set();
-  for (const a of confirmedAcks) {
-    const d = byLease.get(a.l);
-    const c = d && corrupted.get(d.id);
-    if (d && c && d.inv < c.ok && a.t > c.inv) ackedAfterCorruption.add(d.id);
-  }
-  const quarantine = {
-    corrupted: corrupted.size,
-    expected: corrupted.size - ackedAfterCorruption.size,
-    reported: /** @type {number | null} */ (drained?.quarantined ?? null),
-    never_delivered: [...corrupted.keys()].filter((id) => !byId.has(id)).length,
-    delivered_after_corruption: corruptDelivered.length,
-    garbled_deliveries: garbled.length,
-  };
+  const { corruptDelivered, garbled, quarantine } = checkCorruption(corrupted, deliveries, confirmedAcks, byId, byLease, drained);
 
   // Deliveries after a confirmed ack.
-  /** @type {Array<{ id: string, h: string | null, ackedAt: number, pulledAt: number, by: string }>} */
-  const afterAck = [];
+  const afterAck = /** @type {Array<{ id: string, h: string | null, ackedAt: number, pulledAt: number, by: string }>} */ ([]);
   for (const { l, t } of confirmedAcks) {
     const acked = byLease.get(l);
     if (!acked) continue;
@@ -364,6 +338,8 @@ export function check(ops, opts = {}) {
   }
 
   const duplicated = [...byH.values()].filter((ds) => ds.length > 1);
+  const control = controlFaults(ops);
+  const pushCheck = checkPush(ops, pushed, deliveries.filter((d) => !d.push));
   const figures = {
     sent,
     delivered: {
@@ -394,12 +370,13 @@ export function check(ops, opts = {}) {
     operations: opCounts,
     kills: recovery(kills, starts, sendOks, pullOks, unknownSends),
     aborts: abortFigures(aborts, unknownSends, staleAcks, cameAgain),
+    control: control.figures,
+    push: pushCheck.figures,
     drained,
     plan,
   };
 
-  /** @type {string[]} */
-  const failures = [];
+  const failures = /** @type {string[]} */ ([]);
   if (sent.ok === 0) failures.push("no send was acknowledged: the run tested nothing");
   if (lost.length) failures.push(`${lost.length} acknowledged messages lost`);
   if (unexpected.length) failures.push(`${unexpected.length} unexpected deliveries`);
@@ -416,6 +393,10 @@ export function check(ops, opts = {}) {
   // Every abort tried must fire; one skipped because the load was over is counted, not failed.
   const skipped = ops.filter((o) => o.f === "skipped").length;
   if (plan && (fired.length !== aborts.length || aborts.length + skipped !== (plan.aborts ?? 0))) failures.push(`${fired.length} of the ${plan.aborts ?? 0} planned aborts fired${skipped ? ` (${skipped} skipped: the load was over)` : ""}`);
+  // The control-plane faults: each fired (or was skipped for a stated reason) and the service recovered.
+  failures.push(...control.failures);
+  failures.push(...pushCheck.failures);
+  if (plan?.controls && (control.figures?.count ?? 0) !== plan.controls) failures.push(`${control.figures?.count ?? 0} of the ${plan.controls} planned control faults ran`);
 
   return {
     valid: failures.length === 0,
@@ -431,6 +412,7 @@ export function check(ops, opts = {}) {
       corrupted_delivered: corruptDelivered.slice(0, EXAMPLES),
       lease_overlaps: overlaps.slice(0, EXAMPLES),
       delivered_after_ack: afterAck.slice(0, EXAMPLES),
+      ...pushCheck.examples,
     },
   };
 }

@@ -10,15 +10,23 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { writeDevConfig } from "../../scripts/dev-config.mjs";
 import { ROOT, startWrangler } from "../../scripts/dev-server.mjs";
+import { CONTROL_KINDS, runControlFault } from "./control-faults.mjs";
 import { prng } from "./prng.mjs";
+import { abortConsumerShard } from "./push-faults.mjs";
 import { sleep } from "./workload.mjs";
 
 /** The fault kinds a run can inject (`--faults`). */
-export const FAULT_KINDS = ["kill", "abort-append", "abort-ack", "corrupt"];
+export const FAULT_KINDS = ["kill", "abort-append", "abort-ack", "corrupt", "abort-consumer", ...CONTROL_KINDS];
+/** The storage shard resets (`--aborts`), in turn. */
+export const SHARD_ABORT_KINDS = ["abort-append", "abort-ack"];
 /** Each abort kind's point in the storage shard (storage-shard/test-hooks.ts). */
 const HOOK_POINT = { "abort-append": "abort-append", "abort-ack": "abort-settle" };
-/** How long an armed abort may wait for the call it aims at before it counts as not fired. */
-const ABORT_FIRE_TIMEOUT_MS = 10_000;
+/**
+ * How long an armed abort may wait for the call it aims at before it counts as not fired.
+ * The short run's producers send a few requests a second, spread over the queue's shards
+ * (and three tenths go to the push queue): one shard can go 10 s without an append.
+ */
+const ABORT_FIRE_TIMEOUT_MS = 20_000;
 
 /**
  * @typedef {{ kind: string, upMs: number, downMs: number, pick: number }} FaultStep
@@ -31,16 +39,18 @@ const ABORT_FIRE_TIMEOUT_MS = 10_000;
  * turn) and `corruptions` corruptions, in a seeded order; times are relative to the
  * previous fault's end.
  * @param {number} seed
- * @param {{ kills: number, aborts: number, corruptions: number, faults: string[], upMs: [number, number], downMs: [number, number], abortUpMs: [number, number] }} o
+ * @param {{ kills: number, aborts: number, corruptions: number, controls: number, faults: string[], upMs: [number, number], downMs: [number, number], abortUpMs: [number, number] }} o
  * @returns {FaultStep[]}
  */
 export function faultSchedule(seed, o) {
   const rng = prng(seed, "nemesis");
-  const abortKinds = o.faults.filter((k) => k.startsWith("abort-"));
+  const abortKinds = o.faults.filter((k) => SHARD_ABORT_KINDS.includes(k));
+  const controlKinds = o.faults.filter((k) => CONTROL_KINDS.includes(k));
   const kinds = [
     ...Array.from({ length: o.faults.includes("kill") ? o.kills : 0 }, () => "kill"),
     ...Array.from({ length: abortKinds.length ? o.aborts : 0 }, (_, i) => /** @type {string} */ (abortKinds[i % abortKinds.length])),
     ...Array.from({ length: o.faults.includes("corrupt") ? o.corruptions : 0 }, () => "corrupt"),
+    ...Array.from({ length: controlKinds.length ? o.controls : 0 }, (_, i) => /** @type {string} */ (controlKinds[i % controlKinds.length])),
   ];
   for (let i = kinds.length - 1; i > 0; i--) {
     const j = rng.int(0, i);
@@ -77,7 +87,12 @@ export function snapshotService() {
  * hooks on (SHARDQ_TEST_HOOKS: only ever set here, never in wrangler.toml).
  */
 export class Service {
-  /** @param {{ port: number, sourceDir: string, stateDir: string, registry: string, logFile: string }} o */
+  /**
+   * @param {{ port: number, sourceDir: string, stateDir: string, registry: string, logFile: string,
+   *   workers?: Array<{ config: string, binding: string, service: string }>, vars?: Record<string, string> }} o
+   *   workers: consumer Workers run in the same wrangler dev (a service binding must stay in-process), bound
+   *   to shardq, killed and restarted with it; vars: more vars for shardq
+   */
   constructor(o) {
     this.o = o;
     this.base = `http://127.0.0.1:${o.port}`;
@@ -96,7 +111,7 @@ export class Service {
       this.log.write(`--- start ${++this.starts} (attempt ${attempt}) at ${new Date().toISOString()}\n`);
       try {
         this.server = await startWrangler({
-          args: ["-c", this.config(), "--port", String(this.o.port), "--ip", "127.0.0.1", "--persist-to", this.o.stateDir, "--inspector-port", "0"],
+          args: ["-c", this.config(), ...(this.o.workers ?? []).flatMap((w) => ["-c", w.config]), "--port", String(this.o.port), "--ip", "127.0.0.1", "--persist-to", this.o.stateDir, "--inspector-port", "0"],
           readyUrl: `${this.base}/`,
           env: { WRANGLER_REGISTRY_PATH: this.o.registry },
           log: (line) => this.log.write(`${line}\n`),
@@ -111,9 +126,10 @@ export class Service {
     }
   }
 
-  /** The generated config: wrangler.toml plus the local-dev flag, no consumer Workers, the hooks on. */
+  /** The generated config: wrangler.toml plus the local-dev flag, bindings to the consumer Workers, the hooks on. */
   config() {
-    this.configFile ??= writeDevConfig({ file: join(this.o.sourceDir, "wrangler.faults.toml"), consumers: [], vars: { SHARDQ_TEST_HOOKS: "on" } });
+    const consumers = (this.o.workers ?? []).map((w) => ({ binding: w.binding, service: w.service }));
+    this.configFile ??= writeDevConfig({ file: join(this.o.sourceDir, "wrangler.faults.toml"), consumers, vars: { SHARDQ_TEST_HOOKS: "on", ...this.o.vars } });
     return this.configFile;
   }
 
@@ -123,7 +139,7 @@ export class Service {
     this.server = null;
     this.log.write(`--- SIGKILL at ${new Date().toISOString()}\n`);
     await server?.stop("SIGKILL");
-    rmSync(join(this.o.registry, "shardq"), { force: true });
+    for (const name of ["shardq", ...(this.o.workers ?? []).map((w) => w.service)]) rmSync(join(this.o.registry, name), { force: true });
   }
 
   async stop() {
@@ -141,16 +157,22 @@ export class Service {
  * queue's shards), and poll until that shard's instance id changes: the abort happened
  * between the invoke and the completion logged. Stops early (without faults) at the deadline.
  * A corruption ("corrupt"): flip a byte of `corruptEach` stored bodies of one shard,
- * logging the message ids it corrupted.
+ * logging the message ids it corrupted. A control fault (control-faults.mjs) runs, and
+ * the nemesis goes on while it plays out; it returns once every one has.
  * @param {{ history: import("./history.mjs").History, service: Service, schedule: FaultStep[], deadline: number,
  *   api: ReturnType<typeof import("./client.mjs").apiClient>, queue: string, corruptEach: number, corrupted: string[], loadDone: () => boolean,
- *   onEvent?: (line: string) => void }} o
+ *   controlFaults: import("./control-faults.mjs").ControlContext, onEvent?: (line: string) => void }} o
  * @returns {Promise<number>} the faults done
  */
 export async function runNemesis(o) {
   let done = 0;
   let kills = 0;
   let aborts = 0;
+  /** @type {Record<string, number>} */
+  const controls = {};
+  /** Control faults still playing out (an alarm's retries take minutes): awaited at the end. */
+  /** @type {Array<Promise<void>>} */
+  const recoveries = [];
   for (const [i, step] of o.schedule.entries()) {
     if (Date.now() + step.upMs > o.deadline) break;
     await sleep(step.upMs);
@@ -158,6 +180,18 @@ export async function runNemesis(o) {
     if (step.kind === "abort-append" && o.loadDone()) {
       o.history.note("nemesis", "skipped", { kind: step.kind, why: "the load was over" });
       o.onEvent?.(`fault ${i + 1}/${o.schedule.length}: ${step.kind} skipped: the load was over`);
+      continue;
+    }
+    if (CONTROL_KINDS.includes(step.kind)) {
+      const r = await runControlFault(o.controlFaults, step, (controls[step.kind] = (controls[step.kind] ?? 0) + 1));
+      o.onEvent?.(`fault ${i + 1}/${o.schedule.length}: ${r.line}`);
+      recoveries.push(r.recovered.then(() => o.onEvent?.(`fault ${i + 1}/${o.schedule.length}: ${step.kind} played out`)));
+      done++;
+      continue;
+    }
+    if (step.kind === "abort-consumer") {
+      o.onEvent?.(`fault ${i + 1}/${o.schedule.length}: ${await abortConsumerShard(o, i)}`);
+      done++;
       continue;
     }
     if (step.kind === "corrupt") {
@@ -193,6 +227,7 @@ export async function runNemesis(o) {
       throw err;
     }
   }
+  await Promise.all(recoveries);
   return done;
 }
 

@@ -90,7 +90,7 @@ export function abortFigures(aborts, unknownSends, staleAcks, cameAgain) {
 }
 
 /** Median, max and count of the known values; null when none is. @param {Array<number | null>} xs */
-function statOf(xs) {
+export function statOf(xs) {
   const v = /** @type {number[]} */ (xs.filter((x) => x !== null)).sort((a, b) => a - b);
   if (!v.length) return null;
   return { median: /** @type {number} */ (v[Math.floor((v.length - 1) / 2)]), max: /** @type {number} */ (v[v.length - 1]), n: v.length };

@@ -1,8 +1,9 @@
 // A fault run: start shardq under `wrangler dev` with fresh state, create a queue with
-// an HTTP pull consumer and a dead-letter queue, run producers and consumers while the
-// nemesis hard-kills and restarts the service and resets single storage shards at the
-// points the test hooks aim at (faults.mjs), stop the faults, drain both queues,
-// then check the history and report. Used by run.mjs (`npm run test:faults`) and by
+// an HTTP pull consumer, a queue with a Worker consumer (push-faults.mjs) and a
+// dead-letter queue, run producers and consumers while the nemesis hard-kills and
+// restarts the service and resets single storage shards and consumer shards at the
+// points the test hooks aim at (faults.mjs), stop the faults, drain the queues, then
+// check the history and report. Used by run.mjs (`npm run test:faults`) and by
 // test/e2e/faults.test.ts (the short run in `npm test`).
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -10,8 +11,11 @@ import { join, relative, resolve } from "node:path";
 import { freePort, ROOT } from "../../scripts/dev-server.mjs";
 import { check } from "./checker.mjs";
 import { apiClient } from "./client.mjs";
-import { faultSchedule, FAULT_KINDS, runNemesis, Service, snapshotService } from "./faults.mjs";
+import { CONTROL_KINDS, MAX_PLAY_OUT_MS } from "./control-faults.mjs";
+import { faultSchedule, FAULT_KINDS, runNemesis, SHARD_ABORT_KINDS, Service, snapshotService } from "./faults.mjs";
 import { History, readHistory } from "./history.mjs";
+import { preparePushConsumer, PUSH_QUEUE, setUpPush, withConsumerAborts } from "./push-faults.mjs";
+import { startPushSink } from "./push-sink.mjs";
 import { randomSeed } from "./prng.mjs";
 import { formatTable, writeReport } from "./report.mjs";
 import { Budget, rateLimiter, runConsumer, runProducer, sleep } from "./workload.mjs";
@@ -32,7 +36,13 @@ const MAX_RETRIES = 2;
  * @property {number} aborts       storage shard resets during the load, the abort kinds of faults in turn
  * @property {number} corruptions  corruptions during the load (when faults has "corrupt"), each of `corruptEach` stored bodies
  * @property {number} corruptEach
+ * @property {number} controls     control-plane faults during the load (control-faults.mjs), their kinds of faults in turn
+ * @property {number} holdMapMs    how long a stale-map fault keeps the published map as it was
+ * @property {number[]} alarmThrows  how many alarms in a row a throw-alarm fault makes throw (seeded pick; 7 outlasts the platform's 6 retries)
  * @property {number} keyRate      share of batches sent with an Idempotency-Key (and sent again while unknown)
+ * @property {number} pushRate     share of the producers' batches and single sends that go to the push queue (push-faults.mjs)
+ * @property {number} pushLeaseMs  shardq's push lease (PUSH_LEASE_MS): the push consumer hangs and acks late past it
+ * @property {number} consumerAborts  consumer shard resets of the push queue during the load (when faults has "abort-consumer")
  * @property {number} producers
  * @property {number} consumers    pull consumers of the queue (the dead-letter queue has one more)
  * @property {number} rate         messages/s over all producers; 0: spread the messages over the planned fault time
@@ -48,15 +58,15 @@ const MAX_RETRIES = 2;
 
 /** @param {"short" | "full"} mode @returns {Omit<FaultOptions, "out" | "log">} */
 export function defaults(mode) {
-  const common = { seed: randomSeed(), faults: [...FAULT_KINDS], producers: 4, consumers: 4, rate: 0, downMs: /** @type {[number, number]} */ ([0, 1000]), visibilityMs: [2000, 3000, 5000], keepState: false };
+  const common = { seed: randomSeed(), faults: [...FAULT_KINDS], producers: 4, consumers: 4, rate: 0, downMs: /** @type {[number, number]} */ ([0, 1000]), visibilityMs: [2000, 3000, 5000], keepState: false, pushRate: 0.3, pushLeaseMs: 4000, consumerAborts: mode === "short" ? 2 : 10 };
   return mode === "short"
-    ? { ...common, mode, messages: 3000, kills: 3, aborts: 4, corruptions: 1, corruptEach: 5, keyRate: 0.2, upMs: [2000, 5000], abortUpMs: [1000, 2500], drainTimeoutMs: 60_000 }
-    : { ...common, mode, messages: 200_000, kills: 20, aborts: 20, corruptions: 5, corruptEach: 10, keyRate: 0.2, upMs: [3000, 8000], abortUpMs: [1500, 4000], drainTimeoutMs: 300_000 };
+    ? { ...common, mode, messages: 3000, kills: 3, aborts: 4, corruptions: 1, corruptEach: 5, controls: 3, holdMapMs: 10_000, alarmThrows: [1, 2], keyRate: 0.2, upMs: [2000, 5000], abortUpMs: [1000, 2500], drainTimeoutMs: 60_000 }
+    : { ...common, mode, messages: 200_000, kills: 20, aborts: 20, corruptions: 5, corruptEach: 10, controls: 15, holdMapMs: 60_000, alarmThrows: [1, 3, 7], keyRate: 0.2, upMs: [3000, 8000], abortUpMs: [1500, 4000], drainTimeoutMs: 300_000 };
 }
 
 /** The command that replays a run. @param {FaultOptions} o */
 export function replayCommand(o) {
-  return `npm run test:faults -- ${o.mode === "short" ? "--short " : ""}--seed ${o.seed} --messages ${o.messages} --faults ${o.faults.join(",")} --kills ${o.kills} --aborts ${o.aborts} --corruptions ${o.corruptions}${o.rate ? ` --rate ${o.rate}` : ""}`;
+  return `npm run test:faults -- ${o.mode === "short" ? "--short " : ""}--seed ${o.seed} --messages ${o.messages} --faults ${o.faults.join(",")} --kills ${o.kills} --aborts ${o.aborts} --corruptions ${o.corruptions} --controls ${o.controls} --alarm-throws ${o.alarmThrows.join(",")}${o.rate ? ` --rate ${o.rate}` : ""}`;
 }
 
 /** A run's output directory under test-artifacts/faults. @param {FaultOptions["mode"]} mode @param {number} seed */
@@ -74,13 +84,19 @@ export async function runFaults(o) {
   const registry = mkdtempSync(join(tmpdir(), "shardq-faults-registry-"));
   const sourceDir = snapshotService();
   const port = await freePort();
-  const service = new Service({ port, sourceDir, stateDir, registry, logFile: join(o.out, "service.log") });
   const historyFile = join(o.out, "history.jsonl");
   const history = new History(historyFile);
+  const pushTally = { delivered: 0 };
+  const sink = await startPushSink({ history, tally: pushTally });
+  const service = new Service({
+    port, sourceDir, stateDir, registry, logFile: join(o.out, "service.log"),
+    workers: [preparePushConsumer(sourceDir, { seed: o.seed, sinkUrl: sink.url, leaseMs: o.pushLeaseMs })],
+    vars: { PUSH_LEASE_MS: String(o.pushLeaseMs) },
+  });
   const api = apiClient({ base: service.base, token: TOKEN });
-  const schedule = faultSchedule(o.seed, o);
+  const schedule = withConsumerAborts(faultSchedule(o.seed, o), o.seed, o);
   const count = (/** @type {(kind: string) => boolean} */ f) => schedule.filter((s) => f(s.kind)).length;
-  const planned = { kills: count((k) => k === "kill"), aborts: count((k) => k.startsWith("abort-")), corruptions: count((k) => k === "corrupt") };
+  const planned = { kills: count((k) => k === "kill"), aborts: count((k) => SHARD_ABORT_KINDS.includes(k)), corruptions: count((k) => k === "corrupt"), controls: count((k) => CONTROL_KINDS.includes(k)), consumerAborts: count((k) => k === "abort-consumer") };
   o.log(`fault run: ${o.mode}, seed ${o.seed}, ${o.messages} messages, faults ${o.faults.join(",")}: ${planned.kills} kills, ${planned.aborts} aborts, ${planned.corruptions} corruptions of ${o.corruptEach}; replay: ${replayCommand(o)}`);
   o.log(`output: ${o.out}`);
 
@@ -97,16 +113,22 @@ export async function runFaults(o) {
   try {
     const firstStartMs = await service.start();
     await setUp(api);
+    await setUpPush(api, DLQ);
     // Spread the sends over the planned fault time, so every kill lands under load.
-    // A restart takes longer than the first start, and an abort waits for the call it aims at.
-    const plannedMs = schedule.reduce((t, s) => t + s.upMs + s.downMs + (s.kind === "kill" ? 1.3 * firstStartMs : 1000), 0);
+    // A restart takes longer than the first start, and an abort waits for the call it aims at
+    // (a storage shard's: 2.5 s at the median; a consumer shard's, for the batch in its
+    // consumer's hands: 5 s). Underestimated, the load ends before the last faults, and an
+    // abort armed then may find no call to fire it.
+    const fault = (/** @type {string} */ kind) => (kind === "kill" ? 1.3 * firstStartMs : kind === "abort-consumer" ? 5000 : SHARD_ABORT_KINDS.includes(kind) ? 2500 : 1000);
+    const plannedMs = schedule.reduce((t, s) => t + s.upMs + s.downMs + fault(s.kind), 0);
     const rate = o.rate || (schedule.length > 0 ? Math.ceil((o.messages * 1000) / plannedMs) : 0);
     const loadDeadline = Date.now() + Math.max(120_000, 3 * plannedMs + (o.messages / 500) * 1000);
-    history.note("harness", "phase", { phase: "load", seed: o.seed, messages: o.messages, faults: o.faults, ...planned, rate, schedule });
+    history.note("harness", "phase", { phase: "load", seed: o.seed, messages: o.messages, faults: o.faults, ...planned, rate, schedule, pushQueue: PUSH_QUEUE, pushLeaseMs: o.pushLeaseMs });
     o.log(`service ready in ${firstStartMs} ms; sending at ${rate || "full speed"} msg/s; faults planned over ${Math.round(plannedMs / 1000)} s`);
 
     const tally = { okMessages: 0, delivered: 0 };
-    const consumerDeadline = loadDeadline + o.drainTimeoutMs;
+    // Control faults may still be playing out when the load deadline passes (control-faults.mjs).
+    const consumerDeadline = loadDeadline + (planned.controls ? MAX_PLAY_OUT_MS : 0) + o.drainTimeoutMs;
     const consumer = (/** @type {string} */ name, /** @type {string} */ queue, /** @type {boolean} */ main) =>
       runConsumer({
         name, seed: o.seed, history, api, queue, control, deadline: consumerDeadline, late, tally,
@@ -119,19 +141,20 @@ export async function runFaults(o) {
     const loadStart = Date.now();
     const budget = new Budget(o.messages);
     const limiter = rateLimiter(rate);
-    const progress = setInterval(() => o.log(`  ${Math.round((Date.now() - loadStart) / 1000)} s: ${tally.okMessages} sent ok, ${tally.delivered} delivered`), 10_000);
+    const progress = setInterval(() => o.log(`  ${Math.round((Date.now() - loadStart) / 1000)} s: ${tally.okMessages} sent ok, ${tally.delivered} pulled, ${pushTally.delivered} pushed`), 10_000);
     try {
       let producing = o.producers;
       producers = Array.from({ length: o.producers }, (_, index) =>
-        runProducer({ index, seed: o.seed, history, api, queue: QUEUE, control, budget, limiter, deadline: loadDeadline, maxBatch: 100, burstRate: 0.25, poisonRate: 0.005, padMax: 200, keyRate: o.keyRate, delayRate: o.faults.includes("corrupt") ? 0.2 : 0, tally }).finally(() => producing--),
+        runProducer({ index, seed: o.seed, history, api, queue: QUEUE, pushQueue: PUSH_QUEUE, pushRate: o.pushRate, control, budget, limiter, deadline: loadDeadline, maxBatch: 100, burstRate: 0.25, poisonRate: 0.005, padMax: 200, keyRate: o.keyRate, delayRate: o.faults.includes("corrupt") ? 0.2 : 0, tally }).finally(() => producing--),
       );
-      const nemesis = runNemesis({ history, service, schedule, deadline: loadDeadline, api, queue: QUEUE, corruptEach: o.corruptEach, corrupted, loadDone: () => producing === 0, onEvent: (line) => o.log(`  ${line}`) });
+      const controlFaults = { history, api, queue: QUEUE, holdMapMs: o.holdMapMs, alarmThrows: o.alarmThrows, consumerQueue: PUSH_QUEUE };
+      const nemesis = runNemesis({ history, service, schedule, deadline: loadDeadline, api, queue: QUEUE, corruptEach: o.corruptEach, corrupted, loadDone: () => producing === 0, controlFaults, onEvent: (line) => o.log(`  ${line}`) });
       await Promise.all([...producers, nemesis]);
     } finally {
       clearInterval(progress);
     }
     loadMs = Date.now() - loadStart;
-    o.log(`load and faults done in ${Math.round(loadMs / 1000)} s: ${tally.okMessages} sent ok, ${tally.delivered} delivered; draining`);
+    o.log(`load and faults done in ${Math.round(loadMs / 1000)} s: ${tally.okMessages} sent ok, ${tally.delivered} pulled, ${pushTally.delivered} pushed; draining`);
 
     const drainStart = Date.now();
     history.note("harness", "phase", { phase: "drain" });
@@ -146,6 +169,8 @@ export async function runFaults(o) {
     control.stop = true;
     await Promise.allSettled([...producers, ...consumers]);
     await Promise.allSettled([...late]);
+    // Push handlers still running (a hang) report into nothing from here on.
+    await sink.close();
     await history.close();
     await service.stop();
     if (!o.keepState) rmSync(stateDir, { recursive: true, force: true });
@@ -197,7 +222,7 @@ async function setUp(api) {
 }
 
 /**
- * Waits until both queues' backlogs (stored and not acked, leased included) have been 0
+ * Waits until the three queues' backlogs (stored and not acked, leased included) have been 0
  * for two seconds and no late ack is pending, or the deadline passes.
  * @param {ReturnType<typeof apiClient>} api @param {Set<Promise<void>>} late @param {number} deadline
  */
@@ -206,9 +231,10 @@ async function drain(api, late, deadline) {
   let backlog = {};
   let zeroSince = 0;
   while (Date.now() < deadline) {
-    const [a, b] = await Promise.all([QUEUE, DLQ].map((q) => api.call("GET", `/${q}/metrics`)));
-    backlog = { [QUEUE]: a?.outcome === "ok" ? a.result.backlog_count : null, [DLQ]: b?.outcome === "ok" ? b.result.backlog_count : null };
-    if (backlog[QUEUE] === 0 && backlog[DLQ] === 0 && late.size === 0) {
+    const queues = [QUEUE, PUSH_QUEUE, DLQ];
+    const answers = await Promise.all(queues.map((q) => api.call("GET", `/${q}/metrics`)));
+    backlog = Object.fromEntries(queues.map((q, i) => [q, answers[i]?.outcome === "ok" ? answers[i].result.backlog_count : null]));
+    if (queues.every((q) => backlog[q] === 0) && late.size === 0) {
       zeroSince ||= Date.now();
       if (Date.now() - zeroSince >= 2000) return { drained: true, backlog };
     } else zeroSince = 0;

@@ -2,6 +2,8 @@
 // report.md next to the history.
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { controlSection, controlSummaryRows } from "./control-figures.mjs";
+import { pushSection, pushSummaryRows } from "./push-figures.mjs";
 
 /**
  * @typedef {import("./checker.mjs").CheckResult} CheckResult
@@ -55,6 +57,8 @@ export function summaryRows(r, meta) {
           ["reset to the last message it set free coming again", secs(ab.reset_to_last_came_again_ms)],
         ])
       : []),
+    ...pushSummaryRows(f.push),
+    ...controlSummaryRows(f.control),
     ["time", `load with faults ${meta.load_s} s, drain ${meta.drain_s} s, total ${meta.total_s} s`],
   ];
 }
@@ -111,6 +115,8 @@ function markdown(r, meta) {
           "",
         ]
       : []),
+    ...pushSection(r.figures.push),
+    ...controlSection(r.figures.control),
     "## Definitions",
     "",
     "- lost: a send answered ok whose message was never delivered, from the queue or its dead-letter queue, by the end of the drain.",
@@ -119,7 +125,8 @@ function markdown(r, meta) {
     "- recovered: a send whose outcome was unknown (reset, timeout, 5xx) whose message was delivered.",
     "- lease overlap: two deliveries of one message whose leases were held at once. A lease is certainly held from its pull's answer to the earlier of (pull invoked + visibility timeout) and the first ack or retry sent under it, and was granted between its pull's invoke and answer; an overlap is one lease granted within the other's certain span, or the two certain spans sharing more than 250 ms. Leases of fresh messages live in the storage shard's memory, so those taken before a kill end with it: counted apart, as leases ended by a kill.",
     "- causes of redeliveries: kill means a kill came between the two deliveries (mostly an ack cut off by it, logged as unknown); shard reset means the storage shard holding the message was reset between them (an abort fault: its memory leases ended, or the ack it was asked to apply was not); lease expired means the consumer dropped the message, acked it late, or its ack was lost.",
-    "- storage shard resets (abort faults): the test hooks (storage-shard/test-hooks.ts) reset one storage shard with ctx.abort() after an append committed and before its reply (abort-append), or at the next ack or retry it was asked to apply (abort-ack). Leases it held in memory end with it, counted apart like those a kill ends.",
+    "- storage shard resets (abort faults): the test hooks (src/test-hooks.ts) reset one storage shard with ctx.abort() after an append committed and before its reply (abort-append), or at the next ack or retry it was asked to apply (abort-ack). Leases it held in memory end with it, counted apart like those a kill ends.",
+    "- control-plane faults (control-faults.mjs): abort-coordinator resets the queue's Coordinator after a forced scale-out activated its new shard and before it was recorded active, or after a shard was told to drain and before that was recorded; recovered when the new shard is active in the map, or the shard reports the state the map gives it. throw-alarm makes the next 1 to 7 alarms of a storage shard, a consumer shard or the Coordinator throw (the platform retries an alarm 6 times, 2 s apart and doubling); recovered when an alarm of that object runs through. stale-map drains a storage shard while the map brokers read from KV stays as it was (60 s in the full run), so brokers keep sending to it and know nothing of its replacement; recovered when it is retired and KV has the current map. None of them ends a lease, so every other rule applies to them unchanged. Messages sent meanwhile: the sends invoked while the fault played out, by outcome.",
     "- sent again with their Idempotency-Key: a fifth of the batches carry a key, and one whose outcome was unknown is sent again with it (up to 8 tries, through a restart); it must be stored once, under the ids of the first try (stored under two ids is a failure).",
     "- corrupted at rest: the corrupt fault flips a byte of some stored bodies of one shard (checksums kept). Those messages must be quarantined when next leased (never delivered from a pull invoked after the corruption) and counted in the quarantined total the shards report (GET .../metrics, heartbeat totals); they are not lost. Garbled: a delivered body that is not exactly the bytes sent (every body is fixed by its harness id, poison flag and padding).",
     "- message ids stored twice: one message id of a queue delivered from two rows (storage shard and seq, read from the lease id), as an append retried after a lost reply would store it if the shard did not skip the ids it holds.",

@@ -4,6 +4,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { parseArgs } from "node:util";
+import { backlogOptions, runBacklog } from "./backlog.mjs";
 import { check } from "./checker.mjs";
 import { FAULT_KINDS } from "./faults.mjs";
 import { defaultOut, defaults, runFaults } from "./harness.mjs";
@@ -21,9 +22,20 @@ const HELP = `npm run test:faults -- [options]
                        abort-append  reset one storage shard once an append is durable, before its reply
                        abort-ack     reset one storage shard at the next ack or retry it is to apply
                        corrupt       flip a byte of some stored bodies of one shard (checksums kept)
+                       abort-consumer  reset a consumer shard of the push queue after a lease, or after
+                                     its queue() handler returned and before its acks were applied
+                                     (10; short 2)
   --kills N          hard kills of wrangler dev during the load (default 20; short 3)
   --aborts N         storage shard resets during the load, the abort kinds in turn (default 20; short 4)
   --corruptions N    corruptions during the load, of 10 stored bodies each (default 5; short 1, of 5)
+  --controls N       control-plane faults during the load, their kinds in turn (default 15; short 3):
+                       abort-coordinator  reset the Coordinator mid scale-out or mid drain
+                       throw-alarm        make the next 1, 3 or 7 alarms of a storage shard, a consumer
+                                          shard or the Coordinator throw (short: 1 or 2)
+                       stale-map          drain a storage shard while the published map stays as it
+                                          was for 60 s (short: 10 s)
+  --alarm-throws N,N how many alarms in a row a throw-alarm makes throw, picked by the seed
+                     (default 1,3,7: 7 outlasts the platform's 6 retries; short 1,2)
   --rate N           messages/s (default: spread over the planned fault time)
   --producers N      producers (default 4)
   --consumers N      pull consumers (default 4)
@@ -31,7 +43,12 @@ const HELP = `npm run test:faults -- [options]
                      (default test-artifacts/faults/<time>-<mode>-seed<N>)
   --keep-state       keep wrangler's state directory
   --check FILE       check a history.jsonl again and print the verdict (and rewrite the
-                     report.json and report.md next to it, if there are)`;
+                     report.json and report.md next to it, if there are)
+  --backlog          the large-backlog run instead: fill a paused queue with --messages (default
+                     300,000; short 10,000) bodies of 1 KB to 128 KB while sampling workerd's RSS,
+                     time every read answer at 10/50/100 %, SIGKILL and restart over the backlog,
+                     then drain it; takes --short, --seed, --messages, --producers, --consumers,
+                     --out, --keep-state`;
 
 /** @param {string[]} argv */
 async function main(argv) {
@@ -45,12 +62,15 @@ async function main(argv) {
       kills: { type: "string" },
       aborts: { type: "string" },
       corruptions: { type: "string" },
+      controls: { type: "string" },
+      "alarm-throws": { type: "string" },
       rate: { type: "string" },
       producers: { type: "string" },
       consumers: { type: "string" },
       out: { type: "string" },
       "keep-state": { type: "boolean", default: false },
       check: { type: "string" },
+      backlog: { type: "boolean", default: false },
       help: { type: "boolean", default: false },
     },
   });
@@ -58,6 +78,7 @@ async function main(argv) {
     console.log(HELP);
     return 0;
   }
+  if (v.backlog) return (await runBacklog(backlogOptions(v, (message) => new Usage(message)))).ok ? 0 : 1;
   if (v.check) {
     const r = check(await readHistory(v.check));
     // Next to a run's report: write it again from this check (the checker may have changed).
@@ -89,6 +110,8 @@ async function main(argv) {
     faults,
     aborts: int(v.aborts, "aborts", 0, 1000, d.aborts),
     corruptions: int(v.corruptions, "corruptions", 0, 100, d.corruptions),
+    controls: int(v.controls, "controls", 0, 1000, d.controls),
+    alarmThrows: v["alarm-throws"] === undefined ? d.alarmThrows : v["alarm-throws"].split(",").map((x) => int(x.trim(), "alarm-throws", 1, 10, 1)),
     messages: int(v.messages, "messages", 1, 10_000_000, d.messages),
     kills: int(v.kills, "kills", 0, 1000, d.kills),
     rate: int(v.rate, "rate", 0, 1_000_000, d.rate),

@@ -72,14 +72,17 @@ export function rateLimiter(perSecond) {
  * carries an Idempotency-Key, and when its outcome is unknown it is sent again, the same
  * messages with the same key, as the README tells users to: it must store them once.
  * At `delayRate` a batch is delayed 2 to 4 s: stored messages nobody holds, which the
- * corrupt fault needs (consumers keep the ready backlog near empty).
- * @param {{ index: number, seed: number, history: History, api: Api, queue: string, control: Control, budget: Budget,
+ * corrupt fault needs (consumers keep the ready backlog near empty). At `pushRate` a
+ * step goes to `pushQueue` instead of `queue` (a draw from a stream of its own, so the
+ * other decisions stay what the seed made them).
+ * @param {{ index: number, seed: number, history: History, api: Api, queue: string, pushQueue?: string, pushRate?: number, control: Control, budget: Budget,
  *   limiter: ReturnType<typeof rateLimiter>, deadline: number, maxBatch: number, burstRate: number, poisonRate: number, padMax: number, keyRate: number, delayRate: number,
  *   tally: { okMessages: number } }} o
  */
 export async function runProducer(o) {
   const p = `producer-${o.index}`;
   const rng = prng(o.seed, "producer", o.index);
+  const route = prng(o.seed, "producer", o.index, "queue");
   let k = 0;
   const message = () => {
     const h = `${o.seed}.${o.index}.${k++}`;
@@ -91,6 +94,7 @@ export async function runProducer(o) {
     const burst = rng.chance(o.burstRate);
     const n = o.budget.take(burst ? rng.int(1, 16) : rng.int(1, o.maxBatch));
     if (n === 0) break;
+    const queue = o.pushQueue && route.chance(o.pushRate ?? 0) ? o.pushQueue : o.queue;
     await o.limiter.take(n);
     const messages = Array.from({ length: n }, message);
     /** @type {Array<{ outcome: string, n: number }>} */
@@ -99,8 +103,8 @@ export async function runProducer(o) {
       // Each single send is its own operation.
       await Promise.all(
         messages.map(async (m) => {
-          const op = o.history.invoke(p, "send", { q: o.queue, hs: [m.h], single: true, ...(m.x ? { x: [m.h] } : {}) });
-          const r = await o.api.call("POST", `/${o.queue}/messages`, m.wire);
+          const op = o.history.invoke(p, "send", { q: queue, hs: [m.h], single: true, ...(m.x ? { x: [m.h] } : {}) });
+          const r = await o.api.call("POST", `/${queue}/messages`, m.wire);
           const id = r.outcome === "ok" ? r.result?.message_id : undefined;
           outcomes.push({ outcome: complete(o, op, r, typeof id === "string" ? [id] : undefined, 1), n: 1 });
         }),
@@ -113,8 +117,8 @@ export async function runProducer(o) {
       // Tries until one is answered ok or refused, through a restart (about 3 s) if need be.
       for (let attempt = 0; attempt < (key ? KEYED_TRIES : 1) && outcome === "unknown" && !o.control.stop; attempt++) {
         if (attempt > 0) await sleep(rng.int(300, 800));
-        const op = o.history.invoke(p, "send", { q: o.queue, hs: messages.map((m) => m.h), ...(poison.length ? { x: poison } : {}), ...(key ? { key, try: attempt + 1 } : {}) });
-        const r = await o.api.call("POST", `/${o.queue}/messages/batch`, { messages: messages.map((m) => m.wire), ...delay }, key ? { "idempotency-key": key } : undefined);
+        const op = o.history.invoke(p, "send", { q: queue, hs: messages.map((m) => m.h), ...(poison.length ? { x: poison } : {}), ...(key ? { key, try: attempt + 1 } : {}) });
+        const r = await o.api.call("POST", `/${queue}/messages/batch`, { messages: messages.map((m) => m.wire), ...delay }, key ? { "idempotency-key": key } : undefined);
         const ids = r.outcome === "ok" ? r.result?.message_ids : undefined;
         const x = complete(o, op, r, Array.isArray(ids) ? ids : undefined, n);
         // A refused try after an unknown one is still unknown (the first may have stored): try again.
