@@ -27,7 +27,7 @@ import type { Scope } from "./auth";
 import { ok } from "./envelope";
 import { readJson } from "./read-json";
 import { notFound } from "./send";
-import { cachedShardMap } from "./shard-map-cache";
+import { authoritativeShardMap, cachedShardMap } from "./shard-map-cache";
 import { parseWith } from "./validate";
 
 const PATH = /^\/accounts\/[^/]+\/queues\/[^/]+\/test-hooks\/?$/;
@@ -72,7 +72,9 @@ export async function testHook(request: Request, env: Env, accountId: string, qu
     const { arm, times: n } = req as { arm?: FaultPoint | null; times?: number };
     return ok(await consumerShardFor(env, map.queueId, req.consumer_shard).testHook({ arm, times: n }));
   }
-  const shard = map.shards.find((s) => s.name === req.shard);
+  // A shard the cached map does not know yet (the nemesis reads the Coordinator's map) is looked up there.
+  const current = map.shards.some((s) => s.name === req.shard) ? map : ((await authoritativeShardMap(env, accountId, queueRef)) ?? map);
+  const shard = current.shards.find((s) => s.name === req.shard);
   if (!shard) throw HttpError.invalid("shard", `is not a storage shard of queue "${queueRef}"`);
   const { arm, times: n, corrupt } = req as { arm?: FaultPoint | null; times?: number; corrupt?: number };
   return ok(await storageShardFor(env, shard.name, shard.region).testHook({ arm, times: n, corrupt }));

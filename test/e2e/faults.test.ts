@@ -370,7 +370,7 @@ describe("the fault checker", () => {
   });
 });
 
-describe("hard kills of wrangler dev and storage shard resets under load", () => {
+describe("hard kills, storage and consumer shard resets, and control-plane faults under load", () => {
   it("loses no acknowledged message across 3 SIGKILLs and 4 shard resets, quarantines the bodies corrupted at rest, stores nothing twice, delivers nothing unexpected, never after a confirmed ack, with exclusive leases", { timeout: 300_000 }, async () => {
     const d = defaults("short");
     const seed = process.env.SHARDQ_FAULTS_SEED ? Number(process.env.SHARDQ_FAULTS_SEED) : d.seed;
@@ -379,8 +379,8 @@ describe("hard kills of wrangler dev and storage shard resets under load", () =>
     const { result, meta } = await runFaults(o);
     const f = result.figures;
     expect(f.kills.count, replay).toBe(3);
-    // Every abort tried fired; an abort-append due after the producers were done is skipped (and counted).
-    expect(f.aborts.by_kind["abort-ack"], replay).toEqual({ count: 2, fired: 2 });
+    // Every abort tried fired; one due after the producers were done is skipped (and counted).
+    expect(f.aborts.by_kind["abort-ack"]?.fired, replay).toBe(f.aborts.by_kind["abort-ack"]?.count);
     expect(f.aborts.by_kind["abort-append"]?.fired, replay).toBe(f.aborts.by_kind["abort-append"]?.count);
     expect(f.aborts.count + (f.operations.skipped?.ok ?? 0), replay).toBe(4);
     expect(f.stored_twice_same_id, replay).toBe(0);
@@ -403,8 +403,11 @@ describe("hard kills of wrangler dev and storage shard resets under load", () =>
     expect(f.push, replay).toMatchObject({ overlaps_while_up: 0, after_ack: 0, not_again: 0 });
     expect(f.push.consumer_aborts, replay).toMatchObject({ planned: 2, fired: f.push.consumer_aborts.count });
     expect(f.push.consumer_aborts.count + f.push.consumer_aborts.skipped, replay).toBe(2);
+    // The control plane: a Coordinator reset mid-autoscale, alarms thrown, a stale map; each fired (or was skipped, with its reason) and recovered.
+    expect(f.control?.count, replay).toBe(3);
     expect(result.failures, replay).toEqual([]);
-    expect(meta.total_s).toBeLessThan(120);
+    // A bound on the run, not a speed target: a run that hangs fails here rather than at the timeout.
+    expect(meta.total_s).toBeLessThan(200);
 
     // The checker sees a loss in this very history: drop one delivery of a message
     // delivered once, and it is reported lost.

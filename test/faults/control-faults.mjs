@@ -35,7 +35,8 @@ export const MAX_PLAY_OUT_MS = ALARM_RECOVERY_TIMEOUT_MS;
  *   holdMapMs: number, alarmThrows: number[], consumerQueue?: string }} ControlContext
  *   consumerQueue: the queue whose consumer shards a throw-alarm aims at (one with a Worker consumer; default `queue`)
  * @typedef {{ version: number, published: { version: number } | null,
- *   shards: Array<{ name: string, state: string, heartbeat: { state: string, received_at: number } | null }> }} ShardsView
+ *   shards: Array<{ name: string, state: string, heartbeat: { state: string, received_at: number } | null }>,
+ *   consumer_shards?: { shards: Array<{ index: number, running: boolean }> } }} ShardsView
  */
 
 /**
@@ -99,11 +100,14 @@ async function throwAlarm(o, step, n) {
     const active = (await shardsView(o)).shards.filter((s) => s.state === "active").map((s) => s.name).sort();
     selector = { shard: active[Math.floor(step.pick * active.length)] };
   } else if (target === "consumer") {
-    // Consumer shard 0 of the queue with a Worker consumer (pull consumers have none: with
-    // no such queue, no alarm comes and the fault is skipped below).
-    selector = { consumer_shard: 0 };
+    // A consumer shard of the queue with a Worker consumer, one that reported a round
+    // running if any did (pull consumers have none: with no such queue, no alarm comes
+    // and the fault is skipped below).
+    const view = await peekShards({ ...o, queue: o.consumerQueue ?? o.queue });
+    const running = (view?.consumer_shards?.shards ?? []).filter((c) => c.running).map((c) => c.index).sort((a, b) => a - b);
+    selector = { consumer_shard: running.length ? running[Math.floor(step.pick * running.length)] : 0 };
   } else selector = { coordinator: true };
-  const query = "shard" in selector ? `?shard=${encodeURIComponent(String(selector.shard))}` : "consumer_shard" in selector ? "?consumer_shard=0" : "?coordinator=1";
+  const query = "shard" in selector ? `?shard=${encodeURIComponent(String(selector.shard))}` : "consumer_shard" in selector ? `?consumer_shard=${selector.consumer_shard}` : "?coordinator=1";
   const op = o.history.invoke("nemesis", "control", { kind: step.kind, n, target, times, ...selector });
   const t0 = Date.now();
   const armed = await hook(o, "POST", "", false, { ...selector, arm: "throw-alarm", times });
@@ -125,16 +129,19 @@ async function throwAlarm(o, step, n) {
     return { line: `${step.kind} of the ${target}: ${skip ? `skipped (${skip})` : "NOT fired"}`, recovered: Promise.resolve() };
   }
   const firedMs = Date.now() - t0;
-  /** @type {any} */
-  let last = null;
+  // Thrown: the most this instance was seen to have thrown (a kill meanwhile starts a new,
+  // unarmed one, whose first alarm that runs through is the recovery, logged as such).
+  let thrown = 0;
+  let resetMeanwhile = false;
   const recovered = until(ALARM_RECOVERY_TIMEOUT_MS, async () => {
     const s = await hook(o, "GET", query, true);
-    if (s) last = s;
+    if (s?.instance === instance) thrown = Math.max(thrown, s.alarms_thrown);
+    else if (s) resetMeanwhile = true;
     // Ran through after its throws: an alarm ended in this instance after it was armed,
     // with no throw left (a reset in between, by a kill, starts a new instance unarmed).
     return s !== null && s.throws_left === 0 && s.alarm_ok_at !== null && s.alarm_ok_at >= t0;
   }).then((ok) => {
-    o.history.complete(op, ok ? "ok" : "fail", { fired: true, fired_ms: firedMs, recovered: ok, recovered_ms: ok ? Date.now() - t0 : null, thrown: last?.alarms_thrown ?? null });
+    o.history.complete(op, ok ? "ok" : "fail", { fired: true, fired_ms: firedMs, recovered: ok, recovered_ms: ok ? Date.now() - t0 : null, thrown, reset_meanwhile: resetMeanwhile });
   });
   return { line: `${step.kind} of the ${target} (${times} throw${times === 1 ? "" : "s"}): first throw seen ${firedMs} ms after arming`, recovered };
 }

@@ -17,7 +17,7 @@ export function controlFaults(ops) {
   const invoked = new Map();
   /** @type {Array<{ kind: string, value: any, inv: number, end: number | null, type: string | null, result: any }>} */
   const faults = [];
-  /** @type {Array<{ inv: number, end: number, type: string, n: number }>} */
+  /** @type {Array<{ inv: number, end: number, type: string, n: number, down: boolean }>} */
   const sends = [];
   /** @type {Map<number, Op>} */
   const sendInvokes = new Map();
@@ -36,7 +36,8 @@ export function controlFaults(ops) {
       else {
         const inv = sendInvokes.get(o.op);
         sendInvokes.delete(o.op);
-        if (inv) sends.push({ inv: inv.t, end: o.t, type: o.type, n: inv.value?.hs?.length ?? 0 });
+        // A connection refused: nothing listened, the service was down for a kill.
+        if (inv) sends.push({ inv: inv.t, end: o.t, type: o.type, n: inv.value?.hs?.length ?? 0, down: /ECONNREFUSED/.test(String(o.value?.error ?? "")) });
       }
     }
   }
@@ -57,17 +58,21 @@ export function controlFaults(ops) {
  * Per kind: how many ran, fired, were skipped and recovered, the time to recover
  * (median, max), and the sends invoked while a fault played out, by outcome.
  * @param {Array<{ kind: string, value: any, inv: number, end: number | null, type: string | null, result: any }>} faults
- * @param {Array<{ inv: number, end: number, type: string, n: number }>} sends
+ * @param {Array<{ inv: number, end: number, type: string, n: number, down: boolean }>} sends
  */
 function summarize(faults, sends) {
   const kinds = [...new Set(faults.map((f) => f.kind))];
   const byKind = Object.fromEntries(
     kinds.map((k) => {
       const of = faults.filter((f) => f.kind === k);
-      const during = { ok: 0, fail: 0, unknown: 0 };
+      const during = { ok: 0, refused: 0, down: 0, unknown: 0 };
       for (const f of of) {
         for (const s of sends) {
-          if (s.inv >= f.inv && s.inv <= (f.end ?? Infinity) && s.type in during) during[/** @type {"ok" | "fail" | "unknown"} */ (s.type)] += s.n;
+          if (s.inv < f.inv || s.inv > (f.end ?? Infinity)) continue;
+          if (s.type === "ok") during.ok += s.n;
+          else if (s.type === "unknown") during.unknown += s.n;
+          else if (s.down) during.down += s.n;
+          else during.refused += s.n;
         }
       }
       return [
@@ -93,7 +98,8 @@ function summarize(faults, sends) {
 }
 
 const secs = (/** @type {{ median: number, max: number } | null | undefined} */ s) => (s ? `${(s.median / 1000).toFixed(1)} s / ${(s.max / 1000).toFixed(1)} s` : "n/a");
-const sentMeanwhile = (/** @type {{ ok: number, fail: number, unknown: number }} */ d) => `${d.ok.toLocaleString("en-US")} ok, ${d.fail} refused, ${d.unknown} unknown`;
+const sentMeanwhile = (/** @type {{ ok: number, refused: number, down: number, unknown: number }} */ d) =>
+  `${d.ok.toLocaleString("en-US")} ok, ${d.refused} refused by the service, ${d.unknown} unknown${d.down ? `, ${d.down} not sent (the service was down for a kill)` : ""}`;
 
 /**
  * The report's summary rows for the control faults (none when the run had none).

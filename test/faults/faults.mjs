@@ -176,8 +176,9 @@ export async function runNemesis(o) {
   for (const [i, step] of o.schedule.entries()) {
     if (Date.now() + step.upMs > o.deadline) break;
     await sleep(step.upMs);
-    // Once the producers are done no append comes to fire an abort-append: logged as skipped.
-    if (step.kind === "abort-append" && o.loadDone()) {
+    // Once the producers are done no append comes to fire an abort-append, and the acks
+    // that could fire an abort-ack soon run out: logged as skipped.
+    if ((step.kind === "abort-append" || step.kind === "abort-ack") && o.loadDone()) {
       o.history.note("nemesis", "skipped", { kind: step.kind, why: "the load was over" });
       o.onEvent?.(`fault ${i + 1}/${o.schedule.length}: ${step.kind} skipped: the load was over`);
       continue;
