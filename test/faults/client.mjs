@@ -69,3 +69,17 @@ export function describe(err) {
   const cause = e?.cause?.code ?? e?.cause?.message;
   return cause ? `${e?.message ?? "error"} (${cause})` : String(e?.message ?? err);
 }
+
+/**
+ * A nemesis or set-up call that must succeed: up to 5 tries, 200 ms more apart each time
+ * (the service may be restarting), then the run breaks.
+ * @param {() => Promise<Outcome>} call
+ */
+export async function retrying(call) {
+  for (let attempt = 1; ; attempt++) {
+    const r = await call();
+    if (r.outcome === "ok") return r;
+    if (attempt >= 5) throw new Error(`nemesis: ${r.error}`);
+    await new Promise((resolve) => setTimeout(resolve, 200 * attempt));
+  }
+}

@@ -20,6 +20,7 @@
 // Each is one operation of the process "nemesis" (f: "control") whose completion says
 // whether it fired and when it recovered; control-figures.mjs reads them.
 import { sleep } from "./workload.mjs";
+import { retrying } from "./client.mjs";
 
 export const CONTROL_KINDS = ["abort-coordinator", "throw-alarm", "stale-map"];
 /** How long a control fault may take to fire, and then to recover, before it counts as failed. */
@@ -209,14 +210,4 @@ async function until(ms, test) {
     await sleep(250);
   }
   return false;
-}
-
-/** A call that must succeed: a few tries, then the run breaks. @param {() => Promise<import("./client.mjs").Outcome>} call */
-async function retrying(call) {
-  for (let attempt = 1; ; attempt++) {
-    const r = await call();
-    if (r.outcome === "ok") return r;
-    if (attempt >= 5) throw new Error(`nemesis: ${r.error}`);
-    await sleep(200 * attempt);
-  }
 }

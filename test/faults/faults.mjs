@@ -10,6 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { writeDevConfig } from "../../scripts/dev-config.mjs";
 import { ROOT, startWrangler } from "../../scripts/dev-server.mjs";
+import { retrying } from "./client.mjs";
 import { CONTROL_KINDS, runControlFault } from "./control-faults.mjs";
 import { prng } from "./prng.mjs";
 import { abortConsumerShard } from "./push-faults.mjs";
@@ -304,14 +305,4 @@ async function pickShard(o, step) {
 async function activeShards(o) {
   const shards = await retrying(() => o.api.call("GET", `/${o.queue}/shards`));
   return /** @type {Array<{ name: string, state: string }>} */ (shards.result.shards).filter((s) => s.state === "active").map((s) => s.name).sort();
-}
-
-/** A harness call that must succeed: a few tries, then the run breaks. @param {() => Promise<import("./client.mjs").Outcome>} call */
-async function retrying(call) {
-  for (let attempt = 1; ; attempt++) {
-    const r = await call();
-    if (r.outcome === "ok") return r;
-    if (attempt >= 5) throw new Error(`nemesis: ${r.error}`);
-    await sleep(200 * attempt);
-  }
 }

@@ -7,6 +7,7 @@
 import { cpSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { ROOT } from "../../scripts/dev-server.mjs";
+import { retrying } from "./client.mjs";
 import { prng } from "./prng.mjs";
 import { sleep } from "./workload.mjs";
 
@@ -170,14 +171,4 @@ async function pickConsumerShard(api, pick) {
   }
   const from = free.length ? free : among;
   return /** @type {number} */ (from[Math.floor(pick * from.length)]);
-}
-
-/** A nemesis call that must succeed: a few tries, then the run breaks. @param {() => Promise<import("./client.mjs").Outcome>} call */
-async function retrying(call) {
-  for (let attempt = 1; ; attempt++) {
-    const r = await call();
-    if (r.outcome === "ok") return r;
-    if (attempt >= 5) throw new Error(`nemesis: ${r.error}`);
-    await sleep(200 * attempt);
-  }
 }

@@ -1,0 +1,361 @@
+// The fault checker (test/faults/checker.mjs) on hand-made histories, one per anomaly,
+// so it is known to see each: lost, unexpected, lease overlaps with and without a fault
+// between, delivery after ack, ids stored twice, corrupted and garbled bodies, the push
+// path's invariants, the control-plane faults. faults.test.ts runs the harness itself.
+import { describe, expect, it } from "vitest";
+import { check } from "../faults/checker.mjs";
+import type { Op } from "../faults/history.mjs";
+
+/** A hand-made history: each call advances the clock by `dt` ms. */
+class Script {
+  ops: Op[] = [];
+  t = 0;
+  n = 0;
+  private at(dt: number) {
+    this.t += dt;
+    return this.t;
+  }
+  private op(p: string, f: string, value: unknown, type: Op["type"], outcome: unknown, dt = 10) {
+    const op = this.n++;
+    this.ops.push({ op, p, type: "invoke", f, t: this.at(dt), value });
+    this.ops.push({ op, p, type, f, t: this.at(5), value: outcome });
+  }
+  send(hs: string[], type: Op["type"] = "ok", dt?: number) {
+    this.op("producer-0", "send", { q: "faults", hs }, type, type === "ok" ? { ids: hs.map((h) => `id-${h}`) } : { error: "x" }, dt);
+  }
+  pull(msgs: Array<{ h: string; l: string; id?: string; s?: string; r?: number; g?: 1 }>, { vt = 5000, dt = 10, q = "faults", p = "consumer-0" } = {}) {
+    this.op(p, "pull", { q, n: 10, vt }, "ok", { msgs: msgs.map((m) => ({ h: m.h, id: m.id ?? `id-${m.h}`, a: 1, l: m.l, ...(m.s ? { s: m.s, r: m.r ?? 1 } : {}), ...(m.g ? { g: 1 } : {}) })) }, dt);
+  }
+  /** The nemesis corrupting stored bodies: the message ids it corrupted. */
+  corrupt(ids: string[], dt = 10) {
+    this.op("nemesis", "corrupt", { shard: "shard-0", want: ids.length }, "ok", { ids, seqs: ids.map((_, i) => i + 1) }, dt);
+  }
+  ack(leases: string[], confirmed = leases, dt = 10) {
+    this.op("consumer-0", "ack", { q: "faults", acks: leases, retries: [] }, "ok", { acked: confirmed, retried: [], stale: leases.filter((l) => !confirmed.includes(l)) }, dt);
+  }
+  /** A storage shard reset through the test hooks: armed at invoke, seen at completion. */
+  abort(shard: string, kind = "abort-ack", fired = true, dt = 10) {
+    this.op("nemesis", "abort", { n: 1, kind, shard }, fired ? "ok" : "fail", fired ? { fired: true } : { fired: false, error: "not reset" }, dt);
+  }
+  /** A push consumer's queue() invocation starting with these messages; returns it for pushEnd. */
+  pushStart(msgs: Array<{ h: string; a?: number }>, dt = 10) {
+    const op = this.n++;
+    this.ops.push({ op, p: "push-consumer", type: "invoke", f: "push", t: this.at(dt), value: { q: "faults-push", d: `d${op}`, msgs: msgs.map((m) => ({ h: m.h, id: `id-${m.h}`, a: m.a ?? 1 })) } });
+    return op;
+  }
+  /** ... and ending, having acked and retried these (harness ids). */
+  pushEnd(op: number, { acked = [], retried = [], threw = false }: { acked?: string[]; retried?: string[]; threw?: boolean } = {}, dt = 10) {
+    const ids = (hs: string[]) => hs.map((h) => `id-${h}`);
+    this.ops.push({ op, p: "push-consumer", type: "ok", f: "push", t: this.at(dt), value: { acked: ids(acked), retried: ids(retried), threw } });
+  }
+  /** A consumer shard reset through the test hooks: armed at invoke, seen at completion. */
+  consumerAbort(kind = "abort-dispatched", fired = true, dt = 10) {
+    this.op("nemesis", "consumer-abort", { n: 1, kind, q: "faults-push", consumer_shard: 0 }, fired ? "ok" : "fail", fired ? { fired: true } : { fired: false, error: "not reset" }, dt);
+  }
+  /** A control-plane fault (control-faults.mjs): what it aimed at, and how it played out. */
+  controlFault(value: Record<string, unknown>, result: Record<string, unknown>, dt = 10) {
+    this.op("nemesis", "control", value, result.fired || result.skipped ? "ok" : "fail", result, dt);
+  }
+  kill(dt = 10) {
+    this.op("nemesis", "kill", { n: 1 }, "ok", undefined, dt);
+    this.op("nemesis", "start", { n: 1 }, "ok", { ready_ms: 100 }, 5);
+  }
+  drained(extra: Record<string, unknown> = {}) {
+    this.ops.push({ op: this.n++, p: "harness", type: "ok", f: "phase", t: this.at(10), value: { phase: "drained", drained: true, backlog: { faults: 0 }, ...extra } });
+    return check(this.ops);
+  }
+  plan(value: Record<string, unknown>) {
+    this.ops.push({ op: this.n++, p: "harness", type: "ok", f: "phase", t: this.at(0), value: { phase: "load", kills: 0, aborts: 0, ...value } });
+  }
+}
+
+describe("the fault checker", () => {
+  it("fails a run on a control-plane fault that did not fire or did not recover, not on one skipped for a stated reason, and counts what producers saw meanwhile", () => {
+    const s = new Script();
+    s.plan({ controls: 4 });
+    s.send(["a"]);
+    s.controlFault({ kind: "abort-coordinator", point: "abort-scale-out", n: 1 }, { fired: true, fired_ms: 100, recovered: true, recovered_ms: 1200 });
+    s.controlFault({ kind: "throw-alarm", n: 1, target: "consumer", times: 7 }, { fired: false, skipped: true, why: "no alarm came" });
+    s.send(["b"]);
+    s.controlFault({ kind: "throw-alarm", n: 2, target: "coordinator", times: 7 }, { fired: true, fired_ms: 500, recovered: false, recovered_ms: null, thrown: 7 });
+    s.controlFault({ kind: "stale-map", n: 1, shard: "s1", hold_ms: 10_000 }, { fired: false, error: "nothing happened" });
+    s.pull([{ h: "a", l: "L1" }, { h: "b", l: "L2" }]);
+    s.ack(["L1", "L2"]);
+    const r = s.drained();
+    expect(r.failures).toEqual([
+      "throw-alarm of the coordinator fired and the service did not recover from it in time",
+      "stale-map did not fire: nothing happened",
+    ]);
+    expect(r.figures.control).toMatchObject({
+      count: 4,
+      by_kind: {
+        "abort-coordinator": { count: 1, fired: 1, recovered: 1, recovered_ms: { median: 1200, max: 1200, n: 1 } },
+        "throw-alarm": { count: 2, fired: 1, skipped: 1, recovered: 0, alarms_thrown: 7, most_in_a_row: 7 },
+      },
+    });
+    // Fewer control faults than planned ran: a failure too.
+    const t = new Script();
+    t.plan({ controls: 2 });
+    t.send(["a"]);
+    t.controlFault({ kind: "stale-map", n: 1, shard: "s1", hold_ms: 10_000 }, { fired: true, recovered: true, recovered_ms: 11_000, retired_ms: 2000, published_ms: 10_500 });
+    t.pull([{ h: "a", l: "L1" }]);
+    t.ack(["L1"]);
+    expect(t.drained().failures).toEqual(["1 of the 2 planned control faults ran"]);
+  });
+
+  it("passes a history where every acknowledged message was delivered and acked once", () => {
+    const s = new Script();
+    s.send(["a", "b"]);
+    s.pull([{ h: "a", l: "L1" }, { h: "b", l: "L2" }]);
+    s.ack(["L1", "L2"]);
+    const r = s.drained();
+    expect(r.failures).toEqual([]);
+    expect(r.figures).toMatchObject({ lost: 0, unexpected: 0, duplicated: { messages: 0 }, lease_overlaps: 0, delivered_after_ack: 0 });
+  });
+
+  it("reports an acknowledged message never delivered as lost, and an unknown send never delivered as nothing", () => {
+    const s = new Script();
+    s.send(["a"]);
+    s.send(["b"], "unknown");
+    const r = s.drained();
+    expect(r.valid).toBe(false);
+    expect(r.figures.lost).toBe(1);
+    expect(r.examples.lost).toEqual(["a"]);
+    expect(r.figures.unknown_never_delivered).toBe(1);
+  });
+
+  it("reports deliveries of messages never sent, or whose send certainly failed, as unexpected; an unknown send delivered as recovered", () => {
+    const s = new Script();
+    s.send(["f"], "fail");
+    s.send(["u"], "unknown");
+    s.pull([{ h: "ghost", l: "L1" }, { h: "f", l: "L2" }, { h: "u", l: "L3" }]);
+    s.ack(["L1", "L2", "L3"]);
+    const r = s.drained();
+    expect(r.figures.unexpected).toBe(2);
+    expect(r.figures.recovered).toBe(1);
+    expect(r.valid).toBe(false);
+  });
+
+  it("counts a redelivery after the lease expired as a duplicate, not a violation", () => {
+    const s = new Script();
+    s.send(["a"]);
+    s.pull([{ h: "a", l: "L1" }], { vt: 1000 });
+    s.pull([{ h: "a", l: "L2" }], { dt: 2000, p: "consumer-1" });
+    s.ack(["L2"]);
+    const r = s.drained();
+    expect(r.failures).toEqual([]);
+    expect(r.figures.duplicated).toMatchObject({ messages: 1, extra_deliveries: 1, redelivery_causes: { lease_expired: 1 } });
+  });
+
+  it("reports two leases of one message held at once as an overlap, unless a kill came between them", () => {
+    const s = new Script();
+    s.send(["a", "b"]);
+    s.pull([{ h: "a", l: "L1" }], { vt: 5000 });
+    s.pull([{ h: "a", l: "L2" }], { dt: 1000, p: "consumer-1" });
+    s.pull([{ h: "b", l: "L3" }], { vt: 5000 });
+    s.kill();
+    s.pull([{ h: "b", l: "L4" }], { dt: 1000, p: "consumer-1" });
+    s.ack(["L2", "L4"]);
+    const r = s.drained();
+    expect(r.figures.lease_overlaps).toBe(1);
+    expect(r.examples.lease_overlaps[0]).toMatchObject({ h: "a" });
+    expect(r.figures.leases_ended_by_kill).toBe(1);
+    expect(r.valid).toBe(false);
+  });
+
+  it("reports a delivery after a confirmed ack, and not one after an ack the service refused", () => {
+    const s = new Script();
+    s.send(["a", "b"]);
+    s.pull([{ h: "a", l: "L1" }, { h: "b", l: "L2" }], { vt: 1000 });
+    s.ack(["L1", "L2"], ["L1"]);
+    s.pull([{ h: "a", l: "L3" }, { h: "b", l: "L4" }], { dt: 2000 });
+    const r = s.drained();
+    expect(r.figures.delivered_after_ack).toBe(1);
+    expect(r.examples.delivered_after_ack[0]).toMatchObject({ h: "a" });
+    expect(r.valid).toBe(false);
+  });
+
+  it("counts two leases held at once across a reset of the shard holding them apart, but not across a reset of another shard", () => {
+    const s = new Script();
+    s.send(["a", "b"]);
+    s.pull([{ h: "a", l: "L1", s: "shard-0", r: 1 }, { h: "b", l: "L2", s: "shard-1", r: 1 }], { vt: 5000 });
+    s.abort("shard-0");
+    s.pull([{ h: "a", l: "L3", s: "shard-0", r: 1 }, { h: "b", l: "L4", s: "shard-1", r: 1 }], { dt: 500, p: "consumer-1" });
+    s.ack(["L3", "L4"]);
+    const r = s.drained();
+    expect(r.figures.leases_ended_by_abort).toBe(1);
+    expect(r.figures.duplicated.redelivery_causes).toMatchObject({ abort: 1 });
+    expect(r.figures.lease_overlaps).toBe(1);
+    expect(r.examples.lease_overlaps[0]).toMatchObject({ h: "b" });
+    expect(r.figures.aborts).toMatchObject({ count: 1, fired: 1 });
+    expect(r.valid).toBe(false);
+  });
+
+  it("reports one message id delivered from two rows as stored twice (an append retried after a lost reply, not skipped)", () => {
+    const s = new Script();
+    s.send(["a", "b"], "unknown");
+    s.pull([{ h: "a", l: "L1", s: "shard-0", r: 7 }, { h: "b", l: "L2", s: "shard-0", r: 8 }]);
+    s.ack(["L1", "L2"]);
+    s.pull([{ h: "a", l: "L3", s: "shard-0", r: 9 }], { dt: 100 });
+    s.ack(["L3"]);
+    const r = s.drained();
+    expect(r.figures.stored_twice_same_id).toBe(1);
+    expect(r.examples.stored_twice_same_id[0]).toMatchObject({ id: "id-a", rows: ["shard-0#7", "shard-0#9"] });
+    expect(r.failures.join()).toMatch(/stored twice/);
+    // The same message again from its one row (a redelivery) is no such thing.
+    const t = new Script();
+    t.send(["a"]);
+    t.pull([{ h: "a", l: "L1", s: "shard-0", r: 7 }], { vt: 1000 });
+    t.pull([{ h: "a", l: "L2", s: "shard-0", r: 7 }], { dt: 2000 });
+    t.ack(["L2"]);
+    expect(t.drained().figures.stored_twice_same_id).toBe(0);
+  });
+
+  it("reports a batch sent again with its Idempotency-Key and stored under two ids, and takes the second try's ok as the acknowledgement", () => {
+    const s = new Script();
+    const keyed = (type: Op["type"], ids?: string[], n = 1) => {
+      const op = s.n++;
+      s.ops.push({ op, p: "producer-0", type: "invoke", f: "send", t: (s.t += 10), value: { q: "faults", hs: ["a", "b"], key: "k1", try: n } });
+      s.ops.push({ op, p: "producer-0", type, f: "send", t: (s.t += 5), value: ids ? { ids } : { status: 503, error: "x" } });
+    };
+    keyed("unknown");
+    keyed("ok", ["id-a", "id-b"], 2);
+    s.pull([{ h: "a", l: "L1", id: "id-a" }, { h: "b", l: "L2", id: "id-b" }, { h: "b", l: "L3", id: "id-b2" }]);
+    s.ack(["L1", "L2", "L3"]);
+    const r = s.drained();
+    expect(r.figures.sent).toMatchObject({ attempted: 2, ok: 2, unknown: 0 });
+    expect(r.figures.idempotent_retries).toEqual({ messages: 2, delivered: 2, stored_under_two_ids: 1 });
+    expect(r.examples.idempotent_stored_twice[0]).toMatchObject({ h: "b", key: "k1" });
+    expect(r.failures.join()).toMatch(/Idempotency-Key stored under two ids/);
+  });
+
+  it("treats corrupted messages never delivered again as quarantined, not lost, when the shards report them all", () => {
+    const s = new Script();
+    s.plan({ corruptions: 1 });
+    s.send(["a", "b", "c"]);
+    s.corrupt(["id-a", "id-b"]);
+    s.pull([{ h: "c", l: "L1" }]);
+    s.ack(["L1"]);
+    const r = s.drained({ quarantined: 2 });
+    expect(r.failures).toEqual([]);
+    expect(r.figures.lost).toBe(0);
+    expect(r.figures.quarantine).toMatchObject({ corrupted: 2, expected: 2, reported: 2, never_delivered: 2, delivered_after_corruption: 0 });
+  });
+
+  it("reports a corrupted message delivered after its corruption, a garbled body, and a quarantined total that does not match", () => {
+    const s = new Script();
+    s.plan({ corruptions: 1 });
+    s.send(["a", "b", "c"]);
+    s.corrupt(["id-a", "id-b"]);
+    s.pull([{ h: "a", l: "L1" }, { h: "c", l: "L2", g: 1 }]);
+    s.ack(["L1", "L2"]);
+    const r = s.drained({ quarantined: 1 });
+    expect(r.figures.quarantine).toMatchObject({ delivered_after_corruption: 1, garbled_deliveries: 1, reported: 1, expected: 2 });
+    expect(r.examples.corrupted_delivered[0]).toMatchObject({ id: "id-a" });
+    expect(r.failures).toEqual([
+      "1 deliveries with a garbled body",
+      "1 deliveries of a corrupted message after its corruption",
+      "1 messages reported quarantined, not the 2 corrupted",
+    ]);
+  });
+
+  it("fails a run whose planned abort never fired", () => {
+    const s = new Script();
+    s.plan({ aborts: 1 });
+    s.send(["a"]);
+    s.abort("shard-0", "abort-append", false);
+    s.pull([{ h: "a", l: "L1" }]);
+    s.ack(["L1"]);
+    const r = s.drained();
+    expect(r.failures).toEqual(["0 of the 1 planned aborts fired"]);
+  });
+
+  it("counts a message a push consumer's queue() handler was given as delivered, not lost", () => {
+    const s = new Script();
+    s.send(["a", "b"]);
+    const d = s.pushStart([{ h: "a" }, { h: "b" }]);
+    s.pushEnd(d, { acked: ["a", "b"] });
+    const r = s.drained();
+    expect(r.failures).toEqual([]);
+    expect(r.figures).toMatchObject({ lost: 0, delivered: { deliveries: 2, distinct: 2 }, push: { deliveries: 2, invocations: 1, overlaps_while_up: 0, after_ack: 0, not_again: 0 } });
+    // The same history without the handler's report: both are lost.
+    const t = new Script();
+    t.send(["a", "b"]);
+    expect(t.drained().figures.lost).toBe(2);
+  });
+
+  it("reports two push handlers holding one message at once as a push overlap, but not across a consumer shard abort or a kill", () => {
+    const s = new Script();
+    s.send(["a", "b", "c"]);
+    const a1 = s.pushStart([{ h: "a" }]);
+    const a2 = s.pushStart([{ h: "a", a: 2 }], 100);
+    s.pushEnd(a2, { acked: ["a"] });
+    s.pushEnd(a1, { acked: ["a"] });
+    const b1 = s.pushStart([{ h: "b" }]);
+    s.consumerAbort("abort-leased");
+    const b2 = s.pushStart([{ h: "b", a: 2 }], 100);
+    s.pushEnd(b2, { acked: ["b"] });
+    s.pushEnd(b1, { acked: ["b"] });
+    // Cut off by a kill: its span ends there, so the next delivery overlaps nothing.
+    s.pushStart([{ h: "c" }]);
+    s.kill();
+    const c2 = s.pushStart([{ h: "c" }], 100);
+    s.pushEnd(c2, { acked: ["c"] });
+    const r = s.drained();
+    expect(r.figures.push).toMatchObject({ overlaps_while_up: 1, overlaps_across: { "abort-consumer": 1, kill: 0 }, duplicates: { causes: { kill: 1 } } });
+    expect(r.examples.push_overlaps[0]).toMatchObject({ h: "a" });
+    expect(r.failures).toEqual(["1 push overlaps while up (one message in two queue() handlers at once)"]);
+  });
+
+  it("reports a push delivery after a handler acked the message with no fault between, and not one after a consumer shard abort", () => {
+    const s = new Script();
+    s.send(["a", "b"]);
+    const a1 = s.pushStart([{ h: "a" }]);
+    s.pushEnd(a1, { acked: ["a"] });
+    const a2 = s.pushStart([{ h: "a", a: 2 }], 100);
+    s.pushEnd(a2, { acked: ["a"] });
+    const b1 = s.pushStart([{ h: "b" }]);
+    s.pushEnd(b1, { acked: ["b"] });
+    s.consumerAbort("abort-dispatched");
+    const b2 = s.pushStart([{ h: "b", a: 2 }], 100);
+    s.pushEnd(b2, { acked: ["b"] });
+    const r = s.drained();
+    expect(r.figures.push).toMatchObject({ after_ack: 1, duplicates: { causes: { abort_consumer: 1, acked_then_again: 1 } } });
+    expect(r.examples.push_after_ack).toEqual([expect.objectContaining({ h: "a" })]);
+    expect(r.failures).toEqual(["1 push deliveries after the consumer acked the message, no fault in between"]);
+  });
+
+  it("reports a message a push handler retried or threw at its last delivery and that never came again, but not one that reached the dead-letter queue", () => {
+    const s = new Script();
+    s.send(["a", "b", "c"]);
+    const d1 = s.pushStart([{ h: "a" }, { h: "b" }, { h: "c" }]);
+    s.pushEnd(d1, { acked: ["c"], retried: ["a", "b"], threw: true });
+    s.pull([{ h: "b", l: "L1" }], { q: "faults-dlq", p: "dlq-consumer-0" });
+    s.ack(["L1"]);
+    const r = s.drained();
+    expect(r.figures.push).toMatchObject({ not_again: 1, throws: { invocations: 1, acked_before: 1, retried_by: 2 }, duplicates: { causes: { dead_lettered: 1 } } });
+    expect(r.examples.push_not_again).toEqual([expect.objectContaining({ h: "a" })]);
+    expect(r.failures).toEqual(["1 push messages not acked at their last delivery and never delivered again"]);
+  });
+
+  it("fails a run whose consumer shard abort never fired", () => {
+    const s = new Script();
+    s.plan({ consumerAborts: 1 });
+    s.send(["a"]);
+    s.consumerAbort("abort-leased", false);
+    const d = s.pushStart([{ h: "a" }]);
+    s.pushEnd(d, { acked: ["a"] });
+    const r = s.drained();
+    expect(r.failures).toEqual(["0 of the 1 planned consumer shard aborts fired"]);
+    expect(r.figures.push.consumer_aborts).toMatchObject({ planned: 1, count: 1, fired: 0 });
+  });
+
+  it("fails a run whose queues did not drain", () => {
+    const s = new Script();
+    s.send(["a"]);
+    s.pull([{ h: "a", l: "L1" }]);
+    s.ops.push({ op: 99, p: "harness", type: "ok", f: "phase", t: 1000, value: { phase: "drained", drained: false, backlog: { faults: 1 } } });
+    const r = check(s.ops);
+    expect(r.failures.join()).toMatch(/did not drain/);
+  });
+});
