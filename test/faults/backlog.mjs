@@ -8,8 +8,7 @@
 // through the fault checker (checker.mjs) like any fault run; the run passes when it is
 // valid, memory stayed bounded and every answer stayed paged (backlog-report.mjs).
 // Used by run.mjs and by test/e2e/faults.test.ts (the short run in `npm test`).
-import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { mkdirSync } from "node:fs";
 import { join, relative, resolve } from "node:path";
 import { freePort, ROOT } from "../../scripts/dev-server.mjs";
 import { FillProducer, measuredPulls, probeReads, RssSampler } from "./backlog-load.mjs";
@@ -17,7 +16,7 @@ import { DLQ, drainQueues, QUEUE, restartOverBacklog, setUp } from "./backlog-ph
 import { backlogFigures, formatBacklogTable, writeBacklogReport } from "./backlog-report.mjs";
 import { check } from "./checker.mjs";
 import { apiClient } from "./client.mjs";
-import { Service, snapshotService } from "./faults.mjs";
+import { runDirs, Service } from "./faults.mjs";
 import { History, readHistory } from "./history.mjs";
 import { randomSeed } from "./prng.mjs";
 import { Budget, runConsumer } from "./workload.mjs";
@@ -90,9 +89,8 @@ export async function runBacklog(o) {
   const started = Date.now();
   const startedAt = new Date().toISOString();
   mkdirSync(o.out, { recursive: true });
-  const stateDir = mkdtempSync(join(tmpdir(), "shardq-backlog-state-"));
-  const registry = mkdtempSync(join(tmpdir(), "shardq-backlog-registry-"));
-  const sourceDir = snapshotService();
+  const dirs = runDirs("backlog");
+  const { stateDir, registry, sourceDir } = dirs;
   const port = await freePort();
   const service = new Service({ port, sourceDir, stateDir, registry, logFile: join(o.out, "service.log") });
   const historyFile = join(o.out, "history.jsonl");
@@ -197,9 +195,7 @@ export async function runBacklog(o) {
     await Promise.allSettled([...late]);
     await history.close();
     await service.stop();
-    if (!o.keepState) rmSync(stateDir, { recursive: true, force: true });
-    rmSync(registry, { recursive: true, force: true });
-    rmSync(sourceDir, { recursive: true, force: true });
+    dirs.remove(o.keepState);
   }
 
   const result = check(await readHistory(historyFile));

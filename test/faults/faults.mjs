@@ -75,11 +75,34 @@ const SERVICE_FILES = ["wrangler.toml", ".dev.vars", "package.json", "src", "bro
  * (and a half-saved file) whenever someone edits the code during the run.
  * @returns {string} the directory; remove it when done
  */
-export function snapshotService() {
+function snapshotService() {
   const dir = mkdtempSync(join(tmpdir(), "shardq-faults-src-"));
   for (const f of SERVICE_FILES) cpSync(join(ROOT, f), join(dir, f), { recursive: true });
   symlinkSync(join(ROOT, "node_modules"), join(dir, "node_modules"), "dir");
   return dir;
+}
+
+/**
+ * The directories a run's service needs: a snapshot of the service's files, a fresh
+ * --persist-to state and a dev registry of its own; `remove` deletes them (the state
+ * kept on request).
+ * @param {string} kind "faults", "backlog": part of the temporary directories' names
+ */
+export function runDirs(kind) {
+  const stateDir = mkdtempSync(join(tmpdir(), `shardq-${kind}-state-`));
+  const registry = mkdtempSync(join(tmpdir(), `shardq-${kind}-registry-`));
+  const sourceDir = snapshotService();
+  return {
+    stateDir,
+    registry,
+    sourceDir,
+    /** @param {boolean} keepState */
+    remove(keepState) {
+      if (!keepState) rmSync(stateDir, { recursive: true, force: true });
+      rmSync(registry, { recursive: true, force: true });
+      rmSync(sourceDir, { recursive: true, force: true });
+    },
+  };
 }
 
 /**

@@ -5,14 +5,13 @@
 // points the test hooks aim at (faults.mjs), stop the faults, drain the queues, then
 // check the history and report. Used by run.mjs (`npm run test:faults`) and by
 // test/e2e/faults.test.ts (the short run in `npm test`).
-import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { mkdirSync } from "node:fs";
 import { join, relative, resolve } from "node:path";
 import { freePort, ROOT } from "../../scripts/dev-server.mjs";
 import { check } from "./checker.mjs";
 import { apiClient } from "./client.mjs";
 import { CONTROL_KINDS, MAX_PLAY_OUT_MS } from "./control-faults.mjs";
-import { faultSchedule, FAULT_KINDS, runNemesis, SHARD_ABORT_KINDS, Service, snapshotService } from "./faults.mjs";
+import { faultSchedule, FAULT_KINDS, runDirs, runNemesis, SHARD_ABORT_KINDS, Service } from "./faults.mjs";
 import { History, readHistory } from "./history.mjs";
 import { preparePushConsumer, PUSH_QUEUE, setUpPush, withConsumerAborts } from "./push-faults.mjs";
 import { startPushSink } from "./push-sink.mjs";
@@ -80,9 +79,8 @@ export async function runFaults(o) {
   const started = Date.now();
   const startedAt = new Date().toISOString();
   mkdirSync(o.out, { recursive: true });
-  const stateDir = mkdtempSync(join(tmpdir(), "shardq-faults-state-"));
-  const registry = mkdtempSync(join(tmpdir(), "shardq-faults-registry-"));
-  const sourceDir = snapshotService();
+  const dirs = runDirs("faults");
+  const { stateDir, registry, sourceDir } = dirs;
   const port = await freePort();
   const historyFile = join(o.out, "history.jsonl");
   const history = new History(historyFile);
@@ -173,9 +171,7 @@ export async function runFaults(o) {
     await sink.close();
     await history.close();
     await service.stop();
-    if (!o.keepState) rmSync(stateDir, { recursive: true, force: true });
-    rmSync(registry, { recursive: true, force: true });
-    rmSync(sourceDir, { recursive: true, force: true });
+    dirs.remove(o.keepState);
   }
 
   const result = check(await readHistory(historyFile));

@@ -33,7 +33,7 @@ const CONSUMER_ABORT_FIRE_TIMEOUT_MS = 20_000;
  * Copies the push consumer into the service's snapshot (edits to the working tree during
  * a run must not reload it) with its vars set: wrangler dev's --var reaches only the
  * first config. Returns its generated config.
- * @param {string} sourceDir the snapshot (faults.mjs snapshotService)
+ * @param {string} sourceDir the snapshot (faults.mjs runDirs)
  * @param {{ seed: number, sinkUrl: string, leaseMs: number }} o
  */
 export function preparePushConsumer(sourceDir, o) {

@@ -2,6 +2,10 @@
 // and their rows in the report (report.mjs): deliveries through the Worker consumer, what
 // it did with them (throws, hangs, late acks), the causes of each redelivery, and how the
 // queue recovered from each consumer shard abort.
+import { statOf } from "./figures.mjs";
+
+/** statOf of whole milliseconds. @param {number[]} xs */
+const stat = (xs) => statOf(xs.map((x) => Math.round(x)));
 
 /**
  * @typedef {import("./push-checker.mjs").PushDelivery} PushDelivery
@@ -194,11 +198,4 @@ export function pushSection(f) {
     "- consumer shard aborts (abort-consumer): the test hooks reset one consumer shard of the push queue right after it leased a batch (abort-leased: the batch comes again once its lease runs out) or after the handler returned and before its acks were applied (abort-dispatched: the acked messages come again).",
     "",
   ];
-}
-
-/** Median, max and count; null when empty. @param {number[]} xs */
-function stat(xs) {
-  const v = [...xs].sort((a, b) => a - b);
-  if (!v.length) return null;
-  return { median: Math.round(/** @type {number} */ (v[Math.floor((v.length - 1) / 2)])), max: Math.round(/** @type {number} */ (v[v.length - 1])), n: v.length };
 }
