@@ -286,7 +286,7 @@ async function abortShard(o, step, n) {
 
 /**
  * Corrupts `corruptEach` stored bodies, from the shard the step picks and then the next
- * ones (by name), round after round for up to 3 s: consumers keep the backlog short, and
+ * ones (by name), round after round for up to 3 s (20 s while none is found): consumers keep the backlog short, and
  * a shard may hold fewer messages than wanted, or none. Logged as one "corrupt" operation.
  * @param {{ history: import("./history.mjs").History, api: ReturnType<typeof import("./client.mjs").apiClient>, queue: string,
  *   corruptEach: number, corrupted: string[] }} o
@@ -300,9 +300,13 @@ async function corruptBodies(o, step) {
   const ids = [];
   /** @type {string[]} */
   const shards = [];
-  // Rounds over the shards for up to 3 s: new messages keep arriving.
+  // Rounds over the shards for 3 s (new messages keep arriving), and on for up to 20 s
+  // while none was found: at a short run's rate, with consumers keeping the backlog near
+  // empty, every shard can be empty for a few seconds (a CI run once corrupted nothing).
   const until = Date.now() + 3000;
-  for (let i = 0; ids.length < o.corruptEach && (i < names.length || Date.now() < until); i++) {
+  const giveUp = Date.now() + 20_000;
+  const searching = () => Date.now() < until || (ids.length === 0 && Date.now() < giveUp);
+  for (let i = 0; ids.length < o.corruptEach && (i < names.length || searching()); i++) {
     if (i > 0 && i % names.length === 0) await sleep(100);
     const shard = /** @type {string} */ (names[(first + i) % names.length]);
     const r = await retrying(() => o.api.call("POST", `/${o.queue}/test-hooks`, { shard, corrupt: o.corruptEach - ids.length }));
