@@ -17,6 +17,8 @@ export interface PendingMessage {
   attempts?: number;
   /** The id the producer chose (HTTP `id`); stored once under it (broker/idempotency.ts). */
   id?: string;
+  /** Set on a move from another queue: which stored copy it moves (broker/move-messages.ts). */
+  moveKey?: string;
 }
 
 const delaySeconds = z

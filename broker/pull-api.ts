@@ -240,7 +240,7 @@ async function readExhausted(env: Env, queueId: string, shard: string, exhausted
  * (a pull consumer already has it), so these stand-ins fill the rest of the shape.
  */
 function leasedFrom(l: LeaseToken): LeasedMessage {
-  return { id: l.messageId, leaseId: l.leaseId, attempts: l.attempts, body: new Uint8Array(0), contentType: "bytes", enqueuedAt: 0 };
+  return { id: l.messageId, leaseId: l.leaseId, attempts: l.attempts, body: new Uint8Array(0), contentType: "bytes", enqueuedAt: 0, copyKey: "" };
 }
 
 const refOf = (l: LeaseToken): LeaseRef => ({ id: l.messageId, leaseId: l.leaseId });

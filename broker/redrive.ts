@@ -2,25 +2,22 @@
  * POST .../queues/:dlq/redrive: moves messages from a dead-letter queue back to the
  * queue they came from (what Cloudflare lacks; SQS's StartMessageMoveTask). A move
  * never loses a message: each batch is leased in the dead-letter queue, written to the
- * target keeping its ids, and only then acked where it was. A crash in between leaves
- * it leased; the lease ends and the next redrive writes it again, onto the same target
- * shard (placement follows the id), where the insert by id stores nothing twice.
+ * target keeping its ids, and only then acked where it was (broker/move-messages.ts).
+ * A crash in between leaves it leased; the lease ends and the next redrive writes the
+ * same copies again, which the target recognises by their move keys and stores once.
  */
 import { z } from "zod";
 import { catalogFor, coordinatorFor, storageShardFor } from "../src/addressing";
-import { crc32 } from "../src/checksum";
-import { serviceConfig } from "../src/config";
 import type { Env } from "../src/env";
 import { HttpError } from "../src/errors";
 import { LIMITS } from "../src/limits";
 import type { LeasedMessage, LeaseRef, MessageFilter, ShardMap } from "../src/protocol";
 import { MAX_MATCHING_LEASE } from "../storage-shard/operations";
 import { ok } from "./envelope";
-import type { PendingMessage } from "./messages";
+import { moveMessages } from "./move-messages";
 import { currentMap, liveShards, unavailable } from "./operations-api";
 import { readJson, readOptionalJson } from "./read-json";
-import { pickShard, seededRandom, storeMessages } from "./send";
-import { authoritativeShardMap, cachedShardMap } from "./shard-map-cache";
+import { authoritativeShardMap } from "./shard-map-cache";
 import { parseWith, wholeNumber as int } from "./validate";
 
 const DEFAULT_LIMIT = 1000;
@@ -144,7 +141,8 @@ async function moveBatch(env: Env, accountId: string, dlq: ShardMap, shardName: 
   const shard = storageShardFor(env, shardName);
   const refs = batch.map(refOf);
   try {
-    await writeToTarget(env, accountId, target, batch);
+    // A fresh start in its queue: attempts from 0, visible at once.
+    await moveMessages(env, accountId, target.queueId, { queueId: dlq.queueId, shard: shardName }, batch, { keepAttempts: false });
   } catch (err) {
     await shard.releaseLeases(dlq.queueId, refs).catch((e: unknown) => console.error(`redrive: releasing leases on ${shardName} failed (they end in ${MOVE_LEASE_MS} ms):`, e));
     throw stopped(movedSoFar, `writing to "${target.queueName}" failed${err instanceof HttpError ? ` (${err.message})` : ""}`, err);
@@ -155,34 +153,6 @@ async function moveBatch(env: Env, accountId: string, dlq: ShardMap, shardName: 
   } catch (err) {
     throw stopped(movedSoFar, `acknowledging on storage shard ${shardName} failed; the copies already written are not written twice`, err);
   }
-}
-
-/**
- * storeMessages places a batch that keeps its ids on the shard its first id picks, so
- * the batch is split by each id's own pick: a message written again after a crash, in
- * a batch of different company, lands where its first copy is and is stored once.
- * The pick mirrors send.ts (FNV-1a of the id, same map, same region).
- */
-async function writeToTarget(env: Env, accountId: string, target: ShardMap, batch: LeasedMessage[]): Promise<void> {
-  const map = (await cachedShardMap(env, accountId, target.queueId)) ?? target;
-  const region = serviceConfig(env).defaultRegion;
-  const groups = new Map<string, LeasedMessage[]>();
-  for (const m of batch) {
-    const key = pickShard(map, region, new Set(), seededRandom(m.id))?.name ?? "";
-    groups.set(key, [...(groups.get(key) ?? []), m]);
-  }
-  await Promise.all(
-    [...groups.values()].map((ms) =>
-      storeMessages(
-        env,
-        { accountId, queueRef: target.queueId, region: undefined },
-        // A fresh start in its queue: attempts from 0, visible at once.
-        ms.map((m): PendingMessage => ({ body: m.body, contentType: m.contentType, delaySeconds: undefined, checksum: crc32(m.body) })),
-        0,
-        ms.map((m) => m.id),
-      ),
-    ),
-  );
 }
 
 /** Still matching in the dead-letter queue; null when a shard could not be counted. */

@@ -51,6 +51,7 @@ export async function storeMessages(
     delayMs: (m.delaySeconds ?? batchDelaySeconds ?? map!.settings.delivery_delay) * 1000,
     checksum: m.checksum,
     ...(m.attempts ? { attempts: m.attempts } : {}),
+    ...(m.moveKey !== undefined ? { moveKey: m.moveKey } : {}),
   }));
   const region = target.region ?? serviceConfig(env).defaultRegion;
   const refused = new Set<string>();

@@ -4,9 +4,8 @@
  * of retries are written to the dead-letter queue before they are deleted here; if
  * that write fails they stay (retried later) rather than be lost.
  */
-import { storeMessages } from "../broker/send";
+import { moveMessages } from "../broker/move-messages";
 import { storageShardFor } from "../src/addressing";
-import { crc32 } from "../src/checksum";
 import type { ConsumerRecord } from "../src/consumer-settings";
 import type { Env } from "../src/env";
 import type { LeasedMessage, LeaseRef, SettleResult } from "../src/protocol";
@@ -28,14 +27,9 @@ export async function applyDisposition(
   if (d.exhausted.length > 0) {
     if (consumer.dead_letter_queue) {
       try {
-        await storeMessages(
-          env,
-          { accountId: queue.accountId, queueRef: consumer.dead_letter_queue, region: undefined },
-          // The dead-letter copy keeps its id and its delivery count (redrive filters on it).
-          d.exhausted.map((m) => ({ body: m.body, contentType: m.contentType, delaySeconds: 0, checksum: crc32(m.body), attempts: m.attempts })),
-          0,
-          d.exhausted.map((m) => m.id),
-        );
+        // Stored there before deleted here (broker/move-messages.ts). The dead-letter
+        // copy keeps its id and its delivery count (redrive filters on it).
+        await moveMessages(env, queue.accountId, consumer.dead_letter_queue, { queueId: queue.queueId, shard: shardName }, d.exhausted, { keepAttempts: true });
         deadLettered = d.exhausted;
       } catch (err) {
         console.error(`dead-letter write to "${consumer.dead_letter_queue}" failed; keeping ${d.exhausted.length} message(s):`, err);

@@ -40,6 +40,12 @@ export interface EncodedMessage {
   checksum: number;
   /** Deliveries it already had (a dead-letter move keeps them); 0 for a new message. */
   attempts?: number;
+  /**
+   * Set when this write moves a stored copy from another queue (dead-lettering, a
+   * redrive): the source shard's name and the copy's LeasedMessage.copyKey. The target
+   * stores each move once and never skips one it has not seen (storage-shard/remembered-ids.ts).
+   */
+  moveKey?: string;
 }
 
 export interface AppendRequest {
@@ -48,8 +54,9 @@ export interface AppendRequest {
   /** Skip ids the shard stored moments ago: set on a retry after a lost reply. */
   dedupe?: boolean;
   /**
-   * Ids the sender chose or kept (idempotent sends, dead-letter moves, redrives): the
-   * shard skips those it stored within a day, consumed or not, and remembers these.
+   * Ids the sender chose or kept (idempotent sends): the shard skips those it stored
+   * within a day, consumed or not, and remembers these. Messages with a moveKey are
+   * never skipped by id, only by their move.
    */
   remember?: boolean;
 }
@@ -159,6 +166,8 @@ export interface LeasedMessage {
   /** Deliveries so far, this one included: 1 on first delivery. */
   attempts: number;
   leaseId: string;
+  /** Names this stored copy within its shard for ever (storage-shard/schema.ts copyKey): what a move of it is remembered by. */
+  copyKey: string;
 }
 
 export interface LeaseResult {

@@ -15,7 +15,7 @@
 import { crc32 } from "../src/checksum";
 import { randomHex } from "../src/ids";
 import { DeliveryState } from "./delivery-state";
-import type { MessageRow } from "./schema";
+import { copyKey, type MessageRow } from "./schema";
 import type { LeasedMessage, LeaseRef, LeaseRequest, LeaseResult, SettleRequest, SettleResult } from "../src/protocol";
 
 /** How many expired messages one lease call deletes at most: bounded work per visit. */
@@ -29,7 +29,7 @@ export interface BacklogDelta {
 }
 
 export type ReadyRow = Omit<MessageRow, "lease_id">;
-const READY_COLUMNS = "seq, id, size, enqueued_at, due_at, attempts, checksum, content_type, body";
+const READY_COLUMNS = "seq, id, size, enqueued_at, due_at, attempts, checksum, content_type, body, nonce";
 
 export function expireOld(sql: SqlStorage, ds: DeliveryState, now: number, retentionMs: number): BacklogDelta {
   const cutoff = now - retentionMs;
@@ -129,7 +129,7 @@ function leaseInMemory(sql: SqlStorage, ds: DeliveryState, rows: ReadyRow[], now
     const body = new Uint8Array(r.body);
     if (!bad.checked(r, body)) continue;
     ds.hold(r.seq, { id: r.id, lease, until: now + leaseMs });
-    messages.push({ id: r.id, body, contentType: r.content_type, enqueuedAt: r.enqueued_at, attempts: r.attempts + 1, leaseId: DeliveryState.leaseId(r.seq, lease) });
+    messages.push({ id: r.id, body, contentType: r.content_type, enqueuedAt: r.enqueued_at, attempts: r.attempts + 1, leaseId: DeliveryState.leaseId(r.seq, lease), copyKey: copyKey(r.seq, r.nonce) });
   }
   return { messages, delta: bad.delta() };
 }
@@ -156,7 +156,7 @@ export function leaseStored(
     const body = new Uint8Array(r.body);
     if (!bad.checked(r, body)) continue;
     sql.exec("UPDATE messages SET due_at = ?, lease_id = ?, attempts = attempts + ? WHERE seq = ?", now + leaseMs, lease, add, r.seq);
-    messages.push({ id: r.id, body, contentType: r.content_type, enqueuedAt: r.enqueued_at, attempts: r.attempts + add, leaseId: DeliveryState.leaseId(r.seq, lease) });
+    messages.push({ id: r.id, body, contentType: r.content_type, enqueuedAt: r.enqueued_at, attempts: r.attempts + add, leaseId: DeliveryState.leaseId(r.seq, lease), copyKey: copyKey(r.seq, r.nonce) });
   }
   return { messages, delta: bad.delta() };
 }
@@ -278,13 +278,13 @@ export function readLeased(sql: SqlStorage, ds: DeliveryState, refs: LeaseRef[])
     const r = resolve(ds, ref);
     if (!r) continue;
     const row = sql
-      .exec(`SELECT id, body, content_type, enqueued_at, attempts, checksum FROM messages WHERE seq = ? AND id = ?${r.inMemory ? "" : " AND lease_id = ?"}`, r.seq, r.id, ...(r.inMemory ? [] : [r.lease]))
-      .toArray()[0] as unknown as Pick<MessageRow, "id" | "body" | "content_type" | "enqueued_at" | "attempts" | "checksum"> | undefined;
+      .exec(`SELECT id, body, content_type, enqueued_at, attempts, checksum, nonce FROM messages WHERE seq = ? AND id = ?${r.inMemory ? "" : " AND lease_id = ?"}`, r.seq, r.id, ...(r.inMemory ? [] : [r.lease]))
+      .toArray()[0] as unknown as Pick<MessageRow, "id" | "body" | "content_type" | "enqueued_at" | "attempts" | "checksum" | "nonce"> | undefined;
     if (!row) continue;
     const body = new Uint8Array(row.body);
     if (crc32(body) !== row.checksum) continue;
     // A memory lease's delivery is not in the row yet: count it as the consumer saw it.
-    out.push({ id: row.id, body, contentType: row.content_type, enqueuedAt: row.enqueued_at, attempts: row.attempts + (r.inMemory ? 1 : 0), leaseId: ref.leaseId });
+    out.push({ id: row.id, body, contentType: row.content_type, enqueuedAt: row.enqueued_at, attempts: row.attempts + (r.inMemory ? 1 : 0), leaseId: ref.leaseId, copyKey: copyKey(r.seq, row.nonce) });
   }
   return out;
 }

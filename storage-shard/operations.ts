@@ -112,7 +112,7 @@ export function leaseMatching(sql: SqlStorage, ds: DeliveryState, now: number, f
   for (let after = 0; rows.length < want; ) {
     const chunk = sql
       .exec(
-        `SELECT seq, id, size, enqueued_at, due_at, attempts, checksum, content_type, body FROM messages
+        `SELECT seq, id, size, enqueued_at, due_at, attempts, checksum, content_type, body, nonce FROM messages
          WHERE seq > ? AND (due_at IS NULL OR due_at <= ?) AND ${m.where} ORDER BY seq LIMIT ?`,
         after,
         now,

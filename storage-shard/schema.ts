@@ -15,6 +15,24 @@ export interface MessageRow {
   checksum: number;
   content_type: ContentType;
   body: ArrayBuffer;
+  /** Drawn when this copy was written (NULL for rows older than version 8): see copyKey. */
+  nonce: number | null;
+}
+
+/**
+ * Names one stored copy of a message for ever, within its shard: seq values are reused
+ * after a restart (the next seq is the largest stored plus one), the nonce is not. A
+ * mover qualifies it with the shard's name; the target remembers the move under it
+ * (remembered-ids.ts), so writing the same copy again stores nothing twice while a
+ * later copy of the same message id is always stored.
+ */
+export function copyKey(seq: number, nonce: number | null): string {
+  return `${seq}.${nonce ?? 0}`;
+}
+
+/** A nonce for a new row: never 0, the one rows written before version 8 read as. */
+export function newNonce(): number {
+  return 1 + Math.floor(Math.random() * (2 ** 52 - 1));
 }
 
 /**
@@ -103,6 +121,10 @@ export const MIGRATIONS: readonly string[] = [
    CREATE INDEX IF NOT EXISTS remembered_ids_at ON remembered_ids(at);`,
   // Stored leases, counted at each heartbeat (delivery.ts leasedCount): only rows leased from SQLite have one.
   `CREATE INDEX IF NOT EXISTS messages_leased ON messages(due_at) WHERE lease_id IS NOT NULL;`,
+  // Moves are remembered by the copy they moved, never by message id (remembered-ids.ts): a nonce per row names it.
+  `ALTER TABLE messages ADD COLUMN nonce INTEGER;
+   CREATE TABLE IF NOT EXISTS remembered_moves (move TEXT PRIMARY KEY, at INTEGER NOT NULL);
+   CREATE INDEX IF NOT EXISTS remembered_moves_at ON remembered_moves(at);`,
 ];
 
 export function migrate(sql: SqlStorage): void {

@@ -30,8 +30,8 @@ import { DeliveryState } from "./delivery-state";
 import { coordinatorFor } from "../src/addressing";
 import { meteredSql, type CostMeter } from "../src/sql-meter";
 import { cancelMessage, countMatching, findMessage, leaseMatching, peekReady, PURGE_PER_CALL, purgeSome, releaseLeases } from "./operations";
-import { migrate, type MessageRow } from "./schema";
-import { knownIds, rememberIds } from "./remembered-ids";
+import { migrate, newNonce, type MessageRow } from "./schema";
+import { knownIds, movesDone, rememberIds, rememberMoves } from "./remembered-ids";
 import { TestHooks, testHooksEnabled, type FaultPoint, type TestHookStatus } from "../src/test-hooks";
 import { corruptBodies } from "./corrupt-bodies";
 
@@ -118,8 +118,9 @@ export class StorageShard extends DurableObject<Env> {
   /**
    * Stores a batch, all or nothing. With `dedupe` (a retried send) messages this shard
    * stored moments ago are dropped, so a retry right after a lost reply stores once;
-   * with `remember` (ids chosen or kept by the sender) also those stored within a day,
-   * consumed or not (storage-shard/remembered-ids.ts).
+   * with `remember` (ids chosen by the sender) also those stored within a day, consumed
+   * or not. A moved message (moveKey set) is dropped only when this very move was stored
+   * here before, whatever the ids (storage-shard/remembered-ids.ts).
    */
   append(req: AppendRequest): AppendResult | Promise<AppendResult> {
     this.cost.rpcs++;
@@ -135,16 +136,26 @@ export class StorageShard extends DurableObject<Env> {
     let stored = 0;
     let bytes = 0;
     this.ctx.storage.transactionSync(() => {
-      const known = req.dedupe || req.remember ? knownIds(this.sql, req.messages.map((m) => m.id), this.delivery.nextSeq) : null;
+      // A move is known by the copy it moves, a send by its id: never one by the other.
+      const sent = req.messages.filter((m) => m.moveKey === undefined).map((m) => m.id);
+      const known = req.dedupe || req.remember ? knownIds(this.sql, sent, this.delivery.nextSeq) : null;
+      const moved = movesDone(this.sql, req.messages.flatMap((m) => (m.moveKey === undefined ? [] : [m.moveKey])));
       const storedIds: string[] = [];
+      const storedMoves: string[] = [];
       for (const m of req.messages) {
-        if (known?.has(m.id)) continue;
-        known?.add(m.id);
-        storedIds.push(m.id);
+        if (m.moveKey !== undefined) {
+          if (moved.has(m.moveKey)) continue;
+          moved.add(m.moveKey);
+          storedMoves.push(m.moveKey);
+        } else {
+          if (known?.has(m.id)) continue;
+          known?.add(m.id);
+          storedIds.push(m.id);
+        }
         // One row write: a fresh message (no delay) has no index entry.
         this.sql.exec(
-          `INSERT INTO messages (seq, id, size, enqueued_at, due_at, attempts, lease_id, checksum, content_type, body)
-           VALUES (?, ?, ?, ?, ?, ?, NULL, ?, ?, ?)`,
+          `INSERT INTO messages (seq, id, size, enqueued_at, due_at, attempts, lease_id, checksum, content_type, body, nonce)
+           VALUES (?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?)`,
           this.delivery.nextSeq++,
           m.id,
           m.body.byteLength,
@@ -154,11 +165,13 @@ export class StorageShard extends DurableObject<Env> {
           m.checksum,
           m.contentType,
           toArrayBuffer(m.body),
+          newNonce(),
         );
         stored++;
         bytes += m.body.byteLength;
       }
       if (req.remember) rememberIds(this.sql, storedIds, now);
+      rememberMoves(this.sql, storedMoves, now);
       this.delivery.flushTotals(now);
     });
     this.backlogCount += stored;

@@ -1,7 +1,7 @@
 import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { purgeShards } from "../../broker/operations-api";
-import { storeMessages } from "../../broker/send";
+import { moveMessages } from "../../broker/move-messages";
 import { coordinatorFor, storageShardFor } from "../../src/addressing";
 import { crc32 } from "../../src/checksum";
 import type { EncodedMessage, LeaseRequest } from "../../src/protocol";
@@ -260,9 +260,7 @@ describe("redriving a dead-letter queue", () => {
     await shard.append({ queueId: dlq.queue_id, messages: all });
     // A redrive that died after its write: ten messages written (each placed by its id), never acked.
     const taken = await shard.leaseMatching(dlq.queue_id, { minAttempts: 2 }, 10, 60_000);
-    for (const m of taken) {
-      await storeMessages(env, { accountId: "local", queueRef: "rd-crash-src", region: undefined }, [{ body: m.body, contentType: m.contentType, delaySeconds: undefined, checksum: crc32(m.body) }], 0, [m.id]);
-    }
+    for (const m of taken) await moveMessages(env, "local", "rd-crash-src", { queueId: dlq.queue_id, shard: dlq.shards[0]! }, [m], { keepAttempts: false });
     dlq.clock.advance(60_000);
     // Their lease ran out: the next redrive moves them again, now behind two others in one batch.
     expect((await redrive("rd-crash-dead", { target_queue: "rd-crash-src" })).json.result).toMatchObject({ moved: 12, remaining_matching: 0 });

@@ -5,7 +5,7 @@ import { consumerEntrypoint, createBatch } from "../../src/consumer-entrypoint";
 import type { LeasedMessage } from "../../src/protocol";
 
 const settings = { max_retries: 3, retry_delay: 7 };
-const leased = (id: string, attempts = 1): LeasedMessage => ({ id, body: new Uint8Array(), contentType: "json", enqueuedAt: 0, attempts, leaseId: "L" });
+const leased = (id: string, attempts = 1): LeasedMessage => ({ id, body: new Uint8Array(), contentType: "json", enqueuedAt: 0, attempts, leaseId: "L", copyKey: "" });
 const batchOf = (...ids: string[]) => ids.map((id) => ({ id, timestamp: new Date(0), body: id, attempts: 1 }));
 
 /** Runs a handler against a MessageBatch exactly as the ShardqConsumer entrypoint does. */

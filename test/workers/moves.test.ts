@@ -1,0 +1,142 @@
+/**
+ * Moves between queues (issue 13): dead-lettering and redrive store a message at the
+ * target, then settle its source copy. A message that comes back to a queue it was in
+ * before is a new copy and is stored again; only a repeat of the same move (a crash
+ * between store and settle) is stored once.
+ */
+import { env } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import { moveMessages } from "../../broker/move-messages";
+import { coordinatorFor, storageShardFor } from "../../src/addressing";
+import { crc32 } from "../../src/checksum";
+import type { EncodedMessage, LeasedMessage } from "../../src/protocol";
+import { api, backlog, createQueue, queuePath, storedMessages } from "./helpers";
+
+const utf8 = new TextEncoder();
+const pull = async (q: string) => (await api("POST", `${queuePath(q)}/messages/pull`, { batch_size: 100, visibility_timeout_ms: 60_000 })).json.result.messages as Array<{ id: string; lease_id: string; attempts: number }>;
+const retryAll = async (q: string, leases: Array<{ lease_id: string }>) => {
+  const res = await api("POST", `${queuePath(q)}/messages/ack`, { retries: leases.map((m) => ({ lease_id: m.lease_id })) });
+  expect(res.status).toBe(200);
+  expect(res.json.result.warnings).toEqual({});
+};
+const lookup = (q: string, id: string) => api("GET", `${queuePath(q)}/messages/${id}`);
+const redrive = (q: string, body: unknown) => api("POST", `${queuePath(q)}/redrive`, body);
+
+/** `q` with an http_pull consumer that dead-letters into `dlq` on the first failure; `dlq` pulls too. */
+async function pair(q: string, dlq: string) {
+  await createQueue(dlq);
+  await createQueue(q);
+  expect((await api("POST", `${queuePath(q)}/consumers`, { type: "http_pull", settings: { max_retries: 0 }, dead_letter_queue: dlq })).status).toBe(201);
+  expect((await api("POST", `${queuePath(dlq)}/consumers`, { type: "http_pull", settings: { max_retries: 0 } })).status).toBe(201);
+}
+
+/** Pulls the one message of `q` and fails it: with max_retries 0 it leaves for the dead-letter queue. */
+async function failOnce(q: string, id: string) {
+  const got = await pull(q);
+  expect(got.map((m) => m.id)).toEqual([id]);
+  await retryAll(q, got);
+}
+
+const sends: Array<[string, (q: string) => Promise<string>]> = [
+  ["a plain send", async (q) => (await api("POST", `${queuePath(q)}/messages`, { body: "plain" })).json.result.message_id],
+  ["an Idempotency-Key", async (q) => (await api("POST", `${queuePath(q)}/messages`, { body: "keyed" }, { headers: { "idempotency-key": `k-${q}` } })).json.result.message_id],
+  ["a producer-chosen id", async (q) => {
+    const id = crc32(utf8.encode(q)).toString(16).padStart(32, "a");
+    expect((await api("POST", `${queuePath(q)}/messages`, { body: "chosen", id })).json.result.message_id).toBe(id);
+    return id;
+  }],
+];
+
+describe("a message moved between queues", () => {
+  it.each(sends.map(([what, send], i) => [what, send, i] as const))("sent with %s, dead-lettered and redriven back, is in its queue again and delivered", async (_what, send, i) => {
+    const [q, dlq] = [`mv-back-${i}`, `mv-back-${i}-dlq`];
+    await pair(q, dlq);
+    const id = await send(q);
+    await failOnce(q, id);
+    expect((await lookup(q, id)).json.result).toMatchObject({ id, state: "dead_lettered", dead_letter_queue: dlq });
+
+    const res = await redrive(dlq, { target_queue: q });
+    expect(res.json.result).toEqual({ moved: 1, target_queue: q, remaining_matching: 0 });
+    const found = await lookup(q, id);
+    expect(found.status).toBe(200);
+    expect(found.json.result).toMatchObject({ id, state: "ready" });
+    expect([await backlog(q), await backlog(dlq)]).toEqual([1, 0]);
+    expect((await pull(q)).map((m) => [m.id, m.attempts])).toEqual([[id, 1]]);
+  });
+
+  it.each(sends.map(([what, send], i) => [what, send, i] as const))("sent with %s, dead-lettered a second time after a redrive, is held by the dead-letter queue", async (_what, send, i) => {
+    const [q, dlq] = [`mv-twice-${i}`, `mv-twice-${i}-dlq`];
+    await pair(q, dlq);
+    const id = await send(q);
+    await failOnce(q, id);
+    expect((await redrive(dlq, { target_queue: q })).json.result.moved).toBe(1);
+    await failOnce(q, id);
+
+    expect([await backlog(q), await backlog(dlq)]).toEqual([0, 1]);
+    expect((await storedMessages(dlq)).messages.map((m) => m.id)).toEqual([id]);
+    expect((await lookup(q, id)).json.result).toMatchObject({ id, state: "dead_lettered", dead_letter_queue: dlq });
+    // And round again: every move is a new copy, every one is stored.
+    expect((await redrive(dlq, { target_queue: q })).json.result.moved).toBe(1);
+    expect((await pull(q)).map((m) => m.id)).toEqual([id]);
+  });
+});
+
+/** Messages leased from one shard of `queue`, as a mover holds them. */
+async function leasedFrom(queue: string, count: number): Promise<{ shard: string; queueId: string; messages: LeasedMessage[] }> {
+  const queueId = (await api("GET", queuePath(queue))).json.result.queue_id as string;
+  const shard = (await coordinatorFor(env, queueId).shardMap())!.shards[0]!.name;
+  const messages: EncodedMessage[] = Array.from({ length: count }, (_, i) => {
+    const body = utf8.encode(JSON.stringify(`${queue} ${i}`));
+    return { id: `${crc32(body).toString(16)}${i}`.padEnd(32, "0"), body, contentType: "json", delayMs: 0, checksum: crc32(body) };
+  });
+  await storageShardFor(env, shard).append({ queueId, messages });
+  const leased = await storageShardFor(env, shard).leaseMatching(queueId, {}, count, 60_000);
+  expect(leased).toHaveLength(count);
+  return { shard, queueId, messages: leased };
+}
+
+describe("the target of a move", () => {
+  it("stores a move repeated after a crash once, and a later copy of the same message again", async () => {
+    await createQueue("mv-repeat-src");
+    await createQueue("mv-repeat-dst");
+    const from = await leasedFrom("mv-repeat-src", 5);
+    const source = { queueId: from.queueId, shard: from.shard };
+    await moveMessages(env, "local", "mv-repeat-dst", source, from.messages, { keepAttempts: false });
+    // The mover died before settling: the same copies are moved again, in another company.
+    await moveMessages(env, "local", "mv-repeat-dst", source, [...from.messages].reverse(), { keepAttempts: false });
+    expect(await backlog("mv-repeat-dst")).toBe(5);
+
+    // The same ids in new copies (a message that came back and left again) are new moves.
+    const dst = (await storedMessages("mv-repeat-dst")).messages;
+    await api("POST", `${queuePath("mv-repeat-dst")}/purge`, { delete_messages_permanently: true });
+    expect(await backlog("mv-repeat-dst")).toBe(0);
+    const again = from.messages.map((m, i) => ({ ...m, copyKey: `${m.copyKey}-later-${i}` }));
+    await moveMessages(env, "local", "mv-repeat-dst", source, again, { keepAttempts: false });
+    expect((await storedMessages("mv-repeat-dst")).messages.map((m) => m.id).sort()).toEqual(dst.map((m) => m.id).sort());
+  });
+
+  it("stores a moved message whose id the shard remembers from a send", async () => {
+    const q = await createQueue("mv-remembered");
+    const shard = (await coordinatorFor(env, q.queue_id).shardMap())!.shards[0]!.name;
+    const body = utf8.encode('"remembered"');
+    const sent: EncodedMessage = { id: "b".repeat(32), body, contentType: "json", delayMs: 0, checksum: crc32(body) };
+    const stub = storageShardFor(env, shard);
+    expect(await stub.append({ queueId: q.queue_id, messages: [sent], remember: true })).toMatchObject({ stored: 1 });
+    const [held] = await stub.leaseMatching(q.queue_id, {}, 1, 60_000);
+    await stub.settle({ queueId: q.queue_id, acks: [{ id: held!.id, leaseId: held!.leaseId }], retries: [], deadLettered: [], dropped: [] });
+    // The same send again is the same message: skipped.
+    expect(await stub.append({ queueId: q.queue_id, messages: [sent], remember: true })).toMatchObject({ stored: 0, duplicates: 1 });
+    // A move of it from elsewhere is not: stored, and once only.
+    const moved = { ...sent, moveKey: "elsewhere:wnam:0/7.42" };
+    expect(await stub.append({ queueId: q.queue_id, messages: [moved], remember: true, dedupe: true })).toMatchObject({ stored: 1 });
+    expect(await stub.append({ queueId: q.queue_id, messages: [moved], remember: true, dedupe: true })).toMatchObject({ stored: 0, duplicates: 1 });
+  });
+
+  it("refuses a move into the queue the messages come from, storing nothing", async () => {
+    await createQueue("mv-self");
+    const from = await leasedFrom("mv-self", 2);
+    await expect(moveMessages(env, "local", from.queueId, { queueId: from.queueId, shard: from.shard }, from.messages, { keepAttempts: true })).rejects.toThrow(/another queue/);
+    await expect(moveMessages(env, "local", "mv-self", { queueId: from.queueId, shard: from.shard }, from.messages, { keepAttempts: true })).rejects.toThrow(/another queue/);
+    expect(await backlog("mv-self")).toBe(2);
+  });
+});
