@@ -2,6 +2,7 @@ import { z } from "zod";
 import { catalogFor, coordinatorFor } from "../src/addressing";
 import {
   applyConsumerPatch,
+  consumerBinding,
   consumerBindingName,
   consumerSettingsPatchSchema,
   defaultConsumerSettings,
@@ -47,8 +48,8 @@ export async function createConsumer(request: Request, env: Env, accountId: stri
   const coordinator = coordinatorFor(env, queueId);
   if (body.type === "worker") {
     if (!body.script_name) throw HttpError.invalid("script_name", "is required for a worker consumer");
-    const binding = consumerBindingName(body.script_name);
-    if (!(binding in env)) {
+    if (!consumerBinding(env, body.script_name)) {
+      const binding = consumerBindingName(body.script_name);
       throw HttpError.invalid("script_name", `shardq has no service binding ${binding} to a Worker named "${body.script_name}"; add it to wrangler.toml`);
     }
   } else if (body.script_name !== undefined) {
@@ -56,7 +57,7 @@ export async function createConsumer(request: Request, env: Env, accountId: stri
   }
   const info = await coordinator.info();
   if (!info) throw new HttpError("not_found", `queue "${queueRef}" not found`, "queue");
-  await checkDeadLetterQueue(env, accountId, info.queue_name, body.dead_letter_queue);
+  await checkDeadLetterQueue(env, accountId, queueId, body.dead_letter_queue);
   const settings = applyConsumerPatch(defaultConsumerSettings(defaultTransport(env)), body.settings ?? {});
   const consumer = await coordinator.addConsumer({
     type: body.type,
@@ -88,7 +89,7 @@ export async function updateConsumer(request: Request, env: Env, accountId: stri
   if (!current) throw consumerNotFound(consumerId);
   if (body.type !== undefined && body.type !== current.type) throw HttpError.invalid("type", "a consumer's type cannot change; remove it and add another");
   if (body.script_name !== undefined && body.script_name !== current.script_name) throw HttpError.invalid("script_name", "cannot change; remove the consumer and add another");
-  await checkDeadLetterQueue(env, accountId, current.queue_name, body.dead_letter_queue);
+  await checkDeadLetterQueue(env, accountId, queueId, body.dead_letter_queue);
   const updated = await coordinator.updateConsumer(consumerId, body.settings ?? {}, body.dead_letter_queue);
   if (!updated) throw consumerNotFound(consumerId);
   return ok(updated);
@@ -100,11 +101,15 @@ export async function deleteConsumer(env: Env, accountId: string, queueRef: stri
   return ok(null);
 }
 
-/** A dead-letter queue must be another queue of the same account. */
-async function checkDeadLetterQueue(env: Env, accountId: string, queueName: string, dlq: string | null | undefined): Promise<void> {
+/**
+ * A dead-letter queue must be another queue of the same account. It may be given by name
+ * or by id, so it is compared by the queue it resolves to; it is stored as given.
+ */
+async function checkDeadLetterQueue(env: Env, accountId: string, queueId: string, dlq: string | null | undefined): Promise<void> {
   if (dlq === undefined || dlq === null) return;
-  if (dlq === queueName) throw HttpError.invalid("dead_letter_queue", "must be another queue, not the consumer's own");
-  if (!(await catalogFor(env, accountId).resolve(dlq))) throw HttpError.invalid("dead_letter_queue", `queue "${dlq}" does not exist; create it first`);
+  const dlqId = await catalogFor(env, accountId).resolve(dlq);
+  if (!dlqId) throw HttpError.invalid("dead_letter_queue", `queue "${dlq}" does not exist; create it first`);
+  if (dlqId === queueId) throw HttpError.invalid("dead_letter_queue", "must be another queue, not the consumer's own");
 }
 
 function defaultTransport(env: Env): ConsumerTransport {

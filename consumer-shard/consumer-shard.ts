@@ -3,7 +3,7 @@ import { coordinatorFor, storageShardFor } from "../src/addressing";
 import { systemClock, type Clock } from "../src/clock";
 import { serviceConfig } from "../src/config";
 import type { DispatchMessage } from "../src/consumer-entrypoint";
-import { consumerBindingName, type ConsumerRecord } from "../src/consumer-settings";
+import { consumerBinding, consumerBindingName, type ConsumerRecord } from "../src/consumer-settings";
 import { decodeBody } from "../src/encoding";
 import type { Env } from "../src/env";
 import type { DeliveryPlan, LeasedMessage } from "../src/protocol";
@@ -198,7 +198,7 @@ export class ConsumerShard extends DurableObject<Env> {
   }
 
   private transport(consumer: ConsumerRecord): Dispatch | null {
-    const binding = consumer.script_name ? (this.env as unknown as Record<string, unknown>)[consumerBindingName(consumer.script_name)] : undefined;
+    const binding = consumer.script_name ? consumerBinding(this.env, consumer.script_name) : null;
     if (!binding) {
       console.error(`no service binding ${consumerBindingName(consumer.script_name ?? "")} for consumer ${consumer.script_name}; add it to shardq's wrangler.toml`);
       return null;

@@ -22,7 +22,7 @@ export function storageShardFor(env: Env, shardName: string, region?: string) {
 
 /** Consumer shard i of a queue. */
 export function consumerShardFor(env: Env, queueId: string, index: number) {
-  return env.CONSUMER_SHARD.get(env.CONSUMER_SHARD.idFromName(`${queueId}:consumer:${index}`));
+  return env.SHARD_CONSUMERS.get(env.SHARD_CONSUMERS.idFromName(`${queueId}:consumer:${index}`));
 }
 
 /** KV keys a queue's shard map is published under: by id and by name, both scoped to the account. */

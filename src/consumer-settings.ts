@@ -73,7 +73,28 @@ export function applyConsumerPatch(current: ConsumerSettings, patch: ConsumerSet
   return next;
 }
 
+/**
+ * Names starting with this belong to consumer Workers' service bindings, and to nothing
+ * else: none of shardq's own bindings may start with it (test/workers/binding-names.test.ts).
+ */
+export const CONSUMER_BINDING_PREFIX = "CONSUMER_";
+
 /** The service binding shardq uses to reach a Worker consumer: "my-consumer" -> CONSUMER_MY_CONSUMER. */
 export function consumerBindingName(scriptName: string): string {
-  return `CONSUMER_${scriptName.toUpperCase().replace(/[^A-Z0-9]/g, "_")}`;
+  return `${CONSUMER_BINDING_PREFIX}${scriptName.toUpperCase().replace(/[^A-Z0-9]/g, "_")}`;
+}
+
+/**
+ * A service binding (Fetcher) has fetch(); a Durable Object namespace, KV namespace, rate
+ * limiter or var has not. (Testing for idFromName would not do: a Fetcher answers every
+ * property name with an RPC method, idFromName included.)
+ */
+export function isServiceBinding(value: unknown): value is Fetcher {
+  return typeof value === "object" && value !== null && typeof (value as { fetch?: unknown }).fetch === "function";
+}
+
+/** The service binding to the Worker consumer `scriptName`, or null when env has none (or what it has by that name is not one). */
+export function consumerBinding(env: object, scriptName: string): Fetcher | null {
+  const value = (env as Record<string, unknown>)[consumerBindingName(scriptName)];
+  return isServiceBinding(value) ? value : null;
 }

@@ -9,7 +9,8 @@ export interface Env {
   COORDINATOR: DurableObjectNamespace<Coordinator>;
   ACCOUNT_CATALOG: DurableObjectNamespace<AccountCatalog>;
   STORAGE_SHARD: DurableObjectNamespace<StorageShard>;
-  CONSUMER_SHARD: DurableObjectNamespace<ConsumerShard>;
+  /** Consumer shards. Never CONSUMER_<anything>: that prefix is consumer Workers' (below). */
+  SHARD_CONSUMERS: DurableObjectNamespace<ConsumerShard>;
   SHARD_MAPS: KVNamespace;
   /** The dashboard's files (wrangler.toml [site]); absent where no bucket is bound. */
   __STATIC_CONTENT?: KVNamespace;
@@ -47,6 +48,10 @@ export interface Env {
   SHARDQ_TEST_HOOKS?: string;
   /** Secret that signs pull consumers' lease ids. */
   LEASE_SIGNING_KEY?: string;
-  /** Service bindings to consumer Workers, named CONSUMER_<SCRIPT_NAME>. */
-  [binding: `CONSUMER_${string}`]: unknown;
+  /**
+   * Service bindings to consumer Workers, named CONSUMER_<SCRIPT_NAME> (src/consumer-settings.ts
+   * consumerBindingName). Typed as Fetcher so a binding of shardq's own named CONSUMER_...
+   * (anything but a service binding) fails to compile; look them up with consumerBinding().
+   */
+  [binding: `CONSUMER_${string}`]: Fetcher | undefined;
 }

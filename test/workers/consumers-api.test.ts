@@ -27,6 +27,8 @@ describe("consumer management over HTTP", () => {
   it.each([
     [{ type: "worker" }, "script_name", "required"],
     [{ type: "worker", script_name: "nobody-bound-this" }, "script_name", "CONSUMER_NOBODY_BOUND_THIS"],
+    // CONSUMER_SHARD was once shardq's own consumer-shard namespace binding (issue 13).
+    [{ type: "worker", script_name: "shard" }, "script_name", "CONSUMER_SHARD"],
     [{ type: "http_pull", script_name: "x" }, "script_name", "worker consumers only"],
     [{ type: "smtp" }, "type", '"worker" or "http_pull"'],
     [{ ...worker, settings: { batch_size: 0 } }, "settings.batch_size", "at least 1"],
@@ -50,11 +52,26 @@ describe("consumer management over HTTP", () => {
     expect((await api("GET", consumers(name))).json.result).toEqual([]);
   });
 
-  it("refuses a queue as its own dead-letter queue", async () => {
-    await createQueue("cons-self");
-    const res = await api("POST", consumers("cons-self"), { ...worker, dead_letter_queue: "cons-self" });
+  it.each([
+    ["name", (q: { queue_id: string; queue_name: string }) => q.queue_name],
+    ["id", (q: { queue_id: string; queue_name: string }) => q.queue_id],
+  ])("refuses a queue as its own dead-letter queue, given by %s, on create and on update", async (form, ref) => {
+    const queue = await createQueue(`cons-self-${form}`);
+    const other = await createQueue(`cons-self-${form}-dlq`);
+    const res = await api("POST", consumers(queue.queue_name), { ...worker, dead_letter_queue: ref(queue) });
     expect(res.status).toBe(400);
     expect(res.json.errors[0].field).toBe("dead_letter_queue");
+    expect((await api("GET", consumers(queue.queue_name))).json.result).toEqual([]);
+
+    // Another queue, in the same form, is accepted and stored as given.
+    const created = await api("POST", consumers(queue.queue_name), { ...worker, dead_letter_queue: ref(other) });
+    expect(created.status).toBe(201);
+    expect(created.json.result.dead_letter_queue).toBe(ref(other));
+    const path = `${consumers(queue.queue_name)}/${created.json.result.consumer_id}`;
+    const patched = await api("PATCH", path, { dead_letter_queue: ref(queue) });
+    expect(patched.status).toBe(400);
+    expect(patched.json.errors[0].field).toBe("dead_letter_queue");
+    expect((await api("GET", path)).json.result.dead_letter_queue).toBe(ref(other));
   });
 
   it("lists, reads, updates and removes a consumer", async () => {
