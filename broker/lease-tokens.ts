@@ -101,11 +101,19 @@ function toBase64Url(bytes: Uint8Array): string {
   return toBase64(bytes).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
 }
 
+/**
+ * Only the canonical encoding decodes. atob ignores the unused low bits of the last
+ * character, so without the round trip one lease would have several spellings that all
+ * verify: a request acking two of them would apply once yet warn on the other, and a
+ * warning must mean "not applied".
+ */
 function fromBase64Url(text: string): Uint8Array | null {
+  let bytes: Uint8Array;
   try {
     const binary = atob(text.replace(/-/g, "+").replace(/_/g, "/"));
-    return Uint8Array.from(binary, (c) => c.charCodeAt(0));
+    bytes = Uint8Array.from(binary, (c) => c.charCodeAt(0));
   } catch {
     return null;
   }
+  return toBase64Url(bytes) === text ? bytes : null;
 }
