@@ -45,7 +45,7 @@ describe("the dashboard in Chromium", () => {
   it("refuses a wrong token, then signs in from the keyboard alone", async () => {
     await page.goto(`${base}/dashboard`);
     await expect.poll(() => page.url()).toBe(`${base}/dashboard/`);
-    const token = page.locator("#sign-in-form [name=token]");
+    const token = page.locator("#sign-in-token");
     await expect.poll(() => token.evaluate((el) => el === document.activeElement)).toBe(true);
     await page.keyboard.type("not-the-token");
     await page.keyboard.press("Enter");
@@ -130,5 +130,32 @@ describe("the dashboard in Chromium", () => {
     await page.locator("#pause").click();
     await expect.poll(() => page.locator(`#queues tbody tr[data-queue="${QUEUE}"] td`).last().textContent()).toBe("on");
     expect(foreign).toEqual([]);
+  });
+
+  it("never puts the token in a URL when the sign-in form is submitted without scripts", async () => {
+    // Scripts off stands in for scripts slow or blocked: the browser submits the form itself.
+    const secret = "no-script-secret-token";
+    const context = await browser!.newContext({ javaScriptEnabled: false });
+    try {
+      const bare = await context.newPage();
+      const urls: string[] = [];
+      bare.on("request", (r) => urls.push(r.url()));
+      await bare.goto(`${base}/dashboard/`);
+      await bare.getByLabel("Account id").fill("local");
+      await bare.getByLabel("API token").fill(secret);
+      const navigated = bare.waitForEvent("framenavigated", { timeout: 3_000 }).catch(() => null);
+      await bare.getByLabel("API token").press("Enter");
+      await navigated; // whether or not the submit navigates
+      await bare.waitForLoadState("load");
+      urls.push(bare.url());
+      expect(urls.length).toBeGreaterThan(1);
+      for (const url of urls) {
+        expect(url).not.toContain(secret);
+        expect(url).not.toContain("token=");
+        expect(url).not.toContain("account=");
+      }
+    } finally {
+      await context.close();
+    }
   });
 });

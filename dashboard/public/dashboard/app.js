@@ -40,7 +40,7 @@ function signOut(message = "") {
   $("#whoami").textContent = "";
   $("#sign-in").hidden = false;
   $("#sign-in-error").textContent = message;
-  $("#sign-in-form [name=token]").focus();
+  $("#sign-in-token").focus();
 }
 
 function start() {
@@ -171,11 +171,13 @@ async function act(label, fn) {
 function wire() {
   $("#sign-in-form").addEventListener("submit", async (e) => {
     e.preventDefault();
-    const f = e.target;
+    // By id: the inputs have no name, so that a native submit can never carry the token (index.html).
+    const account = $("#sign-in-account");
+    const token = $("#sign-in-token");
     $("#sign-in-error").textContent = "";
     try {
-      await signIn(f.account.value.trim(), f.token.value.trim());
-      f.token.value = "";
+      await signIn(account.value.trim(), token.value.trim());
+      token.value = "";
       start();
     } catch (err) {
       $("#sign-in-error").textContent = err instanceof ApiError && (err.status === 401 || err.status === 404) ? "That account and token were refused." : String(err.message ?? err);
@@ -316,4 +318,4 @@ function wire() {
 
 wire();
 if (session()) start();
-else $("#sign-in-form [name=token]").focus();
+else $("#sign-in-token").focus();
