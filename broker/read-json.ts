@@ -20,19 +20,7 @@ export async function readJson(request: Request, maxBytes: number = LIMITS.maxRe
     throw HttpError.tooLarge("body", `request body of ${declared} bytes exceeds ${maxBytes} bytes`);
   }
   if (!request.body) throw HttpError.invalid("body", "request body is required");
-  const reader = request.body.getReader();
-  const chunks: Uint8Array[] = [];
-  let total = 0;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    total += value.byteLength;
-    if (total > maxBytes) {
-      await reader.cancel();
-      throw HttpError.tooLarge("body", `request body exceeds ${maxBytes} bytes`);
-    }
-    chunks.push(value);
-  }
+  const { chunks, total } = await readBody(request.body, maxBytes);
   const bytes = new Uint8Array(total);
   let at = 0;
   for (const c of chunks) {
@@ -53,6 +41,55 @@ export async function readJson(request: Request, maxBytes: number = LIMITS.maxRe
     return JSON.parse(text);
   } catch (err) {
     throw HttpError.invalid("body", `malformed JSON (${(err as Error).message})`);
+  }
+}
+
+/**
+ * Past the limit a body is still read to its end, kept nowhere, up to this many bytes,
+ * and only then cancelled. Cancelling a body the client is still sending closes the
+ * connection under it: the client (or wrangler dev's proxy in front of the Worker)
+ * then sees a reset instead of the 413, or wrangler dev answers 500 "Network connection
+ * lost" with its own stack (issue 13). Bounded, so a body of any size costs a bounded read.
+ */
+export const DISCARD_LIMIT_BYTES = 32 * 1_048_576;
+
+/**
+ * Reads the body stream, keeping at most `maxBytes`. Every failure is an HttpError
+ * naming `body`: 413 once the body passed the limit, whatever happens after; 400 when
+ * the stream fails before (the client went away mid-body, a broken chunked encoding).
+ * The stream's own error is not passed on: it can carry the runtime's internals.
+ */
+async function readBody(body: ReadableStream<Uint8Array>, maxBytes: number): Promise<{ chunks: Uint8Array[]; total: number }> {
+  const reader = body.getReader();
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) return { chunks, total };
+      total += value.byteLength;
+      if (total > maxBytes) break;
+      chunks.push(value);
+    }
+  } catch {
+    throw HttpError.invalid("body", "request body could not be read to its end: the connection closed mid-body, or its chunked encoding is broken");
+  }
+  chunks.length = 0;
+  await discardRest(reader, total);
+  throw HttpError.tooLarge("body", `request body exceeds ${maxBytes} bytes`);
+}
+
+/** Reads on without keeping anything, up to DISCARD_LIMIT_BYTES in all, then cancels. Never throws. */
+async function discardRest(reader: ReadableStreamDefaultReader<Uint8Array>, read: number): Promise<void> {
+  try {
+    while (read <= DISCARD_LIMIT_BYTES) {
+      const { done, value } = await reader.read();
+      if (done) return;
+      read += value.byteLength;
+    }
+    await reader.cancel();
+  } catch {
+    // The client went away while we discarded: the answer is the 413 all the same.
   }
 }
 
