@@ -23,8 +23,8 @@ class Script {
   send(hs: string[], type: Op["type"] = "ok", dt?: number) {
     this.op("producer-0", "send", { q: "faults", hs }, type, type === "ok" ? { ids: hs.map((h) => `id-${h}`) } : { error: "x" }, dt);
   }
-  pull(msgs: Array<{ h: string; l: string; id?: string; s?: string; r?: number; g?: 1 }>, { vt = 5000, dt = 10, q = "faults", p = "consumer-0" } = {}) {
-    this.op(p, "pull", { q, n: 10, vt }, "ok", { msgs: msgs.map((m) => ({ h: m.h, id: m.id ?? `id-${m.h}`, a: 1, l: m.l, ...(m.s ? { s: m.s, r: m.r ?? 1 } : {}), ...(m.g ? { g: 1 } : {}) })) }, dt);
+  pull(msgs: Array<{ h: string; l: string; id?: string; s?: string; r?: number; g?: 1; a?: number }>, { vt = 5000, dt = 10, q = "faults", p = "consumer-0" } = {}) {
+    this.op(p, "pull", { q, n: 10, vt }, "ok", { msgs: msgs.map((m) => ({ h: m.h, id: m.id ?? `id-${m.h}`, a: m.a ?? 1, l: m.l, ...(m.s ? { s: m.s, r: m.r ?? 1 } : {}), ...(m.g ? { g: 1 } : {}) })) }, dt);
   }
   /** The nemesis corrupting stored bodies: the message ids it corrupted. */
   corrupt(ids: string[], dt = 10) {
@@ -32,6 +32,18 @@ class Script {
   }
   ack(leases: string[], confirmed = leases, dt = 10) {
     this.op("consumer-0", "ack", { q: "faults", acks: leases, retries: [] }, "ok", { acked: confirmed, retried: [], stale: leases.filter((l) => !confirmed.includes(l)) }, dt);
+  }
+  /** A retry of these leases (no ack): the message comes again, or leaves for the dead-letter queue. */
+  retry(leases: string[], { q = "faults", type = "ok" as Op["type"] } = {}) {
+    this.op("consumer-0", "ack", { q, acks: [], retries: leases }, type, type === "ok" ? { acked: [], retried: leases, stale: [] } : { error: "x" });
+  }
+  /** An ack whose answer never came (a kill): it may have applied. */
+  ackUnknown(leases: string[]) {
+    this.op("consumer-0", "ack", { q: "faults", acks: leases, retries: [] }, "unknown", { error: "socket hang up" });
+  }
+  /** The redriver moving the dead-letter queue back. */
+  redrive(type: Op["type"] = "ok", moved = 1) {
+    this.op("redriver", "redrive", { q: "faults-dlq", to: "faults", limit: 100 }, type, type === "ok" ? { moved, remaining: 0 } : { error: "HTTP 503" });
   }
   /** A storage shard reset through the test hooks: armed at invoke, seen at completion. */
   abort(shard: string, kind = "abort-ack", fired = true, dt = 10) {
@@ -335,7 +347,100 @@ describe("the fault checker", () => {
     const r = s.drained();
     expect(r.figures.push).toMatchObject({ not_again: 1, throws: { invocations: 1, acked_before: 1, retried_by: 2 }, duplicates: { causes: { dead_lettered: 1 } } });
     expect(r.examples.push_not_again).toEqual([expect.objectContaining({ h: "a" })]);
-    expect(r.failures).toEqual(["1 push messages not acked at their last delivery and never delivered again"]);
+    // Gone without an ack: lost as well, whatever the push checker says of it.
+    expect(r.failures).toEqual(["1 acknowledged messages lost", "1 push messages not acked at their last delivery and never delivered again"]);
+    expect(r.examples.lost).toEqual(["a"]);
+  });
+
+  it("reports a message moved out of its queue and never acked anywhere as lost, and one acked in any queue, or under an ack left unknown, as not", () => {
+    const s = new Script();
+    s.send(["gone", "dead", "back", "maybe"]);
+    // Retried out of the queue: "gone" is then in no queue (the issue-13 bug), the others reach an ack.
+    s.pull([{ h: "gone", l: "G1", a: 3 }, { h: "dead", l: "D1", a: 3 }, { h: "back", l: "B1", a: 3 }, { h: "maybe", l: "M1" }]);
+    s.retry(["G1", "D1", "B1"]);
+    s.pull([{ h: "dead", l: "D2" }], { q: "faults-dlq", p: "dlq-consumer-0" });
+    s.ack(["D2"]);
+    s.redrive("ok", 1);
+    s.pull([{ h: "back", l: "B2", a: 1 }]);
+    s.ack(["B2"]);
+    s.ackUnknown(["M1"]);
+    const r = s.drained();
+    expect(r.failures).toEqual(["1 acknowledged messages lost"]);
+    expect(r.examples.lost).toEqual(["gone"]);
+    expect(r.figures).toMatchObject({ lost: 1, lost_after_delivery: 1 });
+  });
+
+  it("sees a redriven message's new copy as a new stay, not as its id stored twice, and counts the stays and dead-letterings", () => {
+    const s = new Script();
+    s.plan({ redrive: true });
+    s.send(["p"]);
+    s.pull([{ h: "p", l: "P1", s: "s1", r: 5, a: 1 }]);
+    s.retry(["P1"]);
+    s.pull([{ h: "p", l: "P2", s: "s1", r: 5, a: 2 }]);
+    s.retry(["P2"]);
+    s.redrive("ok", 1);
+    // Back in the queue on another row, attempts from 1: a new copy.
+    s.pull([{ h: "p", l: "P3", s: "s2", r: 9, a: 1 }]);
+    s.retry(["P3"]);
+    s.pull([{ h: "p", l: "P4", a: 1 }], { q: "faults-dlq", p: "dlq-consumer-0" });
+    s.ack(["P4"]);
+    const r = s.drained();
+    expect(r.failures).toEqual([]);
+    expect(r.figures.stored_twice_same_id).toBe(0);
+    expect(r.figures.moves).toMatchObject({ redrives: 1, redrives_ok: 1, moved_reported: 1, messages_back_after_dead_letter: 1, messages_dead_lettered_twice: 1, most_stays: 2 });
+    // Two rows within one stay are still a message stored twice.
+    const t = new Script();
+    t.send(["q"]);
+    t.pull([{ h: "q", l: "Q1", s: "s1", r: 5, a: 1 }]);
+    t.retry(["Q1"]);
+    t.pull([{ h: "q", l: "Q2", s: "s2", r: 7, a: 2 }]);
+    t.ack(["Q2"]);
+    expect(t.drained().failures).toEqual(["1 message ids stored twice"]);
+  });
+
+  it("excuses a second copy delivered after a confirmed ack only when the message had left a queue and a redrive was cut off since, and fails a run whose redrives all failed", () => {
+    /** Dead-lettered, then a redrive `how`, its copy back in the queue dead-lettered again, and the first dead-letter copy acked before the second is pulled. */
+    const run = (how: Op["type"], redriveFirst = false) => {
+      const s = new Script();
+      s.plan({ redrive: true });
+      s.send(["m"]);
+      if (redriveFirst) s.redrive("unknown");
+      s.redrive("ok", 0);
+      s.pull([{ h: "m", l: "L1", s: "s1", r: 1, a: 3 }]);
+      s.retry(["L1"]);
+      s.pull([{ h: "m", l: "L2", s: "d1", r: 1, a: 1 }], { q: "faults-dlq", p: "dlq-consumer-0" });
+      // The redrive stored the copy in the queue, then was cut off: its source stayed in the dead-letter queue.
+      s.redrive(how);
+      s.ack(["L2"]);
+      s.pull([{ h: "m", l: "L3", s: "s2", r: 9, a: 1 }]);
+      s.retry(["L3"]);
+      s.pull([{ h: "m", l: "L4", s: "d1", r: 2, a: 1 }], { q: "faults-dlq", p: "dlq-consumer-0" });
+      s.ack(["L4"]);
+      return s.drained();
+    };
+    const cut = run("unknown");
+    expect(cut.failures).toEqual([]);
+    expect(cut.figures).toMatchObject({ delivered_after_ack: 0, delivered_after_ack_across_cut_move: 2, moves: { redrives: 2, redrives_cut: 1 } });
+    // A redrive that certainly did nothing excuses nothing; nor does one cut off before the message ever left its queue.
+    expect(run("fail").failures).toEqual(["2 deliveries after a confirmed ack"]);
+    const early = new Script();
+    early.plan({ redrive: true });
+    early.send(["m"]);
+    early.redrive("unknown");
+    early.redrive("ok", 0);
+    early.pull([{ h: "m", l: "L1" }]);
+    early.ack(["L1"]);
+    early.pull([{ h: "m", l: "L2" }]);
+    early.ack(["L2"]);
+    expect(early.drained().failures).toEqual(["1 deliveries after a confirmed ack"]);
+
+    const none = new Script();
+    none.plan({ redrive: true });
+    none.send(["m"]);
+    none.redrive("fail");
+    none.pull([{ h: "m", l: "L1" }]);
+    none.ack(["L1"]);
+    expect(none.drained().failures).toEqual(["no redrive of the dead-letter queue succeeded: the run moved nothing"]);
   });
 
   it("fails a run whose consumer shard abort never fired", () => {

@@ -1,8 +1,11 @@
 // The checker: Jepsen's total-queue checker, extended with leases. It reads a history
 // (history.mjs) and nothing else.
 //
-//   lost          a send the service answered ok for, whose message was never delivered
-//                 (from the queue or its dead-letter queue) by the end, after draining
+//   lost          a send the service answered ok for, whose message was never acked by the
+//                 end, after draining: never delivered, or delivered and then gone from
+//                 every queue (the queue, the dead-letter queue, back by a redrive) without
+//                 an ack that may have applied (confirmed, or answered unknown) under any
+//                 of its leases, nor an ack by a queue() handler
 //   unexpected    a delivery of a harness id that was never sent, or whose send certainly
 //                 failed (a 4xx, or a connection refused), or a body without a harness id
 //   wrong id      a delivery of an acknowledged message under another id than its send returned
@@ -24,8 +27,18 @@
 //                 the quarantined total the shards report, and are not lost; a delivery
 //                 whose body is not exactly what was sent (garbled) is a violation
 //   stored twice  one message id of a queue delivered from two rows (shard and seq, read
-//                 from the lease id): a send stored twice, as a retry of an append whose
-//                 reply was lost would if the shard did not skip the ids it already holds
+//                 from the lease id) in one stay there: a send stored twice, as a retry of
+//                 an append whose reply was lost would if the shard did not skip the ids it
+//                 already holds. A stay ends when the message leaves for another queue; a
+//                 redrive brings it back as a new copy, which restarts its attempts at 1.
+//   moves         redrives of the dead-letter queue during the load (the redriver): a
+//                 message's stays in the queues it was sent or moved to, how many times it
+//                 was dead-lettered. Deliveries of one message from two queues are two
+//                 copies: their leases may overlap. A delivery after a confirmed ack of the
+//                 same message is excused only when the message had left a queue and a
+//                 redrive was cut off between that and the ack: its copies stored at the
+//                 target, its source not settled, the two copies go on separately
+//                 (at-least-once)
 //   after ack     a delivery of a message whose pull was invoked after an ack of that
 //                 message had been confirmed (the ack answered ok with no warning for it)
 //
@@ -85,6 +98,11 @@ export function check(ops, opts = {}) {
   let plan = null;
   const opCounts = /** @type {Record<string, Record<string, number>>} */ ({});
   const acks = { asked: 0, confirmed: 0, retriesConfirmed: 0, stale: 0, unknown: 0, failed: 0 };
+  /** Leases an ack may have applied under: confirmed, or answered unknown, or never answered. */
+  const mayBeAcked = /** @type {Set<string>} */ (new Set());
+  /** Acks not answered yet: op -> the leases they name. */
+  const openAcks = /** @type {Map<number, string[]>} */ (new Map());
+  const redrives = /** @type {Array<{ inv: number, ok: number, outcome: string, moved: number }>} */ ([]);
 
   for (const o of ops) {
     if (o.type === "invoke") {
@@ -99,6 +117,7 @@ export function check(ops, opts = {}) {
       } else if (o.f === "ack") {
         for (const l of [...(o.value?.acks ?? []), ...(o.value?.retries ?? [])]) if (!settledFrom.has(l)) settledFrom.set(l, o.t);
         for (const l of o.value?.retries ?? []) retryAsked.add(l);
+        openAcks.set(o.op, o.value?.acks ?? []);
         acks.asked += (o.value?.acks?.length ?? 0) + (o.value?.retries?.length ?? 0);
       } else if (o.f === "kill") {
         kills.push({ n: o.value?.n ?? kills.length + 1, t: o.t, dead: null });
@@ -136,8 +155,14 @@ export function check(ops, opts = {}) {
       for (const m of o.value?.msgs ?? []) {
         deliveries.push({ h: m.h ?? null, id: m.id, q: inv.value?.q, a: m.a, l: m.l, s: m.s ?? null, r: m.r ?? null, x: m.x === 1, g: m.g === 1, inv: inv.t, ok: o.t, vt: inv.value?.vt, p: o.p });
       }
+    } else if (o.f === "redrive") {
+      redrives.push({ inv: inv.t, ok: o.t, outcome: o.type, moved: o.type === "ok" ? Number(o.value?.moved ?? 0) : 0 });
     } else if (o.f === "ack") {
+      const named = openAcks.get(o.op) ?? [];
+      openAcks.delete(o.op);
+      if (o.type === "unknown") for (const l of named) mayBeAcked.add(l);
       if (o.type === "ok") {
+        for (const l of o.value?.acked ?? []) mayBeAcked.add(l);
         for (const l of o.value?.acked ?? []) confirmedAcks.push({ l, t: o.t });
         acks.confirmed += o.value?.acked?.length ?? 0;
         acks.retriesConfirmed += o.value?.retried?.length ?? 0;
@@ -167,6 +192,8 @@ export function check(ops, opts = {}) {
       }
     }
   }
+  // An ack still open when the history ended may have applied.
+  for (const named of openAcks.values()) for (const l of named) mayBeAcked.add(l);
   // A send still open when the history ended may or may not have been stored.
   let incomplete = 0;
   for (const s of sends.values()) {
@@ -193,6 +220,7 @@ export function check(ops, opts = {}) {
   // Sends.
   const sent = { attempted: sends.size, ok: 0, fail: 0, unknown: 0, incomplete, poison: 0 };
   const lost = /** @type {string[]} */ ([]);
+  let lostAfterDelivery = 0;
   let recovered = 0;
   let unknownNeverDelivered = 0;
   const wrongId = /** @type {Array<{ h: string, sent: string, delivered: string }>} */ ([]);
@@ -210,7 +238,11 @@ export function check(ops, opts = {}) {
     const ds = byH.get(h) ?? [];
     if (s.outcome === "ok") {
       if (s.poison) sent.poison++;
-      if (ds.length === 0 && !(s.id !== null && corrupted.has(s.id))) lost.push(h);
+      // Gone without an ack: every copy was settled some other way, or never stored.
+      if (!ds.some((d) => mayBeAcked.has(d.l) || d.acked) && !(s.id !== null && corrupted.has(s.id))) {
+        lost.push(h);
+        if (ds.length > 0) lostAfterDelivery++;
+      }
       for (const d of ds) if (s.id !== null && d.id !== s.id) wrongId.push({ h, sent: s.id, delivered: d.id });
     } else if (s.outcome === "unknown") {
       if (ds.length > 0) recovered++;
@@ -233,16 +265,17 @@ export function check(ops, opts = {}) {
   // One message id of a queue delivered from two rows: stored twice.
   const storedTwiceSameId = /** @type {Array<{ q: string, id: string, h: string | null, rows: string[] }>} */ ([]);
   const rowsOf = /** @type {Map<string, Set<string>>} */ (new Map());
+  const { stays, stayOf } = staysOf(deliveries);
   for (const d of deliveries) {
     if (d.s === null || d.r === null) continue;
-    const key = `${d.q}\u0000${d.id}`;
+    const key = `${d.q}\u0000${d.id}\u0000${stayOf.get(d)}`;
     const rows = rowsOf.get(key) ?? new Set();
     rows.add(`${d.s}#${d.r}`);
     rowsOf.set(key, rows);
   }
   for (const [key, rows] of rowsOf) {
     if (rows.size < 2) continue;
-    const [q, id] = /** @type {[string, string]} */ (key.split("\u0000"));
+    const [q, id] = /** @type {[string, string, string]} */ (key.split("\u0000"));
     storedTwiceSameId.push({ q, id, h: byId.get(id)?.[0]?.h ?? null, rows: [...rows] });
   }
 
@@ -295,6 +328,8 @@ export function check(ops, opts = {}) {
       for (let j = i + 1; j < ds.length; j++) {
         const a = /** @type {Delivery} */ (ds[i]);
         const b = /** @type {Delivery} */ (ds[j]);
+        // Two queues hold two copies (store at the target, then settle the source): a lease is on one.
+        if (a.q !== b.q) continue;
         // Held at once: one granted (between its pull's invoke and answer) while the
         // other was certainly held, or both certainly held at some moment.
         const ea = heldUntil(a);
@@ -329,11 +364,18 @@ export function check(ops, opts = {}) {
 
   // Deliveries after a confirmed ack.
   const afterAck = /** @type {Array<{ id: string, h: string | null, ackedAt: number, pulledAt: number, by: string }>} */ ([]);
+  let afterAckAcrossCutMove = 0;
+  // A redrive cut off (by a kill, a reset, a 5xx) may leave a source copy next to the one it stored.
+  const cutMoves = redrives.filter((r) => r.outcome !== "ok" && r.outcome !== "fail");
   for (const { l, t } of confirmedAcks) {
     const acked = byLease.get(l);
     if (!acked) continue;
     for (const d of byId.get(acked.id) ?? []) {
-      if (d.inv > t) afterAck.push({ id: d.id, h: d.h, ackedAt: t, pulledAt: d.inv, by: d.p });
+      if (d.inv <= t) continue;
+      // Only a message that had left a queue by then can have a copy a cut-off redrive left behind.
+      const left = stays.get(d.h ?? `id:${d.id}`)?.firstLeftAt ?? Infinity;
+      if (cutMoves.some((r) => r.inv > left && r.inv < t)) afterAckAcrossCutMove++;
+      else afterAck.push({ id: d.id, h: d.h, ackedAt: t, pulledAt: d.inv, by: d.p });
     }
   }
 
@@ -348,6 +390,7 @@ export function check(ops, opts = {}) {
       from_dead_letter_queue: deliveries.filter((d) => d.q.endsWith("-dlq")).length,
     },
     lost: lost.length,
+    lost_after_delivery: lostAfterDelivery,
     unexpected: unexpected.length,
     wrong_id: wrongId.length,
     recovered,
@@ -365,6 +408,8 @@ export function check(ops, opts = {}) {
     leases_ended_by_kill: overlapsAcrossKill,
     leases_ended_by_abort: overlapsAcrossAbort,
     delivered_after_ack: afterAck.length,
+    delivered_after_ack_across_cut_move: afterAckAcrossCutMove,
+    moves: moveFigures(redrives, stays),
     poison: { sent: sent.poison, dead_lettered: poisonDeadLettered, not_dead_lettered: poisonNotDeadLettered, quarantined: poisonQuarantined, others_dead_lettered: deadLetteredOthers },
     acks: { ...acks, messages_never_confirmed: neverConfirmed },
     operations: opCounts,
@@ -396,6 +441,7 @@ export function check(ops, opts = {}) {
   // The control-plane faults: each fired (or was skipped for a stated reason) and the service recovered.
   failures.push(...control.failures);
   failures.push(...pushCheck.failures);
+  if (plan?.redrive && !redrives.some((r) => r.outcome === "ok")) failures.push("no redrive of the dead-letter queue succeeded: the run moved nothing");
   if (plan?.controls && (control.figures?.count ?? 0) !== plan.controls) failures.push(`${control.figures?.count ?? 0} of the ${plan.controls} planned control faults ran`);
 
   return {
@@ -427,4 +473,63 @@ function push(map, key, value) {
   const list = map.get(key);
   if (list) list.push(value);
   else map.set(key, [value]);
+}
+
+/**
+ * Each message's stays: runs of its deliveries in one queue other than a dead-letter
+ * queue, in time order. A stay ends when the message is delivered from another queue or
+ * when its attempts go down: a redrive stores a new copy whose attempts start again,
+ * while a lease lost to a reset or a kill delivers the same copy at the same attempts.
+ * @param {Delivery[]} deliveries
+ */
+function staysOf(deliveries) {
+  /** @type {Map<string, Delivery[]>} */
+  const byMessage = new Map();
+  for (const d of deliveries) push(byMessage, d.h ?? `id:${d.id}`, d);
+  /** @type {Map<Delivery, number>} */
+  const stayOf = new Map();
+  /**
+   * Per message: its stays, how many times it left one for the dead-letter queue or a stay
+   * elsewhere, and when it was first seen about to leave (the last delivery of its first stay).
+   */
+  /** @type {Map<string, { stays: number, deadLettered: number, firstLeftAt: number }>} */
+  const stays = new Map();
+  for (const [key, ds] of byMessage) {
+    ds.sort((a, b) => a.ok - b.ok || a.inv - b.inv);
+    let n = 0;
+    let left = 0;
+    let firstLeftAt = Infinity;
+    /** @type {Delivery | null} */
+    let prev = null;
+    for (const d of ds) {
+      const dlq = d.q.endsWith("-dlq");
+      if (prev && (prev.q !== d.q || (!dlq && d.a < prev.a))) {
+        // Leaving a stay for anywhere is a dead-lettering; arriving in a new stay is a redrive.
+        if (!prev.q.endsWith("-dlq")) left++;
+        firstLeftAt = Math.min(firstLeftAt, prev.inv);
+      }
+      if (!dlq && (!prev || prev.q !== d.q || d.a < prev.a)) n++;
+      stayOf.set(d, n);
+      prev = d;
+    }
+    stays.set(key, { stays: n, deadLettered: left, firstLeftAt });
+  }
+  return { stays, stayOf };
+}
+
+/**
+ * @param {Array<{ inv: number, ok: number, outcome: string, moved: number }>} redrives
+ * @param {Map<string, { stays: number, deadLettered: number, firstLeftAt: number }>} stays
+ */
+function moveFigures(redrives, stays) {
+  const all = [...stays.values()];
+  return {
+    redrives: redrives.length,
+    redrives_ok: redrives.filter((r) => r.outcome === "ok").length,
+    redrives_cut: redrives.filter((r) => r.outcome !== "ok" && r.outcome !== "fail").length,
+    moved_reported: redrives.reduce((n, r) => n + r.moved, 0),
+    messages_back_after_dead_letter: all.filter((x) => x.stays > 1).length,
+    messages_dead_lettered_twice: all.filter((x) => x.deadLettered >= 2).length,
+    most_stays: all.reduce((m, x) => Math.max(m, x.stays), 0),
+  };
 }

@@ -17,7 +17,7 @@ import { preparePushConsumer, PUSH_QUEUE, setUpPush, withConsumerAborts } from "
 import { startPushSink } from "./push-sink.mjs";
 import { randomSeed } from "./prng.mjs";
 import { formatTable, writeReport } from "./report.mjs";
-import { Budget, rateLimiter, runConsumer, runProducer, sleep } from "./workload.mjs";
+import { Budget, rateLimiter, runConsumer, runProducer, runRedriver, sleep } from "./workload.mjs";
 
 export const TOKEN = "shardq-local-dev-token";
 export const QUEUE = "faults";
@@ -121,15 +121,18 @@ export async function runFaults(o) {
     const plannedMs = schedule.reduce((t, s) => t + s.upMs + s.downMs + fault(s.kind), 0);
     const rate = o.rate || (schedule.length > 0 ? Math.ceil((o.messages * 1000) / plannedMs) : 0);
     const loadDeadline = Date.now() + Math.max(120_000, 3 * plannedMs + (o.messages / 500) * 1000);
-    history.note("harness", "phase", { phase: "load", seed: o.seed, messages: o.messages, faults: o.faults, ...planned, rate, schedule, pushQueue: PUSH_QUEUE, pushLeaseMs: o.pushLeaseMs });
+    history.note("harness", "phase", { phase: "load", seed: o.seed, messages: o.messages, faults: o.faults, ...planned, rate, schedule, pushQueue: PUSH_QUEUE, pushLeaseMs: o.pushLeaseMs, redrive: true });
     o.log(`service ready in ${firstStartMs} ms; sending at ${rate || "full speed"} msg/s; faults planned over ${Math.round(plannedMs / 1000)} s`);
 
     const tally = { okMessages: 0, delivered: 0 };
+    const moves = { redrives: 0, moved: 0 };
     // Control faults may still be playing out when the load deadline passes (control-faults.mjs).
     const consumerDeadline = loadDeadline + (planned.controls ? MAX_PLAY_OUT_MS : 0) + o.drainTimeoutMs;
+    // The dead-letter queue's consumer pauses while the redriver lets messages gather there.
+    const held = { paused: false };
     const consumer = (/** @type {string} */ name, /** @type {string} */ queue, /** @type {boolean} */ main) =>
       runConsumer({
-        name, seed: o.seed, history, api, queue, control, deadline: consumerDeadline, late, tally,
+        name, seed: o.seed, history, api, queue, control, deadline: consumerDeadline, late, tally, ...(main ? {} : { held }),
         minBatch: 10, maxBatch: 100, visibilityMs: o.visibilityMs, retryPoison: main,
         // The dead-letter queue's consumer acks everything.
         retryRate: main ? 0.01 : 0, dropRate: main ? 0.002 : 0, lateRate: main ? 0.002 : 0,
@@ -146,13 +149,14 @@ export async function runFaults(o) {
         runProducer({ index, seed: o.seed, history, api, queue: QUEUE, pushQueue: PUSH_QUEUE, pushRate: o.pushRate, control, budget, limiter, deadline: loadDeadline, maxBatch: 100, burstRate: 0.25, poisonRate: 0.005, padMax: 200, keyRate: o.keyRate, delayRate: o.faults.includes("corrupt") ? 0.2 : 0, tally }).finally(() => producing--),
       );
       const controlFaults = { history, api, queue: QUEUE, holdMapMs: o.holdMapMs, alarmThrows: o.alarmThrows, consumerQueue: PUSH_QUEUE };
+      const redriver = runRedriver({ seed: o.seed, history, api, dlq: DLQ, targets: [QUEUE, PUSH_QUEUE], control, deadline: loadDeadline, loadDone: () => producing === 0, held, tally: moves });
       const nemesis = runNemesis({ history, service, schedule, deadline: loadDeadline, api, queue: QUEUE, corruptEach: o.corruptEach, corrupted, loadDone: () => producing === 0, controlFaults, onEvent: (line) => o.log(`  ${line}`) });
-      await Promise.all([...producers, nemesis]);
+      await Promise.all([...producers, nemesis, redriver]);
     } finally {
       clearInterval(progress);
     }
     loadMs = Date.now() - loadStart;
-    o.log(`load and faults done in ${Math.round(loadMs / 1000)} s: ${tally.okMessages} sent ok, ${tally.delivered} pulled, ${pushTally.delivered} pushed; draining`);
+    o.log(`load and faults done in ${Math.round(loadMs / 1000)} s: ${tally.okMessages} sent ok, ${tally.delivered} pulled, ${pushTally.delivered} pushed, ${moves.moved} redriven in ${moves.redrives} redrives; draining`);
 
     const drainStart = Date.now();
     history.note("harness", "phase", { phase: "drain" });

@@ -31,7 +31,7 @@ export function summaryRows(r, meta) {
     ["faults", `${k.count} hard kills (SIGKILL of wrangler dev and workerd), restarted on the same state${ab?.count ? `; ${ab.fired} of ${ab.count} storage shard resets fired (${kinds})` : ""}${meta.corruptions ? `; ${meta.corruptions} corruptions at rest` : ""}`],
     ["messages sent", `${n(f.sent.attempted)} attempted: ${n(f.sent.ok)} ok, ${n(f.sent.unknown)} unknown, ${n(f.sent.fail)} failed`],
     ["delivered", `${n(f.delivered.distinct)} distinct in ${n(f.delivered.deliveries)} deliveries (${n(f.delivered.from_dead_letter_queue)} from the dead-letter queue)`],
-    ["lost", n(f.lost)],
+    ["lost", `${n(f.lost)}${f.lost_after_delivery ? ` (${n(f.lost_after_delivery)} of them delivered, then gone from every queue without an ack)` : ""}`],
     ["unexpected", `${n(f.unexpected)}${f.wrong_id ? ` (+${n(f.wrong_id)} under a wrong id)` : ""}`],
     ["message ids stored twice", n(f.stored_twice_same_id ?? 0)],
     ...(f.quarantine?.corrupted
@@ -44,7 +44,12 @@ export function summaryRows(r, meta) {
     ["duplicated", `${n(f.duplicated.messages)} messages, ${n(f.duplicated.extra_deliveries)} extra deliveries (causes: ${c.retried} consumer retry, ${c.dead_lettered} dead-lettered, ${c.lease_expired} lease expired, ${c.kill} kill, ${c.abort ?? 0} shard reset, ${c.other} other); harness ids stored under two ids: ${f.duplicated.stored_twice}`],
     ["recovered", `${n(f.recovered)} of ${n(f.sent.unknown)} unknown sends delivered`],
     ["lease overlaps", `${f.lease_overlaps} while up; ${f.leases_ended_by_kill} leases ended by a kill, ${f.leases_ended_by_abort ?? 0} by a shard reset`],
-    ["delivered after ack", n(f.delivered_after_ack)],
+    ["delivered after ack", `${n(f.delivered_after_ack)}${f.delivered_after_ack_across_cut_move ? ` (+${n(f.delivered_after_ack_across_cut_move)} deliveries of a second copy a cut-off redrive left behind)` : ""}`],
+    ...(f.moves?.redrives
+      ? /** @type {Array<[string, string]>} */ ([
+          ["moves", `${n(f.moves.redrives_ok)} of ${n(f.moves.redrives)} redrives ok (${n(f.moves.redrives_cut)} cut off), ${n(f.moves.moved_reported)} messages moved; ${n(f.moves.messages_back_after_dead_letter)} messages back in a queue after a dead-lettering, ${n(f.moves.messages_dead_lettered_twice)} dead-lettered twice or more (most stays: ${f.moves.most_stays})`],
+        ])
+      : []),
     ["poison messages", `${f.poison.dead_lettered} of ${f.poison.sent} dead-lettered after max_retries${f.poison.quarantined ? ` (${f.poison.quarantined} corrupted and quarantined first)` : ""}`],
     ["acks", `${n(f.acks.confirmed)} acks and ${n(f.acks.retriesConfirmed)} retries confirmed, ${n(f.acks.stale)} refused as stale, ${n(f.acks.unknown)} unknown, ${n(f.acks.failed)} failed`],
     ["ready after restart (median / max)", secs(k.ready_ms)],
@@ -119,7 +124,8 @@ function markdown(r, meta) {
     ...controlSection(r.figures.control),
     "## Definitions",
     "",
-    "- lost: a send answered ok whose message was never delivered, from the queue or its dead-letter queue, by the end of the drain.",
+    "- lost: a send answered ok whose message was never acked by the end of the drain: never delivered, or delivered and then gone from every queue (the queue, its dead-letter queue, back again by a redrive) with no ack that may have applied (confirmed, or left unknown by a fault) under any of its leases, nor an ack by a queue() handler. Corrupted messages are quarantined instead (below).",
+    "- moves: the redriver pauses the dead-letter queue's consumer for 1.5 to 4 s, redrives up to 5 to 200 of its messages back to the pull queue (or, one time in three, the push queue), and lets it run again, all through the load. A poison message moved back is retried out and dead-lettered again. A message's stay in a queue ends when it leaves it; a redrive brings it back as a new copy (a new row, attempts from 1). Copies in two queues are two stored messages, and their leases may overlap. A redrive cut off between storing at its target and settling its source leaves two copies that go on separately (at-least-once): a delivery after a confirmed ack of the message is counted apart when the message had left a queue and a redrive was cut off after that and before the ack, and is a failure otherwise.",
     "- unexpected: a delivery of a harness id never sent, or whose send certainly failed (4xx, connection refused).",
     "- duplicated: a message delivered more than once; at-least-once allows it. Each redelivery is put down to a cause: the consumer retried it, it moved to the dead-letter queue, its lease had expired (the consumer dropped it, acked late, or its ack was lost), a kill in between, or other.",
     "- recovered: a send whose outcome was unknown (reset, timeout, 5xx) whose message was delivered.",
@@ -129,7 +135,7 @@ function markdown(r, meta) {
     "- control-plane faults (control-faults.mjs): abort-coordinator resets the queue's Coordinator after a forced scale-out activated its new shard and before it was recorded active, or after a shard was told to drain and before that was recorded; recovered when the new shard is active in the map, or the shard reports the state the map gives it. throw-alarm makes the next 1 to 7 alarms of a storage shard, a consumer shard or the Coordinator throw (the platform retries an alarm 6 times, 2 s apart and doubling); recovered when an alarm of that object runs through. stale-map drains a storage shard while the map brokers read from KV stays as it was (60 s in the full run), so brokers keep sending to it and know nothing of its replacement; recovered when it is retired and KV has the current map. None of them ends a lease, so every other rule applies to them unchanged. Messages sent meanwhile: the sends invoked while the fault played out, by outcome.",
     "- sent again with their Idempotency-Key: a fifth of the batches carry a key, and one whose outcome was unknown is sent again with it (up to 8 tries, through a restart); it must be stored once, under the ids of the first try (stored under two ids is a failure).",
     "- corrupted at rest: the corrupt fault flips a byte of some stored bodies of one shard (checksums kept). Those messages must be quarantined when next leased (never delivered from a pull invoked after the corruption) and counted in the quarantined total the shards report (GET .../metrics, heartbeat totals); they are not lost. Garbled: a delivered body that is not exactly the bytes sent (every body is fixed by its harness id, poison flag and padding).",
-    "- message ids stored twice: one message id of a queue delivered from two rows (storage shard and seq, read from the lease id), as an append retried after a lost reply would store it if the shard did not skip the ids it holds.",
+    "- message ids stored twice: one message id of a queue delivered from two rows (storage shard and seq, read from the lease id) within one stay, as an append retried after a lost reply would store it if the shard did not skip the ids it holds.",
     "- delivered after ack: a pull, invoked after an ack of the message was confirmed, that delivered it.",
     "",
   ];

@@ -156,13 +156,19 @@ function complete(o, op, r, ids, n) {
  * poison message always, others at `retryRate`), drops it, never settling (`dropRate`,
  * a consumer that crashed), or acks it after its visibility timeout has passed
  * (`lateRate`). Acks and retries of one pull go in one request.
+ * While `held.paused` it pulls nothing (the dead-letter queue's consumer, while the
+ * redriver lets messages gather there to move them back).
  * @param {{ name: string, seed: number, history: History, api: Api, queue: string, control: Control, deadline: number,
  *   minBatch: number, maxBatch: number, visibilityMs: number[], retryRate: number, dropRate: number, lateRate: number,
- *   retryPoison: boolean, late: Set<Promise<void>>, tally: { delivered: number } }} o
+ *   retryPoison: boolean, late: Set<Promise<void>>, tally: { delivered: number }, held?: { paused: boolean } }} o
  */
 export async function runConsumer(o) {
   const rng = prng(o.seed, o.name);
   while (!o.control.stop && Date.now() < o.deadline) {
+    if (o.held?.paused) {
+      await sleep(100);
+      continue;
+    }
     const batch = rng.int(o.minBatch, o.maxBatch);
     const vt = rng.pick(o.visibilityMs);
     const op = o.history.invoke(o.name, "pull", { q: o.queue, n: batch, vt });
@@ -265,5 +271,38 @@ function harnessId(m) {
     return { h, poison: body?.x === 1, garbled: h === null || text !== sent };
   } catch {
     return { h: null, poison: false, garbled: true };
+  }
+}
+
+/**
+ * The operator who redrives the dead-letter queue while faults run (issue 13): pauses
+ * its consumer so dead-lettered messages gather, moves up to a seeded limit of them back
+ * to the pull queue or the push queue, and lets the consumer run again. A poison message
+ * moved back is retried out and dead-lettered again, so moves repeat: the checker must
+ * see every message that was moved end in an ack, never lost between two queues.
+ * Runs until the producers are done, so the drain can empty the dead-letter queue.
+ * @param {{ seed: number, history: History, api: Api, dlq: string, targets: [string, string], control: Control, deadline: number,
+ *   loadDone: () => boolean, held: { paused: boolean }, tally: { redrives: number, moved: number } }} o
+ */
+export async function runRedriver(o) {
+  const rng = prng(o.seed, "redriver");
+  try {
+    while (!o.control.stop && Date.now() < o.deadline && !o.loadDone()) {
+      o.held.paused = true;
+      await sleep(rng.int(1500, 4000));
+      const to = rng.chance(0.3) ? o.targets[1] : o.targets[0];
+      const limit = rng.int(5, 200);
+      const op = o.history.invoke("redriver", "redrive", { q: o.dlq, to, limit });
+      const r = await o.api.call("POST", `/${o.dlq}/redrive`, { target_queue: to, limit, messages_per_second: 5000 });
+      if (r.outcome === "ok") {
+        o.history.complete(op, "ok", { moved: r.result?.moved ?? null, remaining: r.result?.remaining_matching ?? null });
+        o.tally.redrives++;
+        o.tally.moved += Number(r.result?.moved ?? 0);
+      } else o.history.complete(op, r.outcome, { status: r.status, error: r.error });
+      o.held.paused = false;
+      await sleep(rng.int(1500, 4000));
+    }
+  } finally {
+    o.held.paused = false;
   }
 }
