@@ -64,6 +64,20 @@ describe("request bodies under wrangler dev", () => {
       },
     });
 
+  /** Writes `{"body":"` and about `bytes` of filler, waiting for drain as it goes; then `done`. */
+  const writeFiller = (req: ReturnType<typeof open>, bytes: number, done: () => void) => {
+    req.write('{"body":"');
+    let sent = 0;
+    const more = () => {
+      while (sent < bytes) {
+        sent += FILLER.length;
+        if (!req.write(FILLER)) return void req.once("drain", more);
+      }
+      done();
+    };
+    more();
+  };
+
   /**
    * `{"body":"aaa…"}` of about `bytes`, chunked, as curl --data-binary sends a file; with
    * `Expect: 100-continue` the body waits for the 100. Answers with the response; fails on
@@ -83,18 +97,7 @@ describe("request bodies under wrangler dev", () => {
       });
       // Once answered, whatever happens to the rest of the upload does not matter.
       req.on("error", (err) => answered || reject(err));
-      const pump = () => {
-        req.write('{"body":"');
-        let sent = 0;
-        const more = () => {
-          while (sent < bytes) {
-            sent += FILLER.length;
-            if (!req.write(FILLER)) return void req.once("drain", more);
-          }
-          req.end('"}');
-        };
-        more();
-      };
+      const pump = () => writeFiller(req, bytes, () => req.end('"}'));
       if (expectContinue) req.once("continue", pump);
       else pump();
     });
@@ -133,20 +136,13 @@ describe("request bodies under wrangler dev", () => {
         const req = open(false);
         req.on("error", () => {});
         req.on("response", (res) => res.resume());
-        req.write('{"body":"');
-        let sent = 0;
-        const more = () => {
-          while (sent < bytes) {
-            sent += FILLER.length;
-            if (!req.write(FILLER)) return void req.once("drain", more);
-          }
-          // The body never ends: the socket goes away under it once the service has it.
+        // The body never ends: the socket goes away under it once the service has it.
+        writeFiller(req, bytes, () =>
           setTimeout(() => {
             req.destroy();
             resolve();
-          }, 500);
-        };
-        more();
+          }, 500),
+        );
       });
     }
     // Let the service finish with the abandoned requests before reading its log.
