@@ -1,9 +1,11 @@
 import { cloudflareTest } from "@cloudflare/vitest-plugin";
 import { defineConfig } from "vitest/config";
-import { buildExampleConsumer } from "./scripts/build-examples.mjs";
+import { buildExampleConsumer, buildOutcomeProbe } from "./scripts/build-examples.mjs";
 
 // The example consumer runs next to the service in the tests, as built JavaScript.
 const exampleConsumer = await buildExampleConsumer();
+// So does the probe consumer of test/workers/transport-parity.test.ts.
+const outcomeProbe = await buildOutcomeProbe();
 
 export default defineConfig({
   test: {
@@ -28,6 +30,9 @@ export default defineConfig({
                 CONSUMER_EXAMPLE_RPC: { name: "shardq-example-consumer", entrypoint: "ShardqConsumer" },
                 // Tests read what the consumer received (GET /stats).
                 EXAMPLE_CONSUMER: "shardq-example-consumer",
+                // The probe consumer through both transports (test/workers/transport-parity.test.ts).
+                OUTCOME_PROBE_QUEUE: "shardq-outcome-probe",
+                OUTCOME_PROBE_RPC: { name: "shardq-outcome-probe", entrypoint: "ShardqConsumer" },
               },
               workers: [
                 {
@@ -36,6 +41,12 @@ export default defineConfig({
                   scriptPath: exampleConsumer,
                   compatibilityDate: "2026-11-01",
                   durableObjects: { TALLY: { className: "Tally", useSQLite: true } },
+                },
+                {
+                  name: "shardq-outcome-probe",
+                  modules: true,
+                  scriptPath: outcomeProbe,
+                  compatibilityDate: "2026-11-01",
                 },
               ],
               bindings: {

@@ -2,8 +2,17 @@
  * Cloudflare Queues' consumer semantics, as one pure function: from what a queue()
  * handler did with a batch to what happens to each message.
  *
- * - A per-message ack() or retry() wins over the batch's ackAll() / retryAll(), and
- *   those calls stand even if the handler throws afterwards.
+ * What the DispatchOutcome holds is one rule for both transports: the Workers runtime's
+ * (it records the calls for "queue"; createBatch() in src/consumer-entrypoint.ts copies it
+ * for "rpc"; test/workers/transport-parity.test.ts holds the two to it). A call that
+ * contradicts an earlier one is not recorded: ackAll() and retryAll() exclude each other
+ * (the second has no effect), ack() has no effect after retryAll(), ackAll() or the same
+ * message's retry(), and retry() none after ackAll() or the same message's ack(). So a
+ * message is never both acked and retried, and ackAll / retryBatch.retry are never both set.
+ *
+ * - A per-message ack() or retry() made before the batch's ackAll() / retryAll() wins over
+ *   it (as does a retry() after retryAll(): its own delay), and all recorded calls stand
+ *   even if the handler throws afterwards.
  * - A handler that returns normally acks every message it did not retry; a handler
  *   that throws retries every message not acked (explicitly or by ackAll()).
  * - A retry's delay is the message's own, else the batch's, else the consumer's retry_delay.

@@ -1,1 +1,2 @@
 export function buildExampleConsumer(): Promise<string>;
+export function buildOutcomeProbe(): Promise<string>;

@@ -1,13 +1,13 @@
-// Bundles the example consumer to examples/consumer/dist/index.js: the Workers test
-// pool loads auxiliary Workers as built JavaScript. vitest.config.ts calls this.
+// Bundles the example consumer to examples/consumer/dist/index.js, and the outcome probe
+// consumer to test/outcome-probe/dist/index.js: the Workers test pool loads auxiliary
+// Workers as built JavaScript. vitest.config.ts calls these.
 import { build } from "esbuild";
 import { join } from "node:path";
 import { ROOT } from "./dev-server.mjs";
 
-export async function buildExampleConsumer() {
-  const outfile = join(ROOT, "examples", "consumer", "dist", "index.js");
+async function bundle(entry, outfile) {
   await build({
-    entryPoints: [join(ROOT, "examples", "consumer", "src", "index.ts")],
+    entryPoints: [entry],
     outfile,
     bundle: true,
     format: "esm",
@@ -17,4 +17,13 @@ export async function buildExampleConsumer() {
     logLevel: "warning",
   });
   return outfile;
+}
+
+export async function buildExampleConsumer() {
+  return bundle(join(ROOT, "examples", "consumer", "src", "index.ts"), join(ROOT, "examples", "consumer", "dist", "index.js"));
+}
+
+/** The probe consumer of test/workers/transport-parity.test.ts (test/outcome-probe/index.ts). */
+export async function buildOutcomeProbe() {
+  return bundle(join(ROOT, "test", "outcome-probe", "index.ts"), join(ROOT, "test", "outcome-probe", "dist", "index.js"));
 }

@@ -64,22 +64,50 @@ function withCollectedWaitUntil(ctx: ExecutionContext, pending: Array<Promise<un
 }
 
 /**
- * A MessageBatch with Cloudflare's rules: the first call on a message wins (ack then
- * retry keeps the ack); ackAll() / retryAll() apply to messages with no call of their own.
+ * A MessageBatch that records the handler's calls exactly as the Workers runtime does for
+ * a real queue() handler (the "queue" transport), so that both transports report the same
+ * DispatchOutcome (test/workers/transport-parity.test.ts holds the two to it):
+ *
+ * - ackAll() and retryAll() exclude each other: whichever comes second has no effect.
+ * - ack() has no effect after retryAll(), after ackAll() (silently: the message is acked
+ *   anyway), or after retry() of the same message; retry() has no effect after ackAll() or
+ *   after ack() of the same message. Each ignored call logs the runtime's warning, except
+ *   ack() after ackAll(), which the runtime ignores silently too.
+ * - A call made before a batch call stands: retry() then ackAll() keeps the retry, ack()
+ *   then retryAll() keeps the ack; and retry() after retryAll() stands, with its own delay.
+ * - retry() twice on one message: the last call wins, delay and all (a retry() without a
+ *   delay drops the earlier one's). retryAll() twice: a later delay replaces the earlier
+ *   one; a later retryAll() without a delay keeps it. ack() twice counts once.
+ * - Calls made before the handler throws stand (the outcome says "exception").
+ *
+ * consumer-shard/outcome.ts dispose() turns the result into acks and retries.
  */
 export function createBatch(queueName: string, messages: DispatchMessage[], metadata: MessageBatchMetadata = { metrics: { backlogCount: 0, backlogBytes: 0 } }) {
-  const explicit = new Map<string, { ack: true } | { ack: false; delaySeconds: number | undefined }>();
-  let batchCall: { ack: true } | { ack: false; delaySeconds: number | undefined } | undefined;
+  const acked = new Set<string>();
+  const retried = new Map<string, number | undefined>();
+  let ackedAll = false;
+  let retriedAll: { delaySeconds: number | undefined } | undefined;
+  /** The runtime's own warning for a call it ignores. */
+  const ignored = (call: string, after: string, msgId?: string) =>
+    console.warn(
+      `Received a call to ${call}${msgId === undefined ? "" : ` on message ${msgId}`} after ${after} was already called. ` +
+        `Calling ${call}${msgId === undefined ? "" : " on a message"} after calling ${after} has no effect.`,
+    );
   const wrapped: Message[] = messages.map((m) => ({
     id: m.id,
     timestamp: m.timestamp,
     body: m.body,
     attempts: m.attempts,
     ack() {
-      if (!explicit.has(m.id)) explicit.set(m.id, { ack: true });
+      if (ackedAll) return; // acked already; the runtime says nothing either
+      if (retriedAll) return ignored("ack()", "retryAll()", m.id);
+      if (retried.has(m.id)) return ignored("ack()", "retry()", m.id);
+      acked.add(m.id);
     },
     retry(options?: QueueRetryOptions) {
-      if (!explicit.has(m.id)) explicit.set(m.id, { ack: false, delaySeconds: options?.delaySeconds });
+      if (ackedAll) return ignored("retry()", "ackAll()", m.id);
+      if (acked.has(m.id)) return ignored("retry()", "ack()", m.id);
+      retried.set(m.id, options?.delaySeconds);
     },
   }));
   const batch: MessageBatch = {
@@ -87,21 +115,20 @@ export function createBatch(queueName: string, messages: DispatchMessage[], meta
     messages: wrapped,
     metadata,
     ackAll() {
-      batchCall ??= { ack: true };
+      if (retriedAll) return ignored("ackAll()", "retryAll()");
+      ackedAll = true;
     },
     retryAll(options?: QueueRetryOptions) {
-      batchCall ??= { ack: false, delaySeconds: options?.delaySeconds };
+      if (ackedAll) return ignored("retryAll()", "ackAll()");
+      retriedAll = { delaySeconds: options?.delaySeconds ?? retriedAll?.delaySeconds };
     },
   };
-  const outcome = (result: "ok" | "exception"): DispatchOutcome => {
-    const explicitAcks: string[] = [];
-    const retryMessages: DispatchOutcome["retryMessages"] = [];
-    for (const [id, call] of explicit) {
-      if (call.ack) explicitAcks.push(id);
-      else retryMessages.push(call.delaySeconds === undefined ? { msgId: id } : { msgId: id, delaySeconds: call.delaySeconds });
-    }
-    const retryBatch = batchCall && !batchCall.ack ? { retry: true, ...(batchCall.delaySeconds === undefined ? {} : { delaySeconds: batchCall.delaySeconds }) } : { retry: false };
-    return { outcome: result, ackAll: batchCall?.ack === true, retryBatch, explicitAcks, retryMessages };
-  };
+  const outcome = (result: "ok" | "exception"): DispatchOutcome => ({
+    outcome: result,
+    ackAll: ackedAll,
+    retryBatch: retriedAll ? { retry: true, ...(retriedAll.delaySeconds === undefined ? {} : { delaySeconds: retriedAll.delaySeconds }) } : { retry: false },
+    explicitAcks: [...acked],
+    retryMessages: [...retried].map(([msgId, delaySeconds]) => (delaySeconds === undefined ? { msgId } : { msgId, delaySeconds })),
+  });
   return { batch, outcome };
 }
