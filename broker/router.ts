@@ -23,13 +23,22 @@ type Args = [Env, ExecutionContext];
 
 const QUEUE = "/accounts/:account_id/queues/:queue";
 
+/** The mark of the one route a request without a token may call: GET and HEAD /healthz. */
+export const PUBLIC = "public";
+
+/** The token scopes a method of a route accepts, or PUBLIC: no token at all. */
+export type Access = readonly Scope[] | typeof PUBLIC;
+
 /**
  * Every path the API knows, the methods it takes, and the token scopes each method
  * accepts (broker/auth.ts): the one place access is decided. Also tells a wrong method
  * (405) from a path that does not exist (404). The first pattern that matches answers.
+ * Only /healthz is PUBLIC (test/workers/healthz.test.ts fails if anything else is).
  */
 const S = "send", C = "consume", A = "admin";
-const ROUTES: Array<[RegExp, Partial<Record<string, readonly Scope[]>>]> = [
+export const ROUTES: ReadonlyArray<[RegExp, Partial<Record<string, Access>>]> = [
+  // Readiness probes: no token, no Durable Object, no KV, no rate limit (healthz below).
+  [/^\/healthz\/?$/, { GET: PUBLIC, HEAD: PUBLIC }],
   [/^\/metrics\/?$/, { GET: [A] }],
   [/^\/accounts\/[^/]+\/queues\/?$/, { GET: [A], POST: [A] }],
   [/^\/accounts\/[^/]+\/queues\/[^/]+\/?$/, { GET: [A], PATCH: [A], DELETE: [A] }],
@@ -48,8 +57,8 @@ const ROUTES: Array<[RegExp, Partial<Record<string, readonly Scope[]>>]> = [
 ];
 
 /**
- * The broker's HTTP API: Cloudflare's REST paths and envelope. Every route needs a
- * bearer token (401), holding a scope the route accepts (403, whatever the queue);
+ * The broker's HTTP API: Cloudflare's REST paths and envelope. Every route but the
+ * PUBLIC /healthz needs a bearer token (401), holding a scope the route accepts (403, whatever the queue);
  * then the account's and the queue's request rates are counted (429). A token only
  * reaches its own account, and another account's paths answer 404 exactly as a queue
  * that does not exist would. Only what ROUTES lists reaches a handler, so a handler
@@ -58,9 +67,13 @@ const ROUTES: Array<[RegExp, Partial<Record<string, readonly Scope[]>>]> = [
 export const router = Router<ApiRequest, Args>({
   before: [
     async (request, env) => {
-      request.principal = await authenticate(request, env);
       const path = new URL(request.url).pathname;
-      authorize(request.principal, acceptedScopes(request.method, path, env), request.method, path);
+      const access = routeAccess(request.method, path, env);
+      if (access === PUBLIC) return; // nothing read from the request but its method and path
+      // A token first, so that without one every other path and method answers 401 alike.
+      request.principal = await authenticate(request, env);
+      if (access instanceof HttpError) throw access;
+      authorize(request.principal, access, request.method, path);
       await enforceRateLimits(env, request.principal.accountId, queueInPath(path));
     },
   ],
@@ -68,6 +81,9 @@ export const router = Router<ApiRequest, Args>({
 });
 
 router
+  // Readiness probes (PUBLIC in ROUTES): before the /accounts handlers, which need a principal.
+  .get("/healthz", healthz)
+  .head("/healthz", healthz)
   // Prometheus scrapes: the token's account's queues (broker/prometheus-api.ts).
   .get("/metrics", (req, env) => prometheusMetrics(env, req.principal.accountId))
   .all("/accounts/:account_id/*", (request) => {
@@ -105,12 +121,16 @@ router
     throw new HttpError("not_found", `no route for ${req.method} ${new URL(req.url).pathname}`);
   });
 
-/** The scopes that may call `method` on `path`; 405 for a known path with another method, 404 for an unknown path. */
-function acceptedScopes(method: string, path: string, env: Env): readonly Scope[] {
-  const route = [...ROUTES, ...testHookRoutes(env)].find(([pattern]) => pattern.test(path));
-  if (!route) throw new HttpError("not_found", `no route for ${method} ${path}`);
+/**
+ * Who may call `method` on `path`: PUBLIC, or the scopes that may. The 405 for a known path
+ * with another method, or 404 for an unknown path, is returned rather than thrown: it is
+ * answered only to a valid token (without one, 401 like every other route).
+ */
+function routeAccess(method: string, path: string, env: Env): Access | HttpError {
+  const route = ROUTES.find(([pattern]) => pattern.test(path)) ?? testHookRoutes(env).find(([pattern]) => pattern.test(path));
+  if (!route) return new HttpError("not_found", `no route for ${method} ${path}`);
   const accepted = route[1][method];
-  if (!accepted) throw new HttpError("method_not_allowed", `${method} is not allowed on ${path}; use ${Object.keys(route[1]).join(" or ")}`);
+  if (!accepted) return new HttpError("method_not_allowed", `${method} is not allowed on ${path}; use ${Object.keys(route[1]).join(" or ")}`);
   return accepted;
 }
 
@@ -124,6 +144,19 @@ function queueInPath(path: string): string | undefined {
   } catch {
     return undefined;
   }
+}
+
+/** What GET /healthz answers: the API's envelope, so every JSON answer has one shape. */
+const HEALTHY = JSON.stringify({ success: true, errors: [], messages: [], result: { ok: true } });
+
+/**
+ * GET and HEAD /healthz, for readiness probes: 200 from a Worker that is up and routing.
+ * Reads no binding (no Durable Object, KV or rate limiter) and says nothing about the
+ * service's internals; never cached, so a probe never gets a stale answer.
+ */
+function healthz(request: ApiRequest): Response {
+  const headers = { "content-type": "application/json", "cache-control": "no-store" };
+  return new Response(request.method === "HEAD" ? null : HEALTHY, { status: 200, headers });
 }
 
 /** Verbs that share the shape of .../messages/:message_id but are POST-only. */

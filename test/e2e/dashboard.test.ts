@@ -1,17 +1,18 @@
-// The dashboard in a real browser: headless Chromium (the Debian package) driven by
-// playwright-core against `wrangler dev`. Signs in from the keyboard, creates a queue,
-// sends messages, watches the backlog change, looks a message up, peeks, purges it
-// through the confirmation dialog; checks the page never reaches another origin.
+// The dashboard in a real browser: headless Chromium (Debian's when installed, else the
+// one inside @sparticuz/chromium; see ./browser.mjs) driven by playwright-core against
+// `wrangler dev`. Signs in from the keyboard, creates a queue, sends messages, watches
+// the backlog change, looks a message up, peeks, purges it through the confirmation
+// dialog; checks the page never reaches another origin.
 // Screenshots go to test-artifacts/dashboard/.
-import { existsSync, mkdirSync } from "node:fs";
+import { mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { chromium, type Browser, type Page } from "playwright-core";
+import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ROOT } from "../../scripts/dev-server.mjs";
+import { launchChromium } from "./browser.mjs";
 import { startDevService, type DevService } from "./dev-service.mjs";
 
 const TOKEN = "shardq-local-dev-token";
-const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
 const ARTIFACTS = join(ROOT, "test-artifacts", "dashboard");
 const QUEUE = "dash-e2e";
 
@@ -23,11 +24,10 @@ describe("the dashboard in Chromium", () => {
   const foreign: string[] = [];
 
   beforeAll(async () => {
-    if (!existsSync(CHROMIUM)) throw new Error(`no Chromium at ${CHROMIUM}: apt-get install -y chromium (or set CHROMIUM_PATH)`);
     mkdirSync(ARTIFACTS, { recursive: true });
     service = await startDevService("dashboard");
     base = service.base;
-    browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"] });
+    browser = await launchChromium();
     page = await browser.newPage({ viewport: { width: 1366, height: 900 } });
     page.on("request", (r) => {
       if (!r.url().startsWith(base) && !r.url().startsWith("data:")) foreign.push(r.url());

@@ -7,6 +7,7 @@
  */
 import { SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
+import { PUBLIC, ROUTES } from "../../broker/router";
 import { api, backlog, BASE, createQueue, type Envelope, OTHER_TOKEN, queuePath, queuesPath, TOKEN } from "./helpers";
 
 const SEND = "send-only-token";
@@ -95,6 +96,38 @@ function routes(q: string): Array<{ method: string; path: string; body?: unknown
     { method: "DELETE", path: `${p}/consumers/${GHOST_ID}`, scopes: ["admin"] },
   ];
 }
+
+describe("no token: 401 on every route but GET and HEAD /healthz", () => {
+  it("lists every method of every route of the table in routes(), and only /healthz as PUBLIC", () => {
+    const listed = routes("scopes-table");
+    for (const [pattern, methods] of ROUTES) {
+      for (const [method, access] of Object.entries(methods)) {
+        if (access === PUBLIC) {
+          // The one route a request without a token reaches (test/workers/healthz.test.ts).
+          expect(pattern.source, `${method} ${pattern.source} is PUBLIC`).toBe(String.raw`^\/healthz\/?$`);
+          expect(["GET", "HEAD"]).toContain(method);
+          continue;
+        }
+        // The first pattern that matches answers, so a route counts only where it is the first.
+        const covered = listed.some((r) => r.method === method && ROUTES.find(([p]) => p.test(new URL(r.path, BASE).pathname))?.[0] === pattern);
+        expect(covered, `${method} ${pattern.source} is missing from routes(): add it there`).toBe(true);
+      }
+    }
+  });
+
+  it("refuses a request without a token on every other route, storing nothing", async () => {
+    const q = `scopes-none-${Math.random().toString(16).slice(2, 8)}`;
+    await createQueue(q);
+    for (const r of routes(q)) {
+      const res = await api(r.method, r.path, r.body, { token: null });
+      expect(res.status, `${r.method} ${r.path}`).toBe(401);
+      expect(res.json).toMatchObject({ success: false, result: null });
+      expect(res.json.errors[0].field).toBe("authorization");
+    }
+    expect(await backlog(q)).toBe(0);
+    expect((await api("GET", queuePath(`${q}-new`))).status).toBe(404);
+  });
+});
 
 describe("tokens with less scope: 403 on every route they must not reach", () => {
   it.each([

@@ -1,0 +1,81 @@
+/**
+ * GET and HEAD /healthz, for readiness probes (issue 14): 200 without a token, whatever
+ * token is sent, from the Worker alone (no Durable Object, KV or rate limiter touched),
+ * and the one route ROUTES in broker/router.ts marks PUBLIC. Every other route without
+ * a token is 401: scopes.test.ts.
+ */
+import { createExecutionContext, env, SELF, waitOnExecutionContext } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import { PUBLIC, ROUTES } from "../../broker/router";
+import worker from "../../src/index";
+import type { Env } from "../../src/env";
+import { testHookRoutes } from "../../broker/test-hooks-api";
+import { BASE, TOKEN } from "./helpers";
+
+const HEALTHY = { success: true, errors: [], messages: [], result: { ok: true } };
+
+describe("GET and HEAD /healthz", () => {
+  it.each([
+    ["no Authorization header", undefined],
+    ["a valid token", `Bearer ${TOKEN}`],
+    ["an unknown token", "Bearer not-a-token"],
+    ["a revoked token", "Bearer revoked-token"],
+    ["malformed credentials", "Basic dXNlcjpwYXNz"],
+  ])("answers 200 with %s", async (_what, authorization) => {
+    const headers: Record<string, string> = authorization ? { authorization } : {};
+    for (const path of ["/healthz", "/healthz/", "/healthz?probe=1"]) {
+      const get = await SELF.fetch(`${BASE}${path}`, { headers });
+      expect(get.status, `GET ${path}`).toBe(200);
+      expect(get.headers.get("content-type")).toContain("application/json");
+      expect(get.headers.get("cache-control")).toBe("no-store");
+      expect(await get.json()).toEqual(HEALTHY);
+      const head = await SELF.fetch(`${BASE}${path}`, { method: "HEAD", headers });
+      expect(head.status, `HEAD ${path}`).toBe(200);
+      expect(await head.text()).toBe("");
+    }
+  });
+
+  it("reads no Durable Object, KV namespace or rate limiter: only the request", async () => {
+    // The Worker's own fetch handler, given an env that records what is read from it.
+    const read: string[] = [];
+    const spy = new Proxy(env, { get: (target, key, receiver) => (read.push(String(key)), Reflect.get(target, key, receiver)) }) as Env;
+    for (const method of ["GET", "HEAD"]) {
+      const ctx = createExecutionContext();
+      const res = await worker.fetch(new Request(`${BASE}/healthz`, { method }), spy, ctx);
+      await waitOnExecutionContext(ctx);
+      expect(res.status).toBe(200);
+    }
+    expect(read).toEqual([]);
+  });
+
+  it("gives nothing else without a token: other methods, longer paths and lookalikes are 401", async () => {
+    for (const [method, path] of [
+      ["POST", "/healthz"],
+      ["PUT", "/healthz"],
+      ["DELETE", "/healthz"],
+      ["GET", "/healthz/x"],
+      ["GET", "/healthzz"],
+      ["GET", "/accounts/local/healthz"],
+      ["GET", "/healthz/../metrics"],
+      ["GET", "/metrics?healthz"],
+    ] as const) {
+      const res = await SELF.fetch(`${BASE}${path}`, { method });
+      expect(res.status, `${method} ${path}`).toBe(401);
+      expect(((await res.json()) as { errors: Array<{ field: string }> }).errors[0]!.field).toBe("authorization");
+    }
+    // With a valid token, another method on /healthz is the usual 405.
+    const post = await SELF.fetch(`${BASE}/healthz`, { method: "POST", headers: { authorization: `Bearer ${TOKEN}` } });
+    expect(post.status).toBe(405);
+    expect(((await post.json()) as { errors: Array<{ message: string }> }).errors[0]!.message).toContain("use GET or HEAD");
+  });
+
+  it("is the one PUBLIC route in the table, with GET and HEAD only (test hooks included)", () => {
+    const tables = [...ROUTES, ...testHookRoutes({ ...env, SHARDQ_TEST_HOOKS: "on" } as Env)];
+    const open = tables.flatMap(([pattern, methods]) =>
+      Object.entries(methods)
+        .filter(([, access]) => access === PUBLIC)
+        .map(([method]) => `${method} ${pattern.source}`),
+    );
+    expect(open).toEqual([`GET ${String.raw`^\/healthz\/?$`}`, `HEAD ${String.raw`^\/healthz\/?$`}`]);
+  });
+});
