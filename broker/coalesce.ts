@@ -23,7 +23,7 @@ import type { Env } from "../src/env";
 import { HttpError } from "../src/errors";
 import { LIMITS } from "../src/limits";
 import type { PendingMessage } from "./messages";
-import { storeMessages, type SendTarget } from "./send";
+import { storeMessages, type SendTarget, type Stored } from "./send";
 
 /**
  * Writes of one queue in flight at once from one isolate before sends wait and batch.
@@ -43,8 +43,8 @@ interface Batch {
   bytes: number;
   /** No more joiners: full, or being written. */
   closed: boolean;
-  /** Set by the leader when the write is done: the ids in order, or the error. */
-  ids?: string[];
+  /** Set by the leader when the write is done: the ids in order and the shard's backlog, or the error. */
+  stored?: Stored;
   error?: unknown;
 }
 
@@ -81,7 +81,8 @@ const lanes = new Map<string, Lane>();
 /** Counters for the tests: how many single sends went out in how many writes, and batches that lingered. */
 export const coalesceStats = { sends: 0, writes: 0, lingers: 0 };
 
-export async function sendCoalesced(env: Env, target: SendTarget, message: PendingMessage): Promise<string> {
+/** Stores one message, alone or with concurrent ones: its id, and the batch it was stored with. */
+export async function sendCoalesced(env: Env, target: SendTarget, message: PendingMessage): Promise<{ id: string; stored: Stored }> {
   coalesceStats.sends++;
   const key = `${target.accountId}/${target.queueRef}/${target.region ?? ""}`;
   let lane = lanes.get(key);
@@ -96,9 +97,9 @@ export async function sendCoalesced(env: Env, target: SendTarget, message: Pendi
     batch.bytes += size;
     if (batch.messages.length >= LIMITS.maxBatchMessages) batch.closed = true;
     const index = batch.messages.length - 1;
-    await waitFor(() => batch.ids !== undefined || batch.error !== undefined);
+    await waitFor(() => batch.stored !== undefined || batch.error !== undefined);
     if (batch.error !== undefined) throw batch.error;
-    return batch.ids![index]!;
+    return { id: batch.stored!.ids[index]!, stored: batch.stored! };
   }
 
   // Lead a new batch: its own message first, then whoever joins while it waits for a slot.
@@ -123,8 +124,8 @@ export async function sendCoalesced(env: Env, target: SendTarget, message: Pendi
   lane.writes.set(write, Date.now());
   coalesceStats.writes++;
   try {
-    batch.ids = await storeMessages(env, target, batch.messages);
-    return batch.ids[0]!;
+    batch.stored = await storeMessages(env, target, batch.messages);
+    return { id: batch.stored.ids[0]!, stored: batch.stored };
   } catch (err) {
     batch.error = err;
     throw err;

@@ -13,7 +13,8 @@ import type { Env } from "../src/env";
 import { HttpError } from "../src/errors";
 import { newMessageId, randomHex } from "../src/ids";
 import type { PendingMessage } from "./messages";
-import { notFound, seededRandom, storeMessages, type SendTarget } from "./send";
+import type { ShardBacklog } from "../src/protocol";
+import { notFound, seededRandom, storeMessages, type SendTarget, type Stored } from "./send";
 import { cachedShardMap } from "./shard-map-cache";
 
 /** Objects a queue's keys are spread over, so idempotent sends are not bound to one object's rate. */
@@ -50,8 +51,8 @@ export function bucketOf(key: string): number {
   return Math.floor(seededRandom(key)() * IDEMPOTENCY_BUCKETS);
 }
 
-/** Stores the request's messages at most once per key and per producer id; returns their ids in order. */
-export async function sendIdempotent(env: Env, target: SendTarget, req: IdempotentSend): Promise<string[]> {
+/** Stores the request's messages at most once per key and per producer id; answers with their ids in order. */
+export async function sendIdempotent(env: Env, target: SendTarget, req: IdempotentSend): Promise<Stored> {
   const map = await cachedShardMap(env, target.accountId, target.queueRef);
   if (!map) throw notFound(target.queueRef);
   const now = Date.now();
@@ -65,7 +66,7 @@ export async function sendIdempotent(env: Env, target: SendTarget, req: Idempote
     if (req.key !== null) {
       const digest = await sha256Hex(utf8.encode(JSON.stringify([req.route, req.batchDelaySeconds ?? null, req.messages.map((m, i) => [m.id ?? null, digests[i]])])));
       const [outcome] = await claim(env, map.queueId, [{ key: `key:${req.key}`, digest, ids }], token, held);
-      if (outcome!.status === "done") return outcome!.ids;
+      if (outcome!.status === "done") return { ids: outcome!.ids, queueId: map.queueId, backlog: null };
       const claimed = claimedOrThrow(outcome!, HEADER, "was already used with a different request to this queue");
       ids = claimed.ids;
       retry ||= claimed.retry;
@@ -86,10 +87,11 @@ export async function sendIdempotent(env: Env, target: SendTarget, req: Idempote
   }
 
   const store = req.messages.flatMap((_, i) => (skip.has(i) ? [] : [i]));
+  let backlog: ShardBacklog | null = null;
   if (store.length > 0) {
     try {
       // With `retry`, an earlier attempt may have stored these ids: the shard skips them.
-      await storeMessages(env, target, store.map((i) => req.messages[i]!), req.batchDelaySeconds, store.map((i) => ids[i]!), retry);
+      ({ backlog } = await storeMessages(env, target, store.map((i) => req.messages[i]!), req.batchDelaySeconds, store.map((i) => ids[i]!), retry));
     } catch (err) {
       await release(env, map.queueId, held, token, true);
       throw err;
@@ -99,7 +101,7 @@ export async function sendIdempotent(env: Env, target: SendTarget, req: Idempote
   // by a retry after IN_PROGRESS_MS, which stores with dedupe on the same shard.
   const done = await Promise.allSettled(held.map((h) => idempotencyKeysFor(env, map.queueId, h.bucket).complete(h.keys)));
   for (const d of done) if (d.status === "rejected") console.error("marking idempotency keys done failed:", d.reason);
-  return ids;
+  return { ids, queueId: map.queueId, backlog };
 }
 
 function claimedOrThrow(outcome: ClaimOutcome, field: string, mismatch: string): { ids: string[]; retry: boolean } {

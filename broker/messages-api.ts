@@ -8,24 +8,29 @@ import { fromHttpBatch, fromHttpMessage } from "./messages";
 import { queueMetrics } from "./metrics";
 import { readJson } from "./read-json";
 import { callerRegion } from "./region";
-import { notFound, storeMessages } from "./send";
+import { notFound, storeMessages, type Stored } from "./send";
+import { figuresAfterSend, restMetrics } from "../src/queue-figures";
 import { cachedShardMap } from "./shard-map-cache";
 
 /**
- * POST .../messages: one message. Unlike Cloudflare, answers with its id. With an
- * Idempotency-Key or an `id`, stored once however often it is retried (broker/idempotency.ts).
+ * POST .../messages: one message. Answers with the queue's figures (`metadata.metrics`,
+ * as Cloudflare does) and, beyond Cloudflare, the message's id. With an Idempotency-Key
+ * or an `id`, stored once however often it is retried (broker/idempotency.ts).
  */
 export async function sendMessage(request: Request, env: Env, ctx: ExecutionContext, accountId: string, queueRef: string): Promise<Response> {
   const started = Date.now();
   const key = idempotencyKeyOf(request);
   const message = fromHttpMessage(await readJson(request));
   const target = { accountId, queueRef, region: regionOf(request, env) };
-  const id =
-    key !== null || message.id !== undefined
-      ? (await sendIdempotent(env, target, { key, route: "message", messages: [message], batchDelaySeconds: undefined, idField: () => "id" }))[0]!
-      : await sendCoalesced(env, target, message);
+  let sent: { id: string; stored: Stored };
+  if (key !== null || message.id !== undefined) {
+    const stored = await sendIdempotent(env, target, { key, route: "message", messages: [message], batchDelaySeconds: undefined, idField: () => "id" });
+    sent = { id: stored.ids[0]!, stored };
+  } else {
+    sent = await sendCoalesced(env, target, message);
+  }
   noteSendLatency(env, ctx, { accountId, queueRef }, started);
-  return ok({ message_id: id });
+  return ok({ message_id: sent.id, metadata: await metadataAfter(env, sent.stored) });
 }
 
 /** POST .../messages/batch: up to 100 messages, stored all together or not at all. */
@@ -34,12 +39,17 @@ export async function sendBatch(request: Request, env: Env, ctx: ExecutionContex
   const key = idempotencyKeyOf(request);
   const batch = fromHttpBatch(await readJson(request));
   const target = { accountId, queueRef, region: regionOf(request, env) };
-  const ids =
+  const stored =
     key !== null || batch.messages.some((m) => m.id !== undefined)
       ? await sendIdempotent(env, target, { key, route: "batch", messages: batch.messages, batchDelaySeconds: batch.delaySeconds, idField: (i) => `messages[${i}].id` })
       : await storeMessages(env, target, batch.messages, batch.delaySeconds);
   noteSendLatency(env, ctx, { accountId, queueRef }, started);
-  return ok({ message_ids: ids });
+  return ok({ message_ids: stored.ids, metadata: await metadataAfter(env, stored) });
+}
+
+/** The REST answers' `metadata`: the queue's figures after the send (src/queue-figures.ts). */
+async function metadataAfter(env: Env, stored: Stored) {
+  return { metrics: restMetrics(await figuresAfterSend(env, stored.queueId, stored.backlog)) };
 }
 
 /** GET .../metrics: backlog figures summed over the queue's shards, and per shard. */

@@ -13,12 +13,12 @@ export interface PendingMessage {
   contentType: ContentType;
   delaySeconds: number | undefined;
   checksum: number;
-  /** Deliveries it already had: kept by a move to the dead-letter queue, absent for a new message. */
-  attempts?: number;
   /** The id the producer chose (HTTP `id`); stored once under it (broker/idempotency.ts). */
   id?: string;
   /** Set on a move from another queue: which stored copy it moves (broker/move-messages.ts). */
   moveKey?: string;
+  /** Set on a move: when the message was first sent, the timestamp consumers keep seeing. */
+  sentAt?: number;
 }
 
 const delaySeconds = z

@@ -5,6 +5,10 @@
  * this call returned. A crash in between leaves the source copy in place, to be moved
  * again; the target then recognises the same copy by its move key and stores it once.
  *
+ * A moved message keeps its id and its timestamp (when it was first sent) and starts
+ * again at attempts 1 in its new queue, as Cloudflare's dead-letter queues do: the
+ * target's own max_retries then means what it says.
+ *
  * A move never makes itself a no-op on the message id: a message can come back to a
  * queue it was in before (dead-lettered, redriven, dead-lettered again), and each of
  * those is a new copy with a new move key, which the target stores. So a call that
@@ -27,13 +31,8 @@ export interface MoveSource {
   shard: string;
 }
 
-export interface MoveOptions {
-  /** Keep the deliveries each message had (dead-lettering) or start again from none (a redrive). */
-  keepAttempts: boolean;
-}
-
 /** Stores every message at the target queue (name or id), or throws; returns the target's queue id. */
-export async function moveMessages(env: Env, accountId: string, targetRef: string, source: MoveSource, messages: LeasedMessage[], opts: MoveOptions): Promise<string> {
+export async function moveMessages(env: Env, accountId: string, targetRef: string, source: MoveSource, messages: LeasedMessage[]): Promise<string> {
   const map = await cachedShardMap(env, accountId, targetRef);
   if (!map) throw notFound(targetRef);
   // A move into its own queue would reset a message's retries for ever instead of ending them.
@@ -60,7 +59,7 @@ export async function moveMessages(env: Env, accountId: string, targetRef: strin
             delaySeconds: 0,
             checksum: crc32(m.body),
             moveKey: `${source.shard}/${m.copyKey}`,
-            ...(opts.keepAttempts ? { attempts: m.attempts } : {}),
+            sentAt: m.enqueuedAt,
           }),
         ),
         0,

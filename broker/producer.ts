@@ -8,6 +8,7 @@ import { fromSend, fromSendBatch } from "./messages";
 import { queueMetrics } from "./metrics";
 import { notFound, storeMessages, type SendTarget } from "./send";
 import { cachedShardMap } from "./shard-map-cache";
+import { bindingMetrics, figuresAfterSend } from "../src/queue-figures";
 
 /** Set on the producer's service binding: `props = { account = "local", queue = "my-queue" }`. */
 export interface ProducerProps {
@@ -25,34 +26,50 @@ export interface ProducerMetrics {
 }
 
 /**
+ * What `send()` resolves to: Cloudflare's QueueSendResponse, and beyond it the message's
+ * id in a field of its own, so code typed against `Queue` reads what it always read.
+ */
+export interface ShardqSendResponse {
+  metadata: { metrics: ProducerMetrics };
+  messageId: string;
+}
+
+/** What `sendBatch()` resolves to: Cloudflare's QueueSendBatchResponse, and the ids in the order sent. */
+export interface ShardqSendBatchResponse {
+  metadata: { metrics: ProducerMetrics };
+  messageIds: string[];
+}
+
+/**
  * The producer binding. A Worker binds to it with a service binding scoped to one
- * queue and calls it exactly as it calls a Cloudflare Queues binding (`env.QUEUE`);
- * beyond Cloudflare, `send` resolves with the message id and `sendBatch` with the ids.
- * Errors carry the same messages the HTTP API puts in its envelope. No token: whoever
- * deploys the binding chose its account; its sends count against the same rate limits.
+ * queue and calls it exactly as it calls a Cloudflare Queues binding (`env.QUEUE`):
+ * `send` and `sendBatch` resolve to Cloudflare's response types, the queue's figures in
+ * `metadata.metrics`, with the ids added (`messageId`, `messageIds`). Errors carry the
+ * same messages the HTTP API puts in its envelope. No token: whoever deploys the binding
+ * chose its account; its sends count against the same rate limits.
  */
 export class QueueProducer extends WorkerEntrypoint<Env, ProducerProps> {
-  async send(body: unknown, options?: unknown): Promise<string> {
+  async send(body: unknown, options?: unknown): Promise<ShardqSendResponse> {
     const started = Date.now();
     return this.guard(async () => {
       const target = this.target();
       const message = fromSend(body, options);
       await enforceRateLimits(this.env, target.accountId, target.queueRef);
-      const id = await sendCoalesced(this.env, target, message);
+      const { id, stored } = await sendCoalesced(this.env, target, message);
       noteSendLatency(this.env, this.ctx, target, started);
-      return id;
+      return { metadata: { metrics: bindingMetrics(await figuresAfterSend(this.env, stored.queueId, stored.backlog)) }, messageId: id };
     });
   }
 
-  async sendBatch(messages: unknown, options?: unknown): Promise<string[]> {
+  async sendBatch(messages: unknown, options?: unknown): Promise<ShardqSendBatchResponse> {
     const started = Date.now();
     return this.guard(async () => {
       const batch = fromSendBatch(messages, options);
       const target = this.target();
       await enforceRateLimits(this.env, target.accountId, target.queueRef);
-      const ids = await storeMessages(this.env, target, batch.messages, batch.delaySeconds);
+      const stored = await storeMessages(this.env, target, batch.messages, batch.delaySeconds);
       noteSendLatency(this.env, this.ctx, target, started);
-      return ids;
+      return { metadata: { metrics: bindingMetrics(await figuresAfterSend(this.env, stored.queueId, stored.backlog)) }, messageIds: stored.ids };
     });
   }
 

@@ -9,12 +9,13 @@
 import { z } from "zod";
 import type { Disposition } from "../consumer-shard/outcome";
 import { applyDisposition } from "../consumer-shard/settle";
+import { restMetrics, sumFigures } from "../src/queue-figures";
 import { coordinatorFor, storageShardFor } from "../src/addressing";
 import { MAX_VISIBILITY_TIMEOUT_MS, type ConsumerRecord } from "../src/consumer-settings";
 import type { Env } from "../src/env";
 import { HttpError } from "../src/errors";
 import { LIMITS } from "../src/limits";
-import type { DeliveryPlan, LeasedMessage, LeaseRef } from "../src/protocol";
+import type { DeliveryPlan, LeasedMessage, LeaseRef, ShardBacklog } from "../src/protocol";
 import { ok } from "./envelope";
 import { leaseSigningKey, signLease, toBase64, verifyLease, type LeaseToken } from "./lease-tokens";
 import { readJson, readOptionalJson } from "./read-json";
@@ -53,7 +54,7 @@ export async function pullMessages(request: Request, env: Env, accountId: string
   const { plan, consumer } = await pullQueue(env, accountId, queueRef, "pull");
   if (plan.paused) throw new HttpError("conflict", `delivery of queue "${plan.queueName}" is paused; set settings.delivery_paused to false to pull`, "queue");
   const leaseMs = body.visibility_timeout_ms ?? consumer.settings.visibility_timeout_ms ?? DEFAULT_VISIBILITY_MS;
-  const { leased, backlog } = await leaseFromShards(env, plan, body.batch_size ?? DEFAULT_PULL_BATCH, leaseMs);
+  const { leased, figures } = await leaseFromShards(env, plan, body.batch_size ?? DEFAULT_PULL_BATCH, leaseMs);
   const utf8 = new TextDecoder();
   const messages = await Promise.all(
     leased.map(async ({ shard, message: m }) => ({
@@ -66,7 +67,7 @@ export async function pullMessages(request: Request, env: Env, accountId: string
       metadata: { "CF-Content-Type": m.contentType },
     })),
   );
-  return ok({ message_backlog_count: backlog, messages });
+  return ok({ message_backlog_count: figures.backlogCount, messages, metadata: { metrics: restMetrics(figures) } });
 }
 
 /** POST .../messages/ack: acks delete; retries come back after a delay, or go to the dead-letter queue when out of retries. */
@@ -146,32 +147,28 @@ async function pullQueue(env: Env, accountId: string, queueRef: string, verb: st
 
 /**
  * Visits the queue's shards in random order, leasing what is still wanted from each,
- * and never waits for a batch to fill. The backlog is exact for the shards visited and
- * their latest heartbeat for the others, so a pull costs no extra round trips.
+ * and never waits for a batch to fill. The queue's figures are exact for the shards
+ * visited and their latest heartbeat for the others, so a pull costs no extra round trips.
  */
 async function leaseFromShards(env: Env, plan: DeliveryPlan, wanted: number, leaseMs: number) {
   const leased: Array<{ shard: string; message: LeasedMessage }> = [];
-  let backlog = 0;
+  const exact: ShardBacklog[] = [];
   let failed = 0;
   for (const shard of shuffled(plan.shards)) {
     const limit = wanted - leased.length;
-    if (limit <= 0) {
-      backlog += shard.backlog ?? 0;
-      continue;
-    }
+    if (limit <= 0) continue;
     try {
       const r = await storageShardFor(env, shard.name).lease({ queueId: plan.queueId, limit, leaseMs, maxWaitMs: 0, retentionMs: plan.retentionMs });
-      backlog += r.backlogCount;
+      exact.push(r.backlog);
       for (const message of r.messages) leased.push({ shard: shard.name, message });
     } catch (err) {
       // Another shard may serve the pull; a lease lost with the reply just ends with its timeout.
       console.error(`lease from storage shard ${shard.name} failed:`, err);
-      backlog += shard.backlog ?? 0;
       failed++;
     }
   }
   if (failed > 0 && failed === plan.shards.length) throw new HttpError("unavailable", "no storage shard of this queue answered; retry");
-  return { leased, backlog };
+  return { leased, figures: sumFigures(plan.shards.map((s) => s.backlog), exact) };
 }
 
 interface Asked {

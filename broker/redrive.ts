@@ -34,6 +34,7 @@ const QUEUES_PER_PAGE = 100;
 const MAX_ATTEMPTS_FILTER = 10_000;
 
 const age = int(0, LIMITS.maxRetentionSeconds, " s (the longest retention)");
+/** Deliveries in the dead-letter queue: a dead-lettered message starts there at 0, as on Cloudflare. */
 const attempts = int(0, MAX_ATTEMPTS_FILTER);
 
 const redriveBody = z
@@ -141,8 +142,8 @@ async function moveBatch(env: Env, accountId: string, dlq: ShardMap, shardName: 
   const shard = storageShardFor(env, shardName);
   const refs = batch.map(refOf);
   try {
-    // A fresh start in its queue: attempts from 0, visible at once.
-    await moveMessages(env, accountId, target.queueId, { queueId: dlq.queueId, shard: shardName }, batch, { keepAttempts: false });
+    // A fresh start in its queue: attempts from 1, visible at once, id and timestamp kept.
+    await moveMessages(env, accountId, target.queueId, { queueId: dlq.queueId, shard: shardName }, batch);
   } catch (err) {
     await shard.releaseLeases(dlq.queueId, refs).catch((e: unknown) => console.error(`redrive: releasing leases on ${shardName} failed (they end in ${MOVE_LEASE_MS} ms):`, e));
     throw stopped(movedSoFar, `writing to "${target.queueName}" failed${err instanceof HttpError ? ` (${err.message})` : ""}`, err);

@@ -2,7 +2,7 @@ import { serviceConfig } from "../src/config";
 import type { Env } from "../src/env";
 import { HttpError } from "../src/errors";
 import { newMessageId } from "../src/ids";
-import type { AppendRequest, AppendResult, EncodedMessage, ShardEntry, ShardMap } from "../src/protocol";
+import type { AppendRequest, AppendResult, EncodedMessage, ShardBacklog, ShardEntry, ShardMap } from "../src/protocol";
 import { storageShardFor } from "../src/addressing";
 import type { PendingMessage } from "./messages";
 import { authoritativeShardMap, cachedShardMap, noteShardRefused } from "./shard-map-cache";
@@ -16,6 +16,16 @@ const MAX_TRANSIENT_RETRIES = 2;
 const BACKOFF_BASE_MS = 25;
 const BACKOFF_CAP_MS = 400;
 
+/**
+ * What a send answers with: its ids in order, its queue, and the backlog of the shard
+ * that took it (null when nothing was written: an idempotent send already stored).
+ */
+export interface Stored {
+  ids: string[];
+  queueId: string;
+  backlog: ShardBacklog | null;
+}
+
 export interface SendTarget {
   accountId: string;
   queueRef: string;
@@ -24,7 +34,7 @@ export interface SendTarget {
 
 /**
  * Stores a batch on one storage shard of the queue, all or nothing, and returns the
- * message ids in order. A shard that refuses (draining, retired, unknown: a stale map)
+ * message ids in order (with the shard's backlog after it, for the queue's figures). A shard that refuses (draining, retired, unknown: a stale map)
  * has stored nothing, so the batch goes to another; the map is then re-read from the
  * Coordinator. Every batch lands exactly once or the caller gets an error.
  */
@@ -36,7 +46,7 @@ export async function storeMessages(
   keepIds?: string[],
   /** Ask the shard to skip ids it already stored: a write again of the same messages. */
   dedupe = keepIds !== undefined,
-): Promise<string[]> {
+): Promise<Stored> {
   let map = await cachedShardMap(env, target.accountId, target.queueRef);
   if (!map) throw notFound(target.queueRef);
   const now = Date.now();
@@ -50,8 +60,8 @@ export async function storeMessages(
     contentType: m.contentType,
     delayMs: (m.delaySeconds ?? batchDelaySeconds ?? map!.settings.delivery_delay) * 1000,
     checksum: m.checksum,
-    ...(m.attempts ? { attempts: m.attempts } : {}),
     ...(m.moveKey !== undefined ? { moveKey: m.moveKey } : {}),
+    ...(m.sentAt !== undefined ? { sentAt: m.sentAt } : {}),
   }));
   const region = target.region ?? serviceConfig(env).defaultRegion;
   const refused = new Set<string>();
@@ -80,7 +90,7 @@ export async function storeMessages(
     }
     // Ids kept or chosen by the sender may be written again after a lost reply, even once consumed.
     const result = await appendWithRetry(env, shard, { queueId: map.queueId, messages, ...(dedupe ? { dedupe: true } : {}), ...(keepIds ? { remember: true } : {}) });
-    if (result.ok) return messages.map((m) => m.id);
+    if (result.ok) return { ids: messages.map((m) => m.id), queueId: map.queueId, backlog: result.backlog };
     refused.add(shard.name);
     if (result.refused === "overloaded") {
       overloaded++;

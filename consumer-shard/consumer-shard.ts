@@ -1,5 +1,6 @@
 import { DurableObject } from "cloudflare:workers";
 import { coordinatorFor, storageShardFor } from "../src/addressing";
+import { bindingMetrics, sumFigures } from "../src/queue-figures";
 import { systemClock, type Clock } from "../src/clock";
 import { serviceConfig } from "../src/config";
 import type { DispatchMessage } from "../src/consumer-entrypoint";
@@ -109,7 +110,9 @@ export class ConsumerShard extends DurableObject<Env> {
     if (!dispatch) return this.clock.now() + UNBOUND_RETRY_MS;
 
     const started = this.clock.now();
-    const weights = new Map(plan.shards.map((s) => [s.name, s.backlog]));
+    const weights = new Map(plan.shards.map((s) => [s.name, s.backlog?.count ?? null]));
+    // The queue's figures for each batch's metadata: heartbeats, then each shard's exact figures as it is leased from.
+    const figures = new Map(plan.shards.map((s) => [s.name, s.backlog]));
     const idle = new Set<string>();
     let next: number | null = null;
     const later = (t: number | null) => {
@@ -125,7 +128,8 @@ export class ConsumerShard extends DurableObject<Env> {
         maxWaitMs: consumer.settings.max_wait_time_ms,
         retentionMs: plan.retentionMs,
       });
-      weights.set(shard.name, lease.backlogCount);
+      weights.set(shard.name, lease.backlog.count);
+      figures.set(shard.name, lease.backlog);
       if (lease.messages.length === 0) {
         idle.add(shard.name);
         // A batch still filling: the storage shard wakes consumers when it fills before then.
@@ -135,7 +139,7 @@ export class ConsumerShard extends DurableObject<Env> {
       }
       // Leased and not yet handed over: a reset here leaves the leases to expire.
       this.hooks.at("abort-leased", this.ctx);
-      await this.deliverBatch(plan, consumer, shard.name, lease.messages, dispatch, lease.backlogCount);
+      await this.deliverBatch(plan, consumer, shard.name, lease.messages, dispatch, { metrics: bindingMetrics(sumFigures([...figures.values()])) });
       // A long round still reports every few seconds, so the Coordinator sees it working.
       if (Date.now() - this.report.at >= Math.min(REPORT_EVERY_MS, serviceConfig(this.env).heartbeatIntervalMs)) await this.sendReport(queueId, true);
     }
@@ -148,7 +152,7 @@ export class ConsumerShard extends DurableObject<Env> {
     shardName: string,
     leased: LeasedMessage[],
     dispatch: Dispatch,
-    backlogCount: number,
+    metadata: MessageBatchMetadata,
   ): Promise<void> {
     const readable: Array<{ leased: LeasedMessage; message: DispatchMessage }> = [];
     const unreadable: LeasedMessage[] = [];
@@ -160,7 +164,7 @@ export class ConsumerShard extends DurableObject<Env> {
       }
     }
     const outcome = await this.withLeasesHeld(plan.queueId, shardName, leased, () =>
-      dispatch(plan.queueName, readable.map((r) => r.message), { metrics: { backlogCount, backlogBytes: 0 } }),
+      dispatch(plan.queueName, readable.map((r) => r.message), metadata),
     );
     this.report.batches++;
     this.report.delivered += leased.length;

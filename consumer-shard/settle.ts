@@ -27,9 +27,8 @@ export async function applyDisposition(
   if (d.exhausted.length > 0) {
     if (consumer.dead_letter_queue) {
       try {
-        // Stored there before deleted here (broker/move-messages.ts). The dead-letter
-        // copy keeps its id and its delivery count (redrive filters on it).
-        await moveMessages(env, queue.accountId, consumer.dead_letter_queue, { queueId: queue.queueId, shard: shardName }, d.exhausted, { keepAttempts: true });
+        // Stored there before deleted here (broker/move-messages.ts): id and timestamp kept, attempts from 1.
+        await moveMessages(env, queue.accountId, consumer.dead_letter_queue, { queueId: queue.queueId, shard: shardName }, d.exhausted);
         deadLettered = d.exhausted;
       } catch (err) {
         console.error(`dead-letter write to "${consumer.dead_letter_queue}" failed; keeping ${d.exhausted.length} message(s):`, err);

@@ -4,7 +4,7 @@ import { serviceConfig } from "../src/config";
 import type { Env } from "../src/env";
 import { applyConsumerPatch, MAX_CONCURRENCY, type ConsumerRecord, type ConsumerSettingsPatch } from "../src/consumer-settings";
 import { randomHex } from "../src/ids";
-import type { DeliveryPlan, ShardEntry, ShardMap, ShardState, StorageHeartbeat } from "../src/protocol";
+import type { DeliveryPlan, ShardBacklog, ShardEntry, ShardMap, ShardState, StorageHeartbeat } from "../src/protocol";
 import type { QueueInfo } from "../src/queue-info";
 import { applySettingsPatch, type QueueSettings, type QueueSettingsPatch } from "../src/settings";
 import { consumerShardFor, shardMapKeys, storageShardFor } from "../src/addressing";
@@ -163,7 +163,7 @@ export class Coordinator extends DurableObject<Env> {
     const row = this.row();
     if (!row || !row.ready) return null;
     const settings = JSON.parse(row.settings) as QueueSettings;
-    const backlog = new Map(this.heartbeats().map((h) => [h.name, h.backlog_count]));
+    const backlog = new Map(this.backlogByShard().map((b) => [b.shard, b]));
     return {
       accountId: row.account_id,
       queueId: row.queue_id,
@@ -294,6 +294,17 @@ export class Coordinator extends DurableObject<Env> {
     return { running: shards.filter((s) => s.running && s.received_at >= fresh).length, shards };
   }
 
+
+  /**
+   * The backlog of every shard not retired, as its latest heartbeat reported it: what
+   * send answers sum their queue figures from (src/queue-figures.ts), cached by brokers.
+   */
+  backlogByShard(): ShardBacklog[] {
+    const live = new Set(this.shards().filter((s) => s.state !== "retired").map((s) => s.name));
+    return this.heartbeats()
+      .filter((h) => live.has(h.name))
+      .map((h) => ({ shard: h.name, count: h.backlog_count, bytes: h.backlog_bytes, oldestAt: h.oldest_at }));
+  }
 
   /** The latest heartbeat of every shard that has sent one. */
   heartbeats(): ShardHeartbeat[] {

@@ -38,8 +38,15 @@ export interface EncodedMessage {
   delayMs: number;
   /** CRC-32 of body, computed by the broker. */
   checksum: number;
-  /** Deliveries it already had (a dead-letter move keeps them); 0 for a new message. */
+  /** Deliveries it already had; 0 or absent for a new message, and for a moved one (it starts again). */
   attempts?: number;
+  /**
+   * When the message was first sent, for a message moved from another queue (dead-lettering,
+   * a redrive): consumers see this as its timestamp, as Cloudflare keeps a dead-lettered
+   * message's. Its age in this queue (retention, batch timeouts, redrive filters) still
+   * counts from its arrival here.
+   */
+  sentAt?: number;
   /**
    * Set when this write moves a stored copy from another queue (dead-lettering, a
    * redrive): the source shard's name and the copy's LeasedMessage.copyKey. The target
@@ -67,8 +74,21 @@ export interface AppendRequest {
  */
 export type ShardRefusal = "draining" | "retired" | "unknown_shard" | "wrong_queue" | "corrupt" | "overloaded";
 
+/**
+ * One storage shard's backlog: exact as the shard answers a call, or as its latest
+ * heartbeat reported it. What the queue-wide figures of send, pull and MessageBatch
+ * answers are summed from (src/queue-figures.ts).
+ */
+export interface ShardBacklog {
+  shard: string;
+  count: number;
+  bytes: number;
+  /** When its oldest message arrived, or null when it is empty or this is not known. */
+  oldestAt: number | null;
+}
+
 export type AppendResult =
-  | { ok: true; stored: number; duplicates: number }
+  | { ok: true; stored: number; duplicates: number; backlog: ShardBacklog }
   | { ok: false; refused: ShardRefusal; detail?: string };
 
 /** Exact per-shard figures, kept in the same transaction as the rows they count. */
@@ -178,7 +198,8 @@ export interface LeaseResult {
   more: boolean;
   /** Earliest visible_at of anything not ready now (delayed, retried or leased), or null. */
   nextVisibleAt: number | null;
-  backlogCount: number;
+  /** This shard's backlog after the lease (leased messages included: they are not acked yet). */
+  backlog: ShardBacklog;
 }
 
 /** A message named by the lease it was handed out under: acts on it only while that lease is current. */
@@ -215,7 +236,7 @@ export interface DeliveryPlan {
   retentionMs: number;
   consumer: ConsumerRecord | null;
   /** Shards that may hold messages, with the backlog of their latest heartbeat (null before one). */
-  shards: Array<ShardEntry & { backlog: number | null }>;
+  shards: Array<ShardEntry & { backlog: ShardBacklog | null }>;
 }
 
 /** Where a stored message stands: ready to lease, not visible yet (a delay or a retry's delay), or held under a live lease. */

@@ -15,7 +15,7 @@
 import { crc32 } from "../src/checksum";
 import { randomHex } from "../src/ids";
 import { DeliveryState } from "./delivery-state";
-import { copyKey, type MessageRow } from "./schema";
+import { copyKey, timestampOf, type MessageRow } from "./schema";
 import type { LeasedMessage, LeaseRef, LeaseRequest, LeaseResult, SettleRequest, SettleResult } from "../src/protocol";
 
 /** How many expired messages one lease call deletes at most: bounded work per visit. */
@@ -29,7 +29,7 @@ export interface BacklogDelta {
 }
 
 export type ReadyRow = Omit<MessageRow, "lease_id">;
-const READY_COLUMNS = "seq, id, size, enqueued_at, due_at, attempts, checksum, content_type, body, nonce";
+const READY_COLUMNS = "seq, id, size, enqueued_at, due_at, attempts, checksum, content_type, body, nonce, sent_at";
 
 export function expireOld(sql: SqlStorage, ds: DeliveryState, now: number, retentionMs: number): BacklogDelta {
   const cutoff = now - retentionMs;
@@ -71,7 +71,7 @@ export function expireLeases(sql: SqlStorage, ds: DeliveryState, now: number): v
   }
 }
 
-export function lease(sql: SqlStorage, ds: DeliveryState, now: number, req: LeaseRequest): { result: LeaseResult; delta: BacklogDelta } {
+export function lease(sql: SqlStorage, ds: DeliveryState, now: number, req: LeaseRequest): { result: Omit<LeaseResult, "backlog">; delta: BacklogDelta } {
   expireLeases(sql, ds, now);
   const scheduled = sql
     .exec(`SELECT ${READY_COLUMNS} FROM messages WHERE due_at IS NOT NULL AND due_at <= ? ORDER BY due_at LIMIT ?`, now, req.limit)
@@ -82,7 +82,7 @@ export function lease(sql: SqlStorage, ds: DeliveryState, now: number, req: Leas
   const count = scheduled.length + fresh.rows.length;
   const oldestReady = Math.min(...scheduled.map((r) => r.due_at!), ...fresh.rows.map((r) => r.enqueued_at));
   if (count > 0 && count < req.limit && !fresh.truncated && oldestReady + req.maxWaitMs > now) {
-    return { result: { messages: [], waitUntil: oldestReady + req.maxWaitMs, more: false, nextVisibleAt: nextVisible(sql, ds, now), backlogCount: 0 }, delta: { count: 0, bytes: 0 } };
+    return { result: { messages: [], waitUntil: oldestReady + req.maxWaitMs, more: false, nextVisibleAt: nextVisible(sql, ds, now) }, delta: { count: 0, bytes: 0 } };
   }
 
   const stored = leaseStored(sql, ds, scheduled, now, req.leaseMs, true);
@@ -91,7 +91,7 @@ export function lease(sql: SqlStorage, ds: DeliveryState, now: number, req: Leas
   const messages = [...stored.messages, ...held.messages];
   ds.bump("leased", messages.length);
   return {
-    result: { messages, waitUntil: null, more: count === req.limit || fresh.truncated, nextVisibleAt: nextVisible(sql, ds, now), backlogCount: 0 },
+    result: { messages, waitUntil: null, more: count === req.limit || fresh.truncated, nextVisibleAt: nextVisible(sql, ds, now) },
     delta: { count: stored.delta.count + held.delta.count, bytes: stored.delta.bytes + held.delta.bytes },
   };
 }
@@ -129,7 +129,7 @@ function leaseInMemory(sql: SqlStorage, ds: DeliveryState, rows: ReadyRow[], now
     const body = new Uint8Array(r.body);
     if (!bad.checked(r, body)) continue;
     ds.hold(r.seq, { id: r.id, lease, until: now + leaseMs });
-    messages.push({ id: r.id, body, contentType: r.content_type, enqueuedAt: r.enqueued_at, attempts: r.attempts + 1, leaseId: DeliveryState.leaseId(r.seq, lease), copyKey: copyKey(r.seq, r.nonce) });
+    messages.push({ id: r.id, body, contentType: r.content_type, enqueuedAt: timestampOf(r), attempts: r.attempts + 1, leaseId: DeliveryState.leaseId(r.seq, lease), copyKey: copyKey(r.seq, r.nonce) });
   }
   return { messages, delta: bad.delta() };
 }
@@ -156,7 +156,7 @@ export function leaseStored(
     const body = new Uint8Array(r.body);
     if (!bad.checked(r, body)) continue;
     sql.exec("UPDATE messages SET due_at = ?, lease_id = ?, attempts = attempts + ? WHERE seq = ?", now + leaseMs, lease, add, r.seq);
-    messages.push({ id: r.id, body, contentType: r.content_type, enqueuedAt: r.enqueued_at, attempts: r.attempts + add, leaseId: DeliveryState.leaseId(r.seq, lease), copyKey: copyKey(r.seq, r.nonce) });
+    messages.push({ id: r.id, body, contentType: r.content_type, enqueuedAt: timestampOf(r), attempts: r.attempts + add, leaseId: DeliveryState.leaseId(r.seq, lease), copyKey: copyKey(r.seq, r.nonce) });
   }
   return { messages, delta: bad.delta() };
 }
@@ -278,13 +278,13 @@ export function readLeased(sql: SqlStorage, ds: DeliveryState, refs: LeaseRef[])
     const r = resolve(ds, ref);
     if (!r) continue;
     const row = sql
-      .exec(`SELECT id, body, content_type, enqueued_at, attempts, checksum, nonce FROM messages WHERE seq = ? AND id = ?${r.inMemory ? "" : " AND lease_id = ?"}`, r.seq, r.id, ...(r.inMemory ? [] : [r.lease]))
-      .toArray()[0] as unknown as Pick<MessageRow, "id" | "body" | "content_type" | "enqueued_at" | "attempts" | "checksum" | "nonce"> | undefined;
+      .exec(`SELECT id, body, content_type, enqueued_at, attempts, checksum, nonce, sent_at FROM messages WHERE seq = ? AND id = ?${r.inMemory ? "" : " AND lease_id = ?"}`, r.seq, r.id, ...(r.inMemory ? [] : [r.lease]))
+      .toArray()[0] as unknown as Pick<MessageRow, "id" | "body" | "content_type" | "enqueued_at" | "attempts" | "checksum" | "nonce" | "sent_at"> | undefined;
     if (!row) continue;
     const body = new Uint8Array(row.body);
     if (crc32(body) !== row.checksum) continue;
     // A memory lease's delivery is not in the row yet: count it as the consumer saw it.
-    out.push({ id: row.id, body, contentType: row.content_type, enqueuedAt: row.enqueued_at, attempts: row.attempts + (r.inMemory ? 1 : 0), leaseId: ref.leaseId, copyKey: copyKey(r.seq, row.nonce) });
+    out.push({ id: row.id, body, contentType: row.content_type, enqueuedAt: timestampOf(row), attempts: row.attempts + (r.inMemory ? 1 : 0), leaseId: ref.leaseId, copyKey: copyKey(r.seq, row.nonce) });
   }
   return out;
 }

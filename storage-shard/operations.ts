@@ -11,7 +11,7 @@ import { crc32 } from "../src/checksum";
 import type { LeasedMessage, LeaseRef, MessageFilter, MessageStatus } from "../src/protocol";
 import { leaseStored, type BacklogDelta, type ReadyRow } from "./delivery";
 import { DeliveryState } from "./delivery-state";
-import type { MessageRow } from "./schema";
+import { timestampOf, type MessageRow } from "./schema";
 
 /**
  * Rows one purge call deletes at most. A single DELETE over a large backlog would hold
@@ -44,11 +44,11 @@ export function purgeSome(sql: SqlStorage, ds: DeliveryState, now: number, limit
 /** One message by id, without its body; null when this shard does not hold it. */
 export function findMessage(sql: SqlStorage, ds: DeliveryState, now: number, id: string): MessageStatus | null {
   const r = sql
-    .exec("SELECT seq, id, content_type, size, enqueued_at, due_at, attempts, lease_id FROM messages WHERE id = ?", id)
+    .exec("SELECT seq, id, content_type, size, enqueued_at, due_at, attempts, lease_id, sent_at FROM messages WHERE id = ?", id)
     .toArray()[0] as unknown as Omit<MessageRow, "body" | "checksum"> | undefined;
   if (!r) return null;
   const held = ds.leases.get(r.seq);
-  const base = { id: r.id, enqueuedAt: r.enqueued_at, size: r.size, contentType: r.content_type };
+  const base = { id: r.id, enqueuedAt: timestampOf(r), size: r.size, contentType: r.content_type };
   // A memory lease's delivery is counted in the row only once it fails.
   if (held?.id === r.id) return { ...base, state: "leased", attempts: r.attempts + 1, visibleAt: held.until };
   const due = r.due_at ?? r.enqueued_at;
@@ -70,7 +70,7 @@ const PEEK_SCAN = 1000;
  */
 export function peekReady(sql: SqlStorage, ds: DeliveryState, now: number, limit: number): Array<MessageStatus & { body: Uint8Array }> {
   const rows = sql
-    .exec("SELECT seq, id, content_type, size, enqueued_at, due_at, attempts, checksum FROM messages ORDER BY seq LIMIT ?", PEEK_SCAN)
+    .exec("SELECT seq, id, content_type, size, enqueued_at, due_at, attempts, checksum, sent_at FROM messages ORDER BY seq LIMIT ?", PEEK_SCAN)
     .toArray() as unknown as Array<Omit<MessageRow, "lease_id" | "body">>;
   const out: Array<MessageStatus & { body: Uint8Array }> = [];
   for (const r of rows) {
@@ -84,7 +84,7 @@ export function peekReady(sql: SqlStorage, ds: DeliveryState, now: number, limit
     const body = new Uint8Array(stored.body);
     // A body that no longer matches its checksum is never shown (delivery quarantines it).
     if (crc32(body) !== r.checksum) continue;
-    out.push({ id: r.id, state: "ready", attempts: r.attempts, enqueuedAt: r.enqueued_at, visibleAt: due, size: r.size, contentType: r.content_type, body });
+    out.push({ id: r.id, state: "ready", attempts: r.attempts, enqueuedAt: timestampOf(r), visibleAt: due, size: r.size, contentType: r.content_type, body });
   }
   return out;
 }
@@ -112,7 +112,7 @@ export function leaseMatching(sql: SqlStorage, ds: DeliveryState, now: number, f
   for (let after = 0; rows.length < want; ) {
     const chunk = sql
       .exec(
-        `SELECT seq, id, size, enqueued_at, due_at, attempts, checksum, content_type, body, nonce FROM messages
+        `SELECT seq, id, size, enqueued_at, due_at, attempts, checksum, content_type, body, nonce, sent_at FROM messages
          WHERE seq > ? AND (due_at IS NULL OR due_at <= ?) AND ${m.where} ORDER BY seq LIMIT ?`,
         after,
         now,

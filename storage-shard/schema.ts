@@ -17,6 +17,13 @@ export interface MessageRow {
   body: ArrayBuffer;
   /** Drawn when this copy was written (NULL for rows older than version 8): see copyKey. */
   nonce: number | null;
+  /** When the message was first sent, if it was moved here from another queue (else NULL: enqueued_at). */
+  sent_at: number | null;
+}
+
+/** The timestamp consumers see: when the message was first sent, wherever it has moved since. */
+export function timestampOf(r: { enqueued_at: number; sent_at: number | null }): number {
+  return r.sent_at ?? r.enqueued_at;
 }
 
 /**
@@ -125,6 +132,8 @@ export const MIGRATIONS: readonly string[] = [
   `ALTER TABLE messages ADD COLUMN nonce INTEGER;
    CREATE TABLE IF NOT EXISTS remembered_moves (move TEXT PRIMARY KEY, at INTEGER NOT NULL);
    CREATE INDEX IF NOT EXISTS remembered_moves_at ON remembered_moves(at);`,
+  // A moved message keeps the timestamp it was first sent with; its age here counts from enqueued_at.
+  `ALTER TABLE messages ADD COLUMN sent_at INTEGER;`,
 ];
 
 export function migrate(sql: SqlStorage): void {

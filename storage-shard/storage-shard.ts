@@ -19,6 +19,7 @@ import type {
   ShardState,
   SettleRequest,
   SettleResult,
+  ShardBacklog,
   ShardRefusal,
   ShardStats,
   StorageHeartbeat,
@@ -30,7 +31,7 @@ import { DeliveryState } from "./delivery-state";
 import { coordinatorFor } from "../src/addressing";
 import { meteredSql, type CostMeter } from "../src/sql-meter";
 import { cancelMessage, countMatching, findMessage, leaseMatching, peekReady, PURGE_PER_CALL, purgeSome, releaseLeases } from "./operations";
-import { migrate, newNonce, type MessageRow } from "./schema";
+import { migrate, newNonce, timestampOf, type MessageRow } from "./schema";
 import { knownIds, movesDone, rememberIds, rememberMoves } from "./remembered-ids";
 import { TestHooks, testHooksEnabled, type FaultPoint, type TestHookStatus } from "../src/test-hooks";
 import { corruptBodies } from "./corrupt-bodies";
@@ -154,8 +155,8 @@ export class StorageShard extends DurableObject<Env> {
         }
         // One row write: a fresh message (no delay) has no index entry.
         this.sql.exec(
-          `INSERT INTO messages (seq, id, size, enqueued_at, due_at, attempts, lease_id, checksum, content_type, body, nonce)
-           VALUES (?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?)`,
+          `INSERT INTO messages (seq, id, size, enqueued_at, due_at, attempts, lease_id, checksum, content_type, body, nonce, sent_at)
+           VALUES (?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?)`,
           this.delivery.nextSeq++,
           m.id,
           m.body.byteLength,
@@ -166,6 +167,7 @@ export class StorageShard extends DurableObject<Env> {
           m.contentType,
           toArrayBuffer(m.body),
           newNonce(),
+          m.sentAt ?? null,
         );
         stored++;
         bytes += m.body.byteLength;
@@ -195,7 +197,7 @@ export class StorageShard extends DurableObject<Env> {
     }
     this.activity.messagesIn += stored;
     // The fault harness's reset once this is durable, before the reply: the sender cannot know.
-    return this.hooks.afterDurable("abort-append", this.ctx, { ok: true, stored, duplicates: req.messages.length - stored });
+    return this.hooks.afterDurable("abort-append", this.ctx, { ok: true, stored, duplicates: req.messages.length - stored, backlog: this.backlog() });
   }
 
   /**
@@ -206,7 +208,7 @@ export class StorageShard extends DurableObject<Env> {
   lease(req: LeaseRequest): LeaseResult {
     this.cost.rpcs++;
     const refused = this.refuseRead(req.queueId);
-    if (refused) return { messages: [], waitUntil: null, more: false, nextVisibleAt: null, backlogCount: 0 };
+    if (refused) return { messages: [], waitUntil: null, more: false, nextVisibleAt: null, backlog: { shard: this.identity?.name ?? "", count: 0, bytes: 0, oldestAt: null } };
     const now = this.clock.now();
     const { result, delta } = this.write(now, () => {
       const expired = expireOld(this.sql, this.delivery, now, req.retentionMs);
@@ -219,7 +221,17 @@ export class StorageShard extends DurableObject<Env> {
     // A consumer found nothing ready here: the next arrival must tell one.
     if (result.messages.length === 0 && result.waitUntil === null) this.consumersNotified = false;
     this.fillingFor = result.waitUntil === null ? null : req.limit;
-    return { ...result, backlogCount: this.backlogCount };
+    return { ...result, backlog: this.backlog() };
+  }
+
+  /** This shard's backlog now, exact: the in-memory figures follow every committed write. */
+  private backlog(): ShardBacklog {
+    return { shard: this.identity?.name ?? "", count: this.backlogCount, bytes: this.backlogBytes, oldestAt: this.oldestAt() };
+  }
+
+  /** When the oldest stored message arrived: the first row by seq, no index needed. */
+  private oldestAt(): number | null {
+    return this.sql.exec<{ enqueued_at: number }>("SELECT enqueued_at FROM messages ORDER BY seq LIMIT 1").toArray()[0]?.enqueued_at ?? null;
   }
 
   /** Applies a batch's outcome: deletes acked and dead-lettered messages, schedules retries. */
@@ -323,9 +335,8 @@ export class StorageShard extends DurableObject<Env> {
   }
 
   private figures(): ShardStats {
-    const oldest = this.sql.exec<{ enqueued_at: number }>("SELECT enqueued_at FROM messages ORDER BY seq LIMIT 1").toArray()[0];
     const totals: DeliveryTotals = this.delivery.current();
-    return { backlogCount: this.backlogCount, backlogBytes: this.backlogBytes, oldestEnqueuedAt: oldest?.enqueued_at ?? null, totals, cost: { ...this.cost } };
+    return { backlogCount: this.backlogCount, backlogBytes: this.backlogBytes, oldestEnqueuedAt: this.oldestAt(), totals, cost: { ...this.cost } };
   }
 
   /** A read-only RPC (or one that only extends leases): `none` when this shard is not the queue's. */
@@ -359,7 +370,7 @@ export class StorageShard extends DurableObject<Env> {
     const n = Math.max(1, Math.min(MAX_PEEK, Math.floor(limit)));
     const rows = this.sql
       .exec<RowOf<StoredRow>>(
-        `SELECT seq, id, body, content_type, size, enqueued_at, due_at, attempts, checksum
+        `SELECT seq, id, body, content_type, size, enqueued_at, due_at, attempts, checksum, sent_at
          FROM messages WHERE seq > ? ORDER BY seq LIMIT ?`,
         afterSeq,
         n,
@@ -378,7 +389,7 @@ export class StorageShard extends DurableObject<Env> {
         body,
         contentType: r.content_type,
         size: r.size,
-        enqueuedAt: r.enqueued_at,
+        enqueuedAt: timestampOf(r),
         visibleAt: r.due_at ?? r.enqueued_at,
         attempts: r.attempts,
       });

@@ -177,8 +177,8 @@ export const MESSAGE_COMMANDS = [
       "messages-per-second": number("pace of the move (1 to 5000, default 500)"),
       "min-age-secs": number("only messages at least this old"),
       "max-age-secs": number("only messages at most this old"),
-      "min-attempts": number("only messages delivered at least this often"),
-      "max-attempts": number("only messages delivered at most this often"),
+      "min-attempts": number("only messages delivered at least this often in the dead-letter queue"),
+      "max-attempts": number("only messages delivered at most this often in the dead-letter queue"),
     },
     async run(ctx) {
       const [dlq] = /** @type {[string]} */ (ctx.args);

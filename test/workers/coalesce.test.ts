@@ -8,7 +8,7 @@ describe("coalescing concurrent single sends", () => {
     const before = { ...coalesceStats };
     const q = producer("coalesce");
     const results = await Promise.all([
-      ...Array.from({ length: 300 }, (_, i) => q.send({ i })),
+      ...Array.from({ length: 300 }, (_, i) => q.send({ i }).then((r) => r.messageId)),
       ...Array.from({ length: 100 }, (_, i) => api("POST", `${queuePath("coalesce")}/messages`, { body: { http: i } }).then((r) => r.json.result.message_id as string)),
     ]);
     const sends = coalesceStats.sends - before.sends;
@@ -41,7 +41,7 @@ describe("coalescing concurrent single sends", () => {
     await Promise.all(Array.from({ length: 20 }, (_, i) => q.send(i)));
     const before = { ...coalesceStats };
     // The first goes alone; the second opens a batch 0 ms after it and lingers, so the third joins it.
-    const ids = await Promise.all([q.send(1), q.send(2), q.send(3)]);
+    const ids = (await Promise.all([q.send(1), q.send(2), q.send(3)])).map((r) => r.messageId);
     expect(new Set(ids).size).toBe(3);
     expect(coalesceStats.writes - before.writes).toBe(2);
     expect(coalesceStats.lingers - before.lingers).toBe(1);

@@ -122,7 +122,7 @@ describe("the Coordinator's control loop", () => {
     const map = (await coordinatorFor(env, q.queue_id).shardMap())!;
     const ids: string[] = [];
     for (let i = 0; i < 20; i++) {
-      ids.push(...(await producer("cp-drain-load").sendBatch(Array.from({ length: 25 }, (_, j) => ({ body: { i, j } })))));
+      ids.push(...(await producer("cp-drain-load").sendBatch(Array.from({ length: 25 }, (_, j) => ({ body: { i, j } })))).messageIds);
       if (i === 8) for (const s of map.shards.slice(2)) await coordinatorFor(env, q.queue_id).setShardState(s.name, "draining");
     }
     const deadline = Date.now() + 20_000;

@@ -58,12 +58,12 @@ describe("peeking at ready messages", () => {
     await createQueue("peek");
     await api("POST", `${queuePath("peek")}/consumers`, { type: "http_pull" });
     const q = producer("peek");
-    const first = await q.send("first", { contentType: "text" });
+    const first = (await q.send("first", { contentType: "text" })).messageId;
     await q.send({ later: true }, { delaySeconds: 60 });
     const pulled = await api("POST", `${queuePath("peek")}/messages/pull`, { batch_size: 1, visibility_timeout_ms: 60_000 });
     expect(pulled.json.result.messages.map((m: { id: string }) => m.id)).toEqual([first]);
-    const second = await q.send("second", { contentType: "text" });
-    const third = await q.send({ n: 3 });
+    const second = (await q.send("second", { contentType: "text" })).messageId;
+    const third = (await q.send({ n: 3 })).messageId;
 
     const peek = await api("GET", `${queuePath("peek")}/messages?limit=10`);
     expect(peek.status).toBe(200);

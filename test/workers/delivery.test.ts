@@ -1,8 +1,8 @@
-import { env, runInDurableObject } from "cloudflare:test";
+import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import type { ConsumerShard } from "../../consumer-shard/consumer-shard";
 import type { Dispatch } from "../../consumer-shard/transports";
-import { consumerShardFor, coordinatorFor } from "../../src/addressing";
+import { consumerShardFor, coordinatorFor, storageShardFor } from "../../src/addressing";
 import { createBatch, type DispatchMessage } from "../../src/consumer-entrypoint";
 import { api, backlog, createQueue, producer, queuePath, storedMessages } from "./helpers";
 
@@ -66,12 +66,30 @@ describe("push delivery to a queue() handler", () => {
   it("delivers every message to the example consumer's queue() handler, in batches, each once", async () => {
     await createQueue("push-queue");
     await addConsumer("push-queue", { settings: { batch_size: 5, max_wait_time_ms: 100 } });
-    const ids = await producer("push-queue").sendBatch(Array.from({ length: 60 }, (_, i) => ({ body: { i } })));
+    const { messageIds: ids } = await producer("push-queue").sendBatch(Array.from({ length: 60 }, (_, i) => ({ body: { i } })));
     const stats = await eventually(() => consumerStats("push-queue"), (s) => s.distinct === 60);
     expect(stats.duplicates).toBe(0);
     expect(stats.byAttempts).toEqual([{ attempts: 1, n: 60 }]);
     await eventually(() => backlog("push-queue"), (n) => n === 0);
     expect(ids).toHaveLength(60);
+  });
+
+  it("gives queue() the queue's backlog count and bytes in batch.metadata.metrics, over every shard", async () => {
+    const q = await createQueue("push-metrics");
+    const seen: MessageBatchMetrics[] = [];
+    await fakeConsumer(q.queue_id, (batch) => {
+      seen.push(batch.metadata.metrics);
+      // Keep them all: every batch then sees the whole backlog.
+      batch.retryAll({ delaySeconds: 60 });
+    });
+    // Spread over the shards (sends pick a shard at random), heartbeats in before delivery starts.
+    for (let i = 0; i < 12; i++) await producer("push-metrics").send("0123456789", { contentType: "text" });
+    const map = (await coordinatorFor(env, q.queue_id).shardMap())!;
+    for (const s of map.shards) await runDurableObjectAlarm(storageShardFor(env, s.name));
+    await addConsumer("push-metrics", { settings: { batch_size: 100, max_wait_time_ms: 0, max_retries: 5 } });
+    await eventually(async () => seen.length, (n) => n > 0);
+    expect(seen[0]).toMatchObject({ backlogCount: 12, backlogBytes: 120 });
+    expect(seen[0]!.oldestMessageTimestamp).toBeInstanceOf(Date);
   });
 
   it("delivers through the ShardqConsumer RPC entrypoint (the transport that deploys) the same way", async () => {
@@ -87,7 +105,7 @@ describe("push delivery to a queue() handler", () => {
     await createQueue("push-throws");
     await createQueue("push-throws-dlq");
     await addConsumer("push-throws", { dead_letter_queue: "push-throws-dlq", settings: { max_retries: 2, retry_delay: 0, max_wait_time_ms: 0 } });
-    const [bad] = await producer("push-throws").sendBatch([{ body: { throw: true } }]);
+    const [bad] = (await producer("push-throws").sendBatch([{ body: { throw: true } }])).messageIds;
     const stats = await eventually(() => consumerStats("push-throws"), (s) => s.received === 3);
     expect(stats.byAttempts).toEqual([1, 2, 3].map((attempts) => ({ attempts, n: 1 })));
     const dlq = await eventually(() => storedMessages("push-throws-dlq"), (s) => s.messages.length === 1);
@@ -207,7 +225,7 @@ describe("push delivery to a queue() handler", () => {
       { leaseMs: 500 },
     );
     await addConsumer("push-abort", { settings: { max_wait_time_ms: 0, max_retries: 5 } });
-    const id = await producer("push-abort").send("survive");
+    const id = (await producer("push-abort").send("survive")).messageId;
     await eventually(() => backlog("push-abort"), (n) => n === 0, 20_000);
     expect(deliveries.map((d) => [d.ids[0], d.attempts[0]])).toEqual([[id, 1]]);
     // The restarted consumer shard has no stand-in handler: the example consumer got the second delivery.

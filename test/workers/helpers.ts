@@ -5,6 +5,7 @@ import type { StoredMessage } from "../../src/protocol";
 import { coordinatorFor, storageShardFor } from "../../src/addressing";
 import { ManualClock } from "../../src/clock";
 import type { StorageShard } from "../../storage-shard/storage-shard";
+import type { ShardqSendBatchResponse, ShardqSendResponse } from "../../broker/producer";
 
 export const TOKEN = "shardq-local-dev-token";
 export const ACCOUNT = "local";
@@ -55,8 +56,8 @@ export function producer(queue: string, account = ACCOUNT): ProducerBinding {
 }
 
 export interface ProducerBinding {
-  send(body: unknown, options?: Record<string, unknown>): Promise<string>;
-  sendBatch(messages: unknown, options?: Record<string, unknown>): Promise<string[]>;
+  send(body: unknown, options?: Record<string, unknown>): Promise<ShardqSendResponse>;
+  sendBatch(messages: unknown, options?: Record<string, unknown>): Promise<ShardqSendBatchResponse>;
   metrics(): Promise<{ backlogCount: number; backlogBytes: number; oldestMessageTimestamp?: Date }>;
 }
 

@@ -101,9 +101,9 @@ describe("the target of a move", () => {
     await createQueue("mv-repeat-dst");
     const from = await leasedFrom("mv-repeat-src", 5);
     const source = { queueId: from.queueId, shard: from.shard };
-    await moveMessages(env, "local", "mv-repeat-dst", source, from.messages, { keepAttempts: false });
+    await moveMessages(env, "local", "mv-repeat-dst", source, from.messages);
     // The mover died before settling: the same copies are moved again, in another company.
-    await moveMessages(env, "local", "mv-repeat-dst", source, [...from.messages].reverse(), { keepAttempts: false });
+    await moveMessages(env, "local", "mv-repeat-dst", source, [...from.messages].reverse());
     expect(await backlog("mv-repeat-dst")).toBe(5);
 
     // The same ids in new copies (a message that came back and left again) are new moves.
@@ -111,7 +111,7 @@ describe("the target of a move", () => {
     await api("POST", `${queuePath("mv-repeat-dst")}/purge`, { delete_messages_permanently: true });
     expect(await backlog("mv-repeat-dst")).toBe(0);
     const again = from.messages.map((m, i) => ({ ...m, copyKey: `${m.copyKey}-later-${i}` }));
-    await moveMessages(env, "local", "mv-repeat-dst", source, again, { keepAttempts: false });
+    await moveMessages(env, "local", "mv-repeat-dst", source, again);
     expect((await storedMessages("mv-repeat-dst")).messages.map((m) => m.id).sort()).toEqual(dst.map((m) => m.id).sort());
   });
 
@@ -135,8 +135,8 @@ describe("the target of a move", () => {
   it("refuses a move into the queue the messages come from, storing nothing", async () => {
     await createQueue("mv-self");
     const from = await leasedFrom("mv-self", 2);
-    await expect(moveMessages(env, "local", from.queueId, { queueId: from.queueId, shard: from.shard }, from.messages, { keepAttempts: true })).rejects.toThrow(/another queue/);
-    await expect(moveMessages(env, "local", "mv-self", { queueId: from.queueId, shard: from.shard }, from.messages, { keepAttempts: true })).rejects.toThrow(/another queue/);
+    await expect(moveMessages(env, "local", from.queueId, { queueId: from.queueId, shard: from.shard }, from.messages)).rejects.toThrow(/another queue/);
+    await expect(moveMessages(env, "local", "mv-self", { queueId: from.queueId, shard: from.shard }, from.messages)).rejects.toThrow(/another queue/);
     expect(await backlog("mv-self")).toBe(2);
   });
 });

@@ -152,8 +152,8 @@ describe("looking up a message by id", () => {
     const [id] = await deadLetter("lookup-src", 1);
     const res = await lookup("lookup-src", id!);
     expect(res.status).toBe(200);
-    // The dead-letter copy keeps the one delivery it had (consumer-shard/settle.ts passes attempts through).
-    expect(res.json.result).toMatchObject({ id, state: "dead_lettered", dead_letter_queue: "lookup-src-dead", content_type: "json", attempts: 1 });
+    // The dead-letter copy starts again: no delivery there yet.
+    expect(res.json.result).toMatchObject({ id, state: "dead_lettered", dead_letter_queue: "lookup-src-dead", content_type: "json", attempts: 0 });
     expect((await lookup("lookup-src-dead", id!)).json.result).toMatchObject({ id, state: "ready" });
     expect((await cancel("lookup-src", id!)).status).toBe(404);
   });
@@ -260,7 +260,7 @@ describe("redriving a dead-letter queue", () => {
     await shard.append({ queueId: dlq.queue_id, messages: all });
     // A redrive that died after its write: ten messages written (each placed by its id), never acked.
     const taken = await shard.leaseMatching(dlq.queue_id, { minAttempts: 2 }, 10, 60_000);
-    for (const m of taken) await moveMessages(env, "local", "rd-crash-src", { queueId: dlq.queue_id, shard: dlq.shards[0]! }, [m], { keepAttempts: false });
+    for (const m of taken) await moveMessages(env, "local", "rd-crash-src", { queueId: dlq.queue_id, shard: dlq.shards[0]! }, [m]);
     dlq.clock.advance(60_000);
     // Their lease ran out: the next redrive moves them again, now behind two others in one batch.
     expect((await redrive("rd-crash-dead", { target_queue: "rd-crash-src" })).json.result).toMatchObject({ moved: 12, remaining_matching: 0 });

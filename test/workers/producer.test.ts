@@ -1,23 +1,26 @@
 import { describe, expect, it } from "vitest";
 import { decodeBody } from "../../src/encoding";
+import { env, runDurableObjectAlarm } from "cloudflare:test";
+import { coordinatorFor, storageShardFor } from "../../src/addressing";
 import { backlog, createQueue, producer, storedMessages } from "./helpers";
 
 describe("the QueueProducer binding", () => {
-  it("sends with Cloudflare's content types and resolves with the message id", async () => {
+  it("sends with Cloudflare's content types and resolves with the message id beside Cloudflare's response", async () => {
     await createQueue("bind-types");
     const q = producer("bind-types");
     const nested = { when: new Date(1_700_000_000_000), tags: new Set(["a"]), index: new Map([[1, /x+/g]]), big: 10n ** 20n, none: undefined };
     const cyclic: Record<string, unknown> = { name: "loop" };
     cyclic.self = cyclic;
+    const id = async (r: Promise<{ messageId: string }>) => (await r).messageId;
     const ids = {
-      json: await q.send({ a: [1, null, "two"] }),
-      jsonDefault: await q.send("a string as json"),
-      text: await q.send("hello", { contentType: "text" }),
-      bytesBuffer: await q.send(new Uint8Array([1, 2, 3]).buffer, { contentType: "bytes" }),
-      bytesView: await q.send(new Uint8Array([9, 8, 7, 6]).subarray(1, 3), { contentType: "bytes" }),
-      v8: await q.send(nested, { contentType: "v8" }),
-      v8Cycle: await q.send(cyclic, { contentType: "v8" }),
-      v8Error: await q.send(new RangeError("too far"), { contentType: "v8" }),
+      json: await id(q.send({ a: [1, null, "two"] })),
+      jsonDefault: await id(q.send("a string as json")),
+      text: await id(q.send("hello", { contentType: "text" })),
+      bytesBuffer: await id(q.send(new Uint8Array([1, 2, 3]).buffer, { contentType: "bytes" })),
+      bytesView: await id(q.send(new Uint8Array([9, 8, 7, 6]).subarray(1, 3), { contentType: "bytes" })),
+      v8: await id(q.send(nested, { contentType: "v8" })),
+      v8Cycle: await id(q.send(cyclic, { contentType: "v8" })),
+      v8Error: await id(q.send(new RangeError("too far"), { contentType: "v8" })),
     };
     for (const id of Object.values(ids)) expect(id).toMatch(/^[0-9a-f]{32}$/);
     const { messages } = await storedMessages("bind-types");
@@ -40,7 +43,7 @@ describe("the QueueProducer binding", () => {
 
   it("sendBatch stores every message with its own options and resolves with the ids in order", async () => {
     await createQueue("bind-batch");
-    const ids = await producer("bind-batch").sendBatch(
+    const { messageIds: ids } = await producer("bind-batch").sendBatch(
       [{ body: { n: 1 } }, { body: "two", contentType: "text", delaySeconds: 30 }, { body: new Uint8Array([3]), contentType: "bytes" }],
       { delaySeconds: 10 },
     );
@@ -65,6 +68,32 @@ describe("the QueueProducer binding", () => {
     expect(m.backlogBytes).toBe(8);
     expect(m.oldestMessageTimestamp).toBeInstanceOf(Date);
     expect(m.oldestMessageTimestamp!.getTime()).toBeGreaterThanOrEqual(before - 1000);
+  });
+
+  it("send() and sendBatch() resolve to Cloudflare's QueueSendResponse: the queue's figures in metadata.metrics, over every shard", async () => {
+    const q0 = await createQueue("bind-response");
+    const q = producer("bind-response");
+    const shards = (await coordinatorFor(env, q0.queue_id).shardMap())!.shards.map((s) => s.name);
+    expect(shards.length).toBeGreaterThan(1);
+    // The shard a send writes to answers exactly; the others are summed from their latest heartbeats.
+    const heartbeats = async () => {
+      for (const s of shards) await runDurableObjectAlarm(storageShardFor(env, s));
+      await new Promise((r) => setTimeout(r, 1100)); // past the isolate's one-second cache
+    };
+    const before = Date.now();
+    // Typed code reads metadata.metrics as on Cloudflare: it must be there, and right.
+    const first: QueueSendResponse = await q.send("12345", { contentType: "text" });
+    expect(first.metadata.metrics).toMatchObject({ backlogCount: 1, backlogBytes: 5 });
+    expect(first.metadata.metrics.oldestMessageTimestamp).toBeInstanceOf(Date);
+    expect(first.metadata.metrics.oldestMessageTimestamp!.getTime()).toBeGreaterThanOrEqual(before - 1000);
+    await heartbeats();
+    // Whichever shard the batch lands on, the message on the other one counts.
+    const batch: QueueSendBatchResponse = await q.sendBatch([{ body: "ab", contentType: "text" }, { body: "c", contentType: "text" }]);
+    expect(batch.metadata.metrics).toMatchObject({ backlogCount: 3, backlogBytes: 8 });
+    await heartbeats();
+    const later = await q.send("z", { contentType: "text" });
+    expect(later.metadata.metrics).toEqual(await q.metrics());
+    expect(later.metadata.metrics).toMatchObject({ backlogCount: 4, backlogBytes: 9 });
   });
 
   it.each([

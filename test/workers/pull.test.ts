@@ -35,7 +35,7 @@ describe("pulling messages over HTTP", () => {
     const { clock } = await pullQueue("pull-shape");
     const json = (await send("pull-shape", { order: 42, items: ["ü"] })).json.result.message_id;
     const text = (await send("pull-shape", "plain wörds", "text")).json.result.message_id;
-    const bytes = await producer("pull-shape").send(new Uint8Array([1, 2, 255]), { contentType: "bytes" });
+    const bytes = (await producer("pull-shape").send(new Uint8Array([1, 2, 255]), { contentType: "bytes" })).messageId;
 
     const res = await pull("pull-shape", { batch_size: 10 });
     expect(res.status).toBe(200);
@@ -52,6 +52,19 @@ describe("pulling messages over HTTP", () => {
       expect(Object.keys(m).sort()).toEqual(["attempts", "body", "id", "lease_id", "metadata", "timestamp_ms"]);
       expect(m.lease_id).toMatch(/^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/);
     }
+  });
+
+  it("answers sends, batches and pulls with the queue's figures in metadata.metrics, as Cloudflare's REST API does", async () => {
+    const { clock } = await pullQueue("pull-metrics");
+    const one = await send("pull-metrics", "12345", "text");
+    expect(one.json.result).toEqual({ message_id: expect.any(String), metadata: { metrics: { backlogCount: 1, backlogBytes: 5, oldestMessageTimestampMs: clock.now() } } });
+    const batch = await api("POST", `${queuePath("pull-metrics")}/messages/batch`, { messages: [{ body: "ab", content_type: "text" }] });
+    expect(batch.json.result.metadata.metrics).toMatchObject({ backlogCount: expect.any(Number), backlogBytes: expect.any(Number) });
+    expect(batch.json.result.message_ids).toHaveLength(1);
+    // A pull visits every shard it leases from: exact figures, leased messages still in the backlog.
+    const pulled = await pull("pull-metrics", { batch_size: 10 });
+    expect(pulled.json.result.metadata).toEqual({ metrics: { backlogCount: 2, backlogBytes: 7, oldestMessageTimestampMs: clock.now() } });
+    expect(pulled.json.result.message_backlog_count).toBe(2);
   });
 
   it("fills a batch from every shard, up to batch_size, and defaults to 5", async () => {
@@ -245,10 +258,13 @@ describe("acknowledging pulled messages", () => {
     expect((await ack("ack-forged", { acks: [{ lease_id: theirs.lease_id }] }, OTHER_TOKEN, "other")).json.result.ackCount).toBe(1);
   });
 
-  it("sends a retry that used up max_retries to the dead-letter queue, body and id intact", async () => {
+  it("sends a retry that used up max_retries to the dead-letter queue: body, id and timestamp intact, attempts from 1 again", async () => {
     await createQueue("ack-dlq-dead");
-    await pullQueue("ack-dlq", { dead_letter_queue: "ack-dlq-dead" });
+    expect((await api("POST", `${queuePath("ack-dlq-dead")}/consumers`, { type: "http_pull" })).status).toBe(201);
+    const { clock } = await pullQueue("ack-dlq", { dead_letter_queue: "ack-dlq-dead" });
     const id = (await send("ack-dlq", "doomed", "text")).json.result.message_id;
+    const sentAt = clock.now();
+    clock.advance(60_000);
     const first = await pullOne("ack-dlq");
     // attempts 1 <= max_retries 1: an ordinary retry.
     expect((await ack("ack-dlq", { retries: [{ lease_id: first.lease_id }] })).json.result).toEqual({ ackCount: 0, retryCount: 1, warnings: {} });
@@ -258,8 +274,11 @@ describe("acknowledging pulled messages", () => {
     expect(await backlog("ack-dlq")).toBe(0);
     const dead = (await storedMessages("ack-dlq-dead")).messages;
     expect(dead).toHaveLength(1);
-    expect(dead[0]).toMatchObject({ id, contentType: "text", attempts: 2 }); // the dead-letter copy keeps its delivery count
+    // As Cloudflare's: the dead-letter queue's own max_retries counts from its first delivery there.
+    expect(dead[0]).toMatchObject({ id, contentType: "text", attempts: 0, enqueuedAt: sentAt });
     expect(new TextDecoder().decode(dead[0]!.body)).toBe("doomed");
+    const there = (await pull("ack-dlq-dead", { batch_size: 10 })).json.result.messages;
+    expect(there).toEqual([expect.objectContaining({ id, body: "doomed", attempts: 1, timestamp_ms: sentAt })]);
   });
 
   it("drops a retry that used up max_retries when there is no dead-letter queue", async () => {

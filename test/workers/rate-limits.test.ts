@@ -114,7 +114,7 @@ describe("rate limits per account and per queue", () => {
     const errors: string[] = [];
     for (let i = 0; i < 2 * QUEUE_LIMIT + 1; i++) {
       try {
-        sent += i % 2 === 0 ? (await producer.send(i), 1) : (await producer.sendBatch([{ body: i }, { body: -i }])).length;
+        sent += i % 2 === 0 ? (await producer.send(i), 1) : (await producer.sendBatch([{ body: i }, { body: -i }])).messageIds.length;
       } catch (err) {
         errors.push((err as Error).message);
       }

@@ -38,7 +38,7 @@ describe("sharding", () => {
 
     const ids = [first];
     for (let i = 0; i < 100; i++) ids.push((await send("stale-draining", i)).json.result.message_id);
-    for (let i = 0; i < 10; i++) ids.push(...(await producer("stale-draining").sendBatch(Array.from({ length: 10 }, (_, j) => ({ body: j })))));
+    for (let i = 0; i < 10; i++) ids.push(...(await producer("stale-draining").sendBatch(Array.from({ length: 10 }, (_, j) => ({ body: j })))).messageIds);
 
     // Having been refused, this isolate no longer offers the draining shard anything.
     expect((await cachedShardMap(env, "local", "stale-draining"))!.shards[0]!.state).toBe("draining");

@@ -1,8 +1,9 @@
 /**
  * A producer Worker written exactly as for Cloudflare Queues: `env.QUEUE` is a
- * `Queue`, and `send` / `sendBatch` / `metrics` are called as usual. shardq also
- * resolves `send` with the message id and `sendBatch` with the ids, which this
- * example returns so a caller can check every message arrived.
+ * `Queue`, and `send` / `sendBatch` / `metrics` are called as usual; they resolve to
+ * Cloudflare's response types. Beyond Cloudflare, shardq adds the message ids to them
+ * (`messageId`, `messageIds`), which this example returns so a caller can check every
+ * message arrived; on Cloudflare Queues those fields are simply absent.
  *
  *   POST /send?count=1000&batch=100   sends `count` messages, `batch` per sendBatch (1 = send())
  *        &concurrency=256              ...with up to this many calls in flight at once (default 1)
@@ -41,12 +42,14 @@ export default {
           next += n;
           if (batch === 1) {
             const t0 = Date.now();
-            ids.push((await env.QUEUE.send({ n: first, sent_at: t0 })) as unknown as string);
+            const sent: QueueSendResponse & { messageId?: string } = await env.QUEUE.send({ n: first, sent_at: t0 });
+            if (sent.messageId) ids.push(sent.messageId);
             latencies.push(Date.now() - t0);
           } else {
             const t0 = Date.now();
             const messages = Array.from({ length: n }, (_, i) => ({ body: { n: first + i, sent_at: t0 } }));
-            ids.push(...((await env.QUEUE.sendBatch(messages)) as unknown as string[]));
+            const sent: QueueSendBatchResponse & { messageIds?: string[] } = await env.QUEUE.sendBatch(messages);
+            ids.push(...(sent.messageIds ?? []));
             latencies.push(Date.now() - t0);
           }
         }
