@@ -20,7 +20,7 @@ export class CliError extends Error {
   }
 }
 
-/** @typedef {{ type: "string" | "boolean", short?: string, value?: string, help: string, hidden?: boolean }} OptionSpec */
+/** @typedef {{ type: "string" | "boolean", short?: string, value?: string, help: string, hidden?: boolean, multiple?: boolean }} OptionSpec */
 /** @typedef {Record<string, string | boolean | undefined>} Values */
 
 /** Options every command takes. */
@@ -78,10 +78,10 @@ export function splitCommand(argv, spellings) {
  * @returns {{ values: Values, positionals: string[] }}
  */
 export function parseOptions(args, options) {
-  /** @type {Record<string, { type: "string" | "boolean", short?: string }>} */
+  /** @type {Record<string, { type: "string" | "boolean", short?: string, multiple?: boolean }>} */
   const config = {};
   for (const [name, spec] of Object.entries({ ...GLOBAL_OPTIONS, ...options })) {
-    config[name] = spec.short ? { type: spec.type, short: spec.short } : { type: spec.type };
+    config[name] = { type: spec.type, ...(spec.short ? { short: spec.short } : {}), ...(spec.multiple ? { multiple: true } : {}) };
   }
   try {
     const { values, positionals } = parseArgs({ args, options: config, allowPositionals: true, strict: true });
@@ -165,4 +165,16 @@ export function checkPositionals(given, spec) {
     if (name.endsWith("...")) return;
   }
   if (given.length > spec.length) throw new UsageError(`unexpected argument "${given[spec.length]}"`);
+}
+
+/**
+ * Every value of an option that may be repeated (`-c a -c b`).
+ * @param {Values} values
+ * @param {string} name
+ * @returns {string[]}
+ */
+export function repeated(values, name) {
+  const raw = /** @type {unknown} */ (values[name]);
+  if (Array.isArray(raw)) return raw.map(String);
+  return typeof raw === "string" ? [raw] : [];
 }

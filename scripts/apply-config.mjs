@@ -1,16 +1,26 @@
-// Makes a running shardq match shardq.config.json: creates missing queues, applies
-// their settings, and adds or updates each queue's consumer. Used by `npm start`.
+// Makes a running shardq match shardq.config.json (or a config of the same shape, such as
+// the one `shardq dev` and `shardq deploy-config` derive from Workers' wrangler configs):
+// creates missing queues, applies their settings, and adds or updates each queue's
+// consumer. Used by `npm start`, `shardq dev` and `shardq apply`.
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { ROOT } from "./dev-server.mjs";
 
 /**
+ * @typedef {object} QueuesConfig
+ * @property {string} account
+ * @property {Array<{ queue_name: string, settings?: Record<string, unknown>, consumer?: { type?: string, script_name?: string, settings?: Record<string, unknown>, dead_letter_queue?: string | null } }>} [queues]
+ */
+
+/**
  * @param {string} base  service URL, e.g. http://localhost:8787
  * @param {string} token
- * @param {string} [file]
+ * @param {string | QueuesConfig} [fileOrConfig]  a file to read, or the config itself
+ * @returns {Promise<QueuesConfig>}
  */
-export async function applyConfig(base, token, file = join(ROOT, "shardq.config.json")) {
-  const config = JSON.parse(readFileSync(file, "utf8"));
+export async function applyConfig(base, token, fileOrConfig = join(ROOT, "shardq.config.json")) {
+  /** @type {QueuesConfig} */
+  const config = typeof fileOrConfig === "string" ? JSON.parse(readFileSync(fileOrConfig, "utf8")) : fileOrConfig;
   const queues = `${base}/accounts/${config.account}/queues`;
   const call = async (/** @type {string} */ method, /** @type {string} */ url, /** @type {unknown} */ body) => {
     const res = await fetch(url, {
@@ -24,6 +34,8 @@ export async function applyConfig(base, token, file = join(ROOT, "shardq.config.
     throw new Error(`${what}: ${res.status} ${JSON.stringify(res.json.errors)}`);
   };
 
+  // Every queue first: a consumer's dead-letter queue must exist before the consumer,
+  // wherever the file lists it.
   for (const q of config.queues ?? []) {
     const created = await call("POST", queues, { queue_name: q.queue_name, ...(q.settings ? { settings: q.settings } : {}) });
     if (created.status === 409 && q.settings) {
@@ -32,6 +44,8 @@ export async function applyConfig(base, token, file = join(ROOT, "shardq.config.
     } else if (created.status !== 201 && created.status !== 409) {
       fail(`queue ${q.queue_name}`, created);
     }
+  }
+  for (const q of config.queues ?? []) {
     if (!q.consumer) continue;
     const existing = (await call("GET", `${queues}/${q.queue_name}/consumers`)).json.result?.[0];
     const same = existing && existing.type === (q.consumer.type ?? "worker") && existing.script_name === (q.consumer.script_name ?? null);

@@ -1,9 +1,18 @@
 export const ROOT: string;
 export function freePort(): Promise<number>;
+export function wranglerBin(): string;
 export function startWrangler(opts: {
   args: string[];
   readyUrl: string;
+  readyLine?: RegExp;
   log?: (line: string) => void;
   timeoutMs?: number;
   env?: Record<string, string>;
-}): Promise<{ pid: number | undefined; output: () => string; stop: (signal?: NodeJS.Signals) => Promise<void> }>;
+  cwd?: string;
+  signal?: AbortSignal;
+}): Promise<{
+  pid: number | undefined;
+  output: () => string;
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  stop: (signal?: NodeJS.Signals) => Promise<void>;
+}>;

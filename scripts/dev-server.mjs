@@ -1,6 +1,8 @@
 // Starting and stopping `wrangler dev` from Node: used by `npm start` and by the end-to-end tests.
 import { spawn } from "node:child_process";
+import { createRequire } from "node:module";
 import { createServer } from "node:net";
+import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 export const ROOT = fileURLToPath(new URL("..", import.meta.url));
@@ -20,12 +22,15 @@ export function freePort() {
 
 /**
  * Starts `wrangler dev` with the given arguments, in its own process group so that
- * stopping it also stops the workerd it runs. Resolves once `readyUrl` answers.
- * @param {{ args: string[], readyUrl: string, log?: (line: string) => void, timeoutMs?: number, env?: Record<string, string> }} opts
+ * stopping it also stops the workerd it runs. Resolves once `readyUrl` answers, or, with
+ * `readyLine`, once wrangler prints a line matching it (for a user's Worker, whose fetch
+ * handler a probe must not call). `cwd` is where wrangler runs (default: shardq's root);
+ * `signal` gives up the wait and stops it.
+ * @param {{ args: string[], readyUrl: string, readyLine?: RegExp, log?: (line: string) => void, timeoutMs?: number, env?: Record<string, string>, cwd?: string, signal?: AbortSignal }} opts
  */
-export async function startWrangler({ args, readyUrl, log, timeoutMs = 90_000, env = {} }) {
+export async function startWrangler({ args, readyUrl, readyLine, log, timeoutMs = 90_000, env = {}, cwd = ROOT, signal }) {
   const child = spawn(process.execPath, [wranglerBin(), "dev", ...args], {
-    cwd: ROOT,
+    cwd,
     detached: true,
     stdio: ["ignore", "pipe", "pipe"],
     // wrangler's local trace collector records every invocation (every RPC, alarm and queue()
@@ -41,15 +46,31 @@ export async function startWrangler({ args, readyUrl, log, timeoutMs = 90_000, e
   };
   child.stdout.on("data", onData);
   child.stderr.on("data", onData);
+  /** @type {{ code: number | null, signal: NodeJS.Signals | null } | null} */
   let exited = null;
-  child.on("exit", (code, signal) => (exited = { code, signal }));
+  /** @type {Promise<{ code: number | null, signal: NodeJS.Signals | null }>} */
+  const exitedPromise = new Promise((resolve) =>
+    child.on("exit", (code, sig) => {
+      exited = { code, signal: sig };
+      resolve(exited);
+    }),
+  );
 
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     if (exited) throw new Error(`wrangler dev exited (${JSON.stringify(exited)}) before it was ready:\n${output}`);
+    if (signal?.aborted) {
+      await stop(child);
+      throw new Error("wrangler dev was stopped before it was ready");
+    }
     if (Date.now() > deadline) {
       stop(child);
       throw new Error(`wrangler dev was not ready within ${timeoutMs} ms:\n${output}`);
+    }
+    if (readyLine) {
+      if (readyLine.test(output)) break;
+      await new Promise((r) => setTimeout(r, 250));
+      continue;
     }
     try {
       await fetch(readyUrl, { signal: AbortSignal.timeout(2000) });
@@ -61,6 +82,8 @@ export async function startWrangler({ args, readyUrl, log, timeoutMs = 90_000, e
   return {
     pid: child.pid,
     output: () => output,
+    /** Resolves when wrangler exits, for whatever reason. */
+    exited: exitedPromise,
     /** Stops wrangler and workerd by process group; `signal` SIGKILL makes it a hard kill. */
     stop: (signal = "SIGTERM") => stop(child, signal),
   };
@@ -80,9 +103,27 @@ async function stop(child, signal = "SIGTERM") {
     } catch {}
   }, 10_000);
   await done;
+  // wrangler exits first; the workerd it ran, in the same group, can hold the port and the
+  // state files for a second or two more. Stopped means the whole group is gone (bounded:
+  // an unreaped zombie would stay "alive" for ever).
+  const deadline = Date.now() + 15_000;
+  while (groupAlive(child.pid) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
   clearTimeout(timer);
 }
 
-function wranglerBin() {
-  return fileURLToPath(new URL("../node_modules/wrangler/bin/wrangler.js", import.meta.url));
+/** @param {number | undefined} pid  a process group's leader */
+function groupAlive(pid) {
+  if (pid === undefined) return false;
+  try {
+    process.kill(-pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Resolved from shardq's own location, not the caller's cwd: `npx shardq dev` runs from a user's project. */
+export function wranglerBin() {
+  const require = createRequire(import.meta.url);
+  return join(dirname(require.resolve("wrangler/package.json")), "bin", "wrangler.js");
 }

@@ -6,6 +6,8 @@
 // They live in modules by what they act on (queues, consumers, messages); this one puts
 // them in one list, in the order `shardq --help` shows them.
 import { CONSUMER_COMMANDS } from "./consumers.mjs";
+import { APPLY, DEPLOY_CONFIG } from "./deploy-config.mjs";
+import { DEV } from "./dev.mjs";
 import { MESSAGE_COMMANDS } from "./messages.mjs";
 import { QUEUE_COMMANDS } from "./queues.mjs";
 
@@ -15,7 +17,7 @@ export { FIELD_FLAGS } from "./shared.mjs";
 /** @typedef {import("./shared.mjs").Context} Context */
 
 /** @type {Command[]} */
-export const COMMANDS = [...QUEUE_COMMANDS, ...CONSUMER_COMMANDS, ...MESSAGE_COMMANDS];
+export const COMMANDS = [...QUEUE_COMMANDS, ...CONSUMER_COMMANDS, ...MESSAGE_COMMANDS, DEV, DEPLOY_CONFIG, APPLY];
 
 /**
  * `wrangler queues` spells some of these under "queues": `queues consumer add`,
@@ -27,7 +29,7 @@ export function spellings() {
   const out = [];
   for (const c of COMMANDS) {
     out.push([c.name, c]);
-    if (!c.name.startsWith("queues ") && c.group !== "Messages") out.push([`queues ${c.name}`, c]);
+    if (!c.name.startsWith("queues ") && c.group !== "Messages" && c.group !== "Your own Workers") out.push([`queues ${c.name}`, c]);
   }
   return out;
 }
