@@ -79,8 +79,21 @@ export class ConsumerShard extends DurableObject<Env> {
     // heartbeat that sees backlog wakes it.
     const soon = this.clock.now() + serviceConfig(this.env).heartbeatIntervalMs;
     await this.sendReport(queueId, next !== null && next <= soon);
-    if (next !== null) await this.ctx.storage.setAlarm(next);
+    await this.armNext(next);
     if (!failed) this.hooks.alarmEnds(this.clock.now());
+  }
+
+  /**
+   * Sets the alarm for the next round, unless one is already due sooner. A wake() that
+   * came during this round set an alarm for now (inside a running alarm, getAlarm() sees
+   * only alarms set since it began); overwriting it with this round's later `next` lost
+   * that wake-up, and the Coordinator, told this shard was running, left it alone until
+   * its report went stale: a message sent meanwhile waited 16 to 20 s.
+   */
+  async armNext(next: number | null): Promise<void> {
+    if (next === null) return;
+    const pending = await this.ctx.storage.getAlarm();
+    if (pending === null || pending > next) await this.ctx.storage.setAlarm(next);
   }
 
   /** The fault harness's hook (src/test-hooks.ts): throws unless SHARDQ_TEST_HOOKS is "on". */

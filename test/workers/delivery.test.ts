@@ -92,6 +92,24 @@ describe("push delivery to a queue() handler", () => {
     expect(seen[0]!.oldestMessageTimestamp).toBeInstanceOf(Date);
   });
 
+  it("keeps a wake-up that came during a round: the round's own later alarm does not replace it", async () => {
+    const stub = consumerShardFor(env, "no-such-queue-wake", 0);
+    await runInDurableObject(stub, async (obj: ConsumerShard, state) => {
+      const now = Date.now();
+      // wake() during the round: an alarm due now. The round then wants its next one in a minute.
+      await state.storage.setAlarm(now);
+      await obj.armNext(now + 60_000);
+      expect(await state.storage.getAlarm()).toBe(now);
+      // Nothing pending (the usual end of a round): the round's own alarm is set, and a sooner one replaces a later one.
+      await state.storage.deleteAlarm();
+      await obj.armNext(now + 60_000);
+      expect(await state.storage.getAlarm()).toBe(now + 60_000);
+      await obj.armNext(now + 1000);
+      expect(await state.storage.getAlarm()).toBe(now + 1000);
+      await state.storage.deleteAlarm();
+    });
+  });
+
   it("delivers through the ShardqConsumer RPC entrypoint (the transport that deploys) the same way", async () => {
     await createQueue("push-rpc");
     await addConsumer("push-rpc", { script_name: "example-rpc", settings: { transport: "rpc", batch_size: 10, max_wait_time_ms: 100 } });
