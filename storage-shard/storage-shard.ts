@@ -23,15 +23,14 @@ import type {
   ShardRefusal,
   ShardStats,
   StorageHeartbeat,
-  StoredMessage,
 } from "../src/protocol";
 import { ActivityMeter, TokenBucket } from "./capacity";
 import { expireOld, extend, lease, leasedCount, readLeased, settle, type BacklogDelta } from "./delivery";
 import { DeliveryState } from "./delivery-state";
 import { coordinatorFor } from "../src/addressing";
 import { meteredSql, type CostMeter } from "../src/sql-meter";
-import { cancelMessage, countMatching, findMessage, leaseMatching, peekReady, PURGE_PER_CALL, purgeSome, releaseLeases } from "./operations";
-import { migrate, newNonce, timestampOf, type MessageRow } from "./schema";
+import { cancelMessage, countMatching, findMessage, leaseMatching, peekReady, PURGE_PER_CALL, purgeSome, readInOrder, releaseLeases } from "./operations";
+import { migrate, newNonce } from "./schema";
 import { knownIds, movesDone, rememberIds, rememberMoves } from "./remembered-ids";
 import { TestHooks, testHooksEnabled, type FaultPoint, type TestHookStatus } from "../src/test-hooks";
 import { corruptBodies } from "./corrupt-bodies";
@@ -367,34 +366,7 @@ export class StorageShard extends DurableObject<Env> {
   /** Reads messages in arrival order without leasing them; bodies are checked against their checksums. */
   peek(limit = 100, afterSeq = 0): PeekResult & { nextSeq: number | null } {
     this.cost.rpcs++;
-    const n = Math.max(1, Math.min(MAX_PEEK, Math.floor(limit)));
-    const rows = this.sql
-      .exec<RowOf<StoredRow>>(
-        `SELECT seq, id, body, content_type, size, enqueued_at, due_at, attempts, checksum, sent_at
-         FROM messages WHERE seq > ? ORDER BY seq LIMIT ?`,
-        afterSeq,
-        n,
-      )
-      .toArray() as unknown as StoredRow[];
-    const messages: StoredMessage[] = [];
-    const corrupt: string[] = [];
-    for (const r of rows) {
-      const body = new Uint8Array(r.body);
-      if (crc32(body) !== r.checksum) {
-        corrupt.push(r.id);
-        continue;
-      }
-      messages.push({
-        id: r.id,
-        body,
-        contentType: r.content_type,
-        size: r.size,
-        enqueuedAt: timestampOf(r),
-        visibleAt: r.due_at ?? r.enqueued_at,
-        attempts: r.attempts,
-      });
-    }
-    return { messages, corrupt, nextSeq: rows.length === n ? rows[rows.length - 1]!.seq : null };
+    return readInOrder(this.sql, Math.max(1, Math.min(MAX_PEEK, Math.floor(limit))), afterSeq);
   }
 
   /**
@@ -464,8 +436,6 @@ export class StorageShard extends DurableObject<Env> {
   }
 }
 
-type StoredRow = Omit<MessageRow, "lease_id">;
-type RowOf<T> = { [K in keyof T]: SqlStorageValue };
 
 function toArrayBuffer(u8: Uint8Array): ArrayBuffer {
   if (u8.byteOffset === 0 && u8.byteLength === u8.buffer.byteLength && u8.buffer instanceof ArrayBuffer) return u8.buffer;

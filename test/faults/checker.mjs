@@ -31,14 +31,11 @@
 //                 an append whose reply was lost would if the shard did not skip the ids it
 //                 already holds. A stay ends when the message leaves for another queue; a
 //                 redrive brings it back as a new copy, which restarts its attempts at 1.
-//   moves         redrives of the dead-letter queue during the load (the redriver): a
-//                 message's stays in the queues it was sent or moved to, how many times it
-//                 was dead-lettered. Deliveries of one message from two queues are two
-//                 copies: their leases may overlap. A delivery after a confirmed ack of the
-//                 same message is excused only when the message had left a queue and a
-//                 redrive was cut off between that and the ack: its copies stored at the
-//                 target, its source not settled, the two copies go on separately
-//                 (at-least-once)
+//   moves         redrives of the dead-letter queue during the load (the redriver), each
+//                 message's stays and dead-letterings (move-checker.mjs). Deliveries of one
+//                 message from two queues are two copies: their leases may overlap. A
+//                 delivery after a confirmed ack is excused only for a message that had left
+//                 a queue when a redrive was cut off before the ack (two copies go on)
 //   after ack     a delivery of a message whose pull was invoked after an ack of that
 //                 message had been confirmed (the ack answered ok with no warning for it)
 //
@@ -64,6 +61,7 @@
 import { controlFaults } from "./control-figures.mjs";
 import { checkCorruption } from "./corruption-checker.mjs";
 import { abortFigures, recovery } from "./figures.mjs";
+import { deliveredAfterAck, moveFigures, staysOf, storedTwiceWithinStays } from "./move-checker.mjs";
 import { checkPush, pushDeliveries } from "./push-checker.mjs";
 
 /** How many examples of each anomaly a result keeps. */
@@ -262,22 +260,9 @@ export function check(ops, opts = {}) {
     if (!ds.some((d) => confirmedLeases.has(d.l) || d.acked)) neverConfirmed++;
   }
 
-  // One message id of a queue delivered from two rows: stored twice.
-  const storedTwiceSameId = /** @type {Array<{ q: string, id: string, h: string | null, rows: string[] }>} */ ([]);
-  const rowsOf = /** @type {Map<string, Set<string>>} */ (new Map());
+  // One message id of a queue delivered from two rows within one stay: stored twice.
   const { stays, stayOf } = staysOf(deliveries);
-  for (const d of deliveries) {
-    if (d.s === null || d.r === null) continue;
-    const key = `${d.q}\u0000${d.id}\u0000${stayOf.get(d)}`;
-    const rows = rowsOf.get(key) ?? new Set();
-    rows.add(`${d.s}#${d.r}`);
-    rowsOf.set(key, rows);
-  }
-  for (const [key, rows] of rowsOf) {
-    if (rows.size < 2) continue;
-    const [q, id] = /** @type {[string, string, string]} */ (key.split("\u0000"));
-    storedTwiceSameId.push({ q, id, h: byId.get(id)?.[0]?.h ?? null, rows: [...rows] });
-  }
+  const storedTwiceSameId = storedTwiceWithinStays(deliveries, stayOf, byId);
 
   // Deliveries nobody sent.
   const unexpected = /** @type {Array<{ h: string | null, id: string, why: string }>} */ ([]);
@@ -362,22 +347,8 @@ export function check(ops, opts = {}) {
   // Corrupted messages: never delivered after the corruption, never garbled, all counted.
   const { corruptDelivered, garbled, quarantine } = checkCorruption(corrupted, deliveries, confirmedAcks, byId, byLease, drained);
 
-  // Deliveries after a confirmed ack.
-  const afterAck = /** @type {Array<{ id: string, h: string | null, ackedAt: number, pulledAt: number, by: string }>} */ ([]);
-  let afterAckAcrossCutMove = 0;
-  // A redrive cut off (by a kill, a reset, a 5xx) may leave a source copy next to the one it stored.
-  const cutMoves = redrives.filter((r) => r.outcome !== "ok" && r.outcome !== "fail");
-  for (const { l, t } of confirmedAcks) {
-    const acked = byLease.get(l);
-    if (!acked) continue;
-    for (const d of byId.get(acked.id) ?? []) {
-      if (d.inv <= t) continue;
-      // Only a message that had left a queue by then can have a copy a cut-off redrive left behind.
-      const left = stays.get(d.h ?? `id:${d.id}`)?.firstLeftAt ?? Infinity;
-      if (cutMoves.some((r) => r.inv > left && r.inv < t)) afterAckAcrossCutMove++;
-      else afterAck.push({ id: d.id, h: d.h, ackedAt: t, pulledAt: d.inv, by: d.p });
-    }
-  }
+  // Deliveries after a confirmed ack, but for copies a cut-off redrive left behind.
+  const { afterAck, acrossCutMove: afterAckAcrossCutMove } = deliveredAfterAck(confirmedAcks, byLease, byId, stays, redrives);
 
   const duplicated = [...byH.values()].filter((ds) => ds.length > 1);
   const control = controlFaults(ops);
@@ -475,61 +446,3 @@ function push(map, key, value) {
   else map.set(key, [value]);
 }
 
-/**
- * Each message's stays: runs of its deliveries in one queue other than a dead-letter
- * queue, in time order. A stay ends when the message is delivered from another queue or
- * when its attempts go down: a redrive stores a new copy whose attempts start again,
- * while a lease lost to a reset or a kill delivers the same copy at the same attempts.
- * @param {Delivery[]} deliveries
- */
-function staysOf(deliveries) {
-  /** @type {Map<string, Delivery[]>} */
-  const byMessage = new Map();
-  for (const d of deliveries) push(byMessage, d.h ?? `id:${d.id}`, d);
-  /** @type {Map<Delivery, number>} */
-  const stayOf = new Map();
-  /**
-   * Per message: its stays, how many times it left one for the dead-letter queue or a stay
-   * elsewhere, and when it was first seen about to leave (the last delivery of its first stay).
-   */
-  /** @type {Map<string, { stays: number, deadLettered: number, firstLeftAt: number }>} */
-  const stays = new Map();
-  for (const [key, ds] of byMessage) {
-    ds.sort((a, b) => a.ok - b.ok || a.inv - b.inv);
-    let n = 0;
-    let left = 0;
-    let firstLeftAt = Infinity;
-    /** @type {Delivery | null} */
-    let prev = null;
-    for (const d of ds) {
-      const dlq = d.q.endsWith("-dlq");
-      if (prev && (prev.q !== d.q || (!dlq && d.a < prev.a))) {
-        // Leaving a stay for anywhere is a dead-lettering; arriving in a new stay is a redrive.
-        if (!prev.q.endsWith("-dlq")) left++;
-        firstLeftAt = Math.min(firstLeftAt, prev.inv);
-      }
-      if (!dlq && (!prev || prev.q !== d.q || d.a < prev.a)) n++;
-      stayOf.set(d, n);
-      prev = d;
-    }
-    stays.set(key, { stays: n, deadLettered: left, firstLeftAt });
-  }
-  return { stays, stayOf };
-}
-
-/**
- * @param {Array<{ inv: number, ok: number, outcome: string, moved: number }>} redrives
- * @param {Map<string, { stays: number, deadLettered: number, firstLeftAt: number }>} stays
- */
-function moveFigures(redrives, stays) {
-  const all = [...stays.values()];
-  return {
-    redrives: redrives.length,
-    redrives_ok: redrives.filter((r) => r.outcome === "ok").length,
-    redrives_cut: redrives.filter((r) => r.outcome !== "ok" && r.outcome !== "fail").length,
-    moved_reported: redrives.reduce((n, r) => n + r.moved, 0),
-    messages_back_after_dead_letter: all.filter((x) => x.stays > 1).length,
-    messages_dead_lettered_twice: all.filter((x) => x.deadLettered >= 2).length,
-    most_stays: all.reduce((m, x) => Math.max(m, x.stays), 0),
-  };
-}

@@ -93,8 +93,8 @@ describe("push delivery to a queue() handler", () => {
   });
 
   it("keeps a wake-up that came during a round: the round's own later alarm does not replace it", async () => {
-    const stub = consumerShardFor(env, "no-such-queue-wake", 0);
-    await runInDurableObject(stub, async (obj: ConsumerShard, state) => {
+    const idle = consumerShardFor(env, "no-such-queue-wake", 0);
+    await runInDurableObject(idle, async (obj: ConsumerShard, state) => {
       const now = Date.now();
       // wake() during the round: an alarm due now. The round then wants its next one in a minute.
       await state.storage.setAlarm(now);

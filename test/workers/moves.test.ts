@@ -120,16 +120,16 @@ describe("the target of a move", () => {
     const shard = (await coordinatorFor(env, q.queue_id).shardMap())!.shards[0]!.name;
     const body = utf8.encode('"remembered"');
     const sent: EncodedMessage = { id: "b".repeat(32), body, contentType: "json", delayMs: 0, checksum: crc32(body) };
-    const stub = storageShardFor(env, shard);
-    expect(await stub.append({ queueId: q.queue_id, messages: [sent], remember: true })).toMatchObject({ stored: 1 });
-    const [held] = await stub.leaseMatching(q.queue_id, {}, 1, 60_000);
-    await stub.settle({ queueId: q.queue_id, acks: [{ id: held!.id, leaseId: held!.leaseId }], retries: [], deadLettered: [], dropped: [] });
+    const target = storageShardFor(env, shard);
+    expect(await target.append({ queueId: q.queue_id, messages: [sent], remember: true })).toMatchObject({ stored: 1 });
+    const [held] = await target.leaseMatching(q.queue_id, {}, 1, 60_000);
+    await target.settle({ queueId: q.queue_id, acks: [{ id: held!.id, leaseId: held!.leaseId }], retries: [], deadLettered: [], dropped: [] });
     // The same send again is the same message: skipped.
-    expect(await stub.append({ queueId: q.queue_id, messages: [sent], remember: true })).toMatchObject({ stored: 0, duplicates: 1 });
+    expect(await target.append({ queueId: q.queue_id, messages: [sent], remember: true })).toMatchObject({ stored: 0, duplicates: 1 });
     // A move of it from elsewhere is not: stored, and once only.
     const moved = { ...sent, moveKey: "elsewhere:wnam:0/7.42" };
-    expect(await stub.append({ queueId: q.queue_id, messages: [moved], remember: true, dedupe: true })).toMatchObject({ stored: 1 });
-    expect(await stub.append({ queueId: q.queue_id, messages: [moved], remember: true, dedupe: true })).toMatchObject({ stored: 0, duplicates: 1 });
+    expect(await target.append({ queueId: q.queue_id, messages: [moved], remember: true, dedupe: true })).toMatchObject({ stored: 1 });
+    expect(await target.append({ queueId: q.queue_id, messages: [moved], remember: true, dedupe: true })).toMatchObject({ stored: 0, duplicates: 1 });
   });
 
   it("refuses a move into the queue the messages come from, storing nothing", async () => {

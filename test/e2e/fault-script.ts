@@ -1,0 +1,78 @@
+// Hand-made fault-run histories for the checker's tests (fault-checker*.test.ts).
+import { check } from "../faults/checker.mjs";
+import type { Op } from "../faults/history.mjs";
+
+/** A hand-made history: each call advances the clock by `dt` ms. */
+export class Script {
+  ops: Op[] = [];
+  t = 0;
+  n = 0;
+  private at(dt: number) {
+    this.t += dt;
+    return this.t;
+  }
+  private op(p: string, f: string, value: unknown, type: Op["type"], outcome: unknown, dt = 10) {
+    const op = this.n++;
+    this.ops.push({ op, p, type: "invoke", f, t: this.at(dt), value });
+    this.ops.push({ op, p, type, f, t: this.at(5), value: outcome });
+  }
+  send(hs: string[], type: Op["type"] = "ok", dt?: number) {
+    this.op("producer-0", "send", { q: "faults", hs }, type, type === "ok" ? { ids: hs.map((h) => `id-${h}`) } : { error: "x" }, dt);
+  }
+  pull(msgs: Array<{ h: string; l: string; id?: string; s?: string; r?: number; g?: 1; a?: number }>, { vt = 5000, dt = 10, q = "faults", p = "consumer-0" } = {}) {
+    this.op(p, "pull", { q, n: 10, vt }, "ok", { msgs: msgs.map((m) => ({ h: m.h, id: m.id ?? `id-${m.h}`, a: m.a ?? 1, l: m.l, ...(m.s ? { s: m.s, r: m.r ?? 1 } : {}), ...(m.g ? { g: 1 } : {}) })) }, dt);
+  }
+  /** The nemesis corrupting stored bodies: the message ids it corrupted. */
+  corrupt(ids: string[], dt = 10) {
+    this.op("nemesis", "corrupt", { shard: "shard-0", want: ids.length }, "ok", { ids, seqs: ids.map((_, i) => i + 1) }, dt);
+  }
+  ack(leases: string[], confirmed = leases, dt = 10) {
+    this.op("consumer-0", "ack", { q: "faults", acks: leases, retries: [] }, "ok", { acked: confirmed, retried: [], stale: leases.filter((l) => !confirmed.includes(l)) }, dt);
+  }
+  /** A retry of these leases (no ack): the message comes again, or leaves for the dead-letter queue. */
+  retry(leases: string[], { q = "faults", type = "ok" as Op["type"] } = {}) {
+    this.op("consumer-0", "ack", { q, acks: [], retries: leases }, type, type === "ok" ? { acked: [], retried: leases, stale: [] } : { error: "x" });
+  }
+  /** An ack whose answer never came (a kill): it may have applied. */
+  ackUnknown(leases: string[]) {
+    this.op("consumer-0", "ack", { q: "faults", acks: leases, retries: [] }, "unknown", { error: "socket hang up" });
+  }
+  /** The redriver moving the dead-letter queue back. */
+  redrive(type: Op["type"] = "ok", moved = 1) {
+    this.op("redriver", "redrive", { q: "faults-dlq", to: "faults", limit: 100 }, type, type === "ok" ? { moved, remaining: 0 } : { error: "HTTP 503" });
+  }
+  /** A storage shard reset through the test hooks: armed at invoke, seen at completion. */
+  abort(shard: string, kind = "abort-ack", fired = true, dt = 10) {
+    this.op("nemesis", "abort", { n: 1, kind, shard }, fired ? "ok" : "fail", fired ? { fired: true } : { fired: false, error: "not reset" }, dt);
+  }
+  /** A push consumer's queue() invocation starting with these messages; returns it for pushEnd. */
+  pushStart(msgs: Array<{ h: string; a?: number }>, dt = 10) {
+    const op = this.n++;
+    this.ops.push({ op, p: "push-consumer", type: "invoke", f: "push", t: this.at(dt), value: { q: "faults-push", d: `d${op}`, msgs: msgs.map((m) => ({ h: m.h, id: `id-${m.h}`, a: m.a ?? 1 })) } });
+    return op;
+  }
+  /** ... and ending, having acked and retried these (harness ids). */
+  pushEnd(op: number, { acked = [], retried = [], threw = false }: { acked?: string[]; retried?: string[]; threw?: boolean } = {}, dt = 10) {
+    const ids = (hs: string[]) => hs.map((h) => `id-${h}`);
+    this.ops.push({ op, p: "push-consumer", type: "ok", f: "push", t: this.at(dt), value: { acked: ids(acked), retried: ids(retried), threw } });
+  }
+  /** A consumer shard reset through the test hooks: armed at invoke, seen at completion. */
+  consumerAbort(kind = "abort-dispatched", fired = true, dt = 10) {
+    this.op("nemesis", "consumer-abort", { n: 1, kind, q: "faults-push", consumer_shard: 0 }, fired ? "ok" : "fail", fired ? { fired: true } : { fired: false, error: "not reset" }, dt);
+  }
+  /** A control-plane fault (control-faults.mjs): what it aimed at, and how it played out. */
+  controlFault(value: Record<string, unknown>, result: Record<string, unknown>, dt = 10) {
+    this.op("nemesis", "control", value, result.fired || result.skipped ? "ok" : "fail", result, dt);
+  }
+  kill(dt = 10) {
+    this.op("nemesis", "kill", { n: 1 }, "ok", undefined, dt);
+    this.op("nemesis", "start", { n: 1 }, "ok", { ready_ms: 100 }, 5);
+  }
+  drained(extra: Record<string, unknown> = {}) {
+    this.ops.push({ op: this.n++, p: "harness", type: "ok", f: "phase", t: this.at(10), value: { phase: "drained", drained: true, backlog: { faults: 0 }, ...extra } });
+    return check(this.ops);
+  }
+  plan(value: Record<string, unknown>) {
+    this.ops.push({ op: this.n++, p: "harness", type: "ok", f: "phase", t: this.at(0), value: { phase: "load", kills: 0, aborts: 0, ...value } });
+  }
+}
