@@ -27,9 +27,9 @@ import { storeMessages, type SendTarget, type Stored } from "./send";
 
 /**
  * Writes of one queue in flight at once from one isolate before sends wait and batch.
- * Measured with `npm run bench -- compare --quick` (w1, 256 send()s in flight): at 8,
- * writes finished before they queued and almost every send went alone (0.9 DO RPCs
- * per message, send p99 2.6 s); at 2, 0.054 RPCs per message and p99 0.3 s.
+ * Few enough that concurrent sends find a write under way and join the next batch; with
+ * many, writes finish before they queue and almost every send goes alone (bench/README.md,
+ * "Why the coalescer's constants").
  */
 const MAX_IN_FLIGHT = 2;
 /** A waiter's timer tick, and the longest it waits on another request's write. */
@@ -64,11 +64,9 @@ interface Lane {
 }
 
 /**
- * How long a batch opened in a steady stream waits for joiners. Measured with
- * `npm run bench -- compare --only w1,w4` (w4: 1,700-2,000 send()s/s paced): without
- * it, one write per send, 1.2 DO RPCs per message and about 1,050 msg/s held; with
- * 1 ms, 0.37-0.50 and 90-94 % of the rate, send p50 3 ms instead of 1 ms; with 0 ms
- * (a turn of the event loop), 0.77 and 1,377 of 1,697 msg/s.
+ * How long a batch opened in a steady stream waits for joiners: evenly paced sends never
+ * overlap a write, so without a short wait each is a write of its own; a turn of the event
+ * loop is too short to gather them (bench/README.md, "Why the coalescer's constants").
  */
 const LINGER_MS = 1;
 const STEADY_GAP_MS = 2;

@@ -66,7 +66,7 @@ const PEEK_SCAN = 1000;
  * PEEK_SCAN rows, so a shard whose oldest rows are all leased or delayed may show none.
  * The scan reads no body: only the rows shown have theirs read, one by one. Reading
  * every scanned row's body cost up to PEEK_SCAN x 128 KB per shard for a peek of one
- * message, which the large-backlog run saw as a peek of 10 as slow as one of 100.
+ * message, so a peek of 10 cost as much as one of 100.
  */
 export function peekReady(sql: SqlStorage, ds: DeliveryState, now: number, limit: number): Array<MessageStatus & { body: Uint8Array }> {
   const rows = sql
