@@ -45,22 +45,31 @@ export function restMetrics(f: QueueFigures): { backlogCount: number; backlogByt
 
 /** How long an isolate reuses a queue's per-shard figures: heartbeats come every few seconds anyway. */
 const FIGURES_TTL_MS = 1000;
-const cached = new Map<string, { at: number; shards: Promise<ShardBacklog[]> }>();
+/** A refresh not done by then was cut off with its request: another request may try. */
+const REFRESH_GIVE_UP_MS = 5000;
+const cached = new Map<string, { at: number; shards: ShardBacklog[]; refreshingSince: number | null }>();
 
 /**
  * The queue's figures after a send: the Coordinator's per-shard figures, read at most
- * once a second per isolate and queue (one RPC however many sends), with the exact
- * figures of the shard the send wrote to. A failed read costs the send nothing: the
- * shard's own figures stand alone.
+ * about once a second per isolate and queue, with the exact figures of the shard the send
+ * wrote to. While one request refreshes them, the others use the figures they have. A
+ * request never awaits an RPC another request started: workerd may take a request that
+ * waits only on another's I/O for hung and cancel it (broker/coalesce.ts). A failed read
+ * costs the send nothing: the figures it has, or the shard's own, stand.
  */
 export async function figuresAfterSend(env: Env, queueId: string, exact: ShardBacklog | null, now = Date.now()): Promise<QueueFigures> {
-  let entry = cached.get(queueId);
-  if (!entry || now - entry.at > FIGURES_TTL_MS) {
-    entry = { at: now, shards: coordinatorFor(env, queueId).backlogByShard() };
-    cached.set(queueId, entry);
-    // A failed read is not kept: the next send asks again.
-    entry.shards.catch(() => cached.get(queueId) === entry && cached.delete(queueId));
+  const mine = exact ? [exact] : [];
+  const entry = cached.get(queueId);
+  const refreshing = entry?.refreshingSince != null && now - entry.refreshingSince < REFRESH_GIVE_UP_MS;
+  if (entry && (now - entry.at <= FIGURES_TTL_MS || refreshing)) return sumFigures(entry.shards, mine);
+  if (entry) entry.refreshingSince = now;
+  try {
+    const shards = await coordinatorFor(env, queueId).backlogByShard();
+    cached.set(queueId, { at: Date.now(), shards, refreshingSince: null });
+    return sumFigures(shards, mine);
+  } catch (err) {
+    if (entry) entry.refreshingSince = null;
+    console.error(`queue figures of ${queueId}: the Coordinator did not answer:`, err);
+    return sumFigures(entry?.shards ?? [], mine);
   }
-  const shards = await entry.shards.catch((err: unknown) => (console.error(`queue figures of ${queueId}: the Coordinator did not answer:`, err), []));
-  return sumFigures(shards, exact ? [exact] : []);
 }
