@@ -288,6 +288,10 @@ async function abortShard(o, step, n) {
  * Corrupts `corruptEach` stored bodies, from the shard the step picks and then the next
  * ones (by name), round after round for up to 3 s (20 s while none is found): consumers keep the backlog short, and
  * a shard may hold fewer messages than wanted, or none. Logged as one "corrupt" operation.
+ * First it sends `corruptEach` messages of its own, delayed 10 s, so there are stored
+ * bodies nobody holds even when the producers are done (a short run whose faults drifted
+ * past the end of the load once found none in 20 s); they are ordinary acknowledged sends
+ * to the checker, delivered later or quarantined.
  * @param {{ history: import("./history.mjs").History, api: ReturnType<typeof import("./client.mjs").apiClient>, queue: string,
  *   corruptEach: number, corrupted: string[] }} o
  * @param {FaultStep} step
@@ -295,6 +299,7 @@ async function abortShard(o, step, n) {
 async function corruptBodies(o, step) {
   const names = await activeShards(o);
   const first = Math.floor(step.pick * names.length);
+  await sendTargets(o);
   const op = o.history.invoke("nemesis", "corrupt", { shard: names[first], want: o.corruptEach });
   /** @type {string[]} */
   const ids = [];
@@ -317,6 +322,23 @@ async function corruptBodies(o, step) {
   o.history.complete(op, "ok", { ids, shards });
   o.corrupted.push(...ids);
   return { ids, shards };
+}
+
+let targetRounds = 0;
+
+/**
+ * Messages for a corruption to find: `corruptEach` bodies with harness ids of the nemesis,
+ * delayed 10 s, logged as a send like a producer's.
+ * @param {{ history: import("./history.mjs").History, api: ReturnType<typeof import("./client.mjs").apiClient>, queue: string, corruptEach: number }} o
+ */
+async function sendTargets(o) {
+  const round = ++targetRounds;
+  const hs = Array.from({ length: o.corruptEach }, (_, i) => `nemesis.corrupt.${round}.${i}`);
+  const op = o.history.invoke("nemesis", "send", { q: o.queue, hs });
+  const r = await o.api.call("POST", `/${o.queue}/messages/batch`, { messages: hs.map((h) => ({ body: { h }, content_type: "json" })), delay_seconds: 10 });
+  const ids = r.outcome === "ok" ? r.result?.message_ids : undefined;
+  if (r.outcome === "ok" && Array.isArray(ids) && ids.length === hs.length) o.history.complete(op, "ok", { ids });
+  else o.history.complete(op, r.outcome === "ok" ? "unknown" : r.outcome, { status: r.status, error: r.outcome === "ok" ? "ok without ids" : r.error });
 }
 
 /**
