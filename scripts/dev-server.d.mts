@@ -1,5 +1,6 @@
 export const ROOT: string;
 export function freePort(): Promise<number>;
+export function portIsFree(port: number, host: string): Promise<boolean>;
 export function wranglerBin(): string;
 export function startWrangler(opts: {
   args: string[];

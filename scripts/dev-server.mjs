@@ -20,6 +20,16 @@ export function freePort() {
   });
 }
 
+/** Whether nothing listens on `port` of `host` right now. @param {number} port @param {string} host @returns {Promise<boolean>} */
+export function portIsFree(port, host) {
+  return new Promise((resolve) => {
+    const srv = createServer();
+    srv.unref();
+    srv.once("error", () => resolve(false));
+    srv.listen(port, host, () => srv.close(() => resolve(true)));
+  });
+}
+
 /**
  * Starts `wrangler dev` with the given arguments, in its own process group so that
  * stopping it also stops the workerd it runs. Resolves once `readyUrl` answers, or, with

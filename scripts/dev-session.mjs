@@ -8,14 +8,13 @@
 // project; wrangler runs with that as its cwd so that it writes nothing next to their files.
 import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { homedir } from "node:os";
 import { join, resolve } from "node:path";
 import { parse as parseToml } from "smol-toml";
 import { applyConfig } from "./apply-config.mjs";
 import { CONSUMER_ENTRYPOINT_MODULE, WRAPPER_ERROR_PREFIX, WRAPPER_FILE, consumerWrapperSource } from "./consumer-wrapper.mjs";
 import { writeDevConfig } from "./dev-config.mjs";
-import { ROOT, startWrangler, wranglerBin } from "./dev-server.mjs";
+import { portIsFree, ROOT, startWrangler, wranglerBin } from "./dev-server.mjs";
 import { queuePlan } from "./queue-plan.mjs";
 import { ConfigError, checkWorkerSet, consumerEntry, configText, consumerBindingName, namedEnvironmentsWithQueues, readWorkerConfig, rewriteForShardq } from "./worker-configs.mjs";
 
@@ -241,16 +240,6 @@ async function choosePorts(workers, shardqPort) {
     out.push({ ip, port, inspector });
   }
   return { shardq: shardqPort, workers: out };
-}
-
-/** @param {number} port @param {string} host @returns {Promise<boolean>} */
-function portIsFree(port, host) {
-  return new Promise((resolve) => {
-    const srv = createServer();
-    srv.unref();
-    srv.once("error", () => resolve(false));
-    srv.listen(port, host, () => srv.close(() => resolve(true)));
-  });
 }
 
 /**

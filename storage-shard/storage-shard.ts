@@ -137,9 +137,10 @@ export class StorageShard extends DurableObject<Env> {
     let bytes = 0;
     this.ctx.storage.transactionSync(() => {
       // A move is known by the copy it moves, a send by its id: never one by the other.
-      const sent = req.messages.filter((m) => m.moveKey === undefined).map((m) => m.id);
-      const known = req.dedupe || req.remember ? knownIds(this.sql, sent, this.delivery.nextSeq) : null;
-      const moved = movesDone(this.sql, req.messages.flatMap((m) => (m.moveKey === undefined ? [] : [m.moveKey])));
+      const known = req.dedupe || req.remember ? knownIds(this.sql, req.messages.flatMap((m) => (m.moveKey === undefined ? [m.id] : [])), this.delivery.nextSeq) : null;
+      // Plain sends carry no move key: they read and write nothing of remembered_moves.
+      const moveKeys = req.messages.flatMap((m) => (m.moveKey === undefined ? [] : [m.moveKey]));
+      const moved = moveKeys.length > 0 ? movesDone(this.sql, moveKeys) : new Set<string>();
       const storedIds: string[] = [];
       const storedMoves: string[] = [];
       for (const m of req.messages) {
@@ -230,6 +231,7 @@ export class StorageShard extends DurableObject<Env> {
 
   /** When the oldest stored message arrived: the first row by seq, no index needed. */
   private oldestAt(): number | null {
+    if (this.backlogCount === 0) return null;
     return this.sql.exec<{ enqueued_at: number }>("SELECT enqueued_at FROM messages ORDER BY seq LIMIT 1").toArray()[0]?.enqueued_at ?? null;
   }
 
