@@ -208,6 +208,22 @@ describe("the fault checker", () => {
     expect(r.failures).toEqual(["0 of the 1 planned aborts fired"]);
   });
 
+  it("counts an abort disarmed unfired once the load was over as skipped, not as one that failed to fire", () => {
+    const s = new Script();
+    s.plan({ aborts: 2 });
+    s.send(["a"]);
+    s.abort("shard-0", "abort-ack");
+    s.pull([{ h: "a", l: "L1" }]);
+    s.ack(["L1"]);
+    const op = s.n++;
+    s.ops.push({ op, p: "nemesis", type: "invoke", f: "abort", t: 900, value: { n: 2, kind: "abort-append", shard: "shard-1" } });
+    s.ops.push({ op, p: "nemesis", type: "fail", f: "abort", t: 950, value: { fired: false, skipped: true, why: "the load was over while it waited" } });
+    s.ops.push({ op: s.n++, p: "nemesis", type: "ok", f: "skipped", t: 950, value: { kind: "abort-append", why: "the load was over while it waited" } });
+    const r = s.drained();
+    expect(r.failures).toEqual([]);
+    expect(r.figures.aborts).toMatchObject({ count: 1, fired: 1 });
+  });
+
   it("counts a message a push consumer's queue() handler was given as delivered, not lost", () => {
     const s = new Script();
     s.send(["a", "b"]);

@@ -178,7 +178,9 @@ export function check(ops, opts = {}) {
       if (o.type === "ok") for (const id of o.value?.ids ?? []) corrupted.set(id, { inv: inv.t, ok: o.t });
     } else if (o.f === "abort") {
       const a = aborts.find((x) => x.inv === inv.t);
-      if (a) {
+      // Disarmed unfired after the load was over: a skipped fault (its "skipped" note counts it), not an attempt.
+      if (a && o.value?.skipped === true) aborts.splice(aborts.indexOf(a), 1);
+      else if (a) {
         a.ok = o.t;
         a.fired = o.type === "ok" && o.value?.fired === true;
       }

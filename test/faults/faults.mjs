@@ -28,6 +28,8 @@ const HOOK_POINT = { "abort-append": "abort-append", "abort-ack": "abort-settle"
  * (and three tenths go to the push queue): one shard can go 10 s without an append.
  */
 const ABORT_FIRE_TIMEOUT_MS = 20_000;
+/** How long after the producers are done an armed storage shard abort may still fire (the last acks drain). */
+const LOAD_OVER_GRACE_MS = 5000;
 
 /**
  * @typedef {{ kind: string, upMs: number, downMs: number, pick: number }} FaultStep
@@ -259,8 +261,9 @@ export async function runNemesis(o) {
 /**
  * Arms one shard's hook and waits for its reset. A hook call that fails is retried
  * (the hooks route goes through the same broker as the load); one that never fires is
- * disarmed and logged as failed, which the checker reports.
- * @param {{ history: import("./history.mjs").History, api: ReturnType<typeof import("./client.mjs").apiClient>, queue: string }} o
+ * disarmed and logged as failed, which the checker reports; one still waiting
+ * LOAD_OVER_GRACE_MS after the producers were done is disarmed and logged as skipped.
+ * @param {{ history: import("./history.mjs").History, api: ReturnType<typeof import("./client.mjs").apiClient>, queue: string, loadDone?: () => boolean }} o
  * @param {FaultStep} step @param {number} n
  */
 async function abortShard(o, step, n) {
@@ -270,6 +273,8 @@ async function abortShard(o, step, n) {
   const op = o.history.invoke("nemesis", "abort", { n, kind: step.kind, shard });
   const armed = await retrying(() => o.api.call("POST", hooks, { shard, arm: HOOK_POINT[/** @type {"abort-append" | "abort-ack"} */ (step.kind)] }));
   const instance = armed.result.instance;
+  /** When the producers were first seen done during the wait: a few seconds on, nothing comes to fire it. */
+  let loadOverAt = null;
   while (Date.now() - t0 < ABORT_FIRE_TIMEOUT_MS) {
     await sleep(25);
     const now = await o.api.call("GET", `${hooks}?shard=${encodeURIComponent(shard)}`);
@@ -277,8 +282,22 @@ async function abortShard(o, step, n) {
       o.history.complete(op, "ok", { fired: true, instance: now.result.instance });
       return { shard, fired: true, ms: Date.now() - t0 };
     }
+    if (o.loadDone?.()) loadOverAt ??= Date.now();
+    if (loadOverAt !== null && Date.now() - loadOverAt > LOAD_OVER_GRACE_MS) break;
   }
   await retrying(() => o.api.call("POST", hooks, { shard, arm: null }));
+  if (loadOverAt !== null) {
+    // Disarmed unfired once the load was over: skipped, as one due after it would have been
+    // (the run's faults drifted past the end of its load), unless it fired at the last moment.
+    const last = await o.api.call("GET", `${hooks}?shard=${encodeURIComponent(shard)}`);
+    if (last.outcome === "ok" && last.result.instance !== instance) {
+      o.history.complete(op, "ok", { fired: true, instance: last.result.instance });
+      return { shard, fired: true, ms: Date.now() - t0 };
+    }
+    o.history.complete(op, "fail", { fired: false, skipped: true, why: "the load was over while it waited" });
+    o.history.note("nemesis", "skipped", { kind: step.kind, why: "the load was over while it waited" });
+    return { shard, fired: false, error: "skipped: the load was over while it waited" };
+  }
   const error = `not reset within ${ABORT_FIRE_TIMEOUT_MS} ms of arming`;
   o.history.complete(op, "fail", { fired: false, error });
   return { shard, fired: false, error };
