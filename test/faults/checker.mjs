@@ -262,9 +262,8 @@ export function check(ops, opts = {}) {
     if (!ds.some((d) => confirmedLeases.has(d.l) || d.acked)) neverConfirmed++;
   }
 
-  // One message id of a queue delivered from two rows within one stay: stored twice.
   const { stays, stayOf } = staysOf(deliveries);
-  const storedTwiceSameId = storedTwiceWithinStays(deliveries, stayOf, byId);
+  const { storedTwice: storedTwiceSameId, acrossCutMove: storedTwiceAcrossCutMove } = storedTwiceWithinStays(deliveries, stayOf, byId, stays, redrives);
 
   // Deliveries nobody sent.
   const unexpected = /** @type {Array<{ h: string | null, id: string, why: string }>} */ ([]);
@@ -375,6 +374,7 @@ export function check(ops, opts = {}) {
       redelivery_causes: causes,
     },
     stored_twice_same_id: storedTwiceSameId.length,
+    stored_twice_across_cut_move: storedTwiceAcrossCutMove,
     quarantine,
     idempotent_retries: { messages: [...sends.values()].filter((s) => s.key !== null && s.tries > 1).length, delivered: keyedRetried, stored_under_two_ids: keyedStoredTwice.length },
     lease_overlaps: overlaps.length,

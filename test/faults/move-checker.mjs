@@ -67,25 +67,38 @@ export function moveFigures(redrives, stays) {
 }
 
 /**
- * One message id of a queue delivered from two rows (shard and seq) within one stay.
+ * One message id of a queue delivered from two rows (shard and seq) within one stay. One
+ * is counted apart (`acrossCutMove`) when the message had left a queue and a redrive was
+ * cut off after that and before the second row was first delivered: the redrive's copy
+ * may have come back to the queue its source still sits in (dead-lettered again), so the
+ * two copies meet there (at-least-once).
  * @param {Delivery[]} deliveries @param {Map<Delivery, number>} stayOf @param {Map<string, Delivery[]>} byId
+ * @param {Map<string, { firstLeftAt: number }>} stays @param {Array<{ inv: number, outcome: string }>} redrives
  */
-export function storedTwiceWithinStays(deliveries, stayOf, byId) {
-  const rowsOf = /** @type {Map<string, Set<string>>} */ (new Map());
+export function storedTwiceWithinStays(deliveries, stayOf, byId, stays, redrives) {
+  /** Per queue, id and stay: each row and when it was first delivered. */
+  const rowsOf = /** @type {Map<string, Map<string, number>>} */ (new Map());
   for (const d of deliveries) {
     if (d.s === null || d.r === null) continue;
     const key = `${d.q}\u0000${d.id}\u0000${stayOf.get(d)}`;
-    const rows = rowsOf.get(key) ?? new Set();
-    rows.add(`${d.s}#${d.r}`);
+    const rows = rowsOf.get(key) ?? new Map();
+    const row = `${d.s}#${d.r}`;
+    rows.set(row, Math.min(rows.get(row) ?? Infinity, d.ok));
     rowsOf.set(key, rows);
   }
-  const out = /** @type {Array<{ q: string, id: string, h: string | null, rows: string[] }>} */ ([]);
+  const cutMoves = redrives.filter((r) => r.outcome !== "ok" && r.outcome !== "fail");
+  const storedTwice = /** @type {Array<{ q: string, id: string, h: string | null, rows: string[] }>} */ ([]);
+  let acrossCutMove = 0;
   for (const [key, rows] of rowsOf) {
     if (rows.size < 2) continue;
     const [q, id] = /** @type {[string, string, string]} */ (key.split("\u0000"));
-    out.push({ q, id, h: byId.get(id)?.[0]?.h ?? null, rows: [...rows] });
+    const h = byId.get(id)?.[0]?.h ?? null;
+    const left = stays.get(h ?? `id:${id}`)?.firstLeftAt ?? Infinity;
+    const second = [...rows.values()].sort((a, b) => a - b)[1] ?? Infinity;
+    if (cutMoves.some((r) => r.inv > left && r.inv < second)) acrossCutMove++;
+    else storedTwice.push({ q, id, h, rows: [...rows.keys()] });
   }
-  return out;
+  return { storedTwice, acrossCutMove };
 }
 
 /**
