@@ -1,17 +1,17 @@
 import { DurableObject } from "cloudflare:workers";
-import { coordinatorFor, storageShardFor } from "../src/addressing";
-import { bindingMetrics, sumFigures } from "../src/queue-figures";
-import { systemClock, type Clock } from "../src/clock";
-import { serviceConfig } from "../src/config";
-import type { DispatchMessage } from "../src/consumer-entrypoint";
-import { consumerBinding, consumerBindingName, type ConsumerRecord } from "../src/consumer-settings";
-import { decodeBody } from "../src/encoding";
-import type { Env } from "../src/env";
-import type { DeliveryPlan, LeasedMessage } from "../src/protocol";
-import { dispose, FAILED_DISPATCH, type Disposition, type DispatchOutcome } from "./outcome";
-import { applyDisposition } from "./settle";
+import { coordinatorFor, storageShardFor } from "../src/kernel/addressing";
+import { bindingMetrics, sumFigures } from "../src/routing/queue-figures";
+import { systemClock, type Clock } from "../src/kernel/clock";
+import { serviceConfig } from "../src/kernel/config";
+import type { DispatchMessage } from "../src/consumer/entrypoint";
+import { consumerBinding, consumerBindingName, type ConsumerRecord } from "../src/kernel/consumer-settings";
+import { decodeBody } from "../src/kernel/encoding";
+import type { Env } from "../src/kernel/env";
+import type { DeliveryPlan, LeasedMessage, DispatchOutcome } from "../src/kernel/protocol";
+import { dispose, FAILED_DISPATCH, type Disposition } from "../src/delivery/outcome";
+import { applyDisposition } from "../src/delivery/settle";
 import { transportFor, type Dispatch } from "./transports";
-import { TestHooks, testHooksEnabled, type FaultPoint, type TestHookStatus } from "../src/test-hooks";
+import { TestHooks, testHooksEnabled, type FaultPoint, type TestHookStatus } from "../src/kernel/test-hooks";
 
 /** Wall-clock limit of one Cloudflare queue() invocation; leases are not extended past it. */
 const MAX_EXECUTION_MS = 15 * 60_000;
@@ -42,7 +42,7 @@ export class ConsumerShard extends DurableObject<Env> {
   leaseMs = serviceConfig(this.env).pushLeaseMs;
   maxExecutionMs = MAX_EXECUTION_MS;
 
-  /** The fault harness's aborts and alarm throws; inert unless SHARDQ_TEST_HOOKS is "on" (src/test-hooks.ts). */
+  /** The fault harness's aborts and alarm throws; inert unless SHARDQ_TEST_HOOKS is "on" (src/kernel/test-hooks.ts). */
   private readonly hooks = new TestHooks(testHooksEnabled(this.env), "consumer");
 
   /** Delivered since the last report to the Coordinator. */
@@ -96,7 +96,7 @@ export class ConsumerShard extends DurableObject<Env> {
     if (pending === null || pending > next) await this.ctx.storage.setAlarm(next);
   }
 
-  /** The fault harness's hook (src/test-hooks.ts): throws unless SHARDQ_TEST_HOOKS is "on". */
+  /** The fault harness's hook (src/kernel/test-hooks.ts): throws unless SHARDQ_TEST_HOOKS is "on". */
   testHook(req: { arm?: FaultPoint | null; times?: number } = {}): TestHookStatus {
     return this.hooks.control(req.arm, req.times);
   }

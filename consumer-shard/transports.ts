@@ -5,12 +5,12 @@
  * - "queue": the consumer Worker's own queue() handler, through the service binding's
  *   queue() method. Needs the experimental compatibility flag
  *   service_binding_extra_handlers: fine in local dev, refused by `wrangler deploy`.
- * - "rpc": the ShardqConsumer entrypoint (src/consumer-entrypoint.ts) the consumer
+ * - "rpc": the ShardqConsumer entrypoint (src/consumer/entrypoint.ts) the consumer
  *   Worker exports next to its handler; an ordinary RPC call, which deploys.
  */
-import type { ConsumerTransport } from "../src/consumer-settings";
-import type { DispatchMessage } from "../src/consumer-entrypoint";
-import type { DispatchOutcome } from "./outcome";
+import type { ConsumerTransport } from "../src/kernel/consumer-settings";
+import type { DispatchMessage } from "../src/consumer/entrypoint";
+import type { DispatchOutcome } from "../src/kernel/protocol";
 
 export type Dispatch = (queueName: string, messages: DispatchMessage[], metadata: MessageBatchMetadata) => Promise<DispatchOutcome>;
 

@@ -1,9 +1,9 @@
 import { DurableObject } from "cloudflare:workers";
-import type { Env } from "../src/env";
-import { newQueueId, QUEUE_ID_PATTERN } from "../src/ids";
-import type { QueueInfo } from "../src/queue-info";
-import type { QueueSettings } from "../src/settings";
-import { coordinatorFor } from "../src/addressing";
+import type { Env } from "../src/kernel/env";
+import { newQueueId, QUEUE_ID_PATTERN } from "../src/kernel/ids";
+import type { QueueInfo } from "../src/kernel/queue-info";
+import type { QueueSettings } from "../src/kernel/settings";
+import { coordinatorFor } from "../src/kernel/addressing";
 
 interface CatalogRow {
   queue_name: string;

@@ -1,5 +1,5 @@
 /** The consumer of a queue, kept in its Coordinator's SQLite (one consumer per queue, as on Cloudflare). */
-import type { ConsumerRecord, ConsumerSettings, ConsumerType } from "../src/consumer-settings";
+import type { ConsumerRecord, ConsumerSettings, ConsumerType } from "../src/kernel/consumer-settings";
 
 interface ConsumerRow {
   consumer_id: string;

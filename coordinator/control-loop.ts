@@ -3,16 +3,15 @@
  * finishes changes a reset interrupted, reconciles shards with the map, runs the
  * autoscaler and carries out its decisions, and forgets long-retired shards.
  */
-import { storageShardFor } from "../src/addressing";
-import { serviceConfig } from "../src/config";
-import type { Env } from "../src/env";
-import type { ShardEntry } from "../src/protocol";
+import { storageShardFor } from "../src/kernel/addressing";
+import { serviceConfig } from "../src/kernel/config";
+import type { Env } from "../src/kernel/env";
+import type { ShardEntry, ShardHeartbeat } from "../src/kernel/protocol";
 import { decide, type ScalingAction, type ShardView } from "./autoscaler";
 import { carryForgottenShard } from "./counters";
 import { loadMemory, logDecision, saveMemory } from "./decisions";
-import type { ShardHeartbeat } from "./heartbeats";
 import type { QueueRow } from "./schema";
-import type { FaultPoint } from "../src/test-hooks";
+import type { FaultPoint } from "../src/kernel/test-hooks";
 
 /** Retired shards stay in the map this long, so brokers with older maps learn of them. */
 const KEEP_RETIRED_MS = 10 * 60_000;
@@ -28,7 +27,7 @@ export interface CoordinatorState {
   row(): QueueRow | null;
   shards(): ShardEntry[];
   heartbeats(): ShardHeartbeat[];
-  /** The fault harness's abort points (src/test-hooks.ts); a no-op unless armed. */
+  /** The fault harness's abort points (src/kernel/test-hooks.ts); a no-op unless armed. */
   faultPoint(point: FaultPoint): void;
 }
 
@@ -96,7 +95,7 @@ export class ControlLoop {
   /**
    * A scale-out of one shard, or the drain of `shard`, decided now and carried out as
    * the autoscaler's own decisions are: the fault harness's way to have a change in
-   * flight when it aborts the Coordinator (src/test-hooks.ts). Returns the shard changed.
+   * flight when it aborts the Coordinator (src/kernel/test-hooks.ts). Returns the shard changed.
    */
   async force(kind: "scale-out" | "drain", now: number, shard?: string): Promise<string> {
     const figures = { activeShards: this.c.shards().filter((s) => s.state === "active").length, messagesPerSecond: 0, perShard: 0, target: 0, refusals: 0 };

@@ -1,30 +1,22 @@
 import { DurableObject } from "cloudflare:workers";
-import { systemClock, type Clock } from "../src/clock";
-import { serviceConfig } from "../src/config";
-import type { Env } from "../src/env";
-import { applyConsumerPatch, MAX_CONCURRENCY, type ConsumerRecord, type ConsumerSettingsPatch } from "../src/consumer-settings";
-import { randomHex } from "../src/ids";
-import type { DeliveryPlan, ShardBacklog, ShardEntry, ShardMap, ShardState, StorageHeartbeat } from "../src/protocol";
-import type { QueueInfo } from "../src/queue-info";
-import { applySettingsPatch, type QueueSettings, type QueueSettingsPatch } from "../src/settings";
-import { consumerShardFor, shardMapKeys, storageShardFor } from "../src/addressing";
+import { systemClock, type Clock } from "../src/kernel/clock";
+import { serviceConfig } from "../src/kernel/config";
+import type { Env } from "../src/kernel/env";
+import { applyConsumerPatch, MAX_CONCURRENCY, type ConsumerRecord, type ConsumerSettingsPatch } from "../src/kernel/consumer-settings";
+import { randomHex } from "../src/kernel/ids";
+import type { DeliveryPlan, ShardBacklog, ShardEntry, ShardMap, ShardState, StorageHeartbeat, QueueCounters, SendLatencyCounts, ShardHeartbeat } from "../src/kernel/protocol";
+import type { QueueInfo } from "../src/kernel/queue-info";
+import { applySettingsPatch, type QueueSettings, type QueueSettingsPatch } from "../src/kernel/settings";
+import { consumerShardFor, shardMapKeys, storageShardFor } from "../src/kernel/addressing";
 import { ControlLoop } from "./control-loop";
 import { deleteConsumer, insertConsumer, readConsumers, updateConsumer, type NewConsumer } from "./consumers";
 import { logDecision, recentDecisions, type Decision } from "./decisions";
-import { queueCounters, type QueueCounters } from "./counters";
-import { readSendLatency, recordSendLatency, type SendLatencyCounts } from "./send-latency";
-import {
-  readConsumerShards,
-  readStorageBeats,
-  recordConsumerReport,
-  recordStorageBeat,
-  type ConsumerShardReport,
-  type ConsumerShardStatus,
-  type ShardHeartbeat,
-} from "./heartbeats";
+import { queueCounters } from "./counters";
+import { readSendLatency, recordSendLatency } from "./send-latency";
+import { readConsumerShards, readStorageBeats, recordConsumerReport, recordStorageBeat, type ConsumerShardReport, type ConsumerShardStatus } from "./heartbeats";
 import { migrateCoordinator, type QueueRow } from "./schema";
 import { readSeries, recordPoint, SERIES_STEP_MS, type SeriesPoint } from "./time-series";
-import { TestHooks, testHooksEnabled, type FaultPoint, type TestHookStatus } from "../src/test-hooks";
+import { TestHooks, testHooksEnabled, type FaultPoint, type TestHookStatus } from "../src/kernel/test-hooks";
 
 /** Messages per consumer shard before the Coordinator wakes another (up to max_concurrency). */
 const BACKLOG_PER_CONSUMER_SHARD = 200;
@@ -36,7 +28,6 @@ const PUBLISH_RETRY_MS = 5000;
 const REFRESH_MAP_MS = 60_000;
 
 
-export type { ShardHeartbeat } from "./heartbeats";
 
 export interface InitializeQueue {
   accountId: string;
@@ -55,7 +46,7 @@ export class Coordinator extends DurableObject<Env> {
   private readonly loop: ControlLoop;
   private publishing = false;
   clock: Clock = systemClock;
-  /** The fault harness's aborts and alarm throws; inert unless SHARDQ_TEST_HOOKS is "on" (src/test-hooks.ts). */
+  /** The fault harness's aborts and alarm throws; inert unless SHARDQ_TEST_HOOKS is "on" (src/kernel/test-hooks.ts). */
   private readonly hooks = new TestHooks(testHooksEnabled(this.env), "coordinator");
   /** The fault harness's stale map: KV keeps the old one until then (as KV's own delay could). */
   private holdMapUntil = 0;
@@ -297,7 +288,7 @@ export class Coordinator extends DurableObject<Env> {
 
   /**
    * The backlog of every shard not retired, as its latest heartbeat reported it: what
-   * send answers sum their queue figures from (src/queue-figures.ts), cached by brokers.
+   * send answers sum their queue figures from (src/routing/queue-figures.ts), cached by brokers.
    */
   backlogByShard(): ShardBacklog[] {
     const live = new Set(this.shards().filter((s) => s.state !== "retired").map((s) => s.name));
@@ -357,7 +348,7 @@ export class Coordinator extends DurableObject<Env> {
   }
 
   /**
-   * The fault harness's hook (src/test-hooks.ts): arm a point, force a scale-out or a
+   * The fault harness's hook (src/kernel/test-hooks.ts): arm a point, force a scale-out or a
    * drain now, or keep the published map as it is for `holdMapMs`. Throws unless
    * SHARDQ_TEST_HOOKS is "on".
    */
@@ -380,7 +371,7 @@ export class Coordinator extends DurableObject<Env> {
     return recentDecisions(this.sql, limit);
   }
 
-  /** Adds what a broker isolate measured since its last flush (broker/latency-histogram.ts). */
+  /** Adds what a broker isolate measured since its last flush (broker/metrics/latency-histogram.ts). */
   recordSendLatency(counts: SendLatencyCounts): void {
     if (this.row()) recordSendLatency(this.sql, counts);
   }

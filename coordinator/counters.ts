@@ -18,13 +18,8 @@
  * to that shard's carry (a report sent before the one on file, a late duplicate, is
  * not taken for a restart); a forgotten shard's totals and carry go to the queue's.
  */
-import type { DeliveryTotals } from "../src/protocol";
+import { type DeliveryTotals, COUNTER_NAMES, type QueueCounters } from "../src/kernel/protocol";
 
-export type CounterName = keyof DeliveryTotals;
-export const COUNTER_NAMES: readonly CounterName[] = [
-  "stored", "leased", "acked", "retried", "deadLettered", "dropped", "expired", "quarantined", "purged", "cancelled",
-];
-export type QueueCounters = Record<CounterName, number>;
 
 /** The carry row of shards no longer on file. No shard is named "". */
 const FORGOTTEN = "";

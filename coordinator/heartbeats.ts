@@ -1,25 +1,7 @@
 /** The latest report of every shard of a queue, kept by its Coordinator. */
-import type { DeliveryTotals, StorageHeartbeat } from "../src/protocol";
+import type { DeliveryTotals, StorageHeartbeat, ShardHeartbeat } from "../src/kernel/protocol";
 import { carryShardRestart } from "./counters";
 
-export interface ShardHeartbeat {
-  name: string;
-  state: string;
-  backlog_count: number;
-  backlog_bytes: number;
-  oldest_at: number | null;
-  messages_in: number;
-  messages_out: number;
-  refusals: number;
-  leased_now: number;
-  period_ms: number;
-  received_at: number;
-  totals: DeliveryTotals;
-  /** RPCs served and SQLite rows written since the shard object last started. */
-  cost: { rpcs: number; rowsWritten: number };
-  /** False once the shard has missed three heartbeats. */
-  healthy: boolean;
-}
 
 /** What a consumer shard reports after each round of delivery. */
 export interface ConsumerShardReport {

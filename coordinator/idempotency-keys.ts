@@ -1,35 +1,20 @@
 import { DurableObject } from "cloudflare:workers";
-import { systemClock, type Clock } from "../src/clock";
-import type { Env } from "../src/env";
-import { runMigrations } from "../src/sqlite-migrations";
+import { systemClock, type Clock } from "../src/kernel/clock";
+import type { Env } from "../src/kernel/env";
+import { runMigrations } from "../src/kernel/sqlite-migrations";
+import type { ClaimOutcome, KeyClaim } from "../src/kernel/protocol";
 
 /** How long a key is remembered after its first use (Stripe's window; documented in the README). */
 export const IDEMPOTENCY_WINDOW_MS = 24 * 3_600_000;
 /**
  * How long a claim belongs to the request that made it. A send gives up within a few
- * seconds (broker/send.ts: OVERLOAD_PATIENCE_MS plus retries), so a claim this old
+ * seconds (src/routing/store.ts: OVERLOAD_PATIENCE_MS plus retries), so a claim this old
  * was left by a request that died, and a retry may take it over.
  */
 export const IN_PROGRESS_MS = 15_000;
 /** Expired keys are swept by an alarm at most this often. */
 const SWEEP_EVERY_MS = 60_000;
 
-/** One key a send wants: its request digest, and the message ids it would store under. */
-export interface KeyClaim {
-  key: string;
-  digest: string;
-  ids: string[];
-}
-
-export type ClaimOutcome =
-  /** Store under `ids`. `retry`: an earlier attempt may have stored them already (send with dedupe). */
-  | { status: "claimed"; ids: string[]; retry: boolean }
-  /** Stored by an earlier request: answer with its ids, store nothing. */
-  | { status: "done"; ids: string[] }
-  /** Another request holds the key right now. */
-  | { status: "busy"; retryAfterMs: number }
-  /** The key was used with a different request. */
-  | { status: "mismatch" };
 
 interface KeyRow extends Record<string, SqlStorageValue> {
   digest: string;

@@ -1,4 +1,4 @@
-import { runMigrations } from "../src/sqlite-migrations";
+import { runMigrations } from "../src/kernel/sqlite-migrations";
 
 /** The Coordinator's SQLite schema: the queue's record, its shards, their heartbeats, its consumer. */
 const MIGRATIONS: string[] = [

@@ -1,17 +1,11 @@
+import type { SendLatencyCounts } from "../src/kernel/protocol";
 /**
  * A queue's send latency histogram, kept by its Coordinator: the sum of what every
- * broker isolate measured (broker/latency-histogram.ts). An isolate's own counts die
+ * broker isolate measured (broker/metrics/latency-histogram.ts). An isolate's own counts die
  * with it and production runs many isolates, so each adds its counts here every few
  * seconds, and GET /metrics reads the cumulative result.
  */
 
-/** Sends counted by latency. Crosses DO RPC from the broker to the Coordinator. */
-export interface SendLatencyCounts {
-  /** Sends per bucket, NOT cumulative, by the bucket's upper bound in seconds as an `le` label: "0.005", "1", "+Inf". */
-  buckets: Record<string, number>;
-  sumSeconds: number;
-  count: number;
-}
 
 const LE = /^(?:\+Inf|(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?)$/;
 const SUM = "_sum";

@@ -1,10 +1,10 @@
+import type { ShardHeartbeat } from "../src/kernel/protocol";
 /**
  * A queue's recent history for the dashboard: one point per SERIES_STEP_MS from the
  * shards' heartbeats (backlog, bytes, messages in and out per second, shards and
  * consumer shards at work), the last hour kept. A point a step is 360 rows an hour,
  * each written once: cheap enough to keep always, small enough to send whole.
  */
-import type { ShardHeartbeat } from "./heartbeats";
 
 export const SERIES_STEP_MS = 10_000;
 export const SERIES_SPAN_MS = 60 * 60 * 1000;

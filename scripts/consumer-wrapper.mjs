@@ -1,5 +1,5 @@
 // The entry module shardq puts in front of a consumer Worker, so that the Worker exports
-// the ShardqConsumer entrypoint (src/consumer-entrypoint.ts) without its author touching
+// the ShardqConsumer entrypoint (src/consumer/entrypoint.ts) without its author touching
 // their code: everything the Worker's own entry exports, unchanged, plus ShardqConsumer,
 // which hands each batch to the same queue() handler. It is written next to the generated
 // config (shardq's state directory, or deploy-config's --out), never into the user's project.
@@ -8,8 +8,8 @@ import { fileURLToPath } from "node:url";
 /** What the generated entry is called, next to the generated config. */
 export const WRAPPER_FILE = "shardq-consumer-entry.mjs";
 
-/** src/consumer-entrypoint.ts wherever this copy of shardq is: a checkout, or node_modules/shardq. */
-export const CONSUMER_ENTRYPOINT_MODULE = fileURLToPath(new URL("../src/consumer-entrypoint.ts", import.meta.url));
+/** src/consumer/entrypoint.ts wherever this copy of shardq is: a checkout, or node_modules/shardq. */
+export const CONSUMER_ENTRYPOINT_MODULE = fileURLToPath(new URL("../src/consumer/entrypoint.ts", import.meta.url));
 
 /** Starts the error a wrapper throws when the Worker has no queue() handler; the CLI looks for it in wrangler's output. */
 export const WRAPPER_ERROR_PREFIX = "shardq: ";

@@ -80,7 +80,7 @@ export function writeDeployConfig({ configs, out, account, shardqName, cwd = pro
 }
 
 /**
- * How the wrapper imports src/consumer-entrypoint.ts: through the package name when the
+ * How the wrapper imports src/consumer/entrypoint.ts: through the package name when the
  * project resolves "shardq" to this very copy (it survives a fresh install elsewhere), else
  * by a path relative to the wrapper (a shardq checkout next to the project).
  * @param {string} dir  the wrapper's directory
@@ -88,7 +88,7 @@ export function writeDeployConfig({ configs, out, account, shardqName, cwd = pro
 function entrypointSpecifier(dir) {
   try {
     const found = createRequire(join(dir, "noop.js")).resolve("shardq/package.json");
-    if (realpathSync(dirname(found)) === realpathSync(ROOT)) return "shardq/src/consumer-entrypoint.ts";
+    if (realpathSync(dirname(found)) === realpathSync(ROOT)) return "shardq/consumer";
   } catch {
     // Not installed as a package where the project can see it.
   }

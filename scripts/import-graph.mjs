@@ -1,13 +1,37 @@
-// The import graph of the service's own code (not tests): which files import which, and
-// the circles among them (strongly connected components of more than one file), type-only
-// imports included, since a type circle still ties the files together. The measure issue 15
-// ("one way down") is judged by: `node scripts/import-graph.mjs` prints the circles and
-// exits 1 while there is one.
+// The import graph of the service's own code (not tests): which files import which, the
+// circles among them (strongly connected components of more than one file, type-only imports
+// included, since a type circle still ties the files together), and every import that runs
+// up a layer or sideways between two parts of one layer. The layers are docs/architecture.md's.
+// `npm run check:imports` prints what it finds and exits 1 on any circle or wrong-way import;
+// test/e2e/import-graph.test.ts runs the same check in `npm test`.
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
 import { ROOT } from "./dev-server.mjs";
 
 const FOLDERS = ["src", "broker", "coordinator", "storage-shard", "consumer-shard"];
+
+/**
+ * The layers, top first: a file may import its own part and any part of a lower layer,
+ * nothing above it and no other part of its own layer (parts of a layer talk over RPC).
+ * The consumer client library runs inside users' Workers: it may import the kernel only.
+ */
+export const LAYERS = [
+  { layer: "entry", parts: ["src/worker.ts"] },
+  { layer: "edge", parts: ["broker", "consumer-shard"] },
+  { layer: "client library", parts: ["src/consumer"] },
+  { layer: "delivery service", parts: ["src/delivery"] },
+  { layer: "routing service", parts: ["src/routing"] },
+  { layer: "durable objects", parts: ["coordinator", "storage-shard"] },
+  { layer: "kernel", parts: ["src/kernel"] },
+];
+
+/** The layer index and part of a file, or null for a file no layer names. @param {string} file */
+export function placeOf(file) {
+  for (const [index, { parts }] of LAYERS.entries()) {
+    for (const part of parts) if (file === part || file.startsWith(`${part}/`)) return { index, part };
+  }
+  return null;
+}
 const IMPORT = /(?:^|\n)\s*(?:import|export)\s[^;]*?from\s+["']([^"']+)["']/g;
 
 /** Every .ts and .mjs file below the service's folders, relative to the root. */
@@ -74,11 +98,41 @@ function components(graph) {
   return out;
 }
 
-const files = sourceFiles();
-const known = new Set(files);
-const graph = new Map(files.map((f) => [f, importsOf(f, known)]));
-const circles = components(graph);
-const edges = [...graph.values()].reduce((n, s) => n + s.size, 0);
-console.log(`${files.length} files, ${edges} imports among them, ${circles.length} circle(s)`);
-for (const c of circles) console.log(`circle of ${c.length}: ${c.join(", ")}`);
-process.exitCode = circles.length ? 1 : 0;
+/**
+ * The graph and what is wrong with it: circles, imports that go up or sideways, and files
+ * outside every layer.
+ */
+export function importGraph() {
+  const files = sourceFiles();
+  const known = new Set(files);
+  const graph = new Map(files.map((f) => [f, importsOf(f, known)]));
+  /** @type {string[]} */ const wrongWay = [];
+  /** @type {string[]} */ const unplaced = [];
+  for (const [from, targets] of graph) {
+    const a = placeOf(from);
+    if (!a) {
+      unplaced.push(from);
+      continue;
+    }
+    const clientOnly = a.part === "src/consumer";
+    for (const to of targets) {
+      const b = placeOf(to);
+      if (!b || b.part === a.part) continue;
+      const kernel = b.part === "src/kernel";
+      if (b.index < a.index || (b.index === a.index) || (clientOnly && !kernel)) {
+        wrongWay.push(`${from} (${LAYERS[a.index]?.layer}) imports ${to} (${LAYERS[b.index]?.layer})`);
+      }
+    }
+  }
+  const edges = [...graph.values()].reduce((n, s) => n + s.size, 0);
+  return { files, edges, circles: components(graph), wrongWay, unplaced };
+}
+
+if (process.argv[1] && resolve(process.argv[1]) === resolve(new URL(import.meta.url).pathname)) {
+  const { files, edges, circles, wrongWay, unplaced } = importGraph();
+  console.log(`${files.length} files, ${edges} imports among them, ${circles.length} circle(s), ${wrongWay.length} wrong-way import(s), ${unplaced.length} file(s) outside the layers`);
+  for (const c of circles) console.log(`circle of ${c.length}: ${c.join(", ")}`);
+  for (const w of wrongWay) console.log(`wrong way: ${w}`);
+  for (const u of unplaced) console.log(`outside the layers: ${u}`);
+  process.exitCode = circles.length || wrongWay.length || unplaced.length ? 1 : 0;
+}

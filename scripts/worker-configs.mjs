@@ -28,7 +28,7 @@ const CONFIG_NAMES = ["wrangler.json", "wrangler.jsonc", "wrangler.toml"];
 /** Cloudflare's Worker name rule, which shardq's consumer API enforces on script_name. */
 const WORKER_NAME = /^[a-z0-9_][a-z0-9_-]{0,62}$/;
 
-/** src/settings.ts QUEUE_NAME_PATTERN. */
+/** src/kernel/settings.ts QUEUE_NAME_PATTERN. */
 export const QUEUE_NAME = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/;
 
 /** @typedef {{ binding: string, queue: string, delivery_delay?: number }} ProducerEntry */
@@ -181,7 +181,7 @@ export function namedEnvironmentsWithQueues(worker) {
 
 /**
  * The service binding shardq reaches a consumer Worker by: "my-consumer" ->
- * CONSUMER_MY_CONSUMER. The same rule as consumerBindingName in src/consumer-settings.ts,
+ * CONSUMER_MY_CONSUMER. The same rule as consumerBindingName in src/kernel/consumer-settings.ts,
  * which Node cannot import; the e2e test fails if the two disagree (shardq then refuses the
  * consumer: it finds no binding by that name).
  * @param {string} scriptName

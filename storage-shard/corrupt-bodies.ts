@@ -1,10 +1,10 @@
 /**
- * The fault harness's "corrupt" fault (src/test-hooks.ts has the rest): flips a byte
+ * The fault harness's "corrupt" fault (src/kernel/test-hooks.ts has the rest): flips a byte
  * of some stored bodies, the checksum left as it was, as a disk or a bug could, to see
  * them quarantined rather than delivered garbled. Reached only through the storage
  * shard's testHook, which throws unless SHARDQ_TEST_HOOKS is "on".
  */
-import { crc32 } from "../src/checksum";
+import { crc32 } from "../src/kernel/checksum";
 
 /** Most bodies one call corrupts. */
 const MAX_CORRUPT = 100;

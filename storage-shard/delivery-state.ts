@@ -14,7 +14,7 @@
  * lost is delivered again, and that delivery is not counted as a retry); a late ack for
  * a lost lease still deletes the message; totals lose at most the last second.
  */
-import type { DeliveryTotals } from "../src/protocol";
+import type { DeliveryTotals } from "../src/kernel/protocol";
 
 export interface MemoryLease {
   /** The message id, checked on settle: seq values can be reused after a restart. */

@@ -12,11 +12,11 @@
  * until an ack names the current lease, and an ack or retry under a lease someone else
  * has taken since does nothing.
  */
-import { crc32 } from "../src/checksum";
-import { randomHex } from "../src/ids";
+import { crc32 } from "../src/kernel/checksum";
+import { randomHex } from "../src/kernel/ids";
 import { DeliveryState } from "./delivery-state";
 import { copyKey, timestampOf, type MessageRow } from "./schema";
-import type { LeasedMessage, LeaseRef, LeaseRequest, LeaseResult, SettleRequest, SettleResult } from "../src/protocol";
+import type { LeasedMessage, LeaseRef, LeaseRequest, LeaseResult, SettleRequest, SettleResult } from "../src/kernel/protocol";
 
 /** How many expired messages one lease call deletes at most: bounded work per visit. */
 const EXPIRE_PER_CALL = 500;

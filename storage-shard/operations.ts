@@ -7,20 +7,13 @@
  * by id reads the table (no index on id: fresh messages cost two row writes, see
  * schema.ts), which is fine for an operator's call and never on the delivery path.
  */
-import { crc32 } from "../src/checksum";
-import type { LeasedMessage, LeaseRef, MessageFilter, MessageStatus, PeekResult, StoredMessage } from "../src/protocol";
+import { crc32 } from "../src/kernel/checksum";
+import type { LeasedMessage, LeaseRef, MessageFilter, MessageStatus, PeekResult, StoredMessage } from "../src/kernel/protocol";
 import { leaseStored, type BacklogDelta, type ReadyRow } from "./delivery";
 import { DeliveryState } from "./delivery-state";
 import { timestampOf, type MessageRow } from "./schema";
+import { MAX_MATCHING_LEASE, PURGE_PER_CALL } from "../src/kernel/limits";
 
-/**
- * Rows one purge call deletes at most. A single DELETE over a large backlog would hold
- * the object (and its output gate) for as long as it runs; bounded calls let sends,
- * leases and heartbeats in between.
- */
-export const PURGE_PER_CALL = 5000;
-/** A redrive batch: the most a filtered lease takes at once. */
-export const MAX_MATCHING_LEASE = 100;
 
 /** Deleted rows: how many, their bytes, and how many were held under a live lease. */
 interface Removed {

@@ -1,5 +1,5 @@
-import type { ContentType } from "../src/protocol";
-import { runMigrations } from "../src/sqlite-migrations";
+import type { ContentType } from "../src/kernel/protocol";
+import { runMigrations } from "../src/kernel/sqlite-migrations";
 
 /** A row of the messages table, as SQLite returns it. */
 export interface MessageRow {

@@ -1,8 +1,8 @@
 import { DurableObject } from "cloudflare:workers";
-import { crc32 } from "../src/checksum";
-import { systemClock, type Clock } from "../src/clock";
-import { serviceConfig } from "../src/config";
-import type { Env } from "../src/env";
+import { crc32 } from "../src/kernel/checksum";
+import { systemClock, type Clock } from "../src/kernel/clock";
+import { serviceConfig } from "../src/kernel/config";
+import type { Env } from "../src/kernel/env";
 import type {
   AppendRequest,
   AppendResult,
@@ -23,17 +23,18 @@ import type {
   ShardRefusal,
   ShardStats,
   StorageHeartbeat,
-} from "../src/protocol";
+} from "../src/kernel/protocol";
 import { ActivityMeter, TokenBucket } from "./capacity";
 import { expireOld, extend, lease, leasedCount, readLeased, settle, type BacklogDelta } from "./delivery";
 import { DeliveryState } from "./delivery-state";
-import { coordinatorFor } from "../src/addressing";
-import { meteredSql, type CostMeter } from "../src/sql-meter";
-import { cancelMessage, countMatching, findMessage, leaseMatching, peekReady, PURGE_PER_CALL, purgeSome, readInOrder, releaseLeases } from "./operations";
+import { coordinatorFor } from "../src/kernel/addressing";
+import { meteredSql, type CostMeter } from "../src/kernel/sql-meter";
+import { cancelMessage, countMatching, findMessage, leaseMatching, peekReady, purgeSome, readInOrder, releaseLeases } from "./operations";
 import { migrate, newNonce } from "./schema";
 import { knownIds, movesDone, rememberIds, rememberMoves } from "./remembered-ids";
-import { TestHooks, testHooksEnabled, type FaultPoint, type TestHookStatus } from "../src/test-hooks";
+import { TestHooks, testHooksEnabled, type FaultPoint, type TestHookStatus } from "../src/kernel/test-hooks";
 import { corruptBodies } from "./corrupt-bodies";
+import { PURGE_PER_CALL } from "../src/kernel/limits";
 
 const MAX_PEEK = 1000;
 /** How far back (in messages) a deduplicated append looks for ids it already stored. */
@@ -70,7 +71,7 @@ export class StorageShard extends DurableObject<Env> {
   private readonly delivery: DeliveryState;
   /** Tests replace this to drive time. */
   clock: Clock = systemClock;
-  /** The fault harness's resets; inert unless SHARDQ_TEST_HOOKS is "on" (src/test-hooks.ts). */
+  /** The fault harness's resets; inert unless SHARDQ_TEST_HOOKS is "on" (src/kernel/test-hooks.ts). */
   private readonly hooks = new TestHooks(testHooksEnabled(this.env), "storage");
 
   constructor(ctx: DurableObjectState, env: Env) {
@@ -324,7 +325,7 @@ export class StorageShard extends DurableObject<Env> {
     this.leasedNow = Math.max(0, this.leasedNow - r.held);
   }
 
-  /** The fault harness's hook (src/test-hooks.ts): throws unless SHARDQ_TEST_HOOKS is "on". */
+  /** The fault harness's hook (src/kernel/test-hooks.ts): throws unless SHARDQ_TEST_HOOKS is "on". */
   testHook(req: { arm?: FaultPoint | null; times?: number; corrupt?: number } = {}): TestHookStatus & { corrupted?: Array<{ id: string; seq: number }> } {
     const status = this.hooks.control(req.arm, req.times);
     return req.corrupt ? { ...status, corrupted: corruptBodies(this.sql, this.delivery.leases, req.corrupt) } : status;

@@ -1,5 +1,5 @@
 // The commands of `shardq`: each names its arguments and options, calls the HTTP API
-// (broker/router.ts) and prints either the API's result (--json) or lines for people.
+// (broker/http/router.ts) and prints either the API's result (--json) or lines for people.
 // Flags follow `wrangler queues` where it has the command; values are checked for form
 // here and for range by the API, which names the field at fault.
 //

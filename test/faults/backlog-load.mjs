@@ -4,7 +4,7 @@
 import { readdirSync, readFileSync } from "node:fs";
 import { prng } from "./prng.mjs";
 
-/** Cloudflare's limits as shardq enforces them (src/limits.ts): bytes of a body, of a batch's bodies, messages in a batch. */
+/** Cloudflare's limits as shardq enforces them (src/kernel/limits.ts): bytes of a body, of a batch's bodies, messages in a batch. */
 export const LIMITS = { messageBytes: 128_000, batchBytes: 256_000, batchMessages: 100 };
 
 /**
@@ -226,7 +226,7 @@ function memOf(pid) {
  */
 export async function probeReads(o) {
   const q = `/accounts/local/queues/${o.queue}`;
-  // Time-ordered like shardq's ids (src/ids.ts) yet never made: far in the future.
+  // Time-ordered like shardq's ids (src/kernel/ids.ts) yet never made: far in the future.
   const missing = `ffffffffffff${"0".repeat(20)}`;
   /** @type {Array<{ name: string, method?: string, path: string, body?: unknown, expected?: number, messages?: (r: any) => unknown[] }>} */
   const asks = [

@@ -1,5 +1,5 @@
-// The control-plane faults of a run, through the test hooks of src/test-hooks.ts
-// (broker/test-hooks-api.ts):
+// The control-plane faults of a run, through the test hooks of src/kernel/test-hooks.ts
+// (broker/http/test-hooks-api.ts):
 //
 //   abort-coordinator  the queue's Coordinator is reset mid-autoscale: in turn, after a
 //                      forced scale-out wrote and activated its new shard and before it

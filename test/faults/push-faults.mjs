@@ -1,7 +1,7 @@
 // The push side of a fault run: a second queue, PUSH_QUEUE, whose consumer is a Worker
 // (push-consumer/, run in the same `wrangler dev` as shardq and reached at its queue()
 // handler through a service binding), and the fault kind "abort-consumer": one consumer
-// shard of that queue resets itself (ctx.abort(), src/test-hooks.ts) right after it leased
+// shard of that queue resets itself (ctx.abort(), src/kernel/test-hooks.ts) right after it leased
 // a batch and before it handed it over ("abort-leased"), or after the consumer's queue()
 // returned and before its acks and retries were applied ("abort-dispatched"), in turn.
 import { cpSync, readFileSync, writeFileSync } from "node:fs";
@@ -12,7 +12,7 @@ import { prng } from "./prng.mjs";
 import { sleep } from "./workload.mjs";
 
 export const PUSH_QUEUE = "faults-push";
-/** The push consumer Worker, and the binding shardq reaches it by (src/consumer-settings.ts consumerBindingName). */
+/** The push consumer Worker, and the binding shardq reaches it by (src/kernel/consumer-settings.ts consumerBindingName). */
 export const PUSH_CONSUMER = { service: "shardq-faults-push-consumer", binding: "CONSUMER_SHARDQ_FAULTS_PUSH_CONSUMER" };
 /** The two consumer shard fault points, in turn. */
 export const CONSUMER_ABORT_POINTS = /** @type {const} */ (["abort-leased", "abort-dispatched"]);

@@ -238,7 +238,7 @@ async function settle(o, acks, retries) {
 /**
  * The storage shard and row a lease id names. A lease id is `<payload>.<signature>`, the
  * payload base64url JSON [account, queue, shard, message id, "<seq>-<lease>", attempts]
- * (broker/lease-tokens.ts): the checker uses the shard to tell which leases a storage
+ * (broker/http/lease-tokens.ts): the checker uses the shard to tell which leases a storage
  * shard's reset ended, and the row to see a message id stored twice.
  * @param {string} token
  * @returns {{ s?: string, r?: number }}

@@ -9,7 +9,7 @@
  * which records the calls itself) and shardq's ShardqConsumer entrypoint (createBatch()).
  * Built to JavaScript by scripts/build-examples.mjs and loaded by vitest.config.ts.
  */
-import { consumerEntrypoint } from "../../src/consumer-entrypoint";
+import { consumerEntrypoint } from "../../src/consumer/entrypoint";
 
 export type ProbeCall = ["ack", number] | ["retry", number, number?] | ["ackAll"] | ["retryAll", number?] | ["throw"];
 

@@ -5,7 +5,7 @@
 // make one fail and check that nothing is thrown and the next alarm is set.
 import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { consumerShardFor, coordinatorFor, storageShardFor } from "../../src/addressing";
+import { consumerShardFor, coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import type { ConsumerShard } from "../../consumer-shard/consumer-shard";
 import type { Coordinator } from "../../coordinator/coordinator";
 import type { StorageShard } from "../../storage-shard/storage-shard";

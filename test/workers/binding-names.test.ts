@@ -1,7 +1,7 @@
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import wranglerToml from "../../wrangler.toml?raw";
-import { CONSUMER_BINDING_PREFIX, consumerBinding, isServiceBinding } from "../../src/consumer-settings";
+import { CONSUMER_BINDING_PREFIX, consumerBinding, isServiceBinding } from "../../src/kernel/consumer-settings";
 
 /**
  * CONSUMER_<SCRIPT_NAME> is how shardq finds a consumer Worker's service binding, so a

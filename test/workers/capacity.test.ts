@@ -2,7 +2,7 @@ import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test"
 import { describe, expect, it } from "vitest";
 import type { Coordinator } from "../../coordinator/coordinator";
 import { saveMemory } from "../../coordinator/decisions";
-import { coordinatorFor } from "../../src/addressing";
+import { coordinatorFor } from "../../src/kernel/addressing";
 import { TokenBucket } from "../../storage-shard/capacity";
 import type { StorageShard } from "../../storage-shard/storage-shard";
 import { api, backlog, createQueue, queuePath } from "./helpers";

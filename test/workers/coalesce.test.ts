@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { coalesceStats } from "../../broker/coalesce";
+import { coalesceStats } from "../../src/routing/coalesce";
 import { api, createQueue, producer, queuePath, storedMessages } from "./helpers";
 
 describe("coalescing concurrent single sends", () => {

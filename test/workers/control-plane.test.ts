@@ -1,9 +1,9 @@
 import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import type { Coordinator } from "../../coordinator/coordinator";
-import { coordinatorFor, shardMapKeyById } from "../../src/addressing";
-import { ManualClock } from "../../src/clock";
-import type { ShardMap, StorageHeartbeat } from "../../src/protocol";
+import { coordinatorFor, shardMapKeyById } from "../../src/kernel/addressing";
+import { ManualClock } from "../../src/kernel/clock";
+import type { ShardMap, StorageHeartbeat } from "../../src/kernel/protocol";
 import { api, backlog, createQueue, producer, queuePath, storedMessages } from "./helpers";
 
 /** Fake time ahead of real time: the Coordinator's own alarms then wait for runDurableObjectAlarm. */

@@ -1,7 +1,7 @@
 import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { crc32 } from "../../src/checksum";
-import type { EncodedMessage } from "../../src/protocol";
+import { crc32 } from "../../src/kernel/checksum";
+import type { EncodedMessage } from "../../src/kernel/protocol";
 
 const QUEUE = "c".padEnd(32, "0");
 const utf8 = new TextEncoder();

@@ -1,11 +1,10 @@
 import { env, runDurableObjectAlarm, runInDurableObject, SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import type { Coordinator } from "../../coordinator/coordinator";
-import type { ShardHeartbeat } from "../../coordinator/heartbeats";
 import { readSeries, recordPoint, SERIES_SPAN_MS, SERIES_STEP_MS } from "../../coordinator/time-series";
-import { coordinatorFor, storageShardFor } from "../../src/addressing";
-import { crc32 } from "../../src/checksum";
-import type { EncodedMessage } from "../../src/protocol";
+import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
+import { crc32 } from "../../src/kernel/checksum";
+import type { EncodedMessage, ShardHeartbeat } from "../../src/kernel/protocol";
 import { DeliveryState } from "../../storage-shard/delivery-state";
 import { peekReady } from "../../storage-shard/operations";
 import type { StorageShard } from "../../storage-shard/storage-shard";

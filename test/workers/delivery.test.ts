@@ -2,8 +2,8 @@ import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test"
 import { describe, expect, it } from "vitest";
 import type { ConsumerShard } from "../../consumer-shard/consumer-shard";
 import type { Dispatch } from "../../consumer-shard/transports";
-import { consumerShardFor, coordinatorFor, storageShardFor } from "../../src/addressing";
-import { createBatch, type DispatchMessage } from "../../src/consumer-entrypoint";
+import { consumerShardFor, coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
+import { createBatch, type DispatchMessage } from "../../src/consumer/entrypoint";
 import { api, backlog, createQueue, producer, queuePath, storedMessages } from "./helpers";
 
 interface Stats {

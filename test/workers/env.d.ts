@@ -1,4 +1,4 @@
-import type { Env as ShardqEnv } from "../../src/env";
+import type { Env as ShardqEnv } from "../../src/kernel/env";
 
 declare global {
   namespace Cloudflare {

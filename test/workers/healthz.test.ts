@@ -1,15 +1,15 @@
 /**
  * GET and HEAD /healthz, for readiness probes (issue 14): 200 without a token, whatever
  * token is sent, from the Worker alone (no Durable Object, KV or rate limiter touched),
- * and the one route ROUTES in broker/router.ts marks PUBLIC. Every other route without
+ * and the one route ROUTES in broker/http/router.ts marks PUBLIC. Every other route without
  * a token is 401: scopes.test.ts.
  */
 import { createExecutionContext, env, SELF, waitOnExecutionContext } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { PUBLIC, ROUTES } from "../../broker/router";
-import worker from "../../src/index";
-import type { Env } from "../../src/env";
-import { testHookRoutes } from "../../broker/test-hooks-api";
+import { PUBLIC, ROUTES } from "../../broker/http/router";
+import worker from "../../src/worker";
+import type { Env } from "../../src/kernel/env";
+import { testHookRoutes } from "../../broker/http/test-hooks-api";
 import { BASE, TOKEN } from "./helpers";
 
 const HEALTHY = { success: true, errors: [], messages: [], result: { ok: true } };

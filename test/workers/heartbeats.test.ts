@@ -1,7 +1,7 @@
 import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { ManualClock } from "../../src/clock";
-import { coordinatorFor } from "../../src/addressing";
+import { ManualClock } from "../../src/kernel/clock";
+import { coordinatorFor } from "../../src/kernel/addressing";
 import type { Coordinator } from "../../coordinator/coordinator";
 import type { StorageShard } from "../../storage-shard/storage-shard";
 import { api, createQueue, producer, queuePath } from "./helpers";

@@ -1,11 +1,11 @@
 import { SELF, env, runInDurableObject } from "cloudflare:test";
 import { exports } from "cloudflare:workers";
-import type { ErrorDetail } from "../../src/errors";
-import type { StoredMessage } from "../../src/protocol";
-import { coordinatorFor, storageShardFor } from "../../src/addressing";
-import { ManualClock } from "../../src/clock";
+import type { ErrorDetail } from "../../src/kernel/errors";
+import type { StoredMessage } from "../../src/kernel/protocol";
+import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
+import { ManualClock } from "../../src/kernel/clock";
 import type { StorageShard } from "../../storage-shard/storage-shard";
-import type { ShardqSendBatchResponse, ShardqSendResponse } from "../../broker/producer";
+import type { ShardqSendBatchResponse, ShardqSendResponse } from "../../broker/producer/queue-producer";
 
 export const TOKEN = "shardq-local-dev-token";
 export const ACCOUNT = "local";

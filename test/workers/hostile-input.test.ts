@@ -6,8 +6,8 @@
  */
 import { createExecutionContext, env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { DISCARD_LIMIT_BYTES, MAX_JSON_DEPTH } from "../../broker/read-json";
-import { router } from "../../broker/router";
+import { DISCARD_LIMIT_BYTES, MAX_JSON_DEPTH } from "../../broker/http/read-json";
+import { router } from "../../broker/http/router";
 import { api, BASE, createQueue, queuePath, queuesPath, TOKEN } from "./helpers";
 
 const Q = "hostile";

@@ -6,12 +6,13 @@
  */
 import { createExecutionContext, env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { bucketOf } from "../../broker/idempotency";
-import { router } from "../../broker/router";
-import { forgetShardMap } from "../../broker/shard-map-cache";
-import { IDEMPOTENCY_WINDOW_MS, IN_PROGRESS_MS, type IdempotencyKeys, type KeyClaim } from "../../coordinator/idempotency-keys";
-import { coordinatorFor, idempotencyKeysFor } from "../../src/addressing";
+import { bucketOf } from "../../src/routing/idempotent-send";
+import { router } from "../../broker/http/router";
+import { forgetShardMap } from "../../src/routing/shard-map-cache";
+import { IDEMPOTENCY_WINDOW_MS, IN_PROGRESS_MS, type IdempotencyKeys } from "../../coordinator/idempotency-keys";
+import { coordinatorFor, idempotencyKeysFor } from "../../src/kernel/addressing";
 import { api, backlog, BASE, createQueue, queuePath, storedMessages, TOKEN } from "./helpers";
+import type { KeyClaim } from "../../src/kernel/protocol";
 
 const KEY = "idempotency-key";
 const send = (q: string, body: unknown, key?: string) => api("POST", `${queuePath(q)}/messages`, body, { headers: key === undefined ? {} : { [KEY]: key } });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { signLease, verifyLease, type LeaseToken } from "../../broker/lease-tokens";
+import { signLease, verifyLease, type LeaseToken } from "../../broker/http/lease-tokens";
 import { api, backlog, createQueue, queuePath, shardsOnFakeClock } from "./helpers";
 
 const ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";

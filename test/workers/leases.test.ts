@@ -1,8 +1,8 @@
 import { env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it, onTestFinished } from "vitest";
-import { crc32 } from "../../src/checksum";
-import { ManualClock } from "../../src/clock";
-import type { EncodedMessage, LeaseRequest } from "../../src/protocol";
+import { crc32 } from "../../src/kernel/checksum";
+import { ManualClock } from "../../src/kernel/clock";
+import type { EncodedMessage, LeaseRequest } from "../../src/kernel/protocol";
 import type { StorageShard } from "../../storage-shard/storage-shard";
 import { Coordinator } from "../../coordinator/coordinator";
 

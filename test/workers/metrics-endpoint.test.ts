@@ -1,6 +1,6 @@
 import { SELF, env, runDurableObjectAlarm } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { coordinatorFor, storageShardFor } from "../../src/addressing";
+import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import { api, BASE, createQueue, OTHER_TOKEN, producer, queuePath, queuesPath, TOKEN } from "./helpers";
 import { parseExposition, valueOf, type Family } from "./exposition";
 

@@ -6,10 +6,10 @@
  */
 import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { moveMessages } from "../../broker/move-messages";
-import { coordinatorFor, storageShardFor } from "../../src/addressing";
-import { crc32 } from "../../src/checksum";
-import type { EncodedMessage, LeasedMessage } from "../../src/protocol";
+import { moveMessages } from "../../src/routing/move-messages";
+import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
+import { crc32 } from "../../src/kernel/checksum";
+import type { EncodedMessage, LeasedMessage } from "../../src/kernel/protocol";
 import { api, backlog, createQueue, queuePath, storedMessages } from "./helpers";
 
 const utf8 = new TextEncoder();

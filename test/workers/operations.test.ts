@@ -1,10 +1,10 @@
 import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { purgeShards } from "../../broker/operations-api";
-import { moveMessages } from "../../broker/move-messages";
-import { coordinatorFor, storageShardFor } from "../../src/addressing";
-import { crc32 } from "../../src/checksum";
-import type { EncodedMessage, LeaseRequest } from "../../src/protocol";
+import { purgeShards } from "../../broker/http/operations-api";
+import { moveMessages } from "../../src/routing/move-messages";
+import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
+import { crc32 } from "../../src/kernel/checksum";
+import type { EncodedMessage, LeaseRequest } from "../../src/kernel/protocol";
 import { api, backlog, createQueue, OTHER_TOKEN, queuePath, shardsOnFakeClock, storedMessages } from "./helpers";
 
 const send = (q: string, body: unknown, extra: Record<string, unknown> = {}) => api("POST", `${queuePath(q)}/messages`, { body, ...extra });

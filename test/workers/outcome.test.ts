@@ -1,8 +1,8 @@
 import { createExecutionContext } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { dispose, type DispatchOutcome } from "../../consumer-shard/outcome";
-import { consumerEntrypoint, createBatch } from "../../src/consumer-entrypoint";
-import type { LeasedMessage } from "../../src/protocol";
+import { dispose } from "../../src/delivery/outcome";
+import { consumerEntrypoint, createBatch } from "../../src/consumer/entrypoint";
+import type { LeasedMessage, DispatchOutcome } from "../../src/kernel/protocol";
 
 const settings = { max_retries: 3, retry_delay: 7 };
 const leased = (id: string, attempts = 1): LeasedMessage => ({ id, body: new Uint8Array(), contentType: "json", enqueuedAt: 0, attempts, leaseId: "L", copyKey: "" });

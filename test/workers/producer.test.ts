@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
-import { decodeBody } from "../../src/encoding";
+import { decodeBody } from "../../src/kernel/encoding";
 import { env, runDurableObjectAlarm } from "cloudflare:test";
-import { coordinatorFor, storageShardFor } from "../../src/addressing";
+import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import { backlog, createQueue, producer, storedMessages } from "./helpers";
 
 describe("the QueueProducer binding", () => {

@@ -1,13 +1,13 @@
 import { env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { cumulativeBuckets, emptyCounts, observe, SendLatencyBuffer, type WaitUntil } from "../../broker/latency-histogram";
-import { Exposition, EXPOSITION_CONTENT_TYPE } from "../../broker/prometheus";
+import { cumulativeBuckets, emptyCounts, observe, SendLatencyBuffer, type WaitUntil } from "../../broker/metrics/latency-histogram";
+import { Exposition, EXPOSITION_CONTENT_TYPE } from "../../broker/metrics/prometheus";
 import type { Coordinator } from "../../coordinator/coordinator";
 import { carryForgottenShard, queueCounters } from "../../coordinator/counters";
 import { recordStorageBeat } from "../../coordinator/heartbeats";
-import { readSendLatency, recordSendLatency, type SendLatencyCounts } from "../../coordinator/send-latency";
-import type { Env } from "../../src/env";
-import type { DeliveryTotals, StorageHeartbeat } from "../../src/protocol";
+import { readSendLatency, recordSendLatency } from "../../coordinator/send-latency";
+import type { Env } from "../../src/kernel/env";
+import type { DeliveryTotals, StorageHeartbeat, SendLatencyCounts } from "../../src/kernel/protocol";
 import { parseExposition, valueOf } from "./exposition";
 
 describe("the Prometheus text format writer", () => {

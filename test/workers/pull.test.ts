@@ -1,8 +1,8 @@
 import { createExecutionContext, env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { router } from "../../broker/router";
-import { coordinatorFor, storageShardFor } from "../../src/addressing";
-import { defaultConsumerSettings } from "../../src/consumer-settings";
+import { router } from "../../broker/http/router";
+import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
+import { defaultConsumerSettings } from "../../src/kernel/consumer-settings";
 import { api, backlog, BASE, createQueue, OTHER_TOKEN, producer, queuePath, queuesPath, storedMessages, shardsOnFakeClock, TOKEN } from "./helpers";
 
 const pull = (q: string, body: unknown = {}, token?: string, account?: string) => api("POST", `${queuePath(q, account)}/messages/pull`, body, { token });

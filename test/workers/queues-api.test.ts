@@ -1,6 +1,6 @@
 import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { shardMapKeyById, shardMapKeyByName } from "../../src/addressing";
+import { shardMapKeyById, shardMapKeyByName } from "../../src/kernel/addressing";
 import { api, createQueue, queuePath, queuesPath } from "./helpers";
 
 describe("queue management over HTTP", () => {

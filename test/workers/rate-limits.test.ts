@@ -8,10 +8,10 @@
  */
 import { createExecutionContext, env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { QueueProducer } from "../../broker/producer";
-import { RATE_LIMIT_RETRY_AFTER_SECONDS } from "../../broker/rate-limit";
-import { router } from "../../broker/router";
-import type { Env } from "../../src/env";
+import { QueueProducer } from "../../broker/producer/queue-producer";
+import { RATE_LIMIT_RETRY_AFTER_SECONDS } from "../../broker/http/rate-limit";
+import { router } from "../../broker/http/router";
+import type { Env } from "../../src/kernel/env";
 import { BASE, queuePath, queuesPath } from "./helpers";
 
 const ACCOUNT_LIMIT = 10;

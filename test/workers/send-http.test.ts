@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { decodeBody } from "../../src/encoding";
+import { decodeBody } from "../../src/kernel/encoding";
 import { api, backlog, createQueue, queuePath, storedMessages } from "./helpers";
 
 const msgs = (q: string) => `${queuePath(q)}/messages`;

@@ -1,11 +1,11 @@
 import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { callerRegion } from "../../broker/region";
-import { pickShard } from "../../broker/send";
-import { cachedShardMap } from "../../broker/shard-map-cache";
-import type { ServiceConfig } from "../../src/config";
-import type { ShardMap } from "../../src/protocol";
-import { catalogFor, coordinatorFor } from "../../src/addressing";
+import { callerRegion } from "../../src/routing/region";
+import { pickShard } from "../../src/routing/store";
+import { cachedShardMap } from "../../src/routing/shard-map-cache";
+import type { ServiceConfig } from "../../src/kernel/config";
+import type { ShardMap } from "../../src/kernel/protocol";
+import { catalogFor, coordinatorFor } from "../../src/kernel/addressing";
 import { api, createQueue, producer, queuePath, storedMessages } from "./helpers";
 
 const send = (q: string, body: unknown) => api("POST", `${queuePath(q)}/messages`, { body });

@@ -1,8 +1,8 @@
 import { env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { crc32 } from "../../src/checksum";
-import { ManualClock } from "../../src/clock";
-import type { EncodedMessage } from "../../src/protocol";
+import { crc32 } from "../../src/kernel/checksum";
+import { ManualClock } from "../../src/kernel/clock";
+import type { EncodedMessage } from "../../src/kernel/protocol";
 import type { StorageShard } from "../../storage-shard/storage-shard";
 import { api, createQueue, producer, queuePath, storedMessages } from "./helpers";
 
@@ -157,7 +157,7 @@ describe("schema version 4", () => {
     await runInDurableObject(target, async (_obj: StorageShard, state) => {
       const sql = state.storage.sql;
       const { MIGRATIONS } = await import("../../storage-shard/schema");
-      const { runMigrations } = await import("../../src/sqlite-migrations");
+      const { runMigrations } = await import("../../src/kernel/sqlite-migrations");
       // Back to version 3, as a shard written before this change has it.
       const meta = sql.exec("SELECT key, value FROM meta").toArray();
       for (const t of ["messages", "counters", "meta", "quarantine", "schema_version"]) sql.exec(`DROP TABLE ${t}`);

@@ -1,9 +1,9 @@
-// The fault harness's hooks (src/test-hooks.ts, broker/test-hooks-api.ts) must
+// The fault harness's hooks (src/kernel/test-hooks.ts, broker/http/test-hooks-api.ts) must
 // not be reachable where SHARDQ_TEST_HOOKS is not "on", which is everywhere but a fault
 // run: these tests run on wrangler.toml and .dev.vars as they are, as a deploy would.
 import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { consumerShardFor, coordinatorFor, storageShardFor } from "../../src/addressing";
+import { consumerShardFor, coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import { api, createQueue, queuePath } from "./helpers";
 
 describe("the fault harness's test hooks without SHARDQ_TEST_HOOKS", () => {

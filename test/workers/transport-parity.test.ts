@@ -7,10 +7,10 @@
  */
 import { env } from "cloudflare:test";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import type { DispatchOutcome } from "../../consumer-shard/outcome";
 import { transportFor } from "../../consumer-shard/transports";
-import { createBatch, type DispatchMessage } from "../../src/consumer-entrypoint";
+import { createBatch, type DispatchMessage } from "../../src/consumer/entrypoint";
 import type { ProbeCall } from "../outcome-probe/index";
+import type { DispatchOutcome } from "../../src/kernel/protocol";
 
 const viaRuntime = transportFor(env.OUTCOME_PROBE_QUEUE, "queue");
 const viaRpc = transportFor(env.OUTCOME_PROBE_RPC, "rpc");

@@ -14,7 +14,7 @@
  * RPC entrypoint, for the transport that deploys.
  */
 import { DurableObject } from "cloudflare:workers";
-import { consumerEntrypoint } from "../../../src/consumer-entrypoint";
+import { consumerEntrypoint } from "shardq/consumer";
 
 interface Env {
   TALLY: DurableObjectNamespace<Tally>;

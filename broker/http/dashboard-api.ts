@@ -1,0 +1,50 @@
+/**
+ * What the dashboard reads beyond the queue API: a queue's last hour (kept by its
+ * Coordinator from heartbeats) and a peek at its ready messages, bodies included,
+ * that leases nothing and counts no attempt.
+ */
+import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
+import type { Env } from "../../src/kernel/env";
+import { HttpError } from "../../src/kernel/errors";
+import { ok } from "./envelope";
+import { toBase64 } from "./lease-tokens";
+import { currentMap, liveShards, unavailable } from "./operations-api";
+import { resolveQueue } from "./queues-api";
+
+const MAX_PEEK = 100;
+const DEFAULT_PEEK = 10;
+
+/** GET .../series: points of backlog, bytes, rates and shards, oldest first. */
+export async function getSeries(env: Env, accountId: string, queueRef: string): Promise<Response> {
+  const queueId = await resolveQueue(env, accountId, queueRef);
+  const { stepMs, points } = await coordinatorFor(env, queueId).series();
+  return ok({ step_ms: stepMs, points });
+}
+
+/** GET .../messages?limit=N: up to N ready messages, oldest first over all shards. */
+export async function peekMessages(url: URL, env: Env, accountId: string, queueRef: string): Promise<Response> {
+  const limit = parseLimit(url.searchParams.get("limit"));
+  const map = await currentMap(env, accountId, queueRef);
+  const outcomes = await Promise.allSettled(liveShards(map).map((s) => storageShardFor(env, s.name, s.region).peekReady(map.queueId, limit)));
+  if (outcomes.every((o) => o.status === "rejected") && outcomes.length > 0) throw unavailable("no storage shard of this queue answered; retry");
+  const utf8 = new TextDecoder();
+  const found = outcomes.flatMap((o) => (o.status === "fulfilled" ? o.value : []));
+  found.sort((a, b) => a.enqueuedAt - b.enqueuedAt);
+  const messages = found.slice(0, limit).map((m) => ({
+    id: m.id,
+    // As pull encodes them: text as it is, everything else base64 of the stored bytes.
+    body: m.contentType === "text" ? utf8.decode(m.body) : toBase64(m.body),
+    content_type: m.contentType,
+    attempts: m.attempts,
+    timestamp_ms: m.enqueuedAt,
+    size: m.size,
+  }));
+  return ok({ messages, incomplete: outcomes.some((o) => o.status === "rejected") });
+}
+
+function parseLimit(raw: string | null): number {
+  if (raw === null) return DEFAULT_PEEK;
+  const n = Number(raw);
+  if (!/^\d+$/.test(raw) || n < 1 || n > MAX_PEEK) throw HttpError.invalid("limit", `must be a whole number from 1 to ${MAX_PEEK}`);
+  return n;
+}

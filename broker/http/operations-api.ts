@@ -1,0 +1,151 @@
+/**
+ * Queue operations over HTTP: purge (Cloudflare's), and looking up or cancelling one
+ * message by id (beyond Cloudflare: our ids are returned by send). Each asks every
+ * shard that may hold messages. They read the Coordinator's current map rather than a
+ * cached one: a shard added a moment ago must not be skipped by a purge or a lookup,
+ * and these are operator calls, rare enough to afford the two extra round trips.
+ */
+import { z } from "zod";
+import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
+import type { Env } from "../../src/kernel/env";
+import { HttpError } from "../../src/kernel/errors";
+import { MESSAGE_ID_PATTERN } from "../../src/kernel/ids";
+import type { MessageStatus, ShardEntry, ShardMap } from "../../src/kernel/protocol";
+import { ok } from "./envelope";
+import { readJson } from "./read-json";
+import { notFound } from "../../src/routing/store";
+import { authoritativeShardMap } from "../../src/routing/shard-map-cache";
+import { parseWith } from "../../src/kernel/validate";
+import { PURGE_PER_CALL } from "../../src/kernel/limits";
+
+/**
+ * Purge calls one request makes at most (over all shards): 64 x 5,000 rows. Beyond
+ * that it answers `completed: false` and the client calls again, rather than hold a
+ * request open for as long as an arbitrarily large backlog takes.
+ */
+const MAX_PURGE_CALLS = 64;
+
+const purgeBody = z
+  .object({
+    // Cloudflare refuses a purge without it: deleting everything must be asked for in so many words.
+    delete_messages_permanently: z.literal(true, { error: (iss) => (iss.input === undefined ? "is required" : "must be true") }),
+  })
+  .strict();
+
+/** POST .../purge: deletes every message of the queue, ready, delayed and leased. */
+export async function purgeQueue(request: Request, env: Env, accountId: string, queueRef: string): Promise<Response> {
+  parseWith(purgeBody, await readJson(request));
+  const map = await currentMap(env, accountId, queueRef);
+  return ok(await purgeShards(env, map));
+}
+
+/**
+ * Empties each shard in bounded steps, the shards side by side. Exported for tests,
+ * which lower the limits to see the `completed: false` answer.
+ */
+export async function purgeShards(env: Env, map: ShardMap, limits = { perCall: PURGE_PER_CALL, maxCalls: MAX_PURGE_CALLS }): Promise<{ purged: number; completed: boolean }> {
+  let calls = 0;
+  let purged = 0;
+  let completed = true;
+  const outcomes = await Promise.allSettled(
+    liveShards(map).map(async (s) => {
+      const shard = storageShardFor(env, s.name, s.region);
+      for (;;) {
+        if (calls >= limits.maxCalls) {
+          completed = false;
+          return;
+        }
+        calls++;
+        const r = await shard.purge(map.queueId, limits.perCall);
+        purged += r.deleted;
+        if (!r.more) return;
+      }
+    }),
+  );
+  const failed = outcomes.filter((o) => o.status === "rejected");
+  if (failed.length > 0) {
+    console.error(`purge of queue ${map.queueId}: ${failed.length} storage shard(s) failed:`, (failed[0] as PromiseRejectedResult).reason);
+    throw unavailable(`the purge stopped after deleting ${purged} message(s): ${failed.length} storage shard(s) did not answer; call it again`);
+  }
+  return { purged, completed };
+}
+
+/** GET .../messages/:message_id */
+export async function lookupMessage(env: Env, accountId: string, queueRef: string, messageId: string): Promise<Response> {
+  checkMessageId(messageId);
+  const map = await currentMap(env, accountId, queueRef);
+  const hit = await findOnShards(env, map, messageId);
+  if (hit) return ok(view(hit.status, hit.shard));
+  // Dead-letter moves keep the id, so a message that left the queue that way is found there.
+  const dlqName = (await coordinatorFor(env, map.queueId).consumers())[0]?.dead_letter_queue;
+  const dlq = dlqName ? await authoritativeShardMap(env, accountId, dlqName) : null;
+  const dead = dlq ? await findOnShards(env, dlq, messageId) : null;
+  if (dead) return ok({ ...view(dead.status, dead.shard), state: "dead_lettered", dead_letter_queue: dlq!.queueName });
+  throw messageNotFound(messageId);
+}
+
+/** DELETE .../messages/:message_id */
+export async function cancelMessage(env: Env, accountId: string, queueRef: string, messageId: string): Promise<Response> {
+  checkMessageId(messageId);
+  const map = await currentMap(env, accountId, queueRef);
+  // Every shard, not the first hit: an id should live on one shard, but cancel must leave none behind.
+  const outcomes = await Promise.allSettled(liveShards(map).map((s) => storageShardFor(env, s.name, s.region).cancelMessage(map.queueId, messageId)));
+  if (outcomes.some((o) => o.status === "fulfilled" && o.value)) return ok({ id: messageId, cancelled: true });
+  if (outcomes.some((o) => o.status === "rejected")) throw unavailable("a storage shard of this queue did not answer, so the message may be there; retry");
+  throw messageNotFound(messageId);
+}
+
+/** The queue's map as its Coordinator has it now; another account's queue is not found, like a missing one. */
+export async function currentMap(env: Env, accountId: string, queueRef: string): Promise<ShardMap> {
+  const map = await authoritativeShardMap(env, accountId, queueRef);
+  if (!map) throw notFound(queueRef);
+  return map;
+}
+
+/** Shards that may hold messages: active and draining ones. */
+export function liveShards(map: ShardMap): ShardEntry[] {
+  return map.shards.filter((s) => s.state !== "retired");
+}
+
+export function unavailable(message: string): HttpError {
+  const err = new HttpError("unavailable", message);
+  err.headers["retry-after"] = "1";
+  return err;
+}
+
+/**
+ * The shard holding the message, asking all at once. A shard that fails only matters
+ * when no other has the message: then "not found" might be wrong, so it is a 503.
+ */
+async function findOnShards(env: Env, map: ShardMap, messageId: string): Promise<{ status: MessageStatus; shard: string } | null> {
+  const shards = liveShards(map);
+  const outcomes = await Promise.allSettled(shards.map((s) => storageShardFor(env, s.name, s.region).findMessage(map.queueId, messageId)));
+  let failed = false;
+  for (const [i, o] of outcomes.entries()) {
+    if (o.status === "rejected") failed = true;
+    else if (o.value) return { status: o.value, shard: shards[i]!.name };
+  }
+  if (failed) throw unavailable(`a storage shard of queue "${map.queueName}" did not answer, so the message may be there; retry`);
+  return null;
+}
+
+function view(m: MessageStatus, shard: string) {
+  return {
+    id: m.id,
+    state: m.state as string,
+    attempts: m.attempts,
+    timestamp_ms: m.enqueuedAt,
+    visible_at_ms: m.visibleAt,
+    size: m.size,
+    content_type: m.contentType,
+    shard,
+  };
+}
+
+function checkMessageId(id: string): void {
+  if (!MESSAGE_ID_PATTERN.test(id)) throw HttpError.invalid("message_id", "must be 32 lowercase hexadecimal characters, as send returns it");
+}
+
+function messageNotFound(id: string): HttpError {
+  return new HttpError("not_found", `message "${id}" not found`, "message_id");
+}

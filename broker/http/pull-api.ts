@@ -1,0 +1,259 @@
+/**
+ * Pull consumers over HTTP, in Cloudflare's shapes: pull leases messages from the
+ * queue's storage shards, ack settles them, and extend (beyond Cloudflare, like SQS's
+ * ChangeMessageVisibility) keeps a lease alive. Lease ids are signed tokens naming
+ * their shard (broker/http/lease-tokens.ts), so ack and extend go straight to the shards.
+ * A lease id that cannot be honoured is a warning, never a failed request: a client
+ * acking a batch must learn which acks counted, not lose the ones that did.
+ */
+import { z } from "zod";
+import type { Disposition } from "../../src/delivery/outcome";
+import { applyDisposition } from "../../src/delivery/settle";
+import { restMetrics, sumFigures } from "../../src/routing/queue-figures";
+import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
+import { MAX_VISIBILITY_TIMEOUT_MS, type ConsumerRecord } from "../../src/kernel/consumer-settings";
+import type { Env } from "../../src/kernel/env";
+import { HttpError } from "../../src/kernel/errors";
+import { LIMITS } from "../../src/kernel/limits";
+import type { DeliveryPlan, LeasedMessage, LeaseRef, ShardBacklog } from "../../src/kernel/protocol";
+import { ok } from "./envelope";
+import { leaseSigningKey, signLease, toBase64, verifyLease, type LeaseToken } from "./lease-tokens";
+import { readJson, readOptionalJson } from "./read-json";
+import { notFound } from "../../src/routing/store";
+import { authoritativeShardMap, cachedShardMap } from "../../src/routing/shard-map-cache";
+import { parseWith, wholeNumber as int } from "../../src/kernel/validate";
+
+/** Cloudflare's defaults for a pull without a batch size or visibility timeout. */
+const DEFAULT_PULL_BATCH = 5;
+const DEFAULT_VISIBILITY_MS = 30_000;
+const MAX_LEASES_PER_CALL = 100;
+
+const visibilityTimeout = int(1000, MAX_VISIBILITY_TIMEOUT_MS, " ms");
+const leaseId = z.string({ error: (iss) => (iss.input === undefined ? "is required" : "must be a string") }).min(1, "must not be empty");
+const list = <T extends z.ZodType>(item: T, what: string) =>
+  z
+    .array(item, { error: (iss) => (iss.input === undefined ? "is required" : `must be an array of ${what}`) })
+    .max(MAX_LEASES_PER_CALL, `must hold at most ${MAX_LEASES_PER_CALL} entries`);
+
+const pullBody = z.object({ batch_size: int(1, LIMITS.maxBatchMessages).optional(), visibility_timeout_ms: visibilityTimeout.optional() }).strict();
+const ackBody = z
+  .object({
+    acks: list(z.object({ lease_id: leaseId }).strict(), "{ lease_id }").optional(),
+    retries: list(z.object({ lease_id: leaseId, delay_seconds: int(0, LIMITS.maxDelaySeconds, " s").optional() }).strict(), "{ lease_id, delay_seconds? }").optional(),
+  })
+  .strict();
+const extendBody = z.object({ lease_ids: list(leaseId, "lease ids").min(1, "must hold at least one lease id"), visibility_timeout_ms: visibilityTimeout }).strict();
+
+const stale = (verb: string) => `was not ${verb}: the lease ended and the message was pulled again, or the message is gone (acked, dead-lettered or expired)`;
+const UNREACHABLE = "was not applied: its storage shard did not answer; send it again";
+
+/** POST .../messages/pull */
+export async function pullMessages(request: Request, env: Env, accountId: string, queueRef: string): Promise<Response> {
+  const key = await leaseSigningKey(env);
+  const body = parseWith(pullBody, await readOptionalJson(request));
+  const { plan, consumer } = await pullQueue(env, accountId, queueRef, "pull");
+  if (plan.paused) throw new HttpError("conflict", `delivery of queue "${plan.queueName}" is paused; set settings.delivery_paused to false to pull`, "queue");
+  const leaseMs = body.visibility_timeout_ms ?? consumer.settings.visibility_timeout_ms ?? DEFAULT_VISIBILITY_MS;
+  const { leased, figures } = await leaseFromShards(env, plan, body.batch_size ?? DEFAULT_PULL_BATCH, leaseMs);
+  const utf8 = new TextDecoder();
+  const messages = await Promise.all(
+    leased.map(async ({ shard, message: m }) => ({
+      id: m.id,
+      // Cloudflare's encoding: text as it is, everything else base64 of the stored bytes.
+      body: m.contentType === "text" ? utf8.decode(m.body) : toBase64(m.body),
+      timestamp_ms: m.enqueuedAt,
+      attempts: m.attempts,
+      lease_id: await signLease(key, { accountId, queueId: plan.queueId, shard, messageId: m.id, leaseId: m.leaseId, attempts: m.attempts }),
+      metadata: { "CF-Content-Type": m.contentType },
+    })),
+  );
+  return ok({ message_backlog_count: figures.backlogCount, messages, metadata: { metrics: restMetrics(figures) } });
+}
+
+/** POST .../messages/ack: acks delete; retries come back after a delay, or go to the dead-letter queue when out of retries. */
+export async function ackMessages(request: Request, env: Env, accountId: string, queueRef: string): Promise<Response> {
+  const key = await leaseSigningKey(env);
+  const body = parseWith(ackBody, await readJson(request));
+  const { plan, consumer } = await pullQueue(env, accountId, queueRef, "ack");
+  const asked = [
+    ...(body.acks ?? []).map((a) => ({ token: a.lease_id, retry: false, delaySeconds: undefined as number | undefined })),
+    ...(body.retries ?? []).map((r) => ({ token: r.lease_id, retry: true, delaySeconds: r.delay_seconds })),
+  ];
+  const warnings: Record<string, string> = {};
+  const valid = await verifyAll(key, asked, { accountId, queueId: plan.queueId }, warnings);
+  let ackCount = 0;
+  let retryCount = 0;
+  await Promise.all(
+    [...groupByShard(valid)].map(async ([shard, entries]) => {
+      try {
+        const r = await settleOnShard(env, plan, consumer, shard, entries, warnings);
+        ackCount += r.acked;
+        retryCount += r.retried + r.deadLettered + r.dropped;
+      } catch (err) {
+        console.error(`ack on storage shard ${shard} failed:`, err);
+        for (const e of entries) warnings[e.token] = UNREACHABLE;
+      }
+    }),
+  );
+  return ok({ ackCount, retryCount, warnings });
+}
+
+/** POST .../messages/extend: moves still-held leases' visibility forward. */
+export async function extendLeases(request: Request, env: Env, accountId: string, queueRef: string): Promise<Response> {
+  const key = await leaseSigningKey(env);
+  const body = parseWith(extendBody, await readJson(request));
+  const map = await cachedShardMap(env, accountId, queueRef);
+  if (!map) throw notFound(queueRef);
+  const warnings: Record<string, string> = {};
+  const valid = await verifyAll(key, body.lease_ids.map((token) => ({ token })), { accountId, queueId: map.queueId }, warnings);
+  let extended = 0;
+  await Promise.all(
+    [...groupByShard(valid)].map(async ([shard, entries]) => {
+      try {
+        const done = new Set(await storageShardFor(env, shard).extendLeases(map.queueId, entries.map((e) => refOf(e.lease)), body.visibility_timeout_ms));
+        extended += done.size;
+        for (const e of entries) if (!done.has(e.lease.messageId)) warnings[e.token] = stale("extended");
+      } catch (err) {
+        console.error(`extend on storage shard ${shard} failed:`, err);
+        for (const e of entries) warnings[e.token] = UNREACHABLE;
+      }
+    }),
+  );
+  return ok({ extended, warnings });
+}
+
+/**
+ * The queue's delivery plan from its Coordinator (pause state and consumer as of now,
+ * not as a cached map says), with its http_pull consumer. A cached map may name a
+ * queue deleted (and perhaps re-created) since: then the current map is read once.
+ */
+async function pullQueue(env: Env, accountId: string, queueRef: string, verb: string): Promise<{ plan: DeliveryPlan; consumer: ConsumerRecord }> {
+  let plan: DeliveryPlan | null = null;
+  for (const read of [cachedShardMap, authoritativeShardMap]) {
+    const map = await read(env, accountId, queueRef);
+    if (!map) throw notFound(queueRef);
+    plan = await coordinatorFor(env, map.queueId).deliveryPlan();
+    if (plan && plan.accountId === accountId) break;
+    plan = null;
+  }
+  if (!plan) throw notFound(queueRef);
+  const consumer = plan.consumer;
+  if (consumer?.type !== "http_pull") {
+    const has = consumer ? "a worker consumer" : "no consumer";
+    throw new HttpError("conflict", `queue "${plan.queueName}" has ${has}; messages/${verb} needs an http_pull consumer (POST .../consumers with {"type": "http_pull"})`, "queue");
+  }
+  return { plan, consumer };
+}
+
+/**
+ * Visits the queue's shards in random order, leasing what is still wanted from each,
+ * and never waits for a batch to fill. The queue's figures are exact for the shards
+ * visited and their latest heartbeat for the others, so a pull costs no extra round trips.
+ */
+async function leaseFromShards(env: Env, plan: DeliveryPlan, wanted: number, leaseMs: number) {
+  const leased: Array<{ shard: string; message: LeasedMessage }> = [];
+  const exact: ShardBacklog[] = [];
+  let failed = 0;
+  for (const shard of shuffled(plan.shards)) {
+    const limit = wanted - leased.length;
+    if (limit <= 0) continue;
+    try {
+      const r = await storageShardFor(env, shard.name).lease({ queueId: plan.queueId, limit, leaseMs, maxWaitMs: 0, retentionMs: plan.retentionMs });
+      exact.push(r.backlog);
+      for (const message of r.messages) leased.push({ shard: shard.name, message });
+    } catch (err) {
+      // Another shard may serve the pull; a lease lost with the reply just ends with its timeout.
+      console.error(`lease from storage shard ${shard.name} failed:`, err);
+      failed++;
+    }
+  }
+  if (failed > 0 && failed === plan.shards.length) throw new HttpError("unavailable", "no storage shard of this queue answered; retry");
+  return { leased, figures: sumFigures(plan.shards.map((s) => s.backlog), exact) };
+}
+
+interface Asked {
+  token: string;
+  retry?: boolean;
+  delaySeconds?: number | undefined;
+}
+type Verified<T extends Asked> = T & { lease: LeaseToken };
+
+/** Keeps the lease ids that verify; each other one gets a warning saying why. A repeated one counts once. */
+async function verifyAll<T extends Asked>(key: CryptoKey, asked: T[], expected: { accountId: string; queueId: string }, warnings: Record<string, string>): Promise<Array<Verified<T>>> {
+  const first = new Map<string, T>();
+  for (const a of asked) if (!first.has(a.token)) first.set(a.token, a);
+  const unique = [...first.values()];
+  const checked = await Promise.all(unique.map(async (a) => ({ a, v: await verifyLease(key, a.token, expected) })));
+  const out: Array<Verified<T>> = [];
+  for (const { a, v } of checked) {
+    if (v.ok) out.push({ ...a, lease: v.lease });
+    else warnings[a.token] = `was not applied: this lease id ${v.reason}`;
+  }
+  return out;
+}
+
+/** One settle call for one shard's part of an ack request. */
+async function settleOnShard(env: Env, plan: DeliveryPlan, consumer: ConsumerRecord, shard: string, entries: Array<Verified<Asked>>, warnings: Record<string, string>) {
+  const d: Disposition = { acks: [], retries: [], exhausted: [] };
+  const exhausted: Array<Verified<Asked>> = [];
+  for (const e of entries) {
+    if (!e.retry) d.acks.push(leasedFrom(e.lease));
+    else if (e.lease.attempts > consumer.settings.max_retries) exhausted.push(e);
+    else d.retries.push({ message: leasedFrom(e.lease), delayMs: (e.delaySeconds ?? consumer.settings.retry_delay) * 1000 });
+  }
+  if (exhausted.length > 0 && consumer.dead_letter_queue) {
+    d.exhausted = await readExhausted(env, plan.queueId, shard, exhausted, warnings);
+  } else {
+    // Dropped messages need no body: only their lease refs reach the shard.
+    d.exhausted = exhausted.map((e) => leasedFrom(e.lease));
+  }
+  const result = await applyDisposition(env, plan, consumer, shard, d);
+  const taken = new Set(result.stale);
+  for (const e of entries) if (taken.has(e.lease.messageId)) warnings[e.token] = stale("applied");
+  return result;
+}
+
+/**
+ * The dead-letter queue gets the message itself, so the bodies of exhausted messages
+ * are read from the shard, under their leases. If that read fails they stay leased and
+ * come back when the lease ends, to be retried (and dead-lettered) again: never lost.
+ */
+async function readExhausted(env: Env, queueId: string, shard: string, exhausted: Array<Verified<Asked>>, warnings: Record<string, string>): Promise<LeasedMessage[]> {
+  let found: LeasedMessage[];
+  try {
+    found = await storageShardFor(env, shard).readLeased(queueId, exhausted.map((e) => refOf(e.lease)));
+  } catch (err) {
+    console.error(`reading exhausted messages from storage shard ${shard} failed:`, err);
+    for (const e of exhausted) warnings[e.token] = "was not applied: the message could not be read for the dead-letter queue; it is delivered again when its lease ends";
+    return [];
+  }
+  const held = new Set(found.map((m) => m.id));
+  for (const e of exhausted) if (!held.has(e.lease.messageId)) warnings[e.token] = stale("applied");
+  return found;
+}
+
+/**
+ * settle only reads a message's id and lease id; acks and plain retries carry no body
+ * (a pull consumer already has it), so these stand-ins fill the rest of the shape.
+ */
+function leasedFrom(l: LeaseToken): LeasedMessage {
+  return { id: l.messageId, leaseId: l.leaseId, attempts: l.attempts, body: new Uint8Array(0), contentType: "bytes", enqueuedAt: 0, copyKey: "" };
+}
+
+const refOf = (l: LeaseToken): LeaseRef => ({ id: l.messageId, leaseId: l.leaseId });
+
+function groupByShard<T extends { lease: LeaseToken }>(entries: T[]): Map<string, T[]> {
+  const out = new Map<string, T[]>();
+  for (const e of entries) out.set(e.lease.shard, [...(out.get(e.lease.shard) ?? []), e]);
+  return out;
+}
+
+function shuffled<T>(items: readonly T[]): T[] {
+  const out = [...items];
+  for (let i = out.length - 1; i > 0; i--) {
+    const j = Math.floor(Math.random() * (i + 1));
+    [out[i], out[j]] = [out[j]!, out[i]!];
+  }
+  return out;
+}
+

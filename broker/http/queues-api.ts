@@ -1,0 +1,80 @@
+import { z } from "zod";
+import type { Env } from "../../src/kernel/env";
+import { HttpError } from "../../src/kernel/errors";
+import { QUEUE_ID_PATTERN } from "../../src/kernel/ids";
+import { DEFAULT_QUEUE_SETTINGS, applySettingsPatch, queueNameSchema, queueSettingsPatchSchema } from "../../src/kernel/settings";
+import { catalogFor, coordinatorFor } from "../../src/kernel/addressing";
+import { ok } from "./envelope";
+import { readJson } from "./read-json";
+import { notFound } from "../../src/routing/store";
+import { forgetShardMap } from "../../src/routing/shard-map-cache";
+import { parseWith } from "../../src/kernel/validate";
+
+const createBody = z
+  .object({
+    queue_name: queueNameSchema.refine((n) => !QUEUE_ID_PATTERN.test(n), "must not be 32 hex characters (that is the form of a queue id)"),
+    settings: queueSettingsPatchSchema.optional(),
+  })
+  .strict();
+
+const updateBody = z
+  .object({
+    queue_name: z.string().optional(),
+    settings: queueSettingsPatchSchema.optional(),
+  })
+  .strict();
+
+const listQuery = z.object({
+  page: z.coerce.number({ error: "must be a number" }).int("must be a whole number").min(1, "must be at least 1").default(1),
+  per_page: z.coerce.number({ error: "must be a number" }).int("must be a whole number").min(1, "must be at least 1").max(100, "must be at most 100").default(20),
+});
+
+export async function createQueue(request: Request, env: Env, accountId: string): Promise<Response> {
+  const body = parseWith(createBody, await readJson(request));
+  const settings = applySettingsPatch(DEFAULT_QUEUE_SETTINGS, body.settings ?? {});
+  const { queue } = await catalogFor(env, accountId).createQueue(accountId, body.queue_name, settings);
+  if (!queue) throw new HttpError("conflict", `a queue named "${body.queue_name}" already exists`, "queue_name");
+  forgetShardMap(accountId, queue.queue_name, queue.queue_id);
+  return ok(queue, 201);
+}
+
+export async function listQueues(query: Record<string, unknown>, env: Env, accountId: string): Promise<Response> {
+  const { page, per_page } = parseWith(listQuery, { page: query.page, per_page: query.per_page }, ["query"]);
+  const { queues, total } = await catalogFor(env, accountId).listQueues(page, per_page);
+  return ok(queues, 200, { result_info: { page, per_page, count: queues.length, total_count: total } });
+}
+
+export async function getQueue(env: Env, accountId: string, ref: string): Promise<Response> {
+  const queueId = await resolveQueue(env, accountId, ref);
+  const info = await coordinatorFor(env, queueId).info();
+  if (!info) throw notFound(ref);
+  return ok(info);
+}
+
+export async function updateQueue(request: Request, env: Env, accountId: string, ref: string): Promise<Response> {
+  const body = parseWith(updateBody, await readJson(request));
+  const queueId = await resolveQueue(env, accountId, ref);
+  const coordinator = coordinatorFor(env, queueId);
+  if (body.queue_name !== undefined) {
+    const current = await coordinator.info();
+    if (current && body.queue_name !== current.queue_name) throw HttpError.invalid("queue_name", "a queue cannot be renamed");
+  }
+  const info = await coordinator.updateSettings(body.settings ?? {});
+  if (!info) throw notFound(ref);
+  forgetShardMap(accountId, info.queue_name, info.queue_id);
+  return ok(info);
+}
+
+export async function deleteQueue(env: Env, accountId: string, ref: string): Promise<Response> {
+  const queueId = await resolveQueue(env, accountId, ref);
+  if (!(await catalogFor(env, accountId).deleteQueue(queueId))) throw notFound(ref);
+  forgetShardMap(accountId, ref, queueId);
+  return ok(null);
+}
+
+/** Another account's queue is "not found", never "forbidden": its existence is not disclosed. */
+export async function resolveQueue(env: Env, accountId: string, ref: string): Promise<string> {
+  const queueId = await catalogFor(env, accountId).resolve(ref);
+  if (!queueId) throw notFound(ref);
+  return queueId;
+}

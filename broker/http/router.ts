@@ -1,0 +1,184 @@
+import type { IRequest } from "itty-router";
+import { Router } from "itty-router/Router";
+import type { Env } from "../../src/kernel/env";
+import { HttpError } from "../../src/kernel/errors";
+import { QUEUE_ID_PATTERN } from "../../src/kernel/ids";
+import { QUEUE_NAME_PATTERN } from "../../src/kernel/settings";
+import { authenticate, authorize, type Principal, type Scope } from "./auth";
+import { enforceRateLimits } from "./rate-limit";
+import { errorResponse } from "./envelope";
+import { getMetrics, sendBatch, sendMessage } from "./messages-api";
+import { prometheusMetrics } from "../metrics/prometheus-api";
+import { getShards } from "./shards-api";
+import { createConsumer, deleteConsumer, getConsumer, listConsumers, updateConsumer } from "./consumers-api";
+import { createQueue, deleteQueue, getQueue, listQueues, updateQueue } from "./queues-api";
+import { ackMessages, extendLeases, pullMessages } from "./pull-api";
+import { cancelMessage, lookupMessage, purgeQueue } from "./operations-api";
+import { redriveQueue } from "./redrive";
+import { getSeries, peekMessages } from "./dashboard-api";
+import { testHook, testHookRoutes } from "./test-hooks-api";
+
+type ApiRequest = IRequest & { principal: Principal };
+type Args = [Env, ExecutionContext];
+
+const QUEUE = "/accounts/:account_id/queues/:queue";
+
+/** The mark of the one route a request without a token may call: GET and HEAD /healthz. */
+export const PUBLIC = "public";
+
+/** The token scopes a method of a route accepts, or PUBLIC: no token at all. */
+export type Access = readonly Scope[] | typeof PUBLIC;
+
+/**
+ * Every path the API knows, the methods it takes, and the token scopes each method
+ * accepts (broker/http/auth.ts): the one place access is decided. Also tells a wrong method
+ * (405) from a path that does not exist (404). The first pattern that matches answers.
+ * Only /healthz is PUBLIC (test/workers/healthz.test.ts fails if anything else is).
+ */
+const S = "send", C = "consume", A = "admin";
+export const ROUTES: ReadonlyArray<[RegExp, Partial<Record<string, Access>>]> = [
+  // Readiness probes: no token, no Durable Object, no KV, no rate limit (healthz below).
+  [/^\/healthz\/?$/, { GET: PUBLIC, HEAD: PUBLIC }],
+  [/^\/metrics\/?$/, { GET: [A] }],
+  [/^\/accounts\/[^/]+\/queues\/?$/, { GET: [A], POST: [A] }],
+  [/^\/accounts\/[^/]+\/queues\/[^/]+\/?$/, { GET: [A], PATCH: [A], DELETE: [A] }],
+  // GET peeks at bodies (the dashboard); POST sends.
+  [/^\/accounts\/[^/]+\/queues\/[^/]+\/messages\/?$/, { GET: [A], POST: [S] }],
+  [/^\/accounts\/[^/]+\/queues\/[^/]+\/messages\/batch\/?$/, { POST: [S] }],
+  [/^\/accounts\/[^/]+\/queues\/[^/]+\/messages\/(?:pull|ack|extend)\/?$/, { POST: [C] }],
+  // After the POST-only verbs above: a message looked up or cancelled by id.
+  [/^\/accounts\/[^/]+\/queues\/[^/]+\/messages\/[^/]+\/?$/, { GET: [A], DELETE: [A] }],
+  [/^\/accounts\/[^/]+\/queues\/[^/]+\/(?:purge|redrive)\/?$/, { POST: [A] }],
+  // The backlog, which the producer binding's metrics() also gives producers.
+  [/^\/accounts\/[^/]+\/queues\/[^/]+\/metrics\/?$/, { GET: [S, C, A] }],
+  [/^\/accounts\/[^/]+\/queues\/[^/]+\/(?:shards|series)\/?$/, { GET: [A] }],
+  [/^\/accounts\/[^/]+\/queues\/[^/]+\/consumers\/?$/, { GET: [A], POST: [A] }],
+  [/^\/accounts\/[^/]+\/queues\/[^/]+\/consumers\/[^/]+\/?$/, { GET: [A], PATCH: [A], DELETE: [A] }],
+];
+
+/**
+ * The broker's HTTP API: Cloudflare's REST paths and envelope. Every route but the
+ * PUBLIC /healthz needs a bearer token (401), holding a scope the route accepts (403, whatever the queue);
+ * then the account's and the queue's request rates are counted (429). A token only
+ * reaches its own account, and another account's paths answer 404 exactly as a queue
+ * that does not exist would. Only what ROUTES lists reaches a handler, so a handler
+ * the table forgot cannot be reached without a scope check: it answers 404 or 405.
+ */
+export const router = Router<ApiRequest, Args>({
+  before: [
+    async (request, env) => {
+      const path = new URL(request.url).pathname;
+      const access = routeAccess(request.method, path, env);
+      if (access === PUBLIC) return; // nothing read from the request but its method and path
+      // A token first, so that without one every other path and method answers 401 alike.
+      request.principal = await authenticate(request, env);
+      if (access instanceof HttpError) throw access;
+      authorize(request.principal, access, request.method, path);
+      await enforceRateLimits(env, request.principal.accountId, queueInPath(path));
+    },
+  ],
+  catch: errorResponse,
+});
+
+router
+  // Readiness probes (PUBLIC in ROUTES): before the /accounts handlers, which need a principal.
+  .get("/healthz", healthz)
+  .head("/healthz", healthz)
+  // Prometheus scrapes: the token's account's queues (broker/metrics/prometheus-api.ts).
+  .get("/metrics", (req, env) => prometheusMetrics(env, req.principal.accountId))
+  .all("/accounts/:account_id/*", (request) => {
+    if (param(request, "account_id") !== request.principal.accountId) {
+      throw new HttpError("not_found", "account not found", "account_id");
+    }
+  })
+  .post("/accounts/:account_id/queues", (req, env) => createQueue(req, env, req.principal.accountId))
+  .get("/accounts/:account_id/queues", (req, env) => listQueues(req.query, env, req.principal.accountId))
+  .get(QUEUE, (req, env) => getQueue(env, req.principal.accountId, queueRef(req)))
+  .patch(QUEUE, (req, env) => updateQueue(req, env, req.principal.accountId, queueRef(req)))
+  .delete(QUEUE, (req, env) => deleteQueue(env, req.principal.accountId, queueRef(req)))
+  .get(`${QUEUE}/messages`, (req, env) => peekMessages(new URL(req.url), env, req.principal.accountId, queueRef(req)))
+  .post(`${QUEUE}/messages`, (req, env, ctx) => sendMessage(req, env, ctx, req.principal.accountId, queueRef(req)))
+  .post(`${QUEUE}/messages/batch`, (req, env, ctx) => sendBatch(req, env, ctx, req.principal.accountId, queueRef(req)))
+  .post(`${QUEUE}/messages/pull`, (req, env) => pullMessages(req, env, req.principal.accountId, queueRef(req)))
+  .post(`${QUEUE}/messages/ack`, (req, env) => ackMessages(req, env, req.principal.accountId, queueRef(req)))
+  .post(`${QUEUE}/messages/extend`, (req, env) => extendLeases(req, env, req.principal.accountId, queueRef(req)))
+  .get(`${QUEUE}/messages/:message_id`, (req, env) => withMessageId(req, (id) => lookupMessage(env, req.principal.accountId, queueRef(req), id)))
+  .delete(`${QUEUE}/messages/:message_id`, (req, env) => withMessageId(req, (id) => cancelMessage(env, req.principal.accountId, queueRef(req), id)))
+  .post(`${QUEUE}/purge`, (req, env) => purgeQueue(req, env, req.principal.accountId, queueRef(req)))
+  .post(`${QUEUE}/redrive`, (req, env) => redriveQueue(req, env, req.principal.accountId, queueRef(req)))
+  .get(`${QUEUE}/metrics`, (req, env) => getMetrics(env, req.principal.accountId, queueRef(req)))
+  .get(`${QUEUE}/shards`, (req, env) => getShards(env, req.principal.accountId, queueRef(req)))
+  .get(`${QUEUE}/series`, (req, env) => getSeries(env, req.principal.accountId, queueRef(req)))
+  .post(`${QUEUE}/consumers`, (req, env) => createConsumer(req, env, req.principal.accountId, queueRef(req)))
+  .get(`${QUEUE}/consumers`, (req, env) => listConsumers(env, req.principal.accountId, queueRef(req)))
+  .get(`${QUEUE}/consumers/:consumer_id`, (req, env) => getConsumer(env, req.principal.accountId, queueRef(req), param(req, "consumer_id")))
+  .patch(`${QUEUE}/consumers/:consumer_id`, (req, env) => updateConsumer(req, env, req.principal.accountId, queueRef(req), param(req, "consumer_id")))
+  .delete(`${QUEUE}/consumers/:consumer_id`, (req, env) => deleteConsumer(env, req.principal.accountId, queueRef(req), param(req, "consumer_id")))
+  // The fault harness's hooks: routed only when SHARDQ_TEST_HOOKS is "on" (broker/http/test-hooks-api.ts).
+  .all(`${QUEUE}/test-hooks`, (req, env) => testHook(req, env, req.principal.accountId, queueRef(req)))
+  // Listed in ROUTES yet taken by no handler above: the two disagree; answer rather than hang.
+  .all("*", (req) => {
+    throw new HttpError("not_found", `no route for ${req.method} ${new URL(req.url).pathname}`);
+  });
+
+/**
+ * Who may call `method` on `path`: PUBLIC, or the scopes that may. The 405 for a known path
+ * with another method, or 404 for an unknown path, is returned rather than thrown: it is
+ * answered only to a valid token (without one, 401 like every other route).
+ */
+function routeAccess(method: string, path: string, env: Env): Access | HttpError {
+  const route = ROUTES.find(([pattern]) => pattern.test(path)) ?? testHookRoutes(env).find(([pattern]) => pattern.test(path));
+  if (!route) return new HttpError("not_found", `no route for ${method} ${path}`);
+  const accepted = route[1][method];
+  if (!accepted) return new HttpError("method_not_allowed", `${method} is not allowed on ${path}; use ${Object.keys(route[1]).join(" or ")}`);
+  return accepted;
+}
+
+/** The queue a path names, when it names one that could exist (the per-queue rate limit's key). */
+function queueInPath(path: string): string | undefined {
+  const raw = /^\/accounts\/[^/]+\/queues\/([^/]+)/.exec(path)?.[1];
+  if (raw === undefined) return undefined;
+  try {
+    const ref = decodeURIComponent(raw);
+    return QUEUE_NAME_PATTERN.test(ref) || QUEUE_ID_PATTERN.test(ref) ? ref : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** What GET /healthz answers: the API's envelope, so every JSON answer has one shape. */
+const HEALTHY = JSON.stringify({ success: true, errors: [], messages: [], result: { ok: true } });
+
+/**
+ * GET and HEAD /healthz, for readiness probes: 200 from a Worker that is up and routing.
+ * Reads no binding (no Durable Object, KV or rate limiter) and says nothing about the
+ * service's internals; never cached, so a probe never gets a stale answer.
+ */
+function healthz(request: ApiRequest): Response {
+  const headers = { "content-type": "application/json", "cache-control": "no-store" };
+  return new Response(request.method === "HEAD" ? null : HEALTHY, { status: 200, headers });
+}
+
+/** Verbs that share the shape of .../messages/:message_id but are POST-only. */
+const MESSAGE_VERBS = new Set(["batch", "pull", "ack", "extend"]);
+
+/**
+ * A GET or DELETE on .../messages/pull is not a lookup of a message named "pull":
+ * returning nothing lets the request fall through to the 405 that names POST.
+ */
+function withMessageId(req: ApiRequest, handle: (id: string) => Promise<Response>): Promise<Response> | undefined {
+  const id = param(req, "message_id");
+  return MESSAGE_VERBS.has(id) ? undefined : handle(id);
+}
+
+function queueRef(req: ApiRequest): string {
+  return param(req, "queue");
+}
+
+function param(req: ApiRequest, name: string): string {
+  try {
+    return decodeURIComponent(req.params[name]!);
+  } catch {
+    throw HttpError.invalid(name, "is not a valid URL path segment");
+  }
+}

@@ -1,0 +1,100 @@
+import { z } from "zod";
+import { LIMITS } from "./limits";
+
+/**
+ * A queue's consumer, as Cloudflare's REST API describes it, plus `transport`: how
+ * the consumer shard reaches a Worker consumer ("queue": its queue() handler through
+ * a service binding, which needs the experimental service_binding_extra_handlers
+ * flag; "rpc": the ShardqConsumer entrypoint from src/consumer/entrypoint.ts, which
+ * deploys).
+ */
+export type ConsumerType = "worker" | "http_pull";
+export type ConsumerTransport = "queue" | "rpc";
+
+export interface ConsumerSettings {
+  batch_size: number;
+  max_wait_time_ms: number;
+  max_retries: number;
+  /** Seconds before a retried message is visible again, unless the retry names its own delay. */
+  retry_delay: number;
+  /** null: autoscale (up to 250 consumer shards). */
+  max_concurrency: number | null;
+  /** How long a pulled message stays leased (pull consumers). */
+  visibility_timeout_ms: number;
+  transport: ConsumerTransport;
+}
+
+export interface ConsumerRecord {
+  consumer_id: string;
+  type: ConsumerType;
+  script_name: string | null;
+  queue_name: string;
+  settings: ConsumerSettings;
+  dead_letter_queue: string | null;
+  created_on: string;
+  modified_on: string;
+}
+
+export const MAX_CONCURRENCY = 250;
+export const MAX_VISIBILITY_TIMEOUT_MS = 43_200_000;
+
+export function defaultConsumerSettings(transport: ConsumerTransport): ConsumerSettings {
+  return {
+    batch_size: 10,
+    max_wait_time_ms: 5000,
+    max_retries: 3,
+    retry_delay: 0,
+    max_concurrency: null,
+    visibility_timeout_ms: 30_000,
+    transport,
+  };
+}
+
+const int = (min: number, max: number, unit = "") =>
+  z.number({ error: "must be a number" }).int("must be a whole number").min(min, `must be at least ${min}${unit}`).max(max, `must be at most ${max}${unit}`);
+
+export const consumerSettingsPatchSchema = z
+  .object({
+    batch_size: int(1, LIMITS.maxBatchMessages).optional(),
+    max_wait_time_ms: int(0, 60_000, " ms").optional(),
+    max_retries: int(0, 100).optional(),
+    retry_delay: int(0, LIMITS.maxDelaySeconds, " s").optional(),
+    max_concurrency: int(1, MAX_CONCURRENCY).nullable().optional(),
+    visibility_timeout_ms: int(1000, MAX_VISIBILITY_TIMEOUT_MS, " ms").optional(),
+    transport: z.enum(["queue", "rpc"], { error: 'must be "queue" or "rpc"' }).optional(),
+  })
+  .strict();
+
+export type ConsumerSettingsPatch = z.infer<typeof consumerSettingsPatchSchema>;
+
+export function applyConsumerPatch(current: ConsumerSettings, patch: ConsumerSettingsPatch): ConsumerSettings {
+  const next = { ...current };
+  for (const [k, v] of Object.entries(patch)) if (v !== undefined) (next as Record<string, unknown>)[k] = v;
+  return next;
+}
+
+/**
+ * Names starting with this belong to consumer Workers' service bindings, and to nothing
+ * else: none of shardq's own bindings may start with it (test/workers/binding-names.test.ts).
+ */
+export const CONSUMER_BINDING_PREFIX = "CONSUMER_";
+
+/** The service binding shardq uses to reach a Worker consumer: "my-consumer" -> CONSUMER_MY_CONSUMER. */
+export function consumerBindingName(scriptName: string): string {
+  return `${CONSUMER_BINDING_PREFIX}${scriptName.toUpperCase().replace(/[^A-Z0-9]/g, "_")}`;
+}
+
+/**
+ * A service binding (Fetcher) has fetch(); a Durable Object namespace, KV namespace, rate
+ * limiter or var has not. (Testing for idFromName would not do: a Fetcher answers every
+ * property name with an RPC method, idFromName included.)
+ */
+export function isServiceBinding(value: unknown): value is Fetcher {
+  return typeof value === "object" && value !== null && typeof (value as { fetch?: unknown }).fetch === "function";
+}
+
+/** The service binding to the Worker consumer `scriptName`, or null when env has none (or what it has by that name is not one). */
+export function consumerBinding(env: object, scriptName: string): Fetcher | null {
+  const value = (env as Record<string, unknown>)[consumerBindingName(scriptName)];
+  return isServiceBinding(value) ? value : null;
+}

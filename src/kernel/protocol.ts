@@ -1,0 +1,331 @@
+/**
+ * The typed messages the parts exchange over Durable Object RPC. HTTP exists only
+ * at the edge (broker); everything behind it speaks these shapes.
+ */
+import type { ConsumerRecord } from "./consumer-settings";
+import type { QueueSettings } from "./settings";
+
+export type ContentType = "json" | "text" | "bytes" | "v8";
+export const CONTENT_TYPES: readonly ContentType[] = ["json", "text", "bytes", "v8"];
+
+/** active: takes sends. draining: takes no sends, still serves reads. retired: gone. */
+export type ShardState = "active" | "draining" | "retired";
+
+export interface ShardEntry {
+  /** The Durable Object name of the storage shard. */
+  name: string;
+  region: string;
+  state: ShardState;
+}
+
+/** What the broker needs to route a send; published to KV by the Coordinator. */
+export interface ShardMap {
+  version: number;
+  accountId: string;
+  queueId: string;
+  queueName: string;
+  settings: QueueSettings;
+  shards: ShardEntry[];
+  publishedAt: number;
+}
+
+/** A message the broker has validated, encoded and checksummed. */
+export interface EncodedMessage {
+  id: string;
+  body: Uint8Array;
+  contentType: ContentType;
+  /** Delay before the message becomes visible, already resolved against the queue's delivery_delay. */
+  delayMs: number;
+  /** CRC-32 of body, computed by the broker. */
+  checksum: number;
+  /** Deliveries it already had; 0 or absent for a new message, and for a moved one (it starts again). */
+  attempts?: number;
+  /**
+   * When the message was first sent, for a message moved from another queue (dead-lettering,
+   * a redrive): consumers see this as its timestamp, as Cloudflare keeps a dead-lettered
+   * message's. Its age in this queue (retention, batch timeouts, redrive filters) still
+   * counts from its arrival here.
+   */
+  sentAt?: number;
+  /**
+   * Set when this write moves a stored copy from another queue (dead-lettering, a
+   * redrive): the source shard's name and the copy's LeasedMessage.copyKey. The target
+   * stores each move once and never skips one it has not seen (storage-shard/remembered-ids.ts).
+   */
+  moveKey?: string;
+}
+
+export interface AppendRequest {
+  queueId: string;
+  messages: EncodedMessage[];
+  /** Skip ids the shard stored moments ago: set on a retry after a lost reply. */
+  dedupe?: boolean;
+  /**
+   * Ids the sender chose or kept (idempotent sends): the shard skips those it stored
+   * within a day, consumed or not, and remembers these. Messages with a moveKey are
+   * never skipped by id, only by their move.
+   */
+  remember?: boolean;
+}
+
+/**
+ * Why a storage shard refused a send without storing anything. Every refusal means
+ * "nothing of this batch was written", so the broker may safely try another shard.
+ */
+export type ShardRefusal = "draining" | "retired" | "unknown_shard" | "wrong_queue" | "corrupt" | "overloaded";
+
+/**
+ * One storage shard's backlog: exact as the shard answers a call, or as its latest
+ * heartbeat reported it. What the queue-wide figures of send, pull and MessageBatch
+ * answers are summed from (src/routing/queue-figures.ts).
+ */
+export interface ShardBacklog {
+  shard: string;
+  count: number;
+  bytes: number;
+  /** When its oldest message arrived, or null when it is empty or this is not known. */
+  oldestAt: number | null;
+}
+
+export type AppendResult =
+  | { ok: true; stored: number; duplicates: number; backlog: ShardBacklog }
+  | { ok: false; refused: ShardRefusal; detail?: string };
+
+/** Exact per-shard figures, kept in the same transaction as the rows they count. */
+export interface ShardStats {
+  backlogCount: number;
+  backlogBytes: number;
+  /** enqueued-at of the oldest message still stored, or null when empty. */
+  oldestEnqueuedAt: number | null;
+  /** Running totals since the shard was created. */
+  totals: DeliveryTotals;
+  /** Since this object last started: RPCs served and SQLite rows written (index entries included). */
+  cost: { rpcs: number; rowsWritten: number };
+}
+
+export interface DeliveryTotals {
+  /**
+   * Messages stored (sends, and moves in: dead-letter moves, redrives; deduplicated
+   * retries not counted). Optional only because heartbeats a Coordinator stored before
+   * this counter existed lack it; stats() always sets it.
+   */
+  stored?: number;
+  leased: number;
+  acked: number;
+  retried: number;
+  deadLettered: number;
+  dropped: number;
+  expired: number;
+  quarantined: number;
+  /**
+   * Deleted by a purge, and cancelled one by one. Optional only because heartbeats a
+   * Coordinator stored before these counters existed lack them; stats() always sets them.
+   */
+  purged: number;
+  cancelled: number;
+}
+
+/** How a shard learns what it is; sent by the Coordinator when it creates the shard. */
+export interface ShardIdentity {
+  name: string;
+  queueId: string;
+  accountId: string;
+  region: string;
+}
+
+/** A stored message read back (peek): body checked against its checksum. */
+export interface StoredMessage {
+  id: string;
+  body: Uint8Array;
+  contentType: ContentType;
+  size: number;
+  enqueuedAt: number;
+  visibleAt: number;
+  attempts: number;
+}
+
+export interface PeekResult {
+  messages: StoredMessage[];
+  /** Ids whose stored body no longer matches its checksum; never returned as messages. */
+  corrupt: string[];
+}
+
+/** What a storage shard reports to its Coordinator every HEARTBEAT_INTERVAL_MS. */
+export interface StorageHeartbeat extends ShardStats {
+  shard: string;
+  state: ShardState;
+  /** Messages stored since the previous heartbeat. */
+  messagesIn: number;
+  /** Messages leased to consumers since the previous heartbeat. */
+  messagesOut: number;
+  /** Sends refused since the previous heartbeat (overloaded, draining, corrupt). */
+  refusals: number;
+  /** Messages currently leased and not yet settled. */
+  leasedNow: number;
+  /** Milliseconds those messages were counted over. */
+  periodMs: number;
+  sentAt: number;
+}
+
+/** Ask a storage shard for a batch (QuiCK: a lease moves visible_at forward; nothing is removed). */
+export interface LeaseRequest {
+  queueId: string;
+  limit: number;
+  leaseMs: number;
+  /** Lease fewer than `limit` only once the oldest ready message has waited this long (0: never wait). */
+  maxWaitMs: number;
+  /** The queue's message_retention_period, in ms: older messages are deleted, not delivered. */
+  retentionMs: number;
+}
+
+export interface LeasedMessage {
+  id: string;
+  body: Uint8Array;
+  contentType: ContentType;
+  enqueuedAt: number;
+  /** Deliveries so far, this one included: 1 on first delivery. */
+  attempts: number;
+  leaseId: string;
+  /** Names this stored copy within its shard for ever (storage-shard/schema.ts copyKey): what a move of it is remembered by. */
+  copyKey: string;
+}
+
+export interface LeaseResult {
+  messages: LeasedMessage[];
+  /** Set when a batch is waiting to fill: lease again then. */
+  waitUntil: number | null;
+  /** True when the batch was full: more may be ready. */
+  more: boolean;
+  /** Earliest visible_at of anything not ready now (delayed, retried or leased), or null. */
+  nextVisibleAt: number | null;
+  /** This shard's backlog after the lease (leased messages included: they are not acked yet). */
+  backlog: ShardBacklog;
+}
+
+/** A message named by the lease it was handed out under: acts on it only while that lease is current. */
+export interface LeaseRef {
+  id: string;
+  leaseId: string;
+}
+
+export interface SettleRequest {
+  queueId: string;
+  acks: LeaseRef[];
+  retries: Array<LeaseRef & { delayMs: number }>;
+  /** Already written to the dead-letter queue: delete and count. */
+  deadLettered: LeaseRef[];
+  /** Out of retries with no dead-letter queue: delete and count. */
+  dropped: LeaseRef[];
+}
+
+export interface SettleResult {
+  acked: number;
+  retried: number;
+  deadLettered: number;
+  dropped: number;
+  /** Ids whose lease had been taken over (or that were gone): nothing was done to them. */
+  stale: string[];
+}
+
+/** What a consumer shard needs from the Coordinator to deliver a queue's messages. */
+export interface DeliveryPlan {
+  accountId: string;
+  queueId: string;
+  queueName: string;
+  paused: boolean;
+  retentionMs: number;
+  consumer: ConsumerRecord | null;
+  /** Shards that may hold messages, with the backlog of their latest heartbeat (null before one). */
+  shards: Array<ShardEntry & { backlog: ShardBacklog | null }>;
+}
+
+/** Where a stored message stands: ready to lease, not visible yet (a delay or a retry's delay), or held under a live lease. */
+export type MessageState = "ready" | "delayed" | "leased";
+
+/** One stored message as a lookup by id sees it, without its body. */
+export interface MessageStatus {
+  id: string;
+  state: MessageState;
+  attempts: number;
+  enqueuedAt: number;
+  visibleAt: number;
+  size: number;
+  contentType: ContentType;
+}
+
+/** One bounded step of a purge: `more` while the shard still holds messages. */
+export interface PurgeResult {
+  deleted: number;
+  more: boolean;
+}
+
+/** Which messages a redrive moves: by age (from enqueued-at, on the shard's clock) and by deliveries so far. Absent bounds are open. */
+export interface MessageFilter {
+  minAgeMs?: number;
+  maxAgeMs?: number;
+  minAttempts?: number;
+  maxAttempts?: number;
+}
+
+// What crosses RPC between the parts besides the calls above: a shard's heartbeat as the
+// Coordinator keeps it, the queue's counters, send latency counts, idempotency claims, and
+// what a consumer Worker reports of a batch.
+
+export interface ShardHeartbeat {
+  name: string;
+  state: string;
+  backlog_count: number;
+  backlog_bytes: number;
+  oldest_at: number | null;
+  messages_in: number;
+  messages_out: number;
+  refusals: number;
+  leased_now: number;
+  period_ms: number;
+  received_at: number;
+  totals: DeliveryTotals;
+  /** RPCs served and SQLite rows written since the shard object last started. */
+  cost: { rpcs: number; rowsWritten: number };
+  /** False once the shard has missed three heartbeats. */
+  healthy: boolean;
+}
+
+export type CounterName = keyof DeliveryTotals;
+export const COUNTER_NAMES: readonly CounterName[] = [
+  "stored", "leased", "acked", "retried", "deadLettered", "dropped", "expired", "quarantined", "purged", "cancelled",
+];
+export type QueueCounters = Record<CounterName, number>;
+
+/** Sends counted by latency. Crosses DO RPC from the broker to the Coordinator. */
+export interface SendLatencyCounts {
+  /** Sends per bucket, NOT cumulative, by the bucket's upper bound in seconds as an `le` label: "0.005", "1", "+Inf". */
+  buckets: Record<string, number>;
+  sumSeconds: number;
+  count: number;
+}
+
+/** One key a send wants: its request digest, and the message ids it would store under. */
+export interface KeyClaim {
+  key: string;
+  digest: string;
+  ids: string[];
+}
+
+export type ClaimOutcome =
+  /** Store under `ids`. `retry`: an earlier attempt may have stored them already (send with dedupe). */
+  | { status: "claimed"; ids: string[]; retry: boolean }
+  /** Stored by an earlier request: answer with its ids, store nothing. */
+  | { status: "done"; ids: string[] }
+  /** Another request holds the key right now. */
+  | { status: "busy"; retryAfterMs: number }
+  /** The key was used with a different request. */
+  | { status: "mismatch" };
+
+/** What a dispatch reports: the shape of Fetcher.queue()'s result. */
+export interface DispatchOutcome {
+  outcome: string;
+  ackAll: boolean;
+  retryBatch: { retry: boolean; delaySeconds?: number };
+  explicitAcks: string[];
+  retryMessages: Array<{ msgId: string; delaySeconds?: number }>;
+}

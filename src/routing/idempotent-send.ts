@@ -1,0 +1,159 @@
+/**
+ * Idempotent HTTP sends: an `Idempotency-Key` header on POST .../messages or
+ * .../messages/batch, and message ids chosen by the producer (`id` on a message).
+ * Each is claimed in the queue's IdempotencyKeys objects before anything is stored
+ * (coordinator/idempotency-keys.ts says why a table, and not only the storage shards'
+ * memory of recent ids), so for 24 hours a retried request stores nothing again and is
+ * answered with the ids of the first, and a key or id reused for something else is
+ * refused with 409. Plain sends never come here: they pay nothing for this.
+ */
+import { idempotencyKeysFor } from "../kernel/addressing";
+import type { Env } from "../kernel/env";
+import { HttpError } from "../kernel/errors";
+import { newMessageId, randomHex } from "../kernel/ids";
+import type { PendingMessage } from "./pending-messages";
+import type { ShardBacklog, ClaimOutcome, KeyClaim } from "../kernel/protocol";
+import { notFound, seededRandom, storeMessages, type SendTarget, type Stored } from "./store";
+import { cachedShardMap } from "./shard-map-cache";
+
+/** Objects a queue's keys are spread over, so idempotent sends are not bound to one object's rate. */
+export const IDEMPOTENCY_BUCKETS = 16;
+/** Visible ASCII only (no spaces, no control characters), at most 255 characters, as Stripe takes them. */
+const KEY_PATTERN = /^[\x21-\x7e]{1,255}$/;
+
+export const HEADER = "idempotency-key";
+
+/** The request's Idempotency-Key, null without one; 400 naming the header when it is not a usable key. */
+export function idempotencyKeyOf(request: Request): string | null {
+  const raw = request.headers.get(HEADER);
+  if (raw === null) return null;
+  if (!KEY_PATTERN.test(raw)) throw HttpError.invalid(HEADER, "must be 1 to 255 visible ASCII characters (no spaces or control characters)");
+  return raw;
+}
+
+export interface IdempotentSend {
+  /** The Idempotency-Key header, or null. */
+  key: string | null;
+  route: "message" | "batch";
+  messages: PendingMessage[];
+  batchDelaySeconds: number | undefined;
+  /** Where a message's id sits in the request, for errors: "id", "messages[3].id". */
+  idField: (index: number) => string;
+}
+
+interface Held {
+  bucket: number;
+  keys: string[];
+}
+
+export function bucketOf(key: string): number {
+  return Math.floor(seededRandom(key)() * IDEMPOTENCY_BUCKETS);
+}
+
+/** Stores the request's messages at most once per key and per producer id; answers with their ids in order. */
+export async function sendIdempotent(env: Env, target: SendTarget, req: IdempotentSend): Promise<Stored> {
+  const map = await cachedShardMap(env, target.accountId, target.queueRef);
+  if (!map) throw notFound(target.queueRef);
+  const now = Date.now();
+  const token = randomHex(16);
+  const digests = await Promise.all(req.messages.map(messageDigest));
+  let ids = req.messages.map((m) => m.id ?? newMessageId(now));
+  const held: Held[] = [];
+  const skip = new Set<number>();
+  let retry = false;
+  try {
+    if (req.key !== null) {
+      const digest = await sha256Hex(utf8.encode(JSON.stringify([req.route, req.batchDelaySeconds ?? null, req.messages.map((m, i) => [m.id ?? null, digests[i]])])));
+      const [outcome] = await claim(env, map.queueId, [{ key: `key:${req.key}`, digest, ids }], token, held);
+      if (outcome!.status === "done") return { ids: outcome!.ids, queueId: map.queueId, backlog: null };
+      const claimed = claimedOrThrow(outcome!, HEADER, "was already used with a different request to this queue");
+      ids = claimed.ids;
+      retry ||= claimed.retry;
+    }
+    const withIds = req.messages.flatMap((m, i) => (m.id === undefined ? [] : [i]));
+    if (withIds.length > 0) {
+      const claims = withIds.map((i) => ({ key: `id:${ids[i]}`, digest: digests[i]!, ids: [ids[i]!] }));
+      const outcomes = await claim(env, map.queueId, claims, token, held);
+      outcomes.forEach((o, j) => {
+        if (o.status === "done") skip.add(withIds[j]!);
+        else retry ||= claimedOrThrow(o, req.idField(withIds[j]!), "was already sent to this queue with a different body, content type or delay").retry;
+      });
+    }
+  } catch (err) {
+    // Refused before anything was sent: keys this request claimed are let go.
+    await release(env, map.queueId, held, token, false);
+    throw err;
+  }
+
+  const store = req.messages.flatMap((_, i) => (skip.has(i) ? [] : [i]));
+  let backlog: ShardBacklog | null = null;
+  if (store.length > 0) {
+    try {
+      // With `retry`, an earlier attempt may have stored these ids: the shard skips them.
+      ({ backlog } = await storeMessages(env, target, store.map((i) => req.messages[i]!), req.batchDelaySeconds, store.map((i) => ids[i]!), retry));
+    } catch (err) {
+      await release(env, map.queueId, held, token, true);
+      throw err;
+    }
+  }
+  // Stored and so acknowledged, whatever happens next. A key left pending is taken over
+  // by a retry after IN_PROGRESS_MS, which stores with dedupe on the same shard.
+  const done = await Promise.allSettled(held.map((h) => idempotencyKeysFor(env, map.queueId, h.bucket).complete(h.keys)));
+  for (const d of done) if (d.status === "rejected") console.error("marking idempotency keys done failed:", d.reason);
+  return { ids, queueId: map.queueId, backlog };
+}
+
+function claimedOrThrow(outcome: ClaimOutcome, field: string, mismatch: string): { ids: string[]; retry: boolean } {
+  if (outcome.status === "claimed") return outcome;
+  if (outcome.status === "mismatch") throw new HttpError("conflict", `${field}: ${mismatch} in the last 24 hours`, field);
+  const seconds = Math.max(1, Math.ceil((outcome.status === "busy" ? outcome.retryAfterMs : 1000) / 1000));
+  const err = new HttpError("conflict", `${field}: a request with this ${field === HEADER ? "key" : "message id"} is in progress; retry after ${seconds} s`, field);
+  err.headers["retry-after"] = String(seconds);
+  throw err;
+}
+
+/** Claims over the buckets the keys hash to, side by side; what each bucket claimed is added to `held`. */
+async function claim(env: Env, queueId: string, claims: KeyClaim[], token: string, held: Held[]): Promise<ClaimOutcome[]> {
+  const byBucket = new Map<number, number[]>();
+  claims.forEach((c, i) => {
+    const b = bucketOf(c.key);
+    byBucket.set(b, [...(byBucket.get(b) ?? []), i]);
+  });
+  const outcomes: ClaimOutcome[] = new Array(claims.length);
+  const calls = await Promise.allSettled(
+    [...byBucket].map(async ([bucket, indexes]) => {
+      const answer = await idempotencyKeysFor(env, queueId, bucket).claim(indexes.map((i) => claims[i]!), token);
+      indexes.forEach((i, j) => (outcomes[i] = answer[j]!));
+      const keys = indexes.filter((_, j) => answer[j]!.status === "claimed").map((i) => claims[i]!.key);
+      if (keys.length > 0) held.push({ bucket, keys });
+    }),
+  );
+  const failed = calls.find((c) => c.status === "rejected");
+  if (failed) {
+    console.error("idempotency key claim failed:", failed.reason);
+    throw new HttpError("unavailable", "idempotency keys could not be checked; retry with the same key");
+  }
+  return outcomes;
+}
+
+async function release(env: Env, queueId: string, held: Held[], token: string, sent: boolean): Promise<void> {
+  const calls = await Promise.allSettled(held.map((h) => idempotencyKeysFor(env, queueId, h.bucket).release(h.keys, token, sent)));
+  // Unreleased keys free themselves after IN_PROGRESS_MS.
+  for (const c of calls) if (c.status === "rejected") console.error("releasing idempotency keys failed:", c.reason);
+}
+
+const utf8 = new TextEncoder();
+
+/** What makes two sends of a message the same: its content type, its own delay and its body bytes. */
+async function messageDigest(m: PendingMessage): Promise<string> {
+  const head = utf8.encode(`${m.contentType}\n${m.delaySeconds ?? ""}\n`);
+  const bytes = new Uint8Array(head.byteLength + m.body.byteLength);
+  bytes.set(head);
+  bytes.set(m.body, head.byteLength);
+  return sha256Hex(bytes);
+}
+
+async function sha256Hex(bytes: Uint8Array): Promise<string> {
+  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
+  return Array.from(digest, (b) => b.toString(16).padStart(2, "0")).join("");
+}

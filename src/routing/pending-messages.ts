@@ -1,0 +1,135 @@
+import { z } from "zod";
+import { crc32 } from "../kernel/checksum";
+import { encodeBody } from "../kernel/encoding";
+import { HttpError } from "../kernel/errors";
+import { MESSAGE_ID_PATTERN } from "../kernel/ids";
+import { LIMITS } from "../kernel/limits";
+import { CONTENT_TYPES, type ContentType } from "../kernel/protocol";
+import { fieldName, parseWith } from "../kernel/validate";
+
+/** A message validated and encoded by the broker, not yet given an id or a shard. */
+export interface PendingMessage {
+  body: Uint8Array;
+  contentType: ContentType;
+  delaySeconds: number | undefined;
+  checksum: number;
+  /** The id the producer chose (HTTP `id`); stored once under it (src/routing/idempotent-send.ts). */
+  id?: string;
+  /** Set on a move from another queue: which stored copy it moves (src/routing/move-messages.ts). */
+  moveKey?: string;
+  /** Set on a move: when the message was first sent, the timestamp consumers keep seeing. */
+  sentAt?: number;
+}
+
+const delaySeconds = z
+  .number({ error: "must be a number of seconds" })
+  .int("must be a whole number of seconds")
+  .min(0, "must be at least 0")
+  .max(LIMITS.maxDelaySeconds, `must be at most ${LIMITS.maxDelaySeconds} (24 hours)`);
+
+/**
+ * HTTP: Cloudflare's REST shapes. Only json and text travel over HTTP, as on Cloudflare.
+ * Beyond Cloudflare, `id`: a message id of the producer's choosing, stored once.
+ */
+const httpMessage = z
+  .object({
+    body: z.unknown(),
+    content_type: z.enum(["json", "text"], { error: 'must be "json" or "text"' }).optional(),
+    delay_seconds: delaySeconds.optional(),
+    id: z.string({ error: "must be a string" }).regex(MESSAGE_ID_PATTERN, "must be 32 lowercase hex characters").optional(),
+  })
+  .strict();
+
+const httpBatch = z
+  .object({
+    messages: z.array(z.unknown(), { error: "must be an array of messages" }),
+    delay_seconds: delaySeconds.optional(),
+  })
+  .strict();
+
+/** Producer binding: the options of Cloudflare's Queue.send / sendBatch. */
+const sendOptions = z
+  .object({
+    contentType: z.enum(CONTENT_TYPES as [ContentType, ...ContentType[]], { error: `must be one of ${CONTENT_TYPES.join(", ")}` }).optional(),
+    delaySeconds: delaySeconds.optional(),
+  })
+  .strict();
+
+const batchRequest = z
+  .object({
+    body: z.unknown(),
+    contentType: sendOptions.shape.contentType,
+    delaySeconds: delaySeconds.optional(),
+  })
+  .strict();
+
+const batchOptions = z.object({ delaySeconds: delaySeconds.optional() }).strict();
+
+export function fromHttpMessage(input: unknown): PendingMessage {
+  const m = parseWith(httpMessage, input);
+  const [one] = encodeAll([{ body: m.body, contentType: m.content_type ?? "json", delaySeconds: m.delay_seconds }], []);
+  return m.id === undefined ? one! : { ...one!, id: m.id };
+}
+
+export function fromHttpBatch(input: unknown): { messages: PendingMessage[]; delaySeconds: number | undefined } {
+  const b = parseWith(httpBatch, input);
+  checkCount(b.messages.length);
+  const seen = new Map<string, number>();
+  const parsed = b.messages.map((raw, i) => {
+    const m = parseWith(httpMessage, raw, ["messages", i]);
+    if (m.id !== undefined) {
+      // One id, one message: a batch naming an id twice is a mistake, not a retry.
+      const first = seen.get(m.id);
+      if (first !== undefined) throw HttpError.invalid(`messages[${i}].id`, `repeats the id of messages[${first}]`);
+      seen.set(m.id, i);
+    }
+    return { body: m.body, contentType: m.content_type ?? ("json" as const), delaySeconds: m.delay_seconds, id: m.id };
+  });
+  const encoded = encodeAll(parsed, ["messages"]);
+  return { messages: encoded.map((e, i) => (parsed[i]!.id === undefined ? e : { ...e, id: parsed[i]!.id })), delaySeconds: b.delay_seconds };
+}
+
+export function fromSend(body: unknown, options: unknown): PendingMessage {
+  const o = parseWith(sendOptions, options ?? {}, ["options"]);
+  const [one] = encodeAll([{ body, contentType: o.contentType ?? "json", delaySeconds: o.delaySeconds }], []);
+  return one!;
+}
+
+export function fromSendBatch(messages: unknown, options: unknown): { messages: PendingMessage[]; delaySeconds: number | undefined } {
+  if (!Array.isArray(messages)) throw HttpError.invalid("messages", "must be an array of { body, contentType?, delaySeconds? }");
+  checkCount(messages.length);
+  const o = parseWith(batchOptions, options ?? {}, ["options"]);
+  const parsed = messages.map((raw, i) => {
+    const m = parseWith(batchRequest, raw, ["messages", i]);
+    return { body: m.body, contentType: m.contentType ?? ("json" as const), delaySeconds: m.delaySeconds };
+  });
+  return { messages: encodeAll(parsed, ["messages"]), delaySeconds: o.delaySeconds };
+}
+
+function checkCount(n: number): void {
+  if (n === 0) throw HttpError.invalid("messages", "must hold at least one message");
+  if (n > LIMITS.maxBatchMessages) {
+    throw HttpError.tooLarge("messages", `holds ${n} messages; a batch holds at most ${LIMITS.maxBatchMessages}`);
+  }
+}
+
+/** Encodes and checksums each body; enforces the per-message and per-batch byte limits. */
+function encodeAll(
+  messages: Array<{ body: unknown; contentType: ContentType; delaySeconds: number | undefined }>,
+  path: Array<string | number>,
+): PendingMessage[] {
+  let total = 0;
+  const out = messages.map((m, i) => {
+    const at = path.length ? [...path, i, "body"] : ["body"];
+    const bytes = encodeBody(m.body, m.contentType, fieldName(at));
+    if (bytes.byteLength > LIMITS.maxMessageBytes) {
+      throw HttpError.tooLarge(fieldName(at), `is ${bytes.byteLength} bytes; a message holds at most ${LIMITS.maxMessageBytes} bytes`);
+    }
+    total += bytes.byteLength;
+    return { body: bytes, contentType: m.contentType, delaySeconds: m.delaySeconds, checksum: crc32(bytes) };
+  });
+  if (total > LIMITS.maxBatchBytes) {
+    throw HttpError.tooLarge(path.length ? fieldName(path) : "body", `batch is ${total} bytes; a batch holds at most ${LIMITS.maxBatchBytes} bytes`);
+  }
+  return out;
+}
