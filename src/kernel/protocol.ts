@@ -11,6 +11,12 @@ export const CONTENT_TYPES: readonly ContentType[] = ["json", "text", "bytes", "
 /** active: takes sends. draining: takes no sends, still serves reads. retired: gone. */
 export type ShardState = "active" | "draining" | "retired";
 
+/**
+ * The shards that may still hold messages: active ones, and draining ones until they are empty.
+ * A retired shard holds nothing and is kept on the map only until the Coordinator forgets it.
+ */
+export const notRetired = <T extends { state: ShardState }>(shards: readonly T[]): T[] => shards.filter((s) => s.state !== "retired");
+
 export interface ShardEntry {
   /** The Durable Object name of the storage shard. */
   name: string;
@@ -207,6 +213,9 @@ export interface LeaseRef {
   id: string;
   leaseId: string;
 }
+
+/** The ref that settles a leased message: what every ack, retry and move names it by. */
+export const leaseRefOf = (m: { id: string; leaseId: string }): LeaseRef => ({ id: m.id, leaseId: m.leaseId });
 
 export interface SettleRequest {
   queueId: string;
