@@ -7,11 +7,12 @@ import type { DispatchMessage } from "../src/consumer/entrypoint";
 import { consumerBinding, consumerBindingName, type ConsumerRecord } from "../src/kernel/consumer-settings";
 import { decodeBody } from "../src/kernel/encoding";
 import type { Env } from "../src/kernel/env";
-import type { DeliveryPlan, LeasedMessage, DispatchOutcome } from "../src/kernel/protocol";
-import { dispose, FAILED_DISPATCH, type Disposition } from "../src/delivery/outcome";
+import { leaseRefOf, type DeliveryPlan, type LeasedMessage, type DispatchOutcome } from "../src/kernel/protocol";
+import { joinDispositions } from "../src/delivery/disposition";
+import { dispose, FAILED_DISPATCH } from "../src/delivery/outcome";
 import { applyDisposition } from "../src/delivery/settle";
 import { transportFor, type Dispatch } from "./transports";
-import { TestHooks, testHooksEnabled, type FaultPoint, type TestHookStatus } from "../src/kernel/test-hooks";
+import { testHooksFor, type FaultPoint, type TestHookStatus } from "../src/kernel/test-hooks";
 
 /** Wall-clock limit of one Cloudflare queue() invocation; leases are not extended past it. */
 const MAX_EXECUTION_MS = 15 * 60_000;
@@ -43,7 +44,7 @@ export class ConsumerShard extends DurableObject<Env> {
   maxExecutionMs = MAX_EXECUTION_MS;
 
   /** The fault harness's aborts and alarm throws; inert unless SHARDQ_TEST_HOOKS is "on" (src/kernel/test-hooks.ts). */
-  private readonly hooks = new TestHooks(testHooksEnabled(this.env), "consumer");
+  private readonly hooks = testHooksFor(this.env, "consumer");
 
   /** Delivered since the last report to the Coordinator. */
   private report = { delivered: 0, batches: 0, errors: 0, at: 0 };
@@ -88,7 +89,8 @@ export class ConsumerShard extends DurableObject<Env> {
    * came during this round set an alarm for now (inside a running alarm, getAlarm() sees
    * only alarms set since it began); overwriting it with this round's later `next` lost
    * that wake-up, and the Coordinator, told this shard was running, left it alone until
-   * its report went stale: a message sent meanwhile waited 16 to 20 s.
+   * its report went stale, heartbeat intervals later: a message sent meanwhile waited
+   * all that time instead of going out at once.
    */
   async armNext(next: number | null): Promise<void> {
     if (next === null) return;
@@ -105,7 +107,7 @@ export class ConsumerShard extends DurableObject<Env> {
   private async sendReport(queueId: string, running: boolean): Promise<void> {
     const index = (await this.ctx.storage.get<number>("index")) ?? 0;
     const { delivered, batches, errors } = this.report;
-    this.report = { delivered: 0, batches: 0, errors: 0, at: Date.now() };
+    this.report = { delivered: 0, batches: 0, errors: 0, at: this.clock.now() };
     try {
       await coordinatorFor(this.env, queueId).consumerReport({ index, running, delivered, batches, errors });
     } catch (err) {
@@ -154,7 +156,7 @@ export class ConsumerShard extends DurableObject<Env> {
       this.hooks.at("abort-leased", this.ctx);
       await this.deliverBatch(plan, consumer, shard.name, lease.messages, dispatch, { metrics: bindingMetrics(sumFigures([...figures.values()])) });
       // A long round still reports every few seconds, so the Coordinator sees it working.
-      if (Date.now() - this.report.at >= Math.min(REPORT_EVERY_MS, serviceConfig(this.env).heartbeatIntervalMs)) await this.sendReport(queueId, true);
+      if (this.clock.now() - this.report.at >= Math.min(REPORT_EVERY_MS, serviceConfig(this.env).heartbeatIntervalMs)) await this.sendReport(queueId, true);
     }
     return this.clock.now();
   }
@@ -187,8 +189,8 @@ export class ConsumerShard extends DurableObject<Env> {
     const d = dispose(readable.map((r) => r.leased), outcome, consumer.settings);
     // A body that cannot be decoded fails its delivery, and so ends in the dead-letter queue.
     const u = dispose(unreadable, FAILED_DISPATCH, consumer.settings);
-    const all: Disposition = { acks: [...d.acks, ...u.acks], retries: [...d.retries, ...u.retries], exhausted: [...d.exhausted, ...u.exhausted] };
-    await applyDisposition(this.env, plan, consumer, shardName, all);
+    // The batch is in hand, so the dead-letter queue gets its messages without a read.
+    await applyDisposition(this.env, plan, consumer, shardName, joinDispositions(d, u), leased);
   }
 
   /**
@@ -197,7 +199,7 @@ export class ConsumerShard extends DurableObject<Env> {
    * dispatch that fails outright counts as a handler that threw.
    */
   private async withLeasesHeld(queueId: string, shardName: string, leased: LeasedMessage[], run: () => Promise<DispatchOutcome>): Promise<DispatchOutcome> {
-    const refs = leased.map((m) => ({ id: m.id, leaseId: m.leaseId }));
+    const refs = leased.map(leaseRefOf);
     const shard = storageShardFor(this.env, shardName);
     const started = Date.now();
     const timer = setInterval(() => {

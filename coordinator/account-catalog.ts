@@ -4,6 +4,20 @@ import { newQueueId, QUEUE_ID_PATTERN } from "../src/kernel/ids";
 import type { QueueInfo } from "../src/kernel/queue-info";
 import type { QueueSettings } from "../src/kernel/settings";
 import { coordinatorFor } from "../src/kernel/addressing";
+import { runMigrations } from "../src/kernel/sqlite-migrations";
+
+/**
+ * The catalog's SQLite schema. The first step is the table the catalog once created by
+ * hand, IF NOT EXISTS: a catalog made before it had migrations already holds it, data and all.
+ */
+const MIGRATIONS: string[] = [
+  `CREATE TABLE IF NOT EXISTS queues (
+     queue_name TEXT PRIMARY KEY,
+     queue_id   TEXT NOT NULL UNIQUE,
+     state      TEXT NOT NULL,
+     created_at INTEGER NOT NULL
+   )`,
+];
 
 interface CatalogRow {
   queue_name: string;
@@ -30,12 +44,7 @@ export class AccountCatalog extends DurableObject<Env> {
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     this.sql = ctx.storage.sql;
-    this.sql.exec(`CREATE TABLE IF NOT EXISTS queues (
-      queue_name TEXT PRIMARY KEY,
-      queue_id   TEXT NOT NULL UNIQUE,
-      state      TEXT NOT NULL,
-      created_at INTEGER NOT NULL
-    )`);
+    runMigrations(this.sql, MIGRATIONS);
   }
 
   /**

@@ -1,44 +1,53 @@
 /**
  * The Coordinator's control loop, run from its alarm every heartbeat interval: it
- * finishes changes a reset interrupted, reconciles shards with the map, runs the
- * autoscaler and carries out its decisions, and forgets long-retired shards.
+ * finishes changes a reset interrupted, reconciles shards with the map, runs the two
+ * scaling policies (storage: autoscaler.ts, consumers: consumer-scaler.ts) and carries
+ * out their decisions, and forgets long-retired shards. Its rows are written through
+ * the queue store (queue-store.ts); the storage and consumer shards are told here.
  */
-import { storageShardFor } from "../src/kernel/addressing";
+import { consumerShardFor, storageShardFor } from "../src/kernel/addressing";
 import { serviceConfig } from "../src/kernel/config";
+import { MAX_CONCURRENCY } from "../src/kernel/consumer-settings";
 import type { Env } from "../src/kernel/env";
-import type { ShardEntry, ShardHeartbeat } from "../src/kernel/protocol";
-import { decide, type ScalingAction, type ShardView } from "./autoscaler";
-import { carryForgottenShard } from "./counters";
-import { loadMemory, logDecision, saveMemory } from "./decisions";
-import type { QueueRow } from "./schema";
+import type { ShardHeartbeat, ShardState } from "../src/kernel/protocol";
 import type { FaultPoint } from "../src/kernel/test-hooks";
+import { decide, type ScalingAction, type ShardView } from "./autoscaler";
+import { scaleConsumers, type ConsumerWake } from "./consumer-scaler";
+import { readConsumers } from "./consumers";
+import { carryForgottenShard } from "./counters";
+import { loadMemory, logDecision, saveMemory, type Decision } from "./decisions";
+import { forgetStorageBeat, readConsumerShards, readStorageBeats } from "./heartbeats";
+import type { QueueRecord, QueueStore } from "./queue-store";
 
 /** Retired shards stay in the map this long, so brokers with older maps learn of them. */
 const KEEP_RETIRED_MS = 10 * 60_000;
 /** Scale in only after a shard's share of the target stays below this. */
 const SCALE_IN_BELOW = 0.3;
 
-/** What the loop needs of its Coordinator. */
-export interface CoordinatorState {
+export interface ControlLoopDeps {
+  store: QueueStore;
+  /** The Coordinator's SQLite, for what the loop keeps beside the store: heartbeats, decisions, the autoscaler's memory. */
   sql: SqlStorage;
   env: Env;
-  storage: DurableObjectStorage;
-  now(): number;
-  row(): QueueRow | null;
-  shards(): ShardEntry[];
-  heartbeats(): ShardHeartbeat[];
   /** The fault harness's abort points (src/kernel/test-hooks.ts); a no-op unless armed. */
   faultPoint(point: FaultPoint): void;
 }
 
 export class ControlLoop {
-  constructor(private readonly c: CoordinatorState) {}
+  private readonly store: QueueStore;
+  private readonly sql: SqlStorage;
+  private readonly env: Env;
+
+  constructor(private readonly deps: ControlLoopDeps) {
+    this.store = deps.store;
+    this.sql = deps.sql;
+    this.env = deps.env;
+  }
 
   async autoscale(now: number): Promise<void> {
-    const config = serviceConfig(this.c.env);
-    const beats = new Map(this.c.heartbeats().map((b) => [b.name, b]));
-    const raw = this.c.sql.exec("SELECT name, region, state, created_at FROM shards").toArray() as unknown as Array<{ name: string; region: string; state: ShardView["state"]; created_at: number }>;
-    const views: ShardView[] = raw.map((s) => {
+    const config = serviceConfig(this.env);
+    const beats = new Map(this.heartbeats(now).map((b) => [b.name, b]));
+    const views: ShardView[] = this.store.allShards().map((s) => {
       const b = beats.get(s.name);
       return {
         name: s.name,
@@ -57,39 +66,62 @@ export class ControlLoop {
       cooldownMs: 2 * config.heartbeatIntervalMs,
       heartbeatIntervalMs: config.heartbeatIntervalMs,
     };
-    const { actions, memory } = decide(views, config.regions, policy, loadMemory(this.c.sql), now);
-    saveMemory(this.c.sql, memory);
+    const { actions, memory } = decide(views, config.regions, policy, loadMemory(this.sql), now);
+    saveMemory(this.sql, memory);
     for (const action of actions) await this.apply(action, now);
   }
 
   /**
-   * Carries out one decision. New shards are written as pending, activated, and only
-   * then made active in the map; a state change is told to the shard before it is
-   * recorded. A reset at any point leaves a state the next tick completes or redoes.
+   * Sizes the consumer shards to the backlog and wakes those the scaler names; nothing
+   * while the queue has no Worker consumer or its delivery is paused.
    */
-  private async apply(action: ScalingAction, now: number): Promise<void> {
-    const row = this.c.row()!;
-    const log = (target: string | null) =>
-      logDecision(this.c.sql, { at: now, kind: action.kind, region: action.region, target, reason: action.reason, figures: action.figures });
+  async wakeConsumers(wake: ConsumerWake, now: number): Promise<void> {
+    const queue = this.store.queue();
+    const consumer = queue ? readConsumers(this.sql, queue.queue_name)[0] : undefined;
+    if (!queue || !consumer || consumer.type !== "worker" || queue.settings.delivery_paused) return;
+    const scaling = scaleConsumers({
+      backlog: this.heartbeats(now).reduce((n, h) => n + h.backlog_count, 0),
+      maxConcurrency: consumer.settings.max_concurrency ?? MAX_CONCURRENCY,
+      previous: queue.consumer_shards_wanted,
+      wake,
+      reports: readConsumerShards(this.sql),
+      now,
+      heartbeatIntervalMs: serviceConfig(this.env).heartbeatIntervalMs,
+      random: Math.random(),
+    });
+    const change = scaling.change;
+    if (change) this.store.setConsumerShardsWanted(scaling.wanted, () => logDecision(this.sql, { at: now, region: null, target: null, ...change }));
+    await Promise.all(scaling.wake.map((i) => consumerShardFor(this.env, queue.queue_id, i).wake(queue.queue_id, i)));
+  }
+
+  /**
+   * Carries out one decision; returns the shards it names. New shards are written as
+   * pending, activated, and only then made active in the map; a state change is told to
+   * the shard before it is recorded. A reset at any point leaves a state the next tick
+   * completes or redoes.
+   */
+  private async apply(action: ScalingAction, now: number): Promise<string[]> {
+    const decision = (target: string): Decision => ({ at: now, kind: action.kind, region: action.region, target, reason: action.reason, figures: action.figures });
     if (action.kind === "add_shards") {
-      const names: string[] = [];
-      this.c.storage.transactionSync(() => {
-        for (let i = 0; i < action.count; i++) names.push(`${row.queue_id}:${action.region}:${row.next_shard + i}`);
-        for (const name of names) this.c.sql.exec("INSERT INTO shards (name, region, state, created_at) VALUES (?, ?, 'pending', ?)", name, action.region, now);
-        this.c.sql.exec("UPDATE queue SET next_shard = next_shard + ?", action.count);
-        log(names.join(","));
-      });
+      const names = this.store.addPendingShards(action.region, action.count, now, (added) => logDecision(this.sql, decision(added.join(","))));
       await this.activatePending();
-      return;
+      return names;
     }
     const state = action.kind === "drain_shard" ? "draining" : "retired";
-    await storageShardFor(this.c.env, action.shard, action.region).setState(state);
-    this.c.faultPoint("abort-drain");
-    this.c.storage.transactionSync(() => {
-      this.c.sql.exec("UPDATE shards SET state = ?, changed_at = ? WHERE name = ?", state, now, action.shard);
-      this.c.sql.exec("UPDATE queue SET map_version = map_version + 1");
-      log(action.shard);
-    });
+    await this.changeState({ name: action.shard, region: action.region }, state, now, decision(action.shard));
+    return [action.shard];
+  }
+
+  /**
+   * Changes a shard's state. The shard is told first, so it refuses sends the moment it
+   * is draining; brokers holding the old map retry another shard. With the decision
+   * that made the change, it is logged with it, and the fault harness may end the
+   * Coordinator between telling and recording.
+   */
+  async changeState(shard: { name: string; region: string }, state: ShardState, now: number, decision?: Decision): Promise<void> {
+    await storageShardFor(this.env, shard.name, shard.region).setState(state);
+    if (decision) this.deps.faultPoint("abort-drain");
+    this.store.recordShardState(shard.name, state, now, decision && (() => logDecision(this.sql, decision)));
   }
 
   /**
@@ -98,30 +130,30 @@ export class ControlLoop {
    * flight when it aborts the Coordinator (src/kernel/test-hooks.ts). Returns the shard changed.
    */
   async force(kind: "scale-out" | "drain", now: number, shard?: string): Promise<string> {
-    const figures = { activeShards: this.c.shards().filter((s) => s.state === "active").length, messagesPerSecond: 0, perShard: 0, target: 0, refusals: 0 };
+    const shards = this.store.shards();
+    const figures = { activeShards: shards.filter((s) => s.state === "active").length, messagesPerSecond: 0, perShard: 0, target: 0, refusals: 0 };
     if (kind === "scale-out") {
-      const before = this.c.row()!.next_shard;
-      const region = serviceConfig(this.c.env).defaultRegion;
-      await this.apply({ kind: "add_shards", region, count: 1, reason: "test hook: forced scale-out", figures }, now);
-      return `${this.c.row()!.queue_id}:${region}:${before}`;
+      const region = serviceConfig(this.env).defaultRegion;
+      return (await this.apply({ kind: "add_shards", region, count: 1, reason: "test hook: forced scale-out", figures }, now))[0]!;
     }
-    const target = this.c.shards().find((s) => s.name === shard && s.state === "active");
+    const target = shards.find((s) => s.name === shard && s.state === "active");
     if (!target) throw new Error(`${String(shard)} is not an active storage shard of this queue`);
-    await this.apply({ kind: "drain_shard", region: target.region, shard: target.name, reason: "test hook: forced drain", figures }, now);
-    return target.name;
+    return (await this.apply({ kind: "drain_shard", region: target.region, shard: target.name, reason: "test hook: forced drain", figures }, now))[0]!;
   }
 
-  /** Activates shards written as pending (by a scale-out, possibly one a reset interrupted) and publishes them. */
+  /** Tells each shard who it is (its queue, account and region), so it takes the sends a map naming it sends. */
+  async activateShards(queue: QueueRecord, shards: ReadonlyArray<{ name: string; region: string }>): Promise<void> {
+    await Promise.all(shards.map((s) => storageShardFor(this.env, s.name, s.region).activate({ name: s.name, queueId: queue.queue_id, accountId: queue.account_id, region: s.region })));
+  }
+
+  /** Activates shards written as pending (by a scale-out, possibly one a reset interrupted) and puts them on the map. */
   async activatePending(): Promise<void> {
-    const row = this.c.row()!;
-    const pending = this.c.sql.exec("SELECT name, region FROM shards WHERE state = 'pending'").toArray() as unknown as Array<{ name: string; region: string }>;
+    const queue = this.store.queue()!;
+    const pending = this.store.pendingShards();
     if (pending.length === 0) return;
-    await Promise.all(pending.map((s) => storageShardFor(this.c.env, s.name, s.region).activate({ name: s.name, queueId: row.queue_id, accountId: row.account_id, region: s.region })));
-    this.c.faultPoint("abort-scale-out");
-    this.c.storage.transactionSync(() => {
-      for (const s of pending) this.c.sql.exec("UPDATE shards SET state = 'active' WHERE name = ? AND state = 'pending'", s.name);
-      this.c.sql.exec("UPDATE queue SET map_version = map_version + 1");
-    });
+    await this.activateShards(queue, pending);
+    this.deps.faultPoint("abort-scale-out");
+    this.store.markActive(pending.map((s) => s.name));
   }
 
   /**
@@ -130,23 +162,24 @@ export class ControlLoop {
    * map is the truth, and a half-made decision is simply made again or not at all.
    */
   async reconcileStates(now: number): Promise<void> {
-    const fresh = now - 2 * serviceConfig(this.c.env).heartbeatIntervalMs;
-    const recorded = new Map(this.c.shards().map((s) => [s.name, s]));
-    for (const beat of this.c.heartbeats()) {
+    const fresh = now - 2 * serviceConfig(this.env).heartbeatIntervalMs;
+    const recorded = new Map(this.store.shards().map((s) => [s.name, s]));
+    for (const beat of this.heartbeats(now)) {
       const shard = recorded.get(beat.name);
       if (!shard || beat.received_at < fresh || beat.state === shard.state) continue;
-      await storageShardFor(this.c.env, shard.name, shard.region).setState(shard.state);
+      await storageShardFor(this.env, shard.name, shard.region).setState(shard.state);
     }
   }
 
   /** Forgets shards retired long ago: their objects are empty, and every broker map has moved on. */
   pruneRetired(now: number): void {
-    const gone = this.c.sql.exec("DELETE FROM shards WHERE state = 'retired' AND changed_at < ? RETURNING name", now - KEEP_RETIRED_MS).toArray() as unknown as Array<{ name: string }>;
-    if (gone.length === 0) return;
-    for (const g of gone) {
-      carryForgottenShard(this.c.sql, g.name); // its counts stay in the queue's counters
-      this.c.sql.exec("DELETE FROM heartbeats WHERE name = ?", g.name);
+    for (const name of this.store.forgetRetired(now - KEEP_RETIRED_MS)) {
+      carryForgottenShard(this.sql, name); // its counts stay in the queue's counters
+      forgetStorageBeat(this.sql, name);
     }
-    this.c.sql.exec("UPDATE queue SET map_version = map_version + 1");
+  }
+
+  private heartbeats(now: number): ShardHeartbeat[] {
+    return readStorageBeats(this.sql, now, serviceConfig(this.env).heartbeatIntervalMs);
   }
 }

@@ -35,6 +35,11 @@ export function readStorageBeats(sql: SqlStorage, now: number, intervalMs: numbe
   return rows.map((r) => ({ ...r, totals: JSON.parse(r.totals) as DeliveryTotals, cost: JSON.parse(r.cost) as ShardHeartbeat["cost"], healthy: r.received_at >= late }));
 }
 
+/** Drops the report of a shard the queue has forgotten. */
+export function forgetStorageBeat(sql: SqlStorage, name: string): void {
+  sql.exec("DELETE FROM heartbeats WHERE name = ?", name);
+}
+
 export function recordConsumerReport(sql: SqlStorage, r: ConsumerShardReport, now: number): void {
   sql.exec(
     `INSERT INTO consumer_shards (idx, running, delivered, batches, errors, received_at) VALUES (?, ?, ?, ?, ?, ?)

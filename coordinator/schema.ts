@@ -88,19 +88,3 @@ const MIGRATIONS: string[] = [
 export function migrateCoordinator(sql: SqlStorage): void {
   runMigrations(sql, MIGRATIONS);
 }
-
-/** The queue table's one row. */
-export interface QueueRow {
-  queue_id: string;
-  account_id: string;
-  queue_name: string;
-  created_at: number;
-  modified_at: number;
-  settings: string;
-  ready: number;
-  map_version: number;
-  published_version: number;
-  published_at: number;
-  next_shard: number;
-  consumer_shards_wanted: number;
-}

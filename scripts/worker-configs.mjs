@@ -179,16 +179,9 @@ export function namedEnvironmentsWithQueues(worker) {
     .map(([name]) => name);
 }
 
-/**
- * The service binding shardq reaches a consumer Worker by: "my-consumer" ->
- * CONSUMER_MY_CONSUMER. The same rule as consumerBindingName in src/kernel/consumer-settings.ts,
- * which Node cannot import; the e2e test fails if the two disagree (shardq then refuses the
- * consumer: it finds no binding by that name).
- * @param {string} scriptName
- */
-export function consumerBindingName(scriptName) {
-  return `CONSUMER_${scriptName.toUpperCase().replace(/[^A-Z0-9]/g, "_")}`;
-}
+// The service binding shardq reaches a consumer Worker by ("my-consumer" -> CONSUMER_MY_CONSUMER):
+// the service's own rule, shared as plain JavaScript so these scripts name what shardq looks up.
+export { consumerBindingName } from "../src/kernel/binding-names.mjs";
 
 /**
  * @typedef {object} RewriteOptions

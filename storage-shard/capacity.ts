@@ -1,6 +1,7 @@
 /**
  * An optional ceiling on how many messages a storage shard accepts per second.
- * In production one Durable Object tops out near 1,000 requests/s; on one machine
+ * In production one Durable Object tops out near 1,000 requests/s (Cloudflare's documented
+ * soft limit: https://developers.cloudflare.com/durable-objects/reference/faq/); on one machine
  * nothing pushes back like that, so this reproduces the ceiling (SHARD_CAPACITY_PER_SECOND)
  * to let the autoscaler be exercised and measured locally. Off by default.
  */

@@ -1,10 +1,13 @@
 /**
  * The fault harness's "corrupt" fault (src/kernel/test-hooks.ts has the rest): flips a byte
  * of some stored bodies, the checksum left as it was, as a disk or a bug could, to see
- * them quarantined rather than delivered garbled. Reached only through the storage
- * shard's testHook, which throws unless SHARDQ_TEST_HOOKS is "on".
+ * them quarantined rather than delivered garbled. Here rather than in the kernel because
+ * it writes the storage shard's own table. Reached only through the storage shard's
+ * testHook, after its hooks' control() passed the fence (testHooksEnabled); left out of
+ * production builds by the build fence (src/kernel/test-hooks.ts, BuildGlobals).
  */
 import { crc32 } from "../src/kernel/checksum";
+import type { BuildGlobals } from "../src/kernel/test-hooks";
 
 /** Most bodies one call corrupts. */
 const MAX_CORRUPT = 100;
@@ -15,7 +18,7 @@ const MAX_CORRUPT = 100;
  * ready backlog short, so there may be none). A held one's consumer may still ack it (it got the body intact);
  * otherwise the corruption is found when it is next leased.
  */
-export function corruptBodies(sql: SqlStorage, held: ReadonlyMap<number, unknown>, count: number): Array<{ id: string; seq: number }> {
+function flipBodies(sql: SqlStorage, held: ReadonlyMap<number, unknown>, count: number): Array<{ id: string; seq: number }> {
   const want = Math.max(0, Math.min(MAX_CORRUPT, Math.floor(count)));
   const rows = sql
     .exec<{ seq: number; id: string; body: ArrayBuffer; checksum: number; free: number }>(
@@ -35,3 +38,10 @@ export function corruptBodies(sql: SqlStorage, held: ReadonlyMap<number, unknown
   }
   return rows.map((r) => ({ id: r.id, seq: r.seq }));
 }
+
+/** A production build's stand-in: its testHook threw before it could get here. */
+function notInThisBuild(): never {
+  throw new Error("test hooks are off (left out of this build)");
+}
+
+export const corruptBodies: typeof flipBodies = (globalThis as BuildGlobals).process?.env?.NODE_ENV !== "production" ? flipBodies : notInThisBuild;

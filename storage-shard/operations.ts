@@ -8,7 +8,7 @@
  * schema.ts), which is fine for an operator's call and never on the delivery path.
  */
 import { crc32 } from "../src/kernel/checksum";
-import type { LeasedMessage, LeaseRef, MessageFilter, MessageStatus, PeekResult, StoredMessage } from "../src/kernel/protocol";
+import type { LeasedMessage, LeaseRef, MessageFilter, MessageStatus } from "../src/kernel/protocol";
 import { leaseStored, type BacklogDelta, type ReadyRow } from "./delivery";
 import { DeliveryState } from "./delivery-state";
 import { timestampOf, type MessageRow } from "./schema";
@@ -80,21 +80,6 @@ export function peekReady(sql: SqlStorage, ds: DeliveryState, now: number, limit
     out.push({ id: r.id, state: "ready", attempts: r.attempts, enqueuedAt: timestampOf(r), visibleAt: due, size: r.size, contentType: r.content_type, body });
   }
   return out;
-}
-
-/** Up to `n` stored messages after `afterSeq`, in arrival order, bodies checked: what tests read a shard back with. */
-export function readInOrder(sql: SqlStorage, n: number, afterSeq: number): PeekResult & { nextSeq: number | null } {
-  const rows = sql
-    .exec(`SELECT seq, id, body, content_type, size, enqueued_at, due_at, attempts, checksum, sent_at FROM messages WHERE seq > ? ORDER BY seq LIMIT ?`, afterSeq, n)
-    .toArray() as unknown as Array<Omit<MessageRow, "lease_id" | "nonce">>;
-  const messages: StoredMessage[] = [];
-  const corrupt: string[] = [];
-  for (const r of rows) {
-    const body = new Uint8Array(r.body);
-    if (crc32(body) !== r.checksum) corrupt.push(r.id);
-    else messages.push({ id: r.id, body, contentType: r.content_type, size: r.size, enqueuedAt: timestampOf(r), visibleAt: r.due_at ?? r.enqueued_at, attempts: r.attempts });
-  }
-  return { messages, corrupt, nextSeq: rows.length === n ? rows[rows.length - 1]!.seq : null };
 }
 
 /** Deletes one message whatever its state; a consumer's later ack for it finds nothing (stale). */

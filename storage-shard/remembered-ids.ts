@@ -19,7 +19,7 @@
  * (random ids, never rewritten) pay nothing.
  */
 export const REMEMBER_MS = 24 * 60 * 60 * 1000;
-/** How far back the scan of recent rows looks: a retry lands right after its first try. */
+/** How far back (in messages) the scan of recent rows looks: a retry lands right after its first try. */
 const DEDUPE_WINDOW = 10_000;
 
 /** Which of `ids` this shard already stored: among its recent rows, or remembered. */

@@ -13,7 +13,6 @@ import type {
   LeaseResult,
   MessageFilter,
   MessageStatus,
-  PeekResult,
   PurgeResult,
   ShardIdentity,
   ShardState,
@@ -29,15 +28,12 @@ import { expireOld, extend, lease, leasedCount, readLeased, settle, type Backlog
 import { DeliveryState } from "./delivery-state";
 import { coordinatorFor } from "../src/kernel/addressing";
 import { meteredSql, type CostMeter } from "../src/kernel/sql-meter";
-import { cancelMessage, countMatching, findMessage, leaseMatching, peekReady, purgeSome, readInOrder, releaseLeases } from "./operations";
+import { cancelMessage, countMatching, findMessage, leaseMatching, peekReady, purgeSome, releaseLeases } from "./operations";
 import { migrate, newNonce } from "./schema";
 import { knownIds, movesDone, rememberIds, rememberMoves } from "./remembered-ids";
-import { TestHooks, testHooksEnabled, type FaultPoint, type TestHookStatus } from "../src/kernel/test-hooks";
+import { testHooksFor, type FaultPoint, type TestHookStatus } from "../src/kernel/test-hooks";
 import { corruptBodies } from "./corrupt-bodies";
 import { PURGE_PER_CALL } from "../src/kernel/limits";
-
-const MAX_PEEK = 1000;
-/** How far back (in messages) a deduplicated append looks for ids it already stored. */
 
 /**
  * One storage shard of one queue. Persists every batch in a single transaction
@@ -72,7 +68,7 @@ export class StorageShard extends DurableObject<Env> {
   /** Tests replace this to drive time. */
   clock: Clock = systemClock;
   /** The fault harness's resets; inert unless SHARDQ_TEST_HOOKS is "on" (src/kernel/test-hooks.ts). */
-  private readonly hooks = new TestHooks(testHooksEnabled(this.env), "storage");
+  private readonly hooks = testHooksFor(this.env, "storage");
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -325,7 +321,10 @@ export class StorageShard extends DurableObject<Env> {
     this.leasedNow = Math.max(0, this.leasedNow - r.held);
   }
 
-  /** The fault harness's hook (src/kernel/test-hooks.ts): throws unless SHARDQ_TEST_HOOKS is "on". */
+  /**
+   * The fault harness's hook (src/kernel/test-hooks.ts): throws unless SHARDQ_TEST_HOOKS is
+   * "on", in control(), before anything is armed or corrupted.
+   */
   testHook(req: { arm?: FaultPoint | null; times?: number; corrupt?: number } = {}): TestHookStatus & { corrupted?: Array<{ id: string; seq: number }> } {
     const status = this.hooks.control(req.arm, req.times);
     return req.corrupt ? { ...status, corrupted: corruptBodies(this.sql, this.delivery.leases, req.corrupt) } : status;
@@ -364,12 +363,6 @@ export class StorageShard extends DurableObject<Env> {
   private applyDelta(delta: BacklogDelta): void {
     this.backlogCount += delta.count;
     this.backlogBytes += delta.bytes;
-  }
-
-  /** Reads messages in arrival order without leasing them; bodies are checked against their checksums. */
-  peek(limit = 100, afterSeq = 0): PeekResult & { nextSeq: number | null } {
-    this.cost.rpcs++;
-    return readInOrder(this.sql, Math.max(1, Math.min(MAX_PEEK, Math.floor(limit))), afterSeq);
   }
 
   /**

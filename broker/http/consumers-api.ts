@@ -9,12 +9,12 @@ import {
   type ConsumerTransport,
 } from "../../src/kernel/consumer-settings";
 import type { Env } from "../../src/kernel/env";
-import { HttpError } from "../../src/kernel/errors";
+import { consumerNotFound, HttpError, queueNotFound } from "../../src/kernel/errors";
 import { queueNameSchema } from "../../src/kernel/settings";
 import { ok } from "./envelope";
-import { resolveQueue } from "./queues-api";
 import { readJson } from "./read-json";
 import { parseWith } from "../../src/kernel/validate";
+import { lookupQueueId } from "../../src/routing/queue-lookup";
 
 const createBody = z
   .object({
@@ -44,7 +44,7 @@ const updateBody = z
 
 export async function createConsumer(request: Request, env: Env, accountId: string, queueRef: string): Promise<Response> {
   const body = parseWith(createBody, await readJson(request));
-  const queueId = await resolveQueue(env, accountId, queueRef);
+  const queueId = await lookupQueueId(env, accountId, queueRef);
   const coordinator = coordinatorFor(env, queueId);
   if (body.type === "worker") {
     if (!body.script_name) throw HttpError.invalid("script_name", "is required for a worker consumer");
@@ -56,7 +56,7 @@ export async function createConsumer(request: Request, env: Env, accountId: stri
     throw HttpError.invalid("script_name", "applies to worker consumers only");
   }
   const info = await coordinator.info();
-  if (!info) throw new HttpError("not_found", `queue "${queueRef}" not found`, "queue");
+  if (!info) throw queueNotFound(queueRef);
   await checkDeadLetterQueue(env, accountId, queueId, body.dead_letter_queue);
   const settings = applyConsumerPatch(defaultConsumerSettings(defaultTransport(env)), body.settings ?? {});
   const consumer = await coordinator.addConsumer({
@@ -70,12 +70,12 @@ export async function createConsumer(request: Request, env: Env, accountId: stri
 }
 
 export async function listConsumers(env: Env, accountId: string, queueRef: string): Promise<Response> {
-  const queueId = await resolveQueue(env, accountId, queueRef);
+  const queueId = await lookupQueueId(env, accountId, queueRef);
   return ok(await coordinatorFor(env, queueId).consumers());
 }
 
 export async function getConsumer(env: Env, accountId: string, queueRef: string, consumerId: string): Promise<Response> {
-  const queueId = await resolveQueue(env, accountId, queueRef);
+  const queueId = await lookupQueueId(env, accountId, queueRef);
   const consumer = (await coordinatorFor(env, queueId).consumers()).find((c) => c.consumer_id === consumerId);
   if (!consumer) throw consumerNotFound(consumerId);
   return ok(consumer);
@@ -83,7 +83,7 @@ export async function getConsumer(env: Env, accountId: string, queueRef: string,
 
 export async function updateConsumer(request: Request, env: Env, accountId: string, queueRef: string, consumerId: string): Promise<Response> {
   const body = parseWith(updateBody, await readJson(request));
-  const queueId = await resolveQueue(env, accountId, queueRef);
+  const queueId = await lookupQueueId(env, accountId, queueRef);
   const coordinator = coordinatorFor(env, queueId);
   const current = (await coordinator.consumers()).find((c) => c.consumer_id === consumerId);
   if (!current) throw consumerNotFound(consumerId);
@@ -96,7 +96,7 @@ export async function updateConsumer(request: Request, env: Env, accountId: stri
 }
 
 export async function deleteConsumer(env: Env, accountId: string, queueRef: string, consumerId: string): Promise<Response> {
-  const queueId = await resolveQueue(env, accountId, queueRef);
+  const queueId = await lookupQueueId(env, accountId, queueRef);
   if (!(await coordinatorFor(env, queueId).removeConsumer(consumerId))) throw consumerNotFound(consumerId);
   return ok(null);
 }
@@ -114,8 +114,4 @@ async function checkDeadLetterQueue(env: Env, accountId: string, queueId: string
 
 function defaultTransport(env: Env): ConsumerTransport {
   return env.DEFAULT_CONSUMER_TRANSPORT === "queue" ? "queue" : "rpc";
-}
-
-function consumerNotFound(consumerId: string): HttpError {
-  return new HttpError("not_found", `consumer "${consumerId}" not found`, "consumer_id");
 }

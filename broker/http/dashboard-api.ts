@@ -5,18 +5,18 @@
  */
 import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import type { Env } from "../../src/kernel/env";
-import { HttpError } from "../../src/kernel/errors";
+import { HttpError, unavailable } from "../../src/kernel/errors";
+import { notRetired } from "../../src/kernel/protocol";
+import { lookupQueue, lookupQueueId } from "../../src/routing/queue-lookup";
 import { ok } from "./envelope";
 import { toBase64 } from "./lease-tokens";
-import { currentMap, liveShards, unavailable } from "./operations-api";
-import { resolveQueue } from "./queues-api";
 
 const MAX_PEEK = 100;
 const DEFAULT_PEEK = 10;
 
 /** GET .../series: points of backlog, bytes, rates and shards, oldest first. */
 export async function getSeries(env: Env, accountId: string, queueRef: string): Promise<Response> {
-  const queueId = await resolveQueue(env, accountId, queueRef);
+  const queueId = await lookupQueueId(env, accountId, queueRef);
   const { stepMs, points } = await coordinatorFor(env, queueId).series();
   return ok({ step_ms: stepMs, points });
 }
@@ -24,8 +24,8 @@ export async function getSeries(env: Env, accountId: string, queueRef: string): 
 /** GET .../messages?limit=N: up to N ready messages, oldest first over all shards. */
 export async function peekMessages(url: URL, env: Env, accountId: string, queueRef: string): Promise<Response> {
   const limit = parseLimit(url.searchParams.get("limit"));
-  const map = await currentMap(env, accountId, queueRef);
-  const outcomes = await Promise.allSettled(liveShards(map).map((s) => storageShardFor(env, s.name, s.region).peekReady(map.queueId, limit)));
+  const map = await lookupQueue(env, accountId, queueRef, { current: true });
+  const outcomes = await Promise.allSettled(notRetired(map.shards).map((s) => storageShardFor(env, s.name, s.region).peekReady(map.queueId, limit)));
   if (outcomes.every((o) => o.status === "rejected") && outcomes.length > 0) throw unavailable("no storage shard of this queue answered; retry");
   const utf8 = new TextDecoder();
   const found = outcomes.flatMap((o) => (o.status === "fulfilled" ? o.value : []));

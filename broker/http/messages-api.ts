@@ -8,9 +8,9 @@ import { fromHttpBatch, fromHttpMessage } from "../../src/routing/pending-messag
 import { queueMetrics } from "../../src/routing/queue-metrics";
 import { readJson } from "./read-json";
 import { callerRegion } from "../../src/routing/region";
-import { notFound, storeMessages, type Stored } from "../../src/routing/store";
+import { storeMessages, type Stored } from "../../src/routing/store";
 import { figuresAfterSend, restMetrics } from "../../src/routing/queue-figures";
-import { cachedShardMap } from "../../src/routing/shard-map-cache";
+import { lookupQueue } from "../../src/routing/queue-lookup";
 
 /**
  * POST .../messages: one message. Answers with the queue's figures (`metadata.metrics`,
@@ -49,14 +49,12 @@ export async function sendBatch(request: Request, env: Env, ctx: ExecutionContex
 
 /** The REST answers' `metadata`: the queue's figures after the send (src/routing/queue-figures.ts). */
 async function metadataAfter(env: Env, stored: Stored) {
-  return { metrics: restMetrics(await figuresAfterSend(env, stored.queueId, stored.backlog)) };
+  return { metrics: restMetrics(await figuresAfterSend(env, stored.queueId, stored.backlogs)) };
 }
 
 /** GET .../metrics: backlog figures summed over the queue's shards, and per shard. */
 export async function getMetrics(env: Env, accountId: string, queueRef: string): Promise<Response> {
-  const map = await cachedShardMap(env, accountId, queueRef);
-  if (!map) throw notFound(queueRef);
-  return ok(await queueMetrics(env, map, { heartbeats: true }));
+  return ok(await queueMetrics(env, await lookupQueue(env, accountId, queueRef), { heartbeats: true }));
 }
 
 function regionOf(request: Request, env: Env): string {

@@ -8,13 +8,12 @@
 import { z } from "zod";
 import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import type { Env } from "../../src/kernel/env";
-import { HttpError } from "../../src/kernel/errors";
+import { HttpError, messageNotFound, unavailable } from "../../src/kernel/errors";
 import { MESSAGE_ID_PATTERN } from "../../src/kernel/ids";
-import type { MessageStatus, ShardEntry, ShardMap } from "../../src/kernel/protocol";
+import { notRetired, type MessageStatus, type ShardMap } from "../../src/kernel/protocol";
 import { ok } from "./envelope";
 import { readJson } from "./read-json";
-import { notFound } from "../../src/routing/store";
-import { authoritativeShardMap } from "../../src/routing/shard-map-cache";
+import { findQueue, lookupQueue } from "../../src/routing/queue-lookup";
 import { parseWith } from "../../src/kernel/validate";
 import { PURGE_PER_CALL } from "../../src/kernel/limits";
 
@@ -35,7 +34,7 @@ const purgeBody = z
 /** POST .../purge: deletes every message of the queue, ready, delayed and leased. */
 export async function purgeQueue(request: Request, env: Env, accountId: string, queueRef: string): Promise<Response> {
   parseWith(purgeBody, await readJson(request));
-  const map = await currentMap(env, accountId, queueRef);
+  const map = await lookupQueue(env, accountId, queueRef, { current: true });
   return ok(await purgeShards(env, map));
 }
 
@@ -48,7 +47,7 @@ export async function purgeShards(env: Env, map: ShardMap, limits = { perCall: P
   let purged = 0;
   let completed = true;
   const outcomes = await Promise.allSettled(
-    liveShards(map).map(async (s) => {
+    notRetired(map.shards).map(async (s) => {
       const shard = storageShardFor(env, s.name, s.region);
       for (;;) {
         if (calls >= limits.maxCalls) {
@@ -73,12 +72,12 @@ export async function purgeShards(env: Env, map: ShardMap, limits = { perCall: P
 /** GET .../messages/:message_id */
 export async function lookupMessage(env: Env, accountId: string, queueRef: string, messageId: string): Promise<Response> {
   checkMessageId(messageId);
-  const map = await currentMap(env, accountId, queueRef);
+  const map = await lookupQueue(env, accountId, queueRef, { current: true });
   const hit = await findOnShards(env, map, messageId);
   if (hit) return ok(view(hit.status, hit.shard));
   // Dead-letter moves keep the id, so a message that left the queue that way is found there.
   const dlqName = (await coordinatorFor(env, map.queueId).consumers())[0]?.dead_letter_queue;
-  const dlq = dlqName ? await authoritativeShardMap(env, accountId, dlqName) : null;
+  const dlq = dlqName ? await findQueue(env, accountId, dlqName, { current: true }) : null;
   const dead = dlq ? await findOnShards(env, dlq, messageId) : null;
   if (dead) return ok({ ...view(dead.status, dead.shard), state: "dead_lettered", dead_letter_queue: dlq!.queueName });
   throw messageNotFound(messageId);
@@ -87,30 +86,12 @@ export async function lookupMessage(env: Env, accountId: string, queueRef: strin
 /** DELETE .../messages/:message_id */
 export async function cancelMessage(env: Env, accountId: string, queueRef: string, messageId: string): Promise<Response> {
   checkMessageId(messageId);
-  const map = await currentMap(env, accountId, queueRef);
+  const map = await lookupQueue(env, accountId, queueRef, { current: true });
   // Every shard, not the first hit: an id should live on one shard, but cancel must leave none behind.
-  const outcomes = await Promise.allSettled(liveShards(map).map((s) => storageShardFor(env, s.name, s.region).cancelMessage(map.queueId, messageId)));
+  const outcomes = await Promise.allSettled(notRetired(map.shards).map((s) => storageShardFor(env, s.name, s.region).cancelMessage(map.queueId, messageId)));
   if (outcomes.some((o) => o.status === "fulfilled" && o.value)) return ok({ id: messageId, cancelled: true });
   if (outcomes.some((o) => o.status === "rejected")) throw unavailable("a storage shard of this queue did not answer, so the message may be there; retry");
   throw messageNotFound(messageId);
-}
-
-/** The queue's map as its Coordinator has it now; another account's queue is not found, like a missing one. */
-export async function currentMap(env: Env, accountId: string, queueRef: string): Promise<ShardMap> {
-  const map = await authoritativeShardMap(env, accountId, queueRef);
-  if (!map) throw notFound(queueRef);
-  return map;
-}
-
-/** Shards that may hold messages: active and draining ones. */
-export function liveShards(map: ShardMap): ShardEntry[] {
-  return map.shards.filter((s) => s.state !== "retired");
-}
-
-export function unavailable(message: string): HttpError {
-  const err = new HttpError("unavailable", message);
-  err.headers["retry-after"] = "1";
-  return err;
 }
 
 /**
@@ -118,7 +99,7 @@ export function unavailable(message: string): HttpError {
  * when no other has the message: then "not found" might be wrong, so it is a 503.
  */
 async function findOnShards(env: Env, map: ShardMap, messageId: string): Promise<{ status: MessageStatus; shard: string } | null> {
-  const shards = liveShards(map);
+  const shards = notRetired(map.shards);
   const outcomes = await Promise.allSettled(shards.map((s) => storageShardFor(env, s.name, s.region).findMessage(map.queueId, messageId)));
   let failed = false;
   for (const [i, o] of outcomes.entries()) {
@@ -144,8 +125,4 @@ function view(m: MessageStatus, shard: string) {
 
 function checkMessageId(id: string): void {
   if (!MESSAGE_ID_PATTERN.test(id)) throw HttpError.invalid("message_id", "must be 32 lowercase hexadecimal characters, as send returns it");
-}
-
-function messageNotFound(id: string): HttpError {
-  return new HttpError("not_found", `message "${id}" not found`, "message_id");
 }

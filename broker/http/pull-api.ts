@@ -7,20 +7,19 @@
  * acking a batch must learn which acks counted, not lose the ones that did.
  */
 import { z } from "zod";
-import type { Disposition } from "../../src/delivery/outcome";
-import { applyDisposition } from "../../src/delivery/settle";
+import { decide, type Verdict } from "../../src/delivery/disposition";
+import { applyDisposition, refKey } from "../../src/delivery/settle";
 import { restMetrics, sumFigures } from "../../src/routing/queue-figures";
 import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import { MAX_VISIBILITY_TIMEOUT_MS, type ConsumerRecord } from "../../src/kernel/consumer-settings";
 import type { Env } from "../../src/kernel/env";
-import { HttpError } from "../../src/kernel/errors";
+import { HttpError, unavailable } from "../../src/kernel/errors";
 import { LIMITS } from "../../src/kernel/limits";
-import type { DeliveryPlan, LeasedMessage, LeaseRef, ShardBacklog } from "../../src/kernel/protocol";
+import { leaseRefOf, type DeliveryPlan, type LeasedMessage, type LeaseRef, type ShardBacklog } from "../../src/kernel/protocol";
 import { ok } from "./envelope";
 import { leaseSigningKey, signLease, toBase64, verifyLease, type LeaseToken } from "./lease-tokens";
 import { readJson, readOptionalJson } from "./read-json";
-import { notFound } from "../../src/routing/store";
-import { authoritativeShardMap, cachedShardMap } from "../../src/routing/shard-map-cache";
+import { lookupQueue, readQueue } from "../../src/routing/queue-lookup";
 import { parseWith, wholeNumber as int } from "../../src/kernel/validate";
 
 /** Cloudflare's defaults for a pull without a batch size or visibility timeout. */
@@ -102,15 +101,14 @@ export async function ackMessages(request: Request, env: Env, accountId: string,
 export async function extendLeases(request: Request, env: Env, accountId: string, queueRef: string): Promise<Response> {
   const key = await leaseSigningKey(env);
   const body = parseWith(extendBody, await readJson(request));
-  const map = await cachedShardMap(env, accountId, queueRef);
-  if (!map) throw notFound(queueRef);
+  const map = await lookupQueue(env, accountId, queueRef);
   const warnings: Record<string, string> = {};
   const valid = await verifyAll(key, body.lease_ids.map((token) => ({ token })), { accountId, queueId: map.queueId }, warnings);
   let extended = 0;
   await Promise.all(
     [...groupByShard(valid)].map(async ([shard, entries]) => {
       try {
-        const done = new Set(await storageShardFor(env, shard).extendLeases(map.queueId, entries.map((e) => refOf(e.lease)), body.visibility_timeout_ms));
+        const done = new Set(await storageShardFor(env, shard).extendLeases(map.queueId, entries.map((e) => tokenRef(e.lease)), body.visibility_timeout_ms));
         extended += done.size;
         for (const e of entries) if (!done.has(e.lease.messageId)) warnings[e.token] = stale("extended");
       } catch (err) {
@@ -128,15 +126,10 @@ export async function extendLeases(request: Request, env: Env, accountId: string
  * queue deleted (and perhaps re-created) since: then the current map is read once.
  */
 async function pullQueue(env: Env, accountId: string, queueRef: string, verb: string): Promise<{ plan: DeliveryPlan; consumer: ConsumerRecord }> {
-  let plan: DeliveryPlan | null = null;
-  for (const read of [cachedShardMap, authoritativeShardMap]) {
-    const map = await read(env, accountId, queueRef);
-    if (!map) throw notFound(queueRef);
-    plan = await coordinatorFor(env, map.queueId).deliveryPlan();
-    if (plan && plan.accountId === accountId) break;
-    plan = null;
-  }
-  if (!plan) throw notFound(queueRef);
+  const plan = await readQueue(env, accountId, queueRef, async (map) => {
+    const plan = await coordinatorFor(env, map.queueId).deliveryPlan();
+    return plan && plan.accountId === accountId ? plan : null;
+  });
   const consumer = plan.consumer;
   if (consumer?.type !== "http_pull") {
     const has = consumer ? "a worker consumer" : "no consumer";
@@ -167,7 +160,7 @@ async function leaseFromShards(env: Env, plan: DeliveryPlan, wanted: number, lea
       failed++;
     }
   }
-  if (failed > 0 && failed === plan.shards.length) throw new HttpError("unavailable", "no storage shard of this queue answered; retry");
+  if (failed > 0 && failed === plan.shards.length) throw unavailable("no storage shard of this queue answered; retry", null);
   return { leased, figures: sumFigures(plan.shards.map((s) => s.backlog), exact) };
 }
 
@@ -194,23 +187,25 @@ async function verifyAll<T extends Asked>(key: CryptoKey, asked: T[], expected: 
 
 /** One settle call for one shard's part of an ack request. */
 async function settleOnShard(env: Env, plan: DeliveryPlan, consumer: ConsumerRecord, shard: string, entries: Array<Verified<Asked>>, warnings: Record<string, string>) {
-  const d: Disposition = { acks: [], retries: [], exhausted: [] };
-  const exhausted: Array<Verified<Asked>> = [];
-  for (const e of entries) {
-    if (!e.retry) d.acks.push(leasedFrom(e.lease));
-    else if (e.lease.attempts > consumer.settings.max_retries) exhausted.push(e);
-    else d.retries.push({ message: leasedFrom(e.lease), delayMs: (e.delaySeconds ?? consumer.settings.retry_delay) * 1000 });
+  const d = decide(entries.map((e) => verdictOf(e.lease, e.retry === true, e.delaySeconds)), consumer.settings);
+  let held: LeasedMessage[] = [];
+  if (d.outOfRetries.length > 0 && consumer.dead_letter_queue) {
+    const out = new Set(d.outOfRetries.map(refKey));
+    held = await readExhausted(env, plan.queueId, shard, entries.filter((e) => out.has(refKey(tokenRef(e.lease)))), warnings);
+    // Only a message read can be moved; the others are left alone (readExhausted says why).
+    const read = new Set(held.map(refKey));
+    d.outOfRetries = d.outOfRetries.filter((r) => read.has(refKey(r)));
   }
-  if (exhausted.length > 0 && consumer.dead_letter_queue) {
-    d.exhausted = await readExhausted(env, plan.queueId, shard, exhausted, warnings);
-  } else {
-    // Dropped messages need no body: only their lease refs reach the shard.
-    d.exhausted = exhausted.map((e) => leasedFrom(e.lease));
-  }
-  const result = await applyDisposition(env, plan, consumer, shard, d);
+  // Without a dead-letter queue nothing is moved, so no body is needed: only lease refs reach the shard.
+  const result = await applyDisposition(env, plan, consumer, shard, d, held);
   const taken = new Set(result.stale);
   for (const e of entries) if (taken.has(e.lease.messageId)) warnings[e.token] = stale("applied");
   return result;
+}
+
+/** What an ack request asks for one lease, in the terms of the settlement rule push consumers share. */
+export function verdictOf(lease: LeaseToken, retry: boolean, delaySeconds: number | undefined): Verdict {
+  return { ref: tokenRef(lease), attempts: lease.attempts, retry, delaySeconds };
 }
 
 /**
@@ -221,7 +216,7 @@ async function settleOnShard(env: Env, plan: DeliveryPlan, consumer: ConsumerRec
 async function readExhausted(env: Env, queueId: string, shard: string, exhausted: Array<Verified<Asked>>, warnings: Record<string, string>): Promise<LeasedMessage[]> {
   let found: LeasedMessage[];
   try {
-    found = await storageShardFor(env, shard).readLeased(queueId, exhausted.map((e) => refOf(e.lease)));
+    found = await storageShardFor(env, shard).readLeased(queueId, exhausted.map((e) => tokenRef(e.lease)));
   } catch (err) {
     console.error(`reading exhausted messages from storage shard ${shard} failed:`, err);
     for (const e of exhausted) warnings[e.token] = "was not applied: the message could not be read for the dead-letter queue; it is delivered again when its lease ends";
@@ -232,15 +227,8 @@ async function readExhausted(env: Env, queueId: string, shard: string, exhausted
   return found;
 }
 
-/**
- * settle only reads a message's id and lease id; acks and plain retries carry no body
- * (a pull consumer already has it), so these stand-ins fill the rest of the shape.
- */
-function leasedFrom(l: LeaseToken): LeasedMessage {
-  return { id: l.messageId, leaseId: l.leaseId, attempts: l.attempts, body: new Uint8Array(0), contentType: "bytes", enqueuedAt: 0, copyKey: "" };
-}
-
-const refOf = (l: LeaseToken): LeaseRef => ({ id: l.messageId, leaseId: l.leaseId });
+/** A lease id names its message and lease by these fields. */
+const tokenRef = (l: LeaseToken): LeaseRef => leaseRefOf({ id: l.messageId, leaseId: l.leaseId });
 
 function groupByShard<T extends { lease: LeaseToken }>(entries: T[]): Map<string, T[]> {
   const out = new Map<string, T[]>();

@@ -1,12 +1,12 @@
 import { z } from "zod";
 import type { Env } from "../../src/kernel/env";
-import { HttpError } from "../../src/kernel/errors";
+import { HttpError, queueNotFound } from "../../src/kernel/errors";
 import { QUEUE_ID_PATTERN } from "../../src/kernel/ids";
 import { DEFAULT_QUEUE_SETTINGS, applySettingsPatch, queueNameSchema, queueSettingsPatchSchema } from "../../src/kernel/settings";
 import { catalogFor, coordinatorFor } from "../../src/kernel/addressing";
 import { ok } from "./envelope";
 import { readJson } from "./read-json";
-import { notFound } from "../../src/routing/store";
+import { lookupQueueId } from "../../src/routing/queue-lookup";
 import { forgetShardMap } from "../../src/routing/shard-map-cache";
 import { parseWith } from "../../src/kernel/validate";
 
@@ -45,36 +45,29 @@ export async function listQueues(query: Record<string, unknown>, env: Env, accou
 }
 
 export async function getQueue(env: Env, accountId: string, ref: string): Promise<Response> {
-  const queueId = await resolveQueue(env, accountId, ref);
+  const queueId = await lookupQueueId(env, accountId, ref);
   const info = await coordinatorFor(env, queueId).info();
-  if (!info) throw notFound(ref);
+  if (!info) throw queueNotFound(ref);
   return ok(info);
 }
 
 export async function updateQueue(request: Request, env: Env, accountId: string, ref: string): Promise<Response> {
   const body = parseWith(updateBody, await readJson(request));
-  const queueId = await resolveQueue(env, accountId, ref);
+  const queueId = await lookupQueueId(env, accountId, ref);
   const coordinator = coordinatorFor(env, queueId);
   if (body.queue_name !== undefined) {
     const current = await coordinator.info();
     if (current && body.queue_name !== current.queue_name) throw HttpError.invalid("queue_name", "a queue cannot be renamed");
   }
   const info = await coordinator.updateSettings(body.settings ?? {});
-  if (!info) throw notFound(ref);
+  if (!info) throw queueNotFound(ref);
   forgetShardMap(accountId, info.queue_name, info.queue_id);
   return ok(info);
 }
 
 export async function deleteQueue(env: Env, accountId: string, ref: string): Promise<Response> {
-  const queueId = await resolveQueue(env, accountId, ref);
-  if (!(await catalogFor(env, accountId).deleteQueue(queueId))) throw notFound(ref);
+  const queueId = await lookupQueueId(env, accountId, ref);
+  if (!(await catalogFor(env, accountId).deleteQueue(queueId))) throw queueNotFound(ref);
   forgetShardMap(accountId, ref, queueId);
   return ok(null);
-}
-
-/** Another account's queue is "not found", never "forbidden": its existence is not disclosed. */
-export async function resolveQueue(env: Env, accountId: string, ref: string): Promise<string> {
-  const queueId = await catalogFor(env, accountId).resolve(ref);
-  if (!queueId) throw notFound(ref);
-  return queueId;
 }

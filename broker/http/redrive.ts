@@ -9,14 +9,14 @@
 import { z } from "zod";
 import { catalogFor, coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import type { Env } from "../../src/kernel/env";
-import { HttpError } from "../../src/kernel/errors";
+import { HttpError, unavailable } from "../../src/kernel/errors";
 import { LIMITS, MAX_MATCHING_LEASE } from "../../src/kernel/limits";
-import type { LeasedMessage, LeaseRef, MessageFilter, ShardMap } from "../../src/kernel/protocol";
+import { leaseRefOf, notRetired, type LeasedMessage, type MessageFilter, type ShardMap } from "../../src/kernel/protocol";
+import { sleep } from "../../src/kernel/sleep";
 import { ok } from "./envelope";
 import { moveMessages } from "../../src/routing/move-messages";
-import { currentMap, liveShards, unavailable } from "./operations-api";
-import { readJson, readOptionalJson } from "./read-json";
-import { authoritativeShardMap } from "../../src/routing/shard-map-cache";
+import { lookupQueue } from "../../src/routing/queue-lookup";
+import { readOptionalJson } from "./read-json";
 import { parseWith, wholeNumber as int } from "../../src/kernel/validate";
 
 const DEFAULT_LIMIT = 1000;
@@ -53,7 +53,7 @@ type RedriveBody = z.infer<typeof redriveBody>;
 export async function redriveQueue(request: Request, env: Env, accountId: string, dlqRef: string): Promise<Response> {
   const body = parseWith(redriveBody, await readOptionalJson(request));
   const filter = toFilter(body.filter);
-  const dlq = await currentMap(env, accountId, dlqRef);
+  const dlq = await lookupQueue(env, accountId, dlqRef, { current: true });
   const target = await resolveTarget(env, accountId, dlq, body.target_queue);
   const moved = await moveMatching(env, accountId, dlq, target, filter, body.limit ?? DEFAULT_LIMIT, body.messages_per_second ?? DEFAULT_PER_SECOND);
   return ok({ moved, target_queue: target.queueName, remaining_matching: await countRemaining(env, dlq, filter) });
@@ -78,8 +78,7 @@ function toFilter(f: RedriveBody["filter"]): MessageFilter {
 /** The named queue, else the one queue whose consumer dead-letters into this one. */
 async function resolveTarget(env: Env, accountId: string, dlq: ShardMap, asked: string | undefined): Promise<ShardMap> {
   if (asked !== undefined) {
-    const map = await authoritativeShardMap(env, accountId, asked);
-    if (!map) throw new HttpError("not_found", `target queue "${asked}" not found`, "target_queue");
+    const map = await lookupQueue(env, accountId, asked, { current: true, field: "target_queue" });
     if (map.queueId === dlq.queueId) throw HttpError.invalid("target_queue", "must be another queue than the one redriven");
     return map;
   }
@@ -88,9 +87,7 @@ async function resolveTarget(env: Env, accountId: string, dlq: ShardMap, asked: 
     const why = sources.length === 0 ? `no queue's consumer names "${dlq.queueName}" as its dead_letter_queue` : `${sources.map((s) => `"${s}"`).join(", ")} all name "${dlq.queueName}" as their dead_letter_queue`;
     throw HttpError.invalid("target_queue", `is required: ${why}`);
   }
-  const map = await authoritativeShardMap(env, accountId, sources[0]!);
-  if (!map) throw new HttpError("not_found", `target queue "${sources[0]}" not found`, "target_queue");
-  return map;
+  return lookupQueue(env, accountId, sources[0]!, { current: true, field: "target_queue" });
 }
 
 /** Names of the account's queues whose consumer dead-letters into `dlqName` (consumers name it by name). */
@@ -115,7 +112,7 @@ async function moveMatching(env: Env, accountId: string, dlq: ShardMap, target: 
   const started = Date.now();
   let moved = 0;
   let taken = 0;
-  for (const s of liveShards(dlq)) {
+  for (const s of notRetired(dlq.shards)) {
     const shard = storageShardFor(env, s.name, s.region);
     while (taken < limit) {
       if (Date.now() - started > TIME_BUDGET_MS) return moved;
@@ -139,7 +136,7 @@ async function moveMatching(env: Env, accountId: string, dlq: ShardMap, target: 
 /** Write, then ack. A failed write gives the leases back, so nothing waits out MOVE_LEASE_MS. */
 async function moveBatch(env: Env, accountId: string, dlq: ShardMap, shardName: string, target: ShardMap, batch: LeasedMessage[], movedSoFar: number): Promise<number> {
   const shard = storageShardFor(env, shardName);
-  const refs = batch.map(refOf);
+  const refs = batch.map(leaseRefOf);
   try {
     // A fresh start in its queue: attempts from 1, visible at once, id and timestamp kept.
     await moveMessages(env, accountId, target.queueId, { queueId: dlq.queueId, shard: shardName }, batch);
@@ -157,7 +154,7 @@ async function moveBatch(env: Env, accountId: string, dlq: ShardMap, shardName: 
 
 /** Still matching in the dead-letter queue; null when a shard could not be counted. */
 async function countRemaining(env: Env, dlq: ShardMap, filter: MessageFilter): Promise<number | null> {
-  const outcomes = await Promise.allSettled(liveShards(dlq).map((s) => storageShardFor(env, s.name, s.region).countMatching(dlq.queueId, filter)));
+  const outcomes = await Promise.allSettled(notRetired(dlq.shards).map((s) => storageShardFor(env, s.name, s.region).countMatching(dlq.queueId, filter)));
   let n = 0;
   for (const o of outcomes) {
     if (o.status === "rejected") return null;
@@ -170,8 +167,4 @@ function stopped(moved: number, why: string, cause: unknown): HttpError {
   console.error(`redrive stopped: ${why}:`, cause);
   return unavailable(`the redrive stopped after moving ${moved} message(s): ${why}; nothing was lost, call it again`);
 }
-
-
-const refOf = (m: LeasedMessage): LeaseRef => ({ id: m.id, leaseId: m.leaseId });
-const sleep = (ms: number) => (ms > 0 ? new Promise((r) => setTimeout(r, ms)) : Promise.resolve());
 

@@ -2,7 +2,7 @@ import { coordinatorFor, shardMapKeyById } from "../../src/kernel/addressing";
 import type { Env } from "../../src/kernel/env";
 import type { ShardMap } from "../../src/kernel/protocol";
 import { ok } from "./envelope";
-import { resolveQueue } from "./queues-api";
+import { lookupQueueId } from "../../src/routing/queue-lookup";
 
 /**
  * GET .../queues/:queue/shards: the control plane laid open. The Coordinator's map
@@ -11,7 +11,7 @@ import { resolveQueue } from "./queues-api";
  * decisions with their reasons and figures.
  */
 export async function getShards(env: Env, accountId: string, queueRef: string): Promise<Response> {
-  const queueId = await resolveQueue(env, accountId, queueRef);
+  const queueId = await lookupQueueId(env, accountId, queueRef);
   const coordinator = coordinatorFor(env, queueId);
   const [map, heartbeats, consumers, decisions, published] = await Promise.all([
     coordinator.shardMap(),

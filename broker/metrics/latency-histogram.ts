@@ -13,8 +13,9 @@
 import { coordinatorFor } from "../../src/kernel/addressing";
 import type { Env } from "../../src/kernel/env";
 import { formatBound, type HistogramValue } from "./prometheus";
-import { cachedShardMap } from "../../src/routing/shard-map-cache";
+import { findQueue } from "../../src/routing/queue-lookup";
 import type { SendLatencyCounts } from "../../src/kernel/protocol";
+import { sleep } from "../../src/kernel/sleep";
 
 /** Bucket upper bounds, in seconds; +Inf is implied. */
 export const SEND_LATENCY_BOUNDS: readonly number[] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
@@ -161,11 +162,10 @@ export class SendLatencyBuffer {
 }
 
 const laneKey = (accountId: string, queueRef: string) => `${accountId}\u0000${queueRef}`;
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /** The queue's Coordinator adds the counts up; a queue deleted meanwhile takes them with it. */
 const toCoordinator: LatencySink = async (env, accountId, queueRef, counts) => {
-  const map = await cachedShardMap(env, accountId, queueRef);
+  const map = await findQueue(env, accountId, queueRef);
   if (map) await coordinatorFor(env, map.queueId).recordSendLatency(counts);
 };
 

@@ -6,8 +6,8 @@ import { noteSendLatency } from "../metrics/latency-histogram";
 import { enforceRateLimits } from "../http/rate-limit";
 import { fromSend, fromSendBatch } from "../../src/routing/pending-messages";
 import { queueMetrics } from "../../src/routing/queue-metrics";
-import { notFound, storeMessages, type SendTarget } from "../../src/routing/store";
-import { cachedShardMap } from "../../src/routing/shard-map-cache";
+import { storeMessages, type SendTarget } from "../../src/routing/store";
+import { lookupQueue } from "../../src/routing/queue-lookup";
 import { bindingMetrics, figuresAfterSend } from "../../src/routing/queue-figures";
 
 /** Set on the producer's service binding: `props = { account = "local", queue = "my-queue" }`. */
@@ -57,7 +57,7 @@ export class QueueProducer extends WorkerEntrypoint<Env, ProducerProps> {
       await enforceRateLimits(this.env, target.accountId, target.queueRef);
       const { id, stored } = await sendCoalesced(this.env, target, message);
       noteSendLatency(this.env, this.ctx, target, started);
-      return { metadata: { metrics: bindingMetrics(await figuresAfterSend(this.env, stored.queueId, stored.backlog)) }, messageId: id };
+      return { metadata: { metrics: bindingMetrics(await figuresAfterSend(this.env, stored.queueId, stored.backlogs)) }, messageId: id };
     });
   }
 
@@ -69,16 +69,14 @@ export class QueueProducer extends WorkerEntrypoint<Env, ProducerProps> {
       await enforceRateLimits(this.env, target.accountId, target.queueRef);
       const stored = await storeMessages(this.env, target, batch.messages, batch.delaySeconds);
       noteSendLatency(this.env, this.ctx, target, started);
-      return { metadata: { metrics: bindingMetrics(await figuresAfterSend(this.env, stored.queueId, stored.backlog)) }, messageIds: stored.ids };
+      return { metadata: { metrics: bindingMetrics(await figuresAfterSend(this.env, stored.queueId, stored.backlogs)) }, messageIds: stored.ids };
     });
   }
 
   async metrics(): Promise<ProducerMetrics> {
     return this.guard(async () => {
       const target = this.target();
-      const map = await cachedShardMap(this.env, target.accountId, target.queueRef);
-      if (!map) throw notFound(target.queueRef);
-      const m = await queueMetrics(this.env, map, { heartbeats: false });
+      const m = await queueMetrics(this.env, await lookupQueue(this.env, target.accountId, target.queueRef), { heartbeats: false });
       const out: ProducerMetrics = { backlogCount: m.backlog_count, backlogBytes: m.backlog_bytes };
       if (m.oldest_message_timestamp_ms !== null) out.oldestMessageTimestamp = new Date(m.oldest_message_timestamp_ms);
       return out;

@@ -1,5 +1,5 @@
 /**
- * Cloudflare Queues' consumer semantics, as one pure function: from what a queue()
+ * Cloudflare Queues' consumer semantics, as pure functions: from what a queue()
  * handler did with a batch to what happens to each message.
  *
  * What the DispatchOutcome holds is one rule for both transports: the Workers runtime's
@@ -17,46 +17,31 @@
  *   that throws retries every message not acked (explicitly or by ackAll()).
  * - A retry's delay is the message's own, else the batch's, else the consumer's retry_delay.
  * - A message that has failed max_retries + 1 deliveries is out of retries.
+ * The last two rules are decide()'s (./disposition.ts), which pull consumers' acks share.
  */
-import type { LeasedMessage, DispatchOutcome } from "../kernel/protocol";
+import { leaseRefOf, type LeasedMessage, type DispatchOutcome } from "../kernel/protocol";
+import { decide, type Disposition, type RetrySettings, type Verdict } from "./disposition";
 
-
-export interface Disposition {
-  acks: LeasedMessage[];
-  retries: Array<{ message: LeasedMessage; delayMs: number }>;
-  /** Failed their last allowed delivery: to the dead-letter queue, or dropped. */
-  exhausted: LeasedMessage[];
+/** The push side of the settlement rule: the handler's calls as verdicts, decided by decide(). */
+export function dispose(messages: readonly LeasedMessage[], result: DispatchOutcome, settings: RetrySettings): Disposition {
+  return decide(verdictsOf(messages, result), settings);
 }
 
-export function dispose(
-  messages: LeasedMessage[],
-  result: DispatchOutcome,
-  settings: { max_retries: number; retry_delay: number },
-): Disposition {
+/** What the handler's calls (or its throw) ask for each message of the batch. */
+export function verdictsOf(messages: readonly LeasedMessage[], result: DispatchOutcome): Verdict[] {
   const acked = new Set(result.explicitAcks);
   const retried = new Map(result.retryMessages.map((r) => [r.msgId, r.delaySeconds]));
   const batchDelay = result.retryBatch.retry ? result.retryBatch.delaySeconds : undefined;
   const threw = result.outcome !== "ok";
-  const out: Disposition = { acks: [], retries: [], exhausted: [] };
-  for (const m of messages) {
+  return messages.map((m) => {
     let retry: boolean;
     if (retried.has(m.id)) retry = true;
     else if (acked.has(m.id)) retry = false;
     else if (result.ackAll) retry = false;
     else if (result.retryBatch.retry) retry = true;
     else retry = threw;
-    if (!retry) {
-      out.acks.push(m);
-      continue;
-    }
-    if (m.attempts > settings.max_retries) {
-      out.exhausted.push(m);
-      continue;
-    }
-    const seconds = retried.get(m.id) ?? batchDelay ?? settings.retry_delay;
-    out.retries.push({ message: m, delayMs: seconds * 1000 });
-  }
-  return out;
+    return { ref: leaseRefOf(m), attempts: m.attempts, retry, delaySeconds: retried.get(m.id) ?? batchDelay };
+  });
 }
 
 /** A dispatch that never reached the handler (unreachable, crashed) counts as a thrown handler. */

@@ -8,43 +8,61 @@ import { moveMessages } from "../routing/move-messages";
 import { storageShardFor } from "../kernel/addressing";
 import type { ConsumerRecord } from "../kernel/consumer-settings";
 import type { Env } from "../kernel/env";
-import type { LeasedMessage, LeaseRef, SettleResult } from "../kernel/protocol";
-import type { Disposition } from "./outcome";
+import { leaseRefOf, type LeasedMessage, type LeaseRef, type SettleResult } from "../kernel/protocol";
+import type { Disposition } from "./disposition";
 
 /** How long a message waits before another try when its dead-letter queue could not be written. */
 const DEAD_LETTER_RETRY_MS = 30_000;
 
+/**
+ * `held` holds the messages themselves (as leased or read from the shard), at least every
+ * one out of retries when the consumer has a dead-letter queue: that queue gets the whole
+ * message, while the disposition names messages only by lease ref.
+ */
 export async function applyDisposition(
   env: Env,
   queue: { accountId: string; queueId: string },
   consumer: Pick<ConsumerRecord, "dead_letter_queue">,
   shardName: string,
   d: Disposition,
+  held: readonly LeasedMessage[],
 ): Promise<SettleResult> {
-  const retries = d.retries.map((r) => ({ ...ref(r.message), delayMs: r.delayMs }));
-  let deadLettered: LeasedMessage[] = [];
-  let dropped: LeasedMessage[] = [];
-  if (d.exhausted.length > 0) {
+  const retries = d.retries.map((r) => ({ ...leaseRefOf(r.ref), delayMs: r.delayMs }));
+  let deadLettered: LeaseRef[] = [];
+  let dropped: LeaseRef[] = [];
+  if (d.outOfRetries.length > 0) {
     if (consumer.dead_letter_queue) {
+      const moving = messagesOf(d.outOfRetries, held);
       try {
         // Stored there before deleted here (src/routing/move-messages.ts): id and timestamp kept, attempts from 1.
-        await moveMessages(env, queue.accountId, consumer.dead_letter_queue, { queueId: queue.queueId, shard: shardName }, d.exhausted);
-        deadLettered = d.exhausted;
+        await moveMessages(env, queue.accountId, consumer.dead_letter_queue, { queueId: queue.queueId, shard: shardName }, moving);
+        deadLettered = d.outOfRetries;
       } catch (err) {
-        console.error(`dead-letter write to "${consumer.dead_letter_queue}" failed; keeping ${d.exhausted.length} message(s):`, err);
-        retries.push(...d.exhausted.map((m) => ({ ...ref(m), delayMs: DEAD_LETTER_RETRY_MS })));
+        console.error(`dead-letter write to "${consumer.dead_letter_queue}" failed; keeping ${moving.length} message(s):`, err);
+        retries.push(...d.outOfRetries.map((r) => ({ ...leaseRefOf(r), delayMs: DEAD_LETTER_RETRY_MS })));
       }
     } else {
-      dropped = d.exhausted;
+      dropped = d.outOfRetries;
     }
   }
   return storageShardFor(env, shardName).settle({
     queueId: queue.queueId,
-    acks: d.acks.map(ref),
+    acks: d.acks.map(leaseRefOf),
     retries,
-    deadLettered: deadLettered.map(ref),
-    dropped: dropped.map(ref),
+    deadLettered: deadLettered.map(leaseRefOf),
+    dropped: dropped.map(leaseRefOf),
   });
 }
 
-const ref = (m: LeasedMessage): LeaseRef => ({ id: m.id, leaseId: m.leaseId });
+/** The held message under each ref, in the refs' order; a missing one would be settled without being moved, so it is refused. */
+function messagesOf(refs: readonly LeaseRef[], held: readonly LeasedMessage[]): LeasedMessage[] {
+  const byRef = new Map(held.map((m) => [refKey(m), m]));
+  return refs.map((r) => {
+    const m = byRef.get(refKey(r));
+    if (!m) throw new Error(`message ${r.id} is out of retries but not held: a dead-letter move needs the message itself`);
+    return m;
+  });
+}
+
+/** A lease ref as a map key: two leases of one message (a stale and a current one) are different refs. */
+export const refKey = (r: { id: string; leaseId: string }): string => `${r.id}\n${r.leaseId}`;

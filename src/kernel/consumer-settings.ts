@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { LIMITS } from "./limits";
+import { CONSUMER_BINDING_PREFIX, consumerBindingName } from "./binding-names.mjs";
 
 /**
  * A queue's consumer, as Cloudflare's REST API describes it, plus `transport`: how
@@ -73,16 +74,8 @@ export function applyConsumerPatch(current: ConsumerSettings, patch: ConsumerSet
   return next;
 }
 
-/**
- * Names starting with this belong to consumer Workers' service bindings, and to nothing
- * else: none of shardq's own bindings may start with it (test/workers/binding-names.test.ts).
- */
-export const CONSUMER_BINDING_PREFIX = "CONSUMER_";
-
-/** The service binding shardq uses to reach a Worker consumer: "my-consumer" -> CONSUMER_MY_CONSUMER. */
-export function consumerBindingName(scriptName: string): string {
-  return `${CONSUMER_BINDING_PREFIX}${scriptName.toUpperCase().replace(/[^A-Z0-9]/g, "_")}`;
-}
+// The naming rule is shared with the Node scripts that write configs (binding-names.mjs).
+export { CONSUMER_BINDING_PREFIX, consumerBindingName };
 
 /**
  * A service binding (Fetcher) has fetch(); a Durable Object namespace, KV namespace, rate

@@ -78,3 +78,30 @@ export class HttpError extends Error {
 export function errorCode(kind: ErrorKind): number {
   return CODE[kind];
 }
+
+/**
+ * 404 for a queue the account does not have. Another account's queue is "not found"
+ * too, never "forbidden": its existence is not disclosed. `field` is the request field
+ * that named it, and names it in the message ("target_queue": `target queue "x" not found`).
+ */
+export function queueNotFound(queueRef: string, field = "queue"): HttpError {
+  return new HttpError("not_found", `${field.replace(/_/g, " ")} "${queueRef}" not found`, field);
+}
+
+export function consumerNotFound(consumerId: string): HttpError {
+  return new HttpError("not_found", `consumer "${consumerId}" not found`, "consumer_id");
+}
+
+export function messageNotFound(messageId: string): HttpError {
+  return new HttpError("not_found", `message "${messageId}" not found`, "message_id");
+}
+
+/**
+ * 503: a part of the service did not answer or took nothing just now, and the request
+ * may be sent again. With Retry-After unless `retryAfterSeconds` is null.
+ */
+export function unavailable(message: string, retryAfterSeconds: number | null = 1): HttpError {
+  const err = new HttpError("unavailable", message);
+  if (retryAfterSeconds !== null) err.headers["retry-after"] = String(retryAfterSeconds);
+  return err;
+}

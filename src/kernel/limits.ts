@@ -1,5 +1,5 @@
 /**
- * Cloudflare Queues' documented limits (shared/reference/cloudflare-queues-api.md).
+ * Cloudflare Queues' documented limits (https://developers.cloudflare.com/queues/platform/limits/).
  * 1 KB = 1000 bytes, as Cloudflare counts.
  */
 export const LIMITS = {

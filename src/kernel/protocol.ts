@@ -139,23 +139,6 @@ export interface ShardIdentity {
   region: string;
 }
 
-/** A stored message read back (peek): body checked against its checksum. */
-export interface StoredMessage {
-  id: string;
-  body: Uint8Array;
-  contentType: ContentType;
-  size: number;
-  enqueuedAt: number;
-  visibleAt: number;
-  attempts: number;
-}
-
-export interface PeekResult {
-  messages: StoredMessage[];
-  /** Ids whose stored body no longer matches its checksum; never returned as messages. */
-  corrupt: string[];
-}
-
 /** What a storage shard reports to its Coordinator every HEARTBEAT_INTERVAL_MS. */
 export interface StorageHeartbeat extends ShardStats {
   shard: string;

@@ -6,8 +6,8 @@
  * waits for nothing. Under a steady stream of independent sends (the previous batch
  * began under STEADY_GAP_MS ago, and sends often arrive while another is being
  * written) a new batch lingers LINGER_MS for company: sends paced evenly
- * never overlap a write, and one write each (an RPC and an fsync'd commit) was more
- * CPU than this machine has for 1,700 sends/s (bench/README.md, workload 4).
+ * never overlap a write, and one write each (an RPC and an fsync'd commit) costs more
+ * CPU than a paced stream leaves room for (bench/README.md, "Why the coalescer's constants").
  *
  * Each batch has a leader: the request that opened it. Only the leader performs the
  * write, in its own request context, and it stays alive until the write is done
@@ -20,8 +20,9 @@
  * sender in it gets the error and none of its messages was stored.
  */
 import type { Env } from "../kernel/env";
-import { HttpError } from "../kernel/errors";
+import { unavailable } from "../kernel/errors";
 import { LIMITS } from "../kernel/limits";
+import { sleep } from "../kernel/sleep";
 import type { PendingMessage } from "./pending-messages";
 import { storeMessages, type SendTarget, type Stored } from "./store";
 
@@ -105,7 +106,7 @@ export async function sendCoalesced(env: Env, target: SendTarget, message: Pendi
   lane.open = batch;
   if (steadyStream(key) && inFlight(lane) < MAX_IN_FLIGHT && lane.waiting.length === 0) {
     coalesceStats.lingers++;
-    await new Promise((r) => setTimeout(r, LINGER_MS));
+    await sleep(LINGER_MS);
   }
   if (inFlight(lane) >= MAX_IN_FLIGHT || lane.waiting.length > 0) {
     const ticket = { since: Date.now() };
@@ -190,7 +191,7 @@ function inFlight(lane: Lane): number {
 async function waitFor(ready: () => boolean): Promise<void> {
   const deadline = Date.now() + MAX_WAIT_MS;
   while (!ready()) {
-    if (Date.now() > deadline) throw new HttpError("unavailable", "the write this send joined did not finish in time; retry");
-    await new Promise((r) => setTimeout(r, TICK_MS));
+    if (Date.now() > deadline) throw unavailable("the write this send joined did not finish in time; retry", null);
+    await sleep(TICK_MS);
   }
 }

@@ -9,12 +9,13 @@
  */
 import { idempotencyKeysFor } from "../kernel/addressing";
 import type { Env } from "../kernel/env";
-import { HttpError } from "../kernel/errors";
+import { HttpError, unavailable } from "../kernel/errors";
 import { newMessageId, randomHex } from "../kernel/ids";
 import type { PendingMessage } from "./pending-messages";
 import type { ShardBacklog, ClaimOutcome, KeyClaim } from "../kernel/protocol";
-import { notFound, seededRandom, storeMessages, type SendTarget, type Stored } from "./store";
-import { cachedShardMap } from "./shard-map-cache";
+import { seededRandom } from "./placement";
+import { lookupQueue } from "./queue-lookup";
+import { storeMessages, type SendTarget, type Stored } from "./store";
 
 /** Objects a queue's keys are spread over, so idempotent sends are not bound to one object's rate. */
 export const IDEMPOTENCY_BUCKETS = 16;
@@ -52,8 +53,7 @@ export function bucketOf(key: string): number {
 
 /** Stores the request's messages at most once per key and per producer id; answers with their ids in order. */
 export async function sendIdempotent(env: Env, target: SendTarget, req: IdempotentSend): Promise<Stored> {
-  const map = await cachedShardMap(env, target.accountId, target.queueRef);
-  if (!map) throw notFound(target.queueRef);
+  const map = await lookupQueue(env, target.accountId, target.queueRef);
   const now = Date.now();
   const token = randomHex(16);
   const digests = await Promise.all(req.messages.map(messageDigest));
@@ -65,7 +65,7 @@ export async function sendIdempotent(env: Env, target: SendTarget, req: Idempote
     if (req.key !== null) {
       const digest = await sha256Hex(utf8.encode(JSON.stringify([req.route, req.batchDelaySeconds ?? null, req.messages.map((m, i) => [m.id ?? null, digests[i]])])));
       const [outcome] = await claim(env, map.queueId, [{ key: `key:${req.key}`, digest, ids }], token, held);
-      if (outcome!.status === "done") return { ids: outcome!.ids, queueId: map.queueId, backlog: null };
+      if (outcome!.status === "done") return { ids: outcome!.ids, queueId: map.queueId, backlogs: [] };
       const claimed = claimedOrThrow(outcome!, HEADER, "was already used with a different request to this queue");
       ids = claimed.ids;
       retry ||= claimed.retry;
@@ -86,11 +86,12 @@ export async function sendIdempotent(env: Env, target: SendTarget, req: Idempote
   }
 
   const store = req.messages.flatMap((_, i) => (skip.has(i) ? [] : [i]));
-  let backlog: ShardBacklog | null = null;
+  let backlogs: ShardBacklog[] = [];
   if (store.length > 0) {
     try {
-      // With `retry`, an earlier attempt may have stored these ids: the shard skips them.
-      ({ backlog } = await storeMessages(env, target, store.map((i) => req.messages[i]!), req.batchDelaySeconds, store.map((i) => ids[i]!), retry));
+      // Each on the shard its id picks: with `retry`, an earlier attempt may have stored
+      // some of these ids there, alone or in another batch, and the shard skips them.
+      ({ backlogs } = await storeMessages(env, target, store.map((i) => req.messages[i]!), req.batchDelaySeconds, store.map((i) => ids[i]!), retry));
     } catch (err) {
       await release(env, map.queueId, held, token, true);
       throw err;
@@ -100,7 +101,7 @@ export async function sendIdempotent(env: Env, target: SendTarget, req: Idempote
   // by a retry after IN_PROGRESS_MS, which stores with dedupe on the same shard.
   const done = await Promise.allSettled(held.map((h) => idempotencyKeysFor(env, map.queueId, h.bucket).complete(h.keys)));
   for (const d of done) if (d.status === "rejected") console.error("marking idempotency keys done failed:", d.reason);
-  return { ids, queueId: map.queueId, backlog };
+  return { ids, queueId: map.queueId, backlogs };
 }
 
 function claimedOrThrow(outcome: ClaimOutcome, field: string, mismatch: string): { ids: string[]; retry: boolean } {
@@ -131,7 +132,7 @@ async function claim(env: Env, queueId: string, claims: KeyClaim[], token: strin
   const failed = calls.find((c) => c.status === "rejected");
   if (failed) {
     console.error("idempotency key claim failed:", failed.reason);
-    throw new HttpError("unavailable", "idempotency keys could not be checked; retry with the same key");
+    throw unavailable("idempotency keys could not be checked; retry with the same key", null);
   }
   return outcomes;
 }

@@ -15,14 +15,13 @@
  * returns has the messages held by the target; a call that cannot store them throws,
  * and the caller keeps its source copies.
  */
-import { serviceConfig } from "../kernel/config";
 import { crc32 } from "../kernel/checksum";
 import type { Env } from "../kernel/env";
 import { HttpError } from "../kernel/errors";
 import type { LeasedMessage } from "../kernel/protocol";
 import type { PendingMessage } from "./pending-messages";
-import { notFound, pickShard, seededRandom, storeMessages } from "./store";
-import { cachedShardMap } from "./shard-map-cache";
+import { lookupQueue } from "./queue-lookup";
+import { storeMessages } from "./store";
 
 /** Where the copies being moved are stored now. */
 export interface MoveSource {
@@ -33,39 +32,30 @@ export interface MoveSource {
 
 /** Stores every message at the target queue (name or id), or throws; returns the target's queue id. */
 export async function moveMessages(env: Env, accountId: string, targetRef: string, source: MoveSource, messages: LeasedMessage[]): Promise<string> {
-  const map = await cachedShardMap(env, accountId, targetRef);
-  if (!map) throw notFound(targetRef);
+  const map = await lookupQueue(env, accountId, targetRef);
   // A move into its own queue would reset a message's retries for ever instead of ending them.
   if (map.queueId === source.queueId) throw HttpError.invalid("dead_letter_queue", `must be another queue than the one the messages come from ("${map.queueName}")`);
   if (messages.length === 0) return map.queueId;
   if (messages.some((m) => !m.copyKey)) throw new Error("a move needs the key of every copy it moves (a message read from its shard)");
-  // Each message goes to the shard its id picks, whatever batch it travels in, so a
-  // move repeated after a crash lands where the first one did and is recognised there.
-  const region = serviceConfig(env).defaultRegion;
-  const groups = new Map<string, LeasedMessage[]>();
-  for (const m of messages) {
-    const key = pickShard(map, region, new Set(), seededRandom(m.id))?.name ?? "";
-    groups.set(key, [...(groups.get(key) ?? []), m]);
-  }
-  await Promise.all(
-    [...groups.values()].map((ms) =>
-      storeMessages(
-        env,
-        { accountId, queueRef: map.queueId, region: undefined },
-        ms.map(
-          (m): PendingMessage => ({
-            body: m.body,
-            contentType: m.contentType,
-            delaySeconds: 0,
-            checksum: crc32(m.body),
-            moveKey: `${source.shard}/${m.copyKey}`,
-            sentAt: m.enqueuedAt,
-          }),
-        ),
-        0,
-        ms.map((m) => m.id),
-      ),
+  // The ids are kept, so each message goes to the shard its id picks (src/routing/placement.ts),
+  // whatever batch it travels in: a move repeated after a crash lands where the first one
+  // did and is recognised there. Placed in the default region: where a move lands must not
+  // depend on where the mover runs.
+  await storeMessages(
+    env,
+    { accountId, queueRef: map.queueId, region: undefined },
+    messages.map(
+      (m): PendingMessage => ({
+        body: m.body,
+        contentType: m.contentType,
+        delaySeconds: 0,
+        checksum: crc32(m.body),
+        moveKey: `${source.shard}/${m.copyKey}`,
+        sentAt: m.enqueuedAt,
+      }),
     ),
+    0,
+    messages.map((m) => m.id),
   );
   return map.queueId;
 }

@@ -51,14 +51,13 @@ const cached = new Map<string, { at: number; shards: ShardBacklog[]; refreshingS
 
 /**
  * The queue's figures after a send: the Coordinator's per-shard figures, read at most
- * about once a second per isolate and queue, with the exact figures of the shard the send
- * wrote to. While one request refreshes them, the others use the figures they have. A
- * request never awaits an RPC another request started: workerd may take a request that
- * waits only on another's I/O for hung and cancel it (src/routing/coalesce.ts). A failed read
- * costs the send nothing: the figures it has, or the shard's own, stand.
+ * about once a second per isolate and queue, with the exact figures of the shards the
+ * send wrote to. While one request refreshes them, the others use the figures they have.
+ * A request never awaits an RPC another request started: workerd may take a request that
+ * waits only on another's I/O for hung and cancel it (src/routing/coalesce.ts). A failed
+ * read costs the send nothing: the figures it has, or the shards' own, stand.
  */
-export async function figuresAfterSend(env: Env, queueId: string, exact: ShardBacklog | null, now = Date.now()): Promise<QueueFigures> {
-  const mine = exact ? [exact] : [];
+export async function figuresAfterSend(env: Env, queueId: string, mine: readonly ShardBacklog[], now = Date.now()): Promise<QueueFigures> {
   const entry = cached.get(queueId);
   const refreshing = entry?.refreshingSince != null && now - entry.refreshingSince < REFRESH_GIVE_UP_MS;
   if (entry && (now - entry.at <= FIGURES_TTL_MS || refreshing)) return sumFigures(entry.shards, mine);

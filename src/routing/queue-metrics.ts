@@ -1,5 +1,5 @@
 import type { Env } from "../kernel/env";
-import type { ShardMap, ShardHeartbeat } from "../kernel/protocol";
+import { notRetired, type ShardMap, type ShardHeartbeat } from "../kernel/protocol";
 import type { QueueMetrics } from "../kernel/queue-info";
 import { coordinatorFor, storageShardFor } from "../kernel/addressing";
 
@@ -8,7 +8,7 @@ import { coordinatorFor, storageShardFor } from "../kernel/addressing";
  * With `heartbeats`, each shard's latest report to the Coordinator comes along.
  */
 export async function queueMetrics(env: Env, map: ShardMap, opts: { heartbeats: boolean }): Promise<QueueMetrics> {
-  const shards = map.shards.filter((s) => s.state !== "retired");
+  const shards = notRetired(map.shards);
   const [stats, beats, consumers] = await Promise.all([
     Promise.all(shards.map((s) => storageShardFor(env, s.name, s.region).stats())),
     opts.heartbeats ? coordinatorFor(env, map.queueId).heartbeats() : [],

@@ -197,7 +197,7 @@ describe("shardq dev and deploy-config with the user's own Workers", () => {
     const consumerConfig = readFileSync(join(out, "own-workers-consumer", "wrangler.toml"), "utf8");
     expect(consumerConfig).toMatch(/^main = "\.\/shardq-consumer-entry\.mjs"$/m);
     // Installed as a package, the entry finds shardq by name: it survives a fresh install.
-    expect(readFileSync(join(out, "own-workers-consumer", "shardq-consumer-entry.mjs"), "utf8")).toMatch(/from "shardq\/src\/consumer-entrypoint\.ts"/);
+    expect(readFileSync(join(out, "own-workers-consumer", "shardq-consumer-entry.mjs"), "utf8")).toMatch(/from "shardq\/consumer"/);
     expect(readFileSync(result.services, "utf8")).toMatch(/\[\[services\]\]\nbinding = "CONSUMER_OWN_WORKERS_CONSUMER"\nservice = "own-workers-consumer"\nentrypoint = "ShardqConsumer"/);
     expect(JSON.parse(readFileSync(result.queues, "utf8"))).toMatchObject({
       account: "acme",

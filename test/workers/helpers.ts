@@ -1,11 +1,24 @@
 import { SELF, env, runInDurableObject } from "cloudflare:test";
 import { exports } from "cloudflare:workers";
 import type { ErrorDetail } from "../../src/kernel/errors";
-import type { StoredMessage } from "../../src/kernel/protocol";
+import { crc32 } from "../../src/kernel/checksum";
+import type { ContentType } from "../../src/kernel/protocol";
 import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import { ManualClock } from "../../src/kernel/clock";
 import type { StorageShard } from "../../storage-shard/storage-shard";
+import { timestampOf, type MessageRow } from "../../storage-shard/schema";
 import type { ShardqSendBatchResponse, ShardqSendResponse } from "../../broker/producer/queue-producer";
+
+/** A stored message read back by a test: body checked against its checksum. */
+export interface StoredMessage {
+  id: string;
+  body: Uint8Array;
+  contentType: ContentType;
+  size: number;
+  enqueuedAt: number;
+  visibleAt: number;
+  attempts: number;
+}
 
 export const TOKEN = "shardq-local-dev-token";
 export const ACCOUNT = "local";
@@ -61,7 +74,28 @@ export interface ProducerBinding {
   metrics(): Promise<{ backlogCount: number; backlogBytes: number; oldestMessageTimestamp?: Date }>;
 }
 
-/** Every message stored on every shard of a queue, read back through the shards (checksums verified). */
+/**
+ * Up to `limit` messages a storage shard holds after `afterSeq`, in arrival order, read
+ * from its SQLite inside the object, untouched: no RPC, no lease, nothing counted. A body
+ * that no longer matches its checksum is listed in `corrupt`, never returned.
+ */
+export async function peekShard(shard: DurableObjectStub<StorageShard>, limit = 100, afterSeq = 0) {
+  return runInDurableObject(shard, (_obj: StorageShard, state) => {
+    const rows = state.storage.sql
+      .exec(`SELECT seq, id, body, content_type, size, enqueued_at, due_at, attempts, checksum, sent_at FROM messages WHERE seq > ? ORDER BY seq LIMIT ?`, afterSeq, limit)
+      .toArray() as unknown as Array<Omit<MessageRow, "lease_id" | "nonce">>;
+    const messages: StoredMessage[] = [];
+    const corrupt: string[] = [];
+    for (const r of rows) {
+      const body = new Uint8Array(r.body);
+      if (crc32(body) !== r.checksum) corrupt.push(r.id);
+      else messages.push({ id: r.id, body, contentType: r.content_type, size: r.size, enqueuedAt: timestampOf(r), visibleAt: r.due_at ?? r.enqueued_at, attempts: r.attempts });
+    }
+    return { messages, corrupt, nextSeq: rows.length === limit ? rows[rows.length - 1]!.seq : null };
+  });
+}
+
+/** Every message stored on every shard of a queue, read back from the shards' SQLite (checksums verified). */
 export async function storedMessages(queue: string) {
   const map = await coordinatorFor(env, (await api("GET", queuePath(queue))).json.result.queue_id).shardMap();
   if (!map) throw new Error(`no shard map for ${queue}`);
@@ -70,7 +104,7 @@ export async function storedMessages(queue: string) {
   for (const s of map.shards) {
     let after = 0;
     for (;;) {
-      const page = await storageShardFor(env, s.name).peek(1000, after);
+      const page = await peekShard(storageShardFor(env, s.name), 1000, after);
       for (const m of page.messages) out.push({ ...m, shard: s.name });
       corrupt.push(...page.corrupt);
       if (page.nextSeq === null) break;

@@ -1,7 +1,10 @@
 import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { callerRegion } from "../../src/routing/region";
-import { pickShard } from "../../src/routing/store";
+import { pickShard, placeById, shardForId } from "../../src/routing/placement";
+import { storeMessages } from "../../src/routing/store";
+import { serviceConfig } from "../../src/kernel/config";
+import { crc32 } from "../../src/kernel/checksum";
 import { cachedShardMap } from "../../src/routing/shard-map-cache";
 import type { ServiceConfig } from "../../src/kernel/config";
 import type { ShardMap } from "../../src/kernel/protocol";
@@ -91,6 +94,30 @@ describe("sharding", () => {
   });
 });
 
+describe("placement by id", () => {
+  it("stores a message whose id is fixed on the shard its id picks, whatever batch carries it, so a write again is skipped there", async () => {
+    const q = await createQueue("by-id");
+    const map = (await coordinatorFor(env, q.queue_id).shardMap())!;
+    const region = serviceConfig(env).defaultRegion;
+    const shardOf = (id: string) => shardForId(map, region, id)!.name;
+    const ids = Array.from({ length: 64 }, (_, i) => i.toString(16).padStart(32, "c"));
+    // b written first beside a, then again beside c: a, b and c on three different shards.
+    const b = ids[0]!;
+    const a = ids.find((id) => shardOf(id) !== shardOf(b))!;
+    const c = ids.find((id) => shardOf(id) !== shardOf(b) && shardOf(id) !== shardOf(a))!;
+    const body = new TextEncoder().encode('"x"');
+    const message = { body, contentType: "json" as const, delaySeconds: undefined, checksum: crc32(body) };
+    const target = { accountId: "local", queueRef: "by-id", region: undefined };
+    await storeMessages(env, target, [message, message], undefined, [a, b]);
+    // The same b after a lost reply, in other company: its shard has it and skips it.
+    const again = await storeMessages(env, target, [message, message], undefined, [c, b], true);
+    expect(again.ids).toEqual([c, b]);
+    const { messages } = await storedMessages("by-id");
+    expect(messages.map((m) => m.id).sort()).toEqual([a, b, c].sort());
+    for (const m of messages) expect(m.shard).toBe(shardOf(m.id));
+  });
+});
+
 describe("shard choice", () => {
   const map: ShardMap = {
     version: 1, accountId: "a", queueId: "q", queueName: "n", publishedAt: 0,
@@ -108,6 +135,18 @@ describe("shard choice", () => {
     expect(pickShard(map, "wnam", new Set(["w0"]))!.name).toBe("e0");
     expect(pickShard(map, "apac", new Set())!.state).toBe("active");
     expect(pickShard(map, "wnam", new Set(["w0", "e0"]))).toBeUndefined();
+  });
+
+  it("groups ids by the shard each picks, the same for an id in any batch", () => {
+    const ids = Array.from({ length: 40 }, (_, i) => i.toString(16).padStart(32, "0"));
+    const groups = placeById(map, "wnam", ids);
+    expect([...groups.values()].flat().sort((x, y) => x - y)).toEqual(ids.map((_, i) => i));
+    for (const [shard, indexes] of groups) for (const i of indexes) expect(shardForId(map, "wnam", ids[i]!)!.name).toBe(shard);
+    const reversed = placeById(map, "wnam", [...ids].reverse());
+    for (const [shard, indexes] of reversed) for (const i of indexes) expect(shardForId(map, "wnam", ids[ids.length - 1 - i]!)!.name).toBe(shard);
+    // With no active shard at all, every id waits under "" for a fresh map.
+    const none = { ...map, shards: map.shards.map((s) => ({ ...s, state: "draining" as const })) };
+    expect([...placeById(none, "wnam", ids).keys()]).toEqual([""]);
   });
 
   it("maps request.cf to a configured region, else the default", () => {

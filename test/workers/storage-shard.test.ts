@@ -4,7 +4,7 @@ import { crc32 } from "../../src/kernel/checksum";
 import { ManualClock } from "../../src/kernel/clock";
 import type { EncodedMessage } from "../../src/kernel/protocol";
 import type { StorageShard } from "../../storage-shard/storage-shard";
-import { api, createQueue, producer, queuePath, storedMessages } from "./helpers";
+import { api, createQueue, peekShard, producer, queuePath, storedMessages } from "./helpers";
 
 const utf8 = new TextEncoder();
 
@@ -89,7 +89,7 @@ describe("storage shard", () => {
     await runInDurableObject(target, (_obj: StorageShard, state) => {
       state.storage.sql.exec("UPDATE messages SET body = ? WHERE id = ?", utf8.encode("flop").buffer, "f2".padStart(32, "0"));
     });
-    const page = await target.peek(10);
+    const page = await peekShard(target, 10);
     expect(page.messages.map((m) => m.id)).toEqual(["f1".padStart(32, "0")]);
     expect(page.corrupt).toEqual(["f2".padStart(32, "0")]);
   });

@@ -1,6 +1,7 @@
 // The fault harness's hooks (src/kernel/test-hooks.ts, broker/http/test-hooks-api.ts) must
 // not be reachable where SHARDQ_TEST_HOOKS is not "on", which is everywhere but a fault
-// run: these tests run on wrangler.toml and .dev.vars as they are, as a deploy would.
+// run: these tests run on wrangler.toml and .dev.vars as they are, as a deploy would. (A
+// deployed bundle has no hook code at all: test/e2e/production-bundle-hooks.test.ts.)
 import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { consumerShardFor, coordinatorFor, storageShardFor } from "../../src/kernel/addressing";

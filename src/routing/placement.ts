@@ -1,0 +1,54 @@
+/**
+ * Which storage shard of a queue takes a message. A fresh message (an id drawn at the
+ * send) goes to a random active shard of the caller's region: random choice spreads load
+ * without coordination between broker isolates. A message whose id is fixed before it is
+ * stored (an idempotent send, a move to another queue) goes to the shard its own id
+ * picks, whatever batch it travels in: writing it again after a lost reply or a crash,
+ * alone or in other company, lands on the shard that has it, which recognises it (by
+ * remembered id, or by move key) and stores nothing new. If the map changed in between,
+ * the second write may land elsewhere and store a copy: at least once, never lost
+ * (docs/guarantees.md, "Moves").
+ */
+import type { ShardEntry, ShardMap } from "../kernel/protocol";
+
+const NONE: ReadonlySet<string> = new Set();
+
+/**
+ * A random active shard in the caller's region; any active shard when the region has
+ * none. `random` fixed by an id makes the choice the id's own (shardForId).
+ */
+export function pickShard(map: ShardMap, region: string, exclude: ReadonlySet<string>, random: () => number = Math.random): ShardEntry | undefined {
+  const usable = map.shards.filter((s) => s.state === "active" && !exclude.has(s.name));
+  const local = usable.filter((s) => s.region === region);
+  const pool = local.length ? local : usable;
+  return pool.length ? pool[Math.floor(random() * pool.length)] : undefined;
+}
+
+/** The shard a message whose id is fixed is stored on; undefined when no shard (outside `exclude`) takes sends. */
+export function shardForId(map: ShardMap, region: string, id: string, exclude: ReadonlySet<string> = NONE): ShardEntry | undefined {
+  return pickShard(map, region, exclude, seededRandom(id));
+}
+
+/**
+ * Messages whose ids are fixed, grouped by the shard each id picks: each group is the
+ * indexes into `ids` of one shard, in their order, keyed by the shard's name ("" for the
+ * messages no shard takes now, to be placed once a fresh map has one).
+ */
+export function placeById(map: ShardMap, region: string, ids: readonly string[]): Map<string, number[]> {
+  const groups = new Map<string, number[]>();
+  ids.forEach((id, i) => {
+    const key = shardForId(map, region, id)?.name ?? "";
+    const group = groups.get(key);
+    if (group) group.push(i);
+    else groups.set(key, [i]);
+  });
+  return groups;
+}
+
+/** A number in [0, 1) fixed by `key` (FNV-1a). */
+export function seededRandom(key: string): () => number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < key.length; i++) h = Math.imul(h ^ key.charCodeAt(i), 0x01000193);
+  const value = (h >>> 0) / 2 ** 32;
+  return () => value;
+}
