@@ -32,7 +32,7 @@ export interface ConsumerScalingInput {
   /** The number wanted at the last decision. */
   previous: number;
   wake: ConsumerWake;
-  /** Each consumer shard's latest report. */
+  /** Each consumer shard's latest report; only an `idle` wake-up reads them. */
   reports: readonly ConsumerShardStatus[];
   now: number;
   heartbeatIntervalMs: number;

@@ -84,7 +84,9 @@ export class ControlLoop {
       maxConcurrency: consumer.settings.max_concurrency ?? MAX_CONCURRENCY,
       previous: queue.consumer_shards_wanted,
       wake,
-      reports: readConsumerShards(this.sql),
+      // Only an "idle" wake-up asks who is delivering; the others (one per shard's new
+      // messages among them) leave the reports table unread.
+      reports: wake === "idle" ? readConsumerShards(this.sql) : [],
       now,
       heartbeatIntervalMs: serviceConfig(this.env).heartbeatIntervalMs,
       random: Math.random(),

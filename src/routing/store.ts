@@ -155,5 +155,3 @@ async function appendWithRetry(env: Env, shard: ShardEntry, req: AppendRequest):
     }
   }
 }
-
-/** broker/http/pull-api.ts still imports it from here; its callers use queueNotFound (src/kernel/errors.ts). */
