@@ -62,7 +62,7 @@ export class StorageShard extends DurableObject<Env> {
    */
   private fillingFor: number | null = null;
   /** RPCs served and SQLite rows written since this object started (the benchmark's cost figures). */
-  private readonly cost: CostMeter = { rpcs: 0, rowsWritten: 0 };
+  private readonly cost: CostMeter = { rpcs: 0, rowsWritten: 0, rowsRead: 0, alarms: 0 };
   /** Memory leases, the scan cursor and the running totals (delivery-state.ts). */
   private readonly delivery: DeliveryState;
   /** Tests replace this to drive time. */

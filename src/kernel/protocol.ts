@@ -97,6 +97,18 @@ export type AppendResult =
   | { ok: true; stored: number; duplicates: number; backlog: ShardBacklog }
   | { ok: false; refused: ShardRefusal; detail?: string };
 
+/**
+ * A Durable Object's billable work since it last started: requests (RPC calls served and
+ * alarms run) and SQLite rows written and read (index entries included), as Cloudflare
+ * counts them. Heartbeats stored before rowsRead and alarms existed lack them.
+ */
+export interface CostFigures {
+  rpcs: number;
+  rowsWritten: number;
+  rowsRead?: number;
+  alarms?: number;
+}
+
 /** Exact per-shard figures, kept in the same transaction as the rows they count. */
 export interface ShardStats {
   backlogCount: number;
@@ -105,8 +117,8 @@ export interface ShardStats {
   oldestEnqueuedAt: number | null;
   /** Running totals since the shard was created. */
   totals: DeliveryTotals;
-  /** Since this object last started: RPCs served and SQLite rows written (index entries included). */
-  cost: { rpcs: number; rowsWritten: number };
+  /** Since this object last started: what Cloudflare bills a Durable Object for (sql-meter.ts). */
+  cost: CostFigures;
 }
 
 export interface DeliveryTotals {
@@ -276,8 +288,8 @@ export interface ShardHeartbeat {
   period_ms: number;
   received_at: number;
   totals: DeliveryTotals;
-  /** RPCs served and SQLite rows written since the shard object last started. */
-  cost: { rpcs: number; rowsWritten: number };
+  /** What the shard object was billed for since it last started (sql-meter.ts). */
+  cost: CostFigures;
   /** False once the shard has missed three heartbeats. */
   healthy: boolean;
 }
