@@ -7,18 +7,22 @@ import { join } from "node:path";
 import { writeDevConfig } from "../../scripts/dev-config.mjs";
 import { freePort, startWrangler } from "../../scripts/dev-server.mjs";
 
-/** @typedef {{ base: string, stop: () => Promise<void> }} DevService `stop` also removes its state and registry. */
+/**
+ * @typedef {{ base: string, pid: number | undefined, registry: string, stop: () => Promise<void> }} DevService
+ * `stop` also removes its registry, and its state unless the caller gave the state directory.
+ */
 
 /**
  * @param {string} name names the temporary directories
  * @param {string[]} [extraArgs] more wrangler dev arguments (e.g. `--var K:V`)
+ * @param {{ stateDir?: string }} [opts] `stateDir`: persist there (the caller's, kept on stop) instead of a new temporary directory
  * @returns {Promise<DevService>}
  */
-export async function startDevService(name, extraArgs = []) {
-  const stateDir = mkdtempSync(join(tmpdir(), `shardq-e2e-${name}-`));
+export async function startDevService(name, extraArgs = [], opts = {}) {
+  const stateDir = opts.stateDir ?? mkdtempSync(join(tmpdir(), `shardq-e2e-${name}-`));
   const registry = mkdtempSync(join(tmpdir(), "shardq-e2e-registry-"));
   const cleanUp = () => {
-    rmSync(stateDir, { recursive: true, force: true });
+    if (opts.stateDir === undefined) rmSync(stateDir, { recursive: true, force: true });
     rmSync(registry, { recursive: true, force: true });
   };
   const port = await freePort();
@@ -36,6 +40,8 @@ export async function startDevService(name, extraArgs = []) {
   }
   return {
     base,
+    pid: server.pid,
+    registry,
     stop: async () => {
       await server.stop();
       cleanUp();
