@@ -298,22 +298,24 @@ try {
     db.exec("PRAGMA wal_checkpoint(TRUNCATE)");
     db.close();
   }
-  const leftovers = walk(stateDir).filter((f) => /\.sqlite-(wal|shm|journal)$/.test(f));
-  if (leftovers.length > 0) throw new Error(`WAL files left after the checkpoint: ${leftovers.join(", ")}`);
 
   // --- The rows as they are on disk.
   /** @type {Map<string, Record<string, unknown>>} */
   const rows = new Map();
   /** @type {Array<Record<string, unknown>>} */
   const shards = [];
+  /** @type {unknown[]} */
+  let schema = [];
   for (const f of sqliteFiles) {
-    const db = new DatabaseSync(f, { readOnly: true });
+    // Read-write, as the checkpoint above: a read-only connection leaves empty -wal and -shm files behind.
+    const db = new DatabaseSync(f);
     const tables = db.prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").all().map((r) => String(r.name));
     if (tables.includes("messages")) {
       const meta = Object.fromEntries(db.prepare("SELECT key, value FROM meta").all().map((r) => [r.key, r.value]));
       const identity = JSON.parse(String(meta.identity));
       const version = db.prepare("SELECT version FROM schema_version").get()?.version;
       const n = db.prepare("SELECT COUNT(*) AS n FROM messages").get()?.n;
+      schema = db.prepare("SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_autoindex%' ORDER BY rowid").all();
       shards.push({ file: relative(stateDir, f), shard: identity.name, schema_version: version, rows: n, tables, counters: db.prepare("SELECT * FROM counters").get() });
       for (const r of db.prepare("SELECT seq, id, size, enqueued_at, due_at, attempts, lease_id, checksum, content_type, body, nonce, sent_at FROM messages ORDER BY seq").all()) {
         const id = String(r.id);
@@ -337,6 +339,8 @@ try {
     }
     db.close();
   }
+  const leftovers = walk(stateDir).filter((f) => /\.sqlite-(wal|shm|journal)$/.test(f));
+  if (leftovers.length > 0) throw new Error(`WAL files left after the checkpoint: ${leftovers.join(", ")}`);
   for (const t of messages.values()) {
     const row = rows.get(t.id);
     if (t.state === "acked" ? row !== undefined : row === undefined) throw new Error(`${t.id} (${t.state}) ${row ? "is" : "is not"} on disk`);
@@ -408,6 +412,7 @@ try {
     backlog_before_stop: { count: metrics.backlog_count, bytes: metrics.backlog_bytes, oldest_message_timestamp_ms: metrics.oldest_message_timestamp_ms },
     counts: { by_state: countBy((e) => e.state), at_test: countBy((e) => e.at_test), on_disk: forms, by_content_type: countBy((e) => e.content_type) },
     shards,
+    v4_schema: schema,
     messages: out,
   };
 
