@@ -5,7 +5,9 @@
 //
 //   node scripts/make-upgrade-fixture.mjs      (Node 22, as wrangler needs: `npx node ...` or npm's own)
 //
-// Run it against the code whose schema the fixture should hold: it starts that code's
+// Run it only against code that still writes the v4 schema: the fixture is what an upgrade
+// starts from, so once the storage shard's schema changes, regenerating it here would test
+// nothing (a later schema gets a fixture of its own beside this one). It starts that code's
 // service the way `npm start` does (the dev config and the example consumer), with a
 // fresh state directory, and a small producer Worker of its own for the content types
 // HTTP cannot send (bytes, v8). It creates the queue "upgrade" with an http_pull consumer
@@ -56,6 +58,8 @@ const VIRTUAL_AGE_MS = 20 * 60_000;
 const LEASE_MS = 30_000;
 const LONG_LEASE_MS = 43_200_000;
 const SHORT_LEASE_MS = 1000;
+/** The storage shard's schema_version while its messages table has the v4 layout (one row per message). */
+const V4_SCHEMA_VERSION = 9;
 
 /**
  * The fixture's own producer Worker: one `send()` per request, as a user's Worker would
@@ -314,6 +318,8 @@ try {
       const meta = Object.fromEntries(db.prepare("SELECT key, value FROM meta").all().map((r) => [r.key, r.value]));
       const identity = JSON.parse(String(meta.identity));
       const version = db.prepare("SELECT version FROM schema_version").get()?.version;
+      // The v4 layout of the messages table, as storage-shard/schema.ts's migrations 4 to 9 leave it.
+      if (version !== V4_SCHEMA_VERSION) throw new Error(`storage shard schema_version ${version}, not ${V4_SCHEMA_VERSION}: this code no longer writes the schema the fixture holds (see the top of this file)`);
       const n = db.prepare("SELECT COUNT(*) AS n FROM messages").get()?.n;
       schema = db.prepare("SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_autoindex%' ORDER BY rowid").all();
       shards.push({ file: relative(stateDir, f), shard: identity.name, schema_version: version, rows: n, tables, counters: db.prepare("SELECT * FROM counters").get() });
