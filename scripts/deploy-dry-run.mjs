@@ -19,7 +19,7 @@ export const HOOK_CODE = [
   ["an object aborted at a fault point", /\bctx\.abort\(/],
   ["an abort once a write is durable", /\bctx\.storage\.sync\(\)/],
   ["an alarm thrown on purpose", /more to throw/],
-  ["the corrupt fault's write", /UPDATE messages SET body/],
+  ["the corrupt fault's write", /UPDATE segments SET bodies/],
   ["the route forwarding to an object's hook", /\.testHook\(\{/],
 ];
 

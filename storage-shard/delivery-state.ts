@@ -1,28 +1,36 @@
 /**
- * What a storage shard keeps in memory about delivery, so that a message delivered and
- * acked the first time costs two row writes (insert, delete) and no more:
+ * What a storage shard keeps in memory about delivery, so that delivering and acking a
+ * segment's messages writes nothing but the segment row's settled bitmap (or its delete):
  *
- * - Leases of fresh messages. A fresh message (due_at NULL) is leased here, not in
- *   SQLite; only when its lease fails (retry, expiry) is the row updated, and from then
- *   on it is a scheduled message with a stored lease (delivery.ts).
- * - The scan cursor: every fresh row with seq <= cursor is leased here or gone, so the
- *   next lease reads on from the cursor and never re-reads leased rows.
+ * - Leases. Every lease is held here, by slot, never written: a lease that fails (a
+ *   retry, or its time running out) rewrites the message into a new segment with one
+ *   more attempt (delivery.ts); one that succeeds settles the slot.
+ * - The scan cursor: every ready slot of a segment at or below the cursor is leased
+ *   here or settled, so the next lease reads on from the cursor and never re-reads them.
+ * - The number the next segment gets, and the headers of segments read lately (they
+ *   never change, and an ack soon after a lease needs them again).
  * - The running totals, written to SQLite at most once a second (flushTotals).
  *
  * All of it is lost when the object restarts, and that is safe: the cursor starts again
- * at 0, so every fresh row is ready again (at-least-once: a message whose lease was
+ * at 0, so every unsettled slot is ready again (at-least-once: a message whose lease was
  * lost is delivered again, and that delivery is not counted as a retry); a late ack for
- * a lost lease still deletes the message; totals lose at most the last second.
+ * a lost lease still settles its slot; totals lose at most the last second.
  */
 import type { DeliveryTotals } from "../src/kernel/protocol";
+import { decodeHeaders, type Header } from "./segment";
 
 export interface MemoryLease {
-  /** The message id, checked on settle: seq values can be reused after a restart. */
+  /** The message id, checked on settle. */
   id: string;
   /** The random part of the lease id handed out. */
   lease: string;
   until: number;
+  /** Whether the delivery counts as an attempt (a redrive's lease does not). */
+  counts: boolean;
 }
+
+/** Headers of this many segments are kept decoded. */
+const HEADER_CACHE = 512;
 
 /** The running totals, by the column names of the `counters` table. */
 export type TotalName = "stored" | "leased" | "acked" | "retried" | "dead_lettered" | "dropped" | "expired" | "quarantined" | "purged" | "cancelled";
@@ -30,11 +38,28 @@ const TOTAL_NAMES: readonly TotalName[] = ["stored", "leased", "acked", "retried
 /** How often, at most, the running totals are written. */
 export const TOTALS_FLUSH_MS = 1000;
 
+/**
+ * Where a message whose memory lease ran out was rewritten, by the slot it was leased
+ * from: an ack under that lease still lands on the new copy until someone leases it, as
+ * Cloudflare accepts a late ack nobody overtook. Lost on restart, like the leases.
+ */
+export interface Lapsed {
+  id: string;
+  lease: string;
+  key: string;
+}
+/** Lapsed leases remembered at most (the oldest are forgotten first). */
+const LAPSED_KEPT = 100_000;
+
 export class DeliveryState {
-  readonly leases = new Map<number, MemoryLease>();
+  /** By slotKey(seg, slot). */
+  readonly leases = new Map<string, MemoryLease>();
+  /** By the slotKey the lease was on. */
+  readonly lapsed = new Map<string, Lapsed>();
   cursor = 0;
-  /** Seq for the next insert: always above the cursor, so a new row is never behind it. */
-  nextSeq: number;
+  /** The last segment number used: the next is above it and above the cursor (segment.ts nextSegment). */
+  lastSeg: number;
+  private readonly headers = new Map<number, Header[]>();
   private readonly totals: Record<TotalName, number>;
   private dirty = false;
   private flushedAt = 0;
@@ -44,47 +69,65 @@ export class DeliveryState {
   constructor(private readonly sql: SqlStorage) {
     const row = sql.exec(`SELECT ${TOTAL_NAMES.join(", ")} FROM counters`).one() as Record<TotalName, number>;
     this.totals = { ...row };
-    this.nextSeq = (sql.exec<{ s: number | null }>("SELECT MAX(seq) AS s FROM messages").one().s ?? 0) + 1;
+    this.lastSeg = sql.exec<{ s: number | null }>("SELECT MAX(seg) AS s FROM segments").one().s ?? 0;
   }
 
-  /** A lease id names the row (seq) and the lease (random): settling needs no index. */
-  static leaseId(seq: number, lease: string): string {
-    return `${seq}-${lease}`;
+  /** A segment's headers, decoded once: they never change. */
+  headersOf(seg: number, text: string): Header[] {
+    let h = this.headers.get(seg);
+    if (!h) {
+      h = decodeHeaders(text);
+      this.remember(seg, h);
+    }
+    return h;
   }
 
-  static parseLeaseId(leaseId: string): { seq: number; lease: string } | null {
-    const dash = leaseId.indexOf("-");
-    const seq = Number(leaseId.slice(0, dash));
-    const lease = leaseId.slice(dash + 1);
-    return dash > 0 && Number.isSafeInteger(seq) && seq > 0 && lease ? { seq, lease } : null;
+  /** Decoded headers kept, or undefined: the caller reads the row. */
+  cachedHeaders(seg: number): Header[] | undefined {
+    return this.headers.get(seg);
   }
 
-  hold(seq: number, lease: MemoryLease): void {
-    this.leases.set(seq, lease);
+  remember(seg: number, headers: Header[]): void {
+    if (this.headers.size >= HEADER_CACHE) this.headers.delete(this.headers.keys().next().value!);
+    this.headers.set(seg, headers);
+  }
+
+  lapse(fromKey: string, to: Lapsed): void {
+    if (this.lapsed.size >= LAPSED_KEPT) this.lapsed.delete(this.lapsed.keys().next().value!);
+    this.lapsed.set(fromKey, to);
+  }
+
+  /** A deleted segment's headers are not kept (its number is never used again). */
+  forget(seg: number): void {
+    this.headers.delete(seg);
+  }
+
+  hold(key: string, lease: MemoryLease): void {
+    this.leases.set(key, lease);
     if (lease.until < this.earliestUntil) this.earliestUntil = lease.until;
   }
 
-  /** The memory lease on `seq` if it is the one named, else undefined. */
-  held(seq: number, id: string, lease: string): MemoryLease | undefined {
-    const l = this.leases.get(seq);
+  /** The memory lease on slot `key` if it is the one named, else undefined. */
+  held(key: string, id: string, lease: string): MemoryLease | undefined {
+    const l = this.leases.get(key);
     return l && l.id === id && l.lease === lease ? l : undefined;
   }
 
-  extend(seq: number, until: number): void {
-    const l = this.leases.get(seq);
+  extend(key: string, until: number): void {
+    const l = this.leases.get(key);
     if (l) l.until = until;
   }
 
-  /** Memory leases past their time, removed from the table: the caller stores them as failed deliveries. */
-  takeExpired(now: number): Array<[number, MemoryLease]> {
+  /** Memory leases past their time, removed from the table: the caller rewrites them as failed deliveries. */
+  takeExpired(now: number): Array<[string, MemoryLease]> {
     if (now < this.earliestUntil) return [];
-    const out: Array<[number, MemoryLease]> = [];
+    const out: Array<[string, MemoryLease]> = [];
     let earliest = Infinity;
-    for (const [seq, l] of this.leases) {
-      if (l.until <= now) out.push([seq, l]);
+    for (const [key, l] of this.leases) {
+      if (l.until <= now) out.push([key, l]);
       else if (l.until < earliest) earliest = l.until;
     }
-    for (const [seq] of out) this.leases.delete(seq);
+    for (const [key] of out) this.leases.delete(key);
     this.earliestUntil = earliest;
     return out;
   }
@@ -129,8 +172,10 @@ export class DeliveryState {
   /** After deleteAll(): nothing held, nothing counted. */
   reset(): void {
     this.leases.clear();
+    this.lapsed.clear();
+    this.headers.clear();
     this.cursor = 0;
-    this.nextSeq = 1;
+    this.lastSeg = 0;
     for (const n of TOTAL_NAMES) this.totals[n] = 0;
     this.dirty = false;
     this.earliestUntil = Infinity;

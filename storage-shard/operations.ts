@@ -1,174 +1,214 @@
 /**
  * Operations on a queue's stored messages that are not delivery: purge, look up and
  * cancel one message by id, and the filtered leases a dead-letter redrive moves
- * messages under. Plain functions over the shard's SQLite, like delivery.ts; every
- * function runs inside the caller's transactionSync, and each one that deletes rows
- * returns the backlog delta for the shard's in-memory figures. Looking a message up
- * by id reads the table (no index on id: fresh messages cost two row writes, see
- * schema.ts), which is fine for an operator's call and never on the delivery path.
+ * messages under. Plain functions over the shard's segments, like delivery.ts; every
+ * function runs inside the caller's transactionSync, and each one that removes messages
+ * returns the backlog delta for the shard's in-memory figures. A message is found by
+ * its id without a scan: the id says where it was written, or the index of ids that do
+ * not (segment-rows.ts findSlot) does.
  */
 import { crc32 } from "../src/kernel/checksum";
 import type { LeasedMessage, LeaseRef, MessageFilter, MessageStatus } from "../src/kernel/protocol";
-import { leaseStored, type BacklogDelta, type ReadyRow } from "./delivery";
-import { DeliveryState } from "./delivery-state";
-import { timestampOf, type MessageRow } from "./schema";
+import { leaseSlots, timestampOf, type BacklogDelta } from "./delivery";
+import type { DeliveryState } from "./delivery-state";
 import { MAX_MATCHING_LEASE, PURGE_PER_CALL } from "../src/kernel/limits";
+import { offsetsOf, parseLeaseId, Settled, slotKey, type Header } from "./segment";
+import { findSlot, headersOf, readState, SegmentEdit, STATE_COLUMNS, type SegmentState } from "./segment-rows";
 
-
-/** Deleted rows: how many, their bytes, and how many were held under a live lease. */
+/** Removed messages: how many, their bytes, and how many were held under a live lease. */
 interface Removed {
   count: number;
   bytes: number;
   held: number;
 }
 
+/** Settles up to `limit` messages of any state, oldest segment first (a segment with none left is deleted). */
 export function purgeSome(sql: SqlStorage, ds: DeliveryState, now: number, limit: number): Removed & { more: boolean; delta: BacklogDelta } {
   const n = Math.max(1, Math.min(PURGE_PER_CALL, Math.floor(limit)));
-  // Oldest first by seq (the rowid): each call walks the primary key, never the whole table.
-  const rows = sql
-    .exec<RemovedRow>(`DELETE FROM messages WHERE seq IN (SELECT seq FROM messages ORDER BY seq LIMIT ?) RETURNING ${REMOVED_COLUMNS}`, n)
-    .toArray();
-  const removed = tally(ds, now, rows);
+  const removed: Removed = { count: 0, bytes: 0, held: 0 };
+  for (let after = 0; removed.count < n; ) {
+    const rows = sql.exec(`SELECT ${STATE_COLUMNS} FROM segments WHERE seg > ? ORDER BY seg LIMIT 16`, after).toArray() as unknown as SegmentState[];
+    if (rows.length === 0) break;
+    for (const state of rows) {
+      if (removed.count >= n) break;
+      after = state.seg;
+      settleUpTo(sql, ds, now, state, removed, n);
+    }
+  }
   ds.bump("purged", removed.count);
-  const more = sql.exec("SELECT 1 FROM messages LIMIT 1").toArray().length > 0;
+  const more = sql.exec("SELECT 1 FROM segments LIMIT 1").toArray().length > 0;
   return { ...removed, more, delta: { count: -removed.count, bytes: -removed.bytes } };
+}
+
+/** Settles live slots of a segment until `removed` counts `limit`, counting them into it. */
+function settleUpTo(sql: SqlStorage, ds: DeliveryState, now: number, state: SegmentState, removed: Removed, limit: number): void {
+  const edit = new SegmentEdit(state, headersOf(sql, ds, state.seg)!);
+  edit.headers.forEach((h, slot) => {
+    if (removed.count >= limit || !edit.settle(slot)) return;
+    removed.count++;
+    removed.bytes += h.size;
+    if (releaseHeld(ds, now, state.seg, slot)) removed.held++;
+  });
+  edit.commit(sql, ds);
+}
+
+/** Drops a slot's memory lease; true when one was live. */
+function releaseHeld(ds: DeliveryState, now: number, seg: number, slot: number): boolean {
+  const key = slotKey(seg, slot);
+  const l = ds.leases.get(key);
+  ds.leases.delete(key);
+  return l !== undefined && l.until > now;
 }
 
 /** One message by id, without its body; null when this shard does not hold it. */
 export function findMessage(sql: SqlStorage, ds: DeliveryState, now: number, id: string): MessageStatus | null {
-  const r = sql
-    .exec("SELECT seq, id, content_type, size, enqueued_at, due_at, attempts, lease_id, sent_at FROM messages WHERE id = ?", id)
-    .toArray()[0] as unknown as Omit<MessageRow, "body" | "checksum"> | undefined;
-  if (!r) return null;
-  const held = ds.leases.get(r.seq);
-  const base = { id: r.id, enqueuedAt: timestampOf(r), size: r.size, contentType: r.content_type };
-  // A memory lease's delivery is counted in the row only once it fails.
-  if (held?.id === r.id) return { ...base, state: "leased", attempts: r.attempts + 1, visibleAt: held.until };
-  const due = r.due_at ?? r.enqueued_at;
-  // An expired lease is no lease: the message is ready.
-  const state = due <= now ? "ready" : r.lease_id !== null ? "leased" : "delayed";
-  return { ...base, state, attempts: r.attempts, visibleAt: due };
+  const found = findSlot(sql, ds, id);
+  if (!found) return null;
+  const h = found.headers[found.slot]!;
+  const base = { id: h.id, enqueuedAt: timestampOf(h), size: h.size, contentType: h.contentType };
+  const held = ds.leases.get(slotKey(found.state.seg, found.slot));
+  // A lease's delivery is in the header only once it fails.
+  if (held && held.until > now) return { ...base, state: "leased", attempts: h.attempts + (held.counts ? 1 : 0), visibleAt: held.until };
+  if (h.dueAt > now) return { ...base, state: "delayed", attempts: h.attempts, visibleAt: h.dueAt };
+  // A scheduled segment moved past a lease that a restart then lost: ready when that lease would have run out.
+  const due = found.state.due_at;
+  if (!held && due !== null && due > now) return { ...base, state: "leased", attempts: h.attempts, visibleAt: due };
+  // A lease that ran out is a failed delivery, counted when the next lease rewrites the message.
+  return { ...base, state: "ready", attempts: h.attempts + (held?.counts ? 1 : 0), visibleAt: Math.max(h.dueAt, h.enqueuedAt) };
 }
 
-/** Rows a peek reads at most, whatever it finds among them: an operator's look stays cheap. */
+/** Messages a peek reads at most, whatever it finds among them: an operator's look stays cheap. */
 const PEEK_SCAN = 1000;
 
 /**
- * Up to `limit` ready messages, oldest first, with their bodies, leaving them as they
- * are (no lease, no attempt): what the dashboard shows as "ready". Reads at most
- * PEEK_SCAN rows, so a shard whose oldest rows are all leased or delayed may show none.
- * The scan reads no body: only the rows shown have theirs read, one by one. Reading
- * every scanned row's body cost up to PEEK_SCAN x 128 KB per shard for a peek of one
- * message, so a peek of 10 cost as much as one of 100.
+ * Up to `limit` ready messages, oldest segment first, with their bodies, leaving them as
+ * they are (no lease, no attempt): what the dashboard shows as "ready". Reads at most
+ * about PEEK_SCAN messages' headers, so a shard whose oldest messages are all leased or
+ * delayed may show none; only the bodies shown are read.
  */
 export function peekReady(sql: SqlStorage, ds: DeliveryState, now: number, limit: number): Array<MessageStatus & { body: Uint8Array }> {
-  const rows = sql
-    .exec("SELECT seq, id, content_type, size, enqueued_at, due_at, attempts, checksum, sent_at FROM messages ORDER BY seq LIMIT ?", PEEK_SCAN)
-    .toArray() as unknown as Array<Omit<MessageRow, "lease_id" | "body">>;
   const out: Array<MessageStatus & { body: Uint8Array }> = [];
-  for (const r of rows) {
-    if (out.length >= limit) break;
-    const held = ds.leases.get(r.seq);
-    if (held?.id === r.id && held.until > now) continue;
-    const due = r.due_at ?? r.enqueued_at;
-    if (due > now) continue;
-    const stored = sql.exec<{ body: ArrayBuffer }>("SELECT body FROM messages WHERE seq = ?", r.seq).toArray()[0];
-    if (!stored) continue;
-    const body = new Uint8Array(stored.body);
-    // A body that no longer matches its checksum is never shown (delivery quarantines it).
-    if (crc32(body) !== r.checksum) continue;
-    out.push({ id: r.id, state: "ready", attempts: r.attempts, enqueuedAt: timestampOf(r), visibleAt: due, size: r.size, contentType: r.content_type, body });
+  let scanned = 0;
+  for (let after = 0; out.length < limit && scanned < PEEK_SCAN; ) {
+    const rows = sql.exec(`SELECT ${STATE_COLUMNS} FROM segments WHERE seg > ? ORDER BY seg LIMIT 16`, after).toArray() as unknown as SegmentState[];
+    if (rows.length === 0) break;
+    for (const state of rows) {
+      after = state.seg;
+      const headers = headersOf(sql, ds, state.seg)!;
+      scanned += headers.length;
+      const settled = Settled.of(state.settled);
+      const offsets = offsetsOf(headers);
+      headers.forEach((h, slot) => {
+        if (out.length >= limit || settled.has(slot) || !isReady(ds, now, state, h, slot)) return;
+        // Only this message's bytes of the packed bodies.
+        const stored = sql.exec<{ body: ArrayBuffer | string }>("SELECT substr(bodies, ?, ?) AS body FROM segments WHERE seg = ?", offsets[slot]! + 1, h.size, state.seg).toArray()[0];
+        if (!stored) return;
+        // An empty body comes back as an empty string.
+        const body = typeof stored.body === "string" ? new Uint8Array(0) : new Uint8Array(stored.body);
+        // A body that no longer matches its checksum is never shown (delivery quarantines it).
+        if (crc32(body) !== h.checksum) return;
+        out.push({ id: h.id, state: "ready", attempts: h.attempts, enqueuedAt: timestampOf(h), visibleAt: Math.max(h.dueAt, h.enqueuedAt), size: h.size, contentType: h.contentType, body });
+      });
+      if (out.length >= limit || scanned >= PEEK_SCAN) break;
+    }
   }
   return out;
 }
 
-/** Deletes one message whatever its state; a consumer's later ack for it finds nothing (stale). */
+/** Whether an unsettled slot is ready: due, not held, not behind a lease a restart lost. */
+function isReady(ds: DeliveryState, now: number, state: SegmentState, h: Header, slot: number): boolean {
+  const held = ds.leases.get(slotKey(state.seg, slot));
+  if (held && held.until > now) return false;
+  if (h.dueAt > now) return false;
+  return held !== undefined || state.due_at === null || state.due_at <= now;
+}
+
+/** Settles one message whatever its state; a consumer's later ack for it finds nothing (stale). */
 export function cancelMessage(sql: SqlStorage, ds: DeliveryState, now: number, id: string): Removed & { delta: BacklogDelta } {
-  const rows = sql.exec<RemovedRow>(`DELETE FROM messages WHERE id = ? RETURNING ${REMOVED_COLUMNS}`, id).toArray();
-  const removed = tally(ds, now, rows);
+  const removed: Removed = { count: 0, bytes: 0, held: 0 };
+  const found = findSlot(sql, ds, id);
+  if (found) {
+    const edit = new SegmentEdit(found.state, found.headers);
+    if (edit.settle(found.slot)) {
+      removed.count++;
+      removed.bytes += found.headers[found.slot]!.size;
+      if (releaseHeld(ds, now, found.state.seg, found.slot)) removed.held++;
+    }
+    edit.commit(sql, ds);
+  }
   ds.bump("cancelled", removed.count);
   return { ...removed, delta: { count: -removed.count, bytes: -removed.bytes } };
 }
 
 /**
- * Leases up to `limit` ready messages that match the filter, oldest first, for a
- * redrive. A stored lease as delivery.ts takes for scheduled messages (due_at forward,
- * a lease id that a settle must present), so the move is: lease, write to the target,
- * ack here; a crash in between leaves the message here to be moved again. Unlike a
- * delivery it does not count an attempt: the attempts stored are what a redrive filters on.
+ * Leases up to `limit` ready messages that match the filter, oldest segment first, for
+ * a redrive: held in memory as a delivery's are, but counting no attempt (the attempts
+ * stored are what a redrive filters on). The move is: lease, write to the target, ack
+ * here; a crash in between leaves the message here to be moved again.
  */
 export function leaseMatching(sql: SqlStorage, ds: DeliveryState, now: number, filter: MessageFilter, limit: number, leaseMs: number): { messages: LeasedMessage[]; delta: BacklogDelta } {
-  const m = matching(now, filter);
+  const matches = matching(now, filter);
   const want = Math.max(1, Math.min(MAX_MATCHING_LEASE, Math.floor(limit)));
-  const rows: ReadyRow[] = [];
-  // Rows held in memory are not ready; read on past them.
-  for (let after = 0; rows.length < want; ) {
-    const chunk = sql
-      .exec(
-        `SELECT seq, id, size, enqueued_at, due_at, attempts, checksum, content_type, body, nonce, sent_at FROM messages
-         WHERE seq > ? AND (due_at IS NULL OR due_at <= ?) AND ${m.where} ORDER BY seq LIMIT ?`,
-        after,
-        now,
-        ...m.args,
-        want,
-      )
-      .toArray() as unknown as ReadyRow[];
-    for (const r of chunk) if (rows.length < want && !ds.leases.has(r.seq)) rows.push(r);
-    if (chunk.length < want) break;
-    after = chunk[chunk.length - 1]!.seq;
+  const candidates: Array<{ seg: number; slot: number; header: Header }> = [];
+  for (let after = 0; candidates.length < want; ) {
+    const rows = sql.exec(`SELECT ${STATE_COLUMNS} FROM segments WHERE seg > ? ORDER BY seg LIMIT 16`, after).toArray() as unknown as SegmentState[];
+    if (rows.length === 0) break;
+    for (const state of rows) {
+      after = state.seg;
+      const headers = headersOf(sql, ds, state.seg)!;
+      const settled = Settled.of(state.settled);
+      headers.forEach((h, slot) => {
+        if (candidates.length < want && !settled.has(slot) && isReady(ds, now, state, h, slot) && matches(h)) candidates.push({ seg: state.seg, slot, header: h });
+      });
+    }
   }
-  return leaseStored(sql, ds, rows, now, leaseMs, false);
+  return leaseSlots(sql, ds, candidates, now, leaseMs, false);
 }
 
-/** Gives leased messages back at once (a redrive whose write failed), counting nothing. */
+/**
+ * Gives leased messages back at once (a redrive whose write failed), counting nothing:
+ * the cursor moves back before the segment, and a scheduled segment is due now, so the
+ * next lease finds them.
+ */
 export function releaseLeases(sql: SqlStorage, ds: DeliveryState, now: number, refs: LeaseRef[]): number {
   let released = 0;
   for (const ref of refs) {
-    const p = DeliveryState.parseLeaseId(ref.leaseId);
-    if (!p) continue;
-    if (ds.held(p.seq, ref.id, p.lease)) {
-      // Behind the cursor now, so it is scheduled (ready at once) to be found again.
-      ds.leases.delete(p.seq);
-      released += sql.exec("UPDATE messages SET due_at = ?, lease_id = NULL WHERE seq = ? AND id = ? RETURNING seq", now, p.seq, ref.id).toArray().length;
-    } else if (!ds.leases.has(p.seq)) {
-      released += sql.exec("UPDATE messages SET due_at = ?, lease_id = NULL WHERE seq = ? AND id = ? AND lease_id = ? RETURNING seq", now, p.seq, ref.id, p.lease).toArray().length;
-    }
+    const name = parseLeaseId(ref.leaseId);
+    if (!name) continue;
+    const key = slotKey(name.seg, name.slot);
+    if (!ds.held(key, ref.id, name.lease)) continue;
+    ds.leases.delete(key);
+    released++;
+    const state = readState(sql, name.seg);
+    if (!state) continue;
+    if (state.due_at === null) ds.cursor = Math.min(ds.cursor, name.seg - 1);
+    else if (state.due_at > now) sql.exec("UPDATE segments SET due_at = ? WHERE seg = ?", now, name.seg);
   }
   return released;
 }
 
-/** Messages matching the filter in any state (leased and delayed ones too). */
-export function countMatching(sql: SqlStorage, now: number, filter: MessageFilter): number {
-  const m = matching(now, filter);
-  return sql.exec<{ n: number }>(`SELECT COUNT(*) AS n FROM messages WHERE ${m.where}`, ...m.args).one().n;
-}
-
-/** The filter as SQL; ages are measured on this shard's clock, the one that stamped enqueued_at. */
-function matching(now: number, f: MessageFilter): { where: string; args: number[] } {
-  const parts: string[] = [];
-  const args: number[] = [];
-  const add = (cond: string, value: number | undefined) => {
-    if (value === undefined) return;
-    parts.push(cond);
-    args.push(value);
-  };
-  add("enqueued_at <= ?", f.minAgeMs === undefined ? undefined : now - f.minAgeMs);
-  add("enqueued_at >= ?", f.maxAgeMs === undefined ? undefined : now - f.maxAgeMs);
-  add("attempts >= ?", f.minAttempts);
-  add("attempts <= ?", f.maxAttempts);
-  return { where: parts.length ? parts.join(" AND ") : "1", args };
-}
-
-const REMOVED_COLUMNS = "seq, size, due_at, lease_id";
-type RemovedRow = Pick<MessageRow, "seq" | "size" | "due_at" | "lease_id">;
-
-/** Counts removed rows, and those held under a live lease (in memory or stored), which it lets go. */
-function tally(ds: DeliveryState, now: number, rows: RemovedRow[]): Removed {
-  let bytes = 0;
-  let held = 0;
-  for (const r of rows) {
-    bytes += r.size;
-    if (ds.leases.delete(r.seq) || (r.lease_id !== null && r.due_at !== null && r.due_at > now)) held++;
+/** Messages matching the filter in any state (leased and delayed ones too). Reads every header: an operator's count. */
+export function countMatching(sql: SqlStorage, ds: DeliveryState, now: number, filter: MessageFilter): number {
+  const matches = matching(now, filter);
+  let n = 0;
+  for (let after = 0; ; ) {
+    const rows = sql.exec<{ seg: number; settled: ArrayBuffer; headers: string }>("SELECT seg, settled, headers FROM segments WHERE seg > ? ORDER BY seg LIMIT 64", after).toArray();
+    if (rows.length === 0) return n;
+    for (const r of rows) {
+      after = r.seg;
+      const settled = Settled.of(r.settled);
+      ds.headersOf(r.seg, r.headers).forEach((h, slot) => {
+        if (!settled.has(slot) && matches(h)) n++;
+      });
+    }
   }
-  return { count: rows.length, bytes, held };
+}
+
+/** The filter as a test of a header; ages are measured on this shard's clock, the one that stamped enqueuedAt. */
+function matching(now: number, f: MessageFilter): (h: Header) => boolean {
+  return (h) =>
+    (f.minAgeMs === undefined || h.enqueuedAt <= now - f.minAgeMs) &&
+    (f.maxAgeMs === undefined || h.enqueuedAt >= now - f.maxAgeMs) &&
+    (f.minAttempts === undefined || h.attempts >= f.minAttempts) &&
+    (f.maxAttempts === undefined || h.attempts <= f.maxAttempts);
 }

@@ -4,8 +4,8 @@
  *
  * - A send whose ids the sender chose or kept (an Idempotency-Key or producer-chosen
  *   id). Its sender may write them again after a lost reply, and by then a consumer may
- *   have acked and deleted the first copy, which the scan of recent rows no longer
- *   finds (the fault harness caught exactly that: an acked message stored and delivered
+ *   have acked and deleted the first copy, which the index of stored ids no longer
+ *   has (the fault harness caught exactly that: an acked message stored and delivered
  *   again). Remembered by id.
  * - A move (dead-lettering, a redrive): the mover writes the message here, then settles
  *   its source copy, and a crash in between makes it write the same source copy again.
@@ -16,22 +16,18 @@
  *   and the message would be gone from every queue.
  *
  * One extra row per such message, kept REMEMBER_MS, the idempotency window; plain sends
- * (random ids, never rewritten) pay nothing.
+ * (ids the shard draws) pay nothing: one written again after a lost reply carries the
+ * token of its batch, found among the newest segments (segment-rows.ts idsOfBatch).
  */
 export const REMEMBER_MS = 24 * 60 * 60 * 1000;
-/** How far back (in messages) the scan of recent rows looks: a retry lands right after its first try. */
-const DEDUPE_WINDOW = 10_000;
+/** How far back (in segments) a batch written again looks for its first write: it lands right after. */
+export const DEDUPE_SEGMENTS = 1000;
 
-/** Which of `ids` this shard already stored: among its recent rows, or remembered. */
-export function knownIds(sql: SqlStorage, ids: string[], nextSeq: number): Set<string> {
-  const wanted = new Set(ids);
+/** Which of `ids` (ids given by the sender) this shard already holds, or remembers storing. */
+export function knownIds(sql: SqlStorage, ids: string[]): Set<string> {
   const found = new Set<string>();
-  if (wanted.size === 0) return found;
-  for (const r of sql.exec<{ id: string }>("SELECT id FROM messages WHERE seq >= ? ORDER BY seq DESC", nextSeq - DEDUPE_WINDOW)) {
-    if (wanted.has(r.id)) found.add(r.id);
-  }
-  for (const id of wanted) {
-    if (!found.has(id) && sql.exec("SELECT 1 FROM remembered_ids WHERE id = ?", id).toArray().length > 0) found.add(id);
+  for (const id of new Set(ids)) {
+    if (sql.exec("SELECT 1 FROM message_ids WHERE id = ? UNION ALL SELECT 1 FROM remembered_ids WHERE id = ?", id, id).toArray().length > 0) found.add(id);
   }
   return found;
 }

@@ -1,50 +1,31 @@
 import type { ContentType } from "../src/kernel/protocol";
-import { runMigrations } from "../src/kernel/sqlite-migrations";
+import { runMigrations, type MigrationStep } from "../src/kernel/sqlite-migrations";
+import { encodeHeaders, nextSegment, packBodies, SEGMENT_MAX_BYTES, Settled, type Header } from "./segment";
+import type { NewMessage } from "./segment-rows";
 
-/** A row of the messages table, as SQLite returns it. */
-export interface MessageRow {
+/** A row of the messages table of schema versions 4 to 9, as the conversion to segments reads it. */
+interface MessageRow {
   seq: number;
   id: string;
   size: number;
   enqueued_at: number;
-  /** NULL for a fresh message (ready since it arrived); else when it is next ready. */
   due_at: number | null;
   attempts: number;
-  /** The last stored lease (scheduled messages only); fresh messages are leased in memory. */
   lease_id: string | null;
   checksum: number;
   content_type: ContentType;
   body: ArrayBuffer;
-  /** Drawn when this copy was written (NULL for rows older than version 8): see copyKey. */
   nonce: number | null;
-  /** When the message was first sent, if it was moved here from another queue (else NULL: enqueued_at). */
   sent_at: number | null;
-}
-
-/** The timestamp consumers see: when the message was first sent, wherever it has moved since. */
-export function timestampOf(r: { enqueued_at: number; sent_at: number | null }): number {
-  return r.sent_at ?? r.enqueued_at;
-}
-
-/**
- * Names one stored copy of a message for ever, within its shard: seq values are reused
- * after a restart (the next seq is the largest stored plus one), the nonce is not. A
- * mover qualifies it with the shard's name; the target remembers the move under it
- * (remembered-ids.ts), so writing the same copy again stores nothing twice while a
- * later copy of the same message id is always stored.
- */
-export function copyKey(seq: number, nonce: number | null): string {
-  return `${seq}.${nonce ?? 0}`;
-}
-
-/** A nonce for a new row: never 0, the one rows written before version 8 read as. */
-export function newNonce(): number {
-  return 1 + Math.floor(Math.random() * (2 ** 52 - 1));
 }
 
 /**
  * The storage shard's SQLite schema. Applied synchronously in the constructor;
  * SQLite calls in a Durable Object are synchronous, so no request can run before it.
+ *
+ * Since version 10 messages live in segments, one row per batch that arrived together
+ * (segment.ts, docs/segments.md); versions 1 to 9 below are the one-row-per-message
+ * schema they replaced, kept so that a shard of any age converts on start.
  *
  * `seq` (the rowid) orders messages by arrival, so the oldest message is the first
  * row and needs no index of its own.
@@ -60,7 +41,7 @@ export function newNonce(): number {
  * running totals are written at most once a second (totals.ts), so neither costs a
  * row per batch.
  */
-export const MIGRATIONS: readonly string[] = [
+export const MIGRATIONS: readonly MigrationStep[] = [
   `CREATE TABLE IF NOT EXISTS messages (
      seq          INTEGER PRIMARY KEY,
      id           TEXT    NOT NULL,
@@ -134,7 +115,101 @@ export const MIGRATIONS: readonly string[] = [
    CREATE INDEX IF NOT EXISTS remembered_moves_at ON remembered_moves(at);`,
   // A moved message keeps the timestamp it was first sent with; its age here counts from enqueued_at.
   `ALTER TABLE messages ADD COLUMN sent_at INTEGER;`,
+  // Segments: a batch is one row, its messages' headers and bodies packed, its settled slots a bitmap.
+  // The columns a scan reads come first; headers and bodies last, so SQLite reads their overflow pages only when asked.
+  `CREATE TABLE segments (
+     seg         INTEGER PRIMARY KEY,
+     enqueued_at INTEGER NOT NULL,
+     due_at      INTEGER,
+     count       INTEGER NOT NULL,
+     live        INTEGER NOT NULL,
+     live_bytes  INTEGER NOT NULL,
+     settled     BLOB    NOT NULL,
+     batch       TEXT,
+     headers     TEXT    NOT NULL,
+     bodies      BLOB    NOT NULL
+   );
+   CREATE INDEX segments_due ON segments(due_at) WHERE due_at IS NOT NULL;
+   CREATE TABLE message_ids (id TEXT PRIMARY KEY, seg INTEGER NOT NULL) WITHOUT ROWID;
+   CREATE TABLE legacy_rows (seq INTEGER PRIMARY KEY, seg INTEGER NOT NULL, slot INTEGER NOT NULL, lease TEXT);`,
+  convertMessagesToSegments,
 ];
+
+/** Old rows converted per segment: a batch's worth, as a broker writes them. */
+const CONVERT_PER_SEGMENT = 100;
+
+/**
+ * Version 11: every message of the one-row-per-message table becomes one slot of a
+ * segment, in arrival order, nothing lost and nothing doubled: ready ones (due_at NULL)
+ * in segments the cursor reads, scheduled ones (delayed, retried, under a stored lease)
+ * in scheduled segments due when their row was. Each keeps its id (indexed: it does not
+ * say where it lives now), attempts, arrival and first-sent times, and its copy key, so a
+ * move begun before the upgrade is still recognised when it is written again. Each row's
+ * number is kept beside its new place (legacy_rows), so an ack or retry under a lease id
+ * handed out before the upgrade (`<seq>-<lease>`) still lands, as it would have: under its
+ * stored lease, or a memory lease the restart ended (delivery.ts legacyLease). Nobody holds
+ * a lease after the upgrade: a message under a stored lease is due when that lease ends.
+ */
+function convertMessagesToSegments(sql: SqlStorage): void {
+  let last = sql.exec<{ s: number | null }>("SELECT MAX(seg) AS s FROM segments").one().s ?? 0;
+  const now = Date.now();
+  /** Rows waiting for their segment, by kind: "ready", "scheduled", or "lease:<id>" (one stored lease's rows). */
+  const pending = new Map<string, { messages: NewMessage[]; bytes: number; seqs: number[]; leases: Array<string | null>; dueAt: number | null }>();
+  const flush = (kind: string) => {
+    const group = pending.get(kind);
+    if (!group || group.messages.length === 0) return;
+    pending.delete(kind);
+    const list = group.messages;
+    const seg = nextSegment(last, now);
+    last = seg;
+    const headers: Header[] = list.map((m) => ({
+      id: m.id!, contentType: m.contentType, size: m.body.byteLength, checksum: m.checksum, enqueuedAt: m.enqueuedAt,
+      dueAt: m.dueAt, attempts: m.attempts, sentAt: m.sentAt, copy: m.copy, indexed: true,
+    }));
+    sql.exec(
+      "INSERT INTO segments (seg, enqueued_at, due_at, count, live, live_bytes, settled, batch, headers, bodies) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)",
+      seg, Math.min(...list.map((m) => m.enqueuedAt)), group.dueAt, list.length, list.length,
+      group.bytes, Settled.none(list.length).blob(), encodeHeaders(headers), packBodies(list.map((m) => m.body)),
+    );
+    for (const h of headers) sql.exec("INSERT OR REPLACE INTO message_ids (id, seg) VALUES (?, ?)", h.id, seg);
+    group.leases.forEach((lease, slot) => {
+      if (lease !== null) sql.exec("INSERT INTO legacy_rows (seq, seg, slot, lease) VALUES (?, ?, ?, ?)", group.seqs[slot]!, seg, slot, lease);
+    });
+  };
+  for (let after = 0; ; ) {
+    const rows = sql
+      .exec("SELECT seq, id, size, enqueued_at, due_at, attempts, lease_id, checksum, content_type, body, nonce, sent_at FROM messages WHERE seq > ? ORDER BY seq LIMIT 500", after)
+      .toArray() as unknown as MessageRow[];
+    if (rows.length === 0) break;
+    for (const r of rows) {
+      after = r.seq;
+      // A row under a stored lease that has not run out goes with the other rows of that lease: its
+      // message is ready (due at arrival) in a segment due when the lease ends, which is how a
+      // scheduled segment moved past a lease a restart lost looks (lookups call it leased).
+      const held = r.lease_id !== null && r.due_at !== null && r.due_at > now;
+      const kind = r.due_at === null ? "ready" : held ? `lease:${r.lease_id}` : "scheduled";
+      const group = pending.get(kind);
+      if (group && (group.messages.length >= CONVERT_PER_SEGMENT || group.bytes + r.size > SEGMENT_MAX_BYTES)) flush(kind);
+      const g = pending.get(kind) ?? { messages: [], bytes: 0, seqs: [], leases: [], dueAt: null };
+      pending.set(kind, g);
+      // A scheduled row is due when its row said; never 0, which means "ready on arrival".
+      const dueAt = r.due_at === null ? 0 : held ? Math.max(1, r.enqueued_at) : Math.max(1, r.due_at);
+      g.messages.push({
+        id: r.id, contentType: r.content_type, checksum: r.checksum, enqueuedAt: r.enqueued_at, dueAt,
+        attempts: r.attempts, sentAt: r.sent_at ?? 0, copy: `${r.seq}.${r.nonce ?? 0}`, body: new Uint8Array(r.body),
+      });
+      if (r.due_at !== null) g.dueAt = Math.min(g.dueAt ?? Infinity, held ? r.due_at : dueAt);
+      g.bytes += r.size;
+      g.seqs.push(r.seq);
+      // The leases an ack could still name, as the old settle took them: the stored one, or
+      // any ("*") on a row never scheduled, whose memory lease a restart ended; none on a
+      // delayed or retried row without one.
+      g.leases.push(r.lease_id ?? (r.due_at === null ? "*" : null));
+    }
+  }
+  for (const kind of [...pending.keys()]) flush(kind);
+  sql.exec("DROP TABLE messages");
+}
 
 export function migrate(sql: SqlStorage): void {
   runMigrations(sql, MIGRATIONS);

@@ -6,6 +6,7 @@ import type { Env } from "../src/kernel/env";
 import type {
   AppendRequest,
   AppendResult,
+  EncodedMessage,
   DeliveryTotals,
   LeasedMessage,
   LeaseRef,
@@ -27,10 +28,12 @@ import { ActivityMeter, TokenBucket } from "./capacity";
 import { expireOld, extend, lease, leasedCount, readLeased, settle, type BacklogDelta } from "./delivery";
 import { DeliveryState } from "./delivery-state";
 import { coordinatorFor } from "../src/kernel/addressing";
-import { meteredSql, type CostMeter } from "../src/kernel/sql-meter";
+import { meteredSql, settleReads, type CostMeter } from "../src/kernel/sql-meter";
 import { cancelMessage, countMatching, findMessage, leaseMatching, peekReady, purgeSome, releaseLeases } from "./operations";
-import { migrate, newNonce } from "./schema";
-import { knownIds, movesDone, rememberIds, rememberMoves } from "./remembered-ids";
+import { migrate } from "./schema";
+import { DEDUPE_SEGMENTS, knownIds, movesDone, rememberIds, rememberMoves } from "./remembered-ids";
+import { idsOfBatch, placement, writeSegments, type NewMessage } from "./segment-rows";
+import { shardNumber } from "./segment";
 import { testHooksFor, type FaultPoint, type TestHookStatus } from "../src/kernel/test-hooks";
 import { corruptBodies } from "./corrupt-bodies";
 import { PURGE_PER_CALL } from "../src/kernel/limits";
@@ -63,6 +66,10 @@ export class StorageShard extends DurableObject<Env> {
   private fillingFor: number | null = null;
   /** RPCs served and SQLite rows written since this object started (the benchmark's cost figures). */
   private readonly cost: CostMeter = { rpcs: 0, rowsWritten: 0, rowsRead: 0, alarms: 0 };
+  /** This shard's number in its queue, written into the ids it draws (segment.ts locatedId). */
+  private get shardNo(): number {
+    return shardNumber(this.identity?.name ?? "");
+  }
   /** Memory leases, the scan cursor and the running totals (delivery-state.ts). */
   private readonly delivery: DeliveryState;
   /** Tests replace this to drive time. */
@@ -74,11 +81,13 @@ export class StorageShard extends DurableObject<Env> {
     super(ctx, env);
     this.sql = meteredSql(ctx.storage.sql, this.cost);
     migrate(this.sql);
+    // Lease ids from before segments name rows of segments that are gone once settled.
+    this.sql.exec("DELETE FROM legacy_rows WHERE seg NOT IN (SELECT seg FROM segments)");
     const meta = new Map(this.sql.exec<{ key: string; value: string }>("SELECT key, value FROM meta").toArray().map((r) => [r.key, r.value]));
     this.identity = meta.has("identity") ? (JSON.parse(meta.get("identity")!) as ShardIdentity) : null;
     this.state = (meta.get("state") as ShardState | undefined) ?? "active";
     // Counted once here rather than written with every batch: rows read are cheap, rows written are not.
-    const c = this.sql.exec<{ n: number; bytes: number }>("SELECT COUNT(*) AS n, COALESCE(SUM(size), 0) AS bytes FROM messages").one();
+    const c = this.sql.exec<{ n: number; bytes: number }>("SELECT COALESCE(SUM(live), 0) AS n, COALESCE(SUM(live_bytes), 0) AS bytes FROM segments").one();
     this.backlogCount = c.n;
     this.backlogBytes = c.bytes;
     this.delivery = new DeliveryState(this.sql);
@@ -130,48 +139,10 @@ export class StorageShard extends DurableObject<Env> {
     }
     const now = this.clock.now();
     if (this.capacity && !this.capacity.take(req.messages.length, now)) return this.refuse("overloaded");
-    let stored = 0;
-    let bytes = 0;
-    this.ctx.storage.transactionSync(() => {
-      // A move is known by the copy it moves, a send by its id: never one by the other.
-      const known = req.dedupe || req.remember ? knownIds(this.sql, req.messages.flatMap((m) => (m.moveKey === undefined ? [m.id] : [])), this.delivery.nextSeq) : null;
-      // Plain sends carry no move key: they read and write nothing of remembered_moves.
-      const moveKeys = req.messages.flatMap((m) => (m.moveKey === undefined ? [] : [m.moveKey]));
-      const moved = moveKeys.length > 0 ? movesDone(this.sql, moveKeys) : new Set<string>();
-      const storedIds: string[] = [];
-      const storedMoves: string[] = [];
-      for (const m of req.messages) {
-        if (m.moveKey !== undefined) {
-          if (moved.has(m.moveKey)) continue;
-          moved.add(m.moveKey);
-          storedMoves.push(m.moveKey);
-        } else {
-          if (known?.has(m.id)) continue;
-          known?.add(m.id);
-          storedIds.push(m.id);
-        }
-        // One row write: a fresh message (no delay) has no index entry.
-        this.sql.exec(
-          `INSERT INTO messages (seq, id, size, enqueued_at, due_at, attempts, lease_id, checksum, content_type, body, nonce, sent_at)
-           VALUES (?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?)`,
-          this.delivery.nextSeq++,
-          m.id,
-          m.body.byteLength,
-          now,
-          m.delayMs > 0 ? now + m.delayMs : null,
-          m.attempts ?? 0,
-          m.checksum,
-          m.contentType,
-          toArrayBuffer(m.body),
-          newNonce(),
-          m.sentAt ?? null,
-        );
-        stored++;
-        bytes += m.body.byteLength;
-      }
-      if (req.remember) rememberIds(this.sql, storedIds, now);
-      rememberMoves(this.sql, storedMoves, now);
+    const { stored, bytes, ids } = this.ctx.storage.transactionSync(() => {
+      const written = this.appendInTransaction(req, now);
       this.delivery.flushTotals(now);
+      return written;
     });
     this.backlogCount += stored;
     this.backlogBytes += bytes;
@@ -194,7 +165,50 @@ export class StorageShard extends DurableObject<Env> {
     }
     this.activity.messagesIn += stored;
     // The fault harness's reset once this is durable, before the reply: the sender cannot know.
-    return this.hooks.afterDurable("abort-append", this.ctx, { ok: true, stored, duplicates: req.messages.length - stored, backlog: this.backlog() });
+    return this.hooks.afterDurable("abort-append", this.ctx, { ok: true, stored, duplicates: req.messages.length - stored, backlog: this.backlog(), ids });
+  }
+
+  /**
+   * The batch's new segments, inside append's transaction. A batch of fresh messages
+   * written again (`dedupe`, after a lost reply) is answered with the ids its first
+   * write stored, if it was stored; messages given ids are skipped when this shard
+   * holds or remembers them, moves when it carried them out.
+   */
+  private appendInTransaction(req: AppendRequest, now: number): { stored: number; bytes: number; ids: string[] } {
+    const fresh = req.messages.every((m) => m.id === undefined);
+    if (fresh && req.dedupe && req.batch) {
+      const again = idsOfBatch(this.sql, this.delivery, req.batch, placement(req.messages.map(toNew(now))), req.messages.length, DEDUPE_SEGMENTS);
+      if (again) return { stored: 0, bytes: 0, ids: again };
+    }
+    // A move is known by the copy it moves, a send by its id: never one by the other.
+    const given = req.messages.flatMap((m) => (m.moveKey === undefined && m.id !== undefined ? [m.id] : []));
+    const known = (req.dedupe || req.remember) && given.length > 0 ? knownIds(this.sql, given) : new Set<string>();
+    // Plain sends carry no move key: they read and write nothing of remembered_moves.
+    const moveKeys = req.messages.flatMap((m) => (m.moveKey === undefined ? [] : [m.moveKey]));
+    const moved = moveKeys.length > 0 ? movesDone(this.sql, moveKeys) : new Set<string>();
+    const ids: string[] = new Array<string>(req.messages.length);
+    const writes: NewMessage[] = [];
+    const at: number[] = [];
+    const storedIds: string[] = [];
+    const storedMoves: string[] = [];
+    req.messages.forEach((m, i) => {
+      if (m.moveKey !== undefined) {
+        if (moved.has(m.moveKey)) return void (ids[i] = m.id!);
+        moved.add(m.moveKey);
+        storedMoves.push(m.moveKey);
+      } else if (m.id !== undefined) {
+        if (known.has(m.id)) return void (ids[i] = m.id);
+        known.add(m.id);
+        storedIds.push(m.id);
+      }
+      writes.push(toNew(now)(m));
+      at.push(i);
+    });
+    const written = writeSegments(this.sql, this.delivery, this.shardNo, now, writes, req.batch ?? null);
+    written.forEach((w, k) => (ids[at[k]!] = w.id));
+    if (req.remember) rememberIds(this.sql, storedIds, now);
+    rememberMoves(this.sql, storedMoves, now);
+    return { stored: writes.length, bytes: writes.reduce((n, w) => n + w.body.byteLength, 0), ids };
   }
 
   /**
@@ -209,7 +223,7 @@ export class StorageShard extends DurableObject<Env> {
     const now = this.clock.now();
     const { result, delta } = this.write(now, () => {
       const expired = expireOld(this.sql, this.delivery, now, req.retentionMs);
-      const leased = lease(this.sql, this.delivery, now, req);
+      const leased = lease(this.sql, this.delivery, now, req, req.retentionMs);
       return { result: leased.result, delta: { count: expired.count + leased.delta.count, bytes: expired.bytes + leased.delta.bytes } };
     });
     this.applyDelta(delta);
@@ -226,10 +240,18 @@ export class StorageShard extends DurableObject<Env> {
     return { shard: this.identity?.name ?? "", count: this.backlogCount, bytes: this.backlogBytes, oldestAt: this.oldestAt() };
   }
 
-  /** When the oldest stored message arrived: the first row by seq, no index needed. */
+  /**
+   * When the oldest stored message arrived: the first segment's, or a scheduled one's (a
+   * rewritten message keeps its arrival time), through the index of scheduled segments.
+   */
   private oldestAt(): number | null {
     if (this.backlogCount === 0) return null;
-    return this.sql.exec<{ enqueued_at: number }>("SELECT enqueued_at FROM messages ORDER BY seq LIMIT 1").toArray()[0]?.enqueued_at ?? null;
+    const r = this.sql
+      .exec<{ t: number | null }>(
+        "SELECT MIN(t) AS t FROM (SELECT enqueued_at AS t FROM (SELECT enqueued_at FROM segments ORDER BY seg LIMIT 1) UNION ALL SELECT MIN(enqueued_at) FROM segments WHERE due_at IS NOT NULL AND due_at > -1)",
+      )
+      .one();
+    return r.t;
   }
 
   /** Applies a batch's outcome: deletes acked and dead-lettered messages, schedules retries. */
@@ -250,7 +272,7 @@ export class StorageShard extends DurableObject<Env> {
 
   /** Keeps leases alive for a consumer still working (QuiCK's lease extension). */
   extendLeases(queueId: string, refs: LeaseRef[], leaseMs: number): string[] {
-    return this.read(queueId, [], () => this.ctx.storage.transactionSync(() => extend(this.sql, this.delivery, this.clock.now(), refs, leaseMs)));
+    return this.read(queueId, [], () => extend(this.delivery, this.clock.now(), refs, leaseMs));
   }
 
   /** Messages still held under these leases, with their bodies: what a dead-letter move needs. */
@@ -313,7 +335,7 @@ export class StorageShard extends DurableObject<Env> {
   }
 
   countMatching(queueId: string, filter: MessageFilter): number {
-    return this.read(queueId, 0, () => countMatching(this.sql, this.clock.now(), filter));
+    return this.read(queueId, 0, () => countMatching(this.sql, this.delivery, this.clock.now(), filter));
   }
 
   private afterRemoval(r: { delta: BacklogDelta; held: number }): void {
@@ -325,7 +347,7 @@ export class StorageShard extends DurableObject<Env> {
    * The fault harness's hook (src/kernel/test-hooks.ts): throws unless SHARDQ_TEST_HOOKS is
    * "on", in control(), before anything is armed or corrupted.
    */
-  testHook(req: { arm?: FaultPoint | null; times?: number; corrupt?: number } = {}): TestHookStatus & { corrupted?: Array<{ id: string; seq: number }> } {
+  testHook(req: { arm?: FaultPoint | null; times?: number; corrupt?: number } = {}): TestHookStatus & { corrupted?: Array<{ id: string; slot: string }> } {
     const status = this.hooks.control(req.arm, req.times);
     return req.corrupt ? { ...status, corrupted: corruptBodies(this.sql, this.delivery.leases, req.corrupt) } : status;
   }
@@ -336,6 +358,7 @@ export class StorageShard extends DurableObject<Env> {
   }
 
   private figures(): ShardStats {
+    settleReads(this.cost);
     const totals: DeliveryTotals = this.delivery.current();
     return { backlogCount: this.backlogCount, backlogBytes: this.backlogBytes, oldestEnqueuedAt: this.oldestAt(), totals, cost: { ...this.cost } };
   }
@@ -372,6 +395,7 @@ export class StorageShard extends DurableObject<Env> {
    * or be retired again (the fault run's throw-alarm fault).
    */
   override async alarm(): Promise<void> {
+    this.cost.alarms++;
     this.heartbeatArmed = false;
     const now = this.clock.now();
     const again = await this.report(now).catch((err: unknown) => (console.error(`storage shard ${this.identity?.name}: heartbeat failed:`, err), true));
@@ -388,7 +412,7 @@ export class StorageShard extends DurableObject<Env> {
     if (!this.identity || this.state === "retired") return false;
     const period = this.activity.roll(now);
     // Reset to the truth: the running count drifts up (leases run out), and a draining shard reporting leases it does not hold is never retired.
-    this.leasedNow = leasedCount(this.sql, this.delivery, now);
+    this.leasedNow = leasedCount(this.delivery, now);
     const beat: StorageHeartbeat = { ...this.figures(), ...period, shard: this.identity.name, state: this.state, leasedNow: this.leasedNow, sentAt: now };
     const reply = await coordinatorFor(this.env, this.identity.queueId)
       .heartbeat(beat)
@@ -398,7 +422,7 @@ export class StorageShard extends DurableObject<Env> {
       });
     if (!reply.known) return false;
     if (reply.retentionMs !== null) {
-      const delta = this.ctx.storage.transactionSync(() => expireOld(this.sql, this.delivery, now, reply.retentionMs!));
+      const delta = this.ctx.storage.transactionSync(() => expireOld(this.sql, this.delivery, now, reply.retentionMs!, true));
       this.applyDelta(delta);
     }
     // An idle shard's last report also writes the running totals that were waiting for a second to pass.
@@ -433,7 +457,17 @@ export class StorageShard extends DurableObject<Env> {
 }
 
 
-function toArrayBuffer(u8: Uint8Array): ArrayBuffer {
-  if (u8.byteOffset === 0 && u8.byteLength === u8.buffer.byteLength && u8.buffer instanceof ArrayBuffer) return u8.buffer;
-  return u8.slice().buffer as ArrayBuffer;
+/** A message as sent, to be written as a new one: arrived now, due after its delay. */
+function toNew(now: number): (m: EncodedMessage) => NewMessage {
+  return (m) => ({
+    ...(m.id !== undefined ? { id: m.id } : {}),
+    contentType: m.contentType,
+    checksum: m.checksum,
+    enqueuedAt: now,
+    dueAt: m.delayMs > 0 ? now + m.delayMs : 0,
+    attempts: m.attempts ?? 0,
+    sentAt: m.sentAt ?? 0,
+    copy: "",
+    body: m.body,
+  });
 }

@@ -9,7 +9,7 @@ import { z } from "zod";
 import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import type { Env } from "../../src/kernel/env";
 import { HttpError, messageNotFound, unavailable } from "../../src/kernel/errors";
-import { MESSAGE_ID_PATTERN } from "../../src/kernel/ids";
+import { locate, MESSAGE_ID_PATTERN, shardNumber } from "../../src/kernel/ids";
 import { notRetired, type MessageStatus, type ShardMap } from "../../src/kernel/protocol";
 import { ok } from "./envelope";
 import { readJson } from "./read-json";
@@ -95,11 +95,18 @@ export async function cancelMessage(env: Env, accountId: string, queueRef: strin
 }
 
 /**
- * The shard holding the message, asking all at once. A shard that fails only matters
- * when no other has the message: then "not found" might be wrong, so it is a 503.
+ * The shard holding the message: the one its id names, if it does (ids a shard drew say
+ * where they live), else all at once, each looking in its index of the ids that do not.
+ * A shard that fails only matters when no other has the message: then "not found" might
+ * be wrong, so it is a 503.
  */
 async function findOnShards(env: Env, map: ShardMap, messageId: string): Promise<{ status: MessageStatus; shard: string } | null> {
-  const shards = notRetired(map.shards);
+  const named = locate(messageId)?.shard;
+  const first = notRetired(map.shards).find((s) => shardNumber(s.name) === named);
+  const there = first ? await storageShardFor(env, first.name, first.region).findMessage(map.queueId, messageId).then((status) => ({ status }), () => null) : null;
+  if (there?.status) return { status: there.status, shard: first!.name };
+  // The named shard answered "not here": the message was moved or rewritten, or the id is not one a shard drew.
+  const shards = notRetired(map.shards).filter((s) => s !== first || !there);
   const outcomes = await Promise.allSettled(shards.map((s) => storageShardFor(env, s.name, s.region).findMessage(map.queueId, messageId)));
   let failed = false;
   for (const [i, o] of outcomes.entries()) {

@@ -37,7 +37,12 @@ export interface ShardMap {
 
 /** A message the broker has validated, encoded and checksummed. */
 export interface EncodedMessage {
-  id: string;
+  /**
+   * Absent for a fresh message: the shard draws an id that says where it is stored
+   * (storage-shard/segment.ts). Given for an id the sender chose or a message keeps (an
+   * idempotent send, a move), which the shard indexes.
+   */
+  id?: string;
   body: Uint8Array;
   contentType: ContentType;
   /** Delay before the message becomes visible, already resolved against the queue's delivery_delay. */
@@ -64,6 +69,12 @@ export interface EncodedMessage {
 export interface AppendRequest {
   queueId: string;
   messages: EncodedMessage[];
+  /**
+   * A token the sender draws for this batch and sends again with a retry (`dedupe`): a
+   * batch of fresh messages written again after a lost reply is found by it, and
+   * answered with the ids of its first write.
+   */
+  batch?: string;
   /** Skip ids the shard stored moments ago: set on a retry after a lost reply. */
   dedupe?: boolean;
   /**
@@ -94,7 +105,7 @@ export interface ShardBacklog {
 }
 
 export type AppendResult =
-  | { ok: true; stored: number; duplicates: number; backlog: ShardBacklog }
+  | { ok: true; stored: number; duplicates: number; backlog: ShardBacklog; /** Every message's id, in the request's order. */ ids: string[] }
   | { ok: false; refused: ShardRefusal; detail?: string };
 
 /**

@@ -1,7 +1,7 @@
 import { serviceConfig } from "../kernel/config";
 import type { Env } from "../kernel/env";
 import { unavailable } from "../kernel/errors";
-import { newMessageId } from "../kernel/ids";
+import { randomHex } from "../kernel/ids";
 import type { AppendRequest, AppendResult, EncodedMessage, ShardBacklog, ShardEntry, ShardMap } from "../kernel/protocol";
 import { storageShardFor } from "../kernel/addressing";
 import { sleep } from "../kernel/sleep";
@@ -53,9 +53,8 @@ export async function storeMessages(
   dedupe = keepIds !== undefined,
 ): Promise<Stored> {
   const map = await lookupQueue(env, target.accountId, target.queueRef);
-  const now = Date.now();
   const messages: EncodedMessage[] = pending.map((m, i) => ({
-    id: keepIds?.[i] ?? newMessageId(now),
+    ...(keepIds ? { id: keepIds[i]! } : {}),
     body: m.body,
     contentType: m.contentType,
     delayMs: (m.delaySeconds ?? batchDelaySeconds ?? map.settings.delivery_delay) * 1000,
@@ -63,14 +62,17 @@ export async function storeMessages(
     ...(m.moveKey !== undefined ? { moveKey: m.moveKey } : {}),
     ...(m.sentAt !== undefined ? { sentAt: m.sentAt } : {}),
   }));
-  const ids = messages.map((m) => m.id);
   const region = target.region ?? serviceConfig(env).defaultRegion;
   // Ids kept or chosen by the sender may be written again after a lost reply, even once consumed.
   const flags = { ...(dedupe ? { dedupe: true } : {}), ...(keepIds ? { remember: true } : {}) };
   if (!keepIds) {
-    const { queueId, backlog } = await storeOnOneShard(env, target, map, messages, flags, (m, exclude) => pickShard(m, region, exclude));
+    // Fresh messages get their ids from the shard that stores them: ids that say where they live.
+    // A write again after a lost reply is recognised by its batch token and answered with the same ids.
+    const batch = randomHex(8);
+    const { queueId, backlog, ids } = await storeOnOneShard(env, target, map, messages, { ...flags, batch }, (m, exclude) => pickShard(m, region, exclude));
     return { ids, queueId, backlogs: [backlog] };
   }
+  const ids = keepIds;
   const groups = [...placeById(map, region, ids).values()];
   const stored = await Promise.all(
     groups.map((group) => {
@@ -93,9 +95,9 @@ async function storeOnOneShard(
   target: SendTarget,
   firstMap: ShardMap,
   messages: EncodedMessage[],
-  flags: Pick<AppendRequest, "dedupe" | "remember">,
+  flags: Pick<AppendRequest, "dedupe" | "remember" | "batch">,
   choose: (map: ShardMap, exclude: ReadonlySet<string>) => ShardEntry | undefined,
-): Promise<{ queueId: string; backlog: ShardBacklog }> {
+): Promise<{ queueId: string; backlog: ShardBacklog; ids: string[] }> {
   let map = firstMap;
   const refused = new Set<string>();
   let refreshed = false;
@@ -121,7 +123,7 @@ async function storeOnOneShard(
       continue;
     }
     const result = await appendWithRetry(env, shard, { queueId: map.queueId, messages, ...flags });
-    if (result.ok) return { queueId: map.queueId, backlog: result.backlog };
+    if (result.ok) return { queueId: map.queueId, backlog: result.backlog, ids: result.ids };
     refused.add(shard.name);
     if (result.refused === "overloaded") {
       overloaded++;

@@ -26,7 +26,7 @@
 //                 (never delivered from a pull invoked after the corruption) and counted in
 //                 the quarantined total the shards report, and are not lost; a delivery
 //                 whose body is not exactly what was sent (garbled) is a violation
-//   stored twice  one message id of a queue delivered from two rows (shard and seq, read
+//   stored twice  one message id of a queue delivered from two stored copies (shard and copy, read
 //                 from the lease id) in one stay there: a send stored twice, as a retry of
 //                 an append whose reply was lost would if the shard did not skip the ids it
 //                 already holds. A stay ends when the message leaves for another queue; a
@@ -52,7 +52,7 @@
 
 /**
  * @typedef {import("./history.mjs").Op} Op
- * @typedef {{ h: string | null, id: string, q: string, a: number, l: string, s: string | null, r: number | null, x: boolean, g: boolean, inv: number, ok: number, vt: number, p: string,
+ * @typedef {{ h: string | null, id: string, q: string, a: number, l: string, s: string | null, r: string | null, x: boolean, g: boolean, inv: number, ok: number, vt: number, p: string,
  *   push?: boolean, acked?: boolean }} Delivery  push: given to a queue() handler (inv = ok = when it started; acked: by that handler)
  * @typedef {{ n: number, kind: string, shard: string, inv: number, ok: number | null, fired: boolean }} Abort
  * @typedef {{ outcome: "invoked" | "ok" | "fail" | "unknown", id: string | null, poison: boolean, t: number, key: string | null, tries: number, before: Sent["outcome"] | null }} Sent

@@ -67,7 +67,7 @@ export function moveFigures(redrives, stays) {
 }
 
 /**
- * One message id of a queue delivered from two rows (shard and seq) within one stay. One
+ * One message id of a queue delivered from two stored copies (shard and copy) within one stay. One
  * is counted apart (`acrossCutMove`) when the message had left a queue and a redrive was
  * cut off after that and before the second row was first delivered: the redrive's copy
  * may have come back to the queue its source still sits in (dead-lettered again), so the

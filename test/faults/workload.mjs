@@ -236,18 +236,19 @@ async function settle(o, acks, retries) {
 }
 
 /**
- * The storage shard and row a lease id names. A lease id is `<payload>.<signature>`, the
- * payload base64url JSON [account, queue, shard, message id, "<seq>-<lease>", attempts]
- * (broker/http/lease-tokens.ts): the checker uses the shard to tell which leases a storage
- * shard's reset ended, and the row to see a message id stored twice.
+ * The storage shard and stored copy a lease id names. A lease id is `<payload>.<signature>`,
+ * the payload base64url JSON [account, queue, shard, message id, "<copy>-<seg>.<slot>-<lease>",
+ * attempts] (broker/http/lease-tokens.ts, storage-shard/segment.ts): the checker uses the
+ * shard to tell which leases a storage shard's reset ended, and the copy (where the message
+ * was first written on that shard, kept when a retry rewrites it) to see a message id stored twice.
  * @param {string} token
- * @returns {{ s?: string, r?: number }}
+ * @returns {{ s?: string, r?: string }}
  */
 function storedAt(token) {
   try {
     const v = JSON.parse(Buffer.from(token.split(".")[0] ?? "", "base64url").toString("utf8"));
-    const seq = Number(String(v[4]).split("-")[0]);
-    return typeof v[2] === "string" && Number.isSafeInteger(seq) ? { s: v[2], r: seq } : {};
+    const copy = String(v[4]).split("-")[0];
+    return typeof v[2] === "string" && copy ? { s: v[2], r: copy } : {};
   } catch {
     return {};
   }

@@ -105,11 +105,11 @@ describe("peeking at ready messages", () => {
   });
 });
 
-/** The same SqlStorage, counting the BLOB values (message bodies) its statements hand back. */
+/** The same SqlStorage, counting the message bodies (BLOB columns `body` and `bodies`) its statements hand back. */
 function countingBlobs(sql: SqlStorage, read: { bodies: number; bytes: number }): SqlStorage {
   const count = <T,>(row: T): T => {
-    for (const v of Object.values(row as object)) {
-      if (v instanceof ArrayBuffer) {
+    for (const [k, v] of Object.entries(row as object)) {
+      if (v instanceof ArrayBuffer && (k === "body" || k === "bodies")) {
         read.bodies++;
         read.bytes += v.byteLength;
       }

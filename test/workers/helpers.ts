@@ -6,7 +6,7 @@ import type { ContentType } from "../../src/kernel/protocol";
 import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import { ManualClock } from "../../src/kernel/clock";
 import type { StorageShard } from "../../storage-shard/storage-shard";
-import { timestampOf, type MessageRow } from "../../storage-shard/schema";
+import { bodyOf, decodeHeaders, offsetsOf, Settled } from "../../storage-shard/segment";
 import type { ShardqSendBatchResponse, ShardqSendResponse } from "../../broker/producer/queue-producer";
 
 /** A stored message read back by a test: body checked against its checksum. */
@@ -75,23 +75,32 @@ export interface ProducerBinding {
 }
 
 /**
- * Up to `limit` messages a storage shard holds after `afterSeq`, in arrival order, read
- * from its SQLite inside the object, untouched: no RPC, no lease, nothing counted. A body
- * that no longer matches its checksum is listed in `corrupt`, never returned.
+ * Up to `limit` unsettled messages a storage shard holds, in segments after `afterSeg`,
+ * in arrival order, read from its SQLite inside the object, untouched: no RPC, no lease,
+ * nothing counted. A body that no longer matches its checksum is listed in `corrupt`,
+ * never returned. `nextSeg` is where the next page starts, null after the last.
  */
-export async function peekShard(shard: DurableObjectStub<StorageShard>, limit = 100, afterSeq = 0) {
+export async function peekShard(shard: DurableObjectStub<StorageShard>, limit = 100, afterSeg = 0) {
   return runInDurableObject(shard, (_obj: StorageShard, state) => {
-    const rows = state.storage.sql
-      .exec(`SELECT seq, id, body, content_type, size, enqueued_at, due_at, attempts, checksum, sent_at FROM messages WHERE seq > ? ORDER BY seq LIMIT ?`, afterSeq, limit)
-      .toArray() as unknown as Array<Omit<MessageRow, "lease_id" | "nonce">>;
     const messages: StoredMessage[] = [];
     const corrupt: string[] = [];
-    for (const r of rows) {
-      const body = new Uint8Array(r.body);
-      if (crc32(body) !== r.checksum) corrupt.push(r.id);
-      else messages.push({ id: r.id, body, contentType: r.content_type, size: r.size, enqueuedAt: timestampOf(r), visibleAt: r.due_at ?? r.enqueued_at, attempts: r.attempts });
+    let nextSeg: number | null = null;
+    for (const r of state.storage.sql.exec<{ seg: number; settled: ArrayBuffer; headers: string; bodies: ArrayBuffer }>("SELECT seg, settled, headers, bodies FROM segments WHERE seg > ? ORDER BY seg", afterSeg)) {
+      const headers = decodeHeaders(r.headers);
+      const settled = Settled.of(r.settled);
+      const offsets = offsetsOf(headers);
+      headers.forEach((h, slot) => {
+        if (settled.has(slot)) return;
+        const body = bodyOf(r.bodies, offsets, headers, slot);
+        if (crc32(body) !== h.checksum) corrupt.push(h.id);
+        else messages.push({ id: h.id, body, contentType: h.contentType, size: h.size, enqueuedAt: h.sentAt || h.enqueuedAt, visibleAt: Math.max(h.dueAt, h.enqueuedAt), attempts: h.attempts });
+      });
+      if (messages.length + corrupt.length >= limit) {
+        nextSeg = r.seg;
+        break;
+      }
     }
-    return { messages, corrupt, nextSeq: rows.length === limit ? rows[rows.length - 1]!.seq : null };
+    return { messages, corrupt, nextSeg };
   });
 }
 
@@ -107,8 +116,8 @@ export async function storedMessages(queue: string) {
       const page = await peekShard(storageShardFor(env, s.name), 1000, after);
       for (const m of page.messages) out.push({ ...m, shard: s.name });
       corrupt.push(...page.corrupt);
-      if (page.nextSeq === null) break;
-      after = page.nextSeq;
+      if (page.nextSeg === null) break;
+      after = page.nextSeg;
     }
   }
   return { messages: out, corrupt, map };

@@ -144,7 +144,8 @@ describe("leases (vesting times)", () => {
     const bad = msg("flip");
     await shard.append({ queueId: QUEUE, messages: [msg("ok"), bad] });
     await runInDurableObject(shard, (_o: StorageShard, state) => {
-      state.storage.sql.exec("UPDATE messages SET body = ? WHERE id = ?", utf8.encode("flop").buffer, bad.id);
+      // "ok" then "flip", packed in one segment: one byte of the second flipped.
+      state.storage.sql.exec("UPDATE segments SET bodies = ?", utf8.encode("okflop").buffer);
     });
     const got = await shard.lease(req({ maxWaitMs: 0 }));
     expect(got.messages.map((m) => new TextDecoder().decode(m.body))).toEqual(["ok"]);
@@ -173,7 +174,7 @@ describe("leases (vesting times)", () => {
     expect((await restarted.stats()).backlogCount).toBe(0);
   });
 
-  it("never lets a lease from before a restart touch a new message that reuses its seq", async () => {
+  it("never lets a lease from before a restart touch a new message written after it", async () => {
     const { shard } = await shardAt("seq-reuse");
     await shard.append({ queueId: QUEUE, messages: [msg("old")] });
     const old = (await shard.lease(req({ maxWaitMs: 0 }))).messages[0]!;
@@ -181,7 +182,7 @@ describe("leases (vesting times)", () => {
     await runInDurableObject(shard, (_o: StorageShard, state) => state.abort("reset with an empty table")).catch(() => {});
     const restarted = env.STORAGE_SHARD.get(env.STORAGE_SHARD.idFromName("seq-reuse"));
     await restarted.append({ queueId: QUEUE, messages: [msg("new")] });
-    // Same seq (the table was empty), another id: the old lease id names nothing here.
+    // The table was empty: the old lease id names nothing here.
     const r = await restarted.settle({ queueId: QUEUE, acks: [{ id: old.id, leaseId: old.leaseId }], retries: [{ id: old.id, leaseId: old.leaseId, delayMs: 0 }], deadLettered: [], dropped: [] });
     expect(r).toMatchObject({ acked: 0, retried: 0 });
     expect((await restarted.stats()).backlogCount).toBe(1);

@@ -4,6 +4,7 @@ import { crc32 } from "../../src/kernel/checksum";
 import { ManualClock } from "../../src/kernel/clock";
 import type { EncodedMessage } from "../../src/kernel/protocol";
 import type { StorageShard } from "../../storage-shard/storage-shard";
+import { decodeHeaders } from "../../storage-shard/segment";
 import { api, createQueue, peekShard, producer, queuePath, storedMessages } from "./helpers";
 
 const utf8 = new TextEncoder();
@@ -49,19 +50,20 @@ describe("storage shard", () => {
 
     await runInDurableObject(target, (_obj: StorageShard, state) => {
       const rows = state.storage.sql
-        .exec<{ id: string; size: number; enqueued_at: number; due_at: number | null; attempts: number; lease_id: string | null; content_type: string; checksum: number; body: ArrayBuffer }>(
-          "SELECT * FROM messages ORDER BY seq",
+        .exec<{ seg: number; enqueued_at: number; due_at: number | null; count: number; live: number; live_bytes: number; headers: string }>(
+          "SELECT seg, enqueued_at, due_at, count, live, live_bytes, headers FROM segments ORDER BY seg",
         )
         .toArray();
-      expect(rows).toHaveLength(expectedCount);
-      const a2 = rows.find((r) => r.id.endsWith("a2"))!;
-      // A delayed message is scheduled (due_at set, in the partial index); the others are fresh.
-      expect(a2).toMatchObject({ size: 2, enqueued_at: 1_000_000, due_at: 1_005_000, attempts: 0, lease_id: null, content_type: "text" });
-      expect(rows.filter((r) => r.due_at === null)).toHaveLength(expectedCount - 1);
-      for (const r of rows) expect(crc32(new Uint8Array(r.body))).toBe(r.checksum);
-      const sums = state.storage.sql.exec<{ n: number; b: number }>("SELECT COUNT(*) AS n, SUM(size) AS b FROM messages").one();
+      // One row per batch, and the delayed message of the first apart from the one ready at once.
+      expect(rows.map((r) => [r.count, r.due_at])).toEqual([[1, null], [1, 1_005_000], [1, null], [50, null]]);
+      const a2 = decodeHeaders(rows[1]!.headers)[0]!;
+      expect(a2).toMatchObject({ id: "a2".padStart(32, "0"), size: 2, enqueuedAt: 1_000_000, dueAt: 1_005_000, attempts: 0, contentType: "text", indexed: true });
+      const sums = state.storage.sql.exec<{ n: number; b: number }>("SELECT SUM(live) AS n, SUM(live_bytes) AS b FROM segments").one();
       expect(sums).toEqual({ n: expectedCount, b: expectedBytes });
     });
+    const page = await peekShard(target, 1000);
+    expect(page.corrupt).toEqual([]);
+    expect(page.messages).toHaveLength(expectedCount);
   });
 
   it("drops a retried batch it already stored: same ids, stored once, counters unchanged", async () => {
@@ -87,7 +89,8 @@ describe("storage shard", () => {
     const { target, queueId } = await activeShard("corrupt-at-rest");
     await target.append({ queueId, messages: [message("f1", "keep"), message("f2", "flip")] });
     await runInDurableObject(target, (_obj: StorageShard, state) => {
-      state.storage.sql.exec("UPDATE messages SET body = ? WHERE id = ?", utf8.encode("flop").buffer, "f2".padStart(32, "0"));
+      // The second body of the segment's packed bodies ("keep" + "flip"): one byte of it flipped.
+      state.storage.sql.exec("UPDATE segments SET bodies = ?", utf8.encode("keepflop").buffer);
     });
     const page = await peekShard(target, 10);
     expect(page.messages.map((m) => m.id)).toEqual(["f1".padStart(32, "0")]);
@@ -151,16 +154,16 @@ describe("counters through the whole write path", () => {
   });
 });
 
-describe("schema version 4", () => {
-  it("moves a version 3 table over: fresh rows stay fresh, delayed and leased ones become scheduled, nothing is lost", async () => {
+describe("schema version 11: segments", () => {
+  it("converts the one-row-per-message table: every message kept once, ready, delayed and leased alike", async () => {
     const { target, queueId } = await activeShard("migrate-v3");
     await runInDurableObject(target, async (_obj: StorageShard, state) => {
       const sql = state.storage.sql;
       const { MIGRATIONS } = await import("../../storage-shard/schema");
       const { runMigrations } = await import("../../src/kernel/sqlite-migrations");
-      // Back to version 3, as a shard written before this change has it.
+      // Back to version 3, as a shard written long ago has it, then every step since.
       const meta = sql.exec("SELECT key, value FROM meta").toArray();
-      for (const t of ["messages", "counters", "meta", "quarantine", "schema_version"]) sql.exec(`DROP TABLE ${t}`);
+      for (const t of ["segments", "message_ids", "legacy_rows", "remembered_ids", "remembered_moves", "counters", "meta", "quarantine", "schema_version"]) sql.exec(`DROP TABLE ${t}`);
       runMigrations(sql, MIGRATIONS.slice(0, 3));
       for (const m of meta) sql.exec("INSERT INTO meta (key, value) VALUES (?, ?)", m.key, m.value);
       const row = (id: string, body: string, visibleAt: number, leaseId: string | null, attempts: number) => {
@@ -175,21 +178,30 @@ describe("schema version 4", () => {
       row("m3", "leased", 31_000, "abc", 1);
       sql.exec("UPDATE counters SET acked = 7");
       runMigrations(sql, MIGRATIONS);
-      const rows = sql.exec("SELECT id, due_at, attempts, lease_id FROM messages ORDER BY seq").toArray();
-      expect(rows).toEqual([
-        { id: "m1".padStart(32, "0"), due_at: null, attempts: 0, lease_id: null },
-        { id: "m2".padStart(32, "0"), due_at: 9000, attempts: 0, lease_id: null },
-        { id: "m3".padStart(32, "0"), due_at: 31_000, attempts: 1, lease_id: "abc" },
+      expect(sql.exec("SELECT name FROM sqlite_master WHERE name = 'messages'").toArray()).toEqual([]);
+      const rows = sql.exec<{ due_at: number | null; headers: string }>("SELECT due_at, headers FROM segments ORDER BY seg").toArray();
+      // The ready message in a segment the cursor reads; the delayed one and the one under a stored lease due when their rows were.
+      expect(rows.map((r) => [r.due_at, decodeHeaders(r.headers).map((h) => [h.id.replace(/^0+/, ""), h.dueAt, h.attempts, h.copy, h.indexed])])).toEqual([
+        [null, [["m1", 0, 0, "1.0", true]]],
+        [9000, [["m2", 9000, 0, "2.0", true], ["m3", 31_000, 1, "3.0", true]]],
       ]);
-      // Only partial indexes, which a fresh row (no due time, no lease) stays out of: inserting it writes one row.
-      const indexes = sql.exec<{ name: string; sql: string }>("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'messages' ORDER BY name").toArray();
-      expect(indexes.map((i) => i.name)).toEqual(["messages_due", "messages_leased"]);
-      expect(indexes.map((i) => /WHERE (due_at|lease_id) IS NOT NULL/.test(i.sql))).toEqual([true, true]);
+      expect(sql.exec("SELECT COUNT(*) AS n FROM message_ids").one().n).toBe(3);
       const Fresh = (await import("../../storage-shard/storage-shard")).StorageShard;
       const again = new Fresh(state, env);
+      const clock = new ManualClock(10_000);
+      again.clock = clock;
       expect(again.stats()).toMatchObject({ backlogCount: 3, backlogBytes: 18, totals: { acked: 7 } });
-      // The stored lease is still good for its ack: seq 3, lease abc.
-      expect(again.settle({ queueId, acks: [{ id: "m3".padStart(32, "0"), leaseId: "3-abc" }], retries: [], deadLettered: [], dropped: [] }).acked).toBe(1);
+      // Found by id (the index: these ids do not say where they live now).
+      expect(again.findMessage(queueId, "m2".padStart(32, "0"))).toMatchObject({ state: "ready", attempts: 0 });
+      expect(again.findMessage(queueId, "m3".padStart(32, "0"))).toMatchObject({ state: "delayed", visibleAt: 31_000, attempts: 1 });
+      // Lease ids of the old schema: m1's memory lease (any: its row was never scheduled) still acks it; a made-up one on m2 does not.
+      const settled = again.settle({ queueId, acks: [{ id: "m1".padStart(32, "0"), leaseId: "1-abcdef" }, { id: "m2".padStart(32, "0"), leaseId: "2-abcdef" }], retries: [], deadLettered: [], dropped: [] });
+      expect(settled).toMatchObject({ acked: 1, stale: ["m2".padStart(32, "0")] });
+      const lease = { queueId, limit: 10, maxWaitMs: 0, leaseMs: 30_000, retentionMs: 1e12 };
+      expect(again.lease(lease).messages.map((m) => [m.id.replace(/^0+/, ""), m.attempts])).toEqual([["m2", 1]]);
+      // The lease taken before the upgrade is over: its message comes back when it would have run out.
+      clock.set(31_000);
+      expect(again.lease(lease).messages.map((m) => [m.id.replace(/^0+/, ""), m.attempts])).toEqual([["m3", 2]]);
     });
   });
 });

@@ -1,0 +1,255 @@
+/**
+ * Reading and writing segment rows (the `segments` table, schema.ts), and the index of
+ * ids that do not say where their message lives (`message_ids`). Every function runs
+ * inside the caller's transactionSync. The columns a scan reads come before the
+ * headers and the bodies, so SQLite reads a large row's overflow pages only when a
+ * caller asks for them.
+ */
+import type { ContentType } from "../src/kernel/protocol";
+import type { DeliveryState } from "./delivery-state";
+import {
+  encodeHeaders,
+  locate,
+  locatedId,
+  nextSegment,
+  packBodies,
+  SEGMENT_MAX_BYTES,
+  SEGMENT_MAX_MESSAGES,
+  Settled,
+  type Header,
+} from "./segment";
+import { randomHex } from "../src/kernel/ids";
+
+/** A message to write into a new segment: its header without a place yet, and its body. */
+export interface NewMessage {
+  /** Absent: the shard draws a located id. */
+  id?: string;
+  contentType: ContentType;
+  checksum: number;
+  enqueuedAt: number;
+  dueAt: number;
+  attempts: number;
+  sentAt: number;
+  copy: string;
+  body: Uint8Array;
+}
+
+/** The small columns of a segment row, as a scan reads them. */
+export interface SegmentState {
+  seg: number;
+  enqueued_at: number;
+  due_at: number | null;
+  count: number;
+  live: number;
+  live_bytes: number;
+  settled: ArrayBuffer;
+}
+export const STATE_COLUMNS = "seg, enqueued_at, due_at, count, live, live_bytes, settled";
+
+/**
+ * Writes messages as new segments, split so that each stays under SEGMENT_MAX_BYTES
+ * of bodies: those due at once as segments the cursor finds (due_at NULL), those due
+ * later as scheduled ones (due_at their earliest, in the index). Returns each message's
+ * id and place, in order. Ids the shard drew say where they live; given ids go in message_ids.
+ */
+export function writeSegments(sql: SqlStorage, ds: DeliveryState, shardNo: number, now: number, messages: readonly NewMessage[], batch: string | null): Written[] {
+  const out: Written[] = new Array<Written>(messages.length);
+  for (const group of placement(messages)) {
+    const seg = nextSegment(ds.lastSeg, now);
+    ds.lastSeg = seg;
+    const headers: Header[] = [];
+    let dueAt: number | null = null;
+    let bytes = 0;
+    let oldest = Infinity;
+    group.forEach((i, slot) => {
+      const m = messages[i]!;
+      const indexed = m.id !== undefined;
+      const id = m.id ?? locatedId(seg, shardNo, slot, randomHex(4));
+      out[i] = { id, seg, slot };
+      headers.push({ id, contentType: m.contentType, size: m.body.byteLength, checksum: m.checksum, enqueuedAt: m.enqueuedAt, dueAt: m.dueAt, attempts: m.attempts, sentAt: m.sentAt, copy: m.copy, indexed });
+      // A scheduled segment (each of its messages has a due time, a rewritten one's may be now) is found by the index.
+      if (m.dueAt > 0) dueAt = Math.min(dueAt ?? Infinity, m.dueAt);
+      bytes += m.body.byteLength;
+      oldest = Math.min(oldest, m.enqueuedAt);
+      if (indexed) sql.exec("INSERT OR REPLACE INTO message_ids (id, seg) VALUES (?, ?)", id, seg);
+    });
+    sql.exec(
+      `INSERT INTO segments (seg, enqueued_at, due_at, count, live, live_bytes, batch, settled, headers, bodies) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      seg,
+      oldest,
+      dueAt,
+      headers.length,
+      headers.length,
+      bytes,
+      batch,
+      Settled.none(headers.length).blob(),
+      encodeHeaders(headers),
+      packBodies(group.map((i) => messages[i]!.body)),
+    );
+    ds.remember(seg, headers);
+  }
+  return out;
+}
+
+export interface Written {
+  id: string;
+  seg: number;
+  slot: number;
+}
+
+/**
+ * Which messages share a segment: those ready on arrival apart from those due later
+ * (each kind in request order), each run cut at SEGMENT_MAX_BYTES and
+ * SEGMENT_MAX_MESSAGES. The same messages always give the same groups, so a batch
+ * written again finds its ids (appendAgain).
+ */
+export function placement(messages: readonly Pick<NewMessage, "dueAt" | "body">[]): number[][] {
+  const groups: number[][] = [];
+  for (const due of [false, true]) {
+    let group: number[] = [];
+    let bytes = 0;
+    messages.forEach((m, i) => {
+      if (m.dueAt > 0 !== due) return;
+      if (group.length > 0 && (bytes + m.body.byteLength > SEGMENT_MAX_BYTES || group.length >= SEGMENT_MAX_MESSAGES)) {
+        groups.push(group);
+        group = [];
+        bytes = 0;
+      }
+      group.push(i);
+      bytes += m.body.byteLength;
+    });
+    if (group.length > 0) groups.push(group);
+  }
+  return groups;
+}
+
+/** The ids of the segments an earlier write of this batch stored, in order, or null when none did. */
+export function idsOfBatch(sql: SqlStorage, ds: DeliveryState, batch: string, groups: number[][], count: number, window: number): string[] | null {
+  const segs = sql
+    .exec<{ seg: number; headers: string }>("SELECT seg, headers FROM (SELECT seg, batch, headers FROM segments ORDER BY seg DESC LIMIT ?) WHERE batch = ? ORDER BY seg", window, batch)
+    .toArray();
+  if (segs.length !== groups.length) return null;
+  const ids: string[] = new Array<string>(count);
+  for (let g = 0; g < groups.length; g++) {
+    const headers = ds.headersOf(segs[g]!.seg, segs[g]!.headers);
+    groups[g]!.forEach((i, slot) => (ids[i] = headers[slot]!.id));
+  }
+  return ids;
+}
+
+/** A segment's small columns, or undefined when it is gone. */
+export function readState(sql: SqlStorage, seg: number): SegmentState | undefined {
+  return sql.exec<SegmentState & Record<string, SqlStorageValue>>(`SELECT ${STATE_COLUMNS} FROM segments WHERE seg = ?`, seg).toArray()[0];
+}
+
+/** A segment's headers: from the cache, else read. */
+export function headersOf(sql: SqlStorage, ds: DeliveryState, seg: number): Header[] | undefined {
+  const cached = ds.cachedHeaders(seg);
+  if (cached) return cached;
+  const row = sql.exec<{ headers: string }>("SELECT headers FROM segments WHERE seg = ?", seg).toArray()[0];
+  return row ? ds.headersOf(seg, row.headers) : undefined;
+}
+
+export function bodiesOf(sql: SqlStorage, seg: number): ArrayBuffer | undefined {
+  return sql.exec<{ bodies: ArrayBuffer }>("SELECT bodies FROM segments WHERE seg = ?", seg).toArray()[0]?.bodies;
+}
+
+/**
+ * Slots of one segment settled in one write: the bitmap and live figures, or the delete
+ * when none is left, which takes the index entries of its indexed messages with it.
+ * Returns the bytes of the slots settled now (those already settled are not counted).
+ */
+export class SegmentEdit {
+  private readonly settled: Settled;
+  private live: number;
+  private liveBytes: number;
+  private changed = false;
+  private dueAt: number | null;
+  private dueChanged = false;
+
+  constructor(
+    readonly state: SegmentState,
+    readonly headers: Header[],
+  ) {
+    this.settled = Settled.of(state.settled);
+    this.live = state.live;
+    this.liveBytes = state.live_bytes;
+    this.dueAt = state.due_at;
+  }
+
+  isSettled(slot: number): boolean {
+    return this.settled.has(slot);
+  }
+
+  /** Settles a slot; false when it already was. */
+  settle(slot: number): boolean {
+    if (slot >= this.headers.length || this.settled.has(slot)) return false;
+    this.settled.set(slot);
+    this.live--;
+    this.liveBytes -= this.headers[slot]!.size;
+    this.changed = true;
+    return true;
+  }
+
+  /** When the leaser should look at this scheduled segment next. */
+  setDueAt(at: number | null): void {
+    if (at === this.dueAt) return;
+    this.dueAt = at;
+    this.dueChanged = true;
+  }
+
+  get remaining(): number {
+    return this.live;
+  }
+
+  /** Writes what changed: one row written (with its index entry when due_at moved), or the delete. */
+  commit(sql: SqlStorage, ds: DeliveryState): void {
+    const seg = this.state.seg;
+    if (this.changed && this.live <= 0) {
+      this.headers.forEach((h, slot) => {
+        if (h.indexed && this.settled.has(slot)) sql.exec("DELETE FROM message_ids WHERE id = ? AND seg = ?", h.id, seg);
+      });
+      sql.exec("DELETE FROM segments WHERE seg = ?", seg);
+      ds.forget(seg);
+      return;
+    }
+    if (this.changed) {
+      sql.exec("UPDATE segments SET settled = ?, live = ?, live_bytes = ?, due_at = ? WHERE seg = ?", this.settled.blob(), this.live, this.liveBytes, this.dueAt, seg);
+    } else if (this.dueChanged) {
+      sql.exec("UPDATE segments SET due_at = ? WHERE seg = ?", this.dueAt, seg);
+    }
+  }
+}
+
+/** A message stored here, unsettled: its segment's state and headers, and its slot. */
+export interface Found {
+  state: SegmentState;
+  headers: Header[];
+  slot: number;
+}
+
+/**
+ * Where the message with this id lives on this shard, unsettled: its located place if
+ * the header there has this id, else the place the index names (a sender's id, a moved
+ * message, or one rewritten since). Null when this shard does not hold it.
+ */
+export function findSlot(sql: SqlStorage, ds: DeliveryState, id: string): Found | null {
+  const at = locate(id);
+  if (at) {
+    const found = unsettledWithId(sql, ds, at.seg, id, at.slot);
+    if (found) return found;
+  }
+  const row = sql.exec<{ seg: number }>("SELECT seg FROM message_ids WHERE id = ?", id).toArray()[0];
+  return row ? unsettledWithId(sql, ds, row.seg, id) : null;
+}
+
+/** The unsettled slot of `seg` holding `id` (`slot` if given, else the last such). */
+function unsettledWithId(sql: SqlStorage, ds: DeliveryState, seg: number, id: string, slot?: number): Found | null {
+  const state = readState(sql, seg);
+  if (!state) return null;
+  const headers = headersOf(sql, ds, seg)!;
+  const settled = Settled.of(state.settled);
+  const slots = slot === undefined ? headers.map((_, i) => headers.length - 1 - i) : [slot];
+  for (const s of slots) if (headers[s]?.id === id && !settled.has(s)) return { state, headers, slot: s };
+  return null;
+}
