@@ -13,9 +13,9 @@ import { prng } from "./prng.mjs";
 
 /**
  * A delivery in the history: harness id, message id, attempts, lease fingerprint, and
- * where the message is stored: its storage shard and row (seq), read from the lease id.
+ * where the message is stored: its storage shard and copy (where it was first written there), read from the lease id.
  */
-/** @typedef {{ h: string | null, id: string, a: number, l: string, s?: string, r?: number, x?: 1, g?: 1 }} LoggedDelivery */
+/** @typedef {{ h: string | null, id: string, a: number, l: string, s?: string, r?: string, x?: 1, g?: 1 }} LoggedDelivery */
 
 /** Tries of a batch with an Idempotency-Key whose outcome stays unknown. */
 const KEYED_TRIES = 8;
