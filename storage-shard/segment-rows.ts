@@ -5,7 +5,6 @@
  * headers and the bodies, so SQLite reads a large row's overflow pages only when a
  * caller asks for them.
  */
-import type { ContentType } from "../src/kernel/protocol";
 import type { DeliveryState } from "./delivery-state";
 import {
   encodeHeaders,
@@ -20,19 +19,12 @@ import {
 } from "./segment";
 import { randomHex } from "../src/kernel/ids";
 
-/** A message to write into a new segment: its header without a place yet, and its body. */
-export interface NewMessage {
+/** A message to write into a new segment: its header but for what its place decides, and its body. */
+export type NewMessage = Omit<Header, "id" | "size" | "indexed"> & {
   /** Absent: the shard draws a located id. */
   id?: string;
-  contentType: ContentType;
-  checksum: number;
-  enqueuedAt: number;
-  dueAt: number;
-  attempts: number;
-  sentAt: number;
-  copy: string;
   body: Uint8Array;
-}
+};
 
 /** The small columns of a segment row, as a scan reads them. */
 export interface SegmentState {

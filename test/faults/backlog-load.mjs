@@ -23,7 +23,7 @@ export const SIZE_CLASSES = [
 /**
  * @typedef {import("./history.mjs").History} History
  * @typedef {ReturnType<typeof import("./client.mjs").apiClient>} Api
- * @typedef {{ okMessages: number, okBytes: number, unknownMessages: number, failedMessages: number, firstId: string | null, lastId: string | null }} FillTally
+ * @typedef {{ okMessages: number, okBytes: number, unknownMessages: number, failedMessages: number, firstId: string | null, lastId: string | null, sampledIds?: string[] }} FillTally
  */
 
 /**
@@ -91,6 +91,8 @@ export class FillProducer {
         tally.okBytes += bytes;
         tally.firstId ??= String(ids[0]);
         tally.lastId = String(ids[ids.length - 1]);
+        // One id in every 64 batches: the probes look up the one in the middle of the backlog.
+        if (Math.random() < 1 / 64) (tally.sampledIds ??= []).push(String(ids[Math.floor(ids.length / 2)]));
       } else if (r.outcome === "ok") {
         // A yes without the ids is not a yes the checker can use (as workload.mjs logs it).
         history.complete(op, "unknown", { status: r.status, error: `ok without ${batch.length} message ids: ${JSON.stringify(r.result).slice(0, 200)}` });
@@ -217,11 +219,11 @@ function memOf(pid) {
 /**
  * Every read answer of the API, asked `tries` times each with the backlog as it is:
  * the queue list, the queue, its metrics, shards, series and consumers, Prometheus'
- * /metrics, a peek of 10 and of the most (100), lookups by id (the oldest message, the
- * newest, and one that does not exist, which every shard must rule out), and the limits
+ * /metrics, a peek of 10 and of the most (100), lookups by id (the oldest message, one in
+ * the middle, the newest, and one that does not exist, which every shard must rule out), and the limits
  * past their maximum (a peek of 101, a list page of 101, a pull of 101: refused, 400),
  * and a pull while delivery is paused (refused, 409: nothing leased).
- * @param {{ base: string, token: string, queue: string, ids: { first: string | null, last: string | null }, tries?: number }} o
+ * @param {{ base: string, token: string, queue: string, ids: { first: string | null, last: string | null, middle?: string | null }, tries?: number }} o
  * @returns {Promise<Probe[]>}
  */
 export async function probeReads(o) {
@@ -242,6 +244,7 @@ export async function probeReads(o) {
     { name: "peek 100", path: `${q}/messages?limit=100`, messages: (r) => r.result.messages },
     { name: "peek 101", path: `${q}/messages?limit=101`, expected: 400 },
     ...(o.ids.first ? [{ name: "lookup, oldest message", path: `${q}/messages/${o.ids.first}` }] : []),
+    ...(o.ids.middle ? [{ name: "lookup, a message in the middle", path: `${q}/messages/${o.ids.middle}` }] : []),
     ...(o.ids.last ? [{ name: "lookup, newest message", path: `${q}/messages/${o.ids.last}` }] : []),
     { name: "lookup, no such message", path: `${q}/messages/${missing}`, expected: 404 },
     { name: "pull 101", method: "POST", path: `${q}/messages/pull`, body: { batch_size: 101 }, expected: 400 },

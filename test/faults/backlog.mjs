@@ -147,7 +147,7 @@ export async function runBacklog(o) {
         const rss = /** @type {import("./backlog-load.mjs").RssSample} */ (sampler.sample());
         const metrics = await api.call("GET", `/${QUEUE}/metrics`);
         const stored = metrics.outcome === "ok" ? { count: metrics.result.backlog_count, bytes: metrics.result.backlog_bytes, shards: metrics.result.shards.length } : null;
-        const probes = await probeReads({ base: service.base, token: TOKEN, queue: QUEUE, ids: { first: tally.firstId, last: tally.lastId } });
+        const probes = await probeReads({ base: service.base, token: TOKEN, queue: QUEUE, ids: { first: tally.firstId, last: tally.lastId, middle: tally.sampledIds?.[Math.floor(tally.sampledIds.length / 2)] ?? null } });
         levels.push({ level, sentOk: tally.okMessages, sentBytes: tally.okBytes, stored, rss, fillMs, probes });
         o.log(`  ${level * 100} %: ${tally.okMessages} stored (${mb(tally.okBytes)}) in ${Math.round(fillMs / 1000)} s, workerd RSS ${mb(rss.workerd.rss)}; slowest read ${slowest(probes)}`);
       }
@@ -158,7 +158,7 @@ export async function runBacklog(o) {
     gauge.phase = "restart";
     gauge.backlog = levels[levels.length - 1]?.stored?.count ?? tally.okMessages;
     gauge.bytes = levels[levels.length - 1]?.stored?.bytes ?? tally.okBytes;
-    const probe = () => probeReads({ base: service.base, token: TOKEN, queue: QUEUE, ids: { first: tally.firstId, last: tally.lastId } });
+    const probe = () => probeReads({ base: service.base, token: TOKEN, queue: QUEUE, ids: { first: tally.firstId, last: tally.lastId, middle: tally.sampledIds?.[Math.floor(tally.sampledIds.length / 2)] ?? null } });
     restart = await restartOverBacklog({ service, history, api, sample: () => sampler.sample(), probe });
     o.log(`  SIGKILL and restart over the full backlog: ready in ${restart.ready_ms} ms, every storage shard answered ${restart.first_metrics_ms} ms later with ${restart.backlog} messages; workerd RSS ${mb(restart.rss.before_kill ?? 0)} before, ${mb(restart.rss.after_probes ?? 0)} after the reads; slowest read ${slowest(restart.probes)}`);
 
