@@ -1,4 +1,5 @@
 // `npm run bench -- <command> [options]`.
+import { CEILING_HELP, ceilingCommand } from "./ceiling.mjs";
 import { COMPARE_HELP, compare } from "./compare.mjs";
 import { LOAD_HELP, load } from "./load.mjs";
 import { PROFILE_HELP, profile } from "./profile.mjs";
@@ -8,8 +9,9 @@ try {
   if (command === "load" && !rest.includes("--help")) await load(rest);
   else if (command === "compare" && !rest.includes("--help")) await compare(rest);
   else if (command === "profile" && !rest.includes("--help")) await profile(rest);
+  else if (command === "ceiling" && !rest.includes("--help")) await ceilingCommand(rest);
   else {
-    console.log(`usage:\n${LOAD_HELP}\n\n${COMPARE_HELP}\n\n${PROFILE_HELP}`);
+    console.log(`usage:\n${LOAD_HELP}\n\n${COMPARE_HELP}\n\n${CEILING_HELP}\n\n${PROFILE_HELP}`);
     if (command !== undefined && command !== "help" && command !== "--help") process.exitCode = 2;
   }
 } catch (err) {

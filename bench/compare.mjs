@@ -3,20 +3,25 @@
 // and the same sink Worker consumes on both (bench/workers); each system runs in its
 // own `wrangler dev` on loopback. Workloads repeat, interleaving the two systems, and
 // the report gives medians with min and max: bench/results/<date>.json, .md and .svg.
+// Beside them: what each shardq run would cost at Cloudflare's list prices (bench/cost.mjs),
+// and the ceiling, one storage shard alone on this machine (bench/ceiling.mjs).
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { basename, join } from "node:path";
 import { parseArgs } from "node:util";
 import { writeDevConfig } from "../scripts/dev-config.mjs";
 import { freePort, ROOT, startWrangler } from "../scripts/dev-server.mjs";
+import { ceiling, ceilingMarkdown } from "./ceiling.mjs";
 import { latencyChart, throughputChart, timelineChart } from "./charts.mjs";
+import { costDelta, costFigures, costMarkdown, costModel, readCost } from "./cost.mjs";
 import { load } from "./load.mjs";
 import { autoscaleRun, backlogRun, groupCpuSeconds } from "./scaling.mjs";
 
 export const COMPARE_HELP = `npm run bench -- compare [--quick] [--repeats N] [--only w1,w4,...] [--out DIR]
-  Starts shardq (service + sink consumer) and miniflare's Queues simulator (producer + the same sink),
-  runs the workloads on both, interleaved, and writes bench/results/<date>.{json,md,svg}.
-  --quick      small counts and one repeat, for a CI smoke run (under 2 minutes)
+  Measures the ceiling (npm run bench -- ceiling) first, then starts shardq (service + sink consumer)
+  and miniflare's Queues simulator (producer + the same sink), runs the workloads on both, interleaved,
+  and writes bench/results/<date>.{json,md,svg}, with what each shardq run costs at list prices.
+  --quick      small counts, one repeat and a short ceiling, for a CI smoke run
   --repeats N  runs of each workload per system (default 3)
   --only LIST  only these workloads (w1 to w6; w5 means every backlog size); w4 needs w1, which sets its rate
   --out DIR    where the results go (default bench/results)`;
@@ -29,6 +34,12 @@ const MAX_IN_FLIGHT = 8000;
 const CDF_POINTS = [1, 5, 10, 25, 50, 75, 90, 95, 99, 99.9, 100];
 /** Workload 6: one storage shard to start with, each taking at most this many messages/s. */
 const W6_SHARD_CAPACITY = 400;
+/** The body the driver Worker sends (bench/workers/driver): its size is what Cloudflare Queues would bill. */
+const DRIVER_BODY_BYTES = JSON.stringify({ i: 99_999, sent_at: Date.now() }).length;
+/** The load tester's body in w3 (bench/load.mjs, default --size 64). */
+const LOAD_BODY_BYTES = JSON.stringify({ pad: "x".repeat(64), sent_at: Date.now() }).length;
+/** After the last delivery, the time its acks take to reach the storage shards before the counters are read. */
+const SETTLE_MS = 1500;
 
 /** @param {string[]} argv */
 export async function compare(argv) {
@@ -60,9 +71,13 @@ export async function compare(argv) {
     { id: "w6", name: `send() at 4x one shard's capacity (${W6_SHARD_CAPACITY}/s), from 1 shard (no simulator equivalent)`, count: 0, concurrency: 256, batch: 1, rate: 4 * W6_SHARD_CAPACITY, seconds: quick ? 8 : 30, systems: ["shardq"] },
   ].filter((w) => !only || only.has(w.id.slice(0, 2))));
 
+  // Alone on the machine, before either system starts.
+  const limit = await ceiling({ seconds: quick ? 3 : 10 });
+  console.log(`ceiling: ${JSON.stringify(limit)}`);
+
   const work = mkdtempSync(join(tmpdir(), "shardq-compare-"));
   const env = { WRANGLER_REGISTRY_PATH: join(work, "registry") };
-  const stacks = /** @type {Record<string, { base: string, pid: number, stop: () => Promise<void> }>} */ ({});
+  const stacks = /** @type {Record<string, Stack>} */ ({});
   try {
     const simPort = await freePort();
     const sim = await startWrangler({
@@ -70,7 +85,7 @@ export async function compare(argv) {
       readyUrl: `http://127.0.0.1:${simPort}/ready`,
       env,
     });
-    stacks.simulator = { base: `http://127.0.0.1:${simPort}`, pid: /** @type {number} */ (sim.pid), stop: () => sim.stop() };
+    stacks.simulator = { base: `http://127.0.0.1:${simPort}`, pid: /** @type {number} */ (sim.pid), queueId: null, stop: () => sim.stop() };
     const sqPort = await freePort();
     const config = writeDevConfig({ file: join(ROOT, "wrangler.bench.toml"), consumers: [{ binding: "CONSUMER_BENCH_SINK", service: "bench-sink" }] });
     const sq = await startWrangler({
@@ -78,11 +93,11 @@ export async function compare(argv) {
       readyUrl: `http://127.0.0.1:${sqPort}/ready`,
       env,
     });
-    stacks.shardq = { base: `http://127.0.0.1:${sqPort}`, pid: /** @type {number} */ (sq.pid), stop: () => sq.stop() };
-    await setUpShardq(`http://127.0.0.1:${sqPort}`);
+    const sqQueueId = await setUpShardq(`http://127.0.0.1:${sqPort}`);
+    stacks.shardq = { base: `http://127.0.0.1:${sqPort}`, pid: /** @type {number} */ (sq.pid), queueId: sqQueueId, stop: () => sq.stop() };
     // Workload 6 runs on its own shardq, with the per-shard capacity limit on and one shard to start.
     // Each run on fresh state: a queue that scaled out in the run before would start with its shards.
-    const autoscaling = async (/** @type {number} */ run) => {
+    const autoscaling = async (/** @type {number} */ run) /** @returns {Promise<Stack>} */ => {
       const port = await freePort();
       const w6Config = writeDevConfig({
         file: join(ROOT, "wrangler.bench-w6.toml"),
@@ -98,13 +113,13 @@ export async function compare(argv) {
         env,
       });
       const base = `http://127.0.0.1:${port}`;
-      await setUpShardq(base);
-      return { base, stop: () => stack.stop() };
+      const queueId = await setUpShardq(base);
+      return { base, pid: /** @type {number} */ (stack.pid), queueId, stop: () => stack.stop() };
     };
     /** @type {Array<{ workload: string, system: string, run: number, samples: unknown[] }>} */
     const timelines = [];
 
-    /** @type {Array<{ workload: string, system: string, run: number, figures: Record<string, number | null> }>} */
+    /** @type {Array<{ workload: string, system: string, run: number, figures: Record<string, number | null>, cost?: ReturnType<typeof costModel> }>} */
     const runs = [];
     for (const w of workloads) {
       if (w.id === "w4") {
@@ -115,31 +130,49 @@ export async function compare(argv) {
       }
       for (let run = 1; run <= repeats; run++) {
         for (const system of w.systems) {
-          const stack = /** @type {{ base: string, pid: number }} */ (stacks[system]);
-          /** @type {{ figures: Record<string, number | null>, cdf?: Record<string, Array<[number, number]>> }} */
+          const stack = /** @type {Stack} */ (stacks[system]);
+          /** @type {{ figures: Record<string, number | null>, cdf?: Record<string, Array<[number, number]>>, cost?: ReturnType<typeof costModel> }} */
           let result;
-          if (w.id === "w3") result = { figures: await httpRun(stack.base, w) };
-          else if (w.id.startsWith("w5")) result = { figures: await backlogRun(stack.base, stack.pid, /** @type {number} */ (w.backlog)) };
-          else if (w.id === "w6") {
+          if (w.id === "w3") {
+            const meter = await startMeter(stack);
+            const figures = await httpRun(stack.base, w);
+            const cost = await meter.stop({ delivered: figures.delivered ?? 0, workerRequests: figures.sent ?? 0, bytesPerMessage: LOAD_BODY_BYTES, peakMessages: w.count });
+            result = { figures: { ...figures, ...costFigures(cost) }, cost };
+          } else if (w.id.startsWith("w5")) {
+            // The whole life of the backlog: filled (sendBatch of 100, delivery paused), then drained.
+            const meter = await startMeter(stack);
+            const figures = await backlogRun(stack.base, stack.pid, /** @type {number} */ (w.backlog));
+            const cost = await meter.stop({ delivered: figures.delivered ?? 0, workerRequests: 0, bytesPerMessage: DRIVER_BODY_BYTES, peakMessages: /** @type {number} */ (w.backlog) });
+            result = { figures: { ...figures, ...costFigures(cost) }, cost };
+          } else if (w.id === "w6") {
             const fresh = await autoscaling(run);
             try {
+              const meter = await startMeter(fresh);
               const r = await autoscaleRun(fresh.base, { rate: /** @type {number} */ (w.rate), seconds: /** @type {number} */ (w.seconds) });
               timelines.push({ workload: w.id, system, run, samples: r.samples });
-              result = { figures: r.figures };
+              const cost = await meter.stop({ delivered: r.figures.delivered ?? 0, workerRequests: 0, bytesPerMessage: DRIVER_BODY_BYTES, peakMessages: r.figures.sent ?? 0 });
+              result = { figures: { ...r.figures, ...costFigures(cost) }, cost };
             } finally {
               await fresh.stop();
             }
-          } else result = await driverRun(stack.base, stack.pid, w, system === "shardq");
+          } else if (system === "shardq") {
+            const shardsAtStart = await activeShards(stack.base);
+            const meter = await startMeter(stack);
+            const r = await driverRun(stack.base, stack.pid, w);
+            const cost = await meter.stop({ delivered: r.figures.delivered ?? 0, workerRequests: 0, bytesPerMessage: DRIVER_BODY_BYTES, peakMessages: Math.min(w.count, MAX_IN_FLIGHT), redeliveries: r.figures.duplicates ?? 0 });
+            // Storage shards when the run began: a queue still scaled out from the workload before has more.
+            result = { ...r, figures: { ...r.figures, ...costFigures(cost), shards_at_start: shardsAtStart }, cost };
+          } else result = await driverRun(stack.base, stack.pid, w);
           runs.push({ workload: w.id, system, run, ...result });
           console.log(`${w.id} ${system} run ${run}: ${JSON.stringify(result.figures)}`);
         }
       }
     }
-    const report = summarize(workloads, runs, quick);
+    const report = summarize(workloads, runs, quick, limit);
     mkdirSync(outDir, { recursive: true });
     const stamp = new Date().toISOString().slice(0, 19).replace(/[:T]/g, "-");
     const files = { json: join(outDir, `${stamp}.json`), md: join(outDir, `${stamp}.md`), svg: join(outDir, `${stamp}.svg`) };
-    writeFileSync(files.json, `${JSON.stringify({ date: new Date().toISOString(), quick, repeats, workloads, runs, timelines, summary: report.rows }, null, 2)}\n`);
+    writeFileSync(files.json, `${JSON.stringify({ date: new Date().toISOString(), quick, repeats, ceiling: limit, workloads, runs, timelines, summary: report.rows }, null, 2)}\n`);
     const charts = writeCharts(join(outDir, stamp), report.rows, runs, timelines);
     writeFileSync(files.md, `${report.markdown}\n${charts}\n`);
     console.log(`\n${report.markdown}\nwritten: ${files.json}, ${files.md} and its charts`);
@@ -156,7 +189,7 @@ export async function compare(argv) {
  */
 export function rerender(jsonFile) {
   const data = JSON.parse(readFileSync(jsonFile, "utf8"));
-  const report = summarize(data.workloads, data.runs, data.quick);
+  const report = summarize(data.workloads, data.runs, data.quick, data.ceiling ?? null);
   const stem = jsonFile.replace(/\.json$/, "");
   const charts = writeCharts(stem, report.rows, data.runs, data.timelines ?? []);
   writeFileSync(`${stem}.md`, `${report.markdown}\n${charts}\n`);
@@ -164,7 +197,11 @@ export function rerender(jsonFile) {
   writeFileSync(jsonFile, `${JSON.stringify(data, null, 2)}\n`);
 }
 
-/** Creates the benchmark's queue and its consumer on a shardq (as the simulator's: same batch size, wait and retries). @param {string} base */
+/**
+ * Creates the benchmark's queue and its consumer on a shardq (as the simulator's: same batch
+ * size, wait and retries). Returns the queue's id.
+ * @param {string} base @returns {Promise<string>}
+ */
 export async function setUpShardq(base) {
   const call = async (/** @type {string} */ path, /** @type {unknown} */ body) => {
     const res = await fetch(`${base}/shardq/accounts/local${path}`, { method: "POST", headers: HEADERS, body: JSON.stringify(body) });
@@ -173,6 +210,36 @@ export async function setUpShardq(base) {
   await call("/queues", { queue_name: "bench" });
   // As the simulator's consumer: batches of 100, at most 1 s to fill, 3 retries.
   await call("/queues/bench/consumers", { type: "worker", script_name: "bench-sink", settings: { batch_size: 100, max_wait_time_ms: 1000, max_retries: 3, transport: "queue" } });
+  const res = await fetch(`${base}/shardq/accounts/local/queues/bench`, { headers: HEADERS });
+  if (!res.ok) throw new Error(`shardq set-up: GET /queues/bench: ${res.status} ${await res.text()}`);
+  return /** @type {any} */ (await res.json()).result.queue_id;
+}
+
+/** @typedef {{ base: string, pid: number, queueId: string | null, stop: () => Promise<void> }} Stack */
+
+/**
+ * Starts measuring what a workload costs on a shardq stack: every object's counters (GET /cost
+ * of the driver Worker), the CPU of the stack's processes and the wall time. stop() takes what
+ * the run delivered and returns its cost block (bench/cost.mjs).
+ * @param {Stack} stack
+ */
+async function startMeter(stack) {
+  const queueId = stack.queueId;
+  if (!queueId) throw new Error("only a shardq stack has a cost to read");
+  const before = await readCost(stack.base, queueId);
+  const cpu0 = groupCpuSeconds(stack.pid);
+  const started = performance.now();
+  return {
+    /** @param {{ delivered: number, workerRequests: number, bytesPerMessage: number, peakMessages: number, redeliveries?: number }} m */
+    async stop(m) {
+      const seconds = (performance.now() - started) / 1000;
+      const cpu1 = groupCpuSeconds(stack.pid);
+      // The last batch's acks reach its storage shard after the sink has counted it.
+      await sleep(SETTLE_MS);
+      const after = await readCost(stack.base, queueId);
+      return costModel({ delta: costDelta(before, after), seconds, cpuSeconds: cpu0 !== null && cpu1 !== null ? cpu1 - cpu0 : null, ...m });
+    },
+  };
 }
 
 /**
@@ -214,11 +281,10 @@ function writeCharts(stem, rows, runs, timelines) {
  * Sends `count` through the driver Worker in chunks, never more than MAX_IN_FLIGHT
  * ahead of the sink (for both systems alike), and measures until all are delivered,
  * with the CPU the system's processes used meanwhile.
- * @param {string} base @param {number} pgid @param {{ count: number, concurrency: number, batch: number, rate?: number }} w @param {boolean} withCost
+ * @param {string} base @param {number} pgid @param {{ count: number, concurrency: number, batch: number, rate?: number }} w
  */
-async function driverRun(base, pgid, w, withCost) {
+async function driverRun(base, pgid, w) {
   await fetch(`${base}/sink/reset`, { method: "POST" });
-  const costBefore = withCost ? await shardqCost(base) : null;
   const cpuBefore = groupCpuSeconds(pgid);
   // Paced chunks follow each other without a pause while the sink keeps up.
   const chunk = Math.min(w.count, w.rate ? 2000 : 5000);
@@ -243,7 +309,6 @@ async function driverRun(base, pgid, w, withCost) {
   const seconds = (performance.now() - started) / 1000;
   const cpuAfter = groupCpuSeconds(pgid);
   latencies.sort((a, b) => a - b);
-  const costAfter = withCost ? await shardqCost(base, true) : null;
   const figures = {
     delivered_msgs_per_s: Math.round(s.distinct / seconds),
     send_msgs_per_s: Math.round(sent / sendSeconds),
@@ -253,21 +318,28 @@ async function driverRun(base, pgid, w, withCost) {
     e2e_p99_ms: s.latency_ms.p99,
     delivered: s.distinct,
     duplicates: s.duplicates,
-    do_rpcs_per_msg: costBefore && costAfter ? round((costAfter.rpcs - costBefore.rpcs) / w.count, 3) : null,
-    rows_written_per_msg: costBefore && costAfter ? round((costAfter.rowsWritten - costBefore.rowsWritten) / w.count, 3) : null,
     cpu_us_per_msg: cpuBefore !== null && cpuAfter !== null ? Math.round(((cpuAfter - cpuBefore) * 1e6) / w.count) : null,
-    // Storage shards when the run began: a queue still scaled out from the workload before has more.
-    ...(costBefore ? { shards_at_start: costBefore.activeShards } : {}),
   };
   /** @type {Record<string, Array<[number, number]>>} */
   const cdf = { send: CDF_POINTS.map((p) => /** @type {[number, number]} */ ([p, round(pct(latencies, p)) ?? 0])), e2e: s.latency_ms.cdf ?? [] };
   return { figures, cdf };
 }
 
-/** HTTP POSTs from this process, through the load tester. @param {string} base @param {{ count: number, concurrency: number }} w */
+/**
+ * HTTP POSTs from this process, through the load tester, then the wait for their delivery
+ * (what the cost of the run covers).
+ * @param {string} base @param {{ count: number, concurrency: number }} w
+ */
 async function httpRun(base, w) {
+  const start = (await sink(base)).distinct;
   const f = await load(["--url", `${base}/shardq`, "--queue", "bench", "--count", String(w.count), "--concurrency", String(w.concurrency), "--consumer-stats", `${base}/sink/stats`]);
-  return { send_msgs_per_s: f.throughput_msgs_per_s, send_p50_ms: f.send_latency_ms.p50, send_p99_ms: f.send_latency_ms.p99 };
+  const deadline = Date.now() + 60_000;
+  let delivered = (await sink(base)).distinct - start;
+  while (delivered < f.sent && Date.now() < deadline) {
+    await sleep(100);
+    delivered = (await sink(base)).distinct - start;
+  }
+  return { send_msgs_per_s: f.throughput_msgs_per_s, send_p50_ms: f.send_latency_ms.p50, send_p99_ms: f.send_latency_ms.p99, sent: f.sent, delivered };
 }
 
 /** @param {string} base */
@@ -275,31 +347,31 @@ async function sink(base) {
   return /** @type {any} */ (await (await fetch(`${base}/sink/stats`)).json());
 }
 
-/**
- * RPCs and rows written, summed over the storage shards' latest heartbeats. After a
- * workload it waits for a fresh round of heartbeats (interval 5 s) so they include it.
- * @param {string} base @param {boolean} [fresh]
- */
-async function shardqCost(base, fresh = false) {
-  if (fresh) await sleep(6000);
+/** The queue's active storage shards, from its Coordinator's map. @param {string} base */
+async function activeShards(base) {
   const res = /** @type {any} */ (await (await fetch(`${base}/shardq/accounts/local/queues/bench/shards`, { headers: HEADERS })).json());
-  let rpcs = 0;
-  let rowsWritten = 0;
-  const activeShards = res.result.shards.filter((/** @type {{ state: string }} */ s) => s.state === "active").length;
-  for (const s of res.result.shards) {
-    rpcs += s.heartbeat?.cost?.rpcs ?? 0;
-    rowsWritten += s.heartbeat?.cost?.rowsWritten ?? 0;
-  }
-  return { rpcs, rowsWritten, activeShards };
+  return res.result.shards.filter((/** @type {{ state: string }} */ s) => s.state === "active").length;
 }
 
 /**
  * @param {Array<{ id: string, name: string, systems: string[] }>} workloads
- * @param {Array<{ workload: string, system: string, figures: Record<string, number | null> }>} runs
+ * @param {Array<{ workload: string, system: string, figures: Record<string, number | null>, cost?: any }>} runs
  * @param {boolean} quick
+ * @param {{ batch: import("./ceiling.mjs").CeilingRun, single: import("./ceiling.mjs").CeilingRun } | null} limit  the ceiling
  */
-function summarize(workloads, runs, quick) {
-  const metrics = ["delivered_msgs_per_s", "send_msgs_per_s", "send_p50_ms", "send_p99_ms", "e2e_p50_ms", "e2e_p99_ms", "do_rpcs_per_msg", "rows_written_per_msg", "cpu_us_per_msg", "shards_at_start", "shards_peak", "send_errors"];
+function summarize(workloads, runs, quick, limit) {
+  const metrics = [
+    "delivered_msgs_per_s", "ceiling_fraction", "send_msgs_per_s", "send_p50_ms", "send_p99_ms", "e2e_p50_ms", "e2e_p99_ms", "cpu_us_per_msg",
+    "usd_per_million", "cq_usd_per_million", "usd_ratio_vs_cq", "duration_usd_per_million_upper_bound",
+    "do_requests_per_msg", "do_rpcs_per_msg", "rows_written_per_msg", "storage_rows_written_per_msg", "rows_read_per_msg",
+    "shards_at_start", "shards_peak", "send_errors",
+  ];
+  // Every run's throughput as a fraction of what one storage shard takes alone (batches of 100).
+  for (const r of runs) {
+    if (r.system !== "shardq") continue;
+    const d = r.figures.delivered_msgs_per_s;
+    if (limit && typeof d === "number" && limit.batch.msgs_per_s > 0) r.figures.ceiling_fraction = round(d / limit.batch.msgs_per_s, 3);
+  }
   /** @type {Array<{ workload: string, name: string, metric: string, simulator: Stat | null, shardq: Stat | null, ratio: number | null }>} */
   const rows = [];
   for (const w of workloads) {
@@ -315,11 +387,13 @@ function summarize(workloads, runs, quick) {
   const lines = [
     `## shardq vs Cloudflare Queues simulator${quick ? " (quick run)" : ""}`,
     "",
-    "Medians over the runs, (min–max). Throughput counts messages delivered to the sink's queue() handler; ratio = shardq / simulator.",
+    "Medians over the runs, (min–max). Throughput counts messages delivered to the sink's queue() handler; ratio = shardq / simulator. " +
+      "ceiling_fraction: delivered msg/s over the ceiling's (one storage shard alone, batches of 100). Cost figures: shardq's, at Cloudflare's list prices (bench/README.md, \"Cost model\").",
     "",
     "| workload | figure | simulator | shardq | ratio |",
     "| --- | --- | --- | --- | --- |",
     ...rows.map((r) => `| ${r.workload}: ${r.name} | ${r.metric} | ${cell(r.simulator)} | ${cell(r.shardq)} | ${r.ratio ?? "–"} |`),
+    ...[costMarkdown(workloads, runs), limit ? ceilingMarkdown(limit) : ""].filter(Boolean).flatMap((section) => ["", section]),
   ];
   return { rows, markdown: lines.join("\n") };
 }

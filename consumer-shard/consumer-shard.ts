@@ -12,6 +12,7 @@ import { joinDispositions } from "../src/delivery/disposition";
 import { dispose, FAILED_DISPATCH } from "../src/delivery/outcome";
 import { applyDisposition } from "../src/delivery/settle";
 import { transportFor, type Dispatch } from "./transports";
+import { meteredStorage, newMeter, readMeter } from "../src/kernel/sql-meter";
 import { testHooksFor, type FaultPoint, type TestHookStatus } from "../src/kernel/test-hooks";
 
 /** Wall-clock limit of one Cloudflare queue() invocation; leases are not extended past it. */
@@ -49,17 +50,25 @@ export class ConsumerShard extends DurableObject<Env> {
   /** Delivered since the last report to the Coordinator. */
   private report = { delivered: 0, batches: 0, errors: 0, at: 0 };
 
+  /** RPCs served, alarms run, rows written and read since this object started (src/kernel/sql-meter.ts), sent with every report. */
+  private readonly cost = newMeter();
+  private readonly since = Date.now();
+  /** ctx.storage, metered: its key-value and alarm calls are billed as rows. */
+  private readonly storage = meteredStorage(this.ctx.storage, this.cost);
+
   /** Makes sure a round runs now, unless one is already due. */
   async wake(queueId: string, index: number): Promise<void> {
-    if ((await this.ctx.storage.get<string>("queueId")) !== queueId) await this.ctx.storage.put("queueId", queueId);
-    if ((await this.ctx.storage.get<number>("index")) !== index) await this.ctx.storage.put("index", index);
+    this.cost.rpcs++;
+    if ((await this.storage.get<string>("queueId")) !== queueId) await this.storage.put("queueId", queueId);
+    if ((await this.storage.get<number>("index")) !== index) await this.storage.put("index", index);
     const now = this.clock.now();
-    const alarm = await this.ctx.storage.getAlarm();
-    if (alarm === null || alarm > now) await this.ctx.storage.setAlarm(now);
+    const alarm = await this.storage.getAlarm();
+    if (alarm === null || alarm > now) await this.storage.setAlarm(now);
   }
 
   override async alarm(): Promise<void> {
-    const queueId = await this.ctx.storage.get<string>("queueId");
+    this.cost.alarms++;
+    const queueId = await this.storage.get<string>("queueId");
     if (!queueId) return;
     let next: number | null;
     let failed = false;
@@ -94,22 +103,25 @@ export class ConsumerShard extends DurableObject<Env> {
    */
   async armNext(next: number | null): Promise<void> {
     if (next === null) return;
-    const pending = await this.ctx.storage.getAlarm();
-    if (pending === null || pending > next) await this.ctx.storage.setAlarm(next);
+    const pending = await this.storage.getAlarm();
+    if (pending === null || pending > next) await this.storage.setAlarm(next);
   }
 
   /** The fault harness's hook (src/kernel/test-hooks.ts): throws unless SHARDQ_TEST_HOOKS is "on". */
   testHook(req: { arm?: FaultPoint | null; times?: number } = {}): TestHookStatus {
+    this.cost.rpcs++;
     return this.hooks.control(req.arm, req.times);
   }
 
+
+
   /** Tells the Coordinator what this shard delivered, and whether it is still at work. */
   private async sendReport(queueId: string, running: boolean): Promise<void> {
-    const index = (await this.ctx.storage.get<number>("index")) ?? 0;
+    const index = (await this.storage.get<number>("index")) ?? 0;
     const { delivered, batches, errors } = this.report;
     this.report = { delivered: 0, batches: 0, errors: 0, at: this.clock.now() };
     try {
-      await coordinatorFor(this.env, queueId).consumerReport({ index, running, delivered, batches, errors });
+      await coordinatorFor(this.env, queueId).consumerReport({ index, running, delivered, batches, errors, cost: readMeter(this.cost, this.since) });
     } catch (err) {
       console.error("consumer shard report failed:", err);
     }

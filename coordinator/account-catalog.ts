@@ -4,6 +4,7 @@ import { newQueueId, QUEUE_ID_PATTERN } from "../src/kernel/ids";
 import type { QueueInfo } from "../src/kernel/queue-info";
 import type { QueueSettings } from "../src/kernel/settings";
 import { coordinatorFor } from "../src/kernel/addressing";
+import { meteredSql, newMeter, readMeter, type MeterReading } from "../src/kernel/sql-meter";
 import { runMigrations } from "../src/kernel/sqlite-migrations";
 
 /**
@@ -37,14 +38,22 @@ export interface CreateQueueResult {
  * queue's state lives in its own Coordinator.
  */
 export class AccountCatalog extends DurableObject<Env> {
+  /** RPCs served and rows written and read since this object started (src/kernel/sql-meter.ts). */
+  private readonly cost = newMeter();
+  private readonly since = Date.now();
   private readonly sql: SqlStorage;
   /** Names whose create awaits its Coordinator right now (the input gate lets others in meanwhile). */
   private readonly inFlight = new Set<string>();
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
-    this.sql = ctx.storage.sql;
+    this.sql = meteredSql(ctx.storage.sql, this.cost);
     runMigrations(this.sql, MIGRATIONS);
+  }
+
+  /** What this object was billed for since it started: the benchmark's read, not counted as an RPC. */
+  costFigures(): MeterReading {
+    return readMeter(this.cost, this.since);
   }
 
   /**
@@ -52,6 +61,7 @@ export class AccountCatalog extends DurableObject<Env> {
    * of the same name sees it; a create that failed half-way is finished by the next.
    */
   async createQueue(accountId: string, queueName: string, settings: QueueSettings): Promise<CreateQueueResult> {
+    this.cost.rpcs++;
     let row = this.byName(queueName);
     // Active, or being created by a request still in flight here: the name is taken.
     if (row?.state === "active" || this.inFlight.has(queueName)) return { queue: null };
@@ -71,11 +81,13 @@ export class AccountCatalog extends DurableObject<Env> {
 
   /** A queue's id from its name or id; null when this account has no such queue. */
   resolve(ref: string): string | null {
+    this.cost.rpcs++;
     const row = QUEUE_ID_PATTERN.test(ref) ? this.byId(ref) : this.byName(ref);
     return row?.state === "active" ? row.queue_id : null;
   }
 
   async listQueues(page: number, perPage: number): Promise<{ queues: QueueInfo[]; total: number }> {
+    this.cost.rpcs++;
     const total = this.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM queues WHERE state = 'active'").one().n;
     const rows = this.sql
       .exec("SELECT queue_id FROM queues WHERE state = 'active' ORDER BY queue_name LIMIT ? OFFSET ?", perPage, (page - 1) * perPage)
@@ -88,6 +100,7 @@ export class AccountCatalog extends DurableObject<Env> {
 
   /** Every queue of the account, by name, without asking their Coordinators (GET /metrics walks them). */
   queueIds(): Array<{ queue_name: string; queue_id: string }> {
+    this.cost.rpcs++;
     return this.sql.exec("SELECT queue_name, queue_id FROM queues WHERE state = 'active' ORDER BY queue_name").toArray() as unknown as Array<{
       queue_name: string;
       queue_id: string;
@@ -96,6 +109,7 @@ export class AccountCatalog extends DurableObject<Env> {
 
   /** Deletes the queue's data first and its name last, so a retried delete finishes the job. */
   async deleteQueue(ref: string): Promise<boolean> {
+    this.cost.rpcs++;
     const row = QUEUE_ID_PATTERN.test(ref) ? this.byId(ref) : this.byName(ref);
     if (!row) return false;
     await coordinatorFor(this.env, row.queue_id).destroy();

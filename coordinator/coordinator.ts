@@ -8,6 +8,7 @@ import { randomHex } from "../src/kernel/ids";
 import { notRetired, type DeliveryPlan, type QueueCounters, type SendLatencyCounts, type ShardBacklog, type ShardHeartbeat, type ShardMap, type ShardState, type StorageHeartbeat } from "../src/kernel/protocol";
 import type { QueueInfo } from "../src/kernel/queue-info";
 import { applySettingsPatch, type QueueSettingsPatch } from "../src/kernel/settings";
+import { meteredStorage, newMeter, readMeter, type CostMeter, type MeterReading } from "../src/kernel/sql-meter";
 import { testHooksFor, type FaultPoint, type TestHookStatus } from "../src/kernel/test-hooks";
 import { deliveringNow } from "./consumer-scaler";
 import { deleteConsumer, insertConsumer, readConsumers, updateConsumer, type NewConsumer } from "./consumers";
@@ -33,6 +34,16 @@ const REFRESH_MAP_MS = 60_000;
  * (queue-store.ts); its alarm runs the control loop (control-loop.ts).
  */
 export class Coordinator extends DurableObject<Env> {
+  /**
+   * RPCs served, alarms run and SQLite rows written and read since this object started
+   * (src/kernel/sql-meter.ts). Each RPC method counts itself once; they reach one another only
+   * through private methods (queueInfo, consumerList, backlog, beats, consumerStatus), so one
+   * call is one request whatever it does.
+   */
+  private readonly cost = newMeter();
+  private readonly since = Date.now();
+  /** ctx.storage, metered: every part of this object writes through it. */
+  private readonly storage: DurableObjectStorage;
   private readonly sql: SqlStorage;
   private readonly store: QueueStore;
   private readonly loop: ControlLoop;
@@ -43,11 +54,12 @@ export class Coordinator extends DurableObject<Env> {
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
-    this.sql = ctx.storage.sql;
+    this.storage = meteredStorage(ctx.storage, this.cost);
+    this.sql = this.storage.sql;
     migrateCoordinator(this.sql);
-    this.store = new QueueStore(ctx.storage);
+    this.store = new QueueStore(this.storage);
     this.loop = new ControlLoop({ store: this.store, sql: this.sql, env, faultPoint: (point) => this.hooks.at(point, ctx) });
-    this.publisher = new MapPublisher(this.store, ctx.storage, env.SHARD_MAPS, () => this.clock.now());
+    this.publisher = new MapPublisher(this.store, this.storage, env.SHARD_MAPS, () => this.clock.now());
   }
 
   /**
@@ -55,6 +67,7 @@ export class Coordinator extends DurableObject<Env> {
    * Idempotent for the same queue id, so the catalog can retry a half-finished create.
    */
   async initialize(init: InitializeQueue): Promise<QueueInfo> {
+    this.cost.rpcs++;
     let queue = this.store.queue();
     if (queue && queue.queue_id !== init.queueId) throw new Error(`coordinator already holds queue ${queue.queue_id}`);
     if (!queue) {
@@ -68,15 +81,20 @@ export class Coordinator extends DurableObject<Env> {
       await this.loop.activateShards(queue, this.store.shards());
       this.store.markReady();
       await this.publisher.publish();
-      await armAlarm(this.ctx.storage, this.clock.now() + serviceConfig(this.env).heartbeatIntervalMs);
+      await armAlarm(this.storage, this.clock.now() + serviceConfig(this.env).heartbeatIntervalMs);
     }
-    return this.info()!;
+    return this.queueInfo()!;
   }
 
   info(): QueueInfo | null {
+    this.cost.rpcs++;
+    return this.queueInfo();
+  }
+
+  private queueInfo(): QueueInfo | null {
     const queue = this.store.readyQueue();
     if (!queue) return null;
-    const consumers = readConsumers(this.sql, queue.queue_name);
+    const consumers = this.consumerList();
     return {
       queue_id: queue.queue_id,
       queue_name: queue.queue_name,
@@ -91,44 +109,53 @@ export class Coordinator extends DurableObject<Env> {
   }
 
   consumers(): ConsumerRecord[] {
+    this.cost.rpcs++;
+    return this.consumerList();
+  }
+
+  private consumerList(): ConsumerRecord[] {
     const queue = this.store.queue();
     return queue ? readConsumers(this.sql, queue.queue_name) : [];
   }
 
   /** One consumer per queue, as on Cloudflare: null when the queue has one already (or is gone). */
   async addConsumer(c: NewConsumer): Promise<ConsumerRecord | null> {
-    if (!this.store.readyQueue() || this.consumers().length > 0) return null;
+    this.cost.rpcs++;
+    if (!this.store.readyQueue() || this.consumerList().length > 0) return null;
     const id = randomHex(16);
     insertConsumer(this.sql, id, c, this.clock.now());
     await this.loop.wakeConsumers("all", this.clock.now());
-    return this.consumers().find((x) => x.consumer_id === id)!;
+    return this.consumerList().find((x) => x.consumer_id === id)!;
   }
 
   async updateConsumer(id: string, patch: ConsumerSettingsPatch, deadLetterQueue: string | null | undefined): Promise<ConsumerRecord | null> {
-    const current = this.consumers().find((c) => c.consumer_id === id);
+    this.cost.rpcs++;
+    const current = this.consumerList().find((c) => c.consumer_id === id);
     if (!current) return null;
     const settings = applyConsumerPatch(current.settings, patch);
     updateConsumer(this.sql, id, settings, deadLetterQueue === undefined ? current.dead_letter_queue : deadLetterQueue, this.clock.now());
     await this.loop.wakeConsumers("all", this.clock.now());
-    return this.consumers().find((c) => c.consumer_id === id)!;
+    return this.consumerList().find((c) => c.consumer_id === id)!;
   }
 
   removeConsumer(id: string): boolean {
+    this.cost.rpcs++;
     return deleteConsumer(this.sql, id);
   }
 
   /** Everything a consumer shard needs for one round of delivery. */
   deliveryPlan(): DeliveryPlan | null {
+    this.cost.rpcs++;
     const queue = this.store.readyQueue();
     if (!queue) return null;
-    const backlog = new Map(this.backlogByShard().map((b) => [b.shard, b]));
+    const backlog = new Map(this.backlog().map((b) => [b.shard, b]));
     return {
       accountId: queue.account_id,
       queueId: queue.queue_id,
       queueName: queue.queue_name,
       paused: queue.settings.delivery_paused,
       retentionMs: queue.settings.message_retention_period * 1000,
-      consumer: this.consumers()[0] ?? null,
+      consumer: this.consumerList()[0] ?? null,
       shards: notRetired(this.store.shards()).map((s) => ({ ...s, backlog: backlog.get(s.name) ?? null })),
     };
   }
@@ -138,34 +165,39 @@ export class Coordinator extends DurableObject<Env> {
    * waits for: one consumer shard is woken, enough to take it (consumer-scaler.ts).
    */
   async notifyReady(shard: string): Promise<void> {
+    this.cost.rpcs++;
     if (this.store.shards().some((s) => s.name === shard)) await this.loop.wakeConsumers("one", this.clock.now());
   }
 
   /** The authoritative map; brokers come here when KV has none yet or theirs proved stale. */
   shardMap(): ShardMap | null {
+    this.cost.rpcs++;
     return this.store.shardMap(this.clock.now());
   }
 
   async updateSettings(patch: QueueSettingsPatch): Promise<QueueInfo | null> {
+    this.cost.rpcs++;
     const queue = this.store.readyQueue();
     if (!queue) return null;
-    if (!this.store.writeSettings(applySettingsPatch(queue.settings, patch), this.clock.now())) return this.info();
+    if (!this.store.writeSettings(applySettingsPatch(queue.settings, patch), this.clock.now())) return this.queueInfo();
     await this.publisher.publish();
     await this.loop.wakeConsumers("all", this.clock.now());
-    return this.info();
+    return this.queueInfo();
   }
 
   /** Changes a shard's state (the shard is told first: control-loop.ts) and publishes the map. */
   async setShardState(name: string, state: ShardState): Promise<ShardMap | null> {
+    this.cost.rpcs++;
     const shard = this.store.shards().find((s) => s.name === name);
     if (!shard) return null;
     await this.loop.changeState(shard, state, this.clock.now());
     await this.publisher.publish();
-    return this.shardMap();
+    return this.store.shardMap(this.clock.now());
   }
 
   /** Keeps the latest report of each of this queue's shards; reports from shards it does not know are dropped. */
   heartbeat(beat: StorageHeartbeat): { known: boolean; retentionMs: number | null } {
+    this.cost.rpcs++;
     const queue = this.store.queue();
     if (!queue || !this.store.shards().some((s) => s.name === beat.shard)) return { known: false, retentionMs: null };
     recordStorageBeat(this.sql, beat, this.clock.now());
@@ -176,11 +208,17 @@ export class Coordinator extends DurableObject<Env> {
 
   /** A consumer shard's report after a round of delivery. */
   consumerReport(report: ConsumerShardReport): void {
+    this.cost.rpcs++;
     if (this.store.exists()) recordConsumerReport(this.sql, report, this.clock.now());
   }
 
   /** Consumer shards that have reported, and how many are delivering now. */
   consumerShards(): { running: number; shards: ConsumerShardStatus[] } {
+    this.cost.rpcs++;
+    return this.consumerStatus();
+  }
+
+  private consumerStatus(): { running: number; shards: ConsumerShardStatus[] } {
     const shards = readConsumerShards(this.sql);
     return { running: deliveringNow(shards, this.clock.now(), serviceConfig(this.env).heartbeatIntervalMs).length, shards };
   }
@@ -190,24 +228,35 @@ export class Coordinator extends DurableObject<Env> {
    * send answers sum their queue figures from (src/routing/queue-figures.ts), cached by brokers.
    */
   backlogByShard(): ShardBacklog[] {
+    this.cost.rpcs++;
+    return this.backlog();
+  }
+
+  private backlog(): ShardBacklog[] {
     const live = new Set(notRetired(this.store.shards()).map((s) => s.name));
-    return this.heartbeats()
+    return this.beats()
       .filter((h) => live.has(h.name))
       .map((h) => ({ shard: h.name, count: h.backlog_count, bytes: h.backlog_bytes, oldestAt: h.oldest_at }));
   }
 
   /** The latest heartbeat of every shard that has sent one. */
   heartbeats(): ShardHeartbeat[] {
+    this.cost.rpcs++;
+    return this.beats();
+  }
+
+  private beats(): ShardHeartbeat[] {
     return readStorageBeats(this.sql, this.clock.now(), serviceConfig(this.env).heartbeatIntervalMs);
   }
 
   /** Deletes the queue: every shard's data, the published maps, then this object's own state. */
   async destroy(): Promise<boolean> {
+    this.cost.rpcs++;
     const queue = this.store.queue();
     if (!queue) return false;
     await Promise.all(this.store.shards().map((s) => storageShardFor(this.env, s.name, s.region).destroy()));
     await this.publisher.unpublish(queue);
-    await this.ctx.storage.deleteAll();
+    await this.storage.deleteAll();
     migrateCoordinator(this.sql);
     return true;
   }
@@ -218,6 +267,7 @@ export class Coordinator extends DurableObject<Env> {
    * consumer shards, and publish the map (deferred writes, and a periodic refresh).
    */
   override async alarm(): Promise<void> {
+    this.cost.alarms++;
     const now = this.clock.now();
     try {
       await this.tick(now);
@@ -226,7 +276,7 @@ export class Coordinator extends DurableObject<Env> {
       // the control loop would stop for good (the fault run's throw-alarm fault).
       const queue = this.store.queue();
       console.error(`coordinator ${queue?.queue_id}: control loop failed, next tick in one interval:`, err);
-      if (queue?.ready) await armAlarm(this.ctx.storage, now + serviceConfig(this.env).heartbeatIntervalMs);
+      if (queue?.ready) await armAlarm(this.storage, now + serviceConfig(this.env).heartbeatIntervalMs);
     }
   }
 
@@ -239,10 +289,10 @@ export class Coordinator extends DurableObject<Env> {
     await this.loop.autoscale(now);
     await this.loop.wakeConsumers("idle", this.clock.now());
     this.loop.pruneRetired(now);
-    recordPoint(this.sql, now, this.heartbeats(), this.store.shards().filter((s) => s.state === "active").length, this.consumerShards().running);
+    recordPoint(this.sql, now, this.beats(), this.store.shards().filter((s) => s.state === "active").length, this.consumerStatus().running);
     if (now - queue.published_at >= REFRESH_MAP_MS) this.store.markStale();
     await this.publisher.publish();
-    await armAlarm(this.ctx.storage, now + serviceConfig(this.env).heartbeatIntervalMs);
+    await armAlarm(this.storage, now + serviceConfig(this.env).heartbeatIntervalMs);
     this.hooks.alarmEnds(now);
   }
 
@@ -252,6 +302,7 @@ export class Coordinator extends DurableObject<Env> {
    * SHARDQ_TEST_HOOKS is "on".
    */
   async testHook(req: { arm?: FaultPoint | null; times?: number; action?: "scale-out" | "drain"; shard?: string; holdMapMs?: number } = {}): Promise<TestHookStatus & { changed?: string; map_held_until?: number }> {
+    this.cost.rpcs++;
     this.hooks.check();
     if (req.holdMapMs) this.publisher.hold(req.holdMapMs);
     this.hooks.control(req.arm, req.times);
@@ -263,21 +314,38 @@ export class Coordinator extends DurableObject<Env> {
 
   /** The last hour of backlog, rates and shards, a point every SERIES_STEP_MS, oldest first. */
   series(): { stepMs: number; points: SeriesPoint[] } {
+    this.cost.rpcs++;
     return { stepMs: SERIES_STEP_MS, points: readSeries(this.sql, this.clock.now()) };
   }
 
   /** What the autoscaler has done lately, newest first. */
   decisions(limit = 50): Decision[] {
+    this.cost.rpcs++;
     return recentDecisions(this.sql, limit);
   }
 
   /** Adds what a broker isolate measured since its last flush (broker/metrics/latency-histogram.ts). */
   recordSendLatency(counts: SendLatencyCounts): void {
+    this.cost.rpcs++;
     if (this.store.exists()) recordSendLatency(this.sql, counts);
   }
 
   /** GET /metrics: the delivery counters (counters.ts) and the send latency histogram, cumulative. */
   metricsTotals(): { counters: QueueCounters; sendLatency: SendLatencyCounts } {
+    this.cost.rpcs++;
     return { counters: queueCounters(this.sql), sendLatency: readSendLatency(this.sql) };
+  }
+
+  /**
+   * What this object was billed for since it started, the names of the queue's storage shards
+   * (the benchmark reads theirs from them), and what each consumer shard reported it was billed
+   * for, over its restarts (an idle consumer shard may be evicted, and its figures with it).
+   * The benchmark's own read: not counted as an RPC (its rows read are).
+   */
+  costFigures(): MeterReading & { storageShards: string[]; consumerShards: Record<string, CostMeter> } {
+    const reading = readMeter(this.cost, this.since);
+    const consumerShards: Record<string, CostMeter> = {};
+    for (const c of readConsumerShards(this.sql)) if (c.cost) consumerShards[String(c.index)] = c.cost;
+    return { ...reading, storageShards: this.store.shards().map((s) => s.name), consumerShards };
   }
 }

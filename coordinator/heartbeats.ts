@@ -1,6 +1,7 @@
 /** The latest report of every shard of a queue, kept by its Coordinator. */
 import type { DeliveryTotals, StorageHeartbeat, ShardHeartbeat } from "../src/kernel/protocol";
 import { carryShardRestart } from "./counters";
+import type { CostMeter, MeterReading } from "../src/kernel/sql-meter";
 
 
 /** What a consumer shard reports after each round of delivery. */
@@ -10,10 +11,14 @@ export interface ConsumerShardReport {
   delivered: number;
   batches: number;
   errors: number;
+  /** What the shard was billed for since it started (src/kernel/sql-meter.ts); absent from shards older than it. */
+  cost?: MeterReading;
 }
 
-export interface ConsumerShardStatus extends ConsumerShardReport {
+export interface ConsumerShardStatus extends Omit<ConsumerShardReport, "cost"> {
   received_at: number;
+  /** Everything the shard reported it was billed for, over its restarts; null before its first report with a cost. */
+  cost?: CostMeter | null;
 }
 
 export function recordStorageBeat(sql: SqlStorage, beat: StorageHeartbeat, now: number): void {
@@ -41,18 +46,40 @@ export function forgetStorageBeat(sql: SqlStorage, name: string): void {
 }
 
 export function recordConsumerReport(sql: SqlStorage, r: ConsumerShardReport, now: number): void {
+  // A shard's cost figures count from its last start: when it restarted (another `since`), the
+  // figures of its life before are kept in cost_carried, so its total never goes down.
+  let carried: string | null = null;
+  if (r.cost) {
+    const prev = sql.exec<{ cost: string | null; cost_carried: string | null }>("SELECT cost, cost_carried FROM consumer_shards WHERE idx = ?", r.index).toArray()[0];
+    const before = prev?.cost ? (JSON.parse(prev.cost) as MeterReading) : null;
+    const kept = prev?.cost_carried ? (JSON.parse(prev.cost_carried) as CostMeter) : null;
+    carried = before && before.since !== r.cost.since ? JSON.stringify(addCost(kept, before)) : (prev?.cost_carried ?? null);
+  }
   sql.exec(
-    `INSERT INTO consumer_shards (idx, running, delivered, batches, errors, received_at) VALUES (?, ?, ?, ?, ?, ?)
+    `INSERT INTO consumer_shards (idx, running, delivered, batches, errors, received_at, cost, cost_carried) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
      ON CONFLICT(idx) DO UPDATE SET running = excluded.running, delivered = delivered + excluded.delivered,
-       batches = batches + excluded.batches, errors = errors + excluded.errors, received_at = excluded.received_at`,
+       batches = batches + excluded.batches, errors = errors + excluded.errors, received_at = excluded.received_at,
+       cost = COALESCE(excluded.cost, cost), cost_carried = COALESCE(excluded.cost_carried, cost_carried)`,
     // Delivering now, or delivered since its last report: it counts toward concurrency.
-    r.index, r.running || r.delivered > 0 ? 1 : 0, r.delivered, r.batches, r.errors, now,
+    r.index, r.running || r.delivered > 0 ? 1 : 0, r.delivered, r.batches, r.errors, now, r.cost ? JSON.stringify(r.cost) : null, carried,
   );
 }
 
 export function readConsumerShards(sql: SqlStorage): ConsumerShardStatus[] {
-  const rows = sql.exec("SELECT idx, running, delivered, batches, errors, received_at FROM consumer_shards ORDER BY idx").toArray() as unknown as Array<{
-    idx: number; running: number; delivered: number; batches: number; errors: number; received_at: number;
+  const rows = sql.exec("SELECT idx, running, delivered, batches, errors, received_at, cost, cost_carried FROM consumer_shards ORDER BY idx").toArray() as unknown as Array<{
+    idx: number; running: number; delivered: number; batches: number; errors: number; received_at: number; cost: string | null; cost_carried: string | null;
   }>;
-  return rows.map((r) => ({ index: r.idx, running: r.running === 1, delivered: r.delivered, batches: r.batches, errors: r.errors, received_at: r.received_at }));
+  return rows.map((r) => ({
+    index: r.idx,
+    running: r.running === 1,
+    delivered: r.delivered,
+    batches: r.batches,
+    errors: r.errors,
+    received_at: r.received_at,
+    cost: r.cost ? addCost(r.cost_carried ? (JSON.parse(r.cost_carried) as CostMeter) : null, JSON.parse(r.cost) as MeterReading) : null,
+  }));
+}
+
+function addCost(a: CostMeter | null, b: CostMeter): CostMeter {
+  return { rpcs: (a?.rpcs ?? 0) + b.rpcs, rowsWritten: (a?.rowsWritten ?? 0) + b.rowsWritten, rowsRead: (a?.rowsRead ?? 0) + b.rowsRead, alarms: (a?.alarms ?? 0) + b.alarms };
 }

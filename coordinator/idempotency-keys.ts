@@ -3,6 +3,7 @@ import { systemClock, type Clock } from "../src/kernel/clock";
 import type { Env } from "../src/kernel/env";
 import { runMigrations } from "../src/kernel/sqlite-migrations";
 import type { ClaimOutcome, KeyClaim } from "../src/kernel/protocol";
+import { meteredStorage, newMeter, readMeter, type MeterReading } from "../src/kernel/sql-meter";
 
 /** How long a key is remembered after its first use (Stripe's window; documented in the README). */
 export const IDEMPOTENCY_WINDOW_MS = 24 * 3_600_000;
@@ -54,6 +55,10 @@ const MIGRATIONS = [
  * placed by id, so the shard that took the first attempt skips what it already has.
  */
 export class IdempotencyKeys extends DurableObject<Env> {
+  /** RPCs served, alarms run, rows written and read since this object started (src/kernel/sql-meter.ts). */
+  private readonly cost = newMeter();
+  private readonly since = Date.now();
+  private readonly storage: DurableObjectStorage;
   private readonly sql: SqlStorage;
   private sweepArmed = false;
   /** Tests replace this to drive time. */
@@ -61,11 +66,17 @@ export class IdempotencyKeys extends DurableObject<Env> {
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
-    this.sql = ctx.storage.sql;
+    this.storage = meteredStorage(ctx.storage, this.cost);
+    this.sql = this.storage.sql;
     runMigrations(this.sql, MIGRATIONS);
     void ctx.blockConcurrencyWhile(async () => {
-      this.sweepArmed = (await ctx.storage.getAlarm()) !== null;
+      this.sweepArmed = (await this.storage.getAlarm()) !== null;
     });
+  }
+
+  /** What this object was billed for since it started: the benchmark's read, not counted as an RPC. */
+  costFigures(): MeterReading {
+    return readMeter(this.cost, this.since);
   }
 
   /**
@@ -73,6 +84,7 @@ export class IdempotencyKeys extends DurableObject<Env> {
    * refused, so nothing is written; a key already done is answered, not claimed.
    */
   claim(claims: KeyClaim[], token: string): ClaimOutcome[] {
+    this.cost.rpcs++;
     const now = this.clock.now();
     const rows = claims.map((c) => {
       const row = this.sql.exec<KeyRow>("SELECT * FROM keys WHERE key = ?", c.key).toArray()[0];
@@ -88,7 +100,7 @@ export class IdempotencyKeys extends DurableObject<Env> {
       return { status: "claimed", ids: JSON.parse(row.ids) as string[], retry: true };
     });
     if (outcomes.some((o) => o.status === "busy" || o.status === "mismatch")) return outcomes;
-    this.ctx.storage.transactionSync(() => {
+    this.storage.transactionSync(() => {
       claims.forEach((c, i) => {
         const row = rows[i];
         if (outcomes[i]!.status !== "claimed") return;
@@ -105,14 +117,15 @@ export class IdempotencyKeys extends DurableObject<Env> {
     });
     if (!this.sweepArmed) {
       this.sweepArmed = true;
-      void this.ctx.storage.setAlarm(now + IDEMPOTENCY_WINDOW_MS);
+      void this.storage.setAlarm(now + IDEMPOTENCY_WINDOW_MS);
     }
     return outcomes;
   }
 
   /** The messages are stored: from now on the keys answer with their ids. */
   complete(keys: string[]): void {
-    this.ctx.storage.transactionSync(() => {
+    this.cost.rpcs++;
+    this.storage.transactionSync(() => {
       for (const key of keys) this.sql.exec("UPDATE keys SET state = 'done' WHERE key = ?", key);
     });
   }
@@ -123,7 +136,8 @@ export class IdempotencyKeys extends DurableObject<Env> {
    * once (storing with dedupe). Otherwise a key this attempt created is forgotten.
    */
   release(keys: string[], token: string, sent: boolean): void {
-    this.ctx.storage.transactionSync(() => {
+    this.cost.rpcs++;
+    this.storage.transactionSync(() => {
       for (const key of keys) {
         if (!sent) this.sql.exec("DELETE FROM keys WHERE key = ? AND token = ? AND state = 'pending' AND attempt = 1", key, token);
         this.sql.exec("UPDATE keys SET claimed_at = 0 WHERE key = ? AND token = ? AND state = 'pending'", key, token);
@@ -133,10 +147,11 @@ export class IdempotencyKeys extends DurableObject<Env> {
 
   /** Deletes expired keys; comes back while any key is left. */
   override async alarm(): Promise<void> {
+    this.cost.alarms++;
     const now = this.clock.now();
     this.sql.exec("DELETE FROM keys WHERE expires_at <= ?", now);
     const next = this.sql.exec<{ at: number | null }>("SELECT MIN(expires_at) AS at FROM keys").one().at;
     this.sweepArmed = next !== null;
-    if (next !== null) await this.ctx.storage.setAlarm(Math.max(next, now + SWEEP_EVERY_MS));
+    if (next !== null) await this.storage.setAlarm(Math.max(next, now + SWEEP_EVERY_MS));
   }
 }

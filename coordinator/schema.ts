@@ -83,6 +83,9 @@ const MIGRATIONS: string[] = [
   // and the sum under "_sum") and what keeps the delivery counters from going down (counters.ts).
   `CREATE TABLE IF NOT EXISTS send_latency (le TEXT PRIMARY KEY, n REAL NOT NULL);
    CREATE TABLE IF NOT EXISTS counter_carry (name TEXT PRIMARY KEY, totals TEXT NOT NULL);`,
+  // What each consumer shard was billed for (heartbeats.ts): its latest report, and its lives before.
+  `ALTER TABLE consumer_shards ADD COLUMN cost TEXT;
+   ALTER TABLE consumer_shards ADD COLUMN cost_carried TEXT;`,
 ];
 
 export function migrateCoordinator(sql: SqlStorage): void {

@@ -63,3 +63,62 @@ function add(meter: CostMeter, c: OpenCursor): void {
 export function settleReads(meter: CostMeter): void {
   for (const c of open.get(meter) ?? []) add(meter, c);
 }
+
+/** A meter's figures as a benchmark reads them: settled, with when the object started counting. */
+export interface MeterReading extends CostMeter {
+  /** When this object started (ms since the epoch): a later `since` than before means it restarted and counted afresh. */
+  since: number;
+}
+
+/** A new meter, all zeros. */
+export function newMeter(): CostMeter {
+  return { rpcs: 0, rowsWritten: 0, rowsRead: 0, alarms: 0 };
+}
+
+/** The figures of `meter` now, reads settled. */
+export function readMeter(meter: CostMeter, since: number): MeterReading {
+  settleReads(meter);
+  return { ...meter, since };
+}
+
+/**
+ * The same DurableObjectStorage, with its SQL metered (meteredSql) and its key-value and
+ * alarm calls counted as Cloudflare bills them on a SQLite-backed object: get() a row read
+ * per key asked (found or not, so an upper bound), put() and delete() a row written per key,
+ * setAlarm() one row written. getAlarm() is not billed as a row; transactionSync() and the
+ * rest pass through.
+ */
+export function meteredStorage(storage: DurableObjectStorage, meter: CostMeter): DurableObjectStorage {
+  const sql = meteredSql(storage.sql, meter);
+  const keys = (k: unknown) => (Array.isArray(k) ? k.length : 1);
+  return new Proxy(storage, {
+    get(target, prop) {
+      switch (prop) {
+        case "sql":
+          return sql;
+        case "get":
+          return (k: string | string[], ...rest: unknown[]) => {
+            meter.rowsRead += keys(k);
+            return (target.get as (...a: unknown[]) => unknown).call(target, k, ...rest);
+          };
+        case "put":
+          return (k: string | Record<string, unknown>, ...rest: unknown[]) => {
+            meter.rowsWritten += typeof k === "string" ? 1 : Object.keys(k).length;
+            return (target.put as (...a: unknown[]) => unknown).call(target, k, ...rest);
+          };
+        case "delete":
+          return (k: string | string[], ...rest: unknown[]) => {
+            meter.rowsWritten += keys(k);
+            return (target.delete as (...a: unknown[]) => unknown).call(target, k, ...rest);
+          };
+        case "setAlarm":
+          return (...a: unknown[]) => {
+            meter.rowsWritten++;
+            return (target.setAlarm as (...a: unknown[]) => unknown).call(target, ...a);
+          };
+      }
+      const value = Reflect.get(target, prop, target) as unknown;
+      return typeof value === "function" ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+    },
+  });
+}

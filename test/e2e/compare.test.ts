@@ -31,6 +31,25 @@ describe("npm run bench -- compare --quick", () => {
     expect(rows.find((r) => r.workload === "w5-10k" && r.metric === "cpu_us_per_msg")?.shardq?.median).toBeGreaterThan(0);
     expect(rows.find((r) => r.workload === "w1" && r.metric === "cpu_us_per_msg")?.simulator?.median).toBeGreaterThan(0);
     expect(rows.find((r) => r.workload === "w1" && r.metric === "do_rpcs_per_msg")?.shardq?.median).toBeGreaterThan(0);
+    // A cost block for every shardq run: a positive price per million delivered, beside Cloudflare
+    // Queues' for the same messages, and rows written and read per message for every workload.
+    for (const run of json.runs.filter((r: { system: string }) => r.system === "shardq")) {
+      expect(run.cost.usd_per_million_delivered, run.workload).toBeGreaterThan(0);
+      expect(run.cost.cq_usd_per_million, run.workload).toBeGreaterThan(0);
+      expect(run.cost.ratio_vs_cq, run.workload).toBeGreaterThan(0);
+      expect(run.cost.counts.do_requests, run.workload).toBeGreaterThan(0);
+      expect(run.figures.rows_written_per_msg, run.workload).toBeGreaterThan(0);
+      expect(run.figures.rows_read_per_msg, run.workload).toBeGreaterThan(0);
+    }
+    // The ceiling: one storage shard alone, and every shardq workload's throughput as a fraction of it.
+    expect(json.ceiling.batch.msgs_per_s).toBeGreaterThan(0);
+    expect(json.ceiling.single.msgs_per_s).toBeGreaterThan(0);
+    expect(json.ceiling.batch.rows_written_per_msg).toBeGreaterThan(0);
+    expect(rows.find((r) => r.workload === "w2" && r.metric === "ceiling_fraction")?.shardq?.median).toBeGreaterThan(0);
+    const md = readFileSync(files.md, "utf8");
+    expect(md).toContain("### Cost at Cloudflare's list prices");
+    expect(md).toMatch(/\| w1 \| [\d.]+ \| 1\.2 \|/);
+    expect(md).toContain("### Ceiling: one storage shard alone");
     expect(readFileSync(files.md, "utf8")).toContain("| w1: send() from a Worker, 256 in flight | delivered_msgs_per_s |");
     expect(readFileSync(files.svg, "utf8")).toMatch(/^<svg /);
     for (const chart of ["w1-latency", "w4-latency", "w6-autoscaling"]) {

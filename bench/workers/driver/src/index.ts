@@ -4,12 +4,56 @@
  * binding to QueueProducer). POST /run?count&concurrency&batch[&rate] sends `count`
  * messages with `concurrency` send() or sendBatch() calls in flight (or at `rate`
  * messages/s) and reports each call's duration. /shardq/* and /sink/* pass through to the shardq service and the sink,
- * which run in this process without ports of their own.
+ * which run in this process without ports of their own. GET /cost?account&queue_id (shardq
+ * only) reads what each of the queue's Durable Objects was billed for since it started.
  */
+import type { CostMeter, MeterReading } from "../../../../src/kernel/sql-meter";
+import type { CostFigures, ShardStats } from "../../../../src/kernel/protocol";
+import { IDEMPOTENCY_BUCKETS } from "../../../../src/routing/idempotent-send";
+
 interface Env {
   QUEUE: Queue<unknown>;
   SINK: Fetcher;
   SHARDQ?: Fetcher;
+  // shardq's classes (wrangler.shardq.toml), for GET /cost.
+  COORDINATOR?: DurableObjectNamespace;
+  STORAGE_SHARD?: DurableObjectNamespace;
+  ACCOUNT_CATALOG?: DurableObjectNamespace;
+  IDEMPOTENCY_KEYS?: DurableObjectNamespace;
+}
+
+/** The methods GET /cost calls, typed here: the bindings reach another script's classes. */
+interface Metered {
+  costFigures(): Promise<MeterReading>;
+}
+interface CoordinatorStub {
+  costFigures(): Promise<MeterReading & { storageShards: string[]; consumerShards: Record<string, CostMeter> }>;
+}
+interface StorageShardStub {
+  stats(): Promise<ShardStats>;
+}
+
+/**
+ * Every Durable Object of one queue (and its account's catalog), by class: its figures since it
+ * started. Storage shards answer stats(), which counts itself as one RPC (the caller subtracts
+ * it); costFigures() counts nothing. Consumer shards are read from what they reported to the
+ * Coordinator, over their restarts: an idle one may have been evicted, its counters with it.
+ */
+type CostEnv = Required<Pick<Env, "COORDINATOR" | "STORAGE_SHARD" | "ACCOUNT_CATALOG" | "IDEMPOTENCY_KEYS">>;
+
+async function costOf(env: CostEnv, account: string, queueId: string) {
+  const get = <T>(ns: DurableObjectNamespace, name: string) => ns.get(ns.idFromName(name)) as unknown as T;
+  const coordinator = await get<CoordinatorStub>(env.COORDINATOR, queueId).costFigures();
+  const { storageShards, consumerShards, ...own } = coordinator;
+  const named = async <T>(names: Array<string | number>, read: (name: string | number) => Promise<T>) =>
+    Object.fromEntries(await Promise.all(names.map(async (n) => [String(n), await read(n)] as const)));
+  return {
+    coordinator: own,
+    storage: await named(storageShards, async (n) => (await get<StorageShardStub>(env.STORAGE_SHARD, String(n)).stats()).cost satisfies CostFigures),
+    consumer: consumerShards,
+    catalog: await get<Metered>(env.ACCOUNT_CATALOG, account).costFigures(),
+    idempotency: await named(Array.from({ length: IDEMPOTENCY_BUCKETS }, (_, b) => b), (b) => get<Metered>(env.IDEMPOTENCY_KEYS, `${queueId}:idempotency:${b}`).costFigures()),
+  };
 }
 
 export default {
@@ -18,6 +62,12 @@ export default {
     if (url.pathname.startsWith("/sink/")) return env.SINK.fetch(new Request(new URL(url.pathname.slice(5) + url.search, url), request));
     if (url.pathname.startsWith("/shardq/") && env.SHARDQ) {
       return env.SHARDQ.fetch(new Request(new URL(url.pathname.slice(7) + url.search, url), request));
+    }
+    if (url.pathname === "/cost") {
+      const { COORDINATOR, STORAGE_SHARD, ACCOUNT_CATALOG, IDEMPOTENCY_KEYS } = env;
+      const queueId = url.searchParams.get("queue_id");
+      if (!COORDINATOR || !STORAGE_SHARD || !ACCOUNT_CATALOG || !IDEMPOTENCY_KEYS || !queueId) return Response.json({ error: "GET /cost?account&queue_id, against shardq" }, { status: 404 });
+      return Response.json(await costOf({ COORDINATOR, STORAGE_SHARD, ACCOUNT_CATALOG, IDEMPOTENCY_KEYS }, url.searchParams.get("account") ?? "local", queueId));
     }
     if (url.pathname !== "/run" || request.method !== "POST") return Response.json({ error: "POST /run?count&concurrency&batch" }, { status: 404 });
     const count = Number(url.searchParams.get("count") ?? 1000);
