@@ -434,6 +434,8 @@ export class StorageShard extends DurableObject<Env> {
   private armHeartbeat(now: number): void {
     if (this.heartbeatArmed) return;
     this.heartbeatArmed = true;
+    // Billed as a row written.
+    this.cost.rowsWritten++;
     void this.ctx.storage.setAlarm(now + serviceConfig(this.env).heartbeatIntervalMs);
   }
 
