@@ -39,17 +39,13 @@ export default {
     const shard = env.STORAGE_SHARD.get(env.STORAGE_SHARD.idFromName(name)) as unknown as ShardStub;
     await shard.activate({ name, queueId, accountId: "bench", region: "local" });
 
-    // The bodies are made once (their content is irrelevant to the shard); every message
-    // gets an id of its own, 32 hex characters as the broker's (sent even where the shard
-    // would assign them).
+    // The bodies are made once (their content is irrelevant to the shard); the messages
+    // carry no id, as a broker's fresh send: the shard draws ids that say where they live.
     const bodies = Array.from({ length: batch }, () => {
       const body = crypto.getRandomValues(new Uint8Array(bytes));
       return { body, checksum: crc32(body) };
     });
-    const prefix = queueId.slice(0, 16);
-    let next = 0;
-    const messages = (): EncodedMessage[] =>
-      bodies.map(({ body, checksum }) => ({ id: prefix + (next++).toString(16).padStart(16, "0"), body, checksum, contentType: "bytes", delayMs: 0 }));
+    const messages = (): EncodedMessage[] => bodies.map(({ body, checksum }) => ({ body, checksum, contentType: "bytes", delayMs: 0 }));
 
     const before = await shard.stats();
     const latencies: number[] = [];
