@@ -117,13 +117,14 @@ export function placement(messages: readonly Pick<NewMessage, "dueAt" | "body">[
 
 /** The ids of the segments an earlier write of this batch stored, in order, or null when none did. */
 export function idsOfBatch(sql: SqlStorage, ds: DeliveryState, batch: string, groups: number[][], count: number, window: number): string[] | null {
+  // The token only of the newest segments: their headers are read for the ones that match.
   const segs = sql
-    .exec<{ seg: number; headers: string }>("SELECT seg, headers FROM (SELECT seg, batch, headers FROM segments ORDER BY seg DESC LIMIT ?) WHERE batch = ? ORDER BY seg", window, batch)
+    .exec<{ seg: number }>("SELECT seg FROM (SELECT seg, batch FROM segments ORDER BY seg DESC LIMIT ?) WHERE batch = ? ORDER BY seg", window, batch)
     .toArray();
   if (segs.length !== groups.length) return null;
   const ids: string[] = new Array<string>(count);
   for (let g = 0; g < groups.length; g++) {
-    const headers = ds.headersOf(segs[g]!.seg, segs[g]!.headers);
+    const headers = headersOf(sql, ds, segs[g]!.seg)!;
     groups[g]!.forEach((i, slot) => (ids[i] = headers[slot]!.id));
   }
   return ids;
