@@ -109,7 +109,6 @@ export class ConsumerShard extends DurableObject<Env> {
 
   /** The fault harness's hook (src/kernel/test-hooks.ts): throws unless SHARDQ_TEST_HOOKS is "on". */
   testHook(req: { arm?: FaultPoint | null; times?: number } = {}): TestHookStatus {
-    this.cost.rpcs++;
     return this.hooks.control(req.arm, req.times);
   }
 

@@ -302,7 +302,6 @@ export class Coordinator extends DurableObject<Env> {
    * SHARDQ_TEST_HOOKS is "on".
    */
   async testHook(req: { arm?: FaultPoint | null; times?: number; action?: "scale-out" | "drain"; shard?: string; holdMapMs?: number } = {}): Promise<TestHookStatus & { changed?: string; map_held_until?: number }> {
-    this.cost.rpcs++;
     this.hooks.check();
     if (req.holdMapMs) this.publisher.hold(req.holdMapMs);
     this.hooks.control(req.arm, req.times);

@@ -96,7 +96,8 @@ export function lease(sql: SqlStorage, ds: DeliveryState, now: number, req: Leas
   const oldestReady = Math.min(...scheduled.candidates.map((c) => c.header.dueAt), ...fresh.candidates.map((c) => c.header.enqueuedAt));
   if (count > 0 && count < req.limit && !fresh.truncated && oldestReady + req.maxWaitMs > now) {
     scheduled.commit();
-    return { result: { messages: [], waitUntil: oldestReady + req.maxWaitMs, more: false, nextVisibleAt: nextVisible(sql, ds, now) }, delta: lapsed };
+    const delta = { count: lapsed.count + scheduled.expired.count, bytes: lapsed.bytes + scheduled.expired.bytes };
+    return { result: { messages: [], waitUntil: oldestReady + req.maxWaitMs, more: false, nextVisibleAt: nextVisible(sql, ds, now) }, delta };
   }
 
   const taken = leaseSlots(sql, ds, [...scheduled.candidates, ...fresh.candidates], now, req.leaseMs, true, scheduled.edits);
