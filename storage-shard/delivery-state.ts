@@ -49,7 +49,7 @@ export interface Lapsed {
   key: string;
 }
 /** Lapsed leases remembered at most (the oldest are forgotten first). */
-const LAPSED_KEPT = 100_000;
+const LAPSED_KEPT = 10_000;
 
 export class DeliveryState {
   /** By slotKey(seg, slot). */
