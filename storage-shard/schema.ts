@@ -23,23 +23,14 @@ interface MessageRow {
  * The storage shard's SQLite schema. Applied synchronously in the constructor;
  * SQLite calls in a Durable Object are synchronous, so no request can run before it.
  *
- * Since version 10 messages live in segments, one row per batch that arrived together
+ * Since versions 10 and 11 (the table, then the conversion) messages live in segments, one row per batch that arrived together
  * (segment.ts, docs/segments.md); versions 1 to 9 below are the one-row-per-message
  * schema they replaced, kept so that a shard of any age converts on start.
  *
- * `seq` (the rowid) orders messages by arrival, so the oldest message is the first
- * row and needs no index of its own.
- *
- * Since version 4 a message that is delivered and acked the first time costs two row
- * writes, its insert and its delete (the benchmark's target): no index covers fresh
- * messages, and their leases live in memory (delivery-state.ts). Only scheduled
- * messages, `due_at` set (delayed sends, retries, expired or stored leases), sit in the
- * partial index `messages_due`, where QuiCK's vesting time applies: a stored lease
- * moves `due_at` forward, and nothing is removed until acked.
- *
- * The backlog figures are counted from the table when the object starts, and the
- * running totals are written at most once a second (totals.ts), so neither costs a
- * row per batch.
+ * Versions 4 to 9 made a message delivered and acked the first time cost two row
+ * writes, its insert and its delete; segments make a batch cost about two. The backlog
+ * figures are counted from the segments when the object starts, and the running totals
+ * are written at most once a second (delivery-state.ts), so neither costs a row per batch.
  */
 export const MIGRATIONS: readonly MigrationStep[] = [
   `CREATE TABLE IF NOT EXISTS messages (
