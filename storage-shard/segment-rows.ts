@@ -7,10 +7,13 @@
  */
 import type { DeliveryState } from "./delivery-state";
 import {
+  bodyOf,
+  copyOf,
   encodeHeaders,
   locate,
   locatedId,
   nextSegment,
+  offsetsOf,
   packBodies,
   SEGMENT_MAX_BYTES,
   SEGMENT_MAX_MESSAGES,
@@ -245,4 +248,36 @@ function unsettledWithId(sql: SqlStorage, ds: DeliveryState, seg: number, id: st
   const slots = slot === undefined ? headers.map((_, i) => headers.length - 1 - i) : [slot];
   for (const s of slots) if (headers[s]?.id === id && !settled.has(s)) return { state, headers, slot: s };
   return null;
+}
+
+/** A message written again from its slot: same id, copy and body; its attempts and due time anew. */
+export function rewritten(h: Header, seg: number, slot: number, body: Uint8Array, addAttempts: number, dueAt: number): NewMessage {
+  return {
+    id: h.id,
+    contentType: h.contentType,
+    checksum: h.checksum,
+    enqueuedAt: h.enqueuedAt,
+    dueAt,
+    attempts: h.attempts + addAttempts,
+    sentAt: h.sentAt,
+    copy: copyOf(h, seg, slot),
+    body,
+  };
+}
+
+/** A segment's packed bodies, read once when the first is wanted. */
+export class Bodies {
+  private packed: ArrayBuffer | undefined;
+  private offsets: number[] | undefined;
+  constructor(
+    private readonly sql: SqlStorage,
+    private readonly seg: number,
+    private readonly headers: Header[],
+  ) {}
+
+  of(slot: number): Uint8Array {
+    this.packed ??= bodiesOf(this.sql, this.seg) ?? new ArrayBuffer(0);
+    this.offsets ??= offsetsOf(this.headers);
+    return bodyOf(this.packed, this.offsets, this.headers, slot);
+  }
 }

@@ -6,7 +6,6 @@ import type { Env } from "../src/kernel/env";
 import type {
   AppendRequest,
   AppendResult,
-  EncodedMessage,
   DeliveryTotals,
   LeasedMessage,
   LeaseRef,
@@ -25,14 +24,14 @@ import type {
   StorageHeartbeat,
 } from "../src/kernel/protocol";
 import { ActivityMeter, TokenBucket } from "./capacity";
-import { expireOld, extend, lease, leasedCount, readLeased, settle, type BacklogDelta } from "./delivery";
+import { expireOld, lease, leasedCount, type BacklogDelta } from "./delivery";
+import { extend, readLeased, settle } from "./settlement";
 import { DeliveryState } from "./delivery-state";
 import { coordinatorFor } from "../src/kernel/addressing";
 import { meteredSql, settleReads, type CostMeter } from "../src/kernel/sql-meter";
 import { cancelMessage, countMatching, findMessage, leaseMatching, peekReady, purgeSome, releaseLeases } from "./operations";
 import { migrate } from "./schema";
-import { DEDUPE_SEGMENTS, knownIds, movesDone, rememberIds, rememberMoves } from "./remembered-ids";
-import { idsOfBatch, placement, writeSegments, type NewMessage } from "./segment-rows";
+import { appendBatch } from "./append";
 import { shardNumber } from "./segment";
 import { testHooksFor, type FaultPoint, type TestHookStatus } from "../src/kernel/test-hooks";
 import { corruptBodies } from "./corrupt-bodies";
@@ -140,7 +139,7 @@ export class StorageShard extends DurableObject<Env> {
     const now = this.clock.now();
     if (this.capacity && !this.capacity.take(req.messages.length, now)) return this.refuse("overloaded");
     const { stored, bytes, ids } = this.ctx.storage.transactionSync(() => {
-      const written = this.appendInTransaction(req, now);
+      const written = appendBatch(this.sql, this.delivery, this.shardNo, req, now);
       this.delivery.flushTotals(now);
       return written;
     });
@@ -168,48 +167,6 @@ export class StorageShard extends DurableObject<Env> {
     return this.hooks.afterDurable("abort-append", this.ctx, { ok: true, stored, duplicates: req.messages.length - stored, backlog: this.backlog(), ids });
   }
 
-  /**
-   * The batch's new segments, inside append's transaction. A batch of fresh messages
-   * written again (`dedupe`, after a lost reply) is answered with the ids its first
-   * write stored, if it was stored; messages given ids are skipped when this shard
-   * holds or remembers them, moves when it carried them out.
-   */
-  private appendInTransaction(req: AppendRequest, now: number): { stored: number; bytes: number; ids: string[] } {
-    const fresh = req.messages.every((m) => m.id === undefined);
-    if (fresh && req.dedupe && req.batch) {
-      const again = idsOfBatch(this.sql, this.delivery, req.batch, placement(req.messages.map(toNew(now))), req.messages.length, DEDUPE_SEGMENTS);
-      if (again) return { stored: 0, bytes: 0, ids: again };
-    }
-    // A move is known by the copy it moves, a send by its id: never one by the other.
-    const given = req.messages.flatMap((m) => (m.moveKey === undefined && m.id !== undefined ? [m.id] : []));
-    const known = (req.dedupe || req.remember) && given.length > 0 ? knownIds(this.sql, given) : new Set<string>();
-    // Plain sends carry no move key: they read and write nothing of remembered_moves.
-    const moveKeys = req.messages.flatMap((m) => (m.moveKey === undefined ? [] : [m.moveKey]));
-    const moved = moveKeys.length > 0 ? movesDone(this.sql, moveKeys) : new Set<string>();
-    const ids: string[] = new Array<string>(req.messages.length);
-    const writes: NewMessage[] = [];
-    const at: number[] = [];
-    const storedIds: string[] = [];
-    const storedMoves: string[] = [];
-    req.messages.forEach((m, i) => {
-      if (m.moveKey !== undefined) {
-        if (moved.has(m.moveKey)) return void (ids[i] = m.id!);
-        moved.add(m.moveKey);
-        storedMoves.push(m.moveKey);
-      } else if (m.id !== undefined) {
-        if (known.has(m.id)) return void (ids[i] = m.id);
-        known.add(m.id);
-        storedIds.push(m.id);
-      }
-      writes.push(toNew(now)(m));
-      at.push(i);
-    });
-    const written = writeSegments(this.sql, this.delivery, this.shardNo, now, writes, req.batch ?? null);
-    written.forEach((w, k) => (ids[at[k]!] = w.id));
-    if (req.remember) rememberIds(this.sql, storedIds, now);
-    rememberMoves(this.sql, storedMoves, now);
-    return { stored: writes.length, bytes: writes.reduce((n, w) => n + w.body.byteLength, 0), ids };
-  }
 
   /**
    * Leases up to `limit` ready messages to one consumer (a batch), after deleting any
@@ -456,20 +413,4 @@ export class StorageShard extends DurableObject<Env> {
     this.leasedNow = 0;
     this.delivery.reset();
   }
-}
-
-
-/** A message as sent, to be written as a new one: arrived now, due after its delay. */
-function toNew(now: number): (m: EncodedMessage) => NewMessage {
-  return (m) => ({
-    ...(m.id !== undefined ? { id: m.id } : {}),
-    contentType: m.contentType,
-    checksum: m.checksum,
-    enqueuedAt: now,
-    dueAt: m.delayMs > 0 ? now + m.delayMs : 0,
-    attempts: m.attempts ?? 0,
-    sentAt: m.sentAt ?? 0,
-    copy: "",
-    body: m.body,
-  });
 }

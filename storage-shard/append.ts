@@ -1,0 +1,67 @@
+/**
+ * Writing a batch a storage shard was sent: its new segments, inside append's
+ * transaction, skipping what this shard already holds from an earlier write of the same
+ * messages (a lost reply, a crash mid-move): storage-shard/remembered-ids.ts.
+ */
+import type { AppendRequest, EncodedMessage } from "../src/kernel/protocol";
+import type { DeliveryState } from "./delivery-state";
+import { DEDUPE_SEGMENTS, knownIds, movesDone, rememberIds, rememberMoves } from "./remembered-ids";
+import { idsOfBatch, placement, writeSegments, type NewMessage } from "./segment-rows";
+
+/**
+ * The batch's new segments, inside append's transaction. A batch of fresh messages
+ * written again (`dedupe`, after a lost reply) is answered with the ids its first
+ * write stored, if it was stored; messages given ids are skipped when this shard
+ * holds or remembers them, moves when it carried them out.
+ */
+export function appendBatch(sql: SqlStorage, ds: DeliveryState, shardNo: number, req: AppendRequest, now: number): { stored: number; bytes: number; ids: string[] } {
+  const fresh = req.messages.every((m) => m.id === undefined);
+  if (fresh && req.dedupe && req.batch) {
+    const again = idsOfBatch(sql, ds, req.batch, placement(req.messages.map(toNew(now))), req.messages.length, DEDUPE_SEGMENTS);
+    if (again) return { stored: 0, bytes: 0, ids: again };
+  }
+  // A move is known by the copy it moves, a send by its id: never one by the other.
+  const given = req.messages.flatMap((m) => (m.moveKey === undefined && m.id !== undefined ? [m.id] : []));
+  const known = (req.dedupe || req.remember) && given.length > 0 ? knownIds(sql, given) : new Set<string>();
+  // Plain sends carry no move key: they read and write nothing of remembered_moves.
+  const moveKeys = req.messages.flatMap((m) => (m.moveKey === undefined ? [] : [m.moveKey]));
+  const moved = moveKeys.length > 0 ? movesDone(sql, moveKeys) : new Set<string>();
+  const ids: string[] = new Array<string>(req.messages.length);
+  const writes: NewMessage[] = [];
+  const at: number[] = [];
+  const storedIds: string[] = [];
+  const storedMoves: string[] = [];
+  req.messages.forEach((m, i) => {
+    if (m.moveKey !== undefined) {
+      if (moved.has(m.moveKey)) return void (ids[i] = m.id!);
+      moved.add(m.moveKey);
+      storedMoves.push(m.moveKey);
+    } else if (m.id !== undefined) {
+      if (known.has(m.id)) return void (ids[i] = m.id);
+      known.add(m.id);
+      storedIds.push(m.id);
+    }
+    writes.push(toNew(now)(m));
+    at.push(i);
+  });
+  const written = writeSegments(sql, ds, shardNo, now, writes, req.batch ?? null);
+  written.forEach((w, k) => (ids[at[k]!] = w.id));
+  if (req.remember) rememberIds(sql, storedIds, now);
+  rememberMoves(sql, storedMoves, now);
+  return { stored: writes.length, bytes: writes.reduce((n, w) => n + w.body.byteLength, 0), ids };
+}
+
+/** A message as sent, to be written as a new one: arrived now, due after its delay. */
+function toNew(now: number): (m: EncodedMessage) => NewMessage {
+  return (m) => ({
+    ...(m.id !== undefined ? { id: m.id } : {}),
+    contentType: m.contentType,
+    checksum: m.checksum,
+    enqueuedAt: now,
+    dueAt: m.delayMs > 0 ? now + m.delayMs : 0,
+    attempts: m.attempts ?? 0,
+    sentAt: m.sentAt ?? 0,
+    copy: "",
+    body: m.body,
+  });
+}
