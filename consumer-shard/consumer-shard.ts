@@ -112,8 +112,6 @@ export class ConsumerShard extends DurableObject<Env> {
     return this.hooks.control(req.arm, req.times);
   }
 
-
-
   /** Tells the Coordinator what this shard delivered, and whether it is still at work. */
   private async sendReport(queueId: string, running: boolean): Promise<void> {
     const index = (await this.storage.get<number>("index")) ?? 0;
