@@ -57,6 +57,13 @@ export class DeliveryState {
   /** By the slotKey the lease was on. */
   readonly lapsed = new Map<string, Lapsed>();
   cursor = 0;
+  /**
+   * The earliest arrival among scheduled segments (null: none), kept so the backlog's
+   * oldest message costs no scan per call; undefined when a delete may have removed it
+   * and it must be read again. Writes lower it, deletes of a scheduled segment at or
+   * before it forget it (segment-rows.ts).
+   */
+  scheduledOldest: number | null | undefined = undefined;
   /** The last segment number used: the next is above it and above the cursor (segment.ts nextSegment). */
   lastSeg: number;
   private readonly headers = new Map<number, Header[]>();
@@ -174,6 +181,7 @@ export class DeliveryState {
     this.leases.clear();
     this.lapsed.clear();
     this.headers.clear();
+    this.scheduledOldest = undefined;
     this.cursor = 0;
     this.lastSeg = 0;
     for (const n of TOTAL_NAMES) this.totals[n] = 0;

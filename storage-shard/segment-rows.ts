@@ -82,6 +82,7 @@ export function writeSegments(sql: SqlStorage, ds: DeliveryState, shardNo: numbe
       packBodies(group.map((i) => messages[i]!.body)),
     );
     ds.remember(seg, headers);
+    if (dueAt !== null && ds.scheduledOldest !== undefined) ds.scheduledOldest = Math.min(ds.scheduledOldest ?? Infinity, oldest);
   }
   return out;
 }
@@ -207,6 +208,8 @@ export class SegmentEdit {
       });
       sql.exec("DELETE FROM segments WHERE seg = ?", seg);
       ds.forget(seg);
+      // It may have held the scheduled segments' oldest message: read that again when asked.
+      if (this.state.due_at !== null && ds.scheduledOldest !== undefined && this.state.enqueued_at <= (ds.scheduledOldest ?? Infinity)) ds.scheduledOldest = undefined;
       return;
     }
     if (this.changed) {

@@ -199,16 +199,19 @@ export class StorageShard extends DurableObject<Env> {
 
   /**
    * When the oldest stored message arrived: the first segment's, or a scheduled one's (a
-   * rewritten message keeps its arrival time), through the index of scheduled segments.
+   * rewritten message keeps its arrival time). Asked on every append and lease, so the
+   * scheduled segments are read only when a delete may have taken their oldest
+   * (DeliveryState.scheduledOldest); the first segment is one row by the primary key.
    */
   private oldestAt(): number | null {
     if (this.backlogCount === 0) return null;
-    const r = this.sql
-      .exec<{ t: number | null }>(
-        "SELECT MIN(t) AS t FROM (SELECT enqueued_at AS t FROM (SELECT enqueued_at FROM segments ORDER BY seg LIMIT 1) UNION ALL SELECT MIN(enqueued_at) FROM segments WHERE due_at IS NOT NULL AND due_at > -1)",
-      )
-      .one();
-    return r.t;
+    const first = this.sql.exec<{ t: number }>("SELECT enqueued_at AS t FROM segments ORDER BY seg LIMIT 1").toArray()[0]?.t ?? null;
+    const ds = this.delivery;
+    if (ds.scheduledOldest === undefined) {
+      ds.scheduledOldest = this.sql.exec<{ t: number | null }>("SELECT MIN(enqueued_at) AS t FROM segments WHERE due_at IS NOT NULL AND due_at > -1").one().t;
+    }
+    const scheduled = ds.scheduledOldest;
+    return first === null ? scheduled : scheduled === null ? first : Math.min(first, scheduled);
   }
 
   /** Applies a batch's outcome: deletes acked and dead-lettered messages, schedules retries. */

@@ -1,6 +1,7 @@
 import { env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { crc32 } from "../../src/kernel/checksum";
+import { ManualClock } from "../../src/kernel/clock";
 import { locate } from "../../src/kernel/ids";
 import type { EncodedMessage, LeaseRequest } from "../../src/kernel/protocol";
 import type { StorageShard } from "../../storage-shard/storage-shard";
@@ -122,5 +123,17 @@ describe("segments", () => {
     expect(again.map((m) => [m.id, m.attempts])).toEqual([[r.ok && r.ids[0], 2]]);
     // Its lease id still starts with the copy it is: where it was first written.
     expect(again[0]!.leaseId.split("-")[0]).toBe(x!.leaseId.split("-")[0]);
+    // It keeps its arrival time, and is still the backlog's oldest message from its new segment.
+    expect(again[0]!.enqueuedAt).toBe(x!.enqueuedAt);
+    expect((await shard.stats()).oldestEnqueuedAt).toBe(x!.enqueuedAt);
+    const later = x!.enqueuedAt + 10_000;
+    await runInDurableObject(shard, (obj: StorageShard) => {
+      obj.clock = new ManualClock(later);
+    });
+    await shard.append({ queueId: QUEUE, messages: [fresh("z")] });
+    await shard.settle({ queueId: QUEUE, acks: [{ id: again[0]!.id, leaseId: again[0]!.leaseId }], retries: [], deadLettered: [], dropped: [] });
+    // Gone with its segment: the oldest is the next message, read again rather than remembered.
+    expect((await shard.stats()).oldestEnqueuedAt).toBe(later);
+    expect((await shard.stats()).backlogCount).toBe(1);
   });
 });
