@@ -34,6 +34,9 @@ const MAX_IN_FLIGHT = 8000;
 const CDF_POINTS = [1, 5, 10, 25, 50, 75, 90, 95, 99, 99.9, 100];
 /** Workload 6: one storage shard to start with, each taking at most this many messages/s. */
 const W6_SHARD_CAPACITY = 400;
+/** w7: a steady rate this machine holds with room to spare at any shard count, sent to queues pinned at these shard counts. */
+const W7_RATE = 1000;
+const W7_SHARDS = [1, 12];
 /** The body the driver Worker sends (bench/workers/driver): its size is what Cloudflare Queues would bill. */
 const DRIVER_BODY_BYTES = JSON.stringify({ i: 99_999, sent_at: Date.now() }).length;
 /** The load tester's body in w3 (bench/load.mjs, default --size 64). */
@@ -49,9 +52,9 @@ export async function compare(argv) {
   if (!Number.isInteger(repeats) || repeats < 1 || repeats > 10) throw new Error("--repeats must be an integer from 1 to 10");
   const outDir = o.out ?? join(ROOT, "bench", "results");
   const scale = quick ? 0.1 : 1;
-  /** @typedef {{ id: string, name: string, count: number, concurrency: number, batch: number, systems: string[], rate?: number, seconds?: number, backlog?: number }} Workload */
+  /** @typedef {{ id: string, name: string, count: number, concurrency: number, batch: number, systems: string[], rate?: number, seconds?: number, backlog?: number, pinned?: number }} Workload */
   const only = o.only === undefined ? null : new Set(o.only.split(",").map((s) => s.trim()));
-  for (const id of only ?? []) if (!/^w[1-6]$/.test(id)) throw new Error(`--only: unknown workload "${id}" (w1 to w6)`);
+  for (const id of only ?? []) if (!/^w[1-7]$/.test(id)) throw new Error(`--only: unknown workload "${id}" (w1 to w7)`);
   if (only?.has("w4") && !only.has("w1")) throw new Error("--only: w4 needs w1, which measures the rate w4 sends at");
   const workloads = /** @type {Workload[]} */ ([
     { id: "w1", name: "send() from a Worker, 256 in flight", count: Math.round(20_000 * scale), concurrency: 256, batch: 1, systems: ["simulator", "shardq"] },
@@ -69,6 +72,17 @@ export async function compare(argv) {
       systems: ["shardq"],
     })),
     { id: "w6", name: `send() at 4x one shard's capacity (${W6_SHARD_CAPACITY}/s), from 1 shard (no simulator equivalent)`, count: 0, concurrency: 256, batch: 1, rate: 4 * W6_SHARD_CAPACITY, seconds: quick ? 8 : 30, systems: ["shardq"] },
+    ...W7_SHARDS.map((shards) => ({
+      id: `w7-${shards}`,
+      name: `send() at ${W7_RATE} msg/s for ${quick ? 3 : 20} s, shardq pinned at ${shards} storage shard${shards === 1 ? "" : "s"}`,
+      count: W7_RATE * (quick ? 3 : 20),
+      concurrency: 256,
+      batch: 1,
+      rate: W7_RATE,
+      seconds: quick ? 3 : 20,
+      pinned: shards,
+      systems: ["simulator", "shardq"],
+    })),
   ].filter((w) => !only || only.has(w.id.slice(0, 2))));
 
   // Alone on the machine, before either system starts.
@@ -155,6 +169,17 @@ export async function compare(argv) {
             } finally {
               await fresh.stop();
             }
+          } else if (w.pinned && system === "shardq") {
+            // Its own shardq, on fresh state, whose queue has exactly this many shards whatever the load.
+            const fresh = await pinnedStack({ work, env, shards: w.pinned, name: `shardq-${w.id}-${run}` });
+            try {
+              const meter = await startMeter(fresh);
+              const r = await driverRun(fresh.base, fresh.pid, w);
+              const cost = await meter.stop({ delivered: r.figures.delivered ?? 0, workerRequests: 0, bytesPerMessage: DRIVER_BODY_BYTES, peakMessages: Math.min(w.count, MAX_IN_FLIGHT), redeliveries: r.figures.duplicates ?? 0 });
+              result = { ...r, figures: { ...r.figures, ...costFigures(cost), shards_at_start: await activeShards(fresh.base) }, cost };
+            } finally {
+              await fresh.stop();
+            }
           } else if (system === "shardq") {
             const shardsAtStart = await activeShards(stack.base);
             const meter = await startMeter(stack);
@@ -195,6 +220,29 @@ export function rerender(jsonFile) {
   writeFileSync(`${stem}.md`, `${report.markdown}\n${charts}\n`);
   data.summary = report.rows;
   writeFileSync(jsonFile, `${JSON.stringify(data, null, 2)}\n`);
+}
+
+/**
+ * A shardq of its own whose queue keeps exactly `shards` storage shards: the autoscaler's
+ * minimum and maximum both.
+ * @param {{ work: string, env: Record<string, string>, shards: number, name: string }} o
+ * @returns {Promise<Stack>}
+ */
+async function pinnedStack({ work, env, shards, name }) {
+  const port = await freePort();
+  const config = writeDevConfig({
+    file: join(ROOT, "wrangler.bench-pinned.toml"),
+    consumers: [{ binding: "CONSUMER_BENCH_SINK", service: "bench-sink" }],
+    vars: { SHARDS_PER_REGION: String(shards), MAX_SHARDS_PER_REGION: String(shards) },
+  });
+  const stack = await startWrangler({
+    args: ["-c", "bench/workers/driver/wrangler.shardq.toml", "-c", config, "-c", "bench/workers/sink/wrangler.shardq.toml", "--port", String(port), "--ip", "127.0.0.1", "--persist-to", join(work, name), "--inspector-port", "0"],
+    readyUrl: `http://127.0.0.1:${port}/ready`,
+    env,
+  });
+  const base = `http://127.0.0.1:${port}`;
+  const queueId = await setUpShardq(base);
+  return { base, pid: /** @type {number} */ (stack.pid), queueId, stop: () => stack.stop() };
 }
 
 /**

@@ -12,6 +12,7 @@ import { joinDispositions } from "../src/delivery/disposition";
 import { dispose, FAILED_DISPATCH } from "../src/delivery/outcome";
 import { applyDisposition } from "../src/delivery/settle";
 import { transportFor, type Dispatch } from "./transports";
+import { decideGather, fullestFirst, type FillingShard } from "./gather";
 import { meteredStorage, newMeter, readMeter } from "../src/kernel/sql-meter";
 import { testHooksFor, type FaultPoint, type TestHookStatus } from "../src/kernel/test-hooks";
 
@@ -27,13 +28,16 @@ const RETRY_AFTER_ERROR_MS = 2000;
 const REPORT_EVERY_MS = 5000;
 
 type PlannedShard = DeliveryPlan["shards"][number];
+/** A batch as leased: its messages by the storage shard that holds them, in the order they go out. */
+type LeasedBatch = Array<{ shard: string; messages: LeasedMessage[] }>;
 
 /**
  * A consumer shard of one queue, alarm-driven. Woken by the Coordinator when messages
  * are ready (and by its own alarm), it leases a batch from a storage shard picked at
- * random weighted by backlog, hands it to the consumer, applies the outcome, and goes
- * on while any shard has ready messages; then it sets its alarm for the next message
- * that becomes visible. A crash anywhere loses nothing: unacked leases expire and the
+ * random weighted by backlog, or gathers one from several shards none of which fills a
+ * batch alone (gather.ts), hands it to the consumer, applies the outcome on each shard,
+ * and goes on while any shard has ready messages; then it sets its alarm for the next
+ * message that becomes visible or the batch that should have filled. A crash anywhere loses nothing: unacked leases expire and the
  * messages are delivered again.
  */
 export class ConsumerShard extends DurableObject<Env> {
@@ -134,72 +138,104 @@ export class ConsumerShard extends DurableObject<Env> {
     if (!dispatch) return this.clock.now() + UNBOUND_RETRY_MS;
 
     const started = this.clock.now();
+    const { batch_size: batchSize, max_wait_time_ms: maxWaitMs } = consumer.settings;
     const weights = new Map(plan.shards.map((s) => [s.name, s.backlog?.count ?? null]));
     // The queue's figures for each batch's metadata: heartbeats, then each shard's exact figures as it is leased from.
     const figures = new Map(plan.shards.map((s) => [s.name, s.backlog]));
     const idle = new Set<string>();
+    // Shards holding a partial batch that is not due yet (gather.ts).
+    const filling = new Map<string, FillingShard>();
     let next: number | null = null;
     const later = (t: number | null) => {
       if (t !== null && (next === null || t < next)) next = t;
     };
+    const leaseFrom = async (name: string, limit: number, waitMs: number) => {
+      const lease = await storageShardFor(this.env, name).lease({ queueId, limit, leaseMs: this.leaseMs, maxWaitMs: waitMs, retentionMs: plan.retentionMs });
+      weights.set(name, lease.backlog.count);
+      figures.set(name, lease.backlog);
+      return lease;
+    };
     while (this.clock.now() - started < ROUND_BUDGET_MS) {
-      const shard = pickWeighted(plan.shards.filter((s) => !idle.has(s.name)), weights);
-      if (!shard) return next;
-      const lease = await storageShardFor(this.env, shard.name).lease({
-        queueId,
-        limit: consumer.settings.batch_size,
-        leaseMs: this.leaseMs,
-        maxWaitMs: consumer.settings.max_wait_time_ms,
-        retentionMs: plan.retentionMs,
-      });
-      weights.set(shard.name, lease.backlog.count);
-      figures.set(shard.name, lease.backlog);
-      if (lease.messages.length === 0) {
-        idle.add(shard.name);
-        // A batch still filling: the storage shard wakes consumers when it fills before then.
-        later(lease.waitUntil);
-        later(lease.nextVisibleAt);
-        continue;
+      let batch: LeasedBatch;
+      const shard = pickWeighted(plan.shards.filter((s) => !idle.has(s.name) && !filling.has(s.name)), weights);
+      if (shard) {
+        const lease = await leaseFrom(shard.name, batchSize, maxWaitMs);
+        if (lease.messages.length === 0) {
+          if (lease.waitUntil !== null) filling.set(shard.name, { name: shard.name, ready: lease.ready ?? 1, waitUntil: lease.waitUntil });
+          else idle.add(shard.name);
+          later(lease.nextVisibleAt);
+          continue;
+        }
+        batch = [{ shard: shard.name, messages: lease.messages }];
+      } else {
+        // Every shard is empty or filling a batch: gather one batch from them, or wait.
+        if (filling.size === 0) return next;
+        const decision = decideGather([...filling.values()], batchSize, maxWaitMs, this.clock.now());
+        if (!decision.gather) {
+          later(decision.wakeAt);
+          return next;
+        }
+        batch = [];
       }
+      // A batch short of full (its shard's oldest message is due, or the shards fill it
+      // only together) takes what the other shards have ready, up to the batch size.
+      let left = batchSize - batch.reduce((n, p) => n + p.messages.length, 0);
+      for (const s of fullestFirst(plan.shards, filling)) {
+        if (left <= 0) break;
+        if (idle.has(s.name) || batch.some((p) => p.shard === s.name)) continue;
+        filling.delete(s.name);
+        const lease = await leaseFrom(s.name, left, 0);
+        later(lease.nextVisibleAt);
+        if (lease.messages.length === 0) {
+          idle.add(s.name);
+          continue;
+        }
+        batch.push({ shard: s.name, messages: lease.messages });
+        left -= lease.messages.length;
+      }
+      if (batch.length === 0) continue;
       // Leased and not yet handed over: a reset here leaves the leases to expire.
       this.hooks.at("abort-leased", this.ctx);
-      await this.deliverBatch(plan, consumer, shard.name, lease.messages, dispatch, { metrics: bindingMetrics(sumFigures([...figures.values()])) });
+      await this.deliverBatch(plan, consumer, batch, dispatch, { metrics: bindingMetrics(sumFigures([...figures.values()])) });
       // A long round still reports every few seconds, so the Coordinator sees it working.
       if (this.clock.now() - this.report.at >= Math.min(REPORT_EVERY_MS, serviceConfig(this.env).heartbeatIntervalMs)) await this.sendReport(queueId, true);
     }
     return this.clock.now();
   }
 
-  private async deliverBatch(
-    plan: DeliveryPlan,
-    consumer: ConsumerRecord,
-    shardName: string,
-    leased: LeasedMessage[],
-    dispatch: Dispatch,
-    metadata: MessageBatchMetadata,
-  ): Promise<void> {
-    const readable: Array<{ leased: LeasedMessage; message: DispatchMessage }> = [];
-    const unreadable: LeasedMessage[] = [];
-    for (const m of leased) {
-      try {
-        readable.push({ leased: m, message: { id: m.id, timestamp: new Date(m.enqueuedAt), body: decodeBody(m.body, m.contentType), attempts: m.attempts } });
-      } catch {
-        unreadable.push(m);
+  /** Hands one batch (leased from one shard or gathered from several) to the consumer and settles it on each shard. */
+  private async deliverBatch(plan: DeliveryPlan, consumer: ConsumerRecord, batch: LeasedBatch, dispatch: Dispatch, metadata: MessageBatchMetadata): Promise<void> {
+    const parts = batch.map(({ shard, messages }) => {
+      const readable: Array<{ leased: LeasedMessage; message: DispatchMessage }> = [];
+      const unreadable: LeasedMessage[] = [];
+      for (const m of messages) {
+        try {
+          readable.push({ leased: m, message: { id: m.id, timestamp: new Date(m.enqueuedAt), body: decodeBody(m.body, m.contentType), attempts: m.attempts } });
+        } catch {
+          unreadable.push(m);
+        }
       }
-    }
-    const outcome = await this.withLeasesHeld(plan.queueId, shardName, leased, () =>
-      dispatch(plan.queueName, readable.map((r) => r.message), metadata),
+      return { shard, messages, readable, unreadable };
+    });
+    const count = batch.reduce((n, p) => n + p.messages.length, 0);
+    const outcome = await this.withLeasesHeld(plan.queueId, batch, () =>
+      dispatch(plan.queueName, parts.flatMap((p) => p.readable.map((r) => r.message)), metadata),
     );
     this.report.batches++;
-    this.report.delivered += leased.length;
+    this.report.delivered += count;
     if (outcome.outcome !== "ok") this.report.errors++;
     // The consumer is done with the batch and its acks are not applied: they come again.
     this.hooks.at("abort-dispatched", this.ctx);
-    const d = dispose(readable.map((r) => r.leased), outcome, consumer.settings);
-    // A body that cannot be decoded fails its delivery, and so ends in the dead-letter queue.
-    const u = dispose(unreadable, FAILED_DISPATCH, consumer.settings);
-    // The batch is in hand, so the dead-letter queue gets its messages without a read.
-    await applyDisposition(this.env, plan, consumer, shardName, joinDispositions(d, u), leased);
+    // Each shard settles its own messages; the handler's calls name messages by id, so a part's verdicts are the batch's.
+    await Promise.all(
+      parts.map((p) => {
+        const d = dispose(p.readable.map((r) => r.leased), outcome, consumer.settings);
+        // A body that cannot be decoded fails its delivery, and so ends in the dead-letter queue.
+        const u = dispose(p.unreadable, FAILED_DISPATCH, consumer.settings);
+        // The batch is in hand, so the dead-letter queue gets its messages without a read.
+        return applyDisposition(this.env, plan, consumer, p.shard, joinDispositions(d, u), p.messages);
+      }),
+    );
   }
 
   /**
@@ -207,18 +243,18 @@ export class ConsumerShard extends DurableObject<Env> {
    * handler is not raced by a second delivery, up to the maximum execution time. A
    * dispatch that fails outright counts as a handler that threw.
    */
-  private async withLeasesHeld(queueId: string, shardName: string, leased: LeasedMessage[], run: () => Promise<DispatchOutcome>): Promise<DispatchOutcome> {
-    const refs = leased.map(leaseRefOf);
-    const shard = storageShardFor(this.env, shardName);
+  private async withLeasesHeld(queueId: string, batch: LeasedBatch, run: () => Promise<DispatchOutcome>): Promise<DispatchOutcome> {
+    const held = batch.map((p) => ({ shard: storageShardFor(this.env, p.shard), refs: p.messages.map(leaseRefOf) }));
+    const count = batch.reduce((n, p) => n + p.messages.length, 0);
     const started = Date.now();
     const timer = setInterval(() => {
       if (Date.now() - started + this.leaseMs > this.maxExecutionMs) return clearInterval(timer);
-      shard.extendLeases(queueId, refs, this.leaseMs).catch((err) => console.error("lease extension failed:", err));
+      for (const { shard, refs } of held) shard.extendLeases(queueId, refs, this.leaseMs).catch((err) => console.error("lease extension failed:", err));
     }, Math.max(1, Math.floor(this.leaseMs / 3)));
     try {
       return await run();
     } catch (err) {
-      console.error(`dispatch of ${leased.length} message(s) failed:`, err);
+      console.error(`dispatch of ${count} message(s) failed:`, err);
       return FAILED_DISPATCH;
     } finally {
       clearInterval(timer);

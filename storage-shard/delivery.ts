@@ -95,7 +95,7 @@ export function lease(sql: SqlStorage, ds: DeliveryState, now: number, req: Leas
   if (count > 0 && count < req.limit && !fresh.truncated && oldestReady + req.maxWaitMs > now) {
     scheduled.commit();
     const delta = { count: lapsed.count + scheduled.expired.count, bytes: lapsed.bytes + scheduled.expired.bytes };
-    return { result: { messages: [], waitUntil: oldestReady + req.maxWaitMs, more: false, nextVisibleAt: nextVisible(sql, ds, now) }, delta };
+    return { result: { messages: [], waitUntil: oldestReady + req.maxWaitMs, ready: count, more: false, nextVisibleAt: nextVisible(sql, ds, now) }, delta };
   }
 
   const taken = leaseSlots(sql, ds, [...scheduled.candidates, ...fresh.candidates], now, req.leaseMs, true, scheduled.edits);

@@ -206,6 +206,11 @@ export interface LeaseResult {
   messages: LeasedMessage[];
   /** Set when a batch is waiting to fill: lease again then. */
   waitUntil: number | null;
+  /**
+   * With waitUntil: how many messages are ready here now (fewer than the limit). A consumer
+   * shard adds these up over the queue's shards to gather one batch from several of them.
+   */
+  ready?: number;
   /** True when the batch was full: more may be ready. */
   more: boolean;
   /** Earliest visible_at of anything not ready now (delayed, retried or leased), or null. */

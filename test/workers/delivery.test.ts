@@ -1,9 +1,8 @@
 import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import type { ConsumerShard } from "../../consumer-shard/consumer-shard";
-import type { Dispatch } from "../../consumer-shard/transports";
 import { consumerShardFor, coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
-import { createBatch, type DispatchMessage } from "../../src/consumer/entrypoint";
+import { addConsumer, eventually, fakeConsumer } from "./push-helpers";
 import { api, backlog, createQueue, producer, queuePath, storedMessages } from "./helpers";
 
 interface Stats {
@@ -15,49 +14,10 @@ interface Stats {
 
 const consumerStats = async (queue: string): Promise<Stats> => (await env.EXAMPLE_CONSUMER.fetch(`http://consumer/stats?queue=${queue}`)).json();
 
-async function eventually<T>(probe: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = 15_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await probe();
-    if (ok(v)) return v;
-    if (Date.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms; last value: ${JSON.stringify(v)}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
-async function addConsumer(queue: string, body: Record<string, unknown>) {
-  const res = await api("POST", `${queuePath(queue)}/consumers`, { type: "worker", script_name: "shardq-example-consumer", ...body });
-  if (res.status !== 201) throw new Error(JSON.stringify(res.json));
-  return res.json.result;
-}
-
 /** Sends everything to one storage shard (the others drain), to make batch boundaries exact. */
 async function singleShard(queue: string, queueId: string) {
   const map = (await coordinatorFor(env, queueId).shardMap())!;
   for (const s of map.shards.slice(1)) await coordinatorFor(env, queueId).setShardState(s.name, "draining");
-}
-
-/** A stand-in consumer handler installed in consumer shards 0..n-1; records every delivery. */
-async function fakeConsumer(queueId: string, handler: (batch: MessageBatch) => Promise<void> | void, opts: { shards?: number; leaseMs?: number; maxExecutionMs?: number } = {}) {
-  const deliveries: Array<{ shard: number; ids: string[]; attempts: number[]; at: number }> = [];
-  for (let i = 0; i < (opts.shards ?? 1); i++) {
-    const dispatch: Dispatch = async (queueName, messages: DispatchMessage[], metadata) => {
-      deliveries.push({ shard: i, ids: messages.map((m) => m.id), attempts: messages.map((m) => m.attempts), at: Date.now() });
-      const { batch, outcome } = createBatch(queueName, messages, metadata);
-      try {
-        await handler(batch);
-        return outcome("ok");
-      } catch {
-        return outcome("exception");
-      }
-    };
-    await runInDurableObject(consumerShardFor(env, queueId, i), (obj: ConsumerShard) => {
-      obj.dispatchOverride = dispatch;
-      if (opts.leaseMs) obj.leaseMs = opts.leaseMs;
-      if (opts.maxExecutionMs) obj.maxExecutionMs = opts.maxExecutionMs;
-    });
-  }
-  return deliveries;
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

@@ -1,0 +1,84 @@
+import { env } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import { decideGather, fullestFirst, MIN_GATHER_WAIT_MS } from "../../consumer-shard/gather";
+import { coordinatorFor } from "../../src/kernel/addressing";
+import { locate } from "../../src/kernel/ids";
+import { addConsumer, eventually, fakeConsumer } from "./push-helpers";
+import { backlog, createQueue, producer } from "./helpers";
+
+const shardOf = (id: string) => locate(id)!.shard;
+
+describe("deciding a batch over several storage shards", () => {
+  const now = 1_000_000;
+  it("takes a batch when the shards' ready messages fill it together, or once the oldest has waited max_wait_time_ms, however few", () => {
+    const filling = [
+      { name: "a", ready: 30, waitUntil: now + 900 },
+      { name: "b", ready: 50, waitUntil: now + 950 },
+      { name: "c", ready: 40, waitUntil: now + 990 },
+    ];
+    expect(decideGather(filling, 100, 1000, now)).toEqual({ gather: true });
+    expect(decideGather([{ name: "a", ready: 2, waitUntil: now + 500 }, { name: "b", ready: 1, waitUntil: now }], 100, 1000, now)).toEqual({ gather: true });
+    // Fullest first: the fewest shards for the batch; shards not known to be filling last.
+    const order = fullestFirst([{ name: "a" }, { name: "z" }, { name: "b" }, { name: "c" }], new Map(filling.map((f) => [f.name, f])));
+    expect(order.map((s) => s.name)).toEqual(["b", "c", "a", "z"]);
+  });
+
+  it("waits for the time the queue's rate needs to fill the batch, never past the oldest message's deadline", () => {
+    // 40 ready, the oldest 100 ms ago: 60 more take about 150 ms at that rate.
+    const d = decideGather([{ name: "a", ready: 20, waitUntil: now + 900 }, { name: "b", ready: 20, waitUntil: now + 950 }], 100, 1000, now);
+    expect(d).toEqual({ gather: false, wakeAt: now + 150 });
+    // 2 ready, the oldest 900 ms ago: the deadline (100 ms away) comes first.
+    expect(decideGather([{ name: "a", ready: 1, waitUntil: now + 100 }, { name: "b", ready: 1, waitUntil: now + 990 }], 100, 1000, now)).toEqual({ gather: false, wakeAt: now + 100 });
+    // A stream that has just begun does not make a consumer shard look again at once.
+    expect(decideGather([{ name: "a", ready: 50, waitUntil: now + 1000 }, { name: "b", ready: 40, waitUntil: now + 1000 }], 100, 1000, now)).toEqual({ gather: false, wakeAt: now + MIN_GATHER_WAIT_MS });
+  });
+
+  it("leaves one filling shard to wake consumers itself when its batch fills: no early looks", () => {
+    expect(decideGather([{ name: "a", ready: 50, waitUntil: now + 700 }], 100, 1000, now)).toEqual({ gather: false, wakeAt: now + 700 });
+  });
+});
+
+describe("one batch from several storage shards", () => {
+  it("delivers a full batch from messages spread over the shards long before the batch timeout, each shard settling its own", async () => {
+    const q = await createQueue("gather-fill");
+    expect((await coordinatorFor(env, q.queue_id).shardMap())!.shards.length).toBeGreaterThan(1);
+    const deliveries = await fakeConsumer(q.queue_id, () => {});
+    await addConsumer("gather-fill", { settings: { batch_size: 10, max_wait_time_ms: 60_000 } });
+    const sentAt = Date.now();
+    // One at a time: each send goes to a random shard, so no shard holds a whole batch.
+    const ids: string[] = [];
+    for (let i = 0; i < 10; i++) ids.push((await producer("gather-fill").send({ i })).messageId);
+    expect(new Set(ids.map(shardOf)).size).toBeGreaterThan(1);
+    await eventually(async () => deliveries.length, (n) => n > 0, 10_000);
+    // Well inside the minute the batch timeout allows: one shard at a time would wait all of it.
+    expect(Date.now() - sentAt).toBeLessThan(10_000);
+    expect(deliveries[0]!.ids.toSorted()).toEqual(ids.toSorted());
+    // Every shard got its acks.
+    await eventually(() => backlog("gather-fill"), (n) => n === 0);
+  });
+
+  it("sends a partial batch gathered from several shards once its oldest message has waited max_wait_time_ms, and retries each message on its own shard", async () => {
+    const q = await createQueue("gather-wait");
+    let firstTry = true;
+    const deliveries = await fakeConsumer(q.queue_id, (batch) => {
+      if (firstTry) {
+        firstTry = false;
+        batch.retryAll();
+      }
+    });
+    await addConsumer("gather-wait", { settings: { batch_size: 100, max_wait_time_ms: 1500, max_retries: 3 } });
+    const ids: string[] = [];
+    for (let i = 0; i < 8; i++) ids.push((await producer("gather-wait").send({ i })).messageId);
+    expect(new Set(ids.map(shardOf)).size).toBeGreaterThan(1);
+    const sentAt = Date.now();
+    await eventually(async () => deliveries.length, (n) => n >= 1, 10_000);
+    expect(Date.now() - sentAt).toBeGreaterThanOrEqual(1000);
+    expect(deliveries[0]!.ids.toSorted()).toEqual(ids.toSorted());
+    // The retried messages come back, all of them, once each, as a second attempt.
+    await eventually(async () => deliveries.flatMap((d) => d.ids).length, (n) => n >= 16, 15_000);
+    const second = deliveries.slice(1).flatMap((d) => d.ids.map((id, i) => [id, d.attempts[i]]));
+    expect(second.map(([id]) => id).toSorted()).toEqual(ids.toSorted());
+    expect(second.every(([, a]) => a === 2)).toBe(true);
+    await eventually(() => backlog("gather-wait"), (n) => n === 0);
+  });
+});
