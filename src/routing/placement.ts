@@ -18,10 +18,15 @@ const NONE: ReadonlySet<string> = new Set();
  * none. `random` fixed by an id makes the choice the id's own (shardForId).
  */
 export function pickShard(map: ShardMap, region: string, exclude: ReadonlySet<string>, random: () => number = Math.random): ShardEntry | undefined {
+  const pool = shardsTakingSends(map, region, exclude);
+  return pool.length ? pool[Math.floor(random() * pool.length)] : undefined;
+}
+
+/** The shards pickShard chooses among: the active ones of the caller's region, or any active one when the region has none. */
+export function shardsTakingSends(map: ShardMap, region: string, exclude: ReadonlySet<string>): ShardEntry[] {
   const usable = map.shards.filter((s) => s.state === "active" && !exclude.has(s.name));
   const local = usable.filter((s) => s.region === region);
-  const pool = local.length ? local : usable;
-  return pool.length ? pool[Math.floor(random() * pool.length)] : undefined;
+  return local.length ? local : usable;
 }
 
 /** The shard a message whose id is fixed is stored on; undefined when no shard (outside `exclude`) takes sends. */

@@ -6,7 +6,8 @@ import type { AppendRequest, AppendResult, EncodedMessage, ShardBacklog, ShardEn
 import { storageShardFor } from "../kernel/addressing";
 import { sleep } from "../kernel/sleep";
 import type { PendingMessage } from "./pending-messages";
-import { pickShard, placeById, shardForId } from "./placement";
+import { placeById, shardForId } from "./placement";
+import { stickyShard } from "./sticky-placement";
 import { findQueue, lookupQueue } from "./queue-lookup";
 import { noteShardRefused } from "./shard-map-cache";
 
@@ -69,7 +70,7 @@ export async function storeMessages(
     // Fresh messages get their ids from the shard that stores them: ids that say where they live.
     // A write again after a lost reply is recognised by its batch token and answered with the same ids.
     const batch = randomHex(8);
-    const { queueId, backlog, ids } = await storeOnOneShard(env, target, map, messages, { ...flags, batch }, (m, exclude) => pickShard(m, region, exclude));
+    const { queueId, backlog, ids } = await storeOnOneShard(env, target, map, messages, { ...flags, batch }, (m, exclude) => stickyShard(m, region, exclude, messages.length, Date.now()));
     return { ids, queueId, backlogs: [backlog] };
   }
   const ids = keepIds;

@@ -3,6 +3,7 @@ import { describe, expect, it } from "vitest";
 import type { Coordinator } from "../../coordinator/coordinator";
 import { coordinatorFor, shardMapKeyById } from "../../src/kernel/addressing";
 import { ManualClock } from "../../src/kernel/clock";
+import { forgetSticks } from "../../src/routing/sticky-placement";
 import type { ShardMap, StorageHeartbeat } from "../../src/kernel/protocol";
 import { api, backlog, createQueue, producer, queuePath, storedMessages } from "./helpers";
 
@@ -46,8 +47,11 @@ describe("the Coordinator's control loop", () => {
     const decision = (await coordinatorFor(env, q.queue_id).decisions())[0]!;
     expect(decision).toMatchObject({ kind: "add_shards", region: "local", reason: "1000 msg/s per shard > target 500" });
     expect(decision.figures).toMatchObject({ activeShards: 4, messagesPerSecond: 4000 });
-    // The new shards take sends: each was activated before it entered the map.
-    for (let i = 0; i < 60; i++) expect((await api("POST", `${queuePath("cp-out")}/messages`, { body: i })).status).toBe(200);
+    // The new shards take sends: each was activated before it entered the map. Each send placed at random, as by isolates of their own.
+    for (let i = 0; i < 60; i++) {
+      forgetSticks();
+      expect((await api("POST", `${queuePath("cp-out")}/messages`, { body: i })).status).toBe(200);
+    }
     const { messages } = await storedMessages("cp-out");
     expect(new Set(messages.map((m) => m.shard)).size).toBeGreaterThan(4);
     const published = await env.SHARD_MAPS.get<ShardMap>(shardMapKeyById("local", q.queue_id), "json");

@@ -3,10 +3,17 @@ import { describe, expect, it } from "vitest";
 import { decideGather, fullestFirst, MIN_GATHER_WAIT_MS } from "../../consumer-shard/gather";
 import { coordinatorFor } from "../../src/kernel/addressing";
 import { locate } from "../../src/kernel/ids";
+import { forgetSticks } from "../../src/routing/sticky-placement";
 import { addConsumer, eventually, fakeConsumer } from "./push-helpers";
 import { backlog, createQueue, producer } from "./helpers";
 
 const shardOf = (id: string) => locate(id)!.shard;
+
+/** A send placed at random, as a broker isolate of its own would place it: sticky placement forgotten first. */
+async function sendToRandomShard(queue: string, body: unknown): Promise<string> {
+  forgetSticks();
+  return (await producer(queue).send(body)).messageId;
+}
 
 describe("deciding a batch over several storage shards", () => {
   const now = 1_000_000;
@@ -45,9 +52,9 @@ describe("one batch from several storage shards", () => {
     const deliveries = await fakeConsumer(q.queue_id, () => {});
     await addConsumer("gather-fill", { settings: { batch_size: 10, max_wait_time_ms: 60_000 } });
     const sentAt = Date.now();
-    // One at a time: each send goes to a random shard, so no shard holds a whole batch.
+    // One at a time, each to a random shard (no sticky placement), so no shard holds a whole batch.
     const ids: string[] = [];
-    for (let i = 0; i < 10; i++) ids.push((await producer("gather-fill").send({ i })).messageId);
+    for (let i = 0; i < 10; i++) ids.push(await sendToRandomShard("gather-fill", { i }));
     expect(new Set(ids.map(shardOf)).size).toBeGreaterThan(1);
     await eventually(async () => deliveries.length, (n) => n > 0, 10_000);
     // Well inside the minute the batch timeout allows: one shard at a time would wait all of it.
@@ -68,7 +75,7 @@ describe("one batch from several storage shards", () => {
     });
     await addConsumer("gather-wait", { settings: { batch_size: 100, max_wait_time_ms: 1500, max_retries: 3 } });
     const ids: string[] = [];
-    for (let i = 0; i < 8; i++) ids.push((await producer("gather-wait").send({ i })).messageId);
+    for (let i = 0; i < 8; i++) ids.push(await sendToRandomShard("gather-wait", { i }));
     expect(new Set(ids.map(shardOf)).size).toBeGreaterThan(1);
     const sentAt = Date.now();
     await eventually(async () => deliveries.length, (n) => n >= 1, 10_000);

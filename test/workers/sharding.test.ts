@@ -2,6 +2,7 @@ import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { callerRegion } from "../../src/routing/region";
 import { pickShard, placeById, shardForId } from "../../src/routing/placement";
+import { forgetSticks, stickyShard, STICKY_MESSAGES, STICKY_MS } from "../../src/routing/sticky-placement";
 import { storeMessages } from "../../src/routing/store";
 import { serviceConfig } from "../../src/kernel/config";
 import { crc32 } from "../../src/kernel/checksum";
@@ -17,7 +18,11 @@ describe("sharding", () => {
   it("creates SHARDS_PER_REGION shards per region and spreads messages over them", async () => {
     await createQueue("spread");
     const ids: string[] = [];
-    for (let i = 0; i < 200; i++) ids.push((await send("spread", i)).json.result.message_id);
+    for (let i = 0; i < 200; i++) {
+      // Each placed afresh, as 200 broker isolates would (the stickiness of one is its own test below).
+      forgetSticks();
+      ids.push((await send("spread", i)).json.result.message_id);
+    }
     const { messages, map } = await storedMessages("spread");
     expect(map.shards).toHaveLength(4);
     expect(new Set(map.shards.map((s) => s.region))).toEqual(new Set(["local"]));
@@ -40,7 +45,11 @@ describe("sharding", () => {
     expect((await cachedShardMap(env, "local", "stale-draining"))!.shards[0]!.state).toBe("active");
 
     const ids = [first];
-    for (let i = 0; i < 100; i++) ids.push((await send("stale-draining", i)).json.result.message_id);
+    // Each placed afresh (no sticky placement), so the drained shard is picked again and again.
+    for (let i = 0; i < 100; i++) {
+      forgetSticks();
+      ids.push((await send("stale-draining", i)).json.result.message_id);
+    }
     for (let i = 0; i < 10; i++) ids.push(...(await producer("stale-draining").sendBatch(Array.from({ length: 10 }, (_, j) => ({ body: j })))).messageIds);
 
     // Having been refused, this isolate no longer offers the draining shard anything.
@@ -118,6 +127,13 @@ describe("placement by id", () => {
   });
 });
 
+/** A map of active shards of region "local" with these names. */
+const fakeMap = (names: string[]): ShardMap => ({
+  version: 1, accountId: "a", queueId: "q-sticky", queueName: "n", publishedAt: 0,
+  settings: { delivery_delay: 0, delivery_paused: false, message_retention_period: 60 },
+  shards: names.map((name) => ({ name, region: "local", state: "active" as const })),
+});
+
 describe("shard choice", () => {
   const map: ShardMap = {
     version: 1, accountId: "a", queueId: "q", queueName: "n", publishedAt: 0,
@@ -135,6 +151,32 @@ describe("shard choice", () => {
     expect(pickShard(map, "wnam", new Set(["w0"]))!.name).toBe("e0");
     expect(pickShard(map, "apac", new Set())!.state).toBe("active");
     expect(pickShard(map, "wnam", new Set(["w0", "e0"]))).toBeUndefined();
+  });
+
+  it("keeps one isolate's fresh sends on one shard for a batch's worth or a second, then draws another at random", () => {
+    forgetSticks();
+    const map = fakeMap(["a", "b", "c", "d"]);
+    const draws = [0.1, 0.9, 0.6];
+    const random = () => draws.shift()!;
+    const t = 1_000_000;
+    const picks: string[] = [];
+    for (let i = 0; i < STICKY_MESSAGES; i++) picks.push(stickyShard(map, "local", new Set(), 1, t + i, random)!.name);
+    expect(new Set(picks)).toEqual(new Set(["a"]));
+    // A batch's worth taken: the next send draws again.
+    expect(stickyShard(map, "local", new Set(), 1, t + 200, random)!.name).toBe("d");
+    // Too long on one shard, however few it took: drawn again.
+    expect(stickyShard(map, "local", new Set(), 1, t + 200 + STICKY_MS, random)!.name).toBe("c");
+  });
+
+  it("leaves the sticky shard at once when it refuses a send or stops being active in the map", () => {
+    forgetSticks();
+    const map = fakeMap(["a", "b", "c"]);
+    const t = 1_000_000;
+    expect(stickyShard(map, "local", new Set(), 1, t, () => 0)!.name).toBe("a");
+    expect(stickyShard(map, "local", new Set(["a"]), 1, t, () => 0)!.name).toBe("b");
+    const draining = { ...map, shards: map.shards.map((s) => (s.name === "b" ? { ...s, state: "draining" as const } : s)) };
+    expect(stickyShard(draining, "local", new Set(), 1, t, () => 0.99)!.name).toBe("c");
+    expect(stickyShard(fakeMap([]), "local", new Set(), 1, t)).toBeUndefined();
   });
 
   it("groups ids by the shard each picks, the same for an id in any batch", () => {
