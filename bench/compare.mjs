@@ -23,7 +23,7 @@ export const COMPARE_HELP = `npm run bench -- compare [--quick] [--repeats N] [-
   and writes bench/results/<date>.{json,md,svg}, with what each shardq run costs at list prices.
   --quick      small counts, one repeat and a short ceiling, for a CI smoke run
   --repeats N  runs of each workload per system (default 3)
-  --only LIST  only these workloads (w1 to w6; w5 means every backlog size); w4 needs w1, which sets its rate
+  --only LIST  only these workloads (w1, w1b, w2 to w6; w5 means every backlog size); w4 needs w1, which sets its rate
   --out DIR    where the results go (default bench/results)`;
 
 const TOKEN = "shardq-local-dev-token";
@@ -47,12 +47,14 @@ export async function compare(argv) {
   if (!Number.isInteger(repeats) || repeats < 1 || repeats > 10) throw new Error("--repeats must be an integer from 1 to 10");
   const outDir = o.out ?? join(ROOT, "bench", "results");
   const scale = quick ? 0.1 : 1;
-  /** @typedef {{ id: string, name: string, count: number, concurrency: number, batch: number, systems: string[], rate?: number, seconds?: number, backlog?: number }} Workload */
+  /** @typedef {{ id: string, name: string, count: number, concurrency: number, batch: number, systems: string[], rate?: number, seconds?: number, backlog?: number, producer?: string }} Workload */
   const only = o.only === undefined ? null : new Set(o.only.split(",").map((s) => s.trim()));
-  for (const id of only ?? []) if (!/^w[1-6]$/.test(id)) throw new Error(`--only: unknown workload "${id}" (w1 to w6)`);
+  for (const id of only ?? []) if (!/^(w[1-6]|w1b)$/.test(id)) throw new Error(`--only: unknown workload "${id}" (w1, w1b, w2 to w6)`);
   if (only?.has("w4") && !only.has("w1")) throw new Error("--only: w4 needs w1, which measures the rate w4 sends at");
   const workloads = /** @type {Workload[]} */ ([
     { id: "w1", name: "send() from a Worker, 256 in flight", count: Math.round(20_000 * scale), concurrency: 256, batch: 1, systems: ["simulator", "shardq"] },
+    // w1's sends through shardq/producer's batchingQueue, on both: the helper wraps any Queue binding.
+    { id: "w1b", name: "w1 through batchingQueue (shardq/producer)", count: Math.round(20_000 * scale), concurrency: 256, batch: 1, producer: "batching", systems: ["simulator", "shardq"] },
     { id: "w2", name: "sendBatch() of 100", count: Math.round(50_000 * scale), concurrency: 8, batch: 100, systems: ["simulator", "shardq"] },
     { id: "w3", name: "HTTP POST of single messages (no simulator equivalent)", count: Math.round(5_000 * scale), concurrency: 32, batch: 1, systems: ["shardq"] },
     // Its rate is set once w1 has measured shardq's maximum: half of it, for 30 s (3 s quick).
@@ -67,7 +69,7 @@ export async function compare(argv) {
       systems: ["shardq"],
     })),
     { id: "w6", name: `send() at 4x one shard's capacity (${W6_SHARD_CAPACITY}/s), from 1 shard (no simulator equivalent)`, count: 0, concurrency: 256, batch: 1, rate: 4 * W6_SHARD_CAPACITY, seconds: quick ? 8 : 30, systems: ["shardq"] },
-  ].filter((w) => !only || only.has(w.id.slice(0, 2))));
+  ].filter((w) => !only || only.has(w.id.startsWith("w5") ? "w5" : w.id)));
 
   // Alone on the machine, before either system starts.
   const limit = await ceiling({ seconds: quick ? 3 : 10 });
@@ -251,7 +253,7 @@ function writeCharts(stem, rows, runs, timelines) {
   const md = [];
   writeFileSync(`${stem}.svg`, throughputChart(rows));
   md.push(`![throughput](${name}.svg)`);
-  for (const w of ["w1", "w4"]) {
+  for (const w of ["w1", "w1b", "w4"]) {
     /** @type {Array<{ label: string, system: string, dashed?: boolean, points: Array<[number, number]> }>} */
     const series = [];
     for (const system of ["simulator", "shardq"]) {
@@ -279,7 +281,7 @@ function writeCharts(stem, rows, runs, timelines) {
  * Sends `count` through the driver Worker in chunks, without waiting for the sink: the
  * simulator takes any number of undelayed messages in flight (bench/README.md, "How compare
  * measures"). Measures until all are delivered, with the CPU the system's processes used meanwhile.
- * @param {string} base @param {number} pgid @param {{ count: number, concurrency: number, batch: number, rate?: number }} w
+ * @param {string} base @param {number} pgid @param {{ count: number, concurrency: number, batch: number, rate?: number, producer?: string }} w
  */
 async function driverRun(base, pgid, w) {
   await fetch(`${base}/sink/reset`, { method: "POST" });
@@ -291,7 +293,8 @@ async function driverRun(base, pgid, w) {
   let sent = 0;
   while (sent < w.count) {
     const n = Math.min(chunk, w.count - sent);
-    const r = /** @type {any} */ (await (await fetch(`${base}/run?count=${n}&concurrency=${w.concurrency}&batch=${w.batch}&rate=${w.rate ?? 0}`, { method: "POST" })).json());
+    const producer = w.producer ? `&producer=${w.producer}` : "";
+    const r = /** @type {any} */ (await (await fetch(`${base}/run?count=${n}&concurrency=${w.concurrency}&batch=${w.batch}&rate=${w.rate ?? 0}${producer}`, { method: "POST" })).json());
     if (r.error) throw new Error(`driver: ${r.error}`);
     sent += r.sent;
     latencies.push(...r.latencies);
@@ -390,9 +393,24 @@ function summarize(workloads, runs, quick, limit) {
     "| workload | figure | simulator | shardq | ratio |",
     "| --- | --- | --- | --- | --- |",
     ...rows.map((r) => `| ${r.workload}: ${r.name} | ${r.metric} | ${cell(r.simulator)} | ${cell(r.shardq)} | ${r.ratio ?? "–"} |`),
-    ...[costMarkdown(workloads, runs), limit ? ceilingMarkdown(limit) : ""].filter(Boolean).flatMap((section) => ["", section]),
+    ...[costMarkdown(workloads, runs), limit ? ceilingMarkdown(limit) : "", throughputGoals(rows)].filter(Boolean).flatMap((section) => ["", section]),
   ];
   return { rows, markdown: lines.join("\n") };
+}
+
+/**
+ * Issue 17's goals, against the simulator's plain w1 (delivered msg/s, medians): w1 on shardq at
+ * least 1.2x, w1b (w1 through batchingQueue) at least 3x.
+ * @param {Array<{ workload: string, metric: string, simulator: Stat | null, shardq: Stat | null }>} rows
+ */
+function throughputGoals(rows) {
+  const median = (/** @type {string} */ w, /** @type {"simulator" | "shardq"} */ system) => rows.find((r) => r.workload === w && r.metric === "delivered_msgs_per_s")?.[system]?.median;
+  const base = median("w1", "simulator");
+  const lines = /** @type {Array<[string, number]>} */ ([["w1", 1.2], ["w1b", 3]]).flatMap(([w, goal]) => {
+    const x = median(w, "shardq");
+    return base && x ? [`- ${w} on shardq: ${round(x / base, 2)}x the simulator's w1 (goal ${goal}x: ${x / base >= goal ? "met" : "not met"})`] : [];
+  });
+  return lines.length ? ["### Throughput against the simulator's w1", "", ...lines].join("\n") : "";
 }
 
 /** @typedef {{ median: number, min: number, max: number, n: number }} Stat */
