@@ -1,11 +1,13 @@
 import { cloudflareTest } from "@cloudflare/vitest-plugin";
 import { defineConfig } from "vitest/config";
-import { buildExampleConsumer, buildOutcomeProbe } from "./scripts/build-examples.mjs";
+import { buildBatchingProbe, buildExampleConsumer, buildOutcomeProbe } from "./scripts/build-examples.mjs";
 
 // The example consumer runs next to the service in the tests, as built JavaScript.
 const exampleConsumer = await buildExampleConsumer();
 // So does the probe consumer of test/workers/transport-parity.test.ts.
 const outcomeProbe = await buildOutcomeProbe();
+// And the batching probe producer of test/workers/batching-queue.test.ts.
+const batchingProbe = await buildBatchingProbe();
 
 export default defineConfig({
   test: {
@@ -33,6 +35,8 @@ export default defineConfig({
                 // The probe consumer through both transports (test/workers/transport-parity.test.ts).
                 OUTCOME_PROBE_QUEUE: "shardq-outcome-probe",
                 OUTCOME_PROBE_RPC: { name: "shardq-outcome-probe", entrypoint: "ShardqConsumer" },
+                // A producer Worker with a module-scope batchingQueue (test/workers/batching-queue.test.ts).
+                BATCHING_PROBE: "shardq-batching-probe",
               },
               workers: [
                 {
@@ -46,6 +50,12 @@ export default defineConfig({
                   name: "shardq-outcome-probe",
                   modules: true,
                   scriptPath: outcomeProbe,
+                  compatibilityDate: "2026-11-01",
+                },
+                {
+                  name: "shardq-batching-probe",
+                  modules: true,
+                  scriptPath: batchingProbe,
                   compatibilityDate: "2026-11-01",
                 },
               ],

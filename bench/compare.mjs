@@ -12,6 +12,7 @@ import { parseArgs } from "node:util";
 import { writeDevConfig } from "../scripts/dev-config.mjs";
 import { freePort, ROOT, startWrangler } from "../scripts/dev-server.mjs";
 import { ceiling, ceilingMarkdown } from "./ceiling.mjs";
+import { goalsMarkdown } from "./goals.mjs";
 import { latencyChart, throughputChart, timelineChart } from "./charts.mjs";
 import { costDelta, costFigures, costMarkdown, costModel, readCost } from "./cost.mjs";
 import { load } from "./load.mjs";
@@ -23,13 +24,11 @@ export const COMPARE_HELP = `npm run bench -- compare [--quick] [--repeats N] [-
   and writes bench/results/<date>.{json,md,svg}, with what each shardq run costs at list prices.
   --quick      small counts, one repeat and a short ceiling, for a CI smoke run
   --repeats N  runs of each workload per system (default 3)
-  --only LIST  only these workloads (w1 to w6; w5 means every backlog size); w4 needs w1, which sets its rate
+  --only LIST  only these workloads (w1, w1b, w2 to w6; w5 means every backlog size); w4 needs w1, which sets its rate
   --out DIR    where the results go (default bench/results)`;
 
 const TOKEN = "shardq-local-dev-token";
 const HEADERS = { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" };
-/** The simulator fails with more than 10,000 messages in flight per queue (workers-sdk issue 15670). */
-const MAX_IN_FLIGHT = 8000;
 /** The percentiles a run keeps of its latency distributions (for the charts). */
 const CDF_POINTS = [1, 5, 10, 25, 50, 75, 90, 95, 99, 99.9, 100];
 /** Workload 6: one storage shard to start with, each taking at most this many messages/s. */
@@ -52,12 +51,14 @@ export async function compare(argv) {
   if (!Number.isInteger(repeats) || repeats < 1 || repeats > 10) throw new Error("--repeats must be an integer from 1 to 10");
   const outDir = o.out ?? join(ROOT, "bench", "results");
   const scale = quick ? 0.1 : 1;
-  /** @typedef {{ id: string, name: string, count: number, concurrency: number, batch: number, systems: string[], rate?: number, seconds?: number, backlog?: number, pinned?: number }} Workload */
+  /** @typedef {{ id: string, name: string, count: number, concurrency: number, batch: number, systems: string[], rate?: number, seconds?: number, backlog?: number, producer?: string, pinned?: number }} Workload */
   const only = o.only === undefined ? null : new Set(o.only.split(",").map((s) => s.trim()));
-  for (const id of only ?? []) if (!/^w[1-7]$/.test(id)) throw new Error(`--only: unknown workload "${id}" (w1 to w7)`);
+  for (const id of only ?? []) if (!/^(w[1-7]|w1b)$/.test(id)) throw new Error(`--only: unknown workload "${id}" (w1, w1b, w2 to w7)`);
   if (only?.has("w4") && !only.has("w1")) throw new Error("--only: w4 needs w1, which measures the rate w4 sends at");
   const workloads = /** @type {Workload[]} */ ([
     { id: "w1", name: "send() from a Worker, 256 in flight", count: Math.round(20_000 * scale), concurrency: 256, batch: 1, systems: ["simulator", "shardq"] },
+    // w1's sends through shardq/producer's batchingQueue, on both: the helper wraps any Queue binding.
+    { id: "w1b", name: "w1 through batchingQueue (shardq/producer)", count: Math.round(20_000 * scale), concurrency: 256, batch: 1, producer: "batching", systems: ["simulator", "shardq"] },
     { id: "w2", name: "sendBatch() of 100", count: Math.round(50_000 * scale), concurrency: 8, batch: 100, systems: ["simulator", "shardq"] },
     { id: "w3", name: "HTTP POST of single messages (no simulator equivalent)", count: Math.round(5_000 * scale), concurrency: 32, batch: 1, systems: ["shardq"] },
     // Its rate is set once w1 has measured shardq's maximum: half of it, for 30 s (3 s quick).
@@ -83,7 +84,7 @@ export async function compare(argv) {
       pinned: shards,
       systems: ["simulator", "shardq"],
     })),
-  ].filter((w) => !only || only.has(w.id.slice(0, 2))));
+  ].filter((w) => !only || only.has(/^w[57]-/.test(w.id) ? w.id.slice(0, 2) : w.id)));
 
   // Alone on the machine, before either system starts.
   const limit = await ceiling({ seconds: quick ? 3 : 10 });
@@ -175,7 +176,7 @@ export async function compare(argv) {
             try {
               const meter = await startMeter(fresh);
               const r = await driverRun(fresh.base, fresh.pid, w);
-              const cost = await meter.stop({ delivered: r.figures.delivered ?? 0, workerRequests: 0, bytesPerMessage: DRIVER_BODY_BYTES, peakMessages: Math.min(w.count, MAX_IN_FLIGHT), redeliveries: r.figures.duplicates ?? 0 });
+              const cost = await meter.stop({ delivered: r.figures.delivered ?? 0, workerRequests: 0, bytesPerMessage: DRIVER_BODY_BYTES, peakMessages: w.count, redeliveries: r.figures.duplicates ?? 0 });
               result = { ...r, figures: { ...r.figures, ...costFigures(cost), shards_at_start: await activeShards(fresh.base) }, cost };
             } finally {
               await fresh.stop();
@@ -184,7 +185,7 @@ export async function compare(argv) {
             const shardsAtStart = await activeShards(stack.base);
             const meter = await startMeter(stack);
             const r = await driverRun(stack.base, stack.pid, w);
-            const cost = await meter.stop({ delivered: r.figures.delivered ?? 0, workerRequests: 0, bytesPerMessage: DRIVER_BODY_BYTES, peakMessages: Math.min(w.count, MAX_IN_FLIGHT), redeliveries: r.figures.duplicates ?? 0 });
+            const cost = await meter.stop({ delivered: r.figures.delivered ?? 0, workerRequests: 0, bytesPerMessage: DRIVER_BODY_BYTES, peakMessages: w.count, redeliveries: r.figures.duplicates ?? 0 });
             // Storage shards when the run began: a queue still scaled out from the workload before has more.
             result = { ...r, figures: { ...r.figures, ...costFigures(cost), shards_at_start: shardsAtStart }, cost };
           } else result = await driverRun(stack.base, stack.pid, w);
@@ -301,7 +302,7 @@ function writeCharts(stem, rows, runs, timelines) {
   const md = [];
   writeFileSync(`${stem}.svg`, throughputChart(rows));
   md.push(`![throughput](${name}.svg)`);
-  for (const w of ["w1", "w4"]) {
+  for (const w of ["w1", "w1b", "w4"]) {
     /** @type {Array<{ label: string, system: string, dashed?: boolean, points: Array<[number, number]> }>} */
     const series = [];
     for (const system of ["simulator", "shardq"]) {
@@ -326,23 +327,23 @@ function writeCharts(stem, rows, runs, timelines) {
 }
 
 /**
- * Sends `count` through the driver Worker in chunks, never more than MAX_IN_FLIGHT
- * ahead of the sink (for both systems alike), and measures until all are delivered,
- * with the CPU the system's processes used meanwhile.
- * @param {string} base @param {number} pgid @param {{ count: number, concurrency: number, batch: number, rate?: number }} w
+ * Sends `count` through the driver Worker in chunks, without waiting for the sink: the
+ * simulator takes any number of undelayed messages in flight (bench/README.md, "How compare
+ * measures"). Measures until all are delivered, with the CPU the system's processes used meanwhile.
+ * @param {string} base @param {number} pgid @param {{ count: number, concurrency: number, batch: number, rate?: number, producer?: string }} w
  */
 async function driverRun(base, pgid, w) {
   await fetch(`${base}/sink/reset`, { method: "POST" });
   const cpuBefore = groupCpuSeconds(pgid);
-  // Paced chunks follow each other without a pause while the sink keeps up.
+  // Each /run answers with its calls' latencies; chunks keep those answers small, and follow one another without a pause.
   const chunk = Math.min(w.count, w.rate ? 2000 : 5000);
   const latencies = /** @type {number[]} */ ([]);
   const started = performance.now();
   let sent = 0;
   while (sent < w.count) {
-    while (sent - (await sink(base)).distinct > MAX_IN_FLIGHT - chunk) await sleep(50);
     const n = Math.min(chunk, w.count - sent);
-    const r = /** @type {any} */ (await (await fetch(`${base}/run?count=${n}&concurrency=${w.concurrency}&batch=${w.batch}&rate=${w.rate ?? 0}`, { method: "POST" })).json());
+    const producer = w.producer ? `&producer=${w.producer}` : "";
+    const r = /** @type {any} */ (await (await fetch(`${base}/run?count=${n}&concurrency=${w.concurrency}&batch=${w.batch}&rate=${w.rate ?? 0}${producer}`, { method: "POST" })).json());
     if (r.error) throw new Error(`driver: ${r.error}`);
     sent += r.sent;
     latencies.push(...r.latencies);
@@ -441,7 +442,7 @@ function summarize(workloads, runs, quick, limit) {
     "| workload | figure | simulator | shardq | ratio |",
     "| --- | --- | --- | --- | --- |",
     ...rows.map((r) => `| ${r.workload}: ${r.name} | ${r.metric} | ${cell(r.simulator)} | ${cell(r.shardq)} | ${r.ratio ?? "–"} |`),
-    ...[costMarkdown(workloads, runs), limit ? ceilingMarkdown(limit) : ""].filter(Boolean).flatMap((section) => ["", section]),
+    ...[costMarkdown(workloads, runs), limit ? ceilingMarkdown(limit) : "", goalsMarkdown(rows)].filter(Boolean).flatMap((section) => ["", section]),
   ];
   return { rows, markdown: lines.join("\n") };
 }

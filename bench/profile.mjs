@@ -1,4 +1,4 @@
-// `npm run bench -- profile [--workload w1|w2] [--count N] [--rate R] [--concurrency C] [--paused] [--observability]`: where
+// `npm run bench -- profile [--workload w1|w1b|w2] [--count N] [--rate R] [--concurrency C] [--paused] [--observability]`: where
 // shardq's CPU goes. Starts the benchmark's shardq stack (driver, service, sink) on
 // loopback, runs one workload through the driver while `perf record` samples workerd
 // (Debian's linux-perf; skipped with a note when perf is missing), and prints CPU per
@@ -13,9 +13,9 @@ import { groupCpuSeconds, groupPids } from "./scaling.mjs";
 import { writeDevConfig } from "../scripts/dev-config.mjs";
 import { freePort, ROOT, startWrangler } from "../scripts/dev-server.mjs";
 
-export const PROFILE_HELP = `npm run bench -- profile [--workload w1|w2] [--count N] [--rate R] [--concurrency C] [--paused] [--observability]
-  Runs one workload against shardq alone under perf and prints CPU per message and workerd's hottest frames.
-  --workload     w1: send() with 256 in flight (default); w2: sendBatch() of 100
+export const PROFILE_HELP = `npm run bench -- profile [--workload w1|w1b|w2] [--count N] [--rate R] [--concurrency C] [--paused] [--observability]
+  Runs one workload against shardq alone under perf and prints CPU per message, send() latency and workerd's hottest frames.
+  --workload     w1: send() with 256 in flight (default); w1b: the same through batchingQueue; w2: sendBatch() of 100
   --count N      messages (default 20000)
   --rate R       send at R messages/s (an open loop, as workload 4) instead of as fast as they go
   --concurrency C calls in flight (default 256 for w1, 8 for w2)
@@ -30,11 +30,11 @@ export async function profile(argv) {
   const { values: o } = parseArgs({ args: argv, options: { workload: { type: "string", default: "w1" }, count: { type: "string", default: "20000" }, rate: { type: "string", default: "0" }, concurrency: { type: "string" }, paused: { type: "boolean", default: false }, observability: { type: "boolean", default: false } } });
   const count = Number(o.count);
   if (!Number.isInteger(count) || count < 100 || count > 1_000_000) throw new Error("--count must be an integer from 100 to 1000000");
-  if (o.workload !== "w1" && o.workload !== "w2") throw new Error('--workload must be "w1" or "w2"');
+  if (o.workload !== "w1" && o.workload !== "w1b" && o.workload !== "w2") throw new Error('--workload must be "w1", "w1b" or "w2"');
   const rate = Number(o.rate);
   if (!Number.isInteger(rate) || rate < 0 || rate > 100_000) throw new Error("--rate must be an integer from 0 (as fast as possible) to 100000");
-  const batch = o.workload === "w1" ? 1 : 100;
-  const concurrency = Number(o.concurrency ?? (o.workload === "w1" ? 256 : 8));
+  const batch = o.workload === "w2" ? 100 : 1;
+  const concurrency = Number(o.concurrency ?? (o.workload === "w2" ? 8 : 256));
   if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 1000) throw new Error("--concurrency must be an integer from 1 to 1000");
   const work = mkdtempSync(join(tmpdir(), "shardq-profile-"));
   const port = await freePort();
@@ -58,7 +58,8 @@ export async function profile(argv) {
     const perf = havePerf ? spawn("perf", ["record", "-F", "499", "-g", "-o", perfData, "-p", workerds.join(",")], { stdio: "ignore" }) : null;
     const cpu0 = groupCpuSeconds(pgid);
     const started = performance.now();
-    const r = /** @type {any} */ (await (await fetch(`${base}/run?count=${count}&concurrency=${concurrency}&batch=${batch}&rate=${rate}`, { method: "POST" })).json());
+    const producer = o.workload === "w1b" ? "&producer=batching" : "";
+    const r = /** @type {any} */ (await (await fetch(`${base}/run?count=${count}&concurrency=${concurrency}&batch=${batch}&rate=${rate}${producer}`, { method: "POST" })).json());
     if (r.error) throw new Error(`driver: ${r.error}`);
     if (!o.paused) for (let s = await sink(base); s.distinct < count; s = await sink(base)) await new Promise((res) => setTimeout(res, 50));
     const seconds = (performance.now() - started) / 1000;
@@ -69,6 +70,9 @@ export async function profile(argv) {
     }
     console.log(`${o.workload}: ${count} messages sent${o.paused ? " (delivery paused)" : " and delivered"} in ${seconds.toFixed(2)} s (${Math.round(count / seconds)} msg/s)`);
     if (cpu0 !== null && cpu1 !== null) console.log(`CPU of the stack's processes: ${(cpu1 - cpu0).toFixed(2)} s, ${Math.round(((cpu1 - cpu0) * 1e6) / count)} µs per message`);
+    const ms = /** @type {number[]} */ (r.latencies).sort((a, b) => a - b);
+    const at = (/** @type {number} */ p) => (ms[Math.min(ms.length - 1, Math.floor((p / 100) * ms.length))] ?? 0).toFixed(1);
+    console.log(`${batch === 1 ? "send()" : "sendBatch()"} latency: p50 ${at(50)} ms, p99 ${at(99)} ms`);
     if (!perf) {
       console.log("perf is not installed (apt-get install linux-perf): no frame profile");
       return;

@@ -3,8 +3,7 @@
 //     (messages/s and CPU per message of the service's processes), for growing N;
 //  6. autoscaling: a fixed rate of several times one shard's capacity, sampling active
 //     storage shards and throughput every second.
-// The simulator has no equivalent of either: it keeps at most 10,000 messages in flight
-// per queue (workers-sdk issue 15670) and has no shards.
+// The simulator has no equivalent of either: it cannot pause delivery and has no shards.
 import { readdirSync, readFileSync } from "node:fs";
 
 const HEADERS = { authorization: "Bearer shardq-local-dev-token", "content-type": "application/json" };

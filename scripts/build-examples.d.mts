@@ -1,2 +1,3 @@
 export function buildExampleConsumer(): Promise<string>;
 export function buildOutcomeProbe(): Promise<string>;
+export function buildBatchingProbe(): Promise<string>;

@@ -13,12 +13,13 @@ const FOLDERS = ["src", "broker", "coordinator", "storage-shard", "consumer-shar
 /**
  * The layers, top first: a file may import its own part and any part of a lower layer,
  * nothing above it and no other part of its own layer (parts of a layer talk over RPC).
- * The consumer client library runs inside users' Workers: it may import the kernel only.
+ * The client libraries (the consumer helper, the batching producer) run inside users' Workers:
+ * they may import the kernel only.
  */
 export const LAYERS = [
   { layer: "entry", parts: ["src/worker.ts"] },
   { layer: "edge", parts: ["broker", "consumer-shard"] },
-  { layer: "client library", parts: ["src/consumer"] },
+  { layer: "client library", parts: ["src/consumer", "src/producer"] },
   { layer: "delivery service", parts: ["src/delivery"] },
   { layer: "routing service", parts: ["src/routing"] },
   { layer: "durable objects", parts: ["coordinator", "storage-shard"] },
@@ -114,7 +115,7 @@ export function importGraph() {
       unplaced.push(from);
       continue;
     }
-    const clientOnly = a.part === "src/consumer";
+    const clientOnly = a.part === "src/consumer" || a.part === "src/producer";
     for (const to of targets) {
       const b = placeOf(to);
       if (!b || b.part === a.part) continue;

@@ -5,6 +5,7 @@ import { HttpError } from "../../src/kernel/errors";
 import { noteSendLatency } from "../metrics/latency-histogram";
 import { enforceRateLimits } from "../http/rate-limit";
 import { fromSend, fromSendBatch } from "../../src/routing/pending-messages";
+import { bindingError } from "../../src/kernel/send-rules";
 import { queueMetrics } from "../../src/routing/queue-metrics";
 import { storeMessages, type SendTarget } from "../../src/routing/store";
 import { lookupQueue } from "../../src/routing/queue-lookup";
@@ -91,17 +92,12 @@ export class QueueProducer extends WorkerEntrypoint<Env, ProducerProps> {
     return { accountId: props.account, queueRef: props.queue, region: props.region };
   }
 
-  /** RPC keeps only an error's message: make it say what the HTTP API would. */
+  /** RPC keeps only an error's name and message: make them say what the HTTP API would. */
   private async guard<T>(fn: () => Promise<T>): Promise<T> {
     try {
       return await fn();
     } catch (err) {
-      if (err instanceof HttpError) {
-        const e = new Error(err.message);
-        e.name = err.status === 413 ? "RangeError" : err.status === 400 ? "TypeError" : "Error";
-        throw e;
-      }
-      throw err;
+      throw bindingError(err);
     }
   }
 }

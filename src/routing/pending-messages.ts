@@ -1,10 +1,10 @@
 import { z } from "zod";
 import { crc32 } from "../kernel/checksum";
-import { encodeBody } from "../kernel/encoding";
 import { HttpError } from "../kernel/errors";
 import { MESSAGE_ID_PATTERN } from "../kernel/ids";
 import { LIMITS } from "../kernel/limits";
-import { CONTENT_TYPES, type ContentType } from "../kernel/protocol";
+import type { ContentType } from "../kernel/protocol";
+import { batchOptionsSchema, batchRequestSchema, checkSend, delaySecondsSchema, encodeMessage, fitsOneBatch } from "../kernel/send-rules";
 import { fieldName, parseWith } from "../kernel/validate";
 
 /** A message validated and encoded by the broker, not yet given an id or a shard. */
@@ -21,12 +21,6 @@ export interface PendingMessage {
   sentAt?: number;
 }
 
-const delaySeconds = z
-  .number({ error: "must be a number of seconds" })
-  .int("must be a whole number of seconds")
-  .min(0, "must be at least 0")
-  .max(LIMITS.maxDelaySeconds, `must be at most ${LIMITS.maxDelaySeconds} (24 hours)`);
-
 /**
  * HTTP: Cloudflare's REST shapes. Only json and text travel over HTTP, as on Cloudflare.
  * Beyond Cloudflare, `id`: a message id of the producer's choosing, stored once.
@@ -35,7 +29,7 @@ const httpMessage = z
   .object({
     body: z.unknown(),
     content_type: z.enum(["json", "text"], { error: 'must be "json" or "text"' }).optional(),
-    delay_seconds: delaySeconds.optional(),
+    delay_seconds: delaySecondsSchema.optional(),
     id: z.string({ error: "must be a string" }).regex(MESSAGE_ID_PATTERN, "must be 32 lowercase hex characters").optional(),
   })
   .strict();
@@ -43,27 +37,9 @@ const httpMessage = z
 const httpBatch = z
   .object({
     messages: z.array(z.unknown(), { error: "must be an array of messages" }),
-    delay_seconds: delaySeconds.optional(),
+    delay_seconds: delaySecondsSchema.optional(),
   })
   .strict();
-
-/** Producer binding: the options of Cloudflare's Queue.send / sendBatch. */
-const sendOptions = z
-  .object({
-    contentType: z.enum(CONTENT_TYPES as [ContentType, ...ContentType[]], { error: `must be one of ${CONTENT_TYPES.join(", ")}` }).optional(),
-    delaySeconds: delaySeconds.optional(),
-  })
-  .strict();
-
-const batchRequest = z
-  .object({
-    body: z.unknown(),
-    contentType: sendOptions.shape.contentType,
-    delaySeconds: delaySeconds.optional(),
-  })
-  .strict();
-
-const batchOptions = z.object({ delaySeconds: delaySeconds.optional() }).strict();
 
 export function fromHttpMessage(input: unknown): PendingMessage {
   const m = parseWith(httpMessage, input);
@@ -90,17 +66,16 @@ export function fromHttpBatch(input: unknown): { messages: PendingMessage[]; del
 }
 
 export function fromSend(body: unknown, options: unknown): PendingMessage {
-  const o = parseWith(sendOptions, options ?? {}, ["options"]);
-  const [one] = encodeAll([{ body, contentType: o.contentType ?? "json", delaySeconds: o.delaySeconds }], []);
-  return one!;
+  const { bytes, contentType, delaySeconds } = checkSend(body, options);
+  return { body: bytes, contentType, delaySeconds, checksum: crc32(bytes) };
 }
 
 export function fromSendBatch(messages: unknown, options: unknown): { messages: PendingMessage[]; delaySeconds: number | undefined } {
   if (!Array.isArray(messages)) throw HttpError.invalid("messages", "must be an array of { body, contentType?, delaySeconds? }");
   checkCount(messages.length);
-  const o = parseWith(batchOptions, options ?? {}, ["options"]);
+  const o = parseWith(batchOptionsSchema, options ?? {}, ["options"]);
   const parsed = messages.map((raw, i) => {
-    const m = parseWith(batchRequest, raw, ["messages", i]);
+    const m = parseWith(batchRequestSchema, raw, ["messages", i]);
     return { body: m.body, contentType: m.contentType ?? ("json" as const), delaySeconds: m.delaySeconds };
   });
   return { messages: encodeAll(parsed, ["messages"]), delaySeconds: o.delaySeconds };
@@ -121,14 +96,11 @@ function encodeAll(
   let total = 0;
   const out = messages.map((m, i) => {
     const at = path.length ? [...path, i, "body"] : ["body"];
-    const bytes = encodeBody(m.body, m.contentType, fieldName(at));
-    if (bytes.byteLength > LIMITS.maxMessageBytes) {
-      throw HttpError.tooLarge(fieldName(at), `is ${bytes.byteLength} bytes; a message holds at most ${LIMITS.maxMessageBytes} bytes`);
-    }
+    const bytes = encodeMessage(m.body, m.contentType, fieldName(at));
     total += bytes.byteLength;
     return { body: bytes, contentType: m.contentType, delaySeconds: m.delaySeconds, checksum: crc32(bytes) };
   });
-  if (total > LIMITS.maxBatchBytes) {
+  if (!fitsOneBatch(out.length, total)) {
     throw HttpError.tooLarge(path.length ? fieldName(path) : "body", `batch is ${total} bytes; a batch holds at most ${LIMITS.maxBatchBytes} bytes`);
   }
   return out;

@@ -14,7 +14,7 @@ describe("npm run bench -- compare --quick", () => {
     const { files, rows } = await compare(["--quick", "--out", out]);
     const json = JSON.parse(readFileSync(files.json, "utf8"));
     const delivered = (workload: string) => rows.find((r) => r.workload === workload && r.metric === "delivered_msgs_per_s");
-    for (const w of ["w1", "w2"]) {
+    for (const w of ["w1", "w1b", "w2"]) {
       expect(delivered(w)?.simulator?.median).toBeGreaterThan(0);
       expect(delivered(w)?.shardq?.median).toBeGreaterThan(0);
     }

@@ -12,6 +12,8 @@ declare global {
       OUTCOME_PROBE_QUEUE: Fetcher;
       /** The same probe's ShardqConsumer entrypoint (transport "rpc"). */
       OUTCOME_PROBE_RPC: Fetcher;
+      /** A producer Worker with a module-scope batchingQueue (test/batching-probe). */
+      BATCHING_PROBE: Fetcher;
     }
   }
 }

@@ -1,15 +1,18 @@
 /**
  * The benchmark's producer: the same code drives Cloudflare Queues (miniflare's
  * simulator, through a [[queues.producers]] binding) and shardq (through a service
- * binding to QueueProducer). POST /run?count&concurrency&batch[&rate] sends `count`
- * messages with `concurrency` send() or sendBatch() calls in flight (or at `rate`
- * messages/s) and reports each call's duration. /shardq/* and /sink/* pass through to the shardq service and the sink,
- * which run in this process without ports of their own. GET /cost?account&queue_id (shardq
+ * binding to QueueProducer). POST /run?count&concurrency&batch[&rate][&producer=batching]
+ * sends `count` messages with `concurrency` send() or sendBatch() calls in flight (or at
+ * `rate` messages/s) and reports each call's duration; with producer=batching, the send()s
+ * go through shardq/producer's batchingQueue (w1b), one per isolate as users would keep it.
+ * /shardq/* and /sink/* pass through to the shardq service and the sink, which run in this
+ * process without ports of their own. GET /cost?account&queue_id (shardq
  * only) reads what each of the queue's Durable Objects was billed for since it started.
  */
 import type { CostMeter, MeterReading } from "../../../../src/kernel/sql-meter";
 import type { CostFigures, ShardStats } from "../../../../src/kernel/protocol";
 import { IDEMPOTENCY_BUCKETS } from "../../../../src/routing/idempotent-send";
+import { batchingQueue } from "../../../../src/producer/batching-queue";
 
 interface Env {
   QUEUE: Queue<unknown>;
@@ -56,6 +59,9 @@ async function costOf(env: CostEnv, account: string, queueId: string) {
   };
 }
 
+/** The isolate's batching producer over env.QUEUE, made on first use (env arrives with a request). */
+let batching: Queue<unknown> | undefined;
+
 export default {
   async fetch(request: Request, env: Env): Promise<Response> {
     const url = new URL(request.url);
@@ -75,6 +81,7 @@ export default {
     const batch = Number(url.searchParams.get("batch") ?? 1);
     // With a rate, call k leaves at start + k * batch / rate (an open-loop load).
     const rate = Number(url.searchParams.get("rate") ?? 0);
+    const queue = url.searchParams.get("producer") === "batching" ? (batching ??= batchingQueue(env.QUEUE, { maxBatch: 100, lingerMs: 2 })) : env.QUEUE;
     const latencies: number[] = [];
     let next = 0;
     let sent = 0;
@@ -92,8 +99,8 @@ export default {
           }
           const t0 = performance.now();
           try {
-            if (batch === 1) await env.QUEUE.send({ i: first, sent_at: Date.now() });
-            else await env.QUEUE.sendBatch(Array.from({ length: n }, (_, k) => ({ body: { i: first + k, sent_at: Date.now() } })));
+            if (batch === 1) await queue.send({ i: first, sent_at: Date.now() });
+            else await queue.sendBatch(Array.from({ length: n }, (_, k) => ({ body: { i: first + k, sent_at: Date.now() } })));
             sent += n;
             latencies.push(performance.now() - t0);
           } catch (err) {
