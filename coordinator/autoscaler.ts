@@ -5,20 +5,32 @@
  * scale-out, scale-in, hysteresis and bounds be tested with fake time and synthetic
  * heartbeats.
  *
- * Per region: scale out when the active shards take more than the target rate each
- * (messages/s, from heartbeats) or refused sends as overloaded; scale in, one shard at
- * a time, only after the load has stayed below a fraction of the target for a while;
- * never below the minimum or above the maximum; wait a cooldown after every change, so
- * new shards report before the next decision and the count does not flap. A draining
- * shard is retired only once it reports, as draining, that it holds nothing.
+ * It measures the shards: the load is what they took (heartbeats' messagesIn over their
+ * period), never how the machine or the brokers fare. Per region:
+ * - scale out when the active shards take more than the target each, to as many shards as
+ *   keep each at the target (ceil(rate / target)), at least one more. Shards that take all
+ *   they can (at capacity) report their capacity as their rate, which is above the target,
+ *   so the count grows by capacity / target per step until the shards stop being full.
+ *   Refusals alone never scale out: a shard refuses whenever its own second is used up,
+ *   and the broker then places the send on another shard of the region.
+ * - scale in once the load has stayed below a fraction of the target for scaleInAfterMs:
+ *   straight to what the load needs with room to grow (half the target per shard), never
+ *   below the minimum, so an idle queue is back at its minimum in one step.
+ * - decide only on evidence from after the last change: every active shard (the new ones
+ *   too) must have reported a period that began after it, else the next decision would
+ *   count the load of a smaller map again. A shard that never reports is waited for
+ *   at most two heartbeat intervals past the cooldown.
+ * A draining shard is retired only once it reports, as draining, that it holds nothing.
  */
 
 export interface ScalingPolicy {
   /** Messages per second one storage shard should take at most (production: ~1,000 requests/s per object). */
   targetPerShard: number;
+  /** Messages per second a shard accepts before refusing as overloaded (SHARD_CAPACITY_PER_SECOND); 0: no such limit. */
+  capacityPerShard: number;
   minPerRegion: number;
   maxPerRegion: number;
-  /** Scale in when load per shard stays below targetPerShard * this. */
+  /** Scale in when load per shard stays below the target * this. */
   scaleInBelow: number;
   /** ...for this long. */
   scaleInAfterMs: number;
@@ -64,6 +76,18 @@ export type ScalingAction =
   | { kind: "drain_shard"; region: string; shard: string; reason: string; figures: Figures }
   | { kind: "retire_shard"; region: string; shard: string; reason: string; figures: Figures };
 
+/**
+ * Of a shard's capacity, the share the autoscaler aims at: the rest absorbs what random
+ * placement puts on one shard more than on another within a second, so sends rarely
+ * find their first shard full.
+ */
+export const CAPACITY_SHARE = 0.85;
+
+/** The load per shard the autoscaler aims at: the configured target, and never above CAPACITY_SHARE of the capacity. */
+export function effectiveTarget(policy: Pick<ScalingPolicy, "targetPerShard" | "capacityPerShard">): number {
+  return policy.capacityPerShard > 0 ? Math.min(policy.targetPerShard, policy.capacityPerShard * CAPACITY_SHARE) : policy.targetPerShard;
+}
+
 export function decide(
   shards: ShardView[],
   regions: string[],
@@ -73,7 +97,9 @@ export function decide(
 ): { actions: ScalingAction[]; memory: ScalingMemory } {
   const next: ScalingMemory = { lowSince: { ...memory.lowSince }, lastChange: { ...memory.lastChange } };
   const actions: ScalingAction[] = [];
-  const fresh = (b: ShardView["beat"]) => b !== null && b.receivedAt >= now - 2 * policy.heartbeatIntervalMs;
+  const target = effectiveTarget(policy);
+  const fresh = (b: ShardView["beat"]) => b !== null && b.receivedAt >= now - 2 * policy.heartbeatIntervalMs && b.periodMs > 0;
+  const periodStart = (b: NonNullable<ShardView["beat"]>) => b.receivedAt - b.periodMs;
 
   for (const region of regions) {
     const inRegion = shards.filter((s) => s.region === region);
@@ -81,12 +107,12 @@ export function decide(
     let rate = 0;
     let refusals = 0;
     for (const s of active) {
-      if (!fresh(s.beat) || s.beat!.periodMs <= 0) continue;
+      if (!fresh(s.beat)) continue;
       rate += (s.beat!.messagesIn * 1000) / s.beat!.periodMs;
       refusals += s.beat!.refusals;
     }
     const perShard = active.length ? rate / active.length : rate;
-    const figures: Figures = { activeShards: active.length, messagesPerSecond: Math.round(rate), perShard: Math.round(perShard), target: policy.targetPerShard, refusals };
+    const figures: Figures = { activeShards: active.length, messagesPerSecond: Math.round(rate), perShard: Math.round(perShard), target: Math.round(target), refusals };
 
     // Retire what has drained: the shard itself says it is draining and empty.
     for (const s of inRegion) {
@@ -102,32 +128,34 @@ export function decide(
       delete next.lowSince[region];
       continue;
     }
-    if (now - (next.lastChange[region] ?? -Infinity) < policy.cooldownMs) continue;
+    const changed = next.lastChange[region] ?? -Infinity;
+    if (now - changed < policy.cooldownMs) continue;
+    // Evidence from after the change: each active shard reported a period that began after it.
+    const reportedSince = active.every((s) => fresh(s.beat) && periodStart(s.beat!) >= changed);
+    if (!reportedSince && now - changed < policy.cooldownMs + 2 * policy.heartbeatIntervalMs) continue;
 
-    if (perShard > policy.targetPerShard || refusals > 0) {
+    if (perShard > target) {
       delete next.lowSince[region];
-      // Room for 30% more than the current load, at least one more shard, within the maximum.
-      const wanted = Math.min(policy.maxPerRegion, Math.max(active.length + 1, Math.ceil(rate / (policy.targetPerShard * 0.7))));
+      const wanted = Math.min(policy.maxPerRegion, Math.max(active.length + 1, Math.ceil(rate / target)));
       if (wanted > active.length) {
-        const why = refusals > 0 ? `${refusals} send(s) refused as overloaded` : `${Math.round(perShard)} msg/s per shard > target ${policy.targetPerShard}`;
-        actions.push({ kind: "add_shards", region, count: wanted - active.length, reason: why, figures });
+        const full = refusals > 0 ? `; ${refusals} send(s) refused as overloaded` : "";
+        actions.push({ kind: "add_shards", region, count: wanted - active.length, reason: `${Math.round(perShard)} msg/s per shard > target ${Math.round(target)}${full}`, figures });
         next.lastChange[region] = now;
       }
       continue;
     }
 
-    if (perShard < policy.targetPerShard * policy.scaleInBelow && active.length > policy.minPerRegion) {
-      const since = (next.lowSince[region] ??= now);
+    if (perShard < target * policy.scaleInBelow && active.length > policy.minPerRegion) {
+      // Low since the start of the latest reports that all show it (not before the last change).
+      const evidence = active.filter((s) => fresh(s.beat)).map((s) => periodStart(s.beat!));
+      const since = (next.lowSince[region] ??= evidence.length ? Math.min(now, Math.max(changed, ...evidence)) : now);
       if (now - since >= policy.scaleInAfterMs) {
-        // The emptiest shard drains fastest; among equals, the newest goes first.
-        const victim = [...active].sort((a, b) => (a.beat?.backlog ?? 0) - (b.beat?.backlog ?? 0) || b.createdAt - a.createdAt)[0]!;
-        actions.push({
-          kind: "drain_shard",
-          region,
-          shard: victim.name,
-          reason: `${Math.round(perShard)} msg/s per shard < ${Math.round(policy.targetPerShard * policy.scaleInBelow)} for ${Math.round((now - since) / 1000)} s`,
-          figures,
-        });
+        // Enough shards for the load at half the target each: room to grow before the next scale-out.
+        const wanted = Math.max(policy.minPerRegion, Math.min(active.length - 1, Math.ceil(rate / (target / 2))));
+        // The emptiest shards drain fastest; among equals, the newest go first.
+        const victims = [...active].sort((a, b) => (a.beat?.backlog ?? 0) - (b.beat?.backlog ?? 0) || b.createdAt - a.createdAt).slice(0, active.length - wanted);
+        const reason = `${Math.round(perShard)} msg/s per shard < ${Math.round(target * policy.scaleInBelow)} for ${Math.round((now - since) / 1000)} s: ${active.length} -> ${wanted} shards`;
+        for (const victim of victims) actions.push({ kind: "drain_shard", region, shard: victim.name, reason, figures });
         next.lastChange[region] = now;
         next.lowSince[region] = now;
       }

@@ -59,6 +59,7 @@ export class ControlLoop {
     });
     const policy = {
       targetPerShard: config.targetPerShard,
+      capacityPerShard: config.shardCapacityPerSecond,
       minPerRegion: config.shardsPerRegion,
       maxPerRegion: Math.max(config.shardsPerRegion, config.maxShardsPerRegion),
       scaleInBelow: SCALE_IN_BELOW,
