@@ -34,9 +34,14 @@ const active = (m: ShardMap) => m.shards.filter((s) => s.state === "active");
 describe("the Coordinator's control loop", () => {
   it("adds storage shards when heartbeats show load above target, activates them, publishes them and logs why", async () => {
     const q = await createQueue("cp-out");
-    const { coordinator } = await coordinatorOnClock(q.queue_id);
+    const { coordinator, clock } = await coordinatorOnClock(q.queue_id);
     const before = (await coordinatorFor(env, q.queue_id).shardMap())!;
-    await report(q.queue_id, before.shards, 1000); // 4 x 1000 msg/s, target 500
+    // 4 x 1000 msg/s, target 500, in two readings in a row (every shard reported again).
+    await report(q.queue_id, before.shards, 1000);
+    expect(await runDurableObjectAlarm(coordinator)).toBe(true);
+    expect(active((await coordinatorFor(env, q.queue_id).shardMap())!)).toHaveLength(4);
+    clock.advance(5000);
+    await report(q.queue_id, before.shards, 1000);
     expect(await runDurableObjectAlarm(coordinator)).toBe(true);
 
     const after = (await coordinatorFor(env, q.queue_id).shardMap())!;
@@ -44,7 +49,7 @@ describe("the Coordinator's control loop", () => {
     expect(active(after)).toHaveLength(8);
     expect(after.version).toBeGreaterThan(before.version);
     const decision = (await coordinatorFor(env, q.queue_id).decisions())[0]!;
-    expect(decision).toMatchObject({ kind: "add_shards", region: "local", reason: "1000 msg/s per shard > target 500" });
+    expect(decision).toMatchObject({ kind: "add_shards", region: "local", reason: "1000 msg/s per shard > target 500 in two readings in a row" });
     expect(decision.figures).toMatchObject({ activeShards: 4, messagesPerSecond: 4000 });
     // The new shards take sends: each was activated before it entered the map.
     for (let i = 0; i < 60; i++) expect((await api("POST", `${queuePath("cp-out")}/messages`, { body: i })).status).toBe(200);
@@ -58,6 +63,9 @@ describe("the Coordinator's control loop", () => {
     const q = await createQueue("cp-in");
     const { coordinator, clock } = await coordinatorOnClock(q.queue_id);
     let map = (await coordinatorFor(env, q.queue_id).shardMap())!;
+    await report(q.queue_id, map.shards, 1000);
+    await runDurableObjectAlarm(coordinator);
+    clock.advance(5000);
     await report(q.queue_id, map.shards, 1000);
     await runDurableObjectAlarm(coordinator); // out to 8
     map = (await coordinatorFor(env, q.queue_id).shardMap())!;
