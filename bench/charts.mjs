@@ -59,27 +59,57 @@ export function latencyChart(title, series) {
 }
 
 /**
- * Active storage shards and delivered messages/s over time (the autoscaling workload).
+ * The autoscaling workload over time: on the left axis the rate offered (when a run
+ * recorded it), accepted (send() resolved) and delivered; on the right axis the active
+ * storage shards, the draining ones, the count the offered rate needs and 1.5x it, the
+ * most the goal allows. A grey bar marks when the load stopped.
  * @param {string} title
- * @param {Array<{ t: number, shards: number, sent_per_s: number, delivered_per_s: number }>} samples
+ * @param {Array<{ t: number, shards: number, draining?: number, offered_per_s?: number, sent_per_s: number, delivered_per_s: number }>} samples
+ * @param {{ rate?: number, needed?: number, stoppedAt?: number }} [opts]  the offered rate and the shards it needs
  */
-export function timelineChart(title, samples) {
-  const W = 600;
-  const H = 300;
+export function timelineChart(title, samples, opts = {}) {
+  const W = 640;
+  const H = 320;
   const left = 55;
-  const right = 50;
-  const bottom = 250;
+  const right = 60;
+  const bottom = 270;
+  const BLUE = "#2563eb";
   const tMax = Math.max(1, ...samples.map((s) => s.t));
-  const rMax = Math.max(1, ...samples.map((s) => Math.max(s.sent_per_s, s.delivered_per_s)));
-  const sMax = Math.max(1, ...samples.map((s) => s.shards));
+  const rMax = Math.max(1, opts.rate ?? 0, ...samples.map((s) => Math.max(s.offered_per_s ?? 0, s.sent_per_s, s.delivered_per_s)));
+  const allowed = opts.needed ? Math.floor(opts.needed * 1.5) : 0;
+  const sMax = Math.max(1, allowed + 1, ...samples.map((s) => s.shards + (s.draining ?? 0)));
   const x = (/** @type {number} */ t) => left + (t / tMax) * (W - left - right);
-  const yr = (/** @type {number} */ v) => bottom - (v / rMax) * 200;
-  const ys = (/** @type {number} */ v) => bottom - (v / sMax) * 200;
-  const line = (/** @type {(s: typeof samples[0]) => number} */ f, /** @type {(v: number) => number} */ yf, /** @type {string} */ color, dashed = false) =>
-    `<polyline fill="none" stroke="${color}" stroke-width="2"${dashed ? ' stroke-dasharray="4 3"' : ""} points="${samples.map((s) => `${x(s.t).toFixed(1)},${yf(f(s)).toFixed(1)}`).join(" ")}"/>`;
+  const yr = (/** @type {number} */ v) => bottom - (v / rMax) * 210;
+  const ys = (/** @type {number} */ v) => bottom - (v / sMax) * 210;
+  const line = (/** @type {(s: typeof samples[0]) => number} */ f, /** @type {(v: number) => number} */ yf, /** @type {string} */ color, dash = "") =>
+    `<polyline fill="none" stroke="${color}" stroke-width="2"${dash ? ` stroke-dasharray="${dash}"` : ""} points="${samples.map((s) => `${x(s.t).toFixed(1)},${yf(f(s)).toFixed(1)}`).join(" ")}"/>`;
+  const level = (/** @type {number} */ y, /** @type {string} */ color, /** @type {string} */ label) =>
+    `<line x1="${left}" y1="${y.toFixed(1)}" x2="${W - right}" y2="${y.toFixed(1)}" stroke="${color}" stroke-dasharray="2 3"/><text x="${W - right + 4}" y="${(y + 4).toFixed(1)}" font-size="10" fill="${color}">${esc(label)}</text>`;
   const axes = `<line x1="${left}" y1="${bottom}" x2="${W - right}" y2="${bottom}" stroke="#999"/><text x="${left - 4}" y="${yr(rMax) + 4}" font-size="10" text-anchor="end">${Math.round(rMax)}/s</text><text x="${W - right + 4}" y="${ys(sMax) + 4}" font-size="10">${sMax} shards</text><text x="${W - right}" y="${bottom + 14}" font-size="10" text-anchor="end">${Math.round(tMax)} s</text>`;
-  const legend = `<text x="${left}" y="34" font-size="11" fill="${SQ}">delivered/s</text><text x="${left + 80}" y="34" font-size="11" fill="${SIM}">sent/s (dashed)</text><text x="${left + 190}" y="34" font-size="11" fill="#2563eb">active storage shards</text>`;
-  return svg(W, H, `<text x="10" y="16" font-size="13">${esc(title)}</text>${axes}${legend}${line((s) => s.delivered_per_s, yr, SQ)}${line((s) => s.sent_per_s, yr, SIM, true)}${line((s) => s.shards, ys, "#2563eb")}`);
+  const offered = samples.some((s) => s.offered_per_s !== undefined);
+  const legend = [
+    [SQ, "", "delivered/s"],
+    [SIM, "", "accepted/s"],
+    ...(offered ? [[SIM, "4 3", "offered/s"]] : []),
+    [BLUE, "", "active shards"],
+    ...(samples.some((s) => s.draining) ? [[BLUE, "4 3", "draining"]] : []),
+  ]
+    .map(([color, dash, label], i) => `<line x1="${left + i * 105}" y1="30" x2="${left + i * 105 + 18}" y2="30" stroke="${color}" stroke-width="2"${dash ? ` stroke-dasharray="${dash}"` : ""}/><text x="${left + i * 105 + 22}" y="34" font-size="11">${label}</text>`)
+    .join("");
+  const marks = [
+    opts.rate ? level(yr(opts.rate), SIM, `${opts.rate}/s`) : "",
+    opts.needed ? level(ys(opts.needed), BLUE, `${opts.needed} needed`) : "",
+    allowed ? level(ys(allowed), "#dc2626", `${allowed} = 1.5x`) : "",
+    opts.stoppedAt ? `<line x1="${x(opts.stoppedAt).toFixed(1)}" y1="${bottom}" x2="${x(opts.stoppedAt).toFixed(1)}" y2="${bottom - 215}" stroke="#bbb" stroke-width="4" opacity="0.5"/><text x="${x(opts.stoppedAt).toFixed(1)}" y="${bottom + 14}" font-size="10" text-anchor="middle">load stops</text>` : "",
+  ].join("");
+  const series = [
+    line((s) => s.delivered_per_s, yr, SQ),
+    line((s) => s.sent_per_s, yr, SIM),
+    offered ? line((s) => s.offered_per_s ?? 0, yr, SIM, "4 3") : "",
+    line((s) => s.shards, ys, BLUE),
+    samples.some((s) => s.draining) ? line((s) => s.draining ?? 0, ys, BLUE, "4 3") : "",
+  ].join("");
+  return svg(W, H, `<text x="10" y="16" font-size="13">${esc(title)}</text>${axes}${marks}${legend}${series}`);
 }
 
 /** @param {number} w @param {number} h @param {string} body */

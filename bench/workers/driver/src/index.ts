@@ -3,7 +3,8 @@
  * simulator, through a [[queues.producers]] binding) and shardq (through a service
  * binding to QueueProducer). POST /run?count&concurrency&batch[&rate] sends `count`
  * messages with `concurrency` send() or sendBatch() calls in flight (or at `rate`
- * messages/s) and reports each call's duration. /shardq/* and /sink/* pass through to the shardq service and the sink,
+ * messages/s) and reports each call's duration; the first failed call ends the run, unless
+ * `continue=1` (then failures are counted and sending goes on). /shardq/* and /sink/* pass through to the shardq service and the sink,
  * which run in this process without ports of their own. GET /cost?account&queue_id (shardq
  * only) reads what each of the queue's Durable Objects was billed for since it started.
  */
@@ -75,9 +76,11 @@ export default {
     const batch = Number(url.searchParams.get("batch") ?? 1);
     // With a rate, call k leaves at start + k * batch / rate (an open-loop load).
     const rate = Number(url.searchParams.get("rate") ?? 0);
+    const keepGoing = url.searchParams.get("continue") === "1";
     const latencies: number[] = [];
     let next = 0;
     let sent = 0;
+    let failed = 0;
     let error: string | undefined;
     const started = Date.now();
     await Promise.all(
@@ -97,11 +100,12 @@ export default {
             sent += n;
             latencies.push(performance.now() - t0);
           } catch (err) {
-            error = String(err);
+            failed += n;
+            if (!keepGoing) error = String(err);
           }
         }
       }),
     );
-    return Response.json({ sent, ms: Date.now() - started, latencies, ...(error ? { error } : {}) });
+    return Response.json({ sent, ms: Date.now() - started, latencies, ...(keepGoing ? { failed } : {}), ...(error ? { error } : {}) });
   },
 } satisfies ExportedHandler<Env>;
