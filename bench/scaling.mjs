@@ -142,8 +142,9 @@ export async function autoscaleRun(base, w) {
   const beats = new Map();
   let last = { t: 0, offered: 0, sent: 0, failed: 0, delivered: 0 };
   let received = 0;
-  /** @type {Array<{ at: number, kind: string, reason: string }>} */
-  let decisions = [];
+  // Gathered as the run goes: the Coordinator keeps its latest 50 only, and consumer-shard decisions are many.
+  /** @type {Map<string, { at: number, kind: string, reason: string }>} */
+  const decisions = new Map();
   for (;;) {
     await sleep(1000 - ((performance.now() - started) % 1000));
     const view = await shardsView(base);
@@ -172,14 +173,14 @@ export async function autoscaleRun(base, w) {
     });
     last = { t, offered: tally.offered, sent: tally.sent, failed: tally.failed, delivered: sink.distinct };
     received = sink.received;
-    decisions = view.decisions;
+    for (const d of view.decisions) decisions.set(`${d.at} ${d.kind} ${d.target}`, d);
     const settled = active.length === W6.minShards && samples.at(-1)?.draining === 0 && sink.distinct >= tally.sent;
     if (stoppedAt !== null && (settled || performance.now() > stoppedAt + W6.scaleInAfterMs + W6.heartbeatMs + DRAIN_MARGIN_MS)) break;
   }
   await offering;
   // The Coordinator's wall clock (ms since the epoch) against the samples' seconds since the start.
   const epoch = Date.now() - (performance.now() - started);
-  const log = decisions.map((d) => ({ t: Math.round((d.at - epoch) / 100) / 10, kind: d.kind, reason: d.reason })).filter((d) => d.t >= 0).reverse();
+  const log = [...decisions.values()].sort((a, b) => a.at - b.at).map((d) => ({ t: Math.round((d.at - epoch) / 100) / 10, kind: d.kind, reason: d.reason })).filter((d) => d.t >= 0);
   const run = { ...w, offered: tally.offered, sent: tally.sent, failed: tally.failed, delivered: last.delivered, received, stoppedAt: ((stoppedAt ?? started) - started) / 1000 };
   return { figures: w6Figures(samples, run, log), samples, decisions: log };
 }
@@ -291,7 +292,7 @@ export function w6Markdown(runs) {
   ].join("\n");
 }
 
-/** @param {string} base @returns {Promise<{ shards: Array<{ name: string, state: string, heartbeat: { received_at: number, refusals: number, messages_in: number, period_ms: number } | null }>, decisions: Array<{ at: number, kind: string, reason: string }> }>} */
+/** @param {string} base @returns {Promise<{ shards: Array<{ name: string, state: string, heartbeat: { received_at: number, refusals: number, messages_in: number, period_ms: number } | null }>, decisions: Array<{ at: number, kind: string, target: string | null, reason: string }> }>} */
 const shardsView = (base) => api(base, "/queues/bench/shards", "GET");
 
 const sleep = (/** @type {number} */ ms) => new Promise((r) => setTimeout(r, ms));
