@@ -21,7 +21,7 @@ async function limitShards(queueId: string, perSecond: number) {
 }
 
 describe("per-shard capacity", () => {
-  it("refills at its rate, holds one second's worth, and lets an oversized batch through only when full", () => {
+  it("refills at its rate, holds one second's worth, and lets a batch through while it holds a token, leaving a debt", () => {
     const bucket = new TokenBucket(10, 0);
     for (let i = 0; i < 10; i++) expect(bucket.take(1, 0)).toBe(true);
     expect(bucket.take(1, 0)).toBe(false);
@@ -29,9 +29,18 @@ describe("per-shard capacity", () => {
     expect(bucket.take(1, 100)).toBe(false);
     expect(bucket.take(1, 60_000)).toBe(true); // never more than 10 saved up
     const big = new TokenBucket(10, 0);
-    expect(big.take(100, 0)).toBe(true); // full: passes, leaves a debt of 90
+    expect(big.take(100, 0)).toBe(true); // leaves a debt of 90
     expect(big.take(1, 5000)).toBe(false); // 5 s repays 50 of it
     expect(big.take(1, 9100)).toBe(true);
+  });
+
+  it("does not starve a batch behind smaller ones: it passes when the bucket holds anything, not all it asks", () => {
+    const bucket = new TokenBucket(100, 0);
+    expect(bucket.take(60, 0)).toBe(true);
+    // 40 left: a coalesced batch of 100 sends goes through and the shard pays it back.
+    expect(bucket.take(100, 0)).toBe(true);
+    expect(bucket.take(1, 500)).toBe(false); // -60 + 50
+    expect(bucket.take(1, 610)).toBe(true);
   });
 
   it("refuses sends above it as overloaded, and the broker places every message elsewhere or a little later", async () => {
