@@ -6,16 +6,19 @@
  * heartbeats.
  *
  * It measures the shards: the load is what they took (heartbeats' messagesIn over their
- * period), never how the machine or the brokers fare, and a shard that refused sends for
- * want of room counts at its capacity at least (SHARD_CAPACITY_PER_SECOND): it was full,
- * and a full shard's own count swings with the batches it had to turn away whole. Per region:
+ * period), never how the machine or the brokers fare. With a capacity set
+ * (SHARD_CAPACITY_PER_SECOND), a shard that refused sends for want of room counts at its
+ * capacity (it was full, and a full shard's own count swings with the batches it let into
+ * debt or turned away), and none counts above it: more in one period is its reserve or
+ * a debt, not a rate it can hold. Per region:
  * - scale out when the load per shard is above the target by more than SCALE_OUT_TOLERANCE
  *   in two readings in a row (every shard reported again in between), to as many shards as
  *   carry the lower of the two loads at the target, ceil(load / target), at least one more.
  *   One reading alone may be a burst, not a load: sends held back by full shards or by a
  *   blocked producer going through at once, on the second's worth a shard keeps in reserve.
  *   Full shards count at their capacity, which is above the target, so the count grows by
- *   capacity / target per step until the shards stop being full. Refusals alone never
+ *   capacity / target per step until the shards stop being full: what full shards were
+ *   asked beyond it cannot be seen from them. Refusals alone never
  *   scale out: a shard refuses whenever its own second is used up, and the broker then
  *   places the send on another shard of the region.
  * - scale in once the load has stayed below a fraction of the target for scaleInAfterMs:
@@ -134,7 +137,7 @@ export function decide(
       const took = (s.beat!.messagesIn * 1000) / s.beat!.periodMs;
       const refused = policy.capacityPerShard > 0 && s.beat!.refusals > 0;
       rate += took;
-      load += refused ? Math.max(took, policy.capacityPerShard) : took;
+      load += policy.capacityPerShard > 0 ? (refused ? policy.capacityPerShard : Math.min(took, policy.capacityPerShard)) : took;
       refusals += s.beat!.refusals;
       if (refused) full++;
     }

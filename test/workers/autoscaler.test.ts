@@ -69,11 +69,13 @@ describe("storage-shard autoscaler", () => {
     expect(twice((at) => shards(5, 111, at), policy, empty, 1000, 6000).actions).toEqual([expect.objectContaining({ kind: "add_shards", count: 1 })]);
   });
 
-  it("counts a shard that refused sends for want of room at its capacity: a full shard's own count swings", () => {
+  it("counts a shard that refused sends for want of room at its capacity, and none above it: a full shard's own count swings", () => {
     const capped = { ...policy, capacityPerShard: 120 };
     // 60 msg/s each, but refusing: full, 120 each; 600 / 100 -> 6.
     expect(twice((at) => shards(5, 60, at, { refusals: 4 }), capped, empty, 1000, 6000).actions).toEqual([expect.objectContaining({ kind: "add_shards", count: 1 })]);
     expect(twice((at) => shards(5, 60, at), capped, empty, 1000, 6000).actions).toEqual([]);
+    // 150 msg/s each, over a capacity of 120: a burst on their reserve or into debt, counted at 120.
+    expect(twice((at) => shards(5, 150, at, { refusals: 4 }), { ...capped, maxPerRegion: 20 }, empty, 1000, 6000).actions).toEqual([expect.objectContaining({ kind: "add_shards", count: 1 })]);
   });
 
   it("adds nothing for a burst in one report: the next shows the load it follows", () => {
@@ -261,9 +263,9 @@ describe("storage-shard autoscaler on a model of the queue (capacity 100 msg/s a
     const policy75 = { ...w6, targetPerShard: 75 };
     // The period 0.9-1.9 s began within the first interval after the change: nothing yet.
     expect(decide(beats(1900), ["r"], policy75, changed, 2000).actions).toEqual([]);
-    // 1.1-2.1 s and 2.1-3.1 s: 600 msg/s at 75 a shard.
+    // 1.1-2.1 s and 2.1-3.1 s: 600 msg/s read, 500 counted (none above its capacity of 100), at 75 a shard: 7.
     const seen = decide(beats(2100), ["r"], policy75, changed, 2200);
-    expect(decide(beats(3100), ["r"], policy75, seen.memory, 3200).actions).toEqual([expect.objectContaining({ kind: "add_shards", count: 3 })]);
+    expect(decide(beats(3100), ["r"], policy75, seen.memory, 3200).actions).toEqual([expect.objectContaining({ kind: "add_shards", count: 2 })]);
   });
 
   it("says when a scale-in comes due, so the Coordinator decides then and not at its next tick", () => {
