@@ -59,27 +59,61 @@ export function latencyChart(title, series) {
 }
 
 /**
- * Active storage shards and delivered messages/s over time (the autoscaling workload).
+ * The autoscaling workload over time, in two panels on one time axis. Above, messages/s:
+ * offered (when a run recorded it), accepted (send() resolved) and delivered. Below, storage
+ * shards: active, draining, the count the offered rate needs and 1.5x it, the most the goal
+ * allows. A grey bar marks when the load stopped.
  * @param {string} title
- * @param {Array<{ t: number, shards: number, sent_per_s: number, delivered_per_s: number }>} samples
+ * @param {Array<{ t: number, shards: number, draining?: number, offered_per_s?: number, sent_per_s: number, delivered_per_s: number }>} samples
+ * @param {{ rate?: number, needed?: number, stoppedAt?: number | null }} [opts]  the offered rate and the shards it needs
  */
-export function timelineChart(title, samples) {
-  const W = 600;
-  const H = 300;
+export function timelineChart(title, samples, opts = {}) {
+  const W = 640;
+  const H = 420;
   const left = 55;
-  const right = 50;
-  const bottom = 250;
+  const right = 70;
+  const BLUE = "#2563eb";
+  const rates = { top: 45, bottom: 195 };
+  const counts = { top: 235, bottom: 385 };
   const tMax = Math.max(1, ...samples.map((s) => s.t));
-  const rMax = Math.max(1, ...samples.map((s) => Math.max(s.sent_per_s, s.delivered_per_s)));
-  const sMax = Math.max(1, ...samples.map((s) => s.shards));
+  const rMax = Math.max(1, opts.rate ?? 0, ...samples.map((s) => Math.max(s.offered_per_s ?? 0, s.sent_per_s, s.delivered_per_s)));
+  const allowed = opts.needed ? Math.floor(opts.needed * 1.5) : 0;
+  const sMax = Math.max(1, allowed + 1, ...samples.map((s) => Math.max(s.shards, s.draining ?? 0)));
   const x = (/** @type {number} */ t) => left + (t / tMax) * (W - left - right);
-  const yr = (/** @type {number} */ v) => bottom - (v / rMax) * 200;
-  const ys = (/** @type {number} */ v) => bottom - (v / sMax) * 200;
-  const line = (/** @type {(s: typeof samples[0]) => number} */ f, /** @type {(v: number) => number} */ yf, /** @type {string} */ color, dashed = false) =>
-    `<polyline fill="none" stroke="${color}" stroke-width="2"${dashed ? ' stroke-dasharray="4 3"' : ""} points="${samples.map((s) => `${x(s.t).toFixed(1)},${yf(f(s)).toFixed(1)}`).join(" ")}"/>`;
-  const axes = `<line x1="${left}" y1="${bottom}" x2="${W - right}" y2="${bottom}" stroke="#999"/><text x="${left - 4}" y="${yr(rMax) + 4}" font-size="10" text-anchor="end">${Math.round(rMax)}/s</text><text x="${W - right + 4}" y="${ys(sMax) + 4}" font-size="10">${sMax} shards</text><text x="${W - right}" y="${bottom + 14}" font-size="10" text-anchor="end">${Math.round(tMax)} s</text>`;
-  const legend = `<text x="${left}" y="34" font-size="11" fill="${SQ}">delivered/s</text><text x="${left + 80}" y="34" font-size="11" fill="${SIM}">sent/s (dashed)</text><text x="${left + 190}" y="34" font-size="11" fill="#2563eb">active storage shards</text>`;
-  return svg(W, H, `<text x="10" y="16" font-size="13">${esc(title)}</text>${axes}${legend}${line((s) => s.delivered_per_s, yr, SQ)}${line((s) => s.sent_per_s, yr, SIM, true)}${line((s) => s.shards, ys, "#2563eb")}`);
+  const yr = (/** @type {number} */ v) => rates.bottom - (v / rMax) * (rates.bottom - rates.top);
+  const ys = (/** @type {number} */ v) => counts.bottom - (v / sMax) * (counts.bottom - counts.top);
+  const line = (/** @type {(s: typeof samples[0]) => number} */ f, /** @type {(v: number) => number} */ yf, /** @type {string} */ color, dash = "") =>
+    `<polyline fill="none" stroke="${color}" stroke-width="2"${dash ? ` stroke-dasharray="${dash}"` : ""} points="${samples.map((s) => `${x(s.t).toFixed(1)},${yf(f(s)).toFixed(1)}`).join(" ")}"/>`;
+  const level = (/** @type {number} */ y, /** @type {string} */ color, /** @type {string} */ label) =>
+    `<line x1="${left}" y1="${y.toFixed(1)}" x2="${W - right}" y2="${y.toFixed(1)}" stroke="${color}" stroke-dasharray="2 3"/><text x="${W - right + 4}" y="${(y + 4).toFixed(1)}" font-size="10" fill="${color}">${esc(label)}</text>`;
+  const panel = (/** @type {{ top: number, bottom: number }} */ p, /** @type {string} */ label) =>
+    `<line x1="${left}" y1="${p.bottom}" x2="${W - right}" y2="${p.bottom}" stroke="#999"/><line x1="${left}" y1="${p.top}" x2="${left}" y2="${p.bottom}" stroke="#999"/><text x="${left - 4}" y="${p.top + 4}" font-size="10" text-anchor="end">${label}</text><text x="${left - 4}" y="${p.bottom + 4}" font-size="10" text-anchor="end">0</text>`;
+  const offered = samples.some((s) => s.offered_per_s !== undefined);
+  const draining = samples.some((s) => s.draining);
+  const legend = (/** @type {number} */ y, /** @type {string[][]} */ items) =>
+    items.map(([color, dash, label], i) => `<line x1="${left + 10 + i * 110}" y1="${y}" x2="${left + 28 + i * 110}" y2="${y}" stroke="${color}" stroke-width="2"${dash ? ` stroke-dasharray="${dash}"` : ""}/><text x="${left + 32 + i * 110}" y="${y + 4}" font-size="11">${label}</text>`).join("");
+  const stop = opts.stoppedAt
+    ? [rates, counts].map((p) => `<rect x="${(x(opts.stoppedAt ?? 0) - 2).toFixed(1)}" y="${p.top}" width="4" height="${p.bottom - p.top}" fill="#bbb" opacity="0.6"/>`).join("") +
+      `<text x="${x(opts.stoppedAt).toFixed(1)}" y="${counts.bottom + 14}" font-size="10" text-anchor="middle">load stops</text>`
+    : "";
+  const body = [
+    `<text x="10" y="16" font-size="13">${esc(title)}</text>`,
+    panel(rates, `${Math.round(rMax)}/s`),
+    panel(counts, `${sMax}`),
+    legend(rates.top - 12, [[SQ, "", "delivered/s"], [SIM, "", "accepted/s"], ...(offered ? [[SIM, "4 3", "offered/s"]] : [])]),
+    legend(counts.top - 12, [[BLUE, "", "active shards"], ...(draining ? [[BLUE, "4 3", "draining"]] : [])]),
+    opts.rate ? level(yr(opts.rate), SIM, `${opts.rate}/s offered`) : "",
+    opts.needed ? level(ys(opts.needed), BLUE, `${opts.needed} needed`) : "",
+    allowed ? level(ys(allowed), "#dc2626", `${allowed} = 1.5x`) : "",
+    stop,
+    `<text x="${W - right}" y="${counts.bottom + 14}" font-size="10" text-anchor="end">${Math.round(tMax)} s</text>`,
+    line((s) => s.delivered_per_s, yr, SQ),
+    line((s) => s.sent_per_s, yr, SIM),
+    offered ? line((s) => s.offered_per_s ?? 0, yr, SIM, "4 3") : "",
+    line((s) => s.shards, ys, BLUE),
+    draining ? line((s) => s.draining ?? 0, ys, BLUE, "4 3") : "",
+  ];
+  return svg(W, H, body.join(""));
 }
 
 /** @param {number} w @param {number} h @param {string} body */

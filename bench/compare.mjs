@@ -16,7 +16,7 @@ import { goalsMarkdown } from "./goals.mjs";
 import { latencyChart, throughputChart, timelineChart } from "./charts.mjs";
 import { costDelta, costFigures, costMarkdown, costModel, readCost } from "./cost.mjs";
 import { load } from "./load.mjs";
-import { autoscaleRun, backlogRun, groupCpuSeconds } from "./scaling.mjs";
+import { autoscaleRun, backlogRun, groupCpuSeconds, W6, w6Markdown, w6Vars } from "./scaling.mjs";
 
 export const COMPARE_HELP = `npm run bench -- compare [--quick] [--repeats N] [--only w1,w4,...] [--out DIR]
   Measures the ceiling (npm run bench -- ceiling) first, then starts shardq (service + sink consumer)
@@ -31,8 +31,6 @@ const TOKEN = "shardq-local-dev-token";
 const HEADERS = { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" };
 /** The percentiles a run keeps of its latency distributions (for the charts). */
 const CDF_POINTS = [1, 5, 10, 25, 50, 75, 90, 95, 99, 99.9, 100];
-/** Workload 6: one storage shard to start with, each taking at most this many messages/s. */
-const W6_SHARD_CAPACITY = 400;
 /** w7: a steady rate this machine holds with room to spare at any shard count, sent to queues pinned at these shard counts. */
 const W7_RATE = 1000;
 const W7_SHARDS = [1, 12];
@@ -72,7 +70,8 @@ export async function compare(argv) {
       batch: 100,
       systems: ["shardq"],
     })),
-    { id: "w6", name: `send() at 4x one shard's capacity (${W6_SHARD_CAPACITY}/s), from 1 shard (no simulator equivalent)`, count: 0, concurrency: 256, batch: 1, rate: 4 * W6_SHARD_CAPACITY, seconds: quick ? 8 : 30, systems: ["shardq"] },
+    // A load phase long enough to show the rate held within 30 s, then a stop phase until the queue is back at its minimum.
+    { id: "w6", name: `send() at ${W6.rate} msg/s against shards of ${W6.capacity} msg/s from ${W6.minShards}, then none (no simulator equivalent)`, count: 0, concurrency: 0, batch: 1, rate: W6.rate, seconds: quick ? 12 : 45, systems: ["shardq"] },
     ...W7_SHARDS.map((shards) => ({
       id: `w7-${shards}`,
       name: `send() at ${W7_RATE} msg/s for ${quick ? 3 : 20} s, shardq pinned at ${shards} storage shard${shards === 1 ? "" : "s"}`,
@@ -110,17 +109,14 @@ export async function compare(argv) {
     });
     const sqQueueId = await setUpShardq(`http://127.0.0.1:${sqPort}`);
     stacks.shardq = { base: `http://127.0.0.1:${sqPort}`, pid: /** @type {number} */ (sq.pid), queueId: sqQueueId, stop: () => sq.stop() };
-    // Workload 6 runs on its own shardq, with the per-shard capacity limit on and one shard to start.
+    // Workload 6 runs on its own shardq, with the per-shard capacity limit on and its minimum of shards to start.
     // Each run on fresh state: a queue that scaled out in the run before would start with its shards.
     const autoscaling = async (/** @type {number} */ run) /** @returns {Promise<Stack>} */ => {
       const port = await freePort();
       const w6Config = writeDevConfig({
         file: join(ROOT, "wrangler.bench-w6.toml"),
         consumers: [{ binding: "CONSUMER_BENCH_SINK", service: "bench-sink" }],
-        vars: {
-          SHARD_CAPACITY_PER_SECOND: String(W6_SHARD_CAPACITY), TARGET_MESSAGES_PER_SHARD: String(Math.round(W6_SHARD_CAPACITY * 0.75)), SHARDS_PER_REGION: "1",
-          MAX_SHARDS_PER_REGION: "16", HEARTBEAT_INTERVAL_MS: "1000", SCALE_IN_AFTER_MS: "600000",
-        },
+        vars: w6Vars(),
       });
       const stack = await startWrangler({
         args: ["-c", "bench/workers/driver/wrangler.shardq.toml", "-c", w6Config, "-c", "bench/workers/sink/wrangler.shardq.toml", "--port", String(port), "--ip", "127.0.0.1", "--persist-to", join(work, `shardq-w6-${run}`), "--inspector-port", "0"],
@@ -131,7 +127,7 @@ export async function compare(argv) {
       const queueId = await setUpShardq(base);
       return { base, pid: /** @type {number} */ (stack.pid), queueId, stop: () => stack.stop() };
     };
-    /** @type {Array<{ workload: string, system: string, run: number, samples: unknown[] }>} */
+    /** @type {Array<{ workload: string, system: string, run: number, samples: unknown[], stopped_at?: number | null, decisions?: unknown[] }>} */
     const timelines = [];
 
     /** @type {Array<{ workload: string, system: string, run: number, figures: Record<string, number | null>, cost?: ReturnType<typeof costModel> }>} */
@@ -164,7 +160,7 @@ export async function compare(argv) {
             try {
               const meter = await startMeter(fresh);
               const r = await autoscaleRun(fresh.base, { rate: /** @type {number} */ (w.rate), seconds: /** @type {number} */ (w.seconds) });
-              timelines.push({ workload: w.id, system, run, samples: r.samples });
+              timelines.push({ workload: w.id, system, run, samples: r.samples, stopped_at: r.figures.stopped_at_s, decisions: r.decisions });
               const cost = await meter.stop({ delivered: r.figures.delivered ?? 0, workerRequests: 0, bytesPerMessage: DRIVER_BODY_BYTES, peakMessages: r.figures.sent ?? 0 });
               result = { figures: { ...r.figures, ...costFigures(cost) }, cost };
             } finally {
@@ -320,7 +316,11 @@ function writeCharts(stem, rows, runs, timelines) {
   const w6 = timelines.filter((t) => t.workload === "w6").sort((a, b) => peakShards(a.samples) - peakShards(b.samples));
   const mid = w6[w6.length >> 1];
   if (mid) {
-    writeFileSync(`${stem}-w6-autoscaling.svg`, timelineChart("w6: storage shards and throughput over time", mid.samples));
+    // Runs before the load had a stop phase recorded neither what was offered nor when it stopped.
+    const chart = mid.stopped_at === undefined
+      ? timelineChart("w6: storage shards and throughput over time", mid.samples)
+      : timelineChart(`w6: storage shards against ${W6.rate} msg/s offered to shards of ${W6.capacity} msg/s`, mid.samples, { rate: W6.rate, needed: Math.ceil(W6.rate / W6.capacity), stoppedAt: mid.stopped_at });
+    writeFileSync(`${stem}-w6-autoscaling.svg`, chart);
     md.push(`![w6 autoscaling](${name}-w6-autoscaling.svg)`);
   }
   return md.join("\n");
@@ -414,6 +414,7 @@ function summarize(workloads, runs, quick, limit) {
     "usd_per_million", "cq_usd_per_million", "usd_ratio_vs_cq", "duration_usd_per_million_upper_bound",
     "do_requests_per_msg", "do_rpcs_per_msg", "rows_written_per_msg", "storage_rows_written_per_msg", "rows_read_per_msg",
     "shards_at_start", "shards_peak", "send_errors",
+    "shards_needed", "hold_90_after_s", "accepted_msgs_per_s", "refused_with_room", "shard_refusals", "drain_to_min_s", "retired_s", "duplicates", "missing",
   ];
   // Every run's throughput as a fraction of what one storage shard takes alone (batches of 100).
   for (const r of runs) {
@@ -442,7 +443,7 @@ function summarize(workloads, runs, quick, limit) {
     "| workload | figure | simulator | shardq | ratio |",
     "| --- | --- | --- | --- | --- |",
     ...rows.map((r) => `| ${r.workload}: ${r.name} | ${r.metric} | ${cell(r.simulator)} | ${cell(r.shardq)} | ${r.ratio ?? "–"} |`),
-    ...[costMarkdown(workloads, runs), limit ? ceilingMarkdown(limit) : "", goalsMarkdown(rows)].filter(Boolean).flatMap((section) => ["", section]),
+    ...[costMarkdown(workloads, runs), w6Markdown(runs), limit ? ceilingMarkdown(limit) : "", goalsMarkdown(rows)].filter(Boolean).flatMap((section) => ["", section]),
   ];
   return { rows, markdown: lines.join("\n") };
 }

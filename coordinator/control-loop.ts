@@ -44,7 +44,8 @@ export class ControlLoop {
     this.env = deps.env;
   }
 
-  async autoscale(now: number): Promise<void> {
+  /** Runs the storage autoscaler and carries out its decisions; returns when it should run again for a scale-in coming due, if sooner than the next tick may be. */
+  async autoscale(now: number): Promise<number | null> {
     const config = serviceConfig(this.env);
     const beats = new Map(this.heartbeats(now).map((b) => [b.name, b]));
     const views: ShardView[] = this.store.allShards().map((s) => {
@@ -59,6 +60,7 @@ export class ControlLoop {
     });
     const policy = {
       targetPerShard: config.targetPerShard,
+      capacityPerShard: config.shardCapacityPerSecond,
       minPerRegion: config.shardsPerRegion,
       maxPerRegion: Math.max(config.shardsPerRegion, config.maxShardsPerRegion),
       scaleInBelow: SCALE_IN_BELOW,
@@ -66,9 +68,10 @@ export class ControlLoop {
       cooldownMs: 2 * config.heartbeatIntervalMs,
       heartbeatIntervalMs: config.heartbeatIntervalMs,
     };
-    const { actions, memory } = decide(views, config.regions, policy, loadMemory(this.sql), now);
+    const { actions, memory, wakeAt } = decide(views, config.regions, policy, loadMemory(this.sql), now);
     saveMemory(this.sql, memory);
     for (const action of actions) await this.apply(action, now);
+    return wakeAt;
   }
 
   /**

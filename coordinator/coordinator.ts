@@ -286,13 +286,15 @@ export class Coordinator extends DurableObject<Env> {
     if (!queue) return;
     await this.loop.activatePending();
     await this.loop.reconcileStates(now);
-    await this.loop.autoscale(now);
+    const scaleInDue = await this.loop.autoscale(now);
     await this.loop.wakeConsumers("idle", this.clock.now());
     this.loop.pruneRetired(now);
     recordPoint(this.sql, now, this.beats(), this.store.shards().filter((s) => s.state === "active").length, this.consumerStatus().running);
     if (now - queue.published_at >= REFRESH_MAP_MS) this.store.markStale();
     await this.publisher.publish();
-    await armAlarm(this.storage, now + serviceConfig(this.env).heartbeatIntervalMs);
+    // A scale-in due between ticks is decided when due, so a queue is back at its minimum
+    // within SCALE_IN_AFTER_MS of its load going quiet (and the heartbeat that shows it).
+    await armAlarm(this.storage, Math.min(now + serviceConfig(this.env).heartbeatIntervalMs, scaleInDue ?? Infinity));
     this.hooks.alarmEnds(now);
   }
 

@@ -16,14 +16,17 @@ export class TokenBucket {
   }
 
   /**
-   * Takes `n` tokens if they are there; false (and nothing taken) if not. A batch
-   * larger than the bucket passes when the bucket is full and leaves a debt, so it is
-   * never refused forever and the average rate still holds.
+   * Takes `n` tokens while the bucket holds at least one; false (and nothing taken) when
+   * it is empty or in debt. A batch larger than what is left passes and leaves a debt,
+   * repaid before the next one passes, so the average rate still holds. Asking for all `n`
+   * would starve batches: a batch is stored whole or not at all, and the coalescer's
+   * batches of many single sends would wait behind small ones for a bucket full enough,
+   * refused while the shard had room for most of them.
    */
   take(n: number, now: number): boolean {
     this.tokens = Math.min(this.perSecond, this.tokens + ((now - this.last) / 1000) * this.perSecond);
     this.last = now;
-    if (this.tokens < Math.min(n, this.perSecond)) return false;
+    if (this.tokens < Math.min(n, 1)) return false;
     this.tokens -= n;
     return true;
   }

@@ -11,7 +11,12 @@ import { stickyShard } from "./sticky-placement";
 import { findQueue, lookupQueue } from "./queue-lookup";
 import { noteShardRefused } from "./shard-map-cache";
 
-/** Attempts over different shards before a send gives up (each refusal stored nothing). */
+/**
+ * Shards that refused for a reason other than room (draining, retired, unknown: a stale
+ * map) before a send gives up; each refusal stored nothing. Refusals for want of room
+ * are not counted here: a queue may have more full shards than this, and every one is
+ * asked before the send waits.
+ */
 const MAX_SHARD_ATTEMPTS = 8;
 /** How long a send keeps trying when every shard is at its capacity, waiting for the autoscaler. */
 const OVERLOAD_PATIENCE_MS = 5000;
@@ -87,9 +92,14 @@ export async function storeMessages(
 
 /**
  * Stores messages on one shard of the queue, all or nothing: the shard `choose` names. A
- * shard that refuses (draining, retired, unknown: a stale map; at capacity) stored
- * nothing, so `choose` is asked again without it, and the map is re-read from the
- * Coordinator when it may be stale. Lands exactly once or throws.
+ * shard that refuses stored nothing, so `choose` is asked again without it. One that
+ * refuses for want of room (at capacity) is passed over until every shard of the map has
+ * been asked: then the Coordinator's current map is read, since shards added since may
+ * have room, and only when it names none untried does the send wait (full jitter,
+ * growing) and ask them all again, for at most OVERLOAD_PATIENCE_MS. A send is answered
+ * "unavailable" for want of room only after every active shard refused it. Other
+ * refusals (draining, retired, unknown: a stale map) re-read the map. Lands exactly
+ * once or throws.
  */
 async function storeOnOneShard(
   env: Env,
@@ -100,22 +110,26 @@ async function storeOnOneShard(
   choose: (map: ShardMap, exclude: ReadonlySet<string>) => ShardEntry | undefined,
 ): Promise<{ queueId: string; backlog: ShardBacklog; ids: string[] }> {
   let map = firstMap;
+  /** Shards that will not take this batch: draining, retired, unknown, corrupt. */
   const refused = new Set<string>();
+  /** Shards that had no room when asked in this round. */
+  const full = new Set<string>();
+  const passOver = () => new Set([...refused, ...full]);
   let refreshed = false;
-  let overloaded = 0;
+  let round = 0;
   const patience = Date.now() + OVERLOAD_PATIENCE_MS;
 
-  for (let attempt = 0; attempt < MAX_SHARD_ATTEMPTS; attempt++) {
-    const shard = choose(map, refused);
+  for (;;) {
+    const shard = choose(map, passOver());
     if (!shard) {
-      // Every shard was at capacity just now: back off (full jitter) and try them all
-      // again with a fresh map, which may have new shards by then.
-      if (overloaded > 0 && overloaded === refused.size && Date.now() < patience) {
-        await sleep(Math.random() * Math.min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** Math.min(6, attempt)));
+      if (full.size > 0) {
+        // Every shard of this map refused, some for want of room. A scale-out this
+        // map predates may have added shards with room: ask for the current map first.
         map = (await findQueue(env, target.accountId, target.queueRef, { current: true })) ?? map;
-        refused.clear();
-        overloaded = 0;
-        attempt = -1; // a new round over every shard; bounded by OVERLOAD_PATIENCE_MS
+        if (choose(map, passOver())) continue;
+        if (Date.now() >= patience) break;
+        await sleep(Math.random() * Math.min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** Math.min(6, round++)));
+        full.clear(); // a new round over every shard that may take sends
         continue;
       }
       if (refreshed) break;
@@ -125,11 +139,12 @@ async function storeOnOneShard(
     }
     const result = await appendWithRetry(env, shard, { queueId: map.queueId, messages, ...flags });
     if (result.ok) return { queueId: map.queueId, backlog: result.backlog, ids: result.ids };
-    refused.add(shard.name);
     if (result.refused === "overloaded") {
-      overloaded++;
+      full.add(shard.name);
       continue;
     }
+    refused.add(shard.name);
+    if (refused.size >= MAX_SHARD_ATTEMPTS) break;
     if (result.refused === "draining" || result.refused === "retired") {
       noteShardRefused(target.accountId, target.queueRef, shard.name, result.refused);
     }

@@ -24,7 +24,7 @@ describe("autoscaling under wrangler dev", () => {
 
   beforeAll(async () => {
     service = await startDevService("autoscale", [
-      // One shard takes 50 msg/s; the autoscaler aims at 40 per shard and looks every second.
+      // One shard takes 50 msg/s; the autoscaler aims at 40 per shard (under 0.85 of 50) and looks every second.
       "--var", "SHARD_CAPACITY_PER_SECOND:50", "--var", "TARGET_MESSAGES_PER_SHARD:40", "--var", "MAX_SHARDS_PER_REGION:16",
       "--var", "HEARTBEAT_INTERVAL_MS:1000", "--var", "SCALE_IN_AFTER_MS:3000",
     ]);
@@ -83,6 +83,8 @@ describe("autoscaling under wrangler dev", () => {
     expect(failures, firstFailure).toBe(0);
     expect(rate).toBeGreaterThan(4 * 50);
     expect(maxActive).toBeGreaterThan(4);
+    // Never past 1.5x what the offered rate needs: 400 msg/s at 50 a shard is 8.
+    expect(maxActive).toBeLessThanOrEqual(12);
     expect(maxPublished).toBeGreaterThan(4);
     expect(maxConsumers).toBeGreaterThan(1);
 

@@ -1,12 +1,13 @@
 /**
  * The benchmark's producer: the same code drives Cloudflare Queues (miniflare's
  * simulator, through a [[queues.producers]] binding) and shardq (through a service
- * binding to QueueProducer). POST /run?count&concurrency&batch[&rate][&producer=batching]
+ * binding to QueueProducer). POST /run?count&concurrency&batch[&rate][&producer=batching][&continue=1]
  * sends `count` messages with `concurrency` send() or sendBatch() calls in flight (or at
  * `rate` messages/s) and reports each call's duration; with producer=batching, the send()s
  * go through shardq/producer's batchingQueue (w1b), one per isolate as users would keep it.
- * /shardq/* and /sink/* pass through to the shardq service and the sink, which run in this
- * process without ports of their own. GET /cost?account&queue_id (shardq
+ * The first failed call ends the run, unless `continue=1` (then failures are counted and
+ * sending goes on). /shardq/* and /sink/* pass through to the shardq service and the sink,
+ * which run in this process without ports of their own. GET /cost?account&queue_id (shardq
  * only) reads what each of the queue's Durable Objects was billed for since it started.
  */
 import type { CostMeter, MeterReading } from "../../../../src/kernel/sql-meter";
@@ -82,9 +83,11 @@ export default {
     // With a rate, call k leaves at start + k * batch / rate (an open-loop load).
     const rate = Number(url.searchParams.get("rate") ?? 0);
     const queue = url.searchParams.get("producer") === "batching" ? (batching ??= batchingQueue(env.QUEUE, { maxBatch: 100, lingerMs: 2 })) : env.QUEUE;
+    const keepGoing = url.searchParams.get("continue") === "1";
     const latencies: number[] = [];
     let next = 0;
     let sent = 0;
+    let failed = 0;
     let error: string | undefined;
     const started = Date.now();
     await Promise.all(
@@ -104,11 +107,12 @@ export default {
             sent += n;
             latencies.push(performance.now() - t0);
           } catch (err) {
-            error = String(err);
+            failed += n;
+            if (!keepGoing) error = String(err);
           }
         }
       }),
     );
-    return Response.json({ sent, ms: Date.now() - started, latencies, ...(error ? { error } : {}) });
+    return Response.json({ sent, ms: Date.now() - started, latencies, ...(keepGoing ? { failed } : {}), ...(error ? { error } : {}) });
   },
 } satisfies ExportedHandler<Env>;
