@@ -9,10 +9,10 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "nod
 import { tmpdir } from "node:os";
 import { basename, join } from "node:path";
 import { parseArgs } from "node:util";
-import { writeDevConfig } from "../scripts/dev-config.mjs";
 import { freePort, ROOT, startWrangler } from "../scripts/dev-server.mjs";
 import { ceiling, ceilingMarkdown } from "./ceiling.mjs";
 import { goalsMarkdown } from "./goals.mjs";
+import { startShardq } from "./stacks.mjs";
 import { latencyChart, throughputChart, timelineChart } from "./charts.mjs";
 import { costDelta, costFigures, costMarkdown, costModel, readCost } from "./cost.mjs";
 import { load } from "./load.mjs";
@@ -100,33 +100,10 @@ export async function compare(argv) {
       env,
     });
     stacks.simulator = { base: `http://127.0.0.1:${simPort}`, pid: /** @type {number} */ (sim.pid), queueId: null, stop: () => sim.stop() };
-    const sqPort = await freePort();
-    const config = writeDevConfig({ file: join(ROOT, "wrangler.bench.toml"), consumers: [{ binding: "CONSUMER_BENCH_SINK", service: "bench-sink" }] });
-    const sq = await startWrangler({
-      args: ["-c", "bench/workers/driver/wrangler.shardq.toml", "-c", config, "-c", "bench/workers/sink/wrangler.shardq.toml", "--port", String(sqPort), "--ip", "127.0.0.1", "--persist-to", join(work, "shardq"), "--inspector-port", "0"],
-      readyUrl: `http://127.0.0.1:${sqPort}/ready`,
-      env,
-    });
-    const sqQueueId = await setUpShardq(`http://127.0.0.1:${sqPort}`);
-    stacks.shardq = { base: `http://127.0.0.1:${sqPort}`, pid: /** @type {number} */ (sq.pid), queueId: sqQueueId, stop: () => sq.stop() };
+    stacks.shardq = await startShardq({ work, env, file: "wrangler.bench.toml", name: "shardq" });
     // Workload 6 runs on its own shardq, with the per-shard capacity limit on and its minimum of shards to start.
     // Each run on fresh state: a queue that scaled out in the run before would start with its shards.
-    const autoscaling = async (/** @type {number} */ run) /** @returns {Promise<Stack>} */ => {
-      const port = await freePort();
-      const w6Config = writeDevConfig({
-        file: join(ROOT, "wrangler.bench-w6.toml"),
-        consumers: [{ binding: "CONSUMER_BENCH_SINK", service: "bench-sink" }],
-        vars: w6Vars(),
-      });
-      const stack = await startWrangler({
-        args: ["-c", "bench/workers/driver/wrangler.shardq.toml", "-c", w6Config, "-c", "bench/workers/sink/wrangler.shardq.toml", "--port", String(port), "--ip", "127.0.0.1", "--persist-to", join(work, `shardq-w6-${run}`), "--inspector-port", "0"],
-        readyUrl: `http://127.0.0.1:${port}/ready`,
-        env,
-      });
-      const base = `http://127.0.0.1:${port}`;
-      const queueId = await setUpShardq(base);
-      return { base, pid: /** @type {number} */ (stack.pid), queueId, stop: () => stack.stop() };
-    };
+    const autoscaling = (/** @type {number} */ run) => startShardq({ work, env, file: "wrangler.bench-w6.toml", vars: w6Vars(), name: `shardq-w6-${run}` });
     /** @type {Array<{ workload: string, system: string, run: number, samples: unknown[], stopped_at?: number | null, decisions?: unknown[] }>} */
     const timelines = [];
 
@@ -168,7 +145,8 @@ export async function compare(argv) {
             }
           } else if (w.pinned && system === "shardq") {
             // Its own shardq, on fresh state, whose queue has exactly this many shards whatever the load.
-            const fresh = await pinnedStack({ work, env, shards: w.pinned, name: `shardq-${w.id}-${run}` });
+            const pinned = String(w.pinned);
+            const fresh = await startShardq({ work, env, file: "wrangler.bench-pinned.toml", vars: { SHARDS_PER_REGION: pinned, MAX_SHARDS_PER_REGION: pinned }, name: `shardq-${w.id}-${run}` });
             try {
               const meter = await startMeter(fresh);
               const r = await driverRun(fresh.base, fresh.pid, w);
@@ -219,48 +197,7 @@ export function rerender(jsonFile) {
   writeFileSync(jsonFile, `${JSON.stringify(data, null, 2)}\n`);
 }
 
-/**
- * A shardq of its own whose queue keeps exactly `shards` storage shards: the autoscaler's
- * minimum and maximum both.
- * @param {{ work: string, env: Record<string, string>, shards: number, name: string }} o
- * @returns {Promise<Stack>}
- */
-async function pinnedStack({ work, env, shards, name }) {
-  const port = await freePort();
-  const config = writeDevConfig({
-    file: join(ROOT, "wrangler.bench-pinned.toml"),
-    consumers: [{ binding: "CONSUMER_BENCH_SINK", service: "bench-sink" }],
-    vars: { SHARDS_PER_REGION: String(shards), MAX_SHARDS_PER_REGION: String(shards) },
-  });
-  const stack = await startWrangler({
-    args: ["-c", "bench/workers/driver/wrangler.shardq.toml", "-c", config, "-c", "bench/workers/sink/wrangler.shardq.toml", "--port", String(port), "--ip", "127.0.0.1", "--persist-to", join(work, name), "--inspector-port", "0"],
-    readyUrl: `http://127.0.0.1:${port}/ready`,
-    env,
-  });
-  const base = `http://127.0.0.1:${port}`;
-  const queueId = await setUpShardq(base);
-  return { base, pid: /** @type {number} */ (stack.pid), queueId, stop: () => stack.stop() };
-}
-
-/**
- * Creates the benchmark's queue and its consumer on a shardq (as the simulator's: same batch
- * size, wait and retries). Returns the queue's id.
- * @param {string} base @returns {Promise<string>}
- */
-export async function setUpShardq(base) {
-  const call = async (/** @type {string} */ path, /** @type {unknown} */ body) => {
-    const res = await fetch(`${base}/shardq/accounts/local${path}`, { method: "POST", headers: HEADERS, body: JSON.stringify(body) });
-    if (!res.ok && res.status !== 409) throw new Error(`shardq set-up ${path}: ${res.status} ${await res.text()}`);
-  };
-  await call("/queues", { queue_name: "bench" });
-  // As the simulator's consumer: batches of 100, at most 1 s to fill, 3 retries.
-  await call("/queues/bench/consumers", { type: "worker", script_name: "bench-sink", settings: { batch_size: 100, max_wait_time_ms: 1000, max_retries: 3, transport: "queue" } });
-  const res = await fetch(`${base}/shardq/accounts/local/queues/bench`, { headers: HEADERS });
-  if (!res.ok) throw new Error(`shardq set-up: GET /queues/bench: ${res.status} ${await res.text()}`);
-  return /** @type {any} */ (await res.json()).result.queue_id;
-}
-
-/** @typedef {{ base: string, pid: number, queueId: string | null, stop: () => Promise<void> }} Stack */
+/** @typedef {import("./stacks.mjs").Stack} Stack */
 
 /**
  * Starts measuring what a workload costs on a shardq stack: every object's counters (GET /cost

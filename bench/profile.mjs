@@ -8,7 +8,7 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
-import { setUpShardq } from "./compare.mjs";
+import { setUpShardq } from "./stacks.mjs";
 import { groupCpuSeconds, groupPids } from "./scaling.mjs";
 import { writeDevConfig } from "../scripts/dev-config.mjs";
 import { freePort, ROOT, startWrangler } from "../scripts/dev-server.mjs";
