@@ -12,7 +12,7 @@ import { joinDispositions } from "../src/delivery/disposition";
 import { dispose, FAILED_DISPATCH } from "../src/delivery/outcome";
 import { applyDisposition } from "../src/delivery/settle";
 import { transportFor, type Dispatch } from "./transports";
-import { decideGather, fullestFirst, type FillingShard } from "./gather";
+import { decideGather, oldestFirst, reserveFor, type FillingShard } from "./gather";
 import { meteredStorage, newMeter, readMeter } from "../src/kernel/sql-meter";
 import { testHooksFor, type FaultPoint, type TestHookStatus } from "../src/kernel/test-hooks";
 
@@ -50,6 +50,9 @@ export class ConsumerShard extends DurableObject<Env> {
 
   /** The fault harness's aborts and alarm throws; inert unless SHARDQ_TEST_HOOKS is "on" (src/kernel/test-hooks.ts). */
   private readonly hooks = testHooksFor(this.env, "consumer");
+
+  /** Storage shards last seen holding a partial batch, kept from round to round (in memory: lost with the object, which only costs a wait). */
+  private readonly waiting = new Map<string, FillingShard>();
 
   /** Delivered since the last report to the Coordinator. */
   private report = { delivered: 0, batches: 0, errors: 0, at: 0 };
@@ -143,8 +146,12 @@ export class ConsumerShard extends DurableObject<Env> {
     // The queue's figures for each batch's metadata: heartbeats, then each shard's exact figures as it is leased from.
     const figures = new Map(plan.shards.map((s) => [s.name, s.backlog]));
     const idle = new Set<string>();
-    // Shards holding a partial batch that is not due yet (gather.ts).
+    // Shards holding a partial batch that is not due yet (gather.ts), found in this round.
     const filling = new Map<string, FillingShard>();
+    // The same, as last seen in any round: a remainder seen before joins the next full batch
+    // another shard fills. A shard gone from the plan is forgotten, one due by now looked at again.
+    const waiting = this.waiting;
+    for (const [name, f] of waiting) if (f.waitUntil <= started || !plan.shards.some((s) => s.name === name)) waiting.delete(name);
     let next: number | null = null;
     const later = (t: number | null) => {
       if (t !== null && (next === null || t < next)) next = t;
@@ -153,13 +160,18 @@ export class ConsumerShard extends DurableObject<Env> {
       const lease = await storageShardFor(this.env, name).lease({ queueId, limit, leaseMs: this.leaseMs, maxWaitMs: waitMs, retentionMs: plan.retentionMs });
       weights.set(name, lease.backlog.count);
       figures.set(name, lease.backlog);
+      if (lease.messages.length === 0 && lease.waitUntil !== null) waiting.set(name, { name, ready: lease.ready ?? 1, waitUntil: lease.waitUntil });
+      else waiting.delete(name);
       return lease;
     };
     while (this.clock.now() - started < ROUND_BUDGET_MS) {
       let batch: LeasedBatch;
+      let reserved = 0;
       const shard = pickWeighted(plan.shards.filter((s) => !idle.has(s.name) && !filling.has(s.name)), weights);
       if (shard) {
-        const lease = await leaseFrom(shard.name, batchSize, maxWaitMs);
+        // Room in the batch for what already waits on filling shards, which joins it below.
+        reserved = reserveFor(waiting, batchSize, shard.name);
+        const lease = await leaseFrom(shard.name, batchSize - reserved, maxWaitMs);
         if (lease.messages.length === 0) {
           if (lease.waitUntil !== null) filling.set(shard.name, { name: shard.name, ready: lease.ready ?? 1, waitUntil: lease.waitUntil });
           else idle.add(shard.name);
@@ -177,10 +189,11 @@ export class ConsumerShard extends DurableObject<Env> {
         }
         batch = [];
       }
-      // A batch short of full (its shard's oldest message is due, or the shards fill it
-      // only together) takes what the other shards have ready, up to the batch size.
+      // A batch short of full (room left for what waits elsewhere, its shard's oldest message
+      // due, or shards that fill it only together) takes what the other shards have ready,
+      // the oldest first, up to the batch size.
       let left = batchSize - batch.reduce((n, p) => n + p.messages.length, 0);
-      for (const s of fullestFirst(plan.shards, filling)) {
+      for (const s of oldestFirst(plan.shards, waiting)) {
         if (left <= 0) break;
         if (idle.has(s.name) || batch.some((p) => p.shard === s.name)) continue;
         filling.delete(s.name);
@@ -192,6 +205,12 @@ export class ConsumerShard extends DurableObject<Env> {
         }
         batch.push({ shard: s.name, messages: lease.messages });
         left -= lease.messages.length;
+      }
+      // Less waited elsewhere than the room left for it: the first shard, which gave all it was asked, fills the rest.
+      const first = batch[0];
+      if (shard && first && left > 0 && first.messages.length === batchSize - reserved) {
+        const more = await leaseFrom(first.shard, left, 0);
+        first.messages = first.messages.concat(more.messages);
       }
       if (batch.length === 0) continue;
       // Leased and not yet handed over: a reset here leaves the leases to expire.

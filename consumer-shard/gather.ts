@@ -10,7 +10,7 @@
  * A storage shard with a partial, young batch answers a lease with how many messages
  * are ready and when its oldest will have waited long enough (LeaseResult.ready,
  * waitUntil), and leases nothing. Once every shard of the round has answered so, this
- * decides: take the ready messages now (fullest shards first, each asked for what the
+ * decides: take the ready messages now (the oldest first, each shard asked for what the
  * batch still lacks, so no shard gives more than the batch takes), or wait. A wait ends at the
  * oldest message's deadline, or sooner, when the queue's recent rate says the batch will
  * have filled: a steady stream spread over twelve shards fills a batch as fast as it
@@ -46,8 +46,19 @@ export function decideGather(filling: readonly FillingShard[], batchSize: number
   return { gather: false, wakeAt: Math.min(due, now + Math.max(MIN_GATHER_WAIT_MS, Math.ceil(fill))) };
 }
 
-/** The order to take a batch's remaining messages in: the shards known to hold the most first, then the rest. */
-export function fullestFirst<T extends { name: string }>(shards: readonly T[], filling: ReadonlyMap<string, FillingShard>): T[] {
-  const ready = (s: T) => filling.get(s.name)?.ready ?? 0;
-  return [...shards].sort((a, b) => ready(b) - ready(a));
+/**
+ * The order to take a batch's remaining messages in: the shards holding the oldest waiting
+ * messages first (a remainder left on a shard the stream of sends has moved away from would
+ * otherwise wait out the batch timeout while fresh shards fill batch after batch), then the rest.
+ */
+export function oldestFirst<T extends { name: string }>(shards: readonly T[], filling: ReadonlyMap<string, FillingShard>): T[] {
+  const due = (s: T) => filling.get(s.name)?.waitUntil ?? Infinity;
+  return [...shards].sort((a, b) => due(a) - due(b));
+}
+
+/** How much of a batch leased from shard `from` to leave for the messages waiting on other filling shards: all of it but one message, at most. */
+export function reserveFor(filling: ReadonlyMap<string, FillingShard>, batchSize: number, from?: string): number {
+  let ready = 0;
+  for (const f of filling.values()) if (f.name !== from) ready += f.ready;
+  return Math.min(batchSize - 1, ready);
 }

@@ -1,7 +1,9 @@
 import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { decideGather, fullestFirst, MIN_GATHER_WAIT_MS } from "../../consumer-shard/gather";
-import { coordinatorFor } from "../../src/kernel/addressing";
+import { decideGather, MIN_GATHER_WAIT_MS, oldestFirst, reserveFor } from "../../consumer-shard/gather";
+import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
+import { crc32 } from "../../src/kernel/checksum";
+import type { EncodedMessage } from "../../src/kernel/protocol";
 import { locate } from "../../src/kernel/ids";
 import { forgetSticks } from "../../src/routing/sticky-placement";
 import { addConsumer, eventually, fakeConsumer } from "./push-helpers";
@@ -17,7 +19,7 @@ async function sendToRandomShard(queue: string, body: unknown): Promise<string> 
 
 describe("deciding a batch over several storage shards", () => {
   const now = 1_000_000;
-  it("takes a batch when the shards' ready messages fill it together, or once the oldest has waited max_wait_time_ms, however few", () => {
+  it("takes a batch when the shards' ready messages fill it together, or once the oldest has waited max_wait_time_ms, however few; the oldest first", () => {
     const filling = [
       { name: "a", ready: 30, waitUntil: now + 900 },
       { name: "b", ready: 50, waitUntil: now + 950 },
@@ -25,9 +27,16 @@ describe("deciding a batch over several storage shards", () => {
     ];
     expect(decideGather(filling, 100, 1000, now)).toEqual({ gather: true });
     expect(decideGather([{ name: "a", ready: 2, waitUntil: now + 500 }, { name: "b", ready: 1, waitUntil: now }], 100, 1000, now)).toEqual({ gather: true });
-    // Fullest first: the fewest shards for the batch; shards not known to be filling last.
-    const order = fullestFirst([{ name: "a" }, { name: "z" }, { name: "b" }, { name: "c" }], new Map(filling.map((f) => [f.name, f])));
-    expect(order.map((s) => s.name)).toEqual(["b", "c", "a", "z"]);
+    // The oldest waiting messages first; shards not known to be filling last.
+    const known = new Map(filling.map((f) => [f.name, f]));
+    const order = oldestFirst([{ name: "z" }, { name: "c" }, { name: "b" }, { name: "a" }], known);
+    expect(order.map((s) => s.name)).toEqual(["a", "b", "c", "z"]);
+    // A batch leased from one shard leaves room for what waits on the others: all but one message at most.
+    expect(reserveFor(known, 100)).toBe(99);
+    expect(reserveFor(new Map([["a", filling[0]!]]), 100)).toBe(30);
+    expect(reserveFor(new Map(), 100)).toBe(0);
+    // Not what waits on the shard the batch is leased from: that comes with the lease.
+    expect(reserveFor(known, 100, "b")).toBe(70);
   });
 
   it("waits for the time the queue's rate needs to fill the batch, never past the oldest message's deadline", () => {
@@ -88,4 +97,31 @@ describe("one batch from several storage shards", () => {
     expect(second.every(([, a]) => a === 2)).toBe(true);
     await eventually(() => backlog("gather-wait"), (n) => n === 0);
   });
+
+  it("lets the messages left waiting on one shard join the next full batch another shard fills, instead of the batch timeout", async () => {
+    const q = await createQueue("gather-rest");
+    const [a, b] = (await coordinatorFor(env, q.queue_id).shardMap())!.shards.map((s) => s.name) as [string, string];
+    const deliveries = await fakeConsumer(q.queue_id, () => {});
+    await addConsumer("gather-rest", { settings: { batch_size: 10, max_wait_time_ms: 60_000 } });
+    // A remainder on shard a: fewer than a batch, young beside the minute the timeout allows.
+    const rest = (await storageShardFor(env, a).append({ queueId: q.queue_id, messages: [0, 1, 2].map(text) })) as { ids: string[] };
+    await sleep(300); // a consumer shard has looked, found 3 of 10 and gone to sleep
+    expect(deliveries).toHaveLength(0);
+    // A full batch on shard b, which wakes consumers at once.
+    const fresh = (await storageShardFor(env, b).append({ queueId: q.queue_id, messages: Array.from({ length: 10 }, (_, i) => text(10 + i)) })) as { ids: string[] };
+    await eventually(async () => deliveries.length, (n) => n > 0, 4000);
+    // The remainder goes first, in the first batch, topped up from b.
+    expect(deliveries[0]!.ids).toHaveLength(10);
+    expect(deliveries[0]!.ids).toEqual(expect.arrayContaining(rest.ids));
+    expect(deliveries[0]!.ids.filter((id) => fresh.ids.includes(id))).toHaveLength(7);
+  });
 });
+
+const utf8 = new TextEncoder();
+/** A fresh message as the broker hands it to a shard. */
+function text(i: number): EncodedMessage {
+  const body = utf8.encode(`message ${i}`);
+  return { body, contentType: "text", delayMs: 0, checksum: crc32(body) };
+}
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
