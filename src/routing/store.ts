@@ -18,8 +18,14 @@ import { noteShardRefused } from "./shard-map-cache";
  * asked before the send waits.
  */
 const MAX_SHARD_ATTEMPTS = 8;
-/** How long a send keeps trying when every shard is at its capacity, waiting for the autoscaler. */
-const OVERLOAD_PATIENCE_MS = 5000;
+/**
+ * How long a send keeps trying when every shard is at its capacity, waiting for the
+ * autoscaler. It grows a region only on two readings in a row after the last change has
+ * settled (coordinator/autoscaler.ts), and full shards show no more than their capacity,
+ * so doubling a region's shards takes it three or so steps of a few heartbeats each: a
+ * send waits that out rather than fail.
+ */
+const OVERLOAD_PATIENCE_MS = 10_000;
 /** Retries of the same shard after a transient RPC failure; a retry is deduplicated by id on the shard. */
 const MAX_TRANSIENT_RETRIES = 2;
 const BACKOFF_BASE_MS = 25;
