@@ -167,6 +167,8 @@ export class ConsumerShard extends DurableObject<Env> {
     while (this.clock.now() - started < ROUND_BUDGET_MS) {
       let batch: LeasedBatch;
       let reserved = 0;
+      // When this batch's first lease was taken: its leases run from then, not from the dispatch.
+      let leasedAt = Date.now();
       const shard = pickWeighted(plan.shards.filter((s) => !idle.has(s.name) && !filling.has(s.name)), weights);
       if (shard) {
         // Room in the batch for what already waits on filling shards, which joins it below.
@@ -179,6 +181,7 @@ export class ConsumerShard extends DurableObject<Env> {
           continue;
         }
         batch = [{ shard: shard.name, messages: lease.messages }];
+        leasedAt = Date.now();
       } else {
         // Every shard is empty or filling a batch: gather one batch from them, or wait.
         if (filling.size === 0) return next;
@@ -193,8 +196,10 @@ export class ConsumerShard extends DurableObject<Env> {
       // due, or shards that fill it only together) takes what the other shards have ready,
       // the oldest first, up to the batch size.
       let left = batchSize - batch.reduce((n, p) => n + p.messages.length, 0);
+      // Not past a third of the lease: a slow shard must not let the leases already taken run out before the dispatch.
+      const inTime = () => Date.now() - leasedAt < this.leaseMs / 3;
       for (const s of oldestFirst(plan.shards, waiting)) {
-        if (left <= 0) break;
+        if (left <= 0 || !inTime()) break;
         if (idle.has(s.name) || batch.some((p) => p.shard === s.name)) continue;
         filling.delete(s.name);
         const lease = await leaseFrom(s.name, left, 0);
@@ -208,14 +213,14 @@ export class ConsumerShard extends DurableObject<Env> {
       }
       // Less waited elsewhere than the room left for it: the first shard, which gave all it was asked, fills the rest.
       const first = batch[0];
-      if (shard && first && left > 0 && first.messages.length === batchSize - reserved) {
+      if (shard && first && left > 0 && first.messages.length === batchSize - reserved && inTime()) {
         const more = await leaseFrom(first.shard, left, 0);
         first.messages = first.messages.concat(more.messages);
       }
       if (batch.length === 0) continue;
       // Leased and not yet handed over: a reset here leaves the leases to expire.
       this.hooks.at("abort-leased", this.ctx);
-      await this.deliverBatch(plan, consumer, batch, dispatch, { metrics: bindingMetrics(sumFigures([...figures.values()])) });
+      await this.deliverBatch(plan, consumer, batch, dispatch, { metrics: bindingMetrics(sumFigures([...figures.values()])) }, leasedAt);
       // A long round still reports every few seconds, so the Coordinator sees it working.
       if (this.clock.now() - this.report.at >= Math.min(REPORT_EVERY_MS, serviceConfig(this.env).heartbeatIntervalMs)) await this.sendReport(queueId, true);
     }
@@ -223,7 +228,7 @@ export class ConsumerShard extends DurableObject<Env> {
   }
 
   /** Hands one batch (leased from one shard or gathered from several) to the consumer and settles it on each shard. */
-  private async deliverBatch(plan: DeliveryPlan, consumer: ConsumerRecord, batch: LeasedBatch, dispatch: Dispatch, metadata: MessageBatchMetadata): Promise<void> {
+  private async deliverBatch(plan: DeliveryPlan, consumer: ConsumerRecord, batch: LeasedBatch, dispatch: Dispatch, metadata: MessageBatchMetadata, leasedAt: number): Promise<void> {
     const parts = batch.map(({ shard, messages }) => {
       const readable: Array<{ leased: LeasedMessage; message: DispatchMessage }> = [];
       const unreadable: LeasedMessage[] = [];
@@ -237,7 +242,7 @@ export class ConsumerShard extends DurableObject<Env> {
       return { shard, messages, readable, unreadable };
     });
     const count = batch.reduce((n, p) => n + p.messages.length, 0);
-    const outcome = await this.withLeasesHeld(plan.queueId, batch, () =>
+    const outcome = await this.withLeasesHeld(plan.queueId, batch, leasedAt, () =>
       dispatch(plan.queueName, parts.flatMap((p) => p.readable.map((r) => r.message)), metadata),
     );
     this.report.batches++;
@@ -262,13 +267,18 @@ export class ConsumerShard extends DurableObject<Env> {
    * handler is not raced by a second delivery, up to the maximum execution time. A
    * dispatch that fails outright counts as a handler that threw.
    */
-  private async withLeasesHeld(queueId: string, batch: LeasedBatch, run: () => Promise<DispatchOutcome>): Promise<DispatchOutcome> {
+  private async withLeasesHeld(queueId: string, batch: LeasedBatch, leasedAt: number, run: () => Promise<DispatchOutcome>): Promise<DispatchOutcome> {
     const held = batch.map((p) => ({ shard: storageShardFor(this.env, p.shard), refs: p.messages.map(leaseRefOf) }));
     const count = batch.reduce((n, p) => n + p.messages.length, 0);
     const started = Date.now();
+    const extend = () => {
+      for (const { shard, refs } of held) shard.extendLeases(queueId, refs, this.leaseMs).catch((err) => console.error("lease extension failed:", err));
+    };
+    // A batch gathered from several shards took a while: its first leases are renewed now, not a third of a lease from now.
+    if (started - leasedAt >= this.leaseMs / 3) extend();
     const timer = setInterval(() => {
       if (Date.now() - started + this.leaseMs > this.maxExecutionMs) return clearInterval(timer);
-      for (const { shard, refs } of held) shard.extendLeases(queueId, refs, this.leaseMs).catch((err) => console.error("lease extension failed:", err));
+      extend();
     }, Math.max(1, Math.floor(this.leaseMs / 3)));
     try {
       return await run();
