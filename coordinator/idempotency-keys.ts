@@ -51,8 +51,8 @@ const MIGRATIONS = [
  *
  * A send claims its key before storing (recording the ids it will use), stores, then
  * marks the key done. A request that dies in between leaves a pending claim: after
- * IN_PROGRESS_MS a retry takes it over and stores under the same ids with `dedupe`,
- * placed by id, so the shard that took the first attempt skips what it already has.
+ * IN_PROGRESS_MS a retry takes it over, asks every shard which of its ids they hold, and
+ * stores only the others (src/routing/idempotent-send.ts).
  */
 export class IdempotencyKeys extends DurableObject<Env> {
   /** RPCs served, alarms run, rows written and read since this object started (src/kernel/sql-meter.ts). */

@@ -32,6 +32,7 @@ import { meteredSql, settleReads, type CostMeter } from "../src/kernel/sql-meter
 import { cancelMessage, countMatching, findMessage, leaseMatching, peekReady, purgeSome, releaseLeases } from "./operations";
 import { migrate } from "./schema";
 import { appendBatch } from "./append";
+import { knownIds } from "./remembered-ids";
 import { shardNumber } from "./segment";
 import { testHooksFor, type FaultPoint, type TestHookStatus } from "../src/kernel/test-hooks";
 import { corruptBodies } from "./corrupt-bodies";
@@ -259,6 +260,17 @@ export class StorageShard extends DurableObject<Env> {
   }
 
   /** Ready messages with their bodies, untouched (the dashboard's peek). */
+  /**
+   * Which of `ids` (ids their sender chose or kept) this shard holds or remembers storing,
+   * in any state, retired too: a retried idempotent send asks every shard of its queue,
+   * since the shard that took an earlier attempt may have stopped taking sends since.
+   */
+  heldIds(queueId: string, ids: string[]): string[] {
+    this.cost.rpcs++;
+    if (!this.identity || this.identity.queueId !== queueId) return [];
+    return [...knownIds(this.sql, ids)];
+  }
+
   peekReady(queueId: string, limit: number): Array<MessageStatus & { body: Uint8Array }> {
     return this.read(queueId, [], () => peekReady(this.sql, this.delivery, this.clock.now(), limit));
   }

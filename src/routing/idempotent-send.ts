@@ -7,7 +7,7 @@
  * answered with the ids of the first, and a key or id reused for something else is
  * refused with 409. Plain sends never come here: they pay nothing for this.
  */
-import { idempotencyKeysFor } from "../kernel/addressing";
+import { idempotencyKeysFor, storageShardFor } from "../kernel/addressing";
 import type { Env } from "../kernel/env";
 import { HttpError, unavailable } from "../kernel/errors";
 import { newMessageId, randomHex } from "../kernel/ids";
@@ -85,13 +85,17 @@ export async function sendIdempotent(env: Env, target: SendTarget, req: Idempote
     throw err;
   }
 
-  const store = req.messages.flatMap((_, i) => (skip.has(i) ? [] : [i]));
+  let store = req.messages.flatMap((_, i) => (skip.has(i) ? [] : [i]));
   let backlogs: ShardBacklog[] = [];
   if (store.length > 0) {
     try {
-      // Each on the shard its id picks: with `retry`, an earlier attempt may have stored
-      // some of these ids there, alone or in another batch, and the shard skips them.
-      ({ backlogs } = await storeMessages(env, target, store.map((i) => req.messages[i]!), req.batchDelaySeconds, store.map((i) => ids[i]!), retry));
+      if (retry) {
+        const there = await heldAnywhere(env, target, store.map((i) => ids[i]!));
+        store = store.filter((i) => !there.has(ids[i]!));
+      }
+      // Each on the shard its id picks, which skips ids it has: with `retry`, one may
+      // have been stored there since the look above, by an attempt that is still running.
+      if (store.length > 0) ({ backlogs } = await storeMessages(env, target, store.map((i) => req.messages[i]!), req.batchDelaySeconds, store.map((i) => ids[i]!), retry));
     } catch (err) {
       await release(env, map.queueId, held, token, true);
       throw err;
@@ -102,6 +106,30 @@ export async function sendIdempotent(env: Env, target: SendTarget, req: Idempote
   const done = await Promise.allSettled(held.map((h) => idempotencyKeysFor(env, map.queueId, h.bucket).complete(h.keys)));
   for (const d of done) if (d.status === "rejected") console.error("marking idempotency keys done failed:", d.reason);
   return { ids, queueId: map.queueId, backlogs };
+}
+
+/**
+ * Which of `ids` some shard of the queue holds or remembers storing. An earlier attempt
+ * placed them by id over the map it read, and the map may have changed since (a shard
+ * drained, retired or added, or that attempt's map was stale): the shard an id picks now
+ * may never have seen it, and would store a second copy, delivered again after the first
+ * was acked. So every shard of the Coordinator's current map is asked, draining and
+ * retired ones too. A shard that cannot answer fails the send (503, nothing stored, the
+ * key kept for the next retry) rather than risk the copy. The one place left unasked is
+ * a shard retired long enough ago for the Coordinator to forget it (coordinator/control-loop.ts).
+ */
+async function heldAnywhere(env: Env, target: SendTarget, ids: string[]): Promise<Set<string>> {
+  const map = await lookupQueue(env, target.accountId, target.queueRef, { current: true });
+  const answers = await Promise.allSettled(map.shards.map((s) => storageShardFor(env, s.name, s.region).heldIds(map.queueId, ids)));
+  const held = new Set<string>();
+  for (const a of answers) {
+    if (a.status === "rejected") {
+      console.error("asking a shard which ids it holds failed:", a.reason);
+      throw unavailable("storage shard unavailable; retry later with the same key", null);
+    }
+    for (const id of a.value) held.add(id);
+  }
+  return held;
 }
 
 function claimedOrThrow(outcome: ClaimOutcome, field: string, mismatch: string): { ids: string[]; retry: boolean } {

@@ -6,8 +6,9 @@
  * picks, whatever batch it travels in: writing it again after a lost reply or a crash,
  * alone or in other company, lands on the shard that has it, which recognises it (by
  * remembered id, or by move key) and stores nothing new. If the map changed in between,
- * the second write may land elsewhere and store a copy: at least once, never lost
- * (docs/guarantees.md, "Moves").
+ * a move written again may land elsewhere and store a copy: at least once, never lost
+ * (docs/guarantees.md, "Moves"). An idempotent send tried again asks every shard first
+ * (idempotent-send.ts), so it does not count on this.
  */
 import type { ShardEntry, ShardMap } from "../kernel/protocol";
 

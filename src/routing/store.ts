@@ -86,13 +86,18 @@ export async function storeMessages(
   }
   const ids = keepIds;
   const groups = [...placeById(map, region, ids).values()];
-  const stored = await Promise.all(
+  const settled = await Promise.allSettled(
     groups.map((group) => {
       // Should the id's shard refuse, the group goes on together to the next shard its first id picks.
       const first = ids[group[0]!]!;
       return storeOnOneShard(env, target, map, group.map((i) => messages[i]!), flags, (m, exclude) => shardForId(m, region, first, exclude));
     }),
   );
+  // Thrown only once every group is done: a retry must not start while a write of this
+  // attempt is still waiting for room, or it could look for these ids before they land.
+  const failed = settled.find((s) => s.status === "rejected");
+  if (failed) throw failed.reason;
+  const stored = settled.map((s) => (s as PromiseFulfilledResult<{ queueId: string; backlog: ShardBacklog }>).value);
   return { ids, queueId: stored[0]?.queueId ?? map.queueId, backlogs: stored.map((s) => s.backlog) };
 }
 

@@ -12,7 +12,7 @@ import { forgetShardMap } from "../../src/routing/shard-map-cache";
 import { IDEMPOTENCY_WINDOW_MS, IN_PROGRESS_MS, type IdempotencyKeys } from "../../coordinator/idempotency-keys";
 import { coordinatorFor, idempotencyKeysFor } from "../../src/kernel/addressing";
 import { api, backlog, BASE, createQueue, queuePath, storedMessages, TOKEN } from "./helpers";
-import type { KeyClaim } from "../../src/kernel/protocol";
+import type { AppendRequest, KeyClaim } from "../../src/kernel/protocol";
 
 const KEY = "idempotency-key";
 const send = (q: string, body: unknown, key?: string) => api("POST", `${queuePath(q)}/messages`, body, { headers: key === undefined ? {} : { [KEY]: key } });
@@ -146,6 +146,133 @@ describe("Idempotency-Key", () => {
     const again = await send("idem-drained", { body: "x" }, "drained");
     expect(again.json.result.message_id).toBe(first.json.result.message_id);
     expect(await storedIds("idem-drained")).toEqual([first.json.result.message_id]);
+  });
+
+  it("stores nothing again when the request that stored died and the shard it stored on stopped taking sends before the retry", async () => {
+    // Found by the fault harness (abort-append during a stale shard map): the retry placed
+    // the id over a different map, on a shard that had never seen it, and stored a copy
+    // that was delivered again after the first was acked.
+    const q = await createQueue("idem-died-moved");
+    const res = await sendDyingBeforeDone("idem-died-moved", "moved");
+    const id = ((await res.json()) as { result: { message_id: string } }).result.message_id;
+    const holder = (await storedMessages("idem-died-moved")).messages[0]!.shard;
+    await coordinatorFor(env, q.queue_id).setShardState(holder, "draining");
+    forgetShardMap("local", "idem-died-moved", q.queue_id);
+
+    await shiftKeyClock(q.queue_id, "key:moved", IN_PROGRESS_MS + 1000);
+    const again = await send("idem-died-moved", { body: "once" }, "moved");
+    expect(again.status).toBe(200);
+    expect(again.json.result.message_id).toBe(id);
+    expect((await storedMessages("idem-died-moved")).messages.map((m) => [m.id, m.shard])).toEqual([[id, holder]]);
+  });
+
+  it("asks retired shards too, and fails a retry it cannot check rather than store a second copy", async () => {
+    const q = await createQueue("idem-died-retired");
+    expect((await api("POST", `${queuePath("idem-died-retired")}/consumers`, { type: "http_pull" })).status).toBe(201);
+    const res = await sendDyingBeforeDone("idem-died-retired", "retired");
+    const id = ((await res.json()) as { result: { message_id: string } }).result.message_id;
+    const holder = (await storedMessages("idem-died-retired")).messages[0]!.shard;
+    await consumeAll("idem-died-retired");
+    // Empty, drained and retired: it takes nothing and serves nothing, but still remembers the id.
+    await coordinatorFor(env, q.queue_id).setShardState(holder, "draining");
+    await coordinatorFor(env, q.queue_id).setShardState(holder, "retired");
+    forgetShardMap("local", "idem-died-retired", q.queue_id);
+    await shiftKeyClock(q.queue_id, "key:retired", IN_PROGRESS_MS + 1000);
+
+    // A shard that cannot answer: the retry is refused, nothing stored, the key kept.
+    const failing = {
+      idFromName: (name: string) => env.STORAGE_SHARD.idFromName(name),
+      get: (shardId: DurableObjectId) => {
+        const target = env.STORAGE_SHARD.get(shardId);
+        return new Proxy(target, { get: (t, prop) => (prop === "heldIds" ? () => Promise.reject(new Error("shard reset")) : Reflect.get(t, prop)) });
+      },
+    };
+    const request = new Request(`${BASE}${queuePath("idem-died-retired")}/messages`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json", [KEY]: "retired" },
+      body: JSON.stringify({ body: "once" }),
+    });
+    const refused = await router.fetch(request, { ...env, STORAGE_SHARD: failing as unknown as typeof env.STORAGE_SHARD }, createExecutionContext());
+    expect(refused.status).toBe(503);
+    expect(await backlog("idem-died-retired")).toBe(0);
+
+    const again = await send("idem-died-retired", { body: "once" }, "retired");
+    expect(again.status).toBe(200);
+    expect(again.json.result.message_id).toBe(id);
+    // Consumed once, and not stored again on the shards that take sends now.
+    expect(await backlog("idem-died-retired")).toBe(0);
+    expect(await storedIds("idem-died-retired")).toEqual([]);
+  });
+
+  it("stores each producer-chosen id of a retried batch once when the map changed between the attempts", async () => {
+    const q = await createQueue("idem-ids-moved");
+    const ids = Array.from({ length: 20 }, (_, i) => hexId(1000 + i));
+    const messages = ids.map((id) => ({ body: id, id }));
+    // The first attempt stored every message and died before marking the ids done.
+    const lostComplete = {
+      idFromName: (name: string) => env.IDEMPOTENCY_KEYS.idFromName(name),
+      get: (keysId: DurableObjectId) => {
+        const target = env.IDEMPOTENCY_KEYS.get(keysId);
+        return {
+          claim: (claims: KeyClaim[], token: string) => target.claim(claims, token),
+          release: (keys: string[], token: string, sent: boolean) => target.release(keys, token, sent),
+          complete: () => Promise.reject(new Error("isolate gone")),
+        };
+      },
+    };
+    const first = new Request(`${BASE}${queuePath("idem-ids-moved")}/messages/batch`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
+      body: JSON.stringify({ messages }),
+    });
+    expect((await router.fetch(first, { ...env, IDEMPOTENCY_KEYS: lostComplete as unknown as typeof env.IDEMPOTENCY_KEYS }, createExecutionContext())).status).toBe(200);
+    const before = await storedMessages("idem-ids-moved");
+    expect(before.messages.map((m) => m.id).sort()).toEqual(ids);
+    // One shard stops taking sends: the ids it held, and most others, now pick another shard.
+    const shards = before.messages.map((m) => m.shard);
+    const busiest = [...new Set(shards)].sort((a, b) => shards.filter((s) => s === b).length - shards.filter((s) => s === a).length)[0]!;
+    await coordinatorFor(env, q.queue_id).setShardState(busiest, "draining");
+    forgetShardMap("local", "idem-ids-moved", q.queue_id);
+    for (const id of ids) await shiftKeyClock(q.queue_id, `id:${id}`, IN_PROGRESS_MS + 1000);
+
+    const again = await sendBatch("idem-ids-moved", { messages });
+    expect(again.status).toBe(200);
+    expect(again.json.result.message_ids).toEqual(ids);
+    const after = await storedMessages("idem-ids-moved");
+    expect(after.messages.map((m) => [m.id, m.shard]).sort()).toEqual(before.messages.map((m) => [m.id, m.shard]).sort());
+  });
+
+  it("answers a send that failed on one shard only once its writes to the others are done, so a retry cannot race them", async () => {
+    await createQueue("idem-slow-group");
+    const ids = Array.from({ length: 20 }, (_, i) => hexId(2000 + i));
+    let failedOne = false;
+    let pending = 0;
+    const slowOrFailing = {
+      idFromName: (name: string) => env.STORAGE_SHARD.idFromName(name),
+      get: (shardId: DurableObjectId) => {
+        const target = env.STORAGE_SHARD.get(shardId);
+        const append = async (req: AppendRequest) => {
+          if (!failedOne) {
+            failedOne = true;
+            throw new Error("shard reset");
+          }
+          pending++;
+          await new Promise((r) => setTimeout(r, 200));
+          const result = await target.append(req);
+          pending--;
+          return result;
+        };
+        return new Proxy(target, { get: (t, prop) => (prop === "append" ? append : Reflect.get(t, prop)) });
+      },
+    };
+    const request = new Request(`${BASE}${queuePath("idem-slow-group")}/messages/batch`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
+      body: JSON.stringify({ messages: ids.map((id) => ({ body: id, id })) }),
+    });
+    const res = await router.fetch(request, { ...env, STORAGE_SHARD: slowOrFailing as unknown as typeof env.STORAGE_SHARD }, createExecutionContext());
+    expect(res.status).toBe(503);
+    expect(pending).toBe(0);
   });
 
   it("takes over the key of a request that died after storing, once IN_PROGRESS_MS has passed, storing nothing twice", async () => {
