@@ -7,6 +7,7 @@ import type { AppendRequest, EncodedMessage } from "../src/kernel/protocol";
 import type { DeliveryState } from "./delivery-state";
 import { DEDUPE_SEGMENTS, knownIds, movesDone, rememberIds, rememberMoves } from "./remembered-ids";
 import { idsOfBatch, placement, writeSegments, type NewMessage } from "./segment-rows";
+import { laneIdsOfBatch, writeLanes } from "./lanes";
 
 /**
  * The batch's new segments, inside append's transaction. A batch of fresh messages
@@ -16,8 +17,13 @@ import { idsOfBatch, placement, writeSegments, type NewMessage } from "./segment
  */
 export function appendBatch(sql: SqlStorage, ds: DeliveryState, shardNo: number, req: AppendRequest, now: number): { stored: number; bytes: number; ids: string[] } {
   const fresh = req.messages.every((m) => m.id === undefined);
+  // The broker never mixes them (src/routing/store.ts): keyed messages go to lanes, the rest to segments.
+  const keyed = req.messages.length > 0 && req.messages[0]!.orderingKey !== undefined;
+  if (req.messages.some((m) => (m.orderingKey !== undefined) !== keyed)) throw new Error("a write holds keyed or keyless messages, never both");
   if (fresh && req.dedupe && req.batch) {
-    const again = idsOfBatch(sql, ds, req.batch, placement(req.messages.map(toNew(now))), req.messages.length, DEDUPE_SEGMENTS);
+    const again = keyed
+      ? laneIdsOfBatch(sql, req.batch, req.messages.length)
+      : idsOfBatch(sql, ds, req.batch, placement(req.messages.map(toNew(now))), req.messages.length, DEDUPE_SEGMENTS);
     if (again) return { stored: 0, bytes: 0, ids: again };
   }
   // A move is known by the copy it moves, a send by its id: never one by the other.
@@ -44,8 +50,11 @@ export function appendBatch(sql: SqlStorage, ds: DeliveryState, shardNo: number,
     writes.push(toNew(now)(m));
     at.push(i);
   });
-  const written = writeSegments(sql, ds, shardNo, now, writes, req.batch ?? null);
-  written.forEach((w, k) => (ids[at[k]!] = w.id));
+  if (keyed) {
+    writeLanes(sql, now, writes.map((w, k) => ({ ...w, key: req.messages[at[k]!]!.orderingKey! })), req.batch ?? null).forEach((id, k) => (ids[at[k]!] = id));
+  } else {
+    writeSegments(sql, ds, shardNo, now, writes, req.batch ?? null).forEach((w, k) => (ids[at[k]!] = w.id));
+  }
   if (req.remember) rememberIds(sql, storedIds, now);
   rememberMoves(sql, storedMoves, now);
   return { stored: writes.length, bytes: writes.reduce((n, w) => n + w.body.byteLength, 0), ids };

@@ -18,6 +18,7 @@ import type { LeasedMessage, LeaseRequest, LeaseResult } from "../src/kernel/pro
 import type { DeliveryState, MemoryLease } from "./delivery-state";
 import { copyOf, leaseIdOf, Settled, slotKey, type Header } from "./segment";
 import { Bodies, headersOf, readState, rewritten, SegmentEdit, STATE_COLUMNS, writeSegments, type NewMessage, type SegmentState } from "./segment-rows";
+import { expireLaneLeases, nextLaneVisible, readyLanes, takeLanes, type LaneCandidate } from "./lanes";
 
 /** How many segments one lease call deletes at most for retention: bounded work per visit. */
 const EXPIRE_SEGMENTS_PER_CALL = 100;
@@ -86,26 +87,63 @@ interface Candidate {
 
 export function lease(sql: SqlStorage, ds: DeliveryState, now: number, req: LeaseRequest, retentionMs: number): { result: Omit<LeaseResult, "backlog">; delta: BacklogDelta } {
   const lapsed = expireLeases(sql, ds, now);
+  expireLaneLeases(sql, now);
+  const lanes = readyLanes(sql, now, req.limit);
   const scheduled = readScheduled(sql, ds, now, req.limit, now - retentionMs);
   const fresh = readFresh(sql, ds, req.limit - scheduled.candidates.length);
 
   // A partial batch waits until its oldest message has waited maxWaitMs.
-  const count = scheduled.candidates.length + fresh.candidates.length;
-  const oldestReady = Math.min(...scheduled.candidates.map((c) => c.header.dueAt), ...fresh.candidates.map((c) => c.header.enqueuedAt));
+  const count = lanes.length + scheduled.candidates.length + fresh.candidates.length;
+  const oldestReady = Math.min(...lanes.map((c) => c.enqueuedAt), ...scheduled.candidates.map((c) => c.header.dueAt), ...fresh.candidates.map((c) => c.header.enqueuedAt));
   if (count > 0 && count < req.limit && !fresh.truncated && oldestReady + req.maxWaitMs > now) {
     scheduled.commit();
     const delta = { count: lapsed.count + scheduled.expired.count, bytes: lapsed.bytes + scheduled.expired.bytes };
     return { result: { messages: [], waitUntil: oldestReady + req.maxWaitMs, ready: count, more: false, nextVisibleAt: nextVisible(sql, ds, now) }, delta };
   }
 
-  const taken = leaseSlots(sql, ds, [...scheduled.candidates, ...fresh.candidates], now, req.leaseMs, true, scheduled.edits);
+  const chosen = oldestFirst(req.limit, lanes, scheduled.candidates, fresh.candidates);
+  const taken = leaseSlots(sql, ds, chosen.segments, now, req.leaseMs, true, scheduled.edits);
+  const fromLanes = takeLanes(sql, now, chosen.lanes, req.leaseMs);
   scheduled.commit();
-  ds.cursor = Math.max(ds.cursor, fresh.cursor);
-  ds.bump("leased", taken.messages.length);
+  // The cursor moves past what was read only when all of it was leased.
+  if (chosen.allFresh) ds.cursor = Math.max(ds.cursor, fresh.cursor);
+  const messages = [...taken.messages, ...fromLanes.messages];
+  ds.bump("leased", messages.length);
+  ds.bump("quarantined", fromLanes.quarantined);
   return {
-    result: { messages: taken.messages, waitUntil: null, more: count === req.limit || fresh.truncated, nextVisibleAt: nextVisible(sql, ds, now) },
-    delta: { count: lapsed.count + taken.delta.count + scheduled.expired.count, bytes: lapsed.bytes + taken.delta.bytes + scheduled.expired.bytes },
+    result: { messages, waitUntil: null, more: count >= req.limit || fresh.truncated, nextVisibleAt: nextVisible(sql, ds, now) },
+    delta: {
+      count: lapsed.count + taken.delta.count + fromLanes.delta.count + scheduled.expired.count,
+      bytes: lapsed.bytes + taken.delta.bytes + fromLanes.delta.bytes + scheduled.expired.bytes,
+    },
   };
+}
+
+/**
+ * The `limit` oldest of what is ready, when more is: segments' and lanes' messages weighed
+ * by age, so keyed and keyless messages share batches fairly. A lane gives a prefix: once
+ * one of its messages is left out, so is everything behind it.
+ */
+function oldestFirst(limit: number, lanes: LaneCandidate[], scheduled: Candidate[], fresh: Candidate[]): { segments: Candidate[]; lanes: LaneCandidate[]; allFresh: boolean } {
+  if (lanes.length + scheduled.length + fresh.length <= limit) return { segments: [...scheduled, ...fresh], lanes, allFresh: true };
+  type Entry = { at: number; lane?: LaneCandidate; seg?: Candidate; fresh?: boolean };
+  const all: Entry[] = [
+    ...lanes.map((lane) => ({ at: lane.enqueuedAt, lane })),
+    ...scheduled.map((seg) => ({ at: seg.header.dueAt, seg })),
+    ...fresh.map((seg) => ({ at: seg.header.enqueuedAt, seg, fresh: true })),
+  ];
+  const picked = all.sort((a, b) => a.at - b.at).slice(0, limit);
+  const cut = new Set<string>();
+  const takenLanes: LaneCandidate[] = [];
+  const inPick = new Set(picked.map((e) => e.lane).filter((l) => l !== undefined));
+  for (const lane of lanes) {
+    if (cut.has(lane.key)) continue;
+    if (inPick.has(lane)) takenLanes.push(lane);
+    else cut.add(lane.key);
+  }
+  const segments = picked.flatMap((e) => (e.seg ? [e.seg] : []));
+  const freshTaken = picked.filter((e) => e.fresh).length;
+  return { segments, lanes: takenLanes, allFresh: freshTaken === fresh.length };
 }
 
 /**
@@ -276,10 +314,9 @@ export function leaseSlots(
 }
 
 
-/** When something not ready now becomes ready: a scheduled segment or a memory lease running out. */
+/** When something not ready now becomes ready: a scheduled segment, a memory lease running out, or a held lane. */
 function nextVisible(sql: SqlStorage, ds: DeliveryState, now: number): number | null {
   const row = sql.exec<{ t: number | null }>("SELECT MIN(due_at) AS t FROM segments WHERE due_at IS NOT NULL AND due_at > ?", now).one();
-  const lease = ds.earliestExpiry();
-  if (row.t === null) return lease;
-  return lease === null ? row.t : Math.min(row.t, lease);
+  const times = [row.t, ds.earliestExpiry(), nextLaneVisible(sql, now)].filter((t): t is number => t !== null);
+  return times.length === 0 ? null : Math.min(...times);
 }

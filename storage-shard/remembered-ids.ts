@@ -27,7 +27,8 @@ export const DEDUPE_SEGMENTS = 1000;
 export function knownIds(sql: SqlStorage, ids: string[]): Set<string> {
   const found = new Set<string>();
   for (const id of new Set(ids)) {
-    if (sql.exec("SELECT 1 FROM message_ids WHERE id = ? UNION ALL SELECT 1 FROM remembered_ids WHERE id = ?", id, id).toArray().length > 0) found.add(id);
+    const held = sql.exec("SELECT 1 FROM message_ids WHERE id = ? UNION ALL SELECT 1 FROM remembered_ids WHERE id = ? UNION ALL SELECT 1 FROM lane_messages WHERE id = ?", id, id, id);
+    if (held.toArray().length > 0) found.add(id);
   }
   return found;
 }

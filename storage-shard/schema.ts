@@ -2,6 +2,7 @@ import type { ContentType } from "../src/kernel/protocol";
 import { runMigrations, type MigrationStep } from "../src/kernel/sqlite-migrations";
 import { encodeHeaders, nextSegment, packBodies, SEGMENT_MAX_BYTES, Settled, type Header } from "./segment";
 import type { NewMessage } from "./segment-rows";
+import { LANES_SCHEMA } from "./lanes";
 
 /** A row of the messages table of schema versions 4 to 9, as the conversion to segments reads it. */
 interface MessageRow {
@@ -124,6 +125,8 @@ export const MIGRATIONS: readonly MigrationStep[] = [
    CREATE TABLE message_ids (id TEXT PRIMARY KEY, seg INTEGER NOT NULL) WITHOUT ROWID;
    CREATE TABLE legacy_rows (seq INTEGER PRIMARY KEY, seg INTEGER NOT NULL, slot INTEGER NOT NULL, lease TEXT);`,
   convertMessagesToSegments,
+  // Ordered lanes: keyed messages one row each, in their key's order (lanes.ts, docs/ordered-lanes.md).
+  LANES_SCHEMA,
 ];
 
 /** Old rows converted per segment: a batch's worth, as a broker writes them. */

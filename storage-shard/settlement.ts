@@ -14,6 +14,7 @@ import { timestampOf, type BacklogDelta } from "./delivery";
 import type { DeliveryState, MemoryLease } from "./delivery-state";
 import { copyOf, parseLeaseId, Settled, slotKey, type LeaseName } from "./segment";
 import { Bodies, headersOf, readState, rewritten, SegmentEdit, writeSegments, type NewMessage } from "./segment-rows";
+import { extendLanes, isLaneLease, readLeasedLanes, settleLanes, type LaneSettleKind } from "./lanes";
 
 /** What a lease reference names here, when it can be current: its slot unsettled, the message id its header's. */
 interface Resolved {
@@ -78,18 +79,34 @@ const DEAD_LETTER = 1;
 const DROP = 2;
 const RETRY = 3;
 
+const LANE_KIND: Record<number, LaneSettleKind> = { [ACK]: "ack", [DEAD_LETTER]: "dead_letter", [DROP]: "drop", [RETRY]: "retry" };
+
 export function settle(sql: SqlStorage, ds: DeliveryState, now: number, req: SettleRequest): { result: SettleResult; delta: BacklogDelta } {
   const stale: string[] = [];
   const tally = [0, 0, 0, 0];
   let count = 0;
   let bytes = 0;
-  const refs = [
+  const all = [
     ...req.acks.map((ref) => ({ ref, kind: ACK })),
     ...req.deadLettered.map((ref) => ({ ref, kind: DEAD_LETTER })),
     ...req.dropped.map((ref) => ({ ref, kind: DROP })),
     ...req.retries.map((ref) => ({ ref, kind: RETRY })),
   ];
   const delays = new Map(req.retries.map((r) => [r.leaseId, r.delayMs]));
+  // Keyed messages live in lanes (lanes.ts), settled there.
+  const refs = all.filter((r) => !isLaneLease(r.ref.leaseId));
+  const lanes = settleLanes(
+    sql,
+    now,
+    all.filter((r) => isLaneLease(r.ref.leaseId)).map((r) => ({ ref: r.ref, kind: LANE_KIND[r.kind]!, delayMs: delays.get(r.ref.leaseId) ?? 0 })),
+    stale,
+  );
+  tally[ACK]! += lanes.tally.ack;
+  tally[DEAD_LETTER]! += lanes.tally.dead_letter;
+  tally[DROP]! += lanes.tally.drop;
+  tally[RETRY]! += lanes.tally.retry;
+  count -= lanes.delta.count;
+  bytes -= lanes.delta.bytes;
   const rewrites: NewMessage[] = [];
   for (const [seg, list] of resolveAll(sql, ds, refs, stale)) {
     const state = readState(sql, seg);
@@ -128,9 +145,10 @@ export function settle(sql: SqlStorage, ds: DeliveryState, now: number, req: Set
 }
 
 /** Moves the end of still-held leases forward; returns the ids it extended. */
-export function extend(ds: DeliveryState, now: number, refs: LeaseRef[], leaseMs: number): string[] {
-  const extended: string[] = [];
+export function extend(sql: SqlStorage, ds: DeliveryState, now: number, refs: LeaseRef[], leaseMs: number): string[] {
+  const extended = extendLanes(sql, now, refs.filter((r) => isLaneLease(r.leaseId)), leaseMs);
   for (const ref of refs) {
+    if (isLaneLease(ref.leaseId)) continue;
     const name = parseLeaseId(ref.leaseId);
     if (!name) continue;
     const key = slotKey(name.seg, name.slot);
@@ -143,8 +161,9 @@ export function extend(ds: DeliveryState, now: number, refs: LeaseRef[], leaseMs
 
 /** The messages still held under the given leases (or lost to a restart, unsettled), bodies checked: for a dead-letter move. */
 export function readLeased(sql: SqlStorage, ds: DeliveryState, refs: LeaseRef[]): LeasedMessage[] {
-  const out: LeasedMessage[] = [];
-  for (const [seg, list] of resolveAll(sql, ds, refs.map((ref) => ({ ref, kind: ACK })), [])) {
+  const out: LeasedMessage[] = readLeasedLanes(sql, refs.filter((r) => isLaneLease(r.leaseId)));
+  const segmentRefs = refs.filter((r) => !isLaneLease(r.leaseId));
+  for (const [seg, list] of resolveAll(sql, ds, segmentRefs.map((ref) => ({ ref, kind: ACK })), [])) {
     const state = readState(sql, seg);
     if (!state) continue;
     const headers = headersOf(sql, ds, seg)!;

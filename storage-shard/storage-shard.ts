@@ -33,6 +33,7 @@ import { cancelMessage, countMatching, findMessage, leaseMatching, peekReady, pu
 import { migrate } from "./schema";
 import { appendBatch } from "./append";
 import { knownIds } from "./remembered-ids";
+import { cancelLaneMessage, expireOldLanes, findLaneMessage, leasedLaneCount, oldestLaneAt, purgeLanes } from "./lanes";
 import { shardNumber } from "./segment";
 import { testHooksFor, type FaultPoint, type TestHookStatus } from "../src/kernel/test-hooks";
 import { corruptBodies } from "./corrupt-bodies";
@@ -211,8 +212,8 @@ export class StorageShard extends DurableObject<Env> {
     if (ds.scheduledOldest === undefined) {
       ds.scheduledOldest = this.sql.exec<{ t: number | null }>("SELECT MIN(enqueued_at) AS t FROM segments WHERE due_at IS NOT NULL AND due_at > -1").one().t;
     }
-    const scheduled = ds.scheduledOldest;
-    return first === null ? scheduled : scheduled === null ? first : Math.min(first, scheduled);
+    const times = [first, ds.scheduledOldest, oldestLaneAt(this.sql)].filter((t): t is number => t !== null);
+    return times.length === 0 ? null : Math.min(...times);
   }
 
   /** Applies a batch's outcome: deletes acked and dead-lettered messages, schedules retries. */
@@ -233,7 +234,8 @@ export class StorageShard extends DurableObject<Env> {
 
   /** Keeps leases alive for a consumer still working (QuiCK's lease extension). */
   extendLeases(queueId: string, refs: LeaseRef[], leaseMs: number): string[] {
-    return this.read(queueId, [], () => extend(this.delivery, this.clock.now(), refs, leaseMs));
+    // A lane's lease is a row (lanes.ts): extending it writes.
+    return this.read(queueId, [], () => this.ctx.storage.transactionSync(() => extend(this.sql, this.delivery, this.clock.now(), refs, leaseMs)));
   }
 
   /** Messages still held under these leases, with their bodies: what a dead-letter move needs. */
@@ -248,7 +250,14 @@ export class StorageShard extends DurableObject<Env> {
     this.cost.rpcs++;
     if (this.refuseRead(queueId)) return { deleted: 0, more: false };
     const now = this.clock.now();
-    const r = this.write(now, () => purgeSome(this.sql, this.delivery, now, limit));
+    const r = this.write(now, () => {
+      const segments = purgeSome(this.sql, this.delivery, now, limit);
+      const lanes = purgeLanes(this.sql, Math.max(0, Math.min(PURGE_PER_CALL, Math.floor(limit)) - segments.count));
+      this.delivery.bump("purged", lanes.count);
+      const more = segments.more || this.sql.exec("SELECT 1 FROM lane_messages LIMIT 1").toArray().length > 0;
+      const count = segments.count + lanes.count;
+      return { count, held: segments.held + lanes.held, more, delta: { count: segments.delta.count - lanes.count, bytes: segments.delta.bytes - lanes.bytes } };
+    });
     this.afterRemoval(r);
     // Emptied: the next arrival must wake a consumer again, as after a lease that found nothing.
     if (!r.more) this.consumersNotified = false;
@@ -256,10 +265,10 @@ export class StorageShard extends DurableObject<Env> {
   }
 
   findMessage(queueId: string, id: string): MessageStatus | null {
-    return this.read(queueId, null, () => findMessage(this.sql, this.delivery, this.clock.now(), id));
+    const now = this.clock.now();
+    return this.read(queueId, null, () => findMessage(this.sql, this.delivery, now, id) ?? findLaneMessage(this.sql, now, id));
   }
 
-  /** Ready messages with their bodies, untouched (the dashboard's peek). */
   /**
    * Which of `ids` (ids their sender chose or kept) this shard holds or remembers storing,
    * in any state, retired too: a retried idempotent send asks every shard of its queue,
@@ -271,6 +280,7 @@ export class StorageShard extends DurableObject<Env> {
     return [...knownIds(this.sql, ids)];
   }
 
+  /** Ready messages with their bodies, untouched (the dashboard's peek). */
   peekReady(queueId: string, limit: number): Array<MessageStatus & { body: Uint8Array }> {
     return this.read(queueId, [], () => peekReady(this.sql, this.delivery, this.clock.now(), limit));
   }
@@ -280,7 +290,13 @@ export class StorageShard extends DurableObject<Env> {
     this.cost.rpcs++;
     if (this.refuseRead(queueId)) return false;
     const now = this.clock.now();
-    const r = this.write(now, () => cancelMessage(this.sql, this.delivery, now, id));
+    const r = this.write(now, () => {
+      const fromSegments = cancelMessage(this.sql, this.delivery, now, id);
+      if (fromSegments.count > 0) return fromSegments;
+      const fromLanes = cancelLaneMessage(this.sql, now, id);
+      this.delivery.bump("cancelled", fromLanes.count);
+      return { ...fromLanes, delta: { count: -fromLanes.count, bytes: -fromLanes.bytes } };
+    });
     this.afterRemoval(r);
     return r.count > 0;
   }
@@ -384,7 +400,7 @@ export class StorageShard extends DurableObject<Env> {
     if (!this.identity || this.state === "retired") return false;
     const period = this.activity.roll(now);
     // Reset to the truth: the running count drifts up (leases run out), and a draining shard reporting leases it does not hold is never retired.
-    this.leasedNow = leasedCount(this.delivery, now);
+    this.leasedNow = leasedCount(this.delivery, now) + leasedLaneCount(this.sql);
     const beat: StorageHeartbeat = { ...this.figures(), ...period, shard: this.identity.name, state: this.state, leasedNow: this.leasedNow, sentAt: now };
     const reply = await coordinatorFor(this.env, this.identity.queueId)
       .heartbeat(beat)
@@ -394,7 +410,12 @@ export class StorageShard extends DurableObject<Env> {
       });
     if (!reply.known) return false;
     if (reply.retentionMs !== null) {
-      const delta = this.ctx.storage.transactionSync(() => expireOld(this.sql, this.delivery, now, reply.retentionMs!, true));
+      const delta = this.ctx.storage.transactionSync(() => {
+        const segments = expireOld(this.sql, this.delivery, now, reply.retentionMs!, true);
+        const lanes = expireOldLanes(this.sql, now, now - reply.retentionMs!);
+        this.delivery.bump("expired", lanes.expired);
+        return { count: segments.count + lanes.count, bytes: segments.bytes + lanes.bytes };
+      });
       this.applyDelta(delta);
     }
     // An idle shard's last report also writes the running totals that were waiting for a second to pass.

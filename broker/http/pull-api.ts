@@ -64,6 +64,8 @@ export async function pullMessages(request: Request, env: Env, accountId: string
       attempts: m.attempts,
       lease_id: await signLease(key, { accountId, queueId: plan.queueId, shard, messageId: m.id, leaseId: m.leaseId, attempts: m.attempts }),
       metadata: { "CF-Content-Type": m.contentType },
+      // Beyond Cloudflare: the key it was sent with (docs/ordered-lanes.md).
+      ...(m.orderingKey !== undefined ? { ordering_key: m.orderingKey } : {}),
     })),
   );
   return ok({ message_backlog_count: figures.backlogCount, messages, metadata: { metrics: restMetrics(figures) } });

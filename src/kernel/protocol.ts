@@ -51,6 +51,8 @@ export interface EncodedMessage {
   checksum: number;
   /** Deliveries it already had; 0 or absent for a new message, and for a moved one (it starts again). */
   attempts?: number;
+  /** Its ordering key: stored in its key's lane, not in a segment (docs/ordered-lanes.md). */
+  orderingKey?: string;
   /**
    * When the message was first sent, for a message moved from another queue (dead-lettering,
    * a redrive): consumers see this as its timestamp, as Cloudflare keeps a dead-lettered
@@ -200,6 +202,8 @@ export interface LeasedMessage {
   leaseId: string;
   /** Names this stored copy within its shard for ever (storage-shard/schema.ts copyKey): what a move of it is remembered by. */
   copyKey: string;
+  /** Its ordering key, when it was sent with one (docs/ordered-lanes.md). */
+  orderingKey?: string;
 }
 
 export interface LeaseResult {

@@ -18,11 +18,20 @@ export const delaySecondsSchema = z
   .min(0, "must be at least 0")
   .max(LIMITS.maxDelaySeconds, `must be at most ${LIMITS.maxDelaySeconds} (24 hours)`);
 
-/** The options of Cloudflare's Queue.send(). */
+/**
+ * An ordering key (docs/ordered-lanes.md): messages of one key are delivered in the order
+ * they were accepted. Printable ASCII, so a key reads the same in logs, URLs and JSON.
+ */
+export const orderingKeySchema = z
+  .string({ error: "must be a string" })
+  .regex(/^[\x20-\x7e]{1,128}$/, "must be 1 to 128 printable ASCII characters (U+0020 to U+007E)");
+
+/** The options of Cloudflare's Queue.send(), and shardq's `orderingKey`. */
 export const sendOptionsSchema = z
   .object({
     contentType: z.enum(CONTENT_TYPES as [ContentType, ...ContentType[]], { error: `must be one of ${CONTENT_TYPES.join(", ")}` }).optional(),
     delaySeconds: delaySecondsSchema.optional(),
+    orderingKey: orderingKeySchema.optional(),
   })
   .strict();
 
@@ -32,6 +41,7 @@ export const batchRequestSchema = z
     body: z.unknown(),
     contentType: sendOptionsSchema.shape.contentType,
     delaySeconds: delaySecondsSchema.optional(),
+    orderingKey: orderingKeySchema.optional(),
   })
   .strict();
 
@@ -56,10 +66,10 @@ export function fitsOneBatch(count: number, bytes: number): boolean {
 }
 
 /** A send() checked as the binding checks it: its options, then its body. */
-export function checkSend(body: unknown, options: unknown): { bytes: Uint8Array; contentType: ContentType; delaySeconds: number | undefined } {
+export function checkSend(body: unknown, options: unknown): { bytes: Uint8Array; contentType: ContentType; delaySeconds: number | undefined; orderingKey: string | undefined } {
   const o = parseWith(sendOptionsSchema, options ?? {}, ["options"]);
   const contentType = o.contentType ?? "json";
-  return { bytes: encodeMessage(body, contentType, fieldName(["body"])), contentType, delaySeconds: o.delaySeconds };
+  return { bytes: encodeMessage(body, contentType, fieldName(["body"])), contentType, delaySeconds: o.delaySeconds, orderingKey: o.orderingKey };
 }
 
 /**

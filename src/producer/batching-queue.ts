@@ -113,6 +113,8 @@ export function batchingQueue<Body = unknown>(queue: Queue<Body>, options: Batch
     const message: MessageSendRequest<Body> = { body: decodeBody(checked.bytes, checked.contentType) as Body };
     if (sendOptions?.contentType !== undefined) message.contentType = sendOptions.contentType;
     if (sendOptions?.delaySeconds !== undefined) message.delaySeconds = sendOptions.delaySeconds;
+    // shardq's ordering key (docs/ordered-lanes.md) rides along; a batch keeps the sends' order.
+    if (checked.orderingKey !== undefined) (message as MessageSendRequest<Body> & { orderingKey?: string }).orderingKey = checked.orderingKey;
     const result = new Promise<QueueSendResponse>((resolve, reject) => batch.waiting.push({ message, resolve, reject }));
     batch.bytes += size;
     if (batch.waiting.length >= maxBatch) cut();

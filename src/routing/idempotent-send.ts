@@ -173,9 +173,10 @@ async function release(env: Env, queueId: string, held: Held[], token: string, s
 
 const utf8 = new TextEncoder();
 
-/** What makes two sends of a message the same: its content type, its own delay and its body bytes. */
+/** What makes two sends of a message the same: its content type, its own delay, its ordering key and its body bytes. */
 async function messageDigest(m: PendingMessage): Promise<string> {
-  const head = utf8.encode(`${m.contentType}\n${m.delaySeconds ?? ""}\n`);
+  // The key only when there is one: digests of keyless sends stay what they were before keys existed.
+  const head = utf8.encode(`${m.contentType}\n${m.delaySeconds ?? ""}\n${m.orderingKey === undefined ? "" : `key:${m.orderingKey}\n`}`);
   const bytes = new Uint8Array(head.byteLength + m.body.byteLength);
   bytes.set(head);
   bytes.set(m.body, head.byteLength);

@@ -52,6 +52,8 @@ export async function moveMessages(env: Env, accountId: string, targetRef: strin
         checksum: crc32(m.body),
         moveKey: `${source.shard}/${m.copyKey}`,
         sentAt: m.enqueuedAt,
+        // A keyed message keeps its key where it moves: a redrive back keeps its order.
+        ...(m.orderingKey !== undefined ? { orderingKey: m.orderingKey } : {}),
       }),
     ),
     0,

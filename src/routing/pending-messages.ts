@@ -4,7 +4,7 @@ import { HttpError } from "../kernel/errors";
 import { MESSAGE_ID_PATTERN } from "../kernel/ids";
 import { LIMITS } from "../kernel/limits";
 import type { ContentType } from "../kernel/protocol";
-import { batchOptionsSchema, batchRequestSchema, checkSend, delaySecondsSchema, encodeMessage, fitsOneBatch } from "../kernel/send-rules";
+import { batchOptionsSchema, batchRequestSchema, checkSend, delaySecondsSchema, encodeMessage, fitsOneBatch, orderingKeySchema } from "../kernel/send-rules";
 import { fieldName, parseWith } from "../kernel/validate";
 
 /** A message validated and encoded by the broker, not yet given an id or a shard. */
@@ -19,11 +19,14 @@ export interface PendingMessage {
   moveKey?: string;
   /** Set on a move: when the message was first sent, the timestamp consumers keep seeing. */
   sentAt?: number;
+  /** Its ordering key: delivered after every message of the key accepted before it (docs/ordered-lanes.md). */
+  orderingKey?: string;
 }
 
 /**
  * HTTP: Cloudflare's REST shapes. Only json and text travel over HTTP, as on Cloudflare.
- * Beyond Cloudflare, `id`: a message id of the producer's choosing, stored once.
+ * Beyond Cloudflare, `id`: a message id of the producer's choosing, stored once; and
+ * `ordering_key` (docs/ordered-lanes.md).
  */
 const httpMessage = z
   .object({
@@ -31,6 +34,7 @@ const httpMessage = z
     content_type: z.enum(["json", "text"], { error: 'must be "json" or "text"' }).optional(),
     delay_seconds: delaySecondsSchema.optional(),
     id: z.string({ error: "must be a string" }).regex(MESSAGE_ID_PATTERN, "must be 32 lowercase hex characters").optional(),
+    ordering_key: orderingKeySchema.optional(),
   })
   .strict();
 
@@ -43,7 +47,7 @@ const httpBatch = z
 
 export function fromHttpMessage(input: unknown): PendingMessage {
   const m = parseWith(httpMessage, input);
-  const [one] = encodeAll([{ body: m.body, contentType: m.content_type ?? "json", delaySeconds: m.delay_seconds }], []);
+  const [one] = encodeAll([{ body: m.body, contentType: m.content_type ?? "json", delaySeconds: m.delay_seconds, orderingKey: m.ordering_key }], []);
   return m.id === undefined ? one! : { ...one!, id: m.id };
 }
 
@@ -59,15 +63,15 @@ export function fromHttpBatch(input: unknown): { messages: PendingMessage[]; del
       if (first !== undefined) throw HttpError.invalid(`messages[${i}].id`, `repeats the id of messages[${first}]`);
       seen.set(m.id, i);
     }
-    return { body: m.body, contentType: m.content_type ?? ("json" as const), delaySeconds: m.delay_seconds, id: m.id };
+    return { body: m.body, contentType: m.content_type ?? ("json" as const), delaySeconds: m.delay_seconds, id: m.id, orderingKey: m.ordering_key };
   });
   const encoded = encodeAll(parsed, ["messages"]);
   return { messages: encoded.map((e, i) => (parsed[i]!.id === undefined ? e : { ...e, id: parsed[i]!.id })), delaySeconds: b.delay_seconds };
 }
 
 export function fromSend(body: unknown, options: unknown): PendingMessage {
-  const { bytes, contentType, delaySeconds } = checkSend(body, options);
-  return { body: bytes, contentType, delaySeconds, checksum: crc32(bytes) };
+  const { bytes, contentType, delaySeconds, orderingKey } = checkSend(body, options);
+  return { body: bytes, contentType, delaySeconds, checksum: crc32(bytes), ...(orderingKey !== undefined ? { orderingKey } : {}) };
 }
 
 export function fromSendBatch(messages: unknown, options: unknown): { messages: PendingMessage[]; delaySeconds: number | undefined } {
@@ -76,7 +80,7 @@ export function fromSendBatch(messages: unknown, options: unknown): { messages: 
   const o = parseWith(batchOptionsSchema, options ?? {}, ["options"]);
   const parsed = messages.map((raw, i) => {
     const m = parseWith(batchRequestSchema, raw, ["messages", i]);
-    return { body: m.body, contentType: m.contentType ?? ("json" as const), delaySeconds: m.delaySeconds };
+    return { body: m.body, contentType: m.contentType ?? ("json" as const), delaySeconds: m.delaySeconds, orderingKey: m.orderingKey };
   });
   return { messages: encodeAll(parsed, ["messages"]), delaySeconds: o.delaySeconds };
 }
@@ -90,7 +94,7 @@ function checkCount(n: number): void {
 
 /** Encodes and checksums each body; enforces the per-message and per-batch byte limits. */
 function encodeAll(
-  messages: Array<{ body: unknown; contentType: ContentType; delaySeconds: number | undefined }>,
+  messages: Array<{ body: unknown; contentType: ContentType; delaySeconds: number | undefined; orderingKey?: string | undefined }>,
   path: Array<string | number>,
 ): PendingMessage[] {
   let total = 0;
@@ -98,7 +102,7 @@ function encodeAll(
     const at = path.length ? [...path, i, "body"] : ["body"];
     const bytes = encodeMessage(m.body, m.contentType, fieldName(at));
     total += bytes.byteLength;
-    return { body: bytes, contentType: m.contentType, delaySeconds: m.delaySeconds, checksum: crc32(bytes) };
+    return { body: bytes, contentType: m.contentType, delaySeconds: m.delaySeconds, checksum: crc32(bytes), ...(m.orderingKey !== undefined ? { orderingKey: m.orderingKey } : {}) };
   });
   if (!fitsOneBatch(out.length, total)) {
     throw HttpError.tooLarge(path.length ? fieldName(path) : "body", `batch is ${total} bytes; a batch holds at most ${LIMITS.maxBatchBytes} bytes`);

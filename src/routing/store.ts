@@ -6,7 +6,7 @@ import type { AppendRequest, AppendResult, EncodedMessage, ShardBacklog, ShardEn
 import { storageShardFor } from "../kernel/addressing";
 import { sleep } from "../kernel/sleep";
 import type { PendingMessage } from "./pending-messages";
-import { placeById, shardForId } from "./placement";
+import { shardForId, shardForKey } from "./placement";
 import { stickyShard } from "./sticky-placement";
 import { findQueue, lookupQueue } from "./queue-lookup";
 import { noteShardRefused } from "./shard-map-cache";
@@ -53,7 +53,10 @@ export interface SendTarget {
  * all or nothing. Messages that keep their ids (`keepIds`: a move, an idempotent send)
  * go each to the shard its id picks (placement.ts), one all-or-nothing write per shard:
  * if one of those fails the call throws, and a write again of the same ids stores the
- * rest, each shard skipping the ids it has.
+ * rest, each shard skipping the ids it has. Messages with an ordering key go to their
+ * key's shard, in the batch's order, never in the same write as keyless ones (a shard
+ * keeps them in lanes: docs/ordered-lanes.md); a batch with keys may so take several
+ * writes, each all or nothing.
  */
 export async function storeMessages(
   env: Env,
@@ -73,24 +76,28 @@ export async function storeMessages(
     checksum: m.checksum,
     ...(m.moveKey !== undefined ? { moveKey: m.moveKey } : {}),
     ...(m.sentAt !== undefined ? { sentAt: m.sentAt } : {}),
+    ...(m.orderingKey !== undefined ? { orderingKey: m.orderingKey } : {}),
   }));
   const region = target.region ?? serviceConfig(env).defaultRegion;
   // Ids kept or chosen by the sender may be written again after a lost reply, even once consumed.
   const flags = { ...(dedupe ? { dedupe: true } : {}), ...(keepIds ? { remember: true } : {}) };
-  if (!keepIds) {
+  if (!keepIds && messages.every((m) => m.orderingKey === undefined)) {
     // Fresh messages get their ids from the shard that stores them: ids that say where they live.
     // A write again after a lost reply is recognised by its batch token and answered with the same ids.
     const batch = randomHex(8);
     const { queueId, backlog, ids } = await storeOnOneShard(env, target, map, messages, { ...flags, batch }, (m, exclude) => stickyShard(m, region, exclude, messages.length, Date.now()));
     return { ids, queueId, backlogs: [backlog] };
   }
-  const ids = keepIds;
-  const groups = [...placeById(map, region, ids).values()];
+  const groups = placeEach(map, region, messages, keepIds);
+  const ids: string[] = keepIds ? [...keepIds] : new Array<string>(messages.length);
   const settled = await Promise.allSettled(
-    groups.map((group) => {
-      // Should the id's shard refuse, the group goes on together to the next shard its first id picks.
-      const first = ids[group[0]!]!;
-      return storeOnOneShard(env, target, map, group.map((i) => messages[i]!), flags, (m, exclude) => shardForId(m, region, first, exclude));
+    groups.map(async ({ indexes, choose }) => {
+      const group = indexes.map((i) => messages[i]!);
+      // Fresh keyless messages (beside keyed ones) stay together on one shard, as alone.
+      const batch = keepIds ? {} : { batch: randomHex(8) };
+      const stored = await storeOnOneShard(env, target, map, group, { ...flags, ...batch }, choose);
+      indexes.forEach((i, k) => (ids[i] = stored.ids[k]!));
+      return stored;
     }),
   );
   // Thrown only once every group is done: a retry must not start while a write of this
@@ -112,6 +119,43 @@ export async function storeMessages(
  * refusals (draining, retired, unknown: a stale map) re-read the map. Lands exactly
  * once or throws.
  */
+interface Placed {
+  /** Indexes into the batch, in its order. */
+  indexes: number[];
+  /** Should the shard refuse, the group goes on together to the next shard this picks. */
+  choose: (map: ShardMap, exclude: ReadonlySet<string>) => ShardEntry | undefined;
+}
+
+/**
+ * A batch cut into the writes it takes: keyed messages by their key's shard, keyless ones
+ * that keep their ids by the shard each id picks, fresh keyless ones all on the sticky
+ * shard. A write holds keyed or keyless messages, never both.
+ */
+function placeEach(map: ShardMap, region: string, messages: EncodedMessage[], keepIds: string[] | undefined): Placed[] {
+  const groups = new Map<string, Placed>();
+  messages.forEach((m, i) => {
+    let key: string;
+    let choose: Placed["choose"];
+    if (m.orderingKey !== undefined) {
+      const orderingKey = m.orderingKey;
+      key = `key:${shardForKey(map, orderingKey)?.name ?? ""}`;
+      choose = (current, exclude) => shardForKey(current, orderingKey, exclude);
+    } else if (keepIds) {
+      const id = keepIds[i]!;
+      key = `id:${shardForId(map, region, id)?.name ?? ""}`;
+      choose = (current, exclude) => shardForId(current, region, id, exclude);
+    } else {
+      const count = messages.filter((x) => x.orderingKey === undefined).length;
+      key = "fresh";
+      choose = (current, exclude) => stickyShard(current, region, exclude, count, Date.now());
+    }
+    const group = groups.get(key);
+    if (group) group.indexes.push(i);
+    else groups.set(key, { indexes: [i], choose });
+  });
+  return [...groups.values()];
+}
+
 async function storeOnOneShard(
   env: Env,
   target: SendTarget,

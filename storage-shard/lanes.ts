@@ -1,0 +1,357 @@
+/**
+ * Ordered lanes (docs/ordered-lanes.md): the messages of one ordering key on this shard,
+ * kept apart from the segments, one row each, numbered by a shard-wide sequence (lseq)
+ * so that a key's order is its lseq order for ever: a retry leaves a message where it is.
+ * A lane is leased whole or not at all: its head and the due messages right behind it,
+ * under one lease written to the lane's row, so a restart honours it to its end instead of
+ * handing the key to a second consumer while the first may still hold it. Every function
+ * runs inside the caller's transactionSync; those that remove messages return the
+ * backlog delta for the shard's in-memory figures.
+ */
+/** What a change did to the backlog (delivery.ts's BacklogDelta; not imported, as delivery.ts imports this). */
+interface BacklogDelta {
+  count: number;
+  bytes: number;
+}
+import { crc32 } from "../src/kernel/checksum";
+import { newMessageId, randomHex } from "../src/kernel/ids";
+import type { ContentType, LeasedMessage, LeaseRef, MessageStatus } from "../src/kernel/protocol";
+import type { NewMessage } from "./segment-rows";
+
+/** Version 12 of the shard's schema (schema.ts). */
+export const LANES_SCHEMA = `CREATE TABLE lane_messages (
+     lseq         INTEGER PRIMARY KEY,
+     key          TEXT    NOT NULL,
+     id           TEXT    NOT NULL,
+     content_type TEXT    NOT NULL,
+     checksum     INTEGER NOT NULL,
+     enqueued_at  INTEGER NOT NULL,
+     due_at       INTEGER NOT NULL,
+     attempts     INTEGER NOT NULL,
+     sent_at      INTEGER NOT NULL,
+     leased       INTEGER NOT NULL DEFAULT 0,
+     batch        TEXT,
+     body         BLOB    NOT NULL
+   );
+   CREATE INDEX lane_messages_key ON lane_messages(key, lseq);
+   CREATE INDEX lane_messages_id ON lane_messages(id);
+   CREATE TABLE lanes (
+     key         TEXT PRIMARY KEY,
+     ready_at    INTEGER,
+     lease       TEXT,
+     lease_until INTEGER,
+     last_lease  TEXT,
+     reason      TEXT,
+     blocker     TEXT,
+     held_since  INTEGER
+   ) WITHOUT ROWID;
+   CREATE INDEX lanes_ready ON lanes(ready_at) WHERE ready_at IS NOT NULL;
+   CREATE INDEX lanes_leased ON lanes(lease_until) WHERE lease IS NOT NULL;`;
+
+/** A lane lease id: `L<lseq>-<lease>`. Segment lease ids have three parts (segment.ts). */
+const LANE_LEASE = /^L(\d+)-([0-9a-f]+)$/;
+
+export const isLaneLease = (leaseId: string): boolean => leaseId.startsWith("L");
+
+/** The copy a lane message is, for ever: its lseq, which no retry changes. */
+const copyOfLane = (lseq: number): string => `L${lseq}`;
+
+interface Row extends Record<string, SqlStorageValue> {
+  lseq: number;
+  key: string;
+  id: string;
+  content_type: string;
+  checksum: number;
+  enqueued_at: number;
+  due_at: number;
+  attempts: number;
+  sent_at: number;
+  leased: number;
+  body: ArrayBuffer;
+}
+
+interface Lane extends Record<string, SqlStorageValue> {
+  key: string;
+  ready_at: number | null;
+  lease: string | null;
+  lease_until: number | null;
+  last_lease: string | null;
+}
+
+/** Appends keyed messages to their lanes, in order; answers each one's id. */
+export function writeLanes(sql: SqlStorage, now: number, messages: ReadonlyArray<NewMessage & { key: string }>, batch: string | null): string[] {
+  return messages.map((m) => {
+    const id = m.id ?? newMessageId(now);
+    sql.exec(
+      `INSERT INTO lane_messages (key, id, content_type, checksum, enqueued_at, due_at, attempts, sent_at, batch, body)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      m.key, id, m.contentType, m.checksum, m.enqueuedAt, m.dueAt, m.attempts, m.sentAt, batch, m.body,
+    );
+    // A new lane is ready when its head is due; a lane that exists already keeps its head.
+    sql.exec("INSERT INTO lanes (key, ready_at) VALUES (?, ?) ON CONFLICT(key) DO NOTHING", m.key, m.dueAt || m.enqueuedAt);
+    return id;
+  });
+}
+
+/** The ids a keyed batch written again (its token) got the first time, if all of it is still here. */
+export function laneIdsOfBatch(sql: SqlStorage, batch: string, count: number): string[] | null {
+  const ids = sql.exec<{ id: string }>("SELECT id FROM lane_messages WHERE batch = ? ORDER BY lseq", batch).toArray().map((r) => r.id);
+  return ids.length === count ? ids : null;
+}
+
+/** A message a lease may take: the head of a ready lane, or one right behind a head taken with it. */
+export interface LaneCandidate {
+  key: string;
+  lseq: number;
+  id: string;
+  contentType: ContentType;
+  checksum: number;
+  enqueuedAt: number;
+  sentAt: number;
+  attempts: number;
+  body: Uint8Array;
+}
+
+/**
+ * Up to `want` messages of ready lanes, the lanes whose head became ready first before the
+ * others, each lane's due messages from its head on, in order. Writes nothing: the caller
+ * takes a prefix of each lane (takeLanes) once it has weighed them against the segments.
+ */
+export function readyLanes(sql: SqlStorage, now: number, want: number): LaneCandidate[] {
+  const out: LaneCandidate[] = [];
+  if (want <= 0) return out;
+  const lanes = sql.exec<{ key: string }>("SELECT key FROM lanes WHERE ready_at IS NOT NULL AND ready_at <= ? ORDER BY ready_at LIMIT ?", now, want).toArray();
+  for (const { key } of lanes) {
+    if (out.length >= want) break;
+    const rows = sql.exec<Row>("SELECT * FROM lane_messages WHERE key = ? ORDER BY lseq LIMIT ?", key, want - out.length).toArray();
+    for (const r of rows) {
+      // The first message not due yet holds the rest of its lane: its delay holds the key.
+      if (r.due_at > now) break;
+      out.push({ key, lseq: r.lseq, id: r.id, contentType: r.content_type as ContentType, checksum: r.checksum, enqueuedAt: r.enqueued_at, sentAt: r.sent_at, attempts: r.attempts, body: new Uint8Array(r.body) });
+    }
+  }
+  return out;
+}
+
+/**
+ * Leases the given candidates (for each lane, its head and those right behind it) under
+ * one new lease. A body whose checksum fails is never handed out: it moves to the
+ * quarantine table and its lane goes on without it.
+ */
+export function takeLanes(sql: SqlStorage, now: number, candidates: readonly LaneCandidate[], leaseMs: number): { messages: LeasedMessage[]; quarantined: number; delta: BacklogDelta } {
+  const lease = randomHex(12);
+  const messages: LeasedMessage[] = [];
+  const byKey = new Map<string, LaneCandidate[]>();
+  for (const c of candidates) byKey.set(c.key, [...(byKey.get(c.key) ?? []), c]);
+  let quarantined = 0;
+  let bytes = 0;
+  for (const [key, list] of byKey) {
+    let leased = 0;
+    for (const c of list) {
+      if (crc32(c.body) !== c.checksum) {
+        sql.exec("INSERT OR REPLACE INTO quarantine (id, body, checksum, reason, detected_at) VALUES (?, ?, ?, 'checksum mismatch', ?)", c.id, c.body, c.checksum, now);
+        sql.exec("DELETE FROM lane_messages WHERE lseq = ?", c.lseq);
+        quarantined++;
+        bytes += c.body.byteLength;
+        continue;
+      }
+      sql.exec("UPDATE lane_messages SET leased = 1 WHERE lseq = ?", c.lseq);
+      leased++;
+      messages.push({
+        id: c.id,
+        body: c.body,
+        contentType: c.contentType,
+        enqueuedAt: c.sentAt || c.enqueuedAt,
+        attempts: c.attempts + 1,
+        leaseId: `L${c.lseq}-${lease}`,
+        copyKey: copyOfLane(c.lseq),
+        orderingKey: key,
+      });
+    }
+    if (leased > 0) sql.exec("UPDATE lanes SET ready_at = NULL, lease = ?, lease_until = ?, reason = 'leased', blocker = NULL, held_since = ? WHERE key = ?", lease, now + leaseMs, now, key);
+    else reopen(sql, now, key, null);
+  }
+  return { messages, quarantined, delta: { count: -quarantined, bytes: -bytes } };
+}
+
+/** Lane leases that ran out: each message it held was a delivery that failed; the lane is ready again at once. */
+export function expireLaneLeases(sql: SqlStorage, now: number): number {
+  const lapsed = sql.exec<{ key: string; lease: string }>("SELECT key, lease FROM lanes WHERE lease IS NOT NULL AND lease_until <= ?", now).toArray();
+  for (const { key, lease } of lapsed) {
+    sql.exec("UPDATE lane_messages SET attempts = attempts + 1, leased = 0 WHERE key = ? AND leased = 1", key);
+    reopen(sql, now, key, lease);
+  }
+  return lapsed.length;
+}
+
+/**
+ * A lane whose lease ended (settled, or run out) or whose head changed: deleted when it
+ * holds nothing more, else ready when its head is due, and held (why, by which message,
+ * since when) until then. `lastLease` is the lease that ended: an ack under it still lands
+ * until someone else leases the lane, as a segment's lapsed lease does.
+ */
+function reopen(sql: SqlStorage, now: number, key: string, lastLease: string | null): void {
+  const head = sql.exec<{ id: string; due_at: number; enqueued_at: number; attempts: number }>("SELECT id, due_at, enqueued_at, attempts FROM lane_messages WHERE key = ? ORDER BY lseq LIMIT 1", key).toArray()[0];
+  if (!head) {
+    sql.exec("DELETE FROM lanes WHERE key = ?", key);
+    return;
+  }
+  const readyAt = head.due_at || head.enqueued_at;
+  const held = readyAt > now;
+  sql.exec(
+    "UPDATE lanes SET ready_at = ?, lease = NULL, lease_until = NULL, last_lease = COALESCE(?, last_lease), reason = ?, blocker = ?, held_since = ? WHERE key = ?",
+    readyAt, lastLease, held ? (head.attempts > 0 ? "retry" : "delayed") : null, held ? head.id : null, held ? now : null, key,
+  );
+}
+
+/** What a lane lease id names, when it can be current: the message's row and its lane. */
+function resolve(sql: SqlStorage, ref: LeaseRef): { row: Row; lane: Lane; live: boolean } | null {
+  const m = LANE_LEASE.exec(ref.leaseId);
+  if (!m) return null;
+  const row = sql.exec<Row>("SELECT lseq, key, id, content_type, checksum, enqueued_at, due_at, attempts, sent_at, leased, length(body) AS size, x'' AS body FROM lane_messages WHERE lseq = ?", Number(m[1])).toArray()[0];
+  if (!row || row.id !== ref.id) return null;
+  const lane = sql.exec<Lane>("SELECT key, ready_at, lease, lease_until, last_lease FROM lanes WHERE key = ?", row.key).toArray()[0];
+  if (!lane) return null;
+  // Held now under this lease; or the lease ran out and nobody has leased the lane since.
+  if (lane.lease === m[2] && row.leased === 1) return { row, lane, live: true };
+  if (lane.lease === null && lane.last_lease === m[2]) return { row, lane, live: false };
+  return null;
+}
+
+export type LaneSettleKind = "ack" | "dead_letter" | "drop" | "retry";
+
+/**
+ * Settles lane messages: an ack, a dead-lettering or a drop deletes the message; a retry
+ * leaves it where it is with one more attempt, due after its delay, so it holds the rest
+ * of its key until then. A lane none of whose leased messages is left unsettled ends its
+ * lease and is ready again at its head.
+ */
+export function settleLanes(sql: SqlStorage, now: number, refs: ReadonlyArray<{ ref: LeaseRef; kind: LaneSettleKind; delayMs?: number }>, stale: string[]): { tally: Record<LaneSettleKind, number>; delta: BacklogDelta } {
+  const tally: Record<LaneSettleKind, number> = { ack: 0, dead_letter: 0, drop: 0, retry: 0 };
+  let count = 0;
+  let bytes = 0;
+  const touched = new Map<string, Lane>();
+  for (const { ref, kind, delayMs } of refs) {
+    const found = resolve(sql, ref);
+    if (!found) {
+      stale.push(ref.id);
+      continue;
+    }
+    const { row, lane, live } = found;
+    touched.set(lane.key, lane);
+    tally[kind]++;
+    if (kind === "retry") {
+      // A lease that ran out counted its delivery when it did.
+      sql.exec("UPDATE lane_messages SET attempts = attempts + ?, leased = 0, due_at = ? WHERE lseq = ?", live ? 1 : 0, now + (delayMs ?? 0), row.lseq);
+    } else {
+      sql.exec("DELETE FROM lane_messages WHERE lseq = ?", row.lseq);
+      count++;
+      bytes += (row as unknown as { size: number }).size;
+    }
+  }
+  for (const [key, lane] of touched) {
+    if (lane.lease !== null && sql.exec("SELECT 1 FROM lane_messages WHERE key = ? AND leased = 1 LIMIT 1", key).toArray().length > 0) continue;
+    reopen(sql, now, key, lane.lease);
+  }
+  return { tally, delta: { count: -count, bytes: -bytes } };
+}
+
+/** Moves the end of lane leases still held forward; returns the ids it extended. */
+export function extendLanes(sql: SqlStorage, now: number, refs: readonly LeaseRef[], leaseMs: number): string[] {
+  const extended: string[] = [];
+  for (const ref of refs) {
+    const found = resolve(sql, ref);
+    if (!found?.live) continue;
+    sql.exec("UPDATE lanes SET lease_until = MAX(lease_until, ?) WHERE key = ?", now + leaseMs, found.lane.key);
+    extended.push(ref.id);
+  }
+  return extended;
+}
+
+/** The lane messages still held under these leases (or under one that ran out, unsettled), bodies checked: for a dead-letter move. */
+export function readLeasedLanes(sql: SqlStorage, refs: readonly LeaseRef[]): LeasedMessage[] {
+  const out: LeasedMessage[] = [];
+  for (const ref of refs) {
+    const found = resolve(sql, ref);
+    if (!found) continue;
+    const r = sql.exec<Row>("SELECT * FROM lane_messages WHERE lseq = ?", found.row.lseq).one();
+    const body = new Uint8Array(r.body);
+    if (crc32(body) !== r.checksum) continue;
+    // The delivery the consumer saw is counted in the row only once its lease ran out.
+    out.push({ id: r.id, body, contentType: r.content_type as ContentType, enqueuedAt: r.sent_at || r.enqueued_at, attempts: r.attempts + (found.live ? 1 : 0), leaseId: ref.leaseId, copyKey: copyOfLane(r.lseq), orderingKey: r.key });
+  }
+  return out;
+}
+
+/** Deletes lane messages past retention that no lease holds (at most `limit`); their lanes go on. */
+export function expireOldLanes(sql: SqlStorage, now: number, cutoff: number, limit = 1000): BacklogDelta & { expired: number } {
+  const old = sql.exec<{ lseq: number; key: string; size: number }>("SELECT lseq, key, length(body) AS size FROM lane_messages WHERE enqueued_at < ? AND leased = 0 ORDER BY lseq LIMIT ?", cutoff, limit).toArray();
+  const keys = new Set<string>();
+  let bytes = 0;
+  for (const o of old) {
+    sql.exec("DELETE FROM lane_messages WHERE lseq = ?", o.lseq);
+    keys.add(o.key);
+    bytes += o.size;
+  }
+  for (const key of keys) {
+    const lane = sql.exec<Lane>("SELECT key, lease FROM lanes WHERE key = ?", key).toArray()[0];
+    if (lane && lane.lease === null) reopen(sql, now, key, null);
+  }
+  return { count: -old.length, bytes: -bytes, expired: old.length };
+}
+
+/** Deletes up to `limit` lane messages of any state, oldest first, and the lanes left empty. */
+export function purgeLanes(sql: SqlStorage, limit: number): { count: number; bytes: number; held: number } {
+  const rows = sql.exec<{ lseq: number; key: string; size: number; leased: number }>("SELECT lseq, key, length(body) AS size, leased FROM lane_messages ORDER BY lseq LIMIT ?", limit).toArray();
+  let bytes = 0;
+  let held = 0;
+  const keys = new Set<string>();
+  for (const r of rows) {
+    sql.exec("DELETE FROM lane_messages WHERE lseq = ?", r.lseq);
+    keys.add(r.key);
+    bytes += r.size;
+    held += r.leased;
+  }
+  for (const key of keys) if (sql.exec("SELECT 1 FROM lane_messages WHERE key = ? LIMIT 1", key).toArray().length === 0) sql.exec("DELETE FROM lanes WHERE key = ?", key);
+  return { count: rows.length, bytes, held };
+}
+
+/** Lane messages under a lease now: they count as leased in heartbeats. */
+export function leasedLaneCount(sql: SqlStorage): number {
+  return sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM lane_messages WHERE leased = 1").one().n;
+}
+
+/** When the oldest lane message arrived, or null: arrival order is lseq order, so one row by the primary key. */
+export function oldestLaneAt(sql: SqlStorage): number | null {
+  return sql.exec<{ t: number }>("SELECT enqueued_at AS t FROM lane_messages ORDER BY lseq LIMIT 1").toArray()[0]?.t ?? null;
+}
+
+/** When a held lane is next ready, or a lane lease runs out; null when neither. */
+export function nextLaneVisible(sql: SqlStorage, now: number): number | null {
+  const ready = sql.exec<{ t: number | null }>("SELECT MIN(ready_at) AS t FROM lanes WHERE ready_at > ?", now).one().t;
+  const lease = sql.exec<{ t: number | null }>("SELECT MIN(lease_until) AS t FROM lanes WHERE lease IS NOT NULL").one().t;
+  if (ready === null) return lease;
+  return lease === null ? ready : Math.min(ready, lease);
+}
+
+/** A lane message found by id, as a lookup sees it. */
+export function findLaneMessage(sql: SqlStorage, now: number, id: string): (MessageStatus & { orderingKey: string }) | null {
+  const r = sql.exec<Row & { size: number }>("SELECT lseq, key, id, content_type, enqueued_at, due_at, attempts, sent_at, leased, length(body) AS size FROM lane_messages WHERE id = ? ORDER BY lseq LIMIT 1", id).toArray()[0];
+  if (!r) return null;
+  const lane = sql.exec<Lane>("SELECT key, ready_at, lease, lease_until FROM lanes WHERE key = ?", r.key).toArray()[0];
+  const leased = r.leased === 1 && lane?.lease !== null;
+  const state = leased ? "leased" : r.due_at > now ? "delayed" : "ready";
+  const visibleAt = leased ? (lane?.lease_until ?? now) : Math.max(r.due_at || r.enqueued_at, lane?.ready_at ?? 0);
+  return { id: r.id, state, attempts: r.attempts, enqueuedAt: r.sent_at || r.enqueued_at, visibleAt, size: r.size, contentType: r.content_type as ContentType, orderingKey: r.key };
+}
+
+/** Deletes a lane message by id wherever it stands, as a segment's cancel does; its lane goes on. */
+export function cancelLaneMessage(sql: SqlStorage, now: number, id: string): { count: number; bytes: number; held: number } {
+  const r = sql.exec<{ lseq: number; key: string; leased: number; size: number }>("SELECT lseq, key, leased, length(body) AS size FROM lane_messages WHERE id = ? ORDER BY lseq LIMIT 1", id).toArray()[0];
+  if (!r) return { count: 0, bytes: 0, held: 0 };
+  sql.exec("DELETE FROM lane_messages WHERE lseq = ?", r.lseq);
+  const lane = sql.exec<Lane>("SELECT key, lease FROM lanes WHERE key = ?", r.key).toArray()[0];
+  // A lease left holding nothing ends; a lane not leased gets its new head.
+  if (lane && (lane.lease === null || sql.exec("SELECT 1 FROM lane_messages WHERE key = ? AND leased = 1 LIMIT 1", r.key).toArray().length === 0)) reopen(sql, now, r.key, lane.lease);
+  return { count: 1, bytes: r.size, held: r.leased };
+}
