@@ -14,6 +14,7 @@ import type { DeliveryState } from "./delivery-state";
 import { MAX_MATCHING_LEASE, PURGE_PER_CALL } from "../src/kernel/limits";
 import { offsetsOf, parseLeaseId, Settled, slotKey, type Header } from "./segment";
 import { findSlot, headersOf, readState, SegmentEdit, STATE_COLUMNS, type SegmentState } from "./segment-rows";
+import { cancelLaneMessage, purgeLanes } from "./lanes";
 
 /** Removed messages: how many, their bytes, and how many were held under a live lease. */
 interface Removed {
@@ -22,7 +23,7 @@ interface Removed {
   held: number;
 }
 
-/** Settles up to `limit` messages of any state, oldest segment first (a segment with none left is deleted). */
+/** Settles up to `limit` messages of any state, oldest segment first (a segment with none left is deleted), then lanes' (lanes.ts). */
 export function purgeSome(sql: SqlStorage, ds: DeliveryState, now: number, limit: number): Removed & { more: boolean; delta: BacklogDelta } {
   const n = Math.max(1, Math.min(PURGE_PER_CALL, Math.floor(limit)));
   const removed: Removed = { count: 0, bytes: 0, held: 0 };
@@ -35,8 +36,14 @@ export function purgeSome(sql: SqlStorage, ds: DeliveryState, now: number, limit
       settleUpTo(sql, ds, now, state, removed, n);
     }
   }
+  if (removed.count < n) {
+    const lanes = purgeLanes(sql, n - removed.count);
+    removed.count += lanes.count;
+    removed.bytes += lanes.bytes;
+    removed.held += lanes.held;
+  }
   ds.bump("purged", removed.count);
-  const more = sql.exec("SELECT 1 FROM segments LIMIT 1").toArray().length > 0;
+  const more = sql.exec("SELECT 1 FROM segments LIMIT 1").toArray().length > 0 || sql.exec("SELECT 1 FROM lane_messages LIMIT 1").toArray().length > 0;
   return { ...removed, more, delta: { count: -removed.count, bytes: -removed.bytes } };
 }
 
@@ -135,6 +142,9 @@ export function cancelMessage(sql: SqlStorage, ds: DeliveryState, now: number, i
       if (releaseHeld(ds, now, found.state.seg, found.slot)) removed.held++;
     }
     edit.commit(sql, ds);
+  } else {
+    // Not in a segment: a keyed message in its lane, perhaps.
+    Object.assign(removed, cancelLaneMessage(sql, now, id));
   }
   ds.bump("cancelled", removed.count);
   return { ...removed, delta: { count: -removed.count, bytes: -removed.bytes } };

@@ -33,7 +33,7 @@ import { cancelMessage, countMatching, findMessage, leaseMatching, peekReady, pu
 import { migrate } from "./schema";
 import { appendBatch } from "./append";
 import { knownIds } from "./remembered-ids";
-import { cancelLaneMessage, expireOldLanes, findLaneMessage, leasedLaneCount, oldestLaneAt, purgeLanes } from "./lanes";
+import { expireOldLanes, findLaneMessage, leasedLaneCount, oldestLaneAt } from "./lanes";
 import { shardNumber } from "./segment";
 import { testHooksFor, type FaultPoint, type TestHookStatus } from "../src/kernel/test-hooks";
 import { corruptBodies } from "./corrupt-bodies";
@@ -250,14 +250,7 @@ export class StorageShard extends DurableObject<Env> {
     this.cost.rpcs++;
     if (this.refuseRead(queueId)) return { deleted: 0, more: false };
     const now = this.clock.now();
-    const r = this.write(now, () => {
-      const segments = purgeSome(this.sql, this.delivery, now, limit);
-      const lanes = purgeLanes(this.sql, Math.max(0, Math.min(PURGE_PER_CALL, Math.floor(limit)) - segments.count));
-      this.delivery.bump("purged", lanes.count);
-      const more = segments.more || this.sql.exec("SELECT 1 FROM lane_messages LIMIT 1").toArray().length > 0;
-      const count = segments.count + lanes.count;
-      return { count, held: segments.held + lanes.held, more, delta: { count: segments.delta.count - lanes.count, bytes: segments.delta.bytes - lanes.bytes } };
-    });
+    const r = this.write(now, () => purgeSome(this.sql, this.delivery, now, limit));
     this.afterRemoval(r);
     // Emptied: the next arrival must wake a consumer again, as after a lease that found nothing.
     if (!r.more) this.consumersNotified = false;
@@ -290,13 +283,7 @@ export class StorageShard extends DurableObject<Env> {
     this.cost.rpcs++;
     if (this.refuseRead(queueId)) return false;
     const now = this.clock.now();
-    const r = this.write(now, () => {
-      const fromSegments = cancelMessage(this.sql, this.delivery, now, id);
-      if (fromSegments.count > 0) return fromSegments;
-      const fromLanes = cancelLaneMessage(this.sql, now, id);
-      this.delivery.bump("cancelled", fromLanes.count);
-      return { ...fromLanes, delta: { count: -fromLanes.count, bytes: -fromLanes.bytes } };
-    });
+    const r = this.write(now, () => cancelMessage(this.sql, this.delivery, now, id));
     this.afterRemoval(r);
     return r.count > 0;
   }

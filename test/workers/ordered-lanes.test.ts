@@ -5,9 +5,10 @@
  * dead-lettered, and different keys never wait for one another. Pull consumers, storage
  * shards on a fake clock.
  */
-import { env, runInDurableObject } from "cloudflare:test";
+import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { storageShardFor } from "../../src/kernel/addressing";
+import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
+import { ManualClock } from "../../src/kernel/clock";
 import type { StorageShard } from "../../storage-shard/storage-shard";
 import { api, backlog, createQueue, producer, queuePath, shardsOnFakeClock } from "./helpers";
 import { addConsumer, eventually, fakeConsumer } from "./push-helpers";
@@ -199,5 +200,48 @@ describe("ordered lanes", () => {
     // p1 was acked before the throw: it never came back; p2 and p3 came back ahead of p4.
     expect(seen.slice(6, 9)).toEqual(["p2@3", "p3@3", "p4@1"]);
     expect(deliveries.every((d) => d.ids.length <= 3)).toBe(true);
+  });
+
+  it("finds, cancels and purges keyed messages, and counts them in the backlog", async () => {
+    await orderedQueue("lanes-ops");
+    const [first, second, third] = await sendInOrder("lanes-ops", "ops", ["o1", "o2", "o3"]);
+    expect(await backlog("lanes-ops")).toBe(3);
+    const found = await api("GET", `${queuePath("lanes-ops")}/messages/${second}`);
+    expect(found.json.result).toMatchObject({ id: second, state: "ready" });
+    // Cancelling the head lets the key go on from the next one.
+    expect((await api("DELETE", `${queuePath("lanes-ops")}/messages/${first}`)).status).toBe(200);
+    expect(await backlog("lanes-ops")).toBe(2);
+    const [head] = (await pull("lanes-ops", { batch_size: 1 })).json.result.messages as Pulled[];
+    expect(head!.id).toBe(second);
+    expect((await api("GET", `${queuePath("lanes-ops")}/messages/${second}`)).json.result.state).toBe("leased");
+    expect((await api("POST", `${queuePath("lanes-ops")}/purge`, { delete_messages_permanently: true })).status).toBeLessThan(300);
+    await eventually(() => backlog("lanes-ops"), (n) => n === 0);
+    expect((await api("GET", `${queuePath("lanes-ops")}/messages/${third}`)).status).toBe(404);
+    // The purged lane is gone: a new message of the key is delivered at once.
+    await sendInOrder("lanes-ops", "ops", ["o4"]);
+    expect(bodies(await pullAll("lanes-ops"))).toEqual(["o4"]);
+  });
+
+  it("deletes keyed messages past the queue's retention at the shard's heartbeat, and the key goes on", async () => {
+    const q = await createQueue("lanes-retention", { message_retention_period: 60 });
+    const map = (await coordinatorFor(env, q.queue_id).shardMap())!;
+    for (const s of map.shards.slice(1)) await coordinatorFor(env, q.queue_id).setShardState(s.name, "draining");
+    const shard = storageShardFor(env, map.shards[0]!.name);
+    const clock = new ManualClock(Date.now() + 100_000_000_000);
+    await runInDurableObject(shard, (obj: StorageShard) => {
+      obj.clock = clock;
+    });
+    expect(await runDurableObjectAlarm(shard)).toBe(true);
+    await producer("lanes-retention").sendBatch([{ body: "old-1", orderingKey: "t" }, { body: "old-2", orderingKey: "t" }]);
+    clock.advance(30_000);
+    await producer("lanes-retention").send("young", { orderingKey: "t" });
+    clock.advance(30_001);
+    expect(await runDurableObjectAlarm(shard)).toBe(true);
+    const stats = await shard.stats();
+    expect(stats.backlogCount).toBe(1);
+    expect(stats.totals.expired).toBe(2);
+    expect(await api("POST", `${queuePath("lanes-retention")}/consumers`, { type: "http_pull" }).then((r) => r.status)).toBe(201);
+    const got = (await pull("lanes-retention", { batch_size: 10 })).json.result.messages as Pulled[];
+    expect(bodies(got)).toEqual(["young"]);
   });
 });
