@@ -17,6 +17,7 @@ import { readConsumers } from "./consumers";
 import { carryForgottenShard } from "./counters";
 import { loadMemory, logDecision, saveMemory, type Decision } from "./decisions";
 import { forgetStorageBeat, readConsumerShards, readStorageBeats } from "./heartbeats";
+import { commitEpoch, epochUnsettled, pushEpoch } from "./epochs";
 import type { QueueRecord, QueueStore } from "./queue-store";
 
 /** Retired shards stay in the map this long, so brokers with older maps learn of them. */
@@ -55,7 +56,7 @@ export class ControlLoop {
         region: s.region,
         state: s.state,
         createdAt: s.created_at,
-        beat: b ? { state: b.state, messagesIn: b.messages_in, periodMs: b.period_ms, backlog: b.backlog_count, leasedNow: b.leased_now, refusals: b.refusals, receivedAt: b.received_at } : null,
+        beat: b ? { state: b.state, messagesIn: b.messages_in, periodMs: b.period_ms, backlog: b.backlog_count, leasedNow: b.leased_now + (b.handoffs ?? 0) /* owed hand-offs keep a drained shard from retiring, as leases do */, refusals: b.refusals, receivedAt: b.received_at } : null,
       };
     });
     const policy = {
@@ -126,7 +127,29 @@ export class ControlLoop {
   async changeState(shard: { name: string; region: string }, state: ShardState, now: number, decision?: Decision): Promise<void> {
     await storageShardFor(this.env, shard.name, shard.region).setState(state);
     if (decision) this.deps.faultPoint("abort-drain");
+    // A shard leaving or joining the active ones moves ordering keys: every shard enters the new epoch first.
+    const active = this.store.shards().filter((s) => s.state === "active" && s.name !== shard.name).map((s) => s.name);
+    const wasActive = this.store.shards().some((s) => s.name === shard.name && s.state === "active");
+    const seq = wasActive !== (state === "active") ? await this.pushEpoch(state === "active" ? [...active, shard.name] : active) : null;
     this.store.recordShardState(shard.name, state, now, decision && (() => logDecision(this.sql, decision)));
+    if (seq !== null) commitEpoch(this.sql, seq);
+  }
+
+  /** Tells every shard not retired the epoch whose active shards are `active` (coordinator/epochs.ts). */
+  private pushEpoch(active: readonly string[], extra: ReadonlyArray<{ name: string; region: string }> = []): Promise<number> {
+    const queue = this.store.queue()!;
+    const targets = [...this.store.shards().filter((s) => s.state !== "retired"), ...extra];
+    return pushEpoch(this.sql, this.env, queue.queue_id, active, targets);
+  }
+
+  /**
+   * Pushes the stored map's epoch again when the shards may be in another (a push a reset
+   * or an unreachable shard left unfinished), or in none yet (a queue older than epochs).
+   */
+  async settleEpoch(): Promise<void> {
+    if (!epochUnsettled(this.sql)) return;
+    const seq = await this.pushEpoch(this.store.shards().filter((s) => s.state === "active").map((s) => s.name));
+    commitEpoch(this.sql, seq);
   }
 
   /**
@@ -158,7 +181,10 @@ export class ControlLoop {
     if (pending.length === 0) return;
     await this.activateShards(queue, pending);
     this.deps.faultPoint("abort-scale-out");
+    const active = this.store.shards().filter((s) => s.state === "active").map((s) => s.name);
+    const seq = await this.pushEpoch([...active, ...pending.map((s) => s.name)], pending);
     this.store.markActive(pending.map((s) => s.name));
+    commitEpoch(this.sql, seq);
   }
 
   /**

@@ -79,6 +79,7 @@ export class Coordinator extends DurableObject<Env> {
       // Shards learn their identity before the map naming them is published:
       // a broker never sees a shard that would refuse it as unknown.
       await this.loop.activateShards(queue, this.store.shards());
+      await this.loop.settleEpoch();
       this.store.markReady();
       await this.publisher.publish();
       await armAlarm(this.storage, this.clock.now() + serviceConfig(this.env).heartbeatIntervalMs);
@@ -286,6 +287,7 @@ export class Coordinator extends DurableObject<Env> {
     if (!queue) return;
     await this.loop.activatePending();
     await this.loop.reconcileStates(now);
+    await this.loop.settleEpoch();
     const scaleInDue = await this.loop.autoscale(now);
     await this.loop.wakeConsumers("idle", this.clock.now());
     this.loop.pruneRetired(now);

@@ -25,16 +25,16 @@ export function recordStorageBeat(sql: SqlStorage, beat: StorageHeartbeat, now: 
   carryShardRestart(sql, beat.shard, beat.totals, beat.sentAt);
   sql.exec(
     `INSERT OR REPLACE INTO heartbeats
-       (name, backlog_count, backlog_bytes, oldest_at, messages_in, messages_out, refusals, leased_now, state, period_ms, sent_at, received_at, totals, cost)
-     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-    beat.shard, beat.backlogCount, beat.backlogBytes, beat.oldestEnqueuedAt, beat.messagesIn, beat.messagesOut, beat.refusals, beat.leasedNow,
+       (name, backlog_count, backlog_bytes, oldest_at, messages_in, messages_out, refusals, leased_now, handoffs, state, period_ms, sent_at, received_at, totals, cost)
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    beat.shard, beat.backlogCount, beat.backlogBytes, beat.oldestEnqueuedAt, beat.messagesIn, beat.messagesOut, beat.refusals, beat.leasedNow, beat.handoffs ?? 0,
     beat.state, beat.periodMs, beat.sentAt, now, JSON.stringify(beat.totals), JSON.stringify(beat.cost),
   );
 }
 
 export function readStorageBeats(sql: SqlStorage, now: number, intervalMs: number): ShardHeartbeat[] {
   const rows = sql
-    .exec("SELECT name, state, backlog_count, backlog_bytes, oldest_at, messages_in, messages_out, refusals, leased_now, period_ms, received_at, totals, cost FROM heartbeats ORDER BY name")
+    .exec("SELECT name, state, backlog_count, backlog_bytes, oldest_at, messages_in, messages_out, refusals, leased_now, handoffs, period_ms, received_at, totals, cost FROM heartbeats ORDER BY name")
     .toArray() as unknown as Array<Omit<ShardHeartbeat, "totals" | "cost" | "healthy"> & { totals: string; cost: string }>;
   const late = now - 3 * intervalMs;
   return rows.map((r) => ({ ...r, totals: JSON.parse(r.totals) as DeliveryTotals, cost: JSON.parse(r.cost) as ShardHeartbeat["cost"], healthy: r.received_at >= late }));

@@ -86,6 +86,10 @@ const MIGRATIONS: string[] = [
   // What each consumer shard was billed for (heartbeats.ts): its latest report, and its lives before.
   `ALTER TABLE consumer_shards ADD COLUMN cost TEXT;
    ALTER TABLE consumer_shards ADD COLUMN cost_carried TEXT;`,
+  // Ordered lanes (docs/ordered-lanes.md): what a shard still owes of key hand-offs, and the
+  // epochs pushed to the shards (control-loop.ts) against the one the committed map matches.
+  `ALTER TABLE heartbeats ADD COLUMN handoffs INTEGER NOT NULL DEFAULT 0;
+   CREATE TABLE IF NOT EXISTS epochs (one INTEGER PRIMARY KEY CHECK (one = 1), pushed INTEGER NOT NULL, committed INTEGER NOT NULL);`,
 ];
 
 export function migrateCoordinator(sql: SqlStorage): void {

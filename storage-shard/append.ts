@@ -15,7 +15,7 @@ import { laneIdsOfBatch, writeLanes } from "./lanes";
  * write stored, if it was stored; messages given ids are skipped when this shard
  * holds or remembers them, moves when it carried them out.
  */
-export function appendBatch(sql: SqlStorage, ds: DeliveryState, shardNo: number, req: AppendRequest, now: number): { stored: number; bytes: number; ids: string[] } {
+export function appendBatch(sql: SqlStorage, ds: DeliveryState, shardNo: number, req: AppendRequest, now: number, gen = 0): { stored: number; bytes: number; ids: string[] } {
   const fresh = req.messages.every((m) => m.id === undefined);
   // The broker never mixes them (src/routing/store.ts): keyed messages go to lanes, the rest to segments.
   const keyed = req.messages.length > 0 && req.messages[0]!.orderingKey !== undefined;
@@ -51,7 +51,7 @@ export function appendBatch(sql: SqlStorage, ds: DeliveryState, shardNo: number,
     at.push(i);
   });
   if (keyed) {
-    writeLanes(sql, now, writes.map((w, k) => ({ ...w, key: req.messages[at[k]!]!.orderingKey! })), req.batch ?? null).forEach((id, k) => (ids[at[k]!] = id));
+    writeLanes(sql, now, writes.map((w, k) => ({ ...w, key: req.messages[at[k]!]!.orderingKey! })), req.batch ?? null, gen).forEach((id, k) => (ids[at[k]!] = id));
   } else {
     writeSegments(sql, ds, shardNo, now, writes, req.batch ?? null).forEach((w, k) => (ids[at[k]!] = w.id));
   }

@@ -67,6 +67,8 @@ interface Row extends Record<string, SqlStorageValue> {
   attempts: number;
   sent_at: number;
   leased: number;
+  /** The epoch this shard was in when it accepted the message (handoff.ts). */
+  gen: number;
   body: ArrayBuffer;
 }
 
@@ -78,19 +80,32 @@ interface Lane extends Record<string, SqlStorageValue> {
   last_lease: string | null;
 }
 
-/** Appends keyed messages to their lanes, in order; answers each one's id. */
-export function writeLanes(sql: SqlStorage, now: number, messages: ReadonlyArray<NewMessage & { key: string }>, batch: string | null): string[] {
+/**
+ * Appends keyed messages to their lanes, in order, tagged with the epoch the shard is in
+ * (`gen`, which a hand-off names: handoff.ts); answers each one's id.
+ */
+export function writeLanes(sql: SqlStorage, now: number, messages: ReadonlyArray<NewMessage & { key: string }>, batch: string | null, gen: number): string[] {
   return messages.map((m) => {
     const id = m.id ?? newMessageId(now);
     sql.exec(
-      `INSERT INTO lane_messages (key, id, content_type, checksum, enqueued_at, due_at, attempts, sent_at, batch, body)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-      m.key, id, m.contentType, m.checksum, m.enqueuedAt, m.dueAt, m.attempts, m.sentAt, batch, m.body,
+      `INSERT INTO lane_messages (key, id, content_type, checksum, enqueued_at, due_at, attempts, sent_at, batch, gen, body)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      m.key, id, m.contentType, m.checksum, m.enqueuedAt, m.dueAt, m.attempts, m.sentAt, batch, gen, m.body,
     );
-    // A new lane is ready when its head is due; a lane that exists already keeps its head.
-    sql.exec("INSERT INTO lanes (key, ready_at) VALUES (?, ?) ON CONFLICT(key) DO NOTHING", m.key, m.dueAt || m.enqueuedAt);
+    const created = sql.exec("INSERT INTO lanes (key, ready_at) VALUES (?, ?) ON CONFLICT(key) DO NOTHING RETURNING key", m.key, m.dueAt || m.enqueuedAt).toArray().length > 0;
+    // A new lane is ready when its head is due, unless another shard still holds older messages of its key.
+    if (created && blockedFrom(sql, m.key) !== null) reopen(sql, now, m.key, null);
     return id;
   });
+}
+
+/**
+ * The first epoch of `key` held back here: messages of the key this shard accepted in that
+ * epoch or later wait until every shard that told it, on entering an epoch, that it holds
+ * older messages of the key has released it (handoff.ts). Null when nothing holds the key.
+ */
+function blockedFrom(sql: SqlStorage, key: string): number | null {
+  return sql.exec<{ g: number | null }>("SELECT MIN(gen) AS g FROM bridges WHERE key = ? AND released = 0", key).one().g;
 }
 
 /** The ids a keyed batch written again (its token) got the first time, if all of it is still here. */
@@ -114,8 +129,9 @@ export interface LaneCandidate {
 
 /**
  * Up to `want` messages of ready lanes, the lanes whose head became ready first before the
- * others, each lane's due messages from its head on, in order. Writes nothing: the caller
- * takes a prefix of each lane (takeLanes) once it has weighed them against the segments.
+ * others, each lane's due messages from its head on, in order. Leases nothing: the caller
+ * takes a prefix of each lane (takeLanes) once it has weighed them against the segments. A
+ * lane whose head waits on a hand-off is marked held, so it is not read again until released.
  */
 export function readyLanes(sql: SqlStorage, now: number, want: number): LaneCandidate[] {
   const out: LaneCandidate[] = [];
@@ -123,8 +139,13 @@ export function readyLanes(sql: SqlStorage, now: number, want: number): LaneCand
   const lanes = sql.exec<{ key: string }>("SELECT key FROM lanes WHERE ready_at IS NOT NULL AND ready_at <= ? ORDER BY ready_at LIMIT ?", now, want).toArray();
   for (const { key } of lanes) {
     if (out.length >= want) break;
+    const from = blockedFrom(sql, key);
     const rows = sql.exec<Row>("SELECT * FROM lane_messages WHERE key = ? ORDER BY lseq LIMIT ?", key, want - out.length).toArray();
     for (const r of rows) {
+      if (from !== null && r.gen >= from) {
+        if (r === rows[0]) reopen(sql, now, key, null);
+        break;
+      }
       // The first message not due yet holds the rest of its lane: its delay holds the key.
       if (r.due_at > now) break;
       out.push({ key, lseq: r.lseq, id: r.id, contentType: r.content_type as ContentType, checksum: r.checksum, enqueuedAt: r.enqueued_at, sentAt: r.sent_at, attempts: r.attempts, body: new Uint8Array(r.body) });
@@ -187,13 +208,23 @@ export function expireLaneLeases(sql: SqlStorage, now: number): number {
 /**
  * A lane whose lease ended (settled, or run out) or whose head changed: deleted when it
  * holds nothing more, else ready when its head is due, and held (why, by which message,
- * since when) until then. `lastLease` is the lease that ended: an ack under it still lands
- * until someone else leases the lane, as a segment's lapsed lease does.
+ * since when) until then; held with no time while its head waits on a hand-off from
+ * another shard. `lastLease` is the lease that ended: an ack under it still lands until
+ * someone else leases the lane, as a segment's lapsed lease does.
  */
-function reopen(sql: SqlStorage, now: number, key: string, lastLease: string | null): void {
-  const head = sql.exec<{ id: string; due_at: number; enqueued_at: number; attempts: number }>("SELECT id, due_at, enqueued_at, attempts FROM lane_messages WHERE key = ? ORDER BY lseq LIMIT 1", key).toArray()[0];
+export function reopen(sql: SqlStorage, now: number, key: string, lastLease: string | null): void {
+  const head = sql.exec<{ id: string; due_at: number; enqueued_at: number; attempts: number; gen: number }>("SELECT id, due_at, enqueued_at, attempts, gen FROM lane_messages WHERE key = ? ORDER BY lseq LIMIT 1", key).toArray()[0];
   if (!head) {
     sql.exec("DELETE FROM lanes WHERE key = ?", key);
+    return;
+  }
+  const from = blockedFrom(sql, key);
+  if (from !== null && head.gen >= from) {
+    const holder = sql.exec<{ holder: string }>("SELECT holder FROM bridges WHERE key = ? AND released = 0 ORDER BY gen LIMIT 1", key).one().holder;
+    sql.exec(
+      "UPDATE lanes SET ready_at = NULL, lease = NULL, lease_until = NULL, last_lease = COALESCE(?, last_lease), reason = 'handoff', blocker = ?, held_since = CASE WHEN reason = 'handoff' AND held_since IS NOT NULL THEN held_since ELSE ? END WHERE key = ?",
+      lastLease, holder, now, key,
+    );
     return;
   }
   const readyAt = head.due_at || head.enqueued_at;

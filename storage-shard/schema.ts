@@ -3,6 +3,7 @@ import { runMigrations, type MigrationStep } from "../src/kernel/sqlite-migratio
 import { encodeHeaders, nextSegment, packBodies, SEGMENT_MAX_BYTES, Settled, type Header } from "./segment";
 import type { NewMessage } from "./segment-rows";
 import { LANES_SCHEMA } from "./lanes";
+import { HANDOFF_SCHEMA } from "./handoff";
 
 /** A row of the messages table of schema versions 4 to 9, as the conversion to segments reads it. */
 interface MessageRow {
@@ -127,6 +128,8 @@ export const MIGRATIONS: readonly MigrationStep[] = [
   convertMessagesToSegments,
   // Ordered lanes: keyed messages one row each, in their key's order (lanes.ts, docs/ordered-lanes.md).
   LANES_SCHEMA,
+  // Hand-offs of ordering keys between shards when the active shards change (handoff.ts).
+  HANDOFF_SCHEMA,
 ];
 
 /** Old rows converted per segment: a batch's worth, as a broker writes them. */

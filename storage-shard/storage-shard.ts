@@ -7,6 +7,7 @@ import type {
   AppendRequest,
   AppendResult,
   DeliveryTotals,
+  Epoch,
   LeasedMessage,
   LeaseRef,
   LeaseRequest,
@@ -27,12 +28,14 @@ import { ActivityMeter, TokenBucket } from "./capacity";
 import { expireOld, lease, leasedCount, type BacklogDelta } from "./delivery";
 import { extend, readLeased, settle } from "./settlement";
 import { DeliveryState } from "./delivery-state";
-import { coordinatorFor } from "../src/kernel/addressing";
+import { coordinatorFor, storageShardFor } from "../src/kernel/addressing";
 import { meteredSql, settleReads, type CostMeter } from "../src/kernel/sql-meter";
 import { cancelMessage, countMatching, findMessage, leaseMatching, peekReady, purgeSome, releaseLeases } from "./operations";
 import { migrate } from "./schema";
 import { appendBatch } from "./append";
 import { knownIds } from "./remembered-ids";
+import { acceptBridges, acceptReleases, enterEpoch, loadEpoch, owedHandoffs, pendingReleases, releasesSent, type Registration } from "./handoff";
+import { ownerOfKey } from "../src/kernel/ordering";
 import { expireOldLanes, findLaneMessage, leasedLaneCount, oldestLaneAt } from "./lanes";
 import { shardNumber } from "./segment";
 import { testHooksFor, type FaultPoint, type TestHookStatus } from "../src/kernel/test-hooks";
@@ -48,6 +51,10 @@ export class StorageShard extends DurableObject<Env> {
   private readonly sql: SqlStorage;
   private identity: ShardIdentity | null;
   private state: ShardState;
+  /** The epoch the Coordinator last told this shard: which ordering keys it owns (handoff.ts). */
+  private epoch: Epoch | null;
+  /** A send of owed releases under way (flushReleases). */
+  private releasing = false;
   private backlogCount: number;
   private backlogBytes: number;
   /** What happened since the last heartbeat. */
@@ -89,8 +96,10 @@ export class StorageShard extends DurableObject<Env> {
     this.state = (meta.get("state") as ShardState | undefined) ?? "active";
     // Counted once here rather than written with every batch: rows read are cheap, rows written are not.
     const c = this.sql.exec<{ n: number; bytes: number }>("SELECT COALESCE(SUM(live), 0) AS n, COALESCE(SUM(live_bytes), 0) AS bytes FROM segments").one();
-    this.backlogCount = c.n;
-    this.backlogBytes = c.bytes;
+    const lanes = this.sql.exec<{ n: number; bytes: number }>("SELECT COUNT(*) AS n, COALESCE(SUM(length(body)), 0) AS bytes FROM lane_messages").one();
+    this.backlogCount = c.n + lanes.n;
+    this.backlogBytes = c.bytes + lanes.bytes;
+    this.epoch = loadEpoch(this.sql);
     this.delivery = new DeliveryState(this.sql);
     const now = this.clock.now();
     this.activity = new ActivityMeter(now);
@@ -113,6 +122,80 @@ export class StorageShard extends DurableObject<Env> {
     this.identity = identity;
     this.state = "active";
     this.armHeartbeat(this.clock.now());
+  }
+
+  /**
+   * The Coordinator's new epoch (handoff.ts), before any broker may use the map that goes
+   * with it: from now on keyed messages this shard does not own are refused, and every
+   * lane here whose key another shard now owns is registered with that owner before this
+   * answers. Throws when a registration could not be delivered: the Coordinator holds its
+   * change back and tries again. Answers the epoch this shard is in.
+   */
+  async enterEpoch(queueId: string, epoch: Epoch): Promise<number> {
+    this.cost.rpcs++;
+    if (!this.identity || this.identity.queueId !== queueId) throw new Error(`shard ${this.identity?.name ?? "(unknown)"} is not a shard of queue ${queueId}`);
+    const self = this.identity.name;
+    const { registrations } = this.ctx.storage.transactionSync(() => enterEpoch(this.sql, self, epoch));
+    this.epoch = loadEpoch(this.sql);
+    await Promise.all(registrations.map((r) => storageShardFor(this.env, r.owner).acceptBridges(queueId, self, r.gen, r.keys)));
+    this.flushReleases();
+    return this.epoch!.seq;
+  }
+
+  /** Tells the Coordinator this shard has messages ready, unless it did since a consumer last found it empty. */
+  private notifyConsumers(): void {
+    if (this.consumersNotified || !this.identity) return;
+    this.consumersNotified = true;
+    this.ctx.waitUntil(
+      coordinatorFor(this.env, this.identity.queueId)
+        .notifyReady(this.identity.name)
+        .catch((err) => {
+          this.consumersNotified = false;
+          console.error("notifyReady failed (the next heartbeat wakes consumers):", err);
+        }),
+    );
+  }
+
+  /** At a key's owner: `holder` holds messages of these keys older than epoch `gen` (handoff.ts). */
+  acceptBridges(queueId: string, holder: string, gen: number, keys: string[]): void {
+    this.cost.rpcs++;
+    if (this.refuseRead(queueId)) throw new Error(`shard ${this.identity?.name ?? "(unknown)"} does not serve queue ${queueId}`);
+    const now = this.clock.now();
+    this.ctx.storage.transactionSync(() => acceptBridges(this.sql, now, holder, gen, keys));
+  }
+
+  /** At a key's owner: `holder` holds nothing of these keys older than epoch `gen` any more. */
+  acceptReleases(queueId: string, holder: string, gen: number, keys: string[]): void {
+    this.cost.rpcs++;
+    if (this.refuseRead(queueId)) return;
+    const now = this.clock.now();
+    this.ctx.storage.transactionSync(() => acceptReleases(this.sql, now, holder, gen, keys));
+    // The keys it freed may be ready now: consumers must come.
+    this.consumersNotified = false;
+    this.notifyConsumers();
+  }
+
+  /**
+   * Sends the releases this shard owes (written by the trigger of handoff.ts as its
+   * messages of a handed-off key went), in the background; the heartbeat tries again
+   * whatever could not be delivered.
+   */
+  private flushReleases(): void {
+    if (this.releasing || !this.identity) return;
+    const owed = pendingReleases(this.sql);
+    if (owed.length === 0) return;
+    this.releasing = true;
+    const { queueId, name } = this.identity;
+    const send = async (r: Registration) => {
+      await storageShardFor(this.env, r.owner).acceptReleases(queueId, name, r.gen, r.keys);
+      this.ctx.storage.transactionSync(() => releasesSent(this.sql, r));
+    };
+    this.ctx.waitUntil(
+      Promise.allSettled(owed.map(send)).then((done) => {
+        this.releasing = false;
+        for (const d of done) if (d.status === "rejected") console.error("sending releases of ordering keys failed (the heartbeat tries again):", d.reason);
+      }),
+    );
   }
 
   /** Draining and retired shards refuse new sends with a typed refusal. */
@@ -138,10 +221,13 @@ export class StorageShard extends DurableObject<Env> {
       // A body that changed between the broker and here is refused whole, not stored.
       if (crc32(m.body) !== m.checksum) return { ...this.refuse("corrupt"), detail: m.id };
     }
+    // The fence (handoff.ts): a keyed message whose key another shard owns in this shard's epoch.
+    const epoch = this.epoch;
+    if (epoch && req.messages.some((m) => m.orderingKey !== undefined && ownerOfKey(m.orderingKey, epoch.active) !== this.identity!.name)) return this.refuse("not_owner");
     const now = this.clock.now();
     if (this.capacity && !this.capacity.take(req.messages.length, now)) return this.refuse("overloaded");
     const { stored, bytes, ids } = this.ctx.storage.transactionSync(() => {
-      const written = appendBatch(this.sql, this.delivery, this.shardNo, req, now);
+      const written = appendBatch(this.sql, this.delivery, this.shardNo, req, now, epoch?.seq ?? 0);
       this.delivery.flushTotals(now);
       return written;
     });
@@ -153,16 +239,9 @@ export class StorageShard extends DurableObject<Env> {
     if (stored > 0 && (!this.consumersNotified || filled)) {
       // The first arrival since a consumer last found this shard empty, or the one that
       // fills the batch a consumer is waiting for: make sure one runs now.
-      this.consumersNotified = true;
       this.fillingFor = null;
-      this.ctx.waitUntil(
-        coordinatorFor(this.env, this.identity.queueId)
-          .notifyReady(this.identity.name)
-          .catch((err) => {
-            this.consumersNotified = false;
-            console.error("notifyReady failed (the next heartbeat wakes consumers):", err);
-          }),
-      );
+      this.consumersNotified = false;
+      this.notifyConsumers();
     }
     this.activity.messagesIn += stored;
     // The fault harness's reset once this is durable, before the reply: the sender cannot know.
@@ -186,6 +265,7 @@ export class StorageShard extends DurableObject<Env> {
       return { result: leased.result, delta: { count: expired.count + leased.delta.count, bytes: expired.bytes + leased.delta.bytes } };
     });
     this.applyDelta(delta);
+    this.flushReleases();
     this.activity.messagesOut += result.messages.length;
     this.leasedNow += result.messages.length;
     // A consumer found nothing ready here: the next arrival must tell one.
@@ -228,6 +308,7 @@ export class StorageShard extends DurableObject<Env> {
     const now = this.clock.now();
     const { result, delta } = this.write(now, () => settle(this.sql, this.delivery, now, req));
     this.applyDelta(delta);
+    this.flushReleases();
     this.leasedNow = Math.max(0, this.leasedNow - (result.acked + result.retried + result.deadLettered + result.dropped));
     return result;
   }
@@ -252,6 +333,7 @@ export class StorageShard extends DurableObject<Env> {
     const now = this.clock.now();
     const r = this.write(now, () => purgeSome(this.sql, this.delivery, now, limit));
     this.afterRemoval(r);
+    this.flushReleases();
     // Emptied: the next arrival must wake a consumer again, as after a lease that found nothing.
     if (!r.more) this.consumersNotified = false;
     return { deleted: r.count, more: r.more };
@@ -285,6 +367,7 @@ export class StorageShard extends DurableObject<Env> {
     const now = this.clock.now();
     const r = this.write(now, () => cancelMessage(this.sql, this.delivery, now, id));
     this.afterRemoval(r);
+    this.flushReleases();
     return r.count > 0;
   }
 
@@ -388,7 +471,17 @@ export class StorageShard extends DurableObject<Env> {
     const period = this.activity.roll(now);
     // Reset to the truth: the running count drifts up (leases run out), and a draining shard reporting leases it does not hold is never retired.
     this.leasedNow = leasedCount(this.delivery, now) + leasedLaneCount(this.sql);
-    const beat: StorageHeartbeat = { ...this.figures(), ...period, shard: this.identity.name, state: this.state, leasedNow: this.leasedNow, sentAt: now };
+    this.flushReleases();
+    const beat: StorageHeartbeat = {
+      ...this.figures(),
+      ...period,
+      shard: this.identity.name,
+      state: this.state,
+      leasedNow: this.leasedNow,
+      sentAt: now,
+      handoffs: owedHandoffs(this.sql),
+      ...(this.epoch ? { epoch: this.epoch.seq } : {}),
+    };
     const reply = await coordinatorFor(this.env, this.identity.queueId)
       .heartbeat(beat)
       .catch((err: unknown) => {

@@ -91,7 +91,17 @@ export interface AppendRequest {
  * Why a storage shard refused a send without storing anything. Every refusal means
  * "nothing of this batch was written", so the broker may safely try another shard.
  */
-export type ShardRefusal = "draining" | "retired" | "unknown_shard" | "wrong_queue" | "corrupt" | "overloaded";
+export type ShardRefusal = "draining" | "retired" | "unknown_shard" | "wrong_queue" | "corrupt" | "overloaded" | "not_owner";
+
+/**
+ * What the Coordinator tells every storage shard before a map whose active shards changed
+ * is used (docs/ordered-lanes.md): the epoch's number and its active shards, which decide
+ * the owner of each ordering key.
+ */
+export interface Epoch {
+  seq: number;
+  active: string[];
+}
 
 /**
  * One storage shard's backlog: exact as the shard answers a call, or as its latest
@@ -179,6 +189,13 @@ export interface StorageHeartbeat extends ShardStats {
   /** Milliseconds those messages were counted over. */
   periodMs: number;
   sentAt: number;
+  /**
+   * Hand-offs of ordering keys this shard still owes other shards (docs/ordered-lanes.md):
+   * a shard that owes one is not empty, and is not retired.
+   */
+  handoffs?: number;
+  /** The epoch this shard was last told. */
+  epoch?: number;
 }
 
 /** Ask a storage shard for a batch (QuiCK: a lease moves visible_at forward; nothing is removed). */
@@ -305,6 +322,8 @@ export interface ShardHeartbeat {
   messages_out: number;
   refusals: number;
   leased_now: number;
+  /** Hand-offs of ordering keys the shard still owes (StorageHeartbeat.handoffs). */
+  handoffs?: number;
   period_ms: number;
   received_at: number;
   totals: DeliveryTotals;

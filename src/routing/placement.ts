@@ -11,6 +11,7 @@
  * (idempotent-send.ts), so it does not count on this.
  */
 import type { ShardEntry, ShardMap } from "../kernel/protocol";
+import { ownerOfKey } from "../kernel/ordering";
 
 const NONE: ReadonlySet<string> = new Set();
 
@@ -52,40 +53,15 @@ export function placeById(map: ShardMap, region: string, ids: readonly string[])
 }
 
 /**
- * The shard of an ordering key (docs/ordered-lanes.md): rendezvous hashing (highest random
- * weight) of the key over every active shard of the queue, whatever its region, so a key
- * has one home wherever its producers send from. A shard added takes only the keys it now
- * wins, a shard drained gives up only its own: random placement would move nearly every
- * key on every change of the map.
+ * The shard of an ordering key (docs/ordered-lanes.md): its owner among every active shard of
+ * the queue, whatever its region (src/kernel/ordering.ts), so a key has one home wherever its
+ * producers send from. None when the owner is in `exclude`: a keyed message never goes to
+ * another shard than its key's, which would refuse it (a fresh map may name another owner).
  */
 export function shardForKey(map: ShardMap, key: string, exclude: ReadonlySet<string> = NONE): ShardEntry | undefined {
-  let best: ShardEntry | undefined;
-  let bestWeight = -1;
-  for (const s of map.shards) {
-    if (s.state !== "active" || exclude.has(s.name)) continue;
-    const weight = mix32(fnv1a(`${key}\u0000${s.name}`));
-    if (weight > bestWeight || (weight === bestWeight && best !== undefined && s.name < best.name)) {
-      best = s;
-      bestWeight = weight;
-    }
-  }
-  return best;
-}
-
-function fnv1a(text: string): number {
-  let h = 0x811c9dc5;
-  for (let i = 0; i < text.length; i++) h = Math.imul(h ^ text.charCodeAt(i), 0x01000193);
-  return h >>> 0;
-}
-
-/** Murmur3's finaliser: FNV-1a alone leaves the weights of similar names correlated. */
-function mix32(h: number): number {
-  h ^= h >>> 16;
-  h = Math.imul(h, 0x85ebca6b);
-  h ^= h >>> 13;
-  h = Math.imul(h, 0xc2b2ae35);
-  h ^= h >>> 16;
-  return h >>> 0;
+  const active = map.shards.filter((s) => s.state === "active");
+  const owner = ownerOfKey(key, active.map((s) => s.name));
+  return owner === undefined || exclude.has(owner) ? undefined : active.find((s) => s.name === owner);
 }
 
 /** A number in [0, 1) fixed by `key` (FNV-1a). */
