@@ -19,8 +19,9 @@ export class Script {
   send(hs: string[], type: Op["type"] = "ok", dt?: number) {
     this.op("producer-0", "send", { q: "faults", hs }, type, type === "ok" ? { ids: hs.map((h) => `id-${h}`) } : { error: "x" }, dt);
   }
-  pull(msgs: Array<{ h: string; l: string; id?: string; s?: string; r?: number; g?: 1; a?: number }>, { vt = 5000, dt = 10, q = "faults", p = "consumer-0" } = {}) {
-    this.op(p, "pull", { q, n: 10, vt }, "ok", { msgs: msgs.map((m) => ({ h: m.h, id: m.id ?? `id-${m.h}`, a: m.a ?? 1, l: m.l, ...(m.s ? { s: m.s, r: m.r ?? 1 } : {}), ...(m.g ? { g: 1 } : {}) })) }, dt);
+  /** k: the ordering key the pull answered with. */
+  pull(msgs: Array<{ h: string; l: string; id?: string; s?: string; r?: number; g?: 1; a?: number; k?: string }>, { vt = 5000, dt = 10, q = "faults", p = "consumer-0" } = {}) {
+    this.op(p, "pull", { q, n: 10, vt }, "ok", { msgs: msgs.map((m) => ({ h: m.h, id: m.id ?? `id-${m.h}`, a: m.a ?? 1, l: m.l, ...(m.s ? { s: m.s, r: m.r ?? 1 } : {}), ...(m.k ? { k: m.k } : {}), ...(m.g ? { g: 1 } : {}) })) }, dt);
   }
   /** The nemesis corrupting stored bodies: the message ids it corrupted. */
   corrupt(ids: string[], dt = 10) {

@@ -45,10 +45,15 @@
 //                 its shards stay up, no message may come again after a handler acked it
 //                 with no fault in between, a message not acked at its last delivery must
 //                 come again (the dead-letter queue), and every consumer shard abort must fire
+//   order         messages sent with an ordering_key (order-checker.mjs): per key, first
+//                 deliveries in the order the service accepted the sends, none while an
+//                 earlier message of the key is leased or waiting for a retry, and pulls
+//                 answering with the key each was sent with
 //
 // Valid when: nothing lost, nothing unexpected, no wrong id, no message id stored twice,
 // no lease overlap while the service and the shard stayed up, no delivery after a
-// confirmed ack, the queues drained, and the fault schedule ran (every abort fired).
+// confirmed ack, no ordering key's messages out of order, the queues drained, and the
+// fault schedule ran (every abort fired).
 
 /**
  * @typedef {import("./history.mjs").Op} Op
@@ -62,6 +67,7 @@ import { controlFaults } from "./control-figures.mjs";
 import { checkCorruption } from "./corruption-checker.mjs";
 import { abortFigures, recovery } from "./figures.mjs";
 import { deliveredAfterAck, moveFigures, staysOf, storedTwiceWithinStays } from "./move-checker.mjs";
+import { checkOrder } from "./order-checker.mjs";
 import { checkPush, pushDeliveries } from "./push-checker.mjs";
 
 /** How many examples of each anomaly a result keeps. */
@@ -354,6 +360,7 @@ export function check(ops, opts = {}) {
   const duplicated = [...byH.values()].filter((ds) => ds.length > 1);
   const control = controlFaults(ops);
   const pushCheck = checkPush(ops, pushed, deliveries.filter((d) => !d.push));
+  const orderCheck = checkOrder(ops, pushed, { toleranceMs: tol });
   const figures = {
     sent,
     delivered: {
@@ -390,6 +397,7 @@ export function check(ops, opts = {}) {
     aborts: abortFigures(aborts, unknownSends, staleAcks, cameAgain),
     control: control.figures,
     push: pushCheck.figures,
+    order: orderCheck.figures,
     drained,
     plan,
   };
@@ -414,6 +422,7 @@ export function check(ops, opts = {}) {
   // The control-plane faults: each fired (or was skipped for a stated reason) and the service recovered.
   failures.push(...control.failures);
   failures.push(...pushCheck.failures);
+  failures.push(...orderCheck.failures);
   if (plan?.redrive && !redrives.some((r) => r.outcome === "ok")) failures.push("no redrive of the dead-letter queue succeeded: the run moved nothing");
   if (plan?.controls && (control.figures?.count ?? 0) !== plan.controls) failures.push(`${control.figures?.count ?? 0} of the ${plan.controls} planned control faults ran`);
 
@@ -432,6 +441,7 @@ export function check(ops, opts = {}) {
       lease_overlaps: overlaps.slice(0, EXAMPLES),
       delivered_after_ack: afterAck.slice(0, EXAMPLES),
       ...pushCheck.examples,
+      ...orderCheck.examples,
     },
   };
 }

@@ -63,6 +63,14 @@ export function summaryRows(r, meta) {
         ])
       : []),
     ...pushSummaryRows(f.push),
+    ...(f.order?.messages
+      ? /** @type {Array<[string, string]>} */ ([
+          [
+            "ordering keys",
+            `${n(f.order.messages)} messages sent with one of ${n(f.order.keys)} keys, ${n(f.order.delivered)} delivered (${n(f.order.unknown_delivered)} of unknown sends, ordered after earlier ones only), ${n(f.order.ordered_pairs)} ordered pairs: ${n(f.order.first_out_of_order)} first delivered before an earlier one, ${n(f.order.batches_out_of_order)} batches out of order, ${n(f.order.delivered_while_held)} delivered while an earlier one was leased or waiting for a retry, ${n(f.order.wrong_key)} pulled with the wrong key`,
+          ],
+        ])
+      : []),
     ...controlSummaryRows(f.control),
     ["time", `load with faults ${meta.load_s} s, drain ${meta.drain_s} s, total ${meta.total_s} s`],
   ];
@@ -137,6 +145,7 @@ function markdown(r, meta) {
     "- corrupted at rest: the corrupt fault flips a byte of some stored bodies of one shard (checksums kept). Those messages must be quarantined when next leased (never delivered from a pull invoked after the corruption) and counted in the quarantined total the shards report (GET .../metrics, heartbeat totals); they are not lost. Garbled: a delivered body that is not exactly the bytes sent (every body is fixed by its harness id, poison flag and padding).",
     "- message ids stored twice: one message id of a queue delivered from two stored copies (storage shard and copy, read from the lease id) within one stay, as an append retried after a lost reply would store it if the shard did not skip the ids it holds; counted apart when a redrive cut off after the message left a queue let its copy come back beside its source.",
     "- delivered after ack: a pull, invoked after an ack of the message was confirmed, that delivered it.",
+    "- ordering keys (`--ordered`): a share of each producer's messages carry one of its 20 ordering keys, at most one a key in a send, so a key's sends go one after another. Per queue and key, a comes before b when a's send was answered ok before b's was invoked (a send left unknown comes after those, before none: it may still be applied later). First delivered before an earlier one: b was certainly granted (a pull grants between its invoke and its answer, a push before its handler's start) before a's first pull was invoked. Batches out of order: a pull's answer or a queue() call holding b ahead of a. Delivered while an earlier one was held: a delivery of b, in a batch without a, granted before a could have been released, a's release being no earlier than the first ack that may have applied under its leases (or the end of a push handler that acked it), or, when it was dead-lettered or never acked, the end of its last lease (as for lease overlaps) or a fault that may have ended it; no fault excuses it, as a key's lease is persisted. Wrong key: a pull answering with another ordering_key than sent. Only a message's first stay in its queue counts.",
     "",
   ];
   if (!r.valid) {

@@ -15,7 +15,7 @@ import { prng } from "./prng.mjs";
  * A delivery in the history: harness id, message id, attempts, lease fingerprint, and
  * where the message is stored: its storage shard and copy (where it was first written there), read from the lease id.
  */
-/** @typedef {{ h: string | null, id: string, a: number, l: string, s?: string, r?: string, x?: 1, g?: 1 }} LoggedDelivery */
+/** @typedef {{ h: string | null, id: string, a: number, l: string, s?: string, r?: string, k?: string, x?: 1, g?: 1 }} LoggedDelivery  k: the ordering key the pull answered with */
 
 /** Tries of a batch with an Idempotency-Key whose outcome stays unknown. */
 const KEYED_TRIES = 8;
@@ -75,20 +75,30 @@ export function rateLimiter(perSecond) {
  * corrupt fault needs (consumers keep the ready backlog near empty). At `pushRate` a
  * step goes to `pushQueue` instead of `queue` (a draw from a stream of its own, so the
  * other decisions stay what the seed made them).
+ * Ordered traffic (issue 18, `--ordered`): at `orderedRate` a message carries an
+ * `ordering_key`, one of `orderingKeys` keys of this producer, drawn from a stream of its
+ * own. A step holds at most one message of a key and a producer takes one step at a time,
+ * so the next message of a key is invoked only once the previous one's send returned ok or
+ * was given up (refused, or unknown after its tries): the service accepted the key's
+ * messages in the order sent (order-checker.mjs). Its body also carries the key and the
+ * key's sequence number ({k, n}), and its send's invoke value lists [h, key, n]. A delayed
+ * batch carries no key: what a send delay does to a key is not part of the contract.
  * @param {{ index: number, seed: number, history: History, api: Api, queue: string, pushQueue?: string, pushRate?: number, control: Control, budget: Budget,
  *   limiter: ReturnType<typeof rateLimiter>, deadline: number, maxBatch: number, burstRate: number, poisonRate: number, padMax: number, keyRate: number, delayRate: number,
- *   tally: { okMessages: number } }} o
+ *   orderedRate?: number, orderingKeys?: number, tally: { okMessages: number } }} o
  */
 export async function runProducer(o) {
   const p = `producer-${o.index}`;
   const rng = prng(o.seed, "producer", o.index);
   const route = prng(o.seed, "producer", o.index, "queue");
+  const ordering = orderingKeys(o);
   let k = 0;
+  /** @returns {Message} */
   const message = () => {
     const h = `${o.seed}.${o.index}.${k++}`;
     const x = rng.chance(o.poisonRate);
     const pad = rng.int(0, o.padMax);
-    return { h, x, wire: { body: { h, ...(x ? { x: 1 } : {}), ...(pad ? { pad: "x".repeat(pad) } : {}) }, content_type: "json" } };
+    return { h, x, pad, key: null, seq: 0 };
   };
   while (!o.control.stop && Date.now() < o.deadline) {
     const burst = rng.chance(o.burstRate);
@@ -100,11 +110,12 @@ export async function runProducer(o) {
     /** @type {Array<{ outcome: string, n: number }>} */
     const outcomes = [];
     if (burst) {
+      ordering.assign(messages);
       // Each single send is its own operation.
       await Promise.all(
         messages.map(async (m) => {
-          const op = o.history.invoke(p, "send", { q: queue, hs: [m.h], single: true, ...(m.x ? { x: [m.h] } : {}) });
-          const r = await o.api.call("POST", `/${queue}/messages`, m.wire);
+          const op = o.history.invoke(p, "send", { q: queue, hs: [m.h], single: true, ...(m.x ? { x: [m.h] } : {}), ...ordered([m]) });
+          const r = await o.api.call("POST", `/${queue}/messages`, wire(m));
           const id = r.outcome === "ok" ? r.result?.message_id : undefined;
           outcomes.push({ outcome: complete(o, op, r, typeof id === "string" ? [id] : undefined, 1), n: 1 });
         }),
@@ -113,12 +124,13 @@ export async function runProducer(o) {
       const poison = messages.filter((m) => m.x).map((m) => m.h);
       const key = rng.chance(o.keyRate) ? `${o.seed}.${o.index}.${k}` : undefined;
       const delay = rng.chance(o.delayRate) ? { delay_seconds: rng.int(2, 4) } : {};
+      if (!("delay_seconds" in delay)) ordering.assign(messages);
       let outcome = "unknown";
       // Tries until one is answered ok or refused, through a restart (about 3 s) if need be.
       for (let attempt = 0; attempt < (key ? KEYED_TRIES : 1) && outcome === "unknown" && !o.control.stop; attempt++) {
         if (attempt > 0) await sleep(rng.int(300, 800));
-        const op = o.history.invoke(p, "send", { q: queue, hs: messages.map((m) => m.h), ...(poison.length ? { x: poison } : {}), ...(key ? { key, try: attempt + 1 } : {}) });
-        const r = await o.api.call("POST", `/${queue}/messages/batch`, { messages: messages.map((m) => m.wire), ...delay }, key ? { "idempotency-key": key } : undefined);
+        const op = o.history.invoke(p, "send", { q: queue, hs: messages.map((m) => m.h), ...(poison.length ? { x: poison } : {}), ...(key ? { key, try: attempt + 1 } : {}), ...ordered(messages) });
+        const r = await o.api.call("POST", `/${queue}/messages/batch`, { messages: messages.map(wire), ...delay }, key ? { "idempotency-key": key } : undefined);
         const ids = r.outcome === "ok" ? r.result?.message_ids : undefined;
         const x = complete(o, op, r, Array.isArray(ids) ? ids : undefined, n);
         // A refused try after an unknown one is still unknown (the first may have stored): try again.
@@ -129,6 +141,53 @@ export async function runProducer(o) {
     for (const x of outcomes) if (x.outcome === "fail") o.budget.refund(x.n);
     if (outcomes.some((x) => x.outcome !== "ok")) await sleep(rng.int(50, 250));
   }
+}
+
+/** @typedef {{ h: string, x: boolean, pad: number, key: string | null, seq: number }} Message  a producer's message; key: its ordering key */
+
+/**
+ * A producer's ordering keys: each step, `assign` gives some of its messages a key (at
+ * most one message a key, so a key's messages go one send after another) and the key's
+ * next sequence number. Its draws come from a stream of their own, so a run without
+ * `--ordered` sends what the seed made it send before ordering keys existed.
+ * @param {{ seed: number, index: number, orderedRate?: number, orderingKeys?: number }} o
+ */
+function orderingKeys(o) {
+  const rng = prng(o.seed, "producer", o.index, "order");
+  const keys = o.orderingKeys ?? 20;
+  /** The next sequence number of each key. */
+  const next = /** @type {number[]} */ (Array(keys).fill(0));
+  return {
+    /** @param {Message[]} messages */
+    assign(messages) {
+      if (!o.orderedRate) return;
+      const used = new Set();
+      for (const m of messages) {
+        if (used.size === keys || !rng.chance(o.orderedRate)) continue;
+        let j = rng.int(0, keys - 1);
+        while (used.has(j)) j = (j + 1) % keys;
+        used.add(j);
+        m.key = `p${o.index}-k${j}`;
+        m.seq = next[j] = (next[j] ?? 0) + 1;
+      }
+    },
+  };
+}
+
+/**
+ * A message as sent: its body is {h, x?, k?, n?, pad?} in that order, every byte fixed by
+ * them (harnessId and the push consumer check it).
+ * @param {Message} m
+ */
+function wire(m) {
+  const body = { h: m.h, ...(m.x ? { x: 1 } : {}), ...(m.key ? { k: m.key, n: m.seq } : {}), ...(m.pad ? { pad: "x".repeat(m.pad) } : {}) };
+  return { body, content_type: "json", ...(m.key ? { ordering_key: m.key } : {}) };
+}
+
+/** A send's ordered messages for its invoke value: [harness id, ordering key, sequence number]. @param {Message[]} messages */
+function ordered(messages) {
+  const ord = messages.filter((m) => m.key !== null).map((m) => [m.h, m.key, m.seq]);
+  return ord.length ? { ord } : {};
 }
 
 /**
@@ -189,7 +248,9 @@ export async function runConsumer(o) {
       const token = String(m.lease_id);
       const l = fingerprint(token);
       const { h, poison, garbled } = harnessId(m);
-      msgs.push({ h, id: String(m.id), a: Number(m.attempts), l, ...storedAt(token), ...(poison ? { x: /** @type {1} */ (1) } : {}), ...(garbled ? { g: /** @type {1} */ (1) } : {}) });
+      // The ordering key the service says the message has: the order checker compares it with the one sent.
+      const key = typeof m.ordering_key === "string" ? { k: m.ordering_key } : {};
+      msgs.push({ h, id: String(m.id), a: Number(m.attempts), l, ...storedAt(token), ...key, ...(poison ? { x: /** @type {1} */ (1) } : {}), ...(garbled ? { g: /** @type {1} */ (1) } : {}) });
       const roll = rng.next();
       if (o.retryPoison && poison) retries.push({ token, l });
       else if (roll < o.dropRate) continue;
@@ -257,7 +318,8 @@ function storedAt(token) {
 /**
  * The harness id in a pulled message's body (JSON bodies come base64-encoded, text as it
  * is), and whether the body is garbled: not exactly the bytes runProducer sent, which
- * its id, poison flag and padding of "x" fix (a corrupted body must never be delivered).
+ * its id, poison flag, ordering key and sequence number, and padding of "x" fix (a
+ * corrupted body must never be delivered).
  * @param {any} m
  * @returns {{ h: string | null, poison: boolean, garbled: boolean }}
  */
@@ -268,7 +330,8 @@ function harnessId(m) {
     const body = JSON.parse(text);
     const h = typeof body?.h === "string" ? body.h : null;
     const pad = typeof body?.pad === "string" && /^x+$/.test(body.pad) ? body.pad : undefined;
-    const sent = JSON.stringify({ h, ...(body?.x === 1 ? { x: 1 } : {}), ...(pad ? { pad } : {}) });
+    const order = typeof body?.k === "string" && Number.isInteger(body?.n) ? { k: body.k, n: body.n } : {};
+    const sent = JSON.stringify({ h, ...(body?.x === 1 ? { x: 1 } : {}), ...order, ...(pad ? { pad } : {}) });
     return { h, poison: body?.x === 1, garbled: h === null || text !== sent };
   } catch {
     return { h: null, poison: false, garbled: true };

@@ -20,7 +20,7 @@
  * A message's fate is a hash of the run's seed, its harness id (from the body: message ids
  * are the service's, not replayable) and its attempt, so a run replays with its seed as far
  * as batches form the same way; a batch hangs, throws or acks late when one of its messages
- * draws that fate. Every body is checked against what the producers send ({h, x?, pad?}).
+ * draws that fate. Every body is checked against what the producers send ({h, x?, k?, n?, pad?}).
  *
  * Each invocation reports to the harness's push sink (test/faults/push-sink.mjs, loopback)
  * when it starts and, awaited, just before it ends (returns, throws, or its waitUntil work
@@ -169,14 +169,16 @@ function fateOf(r: number, ackStyle: number): Fate {
 
 /**
  * The harness id in a body, and whether the body is exactly what a producer sent: its
- * id, poison flag and padding of "x" fix every byte (test/faults/workload.mjs).
+ * id, poison flag, ordering key and sequence number, and padding of "x" fix every byte
+ * (test/faults/workload.mjs).
  */
 function readBody(body: unknown): { h: string | null; poison: boolean; garbled: boolean } {
   if (typeof body !== "object" || body === null || Array.isArray(body)) return { h: null, poison: false, garbled: true };
   const b = body as Record<string, unknown>;
   const h = typeof b.h === "string" ? b.h : null;
   const pad = typeof b.pad === "string" && /^x+$/.test(b.pad) ? b.pad : undefined;
-  const sent = JSON.stringify({ h, ...(b.x === 1 ? { x: 1 } : {}), ...(pad ? { pad } : {}) });
+  const order = typeof b.k === "string" && Number.isInteger(b.n) ? { k: b.k, n: b.n } : {};
+  const sent = JSON.stringify({ h, ...(b.x === 1 ? { x: 1 } : {}), ...order, ...(pad ? { pad } : {}) });
   return { h, poison: b.x === 1, garbled: h === null || JSON.stringify(body) !== sent };
 }
 
