@@ -162,7 +162,7 @@ export async function compare(argv) {
           } else if (w.id === "w8") {
             // Both halves in this run, ordered and unordered, the ratio from this pair.
             const refused = await orderingRefusal(stack.base);
-            if (run === 1) await warmUp((x) => driverRun(stack.base, stack.pid, { ...w, ...x, refused }), /** @type {{ keys: number, count: number }} */ (w));
+            if (run === 1) await warmUp((x) => driverRun(stack.base, stack.pid, { ...w, ...x, refused }), /** @type {{ keys: number, count: number }} */ (w), SETTLE_MS);
             /** @type {Awaited<ReturnType<typeof shardqRun>> | undefined} */
             let mine;
             /** @type {Awaited<ReturnType<typeof shardqRun>> | undefined} */

@@ -83,11 +83,13 @@ export const pairOrder = (run) => (run % 2 ? [true, false] : [false, true]);
  * Before w8's first pair: both halves at a tenth of the count, not measured. A stack's first
  * run pays for its start (code compiled, the queue's first writes, the ordered path's first
  * use) and w8's ratio compares two halves of one run, so neither half may pay it alone: with
- * `--only w8` the pair is the stack's first work.
- * @param {(w: { keys: number, count: number, ordered: boolean }) => Promise<unknown>} runOne @param {{ keys: number, count: number }} w
+ * `--only w8` the pair is the stack's first work. Then `settleMs`, as after a measured run: the
+ * warm-up's last acks and deletions would otherwise be written in the first half's window.
+ * @param {(w: { keys: number, count: number, ordered: boolean }) => Promise<unknown>} runOne @param {{ keys: number, count: number }} w @param {number} settleMs
  */
-export async function warmUp(runOne, w) {
+export async function warmUp(runOne, w, settleMs) {
   for (const ordered of [true, false]) await runOne({ ...w, count: Math.max(1000, Math.round(w.count / 10)), ordered });
+  await sleep(settleMs);
 }
 
 /** The pair's ratio: ordered over unordered delivered msg/s, of one run. @param {Record<string, number | null>} ordered @param {Record<string, number | null>} unordered */
