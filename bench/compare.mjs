@@ -16,6 +16,8 @@ import { startShardq } from "./stacks.mjs";
 import { latencyChart, throughputChart, timelineChart } from "./charts.mjs";
 import { costDelta, costFigures, costMarkdown, costModel, readCost } from "./cost.mjs";
 import { load } from "./load.mjs";
+import { driverRun, sinkStats } from "./driver-run.mjs";
+import { hotKeyRun, KEYED_BODY_BYTES, orderingRefusal, pairOrder, pairRatio, W8_METRICS, w8Workloads, warmUp } from "./ordered.mjs";
 import { autoscaleRun, backlogRun, groupCpuSeconds, W6, w6Markdown, w6Vars } from "./scaling.mjs";
 
 export const COMPARE_HELP = `npm run bench -- compare [--quick] [--repeats N] [--only w1,w4,...] [--out DIR]
@@ -24,13 +26,11 @@ export const COMPARE_HELP = `npm run bench -- compare [--quick] [--repeats N] [-
   and writes bench/results/<date>.{json,md,svg}, with what each shardq run costs at list prices.
   --quick      small counts, one repeat and a short ceiling, for a CI smoke run
   --repeats N  runs of each workload per system (default 3)
-  --only LIST  only these workloads (w1, w1b, w2 to w6; w5 means every backlog size); w4 needs w1, which sets its rate
+  --only LIST  only these workloads (w1, w1b, w2 to w8; w5 means every backlog size, w8 its pair and its hot key); w4 needs w1, which sets its rate
   --out DIR    where the results go (default bench/results)`;
 
 const TOKEN = "shardq-local-dev-token";
 const HEADERS = { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" };
-/** The percentiles a run keeps of its latency distributions (for the charts). */
-const CDF_POINTS = [1, 5, 10, 25, 50, 75, 90, 95, 99, 99.9, 100];
 /** w7: a steady rate this machine holds with room to spare at any shard count, sent to queues pinned at these shard counts. */
 const W7_RATE = 1000;
 const W7_SHARDS = [1, 12];
@@ -49,9 +49,9 @@ export async function compare(argv) {
   if (!Number.isInteger(repeats) || repeats < 1 || repeats > 10) throw new Error("--repeats must be an integer from 1 to 10");
   const outDir = o.out ?? join(ROOT, "bench", "results");
   const scale = quick ? 0.1 : 1;
-  /** @typedef {{ id: string, name: string, count: number, concurrency: number, batch: number, systems: string[], rate?: number, seconds?: number, backlog?: number, producer?: string, pinned?: number }} Workload */
+  /** @typedef {{ id: string, name: string, count: number, concurrency: number, batch: number, systems: string[], rate?: number, seconds?: number, backlog?: number, producer?: string, pinned?: number, keys?: number, ordered?: boolean, sleepMs?: number, pairedWith?: string }} Workload */
   const only = o.only === undefined ? null : new Set(o.only.split(",").map((s) => s.trim()));
-  for (const id of only ?? []) if (!/^(w[1-7]|w1b)$/.test(id)) throw new Error(`--only: unknown workload "${id}" (w1, w1b, w2 to w7)`);
+  for (const id of only ?? []) if (!/^(w[1-8]|w1b)$/.test(id)) throw new Error(`--only: unknown workload "${id}" (w1, w1b, w2 to w8)`);
   if (only?.has("w4") && !only.has("w1")) throw new Error("--only: w4 needs w1, which measures the rate w4 sends at");
   const workloads = /** @type {Workload[]} */ ([
     { id: "w1", name: "send() from a Worker, 256 in flight", count: Math.round(20_000 * scale), concurrency: 256, batch: 1, systems: ["simulator", "shardq"] },
@@ -83,7 +83,9 @@ export async function compare(argv) {
       pinned: shards,
       systems: ["simulator", "shardq"],
     })),
-  ].filter((w) => !only || only.has(/^w[57]-/.test(w.id) ? w.id.slice(0, 2) : w.id)));
+    // Ordered lanes (issue 18): bench/ordered.mjs.
+    ...w8Workloads(quick),
+  ].filter((w) => !only || only.has(/^w[578]-/.test(w.id) ? w.id.slice(0, 2) : w.id)));
 
   // Alone on the machine, before either system starts.
   const limit = await ceiling({ seconds: quick ? 3 : 10 });
@@ -110,6 +112,8 @@ export async function compare(argv) {
     /** @type {Array<{ workload: string, system: string, run: number, figures: Record<string, number | null>, cost?: ReturnType<typeof costModel> }>} */
     const runs = [];
     for (const w of workloads) {
+      // Measured within the runs of the workload it is paired with.
+      if (w.pairedWith) continue;
       if (w.id === "w4") {
         const w1 = runs.filter((r) => r.workload === "w1" && r.system === "shardq").map((r) => r.figures.delivered_msgs_per_s ?? 0);
         w.rate = Math.max(1, Math.round((stats(w1)?.median ?? 100) / 2));
@@ -155,16 +159,29 @@ export async function compare(argv) {
             } finally {
               await fresh.stop();
             }
-          } else if (system === "shardq") {
-            const shardsAtStart = await activeShards(stack.base);
-            const meter = await startMeter(stack);
-            const r = await driverRun(stack.base, stack.pid, w);
-            const cost = await meter.stop({ delivered: r.figures.delivered ?? 0, workerRequests: 0, bytesPerMessage: DRIVER_BODY_BYTES, peakMessages: w.count, redeliveries: r.figures.duplicates ?? 0 });
-            // Storage shards when the run began: a queue still scaled out from the workload before has more.
-            result = { ...r, figures: { ...r.figures, ...costFigures(cost), shards_at_start: shardsAtStart }, cost };
-          } else result = await driverRun(stack.base, stack.pid, w);
+          } else if (w.id === "w8") {
+            // Both halves in this run, ordered and unordered, the ratio from this pair.
+            const refused = await orderingRefusal(stack.base);
+            if (run === 1) await warmUp((x) => driverRun(stack.base, stack.pid, { ...w, ...x, refused }), /** @type {{ keys: number, count: number }} */ (w), SETTLE_MS);
+            /** @type {Awaited<ReturnType<typeof shardqRun>> | undefined} */
+            let mine;
+            /** @type {Awaited<ReturnType<typeof shardqRun>> | undefined} */
+            let unordered;
+            for (const ordered of pairOrder(run)) {
+              if (ordered) mine = await shardqRun(stack, { ...w, ordered, refused });
+              else unordered = await shardqRun(stack, { ...w, ordered });
+            }
+            if (!mine || !unordered) throw new Error("w8: a half of the pair did not run");
+            runs.push({ workload: "w8-unordered", system, run, ...unordered });
+            console.log(`w8-unordered ${system} run ${run}: ${JSON.stringify(unordered.figures)}`);
+            result = { ...mine, figures: { ...mine.figures, ordered_to_unordered: pairRatio(mine.figures, unordered.figures) } };
+          } else if (w.id === "w8-hot") {
+            result = await hotKeyRun(stack, /** @type {{ count: number, batch: number, sleepMs: number }} */ (w), () => startMeter(stack), costFigures);
+          } else if (system === "shardq") result = await shardqRun(stack, w);
+          else result = await driverRun(stack.base, stack.pid, w);
           runs.push({ workload: w.id, system, run, ...result });
           console.log(`${w.id} ${system} run ${run}: ${JSON.stringify(result.figures)}`);
+          if ("refused" in result) console.log(`${w.id}: the service refused orderingKey, so this run sent without it: ${result.refused}`);
         }
       }
     }
@@ -198,6 +215,19 @@ export function rerender(jsonFile) {
 }
 
 /** @typedef {import("./stacks.mjs").Stack} Stack */
+
+/**
+ * A driver workload on the shared shardq stack, with its cost and the storage shards it
+ * started with (a queue still scaled out from the workload before has more).
+ * @param {Stack} stack @param {import("./driver-run.mjs").DriverWorkload} w
+ */
+async function shardqRun(stack, w) {
+  const shardsAtStart = await activeShards(stack.base);
+  const meter = await startMeter(stack);
+  const r = await driverRun(stack.base, stack.pid, w);
+  const cost = await meter.stop({ delivered: r.figures.delivered ?? 0, workerRequests: 0, bytesPerMessage: w.keys ? KEYED_BODY_BYTES : DRIVER_BODY_BYTES, peakMessages: w.count, redeliveries: r.figures.duplicates ?? 0 });
+  return { ...r, figures: { ...r.figures, ...costFigures(cost), shards_at_start: shardsAtStart }, cost };
+}
 
 /**
  * Starts measuring what a workload costs on a shardq stack: every object's counters (GET /cost
@@ -264,73 +294,20 @@ function writeCharts(stem, rows, runs, timelines) {
 }
 
 /**
- * Sends `count` through the driver Worker in chunks, without waiting for the sink: the
- * simulator takes any number of undelayed messages in flight (bench/README.md, "How compare
- * measures"). Measures until all are delivered, with the CPU the system's processes used meanwhile.
- * @param {string} base @param {number} pgid @param {{ count: number, concurrency: number, batch: number, rate?: number, producer?: string }} w
- */
-async function driverRun(base, pgid, w) {
-  await fetch(`${base}/sink/reset`, { method: "POST" });
-  const cpuBefore = groupCpuSeconds(pgid);
-  // Each /run answers with its calls' latencies; chunks keep those answers small, and follow one another without a pause.
-  const chunk = Math.min(w.count, w.rate ? 2000 : 5000);
-  const latencies = /** @type {number[]} */ ([]);
-  const started = performance.now();
-  let sent = 0;
-  while (sent < w.count) {
-    const n = Math.min(chunk, w.count - sent);
-    const producer = w.producer ? `&producer=${w.producer}` : "";
-    const r = /** @type {any} */ (await (await fetch(`${base}/run?count=${n}&concurrency=${w.concurrency}&batch=${w.batch}&rate=${w.rate ?? 0}${producer}`, { method: "POST" })).json());
-    if (r.error) throw new Error(`driver: ${r.error}`);
-    sent += r.sent;
-    latencies.push(...r.latencies);
-  }
-  const sendSeconds = (performance.now() - started) / 1000;
-  const deadline = Date.now() + 120_000;
-  let s = await sink(base);
-  while (s.distinct < w.count && Date.now() < deadline) {
-    await sleep(50);
-    s = await sink(base);
-  }
-  const seconds = (performance.now() - started) / 1000;
-  const cpuAfter = groupCpuSeconds(pgid);
-  latencies.sort((a, b) => a - b);
-  const figures = {
-    delivered_msgs_per_s: Math.round(s.distinct / seconds),
-    send_msgs_per_s: Math.round(sent / sendSeconds),
-    send_p50_ms: round(pct(latencies, 50)),
-    send_p99_ms: round(pct(latencies, 99)),
-    e2e_p50_ms: s.latency_ms.p50,
-    e2e_p99_ms: s.latency_ms.p99,
-    delivered: s.distinct,
-    duplicates: s.duplicates,
-    cpu_us_per_msg: cpuBefore !== null && cpuAfter !== null ? Math.round(((cpuAfter - cpuBefore) * 1e6) / w.count) : null,
-  };
-  /** @type {Record<string, Array<[number, number]>>} */
-  const cdf = { send: CDF_POINTS.map((p) => /** @type {[number, number]} */ ([p, round(pct(latencies, p)) ?? 0])), e2e: s.latency_ms.cdf ?? [] };
-  return { figures, cdf };
-}
-
-/**
  * HTTP POSTs from this process, through the load tester, then the wait for their delivery
  * (what the cost of the run covers).
  * @param {string} base @param {{ count: number, concurrency: number }} w
  */
 async function httpRun(base, w) {
-  const start = (await sink(base)).distinct;
+  const start = (await sinkStats(base)).distinct;
   const f = await load(["--url", `${base}/shardq`, "--queue", "bench", "--count", String(w.count), "--concurrency", String(w.concurrency), "--consumer-stats", `${base}/sink/stats`]);
   const deadline = Date.now() + 60_000;
-  let delivered = (await sink(base)).distinct - start;
+  let delivered = (await sinkStats(base)).distinct - start;
   while (delivered < f.sent && Date.now() < deadline) {
     await sleep(100);
-    delivered = (await sink(base)).distinct - start;
+    delivered = (await sinkStats(base)).distinct - start;
   }
   return { send_msgs_per_s: f.throughput_msgs_per_s, send_p50_ms: f.send_latency_ms.p50, send_p99_ms: f.send_latency_ms.p99, sent: f.sent, delivered };
-}
-
-/** @param {string} base */
-async function sink(base) {
-  return /** @type {any} */ (await (await fetch(`${base}/sink/stats`)).json());
 }
 
 /** The queue's active storage shards, from its Coordinator's map. @param {string} base */
@@ -352,6 +329,7 @@ function summarize(workloads, runs, quick, limit) {
     "do_requests_per_msg", "do_rpcs_per_msg", "rows_written_per_msg", "storage_rows_written_per_msg", "rows_read_per_msg",
     "shards_at_start", "shards_peak", "send_errors",
     "shards_needed", "hold_90_after_s", "accepted_msgs_per_s", "refused_with_room", "shard_refusals", "drain_to_min_s", "retired_s", "duplicates", "missing",
+    ...W8_METRICS,
   ];
   // Every run's throughput as a fraction of what one storage shard takes alone (batches of 100).
   for (const r of runs) {
@@ -397,8 +375,6 @@ function stats(values) {
 
 /** @param {Array<{ shards: number }>} samples */
 const peakShards = (samples) => Math.max(0, ...samples.map((s) => s.shards));
-/** @param {number[]} sorted @param {number} p */
-const pct = (sorted, p) => (sorted.length ? /** @type {number} */ (sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]) : null);
 /** @param {number | null} x @param {number} [digits] */
 const round = (x, digits = 1) => (x === null ? null : Math.round(x * 10 ** digits) / 10 ** digits);
 const sleep = (/** @type {number} */ ms) => new Promise((r) => setTimeout(r, ms));

@@ -45,7 +45,7 @@ function statFields(pid) {
 }
 
 /** @param {string} base @param {string} path @param {string} method @param {unknown} [body] */
-async function api(base, path, method, body) {
+export async function api(base, path, method, body) {
   const res = await fetch(`${base}/shardq/accounts/local${path}`, { method, headers: HEADERS, ...(body === undefined ? {} : { body: JSON.stringify(body) }) });
   if (!res.ok) throw new Error(`${method} ${path}: ${res.status} ${await res.text()}`);
   return /** @type {any} */ (await res.json()).result;

@@ -46,7 +46,11 @@ describe("npm run bench -- compare --quick", () => {
     expect(json.ceiling.single.msgs_per_s).toBeGreaterThan(0);
     expect(json.ceiling.batch.rows_written_per_msg).toBeGreaterThan(0);
     expect(rows.find((r) => r.workload === "w2" && r.metric === "ceiling_fraction")?.shardq?.median).toBeGreaterThan(0);
+    // Ordered lanes (w8): the pair's ratio from each run, the hot key's cadence against its control, and their goal lines.
+    expect(rows.find((r) => r.workload === "w8" && r.metric === "ordered_to_unordered")?.shardq?.median).toBeGreaterThan(0);
+    expect(rows.find((r) => r.workload === "w8-hot" && r.metric === "batches_per_round_trip")?.shardq?.median).toBeGreaterThan(0);
     const md = readFileSync(files.md, "utf8");
+    expect(md).toContain("### Ordered lanes (issue 18)");
     expect(md).toContain("### Cost at Cloudflare's list prices");
     expect(md).toMatch(/\| w1 \| [\d.]+ \| 1\.2 \|/);
     expect(md).toContain("### Ceiling: one storage shard alone");

@@ -2,9 +2,11 @@
  * The benchmark's producer: the same code drives Cloudflare Queues (miniflare's
  * simulator, through a [[queues.producers]] binding) and shardq (through a service
  * binding to QueueProducer). POST /run?count&concurrency&batch[&rate][&producer=batching][&continue=1]
- * sends `count` messages with `concurrency` send() or sendBatch() calls in flight (or at
- * `rate` messages/s) and reports each call's duration; with producer=batching, the send()s
- * go through shardq/producer's batchingQueue (w1b), one per isolate as users would keep it.
+ * [&keys=K[&ordered=1][&offset=N]] sends `count` messages with `concurrency` send() or
+ * sendBatch() calls in flight (or at `rate` messages/s) and reports each call's duration;
+ * with producer=batching, the send()s go through shardq/producer's batchingQueue (w1b), one
+ * per isolate as users would keep it. With `keys`, bodies carry one of K ordering keys and
+ * their sequence number, and `ordered=1` sends the key as `orderingKey` (ordering.ts, w8).
  * The first failed call ends the run, unless `continue=1` (then failures are counted and
  * sending goes on). /shardq/* and /sink/* pass through to the shardq service and the sink,
  * which run in this process without ports of their own. GET /cost?account&queue_id (shardq
@@ -14,6 +16,7 @@ import type { CostMeter, MeterReading } from "../../../../src/kernel/sql-meter";
 import type { CostFigures, ShardStats } from "../../../../src/kernel/protocol";
 import { IDEMPOTENCY_BUCKETS } from "../../../../src/routing/idempotent-send";
 import { batchingQueue } from "../../../../src/producer/batching-queue";
+import { KeyedSender } from "./ordering";
 
 interface Env {
   QUEUE: Queue<unknown>;
@@ -84,6 +87,8 @@ export default {
     const rate = Number(url.searchParams.get("rate") ?? 0);
     const queue = url.searchParams.get("producer") === "batching" ? (batching ??= batchingQueue(env.QUEUE, { maxBatch: 100, lingerMs: 2 })) : env.QUEUE;
     const keepGoing = url.searchParams.get("continue") === "1";
+    const keys = Number(url.searchParams.get("keys") ?? 0);
+    const keyed = keys > 0 ? new KeyedSender(queue, keys, url.searchParams.get("ordered") === "1", Number(url.searchParams.get("offset") ?? 0)) : undefined;
     const latencies: number[] = [];
     let next = 0;
     let sent = 0;
@@ -102,7 +107,8 @@ export default {
           }
           const t0 = performance.now();
           try {
-            if (batch === 1) await queue.send({ i: first, sent_at: Date.now() });
+            if (keyed) await keyed.send(first, n);
+            else if (batch === 1) await queue.send({ i: first, sent_at: Date.now() });
             else await queue.sendBatch(Array.from({ length: n }, (_, k) => ({ body: { i: first + k, sent_at: Date.now() } })));
             sent += n;
             latencies.push(performance.now() - t0);
@@ -113,6 +119,7 @@ export default {
         }
       }),
     );
-    return Response.json({ sent, ms: Date.now() - started, latencies, ...(keepGoing ? { failed } : {}), ...(error ? { error } : {}) });
+    const ordering = keyed?.refused !== undefined ? { ordering_refused: keyed.refused } : {};
+    return Response.json({ sent, ms: Date.now() - started, latencies, ...ordering, ...(keepGoing ? { failed } : {}), ...(error ? { error } : {}) });
   },
 } satisfies ExportedHandler<Env>;
