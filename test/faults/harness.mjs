@@ -40,7 +40,7 @@ const MAX_RETRIES = 2;
  * @property {number[]} alarmThrows  how many alarms in a row a throw-alarm fault makes throw (seeded pick; 7 outlasts the platform's 6 retries)
  * @property {number} keyRate      share of batches sent with an Idempotency-Key (and sent again while unknown)
  * @property {number} pushRate     share of the producers' batches and single sends that go to the push queue (push-faults.mjs)
- * @property {number} orderedRate  share of the producers' messages sent with an ordering_key (`--ordered`; 0: none), checked by order-checker.mjs
+ * @property {number} orderedRate  share of the producers' messages sent with an ordering_key (0.5 unless `--unordered`: 0), checked by order-checker.mjs
  * @property {number} orderingKeys ordering keys per producer
  * @property {number} pushLeaseMs  shardq's push lease (PUSH_LEASE_MS): the push consumer hangs and acks late past it
  * @property {number} consumerAborts  consumer shard resets of the push queue during the load (when faults has "abort-consumer")
@@ -59,7 +59,7 @@ const MAX_RETRIES = 2;
 
 /** @param {"short" | "full"} mode @returns {Omit<FaultOptions, "out" | "log">} */
 export function defaults(mode) {
-  const common = { seed: randomSeed(), faults: [...FAULT_KINDS], producers: 4, consumers: 4, rate: 0, downMs: /** @type {[number, number]} */ ([0, 1000]), visibilityMs: [2000, 3000, 5000], keepState: false, pushRate: 0.3, orderedRate: 0, orderingKeys: 20, pushLeaseMs: 4000, consumerAborts: mode === "short" ? 2 : 10 };
+  const common = { seed: randomSeed(), faults: [...FAULT_KINDS], producers: 4, consumers: 4, rate: 0, downMs: /** @type {[number, number]} */ ([0, 1000]), visibilityMs: [2000, 3000, 5000], keepState: false, pushRate: 0.3, orderedRate: 0.5, orderingKeys: 20, pushLeaseMs: 4000, consumerAborts: mode === "short" ? 2 : 10 };
   return mode === "short"
     ? { ...common, mode, messages: 3000, kills: 3, aborts: 4, corruptions: 1, corruptEach: 5, controls: 3, holdMapMs: 10_000, alarmThrows: [1, 2], keyRate: 0.2, upMs: [2000, 5000], abortUpMs: [1000, 2500], drainTimeoutMs: 60_000 }
     : { ...common, mode, messages: 200_000, kills: 20, aborts: 20, corruptions: 5, corruptEach: 10, controls: 15, holdMapMs: 60_000, alarmThrows: [1, 3, 7], keyRate: 0.2, upMs: [3000, 8000], abortUpMs: [1500, 4000], drainTimeoutMs: 300_000 };
@@ -67,7 +67,7 @@ export function defaults(mode) {
 
 /** The command that replays a run. @param {FaultOptions} o */
 export function replayCommand(o) {
-  return `npm run test:faults -- ${o.mode === "short" ? "--short " : ""}--seed ${o.seed} --messages ${o.messages} --faults ${o.faults.join(",")} --kills ${o.kills} --aborts ${o.aborts} --corruptions ${o.corruptions} --controls ${o.controls} --alarm-throws ${o.alarmThrows.join(",")}${o.rate ? ` --rate ${o.rate}` : ""}${o.orderedRate ? ` --ordered --ordered-rate ${o.orderedRate}` : ""}`;
+  return `npm run test:faults -- ${o.mode === "short" ? "--short " : ""}--seed ${o.seed} --messages ${o.messages} --faults ${o.faults.join(",")} --kills ${o.kills} --aborts ${o.aborts} --corruptions ${o.corruptions} --controls ${o.controls} --alarm-throws ${o.alarmThrows.join(",")}${o.rate ? ` --rate ${o.rate}` : ""}${o.orderedRate ? ` --ordered --ordered-rate ${o.orderedRate}` : " --unordered"}`;
 }
 
 /** A run's output directory under test-artifacts/faults. @param {FaultOptions["mode"]} mode @param {number} seed */

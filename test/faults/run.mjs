@@ -37,10 +37,11 @@ const HELP = `npm run test:faults -- [options]
   --alarm-throws N,N how many alarms in a row a throw-alarm makes throw, picked by the seed
                      (default 1,3,7: 7 outlasts the platform's 6 retries; short 1,2)
   --rate N           messages/s (default: spread over the planned fault time)
-  --ordered          ordered traffic: a share of the producers' messages (both queues) carry an
-                     ordering_key, one of 20 keys per producer, each key's sends one after another;
-                     the checker then checks each key's delivery order (order-checker.mjs). Off by
-                     default
+  --ordered          ordered traffic (the default): a share of the producers' messages (both
+                     queues) carry an ordering_key, one of 20 keys per producer, each key's sends
+                     one after another; the checker then checks each key's delivery order
+                     (order-checker.mjs)
+  --unordered        no ordering keys: the traffic of runs before issue 18 (replays of their seeds)
   --ordered-rate F   with --ordered, the share of messages that carry a key (default 0.5; at most
                      one message of a key in a batch)
   --producers N      producers (default 4)
@@ -72,6 +73,7 @@ async function main(argv) {
       "alarm-throws": { type: "string" },
       rate: { type: "string" },
       ordered: { type: "boolean", default: false },
+      unordered: { type: "boolean", default: false },
       "ordered-rate": { type: "string" },
       producers: { type: "string" },
       consumers: { type: "string" },
@@ -112,12 +114,14 @@ async function main(argv) {
   const faults = v.faults === undefined ? d.faults : v.faults.split(",").map((k) => k.trim()).filter(Boolean);
   const unknownKind = faults.find((k) => !FAULT_KINDS.includes(k));
   if (unknownKind !== undefined || faults.length === 0) throw new Usage(`--faults takes one or more of ${FAULT_KINDS.join(", ")}${unknownKind ? `, not "${unknownKind}"` : ""}`);
-  if (v["ordered-rate"] !== undefined && !v.ordered) throw new Usage("--ordered-rate goes with --ordered");
+  if (v.ordered && v.unordered) throw new Usage("--ordered and --unordered exclude each other");
+  const ordered = !v.unordered;
+  if (v["ordered-rate"] !== undefined && !ordered) throw new Usage("--ordered-rate does not go with --unordered");
   const orderedRate = v["ordered-rate"] === undefined ? 0.5 : Number(v["ordered-rate"]);
   if (!(orderedRate > 0 && orderedRate <= 1)) throw new Usage("--ordered-rate must be a number above 0 and at most 1");
   const o = {
     ...d,
-    orderedRate: v.ordered ? orderedRate : 0,
+    orderedRate: ordered ? orderedRate : 0,
     seed,
     faults,
     aborts: int(v.aborts, "aborts", 0, 1000, d.aborts),
