@@ -14,7 +14,7 @@
  */
 import type { Epoch } from "../src/kernel/protocol";
 import { ownerOfKey } from "../src/kernel/ordering";
-import { reopen } from "./lanes";
+import { bridgesChanged, reopen } from "./lanes";
 
 /** Version 13 of the shard's schema (schema.ts). */
 export const HANDOFF_SCHEMA = `ALTER TABLE lane_messages ADD COLUMN gen INTEGER NOT NULL DEFAULT 0;
@@ -59,6 +59,7 @@ export function enterEpoch(sql: SqlStorage, self: string, epoch: Epoch): { enter
   if (entered) {
     sql.exec("INSERT OR REPLACE INTO epoch (one, seq, active) VALUES (1, ?, ?)", epoch.seq, JSON.stringify(epoch.active));
     sql.exec("DELETE FROM bridges WHERE released = 1 AND gen < ?", epoch.seq);
+    bridgesChanged(sql);
     for (const { key } of sql.exec<{ key: string }>("SELECT key FROM lanes").toArray()) {
       const owner = ownerOfKey(key, epoch.active);
       if (owner !== undefined && owner !== self) sql.exec("INSERT OR IGNORE INTO registrations (key, owner, gen) VALUES (?, ?, ?)", key, owner, epoch.seq);
@@ -87,6 +88,7 @@ export function owedHandoffs(sql: SqlStorage): number {
  * them accepted here in `gen` or later wait (lanes.ts reopen) until it releases them.
  */
 export function acceptBridges(sql: SqlStorage, now: number, holder: string, gen: number, keys: readonly string[]): void {
+  bridgesChanged(sql);
   for (const key of keys) {
     const cancelled = sql.exec("DELETE FROM bridges WHERE key = ? AND holder = ? AND gen = ? AND released = 1 RETURNING key", key, holder, gen).toArray().length > 0;
     if (cancelled) continue;
@@ -97,6 +99,7 @@ export function acceptBridges(sql: SqlStorage, now: number, holder: string, gen:
 
 /** At the owner: `holder` holds no message of these keys older than epoch `gen` any more. */
 export function acceptReleases(sql: SqlStorage, now: number, holder: string, gen: number, keys: readonly string[]): void {
+  bridgesChanged(sql);
   for (const key of keys) {
     const ended = sql.exec("DELETE FROM bridges WHERE key = ? AND holder = ? AND gen = ? AND released = 0 RETURNING key", key, holder, gen).toArray().length > 0;
     // Before its registration (both were under way at once): a tombstone cancels it when it comes.

@@ -85,18 +85,23 @@ interface Lane extends Record<string, SqlStorageValue> {
  * (`gen`, which a hand-off names: handoff.ts); answers each one's id.
  */
 export function writeLanes(sql: SqlStorage, now: number, messages: ReadonlyArray<NewMessage & { key: string }>, batch: string | null, gen: number): string[] {
-  return messages.map((m) => {
+  const heads = new Map<string, number>();
+  const ids = messages.map((m) => {
     const id = m.id ?? newMessageId(now);
     sql.exec(
       `INSERT INTO lane_messages (key, id, content_type, checksum, enqueued_at, due_at, attempts, sent_at, batch, gen, body)
        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
       m.key, id, m.contentType, m.checksum, m.enqueuedAt, m.dueAt, m.attempts, m.sentAt, batch, gen, m.body,
     );
-    const created = sql.exec("INSERT INTO lanes (key, ready_at) VALUES (?, ?) ON CONFLICT(key) DO NOTHING RETURNING key", m.key, m.dueAt || m.enqueuedAt).toArray().length > 0;
-    // A new lane is ready when its head is due, unless another shard still holds older messages of its key.
-    if (created && blockedFrom(sql, m.key) !== null) reopen(sql, now, m.key, null);
+    if (!heads.has(m.key)) heads.set(m.key, m.dueAt || m.enqueuedAt);
     return id;
   });
+  for (const [key, readyAt] of heads) {
+    const created = sql.exec("INSERT INTO lanes (key, ready_at) VALUES (?, ?) ON CONFLICT(key) DO NOTHING RETURNING key", key, readyAt).toArray().length > 0;
+    // A new lane is ready when its head is due, unless another shard still holds older messages of its key.
+    if (created && blockedFrom(sql, key) !== null) reopen(sql, now, key, null);
+  }
+  return ids;
 }
 
 /**
@@ -105,7 +110,20 @@ export function writeLanes(sql: SqlStorage, now: number, messages: ReadonlyArray
  * older messages of the key has released it (handoff.ts). Null when nothing holds the key.
  */
 function blockedFrom(sql: SqlStorage, key: string): number | null {
+  let any = bridged.get(sql);
+  if (any === undefined) bridged.set(sql, (any = sql.exec("SELECT 1 FROM bridges WHERE released = 0 LIMIT 1").toArray().length > 0));
+  if (!any) return null;
   return sql.exec<{ g: number | null }>("SELECT MIN(gen) AS g FROM bridges WHERE key = ? AND released = 0", key).one().g;
+}
+
+/**
+ * Per shard (its SqlStorage), whether any bridge holds a key: almost always none, and then
+ * no lane asks. handoff.ts forgets the answer whenever it changes the bridges.
+ */
+const bridged = new WeakMap<SqlStorage, boolean>();
+
+export function bridgesChanged(sql: SqlStorage): void {
+  bridged.delete(sql);
 }
 
 /** The ids a keyed batch written again (its token) got the first time, if all of it is still here. */
@@ -136,20 +154,34 @@ export interface LaneCandidate {
 export function readyLanes(sql: SqlStorage, now: number, want: number): LaneCandidate[] {
   const out: LaneCandidate[] = [];
   if (want <= 0) return out;
-  const lanes = sql.exec<{ key: string }>("SELECT key FROM lanes WHERE ready_at IS NOT NULL AND ready_at <= ? ORDER BY ready_at LIMIT ?", now, want).toArray();
-  for (const { key } of lanes) {
-    if (out.length >= want) break;
-    const from = blockedFrom(sql, key);
-    const rows = sql.exec<Row>("SELECT * FROM lane_messages WHERE key = ? ORDER BY lseq LIMIT ?", key, want - out.length).toArray();
-    for (const r of rows) {
+  // One read for every lane's messages, lanes in the order they became ready, each lane in its order.
+  const rows = sql
+    .exec<Row>(
+      `SELECT m.* FROM (SELECT key, ready_at FROM lanes WHERE ready_at IS NOT NULL AND ready_at <= ? ORDER BY ready_at LIMIT ?) l
+       JOIN lane_messages m ON m.key = l.key ORDER BY l.ready_at, l.key, m.lseq LIMIT ?`,
+      now, want, want,
+    )
+    .toArray();
+  let lane: string | null = null;
+  let stopped = false;
+  let from: number | null = null;
+  for (const r of rows) {
+    if (r.key !== lane) {
+      lane = r.key;
+      stopped = false;
+      from = blockedFrom(sql, r.key);
       if (from !== null && r.gen >= from) {
-        if (r === rows[0]) reopen(sql, now, key, null);
-        break;
+        reopen(sql, now, r.key, null);
+        stopped = true;
       }
-      // The first message not due yet holds the rest of its lane: its delay holds the key.
-      if (r.due_at > now) break;
-      out.push({ key, lseq: r.lseq, id: r.id, contentType: r.content_type as ContentType, checksum: r.checksum, enqueuedAt: r.enqueued_at, sentAt: r.sent_at, attempts: r.attempts, body: new Uint8Array(r.body) });
     }
+    if (stopped) continue;
+    // The first message not due yet, or held by a hand-off, holds the rest of its lane.
+    if (r.due_at > now || (from !== null && r.gen >= from)) {
+      stopped = true;
+      continue;
+    }
+    out.push({ key: r.key, lseq: r.lseq, id: r.id, contentType: r.content_type as ContentType, checksum: r.checksum, enqueuedAt: r.enqueued_at, sentAt: r.sent_at, attempts: r.attempts, body: new Uint8Array(r.body) });
   }
   return out;
 }
@@ -176,7 +208,6 @@ export function takeLanes(sql: SqlStorage, now: number, candidates: readonly Lan
         bytes += c.body.byteLength;
         continue;
       }
-      sql.exec("UPDATE lane_messages SET leased = 1 WHERE lseq = ?", c.lseq);
       leased++;
       messages.push({
         id: c.id,
@@ -189,8 +220,11 @@ export function takeLanes(sql: SqlStorage, now: number, candidates: readonly Lan
         orderingKey: key,
       });
     }
-    if (leased > 0) sql.exec("UPDATE lanes SET ready_at = NULL, lease = ?, lease_until = ?, reason = 'leased', blocker = NULL, held_since = ? WHERE key = ?", lease, now + leaseMs, now, key);
-    else reopen(sql, now, key, null);
+    if (leased > 0) {
+      // The lane's head and those right behind it, up to the last taken (a quarantined one among them is deleted).
+      sql.exec("UPDATE lane_messages SET leased = 1 WHERE key = ? AND lseq BETWEEN ? AND ?", key, list[0]!.lseq, list[list.length - 1]!.lseq);
+      sql.exec("UPDATE lanes SET ready_at = NULL, lease = ?, lease_until = ?, reason = 'leased', blocker = NULL, held_since = ? WHERE key = ?", lease, now + leaseMs, now, key);
+    } else reopen(sql, now, key, null);
   }
   return { messages, quarantined, delta: { count: -quarantined, bytes: -bytes } };
 }
@@ -210,13 +244,13 @@ export function expireLaneLeases(sql: SqlStorage, now: number): number {
  * holds nothing more, else ready when its head is due, and held (why, by which message,
  * since when) until then; held with no time while its head waits on a hand-off from
  * another shard. `lastLease` is the lease that ended: an ack under it still lands until
- * someone else leases the lane, as a segment's lapsed lease does.
+ * someone else leases the lane, as a segment's lapsed lease does. True when the lane is ready now.
  */
-export function reopen(sql: SqlStorage, now: number, key: string, lastLease: string | null): void {
+export function reopen(sql: SqlStorage, now: number, key: string, lastLease: string | null): boolean {
   const head = sql.exec<{ id: string; due_at: number; enqueued_at: number; attempts: number; gen: number }>("SELECT id, due_at, enqueued_at, attempts, gen FROM lane_messages WHERE key = ? ORDER BY lseq LIMIT 1", key).toArray()[0];
   if (!head) {
     sql.exec("DELETE FROM lanes WHERE key = ?", key);
-    return;
+    return false;
   }
   const from = blockedFrom(sql, key);
   if (from !== null && head.gen >= from) {
@@ -225,7 +259,7 @@ export function reopen(sql: SqlStorage, now: number, key: string, lastLease: str
       "UPDATE lanes SET ready_at = NULL, lease = NULL, lease_until = NULL, last_lease = COALESCE(?, last_lease), reason = 'handoff', blocker = ?, held_since = CASE WHEN reason = 'handoff' AND held_since IS NOT NULL THEN held_since ELSE ? END WHERE key = ?",
       lastLease, holder, now, key,
     );
-    return;
+    return false;
   }
   const readyAt = head.due_at || head.enqueued_at;
   const held = readyAt > now;
@@ -233,15 +267,18 @@ export function reopen(sql: SqlStorage, now: number, key: string, lastLease: str
     "UPDATE lanes SET ready_at = ?, lease = NULL, lease_until = NULL, last_lease = COALESCE(?, last_lease), reason = ?, blocker = ?, held_since = ? WHERE key = ?",
     readyAt, lastLease, held ? (head.attempts > 0 ? "retry" : "delayed") : null, held ? head.id : null, held ? now : null, key,
   );
+  return !held;
 }
 
 /** What a lane lease id names, when it can be current: the message's row and its lane. */
-function resolve(sql: SqlStorage, ref: LeaseRef): { row: Row; lane: Lane; live: boolean } | null {
+function resolve(sql: SqlStorage, ref: LeaseRef, lanes: Map<string, Lane | undefined> = new Map()): { row: Row; lane: Lane; live: boolean } | null {
   const m = LANE_LEASE.exec(ref.leaseId);
   if (!m) return null;
   const row = sql.exec<Row>("SELECT lseq, key, id, content_type, checksum, enqueued_at, due_at, attempts, sent_at, leased, length(body) AS size, x'' AS body FROM lane_messages WHERE lseq = ?", Number(m[1])).toArray()[0];
   if (!row || row.id !== ref.id) return null;
-  const lane = sql.exec<Lane>("SELECT key, ready_at, lease, lease_until, last_lease FROM lanes WHERE key = ?", row.key).toArray()[0];
+  // One read of a lane for all the messages of one call that are in it.
+  if (!lanes.has(row.key)) lanes.set(row.key, sql.exec<Lane>("SELECT key, ready_at, lease, lease_until, last_lease FROM lanes WHERE key = ?", row.key).toArray()[0]);
+  const lane = lanes.get(row.key);
   if (!lane) return null;
   // Held now under this lease; or the lease ran out and nobody has leased the lane since.
   if (lane.lease === m[2] && row.leased === 1) return { row, lane, live: true };
@@ -257,13 +294,15 @@ export type LaneSettleKind = "ack" | "dead_letter" | "drop" | "retry";
  * of its key until then. A lane none of whose leased messages is left unsettled ends its
  * lease and is ready again at its head.
  */
-export function settleLanes(sql: SqlStorage, now: number, refs: ReadonlyArray<{ ref: LeaseRef; kind: LaneSettleKind; delayMs?: number }>, stale: string[]): { tally: Record<LaneSettleKind, number>; delta: BacklogDelta } {
+export function settleLanes(sql: SqlStorage, now: number, refs: ReadonlyArray<{ ref: LeaseRef; kind: LaneSettleKind; delayMs?: number }>, stale: string[]): { tally: Record<LaneSettleKind, number>; delta: BacklogDelta; ready: number } {
   const tally: Record<LaneSettleKind, number> = { ack: 0, dead_letter: 0, drop: 0, retry: 0 };
   let count = 0;
   let bytes = 0;
+  let ready = 0;
   const touched = new Map<string, Lane>();
+  const lanes = new Map<string, Lane | undefined>();
   for (const { ref, kind, delayMs } of refs) {
-    const found = resolve(sql, ref);
+    const found = resolve(sql, ref, lanes);
     if (!found) {
       stale.push(ref.id);
       continue;
@@ -282,9 +321,9 @@ export function settleLanes(sql: SqlStorage, now: number, refs: ReadonlyArray<{ 
   }
   for (const [key, lane] of touched) {
     if (lane.lease !== null && sql.exec("SELECT 1 FROM lane_messages WHERE key = ? AND leased = 1 LIMIT 1", key).toArray().length > 0) continue;
-    reopen(sql, now, key, lane.lease);
+    if (reopen(sql, now, key, lane.lease)) ready++;
   }
-  return { tally, delta: { count: -count, bytes: -bytes } };
+  return { tally, delta: { count: -count, bytes: -bytes }, ready };
 }
 
 /** Moves the end of lane leases still held forward; returns the ids it extended. */

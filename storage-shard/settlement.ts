@@ -81,7 +81,7 @@ const RETRY = 3;
 
 const LANE_KIND: Record<number, LaneSettleKind> = { [ACK]: "ack", [DEAD_LETTER]: "dead_letter", [DROP]: "drop", [RETRY]: "retry" };
 
-export function settle(sql: SqlStorage, ds: DeliveryState, now: number, req: SettleRequest): { result: SettleResult; delta: BacklogDelta } {
+export function settle(sql: SqlStorage, ds: DeliveryState, now: number, req: SettleRequest): { result: SettleResult; delta: BacklogDelta; lanesReady: number } {
   const stale: string[] = [];
   const tally = [0, 0, 0, 0];
   let count = 0;
@@ -141,7 +141,7 @@ export function settle(sql: SqlStorage, ds: DeliveryState, now: number, req: Set
   ds.bump("dead_lettered", deadLettered);
   ds.bump("dropped", dropped);
   ds.bump("retried", retried);
-  return { result: { acked, retried, deadLettered, dropped, stale }, delta: { count: -count, bytes: -bytes } };
+  return { result: { acked, retried, deadLettered, dropped, stale }, delta: { count: -count, bytes: -bytes }, lanesReady: lanes.ready };
 }
 
 /** Moves the end of still-held leases forward; returns the ids it extended. */

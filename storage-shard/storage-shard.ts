@@ -306,9 +306,11 @@ export class StorageShard extends DurableObject<Env> {
     // Between lease and ack: the reset ends memory leases, so the messages come again.
     this.hooks.at("abort-settle", this.ctx);
     const now = this.clock.now();
-    const { result, delta } = this.write(now, () => settle(this.sql, this.delivery, now, req));
+    const { result, delta, lanesReady } = this.write(now, () => settle(this.sql, this.delivery, now, req));
     this.applyDelta(delta);
     this.flushReleases();
+    // A key's next messages are ready once its batch is settled: a consumer that found nothing here must come back.
+    if (lanesReady > 0) this.notifyConsumers();
     this.leasedNow = Math.max(0, this.leasedNow - (result.acked + result.retried + result.deadLettered + result.dropped));
     return result;
   }
