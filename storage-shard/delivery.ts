@@ -18,7 +18,7 @@ import type { LeasedMessage, LeaseRequest, LeaseResult } from "../src/kernel/pro
 import type { DeliveryState, MemoryLease } from "./delivery-state";
 import { copyOf, leaseIdOf, Settled, slotKey, type Header } from "./segment";
 import { Bodies, headersOf, readState, rewritten, SegmentEdit, STATE_COLUMNS, writeSegments, type NewMessage, type SegmentState } from "./segment-rows";
-import { expireLaneLeases, nextLaneVisible, readyLanes, takeLanes, type LaneCandidate } from "./lanes";
+import { expireLaneLeases, expireOldLanes, nextLaneVisible, readyLanes, takeLanes, type LaneCandidate } from "./lanes";
 
 /** How many segments one lease call deletes at most for retention: bounded work per visit. */
 const EXPIRE_SEGMENTS_PER_CALL = 100;
@@ -41,7 +41,8 @@ export function timestampOf(h: Header): number {
  * Settles messages past the queue's retention. Segments are in arrival order, so the
  * expired segments written ready are a prefix: look at the first before reading more.
  * With `scheduledToo` (the heartbeat), also the scheduled segments holding messages that
- * old (a rewritten message keeps its arrival time); a lease skips those it finds itself.
+ * old (a rewritten message keeps its arrival time), and lanes' (lanes.ts); a lease skips
+ * those it finds itself.
  */
 export function expireOld(sql: SqlStorage, ds: DeliveryState, now: number, retentionMs: number, scheduledToo = false): BacklogDelta {
   const cutoff = now - retentionMs;
@@ -70,7 +71,10 @@ export function expireOld(sql: SqlStorage, ds: DeliveryState, now: number, reten
     edit.commit(sql, ds);
   }
   ds.bump("expired", count);
-  return { count: -count, bytes: -bytes };
+  if (!scheduledToo) return { count: -count, bytes: -bytes };
+  const lanes = expireOldLanes(sql, now, cutoff);
+  ds.bump("expired", lanes.expired);
+  return { count: lanes.count - count, bytes: lanes.bytes - bytes };
 }
 
 /** Messages under a lease that has not run out. All leases are in memory (a lower bound after a restart). */

@@ -28,15 +28,16 @@ import { ActivityMeter, TokenBucket } from "./capacity";
 import { expireOld, lease, leasedCount, type BacklogDelta } from "./delivery";
 import { extend, readLeased, settle } from "./settlement";
 import { DeliveryState } from "./delivery-state";
-import { coordinatorFor, storageShardFor } from "../src/kernel/addressing";
+import { coordinatorFor } from "../src/kernel/addressing";
 import { meteredSql, settleReads, type CostMeter } from "../src/kernel/sql-meter";
 import { cancelMessage, countMatching, findMessage, leaseMatching, peekReady, purgeSome, releaseLeases } from "./operations";
 import { migrate } from "./schema";
 import { appendBatch } from "./append";
 import { knownIds } from "./remembered-ids";
-import { acceptBridges, acceptReleases, enterEpoch, loadEpoch, owedHandoffs, pendingReleases, releasesSent, type Registration } from "./handoff";
+import { acceptBridges, acceptReleases, enterEpoch, loadEpoch, owedHandoffs } from "./handoff";
+import { HandoffOutbox } from "./handoff-outbox";
 import { ownerOfKey } from "../src/kernel/ordering";
-import { expireOldLanes, findLaneMessage, leasedLaneCount, oldestLaneAt } from "./lanes";
+import { findLaneMessage, leasedLaneCount, oldestLaneAt } from "./lanes";
 import { shardNumber } from "./segment";
 import { testHooksFor, type FaultPoint, type TestHookStatus } from "../src/kernel/test-hooks";
 import { corruptBodies } from "./corrupt-bodies";
@@ -53,8 +54,8 @@ export class StorageShard extends DurableObject<Env> {
   private state: ShardState;
   /** The epoch the Coordinator last told this shard: which ordering keys it owns (handoff.ts). */
   private epoch: Epoch | null;
-  /** A send of owed releases under way (flushReleases). */
-  private releasing = false;
+  /** Its calls to other shards for the hand-off of ordering keys. */
+  private readonly outbox: HandoffOutbox;
   private backlogCount: number;
   private backlogBytes: number;
   /** What happened since the last heartbeat. */
@@ -100,6 +101,7 @@ export class StorageShard extends DurableObject<Env> {
     this.backlogCount = c.n + lanes.n;
     this.backlogBytes = c.bytes + lanes.bytes;
     this.epoch = loadEpoch(this.sql);
+    this.outbox = new HandoffOutbox(ctx, env, this.sql);
     this.delivery = new DeliveryState(this.sql);
     const now = this.clock.now();
     this.activity = new ActivityMeter(now);
@@ -137,7 +139,7 @@ export class StorageShard extends DurableObject<Env> {
     const self = this.identity.name;
     const { registrations } = this.ctx.storage.transactionSync(() => enterEpoch(this.sql, self, epoch));
     this.epoch = loadEpoch(this.sql);
-    await Promise.all(registrations.map((r) => storageShardFor(this.env, r.owner).acceptBridges(queueId, self, r.gen, r.keys)));
+    await this.outbox.register(queueId, self, registrations);
     this.flushReleases();
     return this.epoch!.seq;
   }
@@ -175,27 +177,9 @@ export class StorageShard extends DurableObject<Env> {
     this.notifyConsumers();
   }
 
-  /**
-   * Sends the releases this shard owes (written by the trigger of handoff.ts as its
-   * messages of a handed-off key went), in the background; the heartbeat tries again
-   * whatever could not be delivered.
-   */
+  /** Sends the releases of handed-off keys this shard owes (handoff-outbox.ts). */
   private flushReleases(): void {
-    if (this.releasing || !this.identity) return;
-    const owed = pendingReleases(this.sql);
-    if (owed.length === 0) return;
-    this.releasing = true;
-    const { queueId, name } = this.identity;
-    const send = async (r: Registration) => {
-      await storageShardFor(this.env, r.owner).acceptReleases(queueId, name, r.gen, r.keys);
-      this.ctx.storage.transactionSync(() => releasesSent(this.sql, r));
-    };
-    this.ctx.waitUntil(
-      Promise.allSettled(owed.map(send)).then((done) => {
-        this.releasing = false;
-        for (const d of done) if (d.status === "rejected") console.error("sending releases of ordering keys failed (the heartbeat tries again):", d.reason);
-      }),
-    );
+    if (this.identity) this.outbox.flush(this.identity.queueId, this.identity.name);
   }
 
   /** Draining and retired shards refuse new sends with a typed refusal. */
@@ -492,13 +476,9 @@ export class StorageShard extends DurableObject<Env> {
       });
     if (!reply.known) return false;
     if (reply.retentionMs !== null) {
-      const delta = this.ctx.storage.transactionSync(() => {
-        const segments = expireOld(this.sql, this.delivery, now, reply.retentionMs!, true);
-        const lanes = expireOldLanes(this.sql, now, now - reply.retentionMs!);
-        this.delivery.bump("expired", lanes.expired);
-        return { count: segments.count + lanes.count, bytes: segments.bytes + lanes.bytes };
-      });
+      const delta = this.ctx.storage.transactionSync(() => expireOld(this.sql, this.delivery, now, reply.retentionMs!, true));
       this.applyDelta(delta);
+      this.flushReleases();
     }
     // An idle shard's last report also writes the running totals that were waiting for a second to pass.
     this.delivery.flushTotals(now, true);
