@@ -223,7 +223,7 @@ export function takeLanes(sql: SqlStorage, now: number, candidates: readonly Lan
     if (leased > 0) {
       // The lane's head and those right behind it, up to the last taken (a quarantined one among them is deleted).
       sql.exec("UPDATE lane_messages SET leased = 1 WHERE key = ? AND lseq BETWEEN ? AND ?", key, list[0]!.lseq, list[list.length - 1]!.lseq);
-      sql.exec("UPDATE lanes SET ready_at = NULL, lease = ?, lease_until = ?, reason = 'leased', blocker = NULL, held_since = ? WHERE key = ?", lease, now + leaseMs, now, key);
+      sql.exec("UPDATE lanes SET ready_at = NULL, lease = ?, lease_until = ?, reason = 'leased', blocker = ?, held_since = ? WHERE key = ?", lease, now + leaseMs, list[0]!.id, now, key);
     } else reopen(sql, now, key, null);
   }
   return { messages, quarantined, delta: { count: -quarantined, bytes: -bytes } };
@@ -424,4 +424,62 @@ export function cancelLaneMessage(sql: SqlStorage, now: number, id: string): { c
   // A lease left holding nothing ends; a lane not leased gets its new head.
   if (lane && (lane.lease === null || sql.exec("SELECT 1 FROM lane_messages WHERE key = ? AND leased = 1 LIMIT 1", r.key).toArray().length === 0)) reopen(sql, now, r.key, lane.lease);
   return { count: 1, bytes: r.size, held: r.leased };
+}
+
+/** A key held back here, as operators see it (GET .../ordering/held). */
+export interface HeldKey {
+  key: string;
+  /** leased: a batch is in flight; retry or delayed: its head is not due yet; handoff: another shard holds older messages of it. */
+  reason: "leased" | "retry" | "delayed" | "handoff";
+  /** The message holding it (its head), or for a hand-off the shard it waits on. */
+  blocker: string | null;
+  since: number;
+  /** Its messages here. */
+  messages: number;
+}
+
+/** The keys held back here, longest held first, and how many lanes there are and are held, by reason. */
+export function heldKeys(sql: SqlStorage, limit: number): { keys: HeldKey[]; lanes: number; held: Record<HeldKey["reason"], number> } {
+  const keys = sql
+    .exec<{ key: string; reason: HeldKey["reason"]; blocker: string | null; since: number }>(
+      "SELECT key, reason, blocker, held_since AS since FROM lanes WHERE reason IS NOT NULL ORDER BY held_since, key LIMIT ?",
+      limit,
+    )
+    .toArray()
+    .map((k) => ({ ...k, messages: sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM lane_messages WHERE key = ?", k.key).one().n }));
+  const held: Record<HeldKey["reason"], number> = { leased: 0, retry: 0, delayed: 0, handoff: 0 };
+  let lanes = 0;
+  for (const r of sql.exec<{ reason: HeldKey["reason"] | null; n: number }>("SELECT reason, COUNT(*) AS n FROM lanes GROUP BY reason").toArray()) {
+    lanes += r.n;
+    if (r.reason !== null) held[r.reason] = r.n;
+  }
+  return { keys, lanes, held };
+}
+
+/**
+ * An operator's release of a held key (POST .../ordering/release): its head, leased alone
+ * under a new lease, to be moved to the dead-letter queue and settled as dead-lettered. A
+ * batch of the key in flight loses its lease (its acks come back stale). Null when this
+ * shard has no message of the key, or its head waits on another shard's (that one is the
+ * head to release).
+ */
+export function takeLaneHead(sql: SqlStorage, now: number, key: string, leaseMs: number): LeasedMessage | null {
+  const head = sql.exec<Row>("SELECT * FROM lane_messages WHERE key = ? ORDER BY lseq LIMIT 1", key).toArray()[0];
+  if (!head) return null;
+  const from = blockedFrom(sql, key);
+  if (from !== null && head.gen >= from) return null;
+  const lease = randomHex(12);
+  sql.exec("UPDATE lane_messages SET leased = 0 WHERE key = ? AND leased = 1", key);
+  sql.exec("UPDATE lane_messages SET leased = 1 WHERE lseq = ?", head.lseq);
+  sql.exec("UPDATE lanes SET ready_at = NULL, lease = ?, lease_until = ?, reason = 'leased', blocker = ?, held_since = ? WHERE key = ?", lease, now + leaseMs, head.id, now, key);
+  return {
+    id: head.id,
+    body: new Uint8Array(head.body),
+    contentType: head.content_type as ContentType,
+    enqueuedAt: head.sent_at || head.enqueued_at,
+    attempts: head.attempts,
+    leaseId: `L${head.lseq}-${lease}`,
+    copyKey: copyOfLane(head.lseq),
+    orderingKey: key,
+  };
 }

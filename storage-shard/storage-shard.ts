@@ -37,7 +37,7 @@ import { knownIds } from "./remembered-ids";
 import { acceptBridges, acceptReleases, enterEpoch, loadEpoch, owedHandoffs } from "./handoff";
 import { HandoffOutbox } from "./handoff-outbox";
 import { ownerOfKey } from "../src/kernel/ordering";
-import { findLaneMessage, leasedLaneCount, oldestLaneAt } from "./lanes";
+import { findLaneMessage, heldKeys, leasedLaneCount, oldestLaneAt, takeLaneHead } from "./lanes";
 import { shardNumber } from "./segment";
 import { testHooksFor, type FaultPoint, type TestHookStatus } from "../src/kernel/test-hooks";
 import { corruptBodies } from "./corrupt-bodies";
@@ -339,6 +339,17 @@ export class StorageShard extends DurableObject<Env> {
     this.cost.rpcs++;
     if (!this.identity || this.identity.queueId !== queueId) return [];
     return [...knownIds(this.sql, ids)];
+  }
+
+  /** The ordering keys held back here and why (lanes.ts heldKeys). */
+  heldKeys(queueId: string, limit: number): ReturnType<typeof heldKeys> {
+    return this.read(queueId, { keys: [], lanes: 0, held: { leased: 0, retry: 0, delayed: 0, handoff: 0 } }, () => heldKeys(this.sql, limit));
+  }
+
+  /** The head of a held key, leased alone for an operator's release (lanes.ts takeLaneHead). */
+  takeLaneHead(queueId: string, key: string, leaseMs: number): LeasedMessage | null {
+    const now = this.clock.now();
+    return this.read(queueId, null, () => this.ctx.storage.transactionSync(() => takeLaneHead(this.sql, now, key, leaseMs)));
   }
 
   /** Ready messages with their bodies, untouched (the dashboard's peek). */

@@ -15,6 +15,7 @@ import { createQueue, deleteQueue, getQueue, listQueues, updateQueue } from "./q
 import { ackMessages, extendLeases, pullMessages } from "./pull-api";
 import { cancelMessage, lookupMessage, purgeQueue } from "./operations-api";
 import { redriveQueue } from "./redrive";
+import { listHeldKeys, releaseKey } from "./ordering-api";
 import { getSeries, peekMessages } from "./dashboard-api";
 import { testHook, testHookRoutes } from "./test-hooks-api";
 
@@ -49,6 +50,9 @@ export const ROUTES: ReadonlyArray<[RegExp, Partial<Record<string, Access>>]> = 
   // After the POST-only verbs above: a message looked up or cancelled by id.
   [/^\/accounts\/[^/]+\/queues\/[^/]+\/messages\/[^/]+\/?$/, { GET: [A], DELETE: [A] }],
   [/^\/accounts\/[^/]+\/queues\/[^/]+\/(?:purge|redrive)\/?$/, { POST: [A] }],
+  // Ordered lanes: the keys held back, and the release of one (docs/ordered-lanes.md).
+  [/^\/accounts\/[^/]+\/queues\/[^/]+\/ordering\/held\/?$/, { GET: [A] }],
+  [/^\/accounts\/[^/]+\/queues\/[^/]+\/ordering\/release\/?$/, { POST: [A] }],
   // The backlog, which the producer binding's metrics() also gives producers.
   [/^\/accounts\/[^/]+\/queues\/[^/]+\/metrics\/?$/, { GET: [S, C, A] }],
   [/^\/accounts\/[^/]+\/queues\/[^/]+\/(?:shards|series)\/?$/, { GET: [A] }],
@@ -106,6 +110,8 @@ router
   .delete(`${QUEUE}/messages/:message_id`, (req, env) => withMessageId(req, (id) => cancelMessage(env, req.principal.accountId, queueRef(req), id)))
   .post(`${QUEUE}/purge`, (req, env) => purgeQueue(req, env, req.principal.accountId, queueRef(req)))
   .post(`${QUEUE}/redrive`, (req, env) => redriveQueue(req, env, req.principal.accountId, queueRef(req)))
+  .get(`${QUEUE}/ordering/held`, (req, env) => listHeldKeys(req, env, req.principal.accountId, queueRef(req)))
+  .post(`${QUEUE}/ordering/release`, (req, env) => releaseKey(req, env, req.principal.accountId, queueRef(req)))
   .get(`${QUEUE}/metrics`, (req, env) => getMetrics(env, req.principal.accountId, queueRef(req)))
   .get(`${QUEUE}/shards`, (req, env) => getShards(env, req.principal.accountId, queueRef(req)))
   .get(`${QUEUE}/series`, (req, env) => getSeries(env, req.principal.accountId, queueRef(req)))

@@ -244,4 +244,51 @@ describe("ordered lanes", () => {
     const got = (await pull("lanes-retention", { batch_size: 10 })).json.result.messages as Pulled[];
     expect(bodies(got)).toEqual(["young"]);
   });
+
+  it("lists the keys held back and why, longest held first, with counts", async () => {
+    const { clock } = await orderedQueue("lanes-held");
+    await sendInOrder("lanes-held", "h", ["h1", "h2"]);
+    const [h1] = (await pull("lanes-held", { batch_size: 1 })).json.result.messages as Pulled[];
+    const leased = await api("GET", `${queuePath("lanes-held")}/ordering/held`);
+    expect(leased.status).toBe(200);
+    expect(leased.json.result).toMatchObject({ lanes: 1, held_keys: 1, held_by_reason: { leased: 1, retry: 0, delayed: 0, handoff: 0 } });
+    expect(leased.json.result.keys).toEqual([expect.objectContaining({ ordering_key: "h", reason: "leased", message_id: h1!.id, messages: 2, since_ms: clock.now() })]);
+    clock.advance(5);
+    await ack("lanes-held", { retries: [{ lease_id: h1!.lease_id, delay_seconds: 30 }] });
+    const retrying = (await api("GET", `${queuePath("lanes-held")}/ordering/held?limit=10`)).json.result;
+    expect(retrying.keys).toEqual([expect.objectContaining({ ordering_key: "h", reason: "retry", message_id: h1!.id, since_ms: clock.now() })]);
+    expect(retrying.oldest_held_since_ms).toBe(clock.now());
+    const bad = await api("GET", `${queuePath("lanes-held")}/ordering/held?limit=0`);
+    expect(bad.status).toBe(400);
+    expect(bad.json.errors[0].field).toBe("limit");
+  });
+
+  it("releases a held key by moving its blocking message to the dead-letter queue; the key goes on", async () => {
+    await createQueue("lanes-release-dead");
+    await orderedQueue("lanes-release", { dead_letter_queue: "lanes-release-dead" });
+    const [stuck] = await sendInOrder("lanes-release", "r", ["r1", "r2"]);
+    const [r1] = (await pull("lanes-release", { batch_size: 1 })).json.result.messages as Pulled[];
+    await ack("lanes-release", { retries: [{ lease_id: r1!.lease_id, delay_seconds: 3600 }] });
+    expect(await pullAll("lanes-release")).toEqual([]);
+    const released = await api("POST", `${queuePath("lanes-release")}/ordering/release`, { ordering_key: "r" });
+    expect(released.status).toBe(200);
+    expect(released.json.result).toMatchObject({ ordering_key: "r", message_id: stuck, moved_to: "lanes-release-dead" });
+    expect(bodies(await pullAll("lanes-release"))).toEqual(["r2"]);
+    expect(await backlog("lanes-release-dead")).toBe(1);
+    const missing = await api("POST", `${queuePath("lanes-release")}/ordering/release`, { ordering_key: "nothing-here" });
+    expect(missing.status).toBe(404);
+    expect(missing.json.errors[0].field).toBe("ordering_key");
+    const invalid = await api("POST", `${queuePath("lanes-release")}/ordering/release`, { ordering_key: "" });
+    expect(invalid.status).toBe(400);
+    expect(invalid.json.errors[0].field).toBe("ordering_key");
+  });
+
+  it("refuses to release a key when the consumer has no dead-letter queue, moving nothing", async () => {
+    await orderedQueue("lanes-release-nodlq");
+    await sendInOrder("lanes-release-nodlq", "n", ["n1"]);
+    const res = await api("POST", `${queuePath("lanes-release-nodlq")}/ordering/release`, { ordering_key: "n" });
+    expect(res.status).toBe(409);
+    expect(res.json.errors[0].field).toBe("dead_letter_queue");
+    expect(await backlog("lanes-release-nodlq")).toBe(1);
+  });
 });

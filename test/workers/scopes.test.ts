@@ -86,6 +86,8 @@ function routes(q: string): Array<{ method: string; path: string; body?: unknown
     { method: "DELETE", path: `${p}/messages/${GHOST_ID}`, scopes: ["admin"] },
     { method: "POST", path: `${ghost}/purge`, body: { delete_messages_permanently: true }, scopes: ["admin"] },
     { method: "POST", path: `${ghost}/redrive`, body: {}, scopes: ["admin"] },
+    { method: "GET", path: `${ghost}/ordering/held`, scopes: ["admin"] },
+    { method: "POST", path: `${ghost}/ordering/release`, body: { ordering_key: "k" }, scopes: ["admin"] },
     { method: "GET", path: `${p}/metrics`, scopes: ["send", "consume", "admin"] },
     { method: "GET", path: `${p}/shards`, scopes: ["admin"] },
     { method: "GET", path: `${p}/series`, scopes: ["admin"] },
