@@ -17,6 +17,7 @@ import { crc32 } from "../src/kernel/checksum";
 import { newMessageId, randomHex } from "../src/kernel/ids";
 import type { ContentType, LeasedMessage, LeaseRef, MessageStatus } from "../src/kernel/protocol";
 import type { NewMessage } from "./segment-rows";
+import { HANDOFF_TRIGGER } from "./handoff-schema";
 
 /** Version 12 of the shard's schema (schema.ts). */
 export const LANES_SCHEMA = `CREATE TABLE lane_messages (
@@ -47,6 +48,44 @@ export const LANES_SCHEMA = `CREATE TABLE lane_messages (
    ) WITHOUT ROWID;
    CREATE INDEX lanes_ready ON lanes(ready_at) WHERE ready_at IS NOT NULL;
    CREATE INDEX lanes_leased ON lanes(lease_until) WHERE lease IS NOT NULL;`;
+
+/**
+ * Version 14: lseq is never used twice. A lane message's lseq names its copy for ever (a
+ * dead-letter move is remembered by it, storage-shard/remembered-ids.ts), and a plain
+ * INTEGER PRIMARY KEY hands out the largest deleted number again: the full fault run lost
+ * 45 messages that way, each dead-lettered under a copy key a move of another message had
+ * already used, so the dead-letter queue skipped it and the queue deleted it. AUTOINCREMENT
+ * never goes back, and the count starts above the clock (as segment numbers do), above any
+ * number the table gave out before.
+ */
+export function neverReuseLseq(sql: SqlStorage): void {
+  const columns = "lseq, key, id, content_type, checksum, enqueued_at, due_at, attempts, sent_at, leased, batch, gen, body";
+  sql.exec(`CREATE TABLE lane_messages_v14 (
+     lseq         INTEGER PRIMARY KEY AUTOINCREMENT,
+     key          TEXT    NOT NULL,
+     id           TEXT    NOT NULL,
+     content_type TEXT    NOT NULL,
+     checksum     INTEGER NOT NULL,
+     enqueued_at  INTEGER NOT NULL,
+     due_at       INTEGER NOT NULL,
+     attempts     INTEGER NOT NULL,
+     sent_at      INTEGER NOT NULL,
+     leased       INTEGER NOT NULL DEFAULT 0,
+     batch        TEXT,
+     gen          INTEGER NOT NULL DEFAULT 0,
+     body         BLOB    NOT NULL
+   )`);
+  sql.exec(`INSERT INTO lane_messages_v14 (${columns}) SELECT ${columns} FROM lane_messages`);
+  // Dropping the table drops its indexes and the hand-off trigger (handoff.ts): made again below.
+  sql.exec("DROP TABLE lane_messages");
+  sql.exec("ALTER TABLE lane_messages_v14 RENAME TO lane_messages");
+  sql.exec("CREATE INDEX lane_messages_key ON lane_messages(key, lseq)");
+  sql.exec("CREATE INDEX lane_messages_id ON lane_messages(id)");
+  sql.exec(HANDOFF_TRIGGER);
+  const floor = Date.now() * 1024;
+  sql.exec("UPDATE sqlite_sequence SET seq = MAX(seq, ?) WHERE name = 'lane_messages'", floor);
+  sql.exec("INSERT INTO sqlite_sequence (name, seq) SELECT 'lane_messages', ? WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'lane_messages')", floor);
+}
 
 /** A lane lease id: `L<lseq>-<lease>`. Segment lease ids have three parts (segment.ts). */
 const LANE_LEASE = /^L(\d+)-([0-9a-f]+)$/;
@@ -85,23 +124,34 @@ interface Lane extends Record<string, SqlStorageValue> {
  * (`gen`, which a hand-off names: handoff.ts); answers each one's id.
  */
 export function writeLanes(sql: SqlStorage, now: number, messages: ReadonlyArray<NewMessage & { key: string }>, batch: string | null, gen: number): string[] {
+  const ids = messages.map((m) => m.id ?? newMessageId(now));
+  // One statement for the whole batch (bound parameters are few: the rows travel as JSON, bodies in hex).
+  const rows = messages.map((m, i) => ({ k: m.key, i: ids[i], c: m.contentType, s: m.checksum, e: m.enqueuedAt, d: m.dueAt, a: m.attempts, t: m.sentAt, b: hexOf(m.body) }));
+  sql.exec(
+    `INSERT INTO lane_messages (key, id, content_type, checksum, enqueued_at, due_at, attempts, sent_at, batch, gen, body)
+     SELECT value ->> '$.k', value ->> '$.i', value ->> '$.c', value ->> '$.s', value ->> '$.e', value ->> '$.d', value ->> '$.a', value ->> '$.t', ?, ?, unhex(value ->> '$.b')
+     FROM json_each(?) ORDER BY key`,
+    batch, gen, JSON.stringify(rows),
+  );
   const heads = new Map<string, number>();
-  const ids = messages.map((m) => {
-    const id = m.id ?? newMessageId(now);
-    sql.exec(
-      `INSERT INTO lane_messages (key, id, content_type, checksum, enqueued_at, due_at, attempts, sent_at, batch, gen, body)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-      m.key, id, m.contentType, m.checksum, m.enqueuedAt, m.dueAt, m.attempts, m.sentAt, batch, gen, m.body,
-    );
-    if (!heads.has(m.key)) heads.set(m.key, m.dueAt || m.enqueuedAt);
-    return id;
-  });
-  for (const [key, readyAt] of heads) {
-    const created = sql.exec("INSERT INTO lanes (key, ready_at) VALUES (?, ?) ON CONFLICT(key) DO NOTHING RETURNING key", key, readyAt).toArray().length > 0;
-    // A new lane is ready when its head is due, unless another shard still holds older messages of its key.
-    if (created && blockedFrom(sql, key) !== null) reopen(sql, now, key, null);
-  }
+  for (const m of messages) if (!heads.has(m.key)) heads.set(m.key, m.dueAt || m.enqueuedAt);
+  const created = sql
+    .exec<{ key: string }>(
+      "INSERT INTO lanes (key, ready_at) SELECT value ->> '$[0]', value ->> '$[1]' FROM json_each(?) WHERE true ON CONFLICT(key) DO NOTHING RETURNING key",
+      JSON.stringify([...heads]),
+    )
+    .toArray();
+  // A new lane is ready when its head is due, unless another shard still holds older messages of its key.
+  if (bridgedAny(sql)) for (const { key } of created) if (blockedFrom(sql, key) !== null) reopen(sql, now, key, null);
   return ids;
+}
+
+const HEX = Array.from({ length: 256 }, (_, i) => i.toString(16).padStart(2, "0"));
+
+function hexOf(bytes: Uint8Array): string {
+  let out = "";
+  for (let i = 0; i < bytes.length; i++) out += HEX[bytes[i]!];
+  return out;
 }
 
 /**
@@ -110,9 +160,7 @@ export function writeLanes(sql: SqlStorage, now: number, messages: ReadonlyArray
  * older messages of the key has released it (handoff.ts). Null when nothing holds the key.
  */
 function blockedFrom(sql: SqlStorage, key: string): number | null {
-  let any = bridged.get(sql);
-  if (any === undefined) bridged.set(sql, (any = sql.exec("SELECT 1 FROM bridges WHERE released = 0 LIMIT 1").toArray().length > 0));
-  if (!any) return null;
+  if (!bridgedAny(sql)) return null;
   return sql.exec<{ g: number | null }>("SELECT MIN(gen) AS g FROM bridges WHERE key = ? AND released = 0", key).one().g;
 }
 
@@ -121,6 +169,12 @@ function blockedFrom(sql: SqlStorage, key: string): number | null {
  * no lane asks. handoff.ts forgets the answer whenever it changes the bridges.
  */
 const bridged = new WeakMap<SqlStorage, boolean>();
+
+function bridgedAny(sql: SqlStorage): boolean {
+  let any = bridged.get(sql);
+  if (any === undefined) bridged.set(sql, (any = sql.exec("SELECT 1 FROM bridges WHERE released = 0 LIMIT 1").toArray().length > 0));
+  return any;
+}
 
 export function bridgesChanged(sql: SqlStorage): void {
   bridged.delete(sql);
@@ -194,38 +248,45 @@ export function readyLanes(sql: SqlStorage, now: number, want: number): LaneCand
 export function takeLanes(sql: SqlStorage, now: number, candidates: readonly LaneCandidate[], leaseMs: number): { messages: LeasedMessage[]; quarantined: number; delta: BacklogDelta } {
   const lease = randomHex(12);
   const messages: LeasedMessage[] = [];
-  const byKey = new Map<string, LaneCandidate[]>();
-  for (const c of candidates) byKey.set(c.key, [...(byKey.get(c.key) ?? []), c]);
+  const leasedKeys = new Set<string>();
+  const emptied = new Set<string>();
+  const lseqs: number[] = [];
   let quarantined = 0;
   let bytes = 0;
-  for (const [key, list] of byKey) {
-    let leased = 0;
-    for (const c of list) {
-      if (crc32(c.body) !== c.checksum) {
-        sql.exec("INSERT OR REPLACE INTO quarantine (id, body, checksum, reason, detected_at) VALUES (?, ?, ?, 'checksum mismatch', ?)", c.id, c.body, c.checksum, now);
-        sql.exec("DELETE FROM lane_messages WHERE lseq = ?", c.lseq);
-        quarantined++;
-        bytes += c.body.byteLength;
-        continue;
-      }
-      leased++;
-      messages.push({
-        id: c.id,
-        body: c.body,
-        contentType: c.contentType,
-        enqueuedAt: c.sentAt || c.enqueuedAt,
-        attempts: c.attempts + 1,
-        leaseId: `L${c.lseq}-${lease}`,
-        copyKey: copyOfLane(c.lseq),
-        orderingKey: key,
-      });
+  for (const c of candidates) {
+    if (crc32(c.body) !== c.checksum) {
+      sql.exec("INSERT OR REPLACE INTO quarantine (id, body, checksum, reason, detected_at) VALUES (?, ?, ?, 'checksum mismatch', ?)", c.id, c.body, c.checksum, now);
+      sql.exec("DELETE FROM lane_messages WHERE lseq = ?", c.lseq);
+      quarantined++;
+      bytes += c.body.byteLength;
+      emptied.add(c.key);
+      continue;
     }
-    if (leased > 0) {
-      // The lane's head and those right behind it, up to the last taken (a quarantined one among them is deleted).
-      sql.exec("UPDATE lane_messages SET leased = 1 WHERE key = ? AND lseq BETWEEN ? AND ?", key, list[0]!.lseq, list[list.length - 1]!.lseq);
-      sql.exec("UPDATE lanes SET ready_at = NULL, lease = ?, lease_until = ?, reason = 'leased', blocker = ?, held_since = ? WHERE key = ?", lease, now + leaseMs, list[0]!.id, now, key);
-    } else reopen(sql, now, key, null);
+    leasedKeys.add(c.key);
+    lseqs.push(c.lseq);
+    messages.push({
+      id: c.id,
+      body: c.body,
+      contentType: c.contentType,
+      enqueuedAt: c.sentAt || c.enqueuedAt,
+      attempts: c.attempts + 1,
+      leaseId: `L${c.lseq}-${lease}`,
+      copyKey: copyOfLane(c.lseq),
+      orderingKey: c.key,
+    });
   }
+  if (lseqs.length > 0) {
+    // One statement for every message and one for every lane of the lease, whatever their number.
+    sql.exec("UPDATE lane_messages SET leased = 1 WHERE lseq IN (SELECT value FROM json_each(?))", JSON.stringify(lseqs));
+    sql.exec(
+      `UPDATE lanes SET ready_at = NULL, lease = ?, lease_until = ?, reason = 'leased', held_since = ?,
+         blocker = (SELECT id FROM lane_messages m WHERE m.key = lanes.key ORDER BY lseq LIMIT 1)
+       WHERE key IN (SELECT value FROM json_each(?))`,
+      lease, now + leaseMs, now, JSON.stringify([...leasedKeys]),
+    );
+  }
+  // A lane whose every candidate was quarantined takes its next head.
+  for (const key of emptied) if (!leasedKeys.has(key)) reopen(sql, now, key, null);
   return { messages, quarantined, delta: { count: -quarantined, bytes: -bytes } };
 }
 
@@ -296,34 +357,85 @@ export type LaneSettleKind = "ack" | "dead_letter" | "drop" | "retry";
  */
 export function settleLanes(sql: SqlStorage, now: number, refs: ReadonlyArray<{ ref: LeaseRef; kind: LaneSettleKind; delayMs?: number }>, stale: string[]): { tally: Record<LaneSettleKind, number>; delta: BacklogDelta; ready: number } {
   const tally: Record<LaneSettleKind, number> = { ack: 0, dead_letter: 0, drop: 0, retry: 0 };
+  if (refs.length === 0) return { tally, delta: { count: 0, bytes: 0 }, ready: 0 };
+  // Every message and every lane the call names, in one read each.
+  const named = refs.map((r) => ({ ...r, m: LANE_LEASE.exec(r.ref.leaseId) }));
+  const lseqs = named.flatMap((r) => (r.m ? [Number(r.m[1])] : []));
+  const rows = new Map(
+    sql
+      .exec<Row & { size: number }>("SELECT lseq, key, id, leased, attempts, length(body) AS size FROM lane_messages WHERE lseq IN (SELECT value FROM json_each(?))", JSON.stringify(lseqs))
+      .toArray()
+      .map((r) => [r.lseq, r]),
+  );
+  const laneKeys = [...new Set([...rows.values()].map((r) => r.key))];
+  const lanes = new Map(
+    sql.exec<Lane>("SELECT key, ready_at, lease, lease_until, last_lease FROM lanes WHERE key IN (SELECT value FROM json_each(?))", JSON.stringify(laneKeys)).toArray().map((l) => [l.key, l]),
+  );
   let count = 0;
   let bytes = 0;
-  let ready = 0;
+  const deletes: number[] = [];
   const touched = new Map<string, Lane>();
-  const lanes = new Map<string, Lane | undefined>();
-  for (const { ref, kind, delayMs } of refs) {
-    const found = resolve(sql, ref, lanes);
-    if (!found) {
+  for (const { ref, kind, delayMs, m } of named) {
+    const row = m ? rows.get(Number(m[1])) : undefined;
+    const lane = row && row.id === ref.id ? lanes.get(row.key) : undefined;
+    // Held now under this lease; or the lease ran out and nobody has leased the lane since.
+    const live = !!lane && lane.lease === m![2] && row!.leased === 1;
+    const lapsed = !!lane && lane.lease === null && lane.last_lease === m![2];
+    if (!row || !lane || !(live || lapsed) || deletes.includes(row.lseq)) {
       stale.push(ref.id);
       continue;
     }
-    const { row, lane, live } = found;
     touched.set(lane.key, lane);
     tally[kind]++;
     if (kind === "retry") {
       // A lease that ran out counted its delivery when it did.
       sql.exec("UPDATE lane_messages SET attempts = attempts + ?, leased = 0, due_at = ? WHERE lseq = ?", live ? 1 : 0, now + (delayMs ?? 0), row.lseq);
     } else {
-      sql.exec("DELETE FROM lane_messages WHERE lseq = ?", row.lseq);
+      deletes.push(row.lseq);
       count++;
-      bytes += (row as unknown as { size: number }).size;
+      bytes += row.size;
     }
   }
-  for (const [key, lane] of touched) {
-    if (lane.lease !== null && sql.exec("SELECT 1 FROM lane_messages WHERE key = ? AND leased = 1 LIMIT 1", key).toArray().length > 0) continue;
-    if (reopen(sql, now, key, lane.lease)) ready++;
+  if (deletes.length > 0) sql.exec("DELETE FROM lane_messages WHERE lseq IN (SELECT value FROM json_each(?))", JSON.stringify(deletes));
+  // Lanes whose lease has nothing left unsettled end it; a lapsed settle only moves the head.
+  const leasedKeys = [...touched.values()].filter((l) => l.lease !== null).map((l) => l.key);
+  const still = new Set(
+    leasedKeys.length === 0
+      ? []
+      : sql.exec<{ key: string }>("SELECT DISTINCT key FROM lane_messages WHERE leased = 1 AND key IN (SELECT value FROM json_each(?))", JSON.stringify(leasedKeys)).toArray().map((r) => r.key),
+  );
+  const done = [...touched.keys()].filter((key) => !still.has(key));
+  return { tally, delta: { count: -count, bytes: -bytes }, ready: reopenAll(sql, now, done) };
+}
+
+/**
+ * reopen() for many lanes at once, the lease each holds ending: in three statements when no
+ * bridge holds any key here (the usual case), lane by lane otherwise. Answers how many are
+ * ready now.
+ */
+function reopenAll(sql: SqlStorage, now: number, keys: readonly string[]): number {
+  if (keys.length === 0) return 0;
+  if (bridgedAny(sql)) {
+    let ready = 0;
+    for (const key of keys) {
+      const lease = sql.exec<{ lease: string | null }>("SELECT lease FROM lanes WHERE key = ?", key).toArray()[0]?.lease ?? null;
+      if (reopen(sql, now, key, lease)) ready++;
+    }
+    return ready;
   }
-  return { tally, delta: { count: -count, bytes: -bytes }, ready };
+  const list = JSON.stringify(keys);
+  sql.exec("DELETE FROM lanes WHERE key IN (SELECT value FROM json_each(?)) AND NOT EXISTS (SELECT 1 FROM lane_messages m WHERE m.key = lanes.key)", list);
+  sql.exec(
+    `UPDATE lanes SET last_lease = COALESCE(lanes.lease, lanes.last_lease), lease = NULL, lease_until = NULL, ready_at = h.ready,
+       reason = CASE WHEN h.ready > ? THEN CASE WHEN h.attempts > 0 THEN 'retry' ELSE 'delayed' END END,
+       blocker = CASE WHEN h.ready > ? THEN h.id END,
+       held_since = CASE WHEN h.ready > ? THEN ? END
+     FROM (SELECT key, id, attempts, CASE WHEN due_at > 0 THEN due_at ELSE enqueued_at END AS ready, MIN(lseq)
+           FROM lane_messages WHERE key IN (SELECT value FROM json_each(?)) GROUP BY key) AS h
+     WHERE lanes.key = h.key`,
+    now, now, now, now, list,
+  );
+  return sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM lanes WHERE key IN (SELECT value FROM json_each(?)) AND ready_at <= ?", list, now).one().n;
 }
 
 /** Moves the end of lane leases still held forward; returns the ids it extended. */

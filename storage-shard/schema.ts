@@ -2,8 +2,8 @@ import type { ContentType } from "../src/kernel/protocol";
 import { runMigrations, type MigrationStep } from "../src/kernel/sqlite-migrations";
 import { encodeHeaders, nextSegment, packBodies, SEGMENT_MAX_BYTES, Settled, type Header } from "./segment";
 import type { NewMessage } from "./segment-rows";
-import { LANES_SCHEMA } from "./lanes";
-import { HANDOFF_SCHEMA } from "./handoff";
+import { LANES_SCHEMA, neverReuseLseq } from "./lanes";
+import { HANDOFF_SCHEMA } from "./handoff-schema";
 
 /** A row of the messages table of schema versions 4 to 9, as the conversion to segments reads it. */
 interface MessageRow {
@@ -130,6 +130,8 @@ export const MIGRATIONS: readonly MigrationStep[] = [
   LANES_SCHEMA,
   // Hand-offs of ordering keys between shards when the active shards change (handoff.ts).
   HANDOFF_SCHEMA,
+  // A lane message's number names its copy for ever: never given out twice (lanes.ts).
+  neverReuseLseq,
 ];
 
 /** Old rows converted per segment: a batch's worth, as a broker writes them. */

@@ -291,4 +291,19 @@ describe("ordered lanes", () => {
     expect(res.json.errors[0].field).toBe("dead_letter_queue");
     expect(await backlog("lanes-release-nodlq")).toBe(1);
   });
+
+  it("dead-letters every keyed message, however many went before: a lane message's copy is never named twice", async () => {
+    // Found by the full fault run: lane numbers given out again after a delete made a second
+    // dead-lettering look like a repeat of the first, and the message was dropped from both queues.
+    await createQueue("lanes-dlq-twice-dead");
+    await orderedQueue("lanes-dlq-twice", { dead_letter_queue: "lanes-dlq-twice-dead", settings: { max_retries: 0 } });
+    for (const n of ["first", "second", "third"]) {
+      await sendInOrder("lanes-dlq-twice", "poison", [n]);
+      const [m] = (await pull("lanes-dlq-twice", { batch_size: 1 })).json.result.messages as Pulled[];
+      expect(bodies([m!])).toEqual([n]);
+      await ack("lanes-dlq-twice", { retries: [{ lease_id: m!.lease_id }] });
+      expect(await backlog("lanes-dlq-twice")).toBe(0);
+    }
+    expect(await backlog("lanes-dlq-twice-dead")).toBe(3);
+  });
 });
