@@ -42,12 +42,7 @@ export async function driverRun(base, pgid, w, o = {}) {
     latencies.push(...r.latencies);
   }
   const sendSeconds = (performance.now() - started) / 1000;
-  const deadline = Date.now() + 120_000;
-  let s = await sinkStats(base);
-  while (s.distinct < w.count && Date.now() < deadline) {
-    await sleep(50);
-    s = await sinkStats(base);
-  }
+  const s = await untilDelivered(base, w.count);
   const seconds = (performance.now() - started) / 1000;
   const cpuAfter = groupCpuSeconds(pgid);
   latencies.sort((a, b) => a - b);
@@ -68,6 +63,17 @@ export async function driverRun(base, pgid, w, o = {}) {
   /** @type {Record<string, Array<[number, number]>>} */
   const cdf = { send: CDF_POINTS.map((p) => /** @type {[number, number]} */ ([p, round(pct(latencies, p)) ?? 0])), e2e: s.latency_ms.cdf ?? [] };
   return { figures, cdf, ...(refused !== undefined ? { refused } : {}) };
+}
+
+/** The sink's stats once it has seen `count` distinct messages, or after two minutes. @param {string} base @param {number} count */
+export async function untilDelivered(base, count) {
+  const deadline = Date.now() + 120_000;
+  let s = await sinkStats(base);
+  while (s.distinct < count && Date.now() < deadline) {
+    await sleep(50);
+    s = await sinkStats(base);
+  }
+  return s;
 }
 
 /** What the sink received since its last reset; `batches` adds its timeline of keyed batches. @param {string} base @param {{ batches?: boolean }} [o] */

@@ -5,7 +5,7 @@
 // - w8-hot: a backlog on one key, drained by a sink that sleeps per batch, against the same
 //   backlog without a key drained by a consumer of max_concurrency 1 (the control).
 import { api, groupCpuSeconds } from "./scaling.mjs";
-import { pct, round, sinkStats } from "./driver-run.mjs";
+import { pct, round, sinkStats, untilDelivered } from "./driver-run.mjs";
 
 /** The shapes of w8. Why sendBatch() of 100 and not w1's send()s: bench/README.md. */
 export const W8 = {
@@ -163,12 +163,7 @@ async function keyedBacklog({ base, pid }, w, ordered, refused) {
   }
   const cpu0 = groupCpuSeconds(pid);
   const started = performance.now();
-  const deadline = Date.now() + 120_000;
-  let s = await sinkStats(base);
-  while (s.distinct < w.count && Date.now() < deadline) {
-    await sleep(50);
-    s = await sinkStats(base);
-  }
+  let s = await untilDelivered(base, w.count);
   const seconds = (performance.now() - started) / 1000;
   const cpu1 = groupCpuSeconds(pid);
   // The last batch's handler is still sleeping when its messages are counted: its end is part of the timeline.

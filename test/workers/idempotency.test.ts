@@ -37,18 +37,20 @@ async function shiftKeyClock(queueId: string, key: string, ms: number) {
  * the send completed: the request stored its message and died before marking its key
  * done (as a storage shard reset after the write and before the reply makes it do).
  */
+/** IdempotencyKeys objects that never hear that a send completed. */
+const lostComplete = {
+  idFromName: (name: string) => env.IDEMPOTENCY_KEYS.idFromName(name),
+  get: (id: DurableObjectId) => {
+    const target = env.IDEMPOTENCY_KEYS.get(id);
+    return {
+      claim: (claims: KeyClaim[], token: string) => target.claim(claims, token),
+      release: (keys: string[], token: string, sent: boolean) => target.release(keys, token, sent),
+      complete: () => Promise.reject(new Error("isolate gone")),
+    };
+  },
+};
+
 async function sendDyingBeforeDone(q: string, key: string): Promise<Response> {
-  const lostComplete = {
-    idFromName: (name: string) => env.IDEMPOTENCY_KEYS.idFromName(name),
-    get: (id: DurableObjectId) => {
-      const target = env.IDEMPOTENCY_KEYS.get(id);
-      return {
-        claim: (claims: KeyClaim[], token: string) => target.claim(claims, token),
-        release: (keys: string[], token: string, sent: boolean) => target.release(keys, token, sent),
-        complete: () => Promise.reject(new Error("isolate gone")),
-      };
-    },
-  };
   const request = new Request(`${BASE}${queuePath(q)}/messages`, {
     method: "POST",
     headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json", [KEY]: key },
@@ -209,17 +211,6 @@ describe("Idempotency-Key", () => {
     const ids = Array.from({ length: 20 }, (_, i) => hexId(1000 + i));
     const messages = ids.map((id) => ({ body: id, id }));
     // The first attempt stored every message and died before marking the ids done.
-    const lostComplete = {
-      idFromName: (name: string) => env.IDEMPOTENCY_KEYS.idFromName(name),
-      get: (keysId: DurableObjectId) => {
-        const target = env.IDEMPOTENCY_KEYS.get(keysId);
-        return {
-          claim: (claims: KeyClaim[], token: string) => target.claim(claims, token),
-          release: (keys: string[], token: string, sent: boolean) => target.release(keys, token, sent),
-          complete: () => Promise.reject(new Error("isolate gone")),
-        };
-      },
-    };
     const first = new Request(`${BASE}${queuePath("idem-ids-moved")}/messages/batch`, {
       method: "POST",
       headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
