@@ -1,6 +1,6 @@
 // The fault checker (test/faults/checker.mjs, move-checker.mjs) on hand-made histories of
 // messages that move between queues: lost when every copy is gone without an ack, a
-// redriven copy as a new stay, and delivery after ack across a cut-off redrive.
+// redriven copy as a new stay, and delivery after ack across a cut-off redrive or dead-lettering.
 import { describe, expect, it } from "vitest";
 import type { Op } from "../faults/history.mjs";
 import { Script } from "./fault-script.ts";
@@ -95,6 +95,29 @@ describe("the fault checker, with messages that move", () => {
     none.pull([{ h: "m", l: "L1" }]);
     none.ack(["L1"]);
     expect(none.drained().failures).toEqual(["no redrive of the dead-letter queue succeeded: the run moved nothing"]);
+  });
+
+  it("excuses the source copy of a dead-lettering a kill or a shard reset cut off, delivered after the dead-letter copy's ack, and nothing without the fault", () => {
+    /** Out of retries and moved to the dead-letter queue; `cut` ends the mover before it settles the source, whose lease outlives the restart. */
+    const run = (cut: (s: Script) => void, planned: Record<string, number> = {}) => {
+      const s = new Script();
+      s.plan({ redrive: true, ...planned });
+      s.send(["m"]);
+      s.redrive("ok", 0);
+      s.pull([{ h: "m", l: "L1", s: "s1", r: 1, a: 3 }]);
+      s.retry(["L1"]);
+      cut(s);
+      s.pull([{ h: "m", l: "L2", s: "d1", r: 1, a: 1 }], { q: "faults-dlq", p: "dlq-consumer-0" });
+      s.ack(["L2"]);
+      // The source copy's lease ran out: delivered once more, then dead-lettered again (the move is recognised there).
+      s.pull([{ h: "m", l: "L3", s: "s1", r: 1, a: 4 }]);
+      s.retry(["L3"]);
+      return s.drained();
+    };
+    expect(run((s) => s.kill(), { kills: 1 }).failures).toEqual([]);
+    expect(run((s) => s.kill(), { kills: 1 }).figures).toMatchObject({ delivered_after_ack: 0, delivered_after_ack_across_cut_move: 1 });
+    expect(run((s) => s.abort("s1"), { aborts: 1 }).failures).toEqual([]);
+    expect(run(() => {}).failures).toEqual(["1 deliveries after a confirmed ack"]);
   });
 
   it("excuses one id from two rows of one stay only when a redrive was cut off after the message left a queue", () => {

@@ -354,8 +354,9 @@ export function check(ops, opts = {}) {
   // Corrupted messages: never delivered after the corruption, never garbled, all counted.
   const { corruptDelivered, garbled, quarantine } = checkCorruption(corrupted, deliveries, confirmedAcks, byId, byLease, drained);
 
-  // Deliveries after a confirmed ack, but for copies a cut-off redrive left behind.
-  const { afterAck, acrossCutMove: afterAckAcrossCutMove } = deliveredAfterAck(confirmedAcks, byLease, byId, stays, redrives);
+  // Deliveries after a confirmed ack, but for copies a cut-off redrive or dead-lettering left behind.
+  const cutAt = [...killTimes, ...fired.map((a) => /** @type {number} */ (a.ok))];
+  const { afterAck, acrossCutMove: afterAckAcrossCutMove } = deliveredAfterAck(confirmedAcks, byLease, byId, stays, redrives, cutAt);
 
   const duplicated = [...byH.values()].filter((ds) => ds.length > 1);
   const control = controlFaults(ops);

@@ -44,7 +44,7 @@ export function summaryRows(r, meta) {
     ["duplicated", `${n(f.duplicated.messages)} messages, ${n(f.duplicated.extra_deliveries)} extra deliveries (causes: ${c.retried} consumer retry, ${c.dead_lettered} dead-lettered, ${c.lease_expired} lease expired, ${c.kill} kill, ${c.abort ?? 0} shard reset, ${c.other} other); harness ids stored under two ids: ${f.duplicated.stored_twice}`],
     ["recovered", `${n(f.recovered)} of ${n(f.sent.unknown)} unknown sends delivered`],
     ["lease overlaps", `${f.lease_overlaps} while up; ${f.leases_ended_by_kill} leases ended by a kill, ${f.leases_ended_by_abort ?? 0} by a shard reset`],
-    ["delivered after ack", `${n(f.delivered_after_ack)}${f.delivered_after_ack_across_cut_move ? ` (+${n(f.delivered_after_ack_across_cut_move)} deliveries of a second copy a cut-off redrive left behind)` : ""}`],
+    ["delivered after ack", `${n(f.delivered_after_ack)}${f.delivered_after_ack_across_cut_move ? ` (+${n(f.delivered_after_ack_across_cut_move)} deliveries of a second copy a cut-off redrive or dead-lettering left behind)` : ""}`],
     ...(f.moves?.redrives
       ? /** @type {Array<[string, string]>} */ ([
           ["moves", `${n(f.moves.redrives_ok)} of ${n(f.moves.redrives)} redrives ok (${n(f.moves.redrives_cut)} cut off), ${n(f.moves.moved_reported)} messages moved; ${n(f.moves.messages_back_after_dead_letter)} messages back in a queue after a dead-lettering, ${n(f.moves.messages_dead_lettered_twice)} dead-lettered twice or more (most stays: ${f.moves.most_stays})`],
