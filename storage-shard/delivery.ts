@@ -18,7 +18,8 @@ import type { LeasedMessage, LeaseRequest, LeaseResult } from "../src/kernel/pro
 import type { DeliveryState, MemoryLease } from "./delivery-state";
 import { copyOf, leaseIdOf, Settled, slotKey, type Header } from "./segment";
 import { Bodies, headersOf, readState, rewritten, SegmentEdit, STATE_COLUMNS, writeSegments, type NewMessage, type SegmentState } from "./segment-rows";
-import { expireLaneLeases, expireOldLanes, nextLaneVisible, readyLanes, takeLanes, type LaneCandidate } from "./lanes";
+import { expireLaneLeases, nextLaneVisible, readyLanes, takeLanes, type LaneCandidate } from "./lanes";
+import { expireOldLanes } from "./lane-operations";
 
 /** How many segments one lease call deletes at most for retention: bounded work per visit. */
 const EXPIRE_SEGMENTS_PER_CALL = 100;

@@ -8,83 +8,15 @@
  * runs inside the caller's transactionSync; those that remove messages return the
  * backlog delta for the shard's in-memory figures.
  */
-/** What a change did to the backlog (delivery.ts's BacklogDelta; not imported, as delivery.ts imports this). */
-interface BacklogDelta {
-  count: number;
-  bytes: number;
-}
 import { crc32 } from "../src/kernel/checksum";
 import { newMessageId, randomHex } from "../src/kernel/ids";
-import type { ContentType, LeasedMessage, LeaseRef, MessageStatus } from "../src/kernel/protocol";
+import type { ContentType, LeasedMessage, LeaseRef } from "../src/kernel/protocol";
 import type { NewMessage } from "./segment-rows";
-import { HANDOFF_TRIGGER } from "./handoff-schema";
 
-/** Version 12 of the shard's schema (schema.ts). */
-export const LANES_SCHEMA = `CREATE TABLE lane_messages (
-     lseq         INTEGER PRIMARY KEY,
-     key          TEXT    NOT NULL,
-     id           TEXT    NOT NULL,
-     content_type TEXT    NOT NULL,
-     checksum     INTEGER NOT NULL,
-     enqueued_at  INTEGER NOT NULL,
-     due_at       INTEGER NOT NULL,
-     attempts     INTEGER NOT NULL,
-     sent_at      INTEGER NOT NULL,
-     leased       INTEGER NOT NULL DEFAULT 0,
-     batch        TEXT,
-     body         BLOB    NOT NULL
-   );
-   CREATE INDEX lane_messages_key ON lane_messages(key, lseq);
-   CREATE INDEX lane_messages_id ON lane_messages(id);
-   CREATE TABLE lanes (
-     key         TEXT PRIMARY KEY,
-     ready_at    INTEGER,
-     lease       TEXT,
-     lease_until INTEGER,
-     last_lease  TEXT,
-     reason      TEXT,
-     blocker     TEXT,
-     held_since  INTEGER
-   ) WITHOUT ROWID;
-   CREATE INDEX lanes_ready ON lanes(ready_at) WHERE ready_at IS NOT NULL;
-   CREATE INDEX lanes_leased ON lanes(lease_until) WHERE lease IS NOT NULL;`;
-
-/**
- * Version 14: lseq is never used twice. A lane message's lseq names its copy for ever (a
- * dead-letter move is remembered by it, storage-shard/remembered-ids.ts), and a plain
- * INTEGER PRIMARY KEY hands out the largest deleted number again: the full fault run lost
- * 45 messages that way, each dead-lettered under a copy key a move of another message had
- * already used, so the dead-letter queue skipped it and the queue deleted it. AUTOINCREMENT
- * never goes back, and the count starts above the clock (as segment numbers do), above any
- * number the table gave out before.
- */
-export function neverReuseLseq(sql: SqlStorage): void {
-  const columns = "lseq, key, id, content_type, checksum, enqueued_at, due_at, attempts, sent_at, leased, batch, gen, body";
-  sql.exec(`CREATE TABLE lane_messages_v14 (
-     lseq         INTEGER PRIMARY KEY AUTOINCREMENT,
-     key          TEXT    NOT NULL,
-     id           TEXT    NOT NULL,
-     content_type TEXT    NOT NULL,
-     checksum     INTEGER NOT NULL,
-     enqueued_at  INTEGER NOT NULL,
-     due_at       INTEGER NOT NULL,
-     attempts     INTEGER NOT NULL,
-     sent_at      INTEGER NOT NULL,
-     leased       INTEGER NOT NULL DEFAULT 0,
-     batch        TEXT,
-     gen          INTEGER NOT NULL DEFAULT 0,
-     body         BLOB    NOT NULL
-   )`);
-  sql.exec(`INSERT INTO lane_messages_v14 (${columns}) SELECT ${columns} FROM lane_messages`);
-  // Dropping the table drops its indexes and the hand-off trigger (handoff.ts): made again below.
-  sql.exec("DROP TABLE lane_messages");
-  sql.exec("ALTER TABLE lane_messages_v14 RENAME TO lane_messages");
-  sql.exec("CREATE INDEX lane_messages_key ON lane_messages(key, lseq)");
-  sql.exec("CREATE INDEX lane_messages_id ON lane_messages(id)");
-  sql.exec(HANDOFF_TRIGGER);
-  const floor = Date.now() * 1024;
-  sql.exec("UPDATE sqlite_sequence SET seq = MAX(seq, ?) WHERE name = 'lane_messages'", floor);
-  sql.exec("INSERT INTO sqlite_sequence (name, seq) SELECT 'lane_messages', ? WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'lane_messages')", floor);
+/** What a change did to the backlog (delivery.ts's BacklogDelta; not imported, as delivery.ts imports this). */
+export interface BacklogDelta {
+  count: number;
+  bytes: number;
 }
 
 /** A lane lease id: `L<lseq>-<lease>`. Segment lease ids have three parts (segment.ts). */
@@ -93,9 +25,9 @@ const LANE_LEASE = /^L(\d+)-([0-9a-f]+)$/;
 export const isLaneLease = (leaseId: string): boolean => leaseId.startsWith("L");
 
 /** The copy a lane message is, for ever: its lseq, which no retry changes. */
-const copyOfLane = (lseq: number): string => `L${lseq}`;
+export const copyOfLane = (lseq: number): string => `L${lseq}`;
 
-interface Row extends Record<string, SqlStorageValue> {
+export interface Row extends Record<string, SqlStorageValue> {
   lseq: number;
   key: string;
   id: string;
@@ -111,7 +43,7 @@ interface Row extends Record<string, SqlStorageValue> {
   body: ArrayBuffer;
 }
 
-interface Lane extends Record<string, SqlStorageValue> {
+export interface Lane extends Record<string, SqlStorageValue> {
   key: string;
   ready_at: number | null;
   lease: string | null;
@@ -159,7 +91,7 @@ function hexOf(bytes: Uint8Array): string {
  * epoch or later wait until every shard that told it, on entering an epoch, that it holds
  * older messages of the key has released it (handoff.ts). Null when nothing holds the key.
  */
-function blockedFrom(sql: SqlStorage, key: string): number | null {
+export function blockedFrom(sql: SqlStorage, key: string): number | null {
   if (!bridgedAny(sql)) return null;
   return sql.exec<{ g: number | null }>("SELECT MIN(gen) AS g FROM bridges WHERE key = ? AND released = 0", key).one().g;
 }
@@ -465,133 +397,10 @@ export function readLeasedLanes(sql: SqlStorage, refs: readonly LeaseRef[]): Lea
   return out;
 }
 
-/** Deletes lane messages past retention that no lease holds (at most `limit`); their lanes go on. */
-export function expireOldLanes(sql: SqlStorage, now: number, cutoff: number, limit = 1000): BacklogDelta & { expired: number } {
-  const old = sql.exec<{ lseq: number; key: string; size: number }>("SELECT lseq, key, length(body) AS size FROM lane_messages WHERE enqueued_at < ? AND leased = 0 ORDER BY lseq LIMIT ?", cutoff, limit).toArray();
-  const keys = new Set<string>();
-  let bytes = 0;
-  for (const o of old) {
-    sql.exec("DELETE FROM lane_messages WHERE lseq = ?", o.lseq);
-    keys.add(o.key);
-    bytes += o.size;
-  }
-  for (const key of keys) {
-    const lane = sql.exec<Lane>("SELECT key, lease FROM lanes WHERE key = ?", key).toArray()[0];
-    if (lane && lane.lease === null) reopen(sql, now, key, null);
-  }
-  return { count: -old.length, bytes: -bytes, expired: old.length };
-}
-
-/** Deletes up to `limit` lane messages of any state, oldest first, and the lanes left empty. */
-export function purgeLanes(sql: SqlStorage, limit: number): { count: number; bytes: number; held: number } {
-  const rows = sql.exec<{ lseq: number; key: string; size: number; leased: number }>("SELECT lseq, key, length(body) AS size, leased FROM lane_messages ORDER BY lseq LIMIT ?", limit).toArray();
-  let bytes = 0;
-  let held = 0;
-  const keys = new Set<string>();
-  for (const r of rows) {
-    sql.exec("DELETE FROM lane_messages WHERE lseq = ?", r.lseq);
-    keys.add(r.key);
-    bytes += r.size;
-    held += r.leased;
-  }
-  for (const key of keys) if (sql.exec("SELECT 1 FROM lane_messages WHERE key = ? LIMIT 1", key).toArray().length === 0) sql.exec("DELETE FROM lanes WHERE key = ?", key);
-  return { count: rows.length, bytes, held };
-}
-
-/** Lane messages under a lease now: they count as leased in heartbeats. */
-export function leasedLaneCount(sql: SqlStorage): number {
-  return sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM lane_messages WHERE leased = 1").one().n;
-}
-
-/** When the oldest lane message arrived, or null: arrival order is lseq order, so one row by the primary key. */
-export function oldestLaneAt(sql: SqlStorage): number | null {
-  return sql.exec<{ t: number }>("SELECT enqueued_at AS t FROM lane_messages ORDER BY lseq LIMIT 1").toArray()[0]?.t ?? null;
-}
-
 /** When a held lane is next ready, or a lane lease runs out; null when neither. */
 export function nextLaneVisible(sql: SqlStorage, now: number): number | null {
   const ready = sql.exec<{ t: number | null }>("SELECT MIN(ready_at) AS t FROM lanes WHERE ready_at > ?", now).one().t;
   const lease = sql.exec<{ t: number | null }>("SELECT MIN(lease_until) AS t FROM lanes WHERE lease IS NOT NULL").one().t;
   if (ready === null) return lease;
   return lease === null ? ready : Math.min(ready, lease);
-}
-
-/** A lane message found by id, as a lookup sees it. */
-export function findLaneMessage(sql: SqlStorage, now: number, id: string): (MessageStatus & { orderingKey: string }) | null {
-  const r = sql.exec<Row & { size: number }>("SELECT lseq, key, id, content_type, enqueued_at, due_at, attempts, sent_at, leased, length(body) AS size FROM lane_messages WHERE id = ? ORDER BY lseq LIMIT 1", id).toArray()[0];
-  if (!r) return null;
-  const lane = sql.exec<Lane>("SELECT key, ready_at, lease, lease_until FROM lanes WHERE key = ?", r.key).toArray()[0];
-  const leased = r.leased === 1 && lane?.lease !== null;
-  const state = leased ? "leased" : r.due_at > now ? "delayed" : "ready";
-  const visibleAt = leased ? (lane?.lease_until ?? now) : Math.max(r.due_at || r.enqueued_at, lane?.ready_at ?? 0);
-  return { id: r.id, state, attempts: r.attempts, enqueuedAt: r.sent_at || r.enqueued_at, visibleAt, size: r.size, contentType: r.content_type as ContentType, orderingKey: r.key };
-}
-
-/** Deletes a lane message by id wherever it stands, as a segment's cancel does; its lane goes on. */
-export function cancelLaneMessage(sql: SqlStorage, now: number, id: string): { count: number; bytes: number; held: number } {
-  const r = sql.exec<{ lseq: number; key: string; leased: number; size: number }>("SELECT lseq, key, leased, length(body) AS size FROM lane_messages WHERE id = ? ORDER BY lseq LIMIT 1", id).toArray()[0];
-  if (!r) return { count: 0, bytes: 0, held: 0 };
-  sql.exec("DELETE FROM lane_messages WHERE lseq = ?", r.lseq);
-  const lane = sql.exec<Lane>("SELECT key, lease FROM lanes WHERE key = ?", r.key).toArray()[0];
-  // A lease left holding nothing ends; a lane not leased gets its new head.
-  if (lane && (lane.lease === null || sql.exec("SELECT 1 FROM lane_messages WHERE key = ? AND leased = 1 LIMIT 1", r.key).toArray().length === 0)) reopen(sql, now, r.key, lane.lease);
-  return { count: 1, bytes: r.size, held: r.leased };
-}
-
-/** A key held back here, as operators see it (GET .../ordering/held). */
-export interface HeldKey {
-  key: string;
-  /** leased: a batch is in flight; retry or delayed: its head is not due yet; handoff: another shard holds older messages of it. */
-  reason: "leased" | "retry" | "delayed" | "handoff";
-  /** The message holding it (its head), or for a hand-off the shard it waits on. */
-  blocker: string | null;
-  since: number;
-  /** Its messages here. */
-  messages: number;
-}
-
-/** The keys held back here, longest held first, and how many lanes there are and are held, by reason. */
-export function heldKeys(sql: SqlStorage, limit: number): { keys: HeldKey[]; lanes: number; held: Record<HeldKey["reason"], number> } {
-  const keys = sql
-    .exec<{ key: string; reason: HeldKey["reason"]; blocker: string | null; since: number }>(
-      "SELECT key, reason, blocker, held_since AS since FROM lanes WHERE reason IS NOT NULL ORDER BY held_since, key LIMIT ?",
-      limit,
-    )
-    .toArray()
-    .map((k) => ({ ...k, messages: sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM lane_messages WHERE key = ?", k.key).one().n }));
-  const held: Record<HeldKey["reason"], number> = { leased: 0, retry: 0, delayed: 0, handoff: 0 };
-  let lanes = 0;
-  for (const r of sql.exec<{ reason: HeldKey["reason"] | null; n: number }>("SELECT reason, COUNT(*) AS n FROM lanes GROUP BY reason").toArray()) {
-    lanes += r.n;
-    if (r.reason !== null) held[r.reason] = r.n;
-  }
-  return { keys, lanes, held };
-}
-
-/**
- * An operator's release of a held key (POST .../ordering/release): its head, leased alone
- * under a new lease, to be moved to the dead-letter queue and settled as dead-lettered. A
- * batch of the key in flight loses its lease (its acks come back stale). Null when this
- * shard has no message of the key, or its head waits on another shard's (that one is the
- * head to release).
- */
-export function takeLaneHead(sql: SqlStorage, now: number, key: string, leaseMs: number): LeasedMessage | null {
-  const head = sql.exec<Row>("SELECT * FROM lane_messages WHERE key = ? ORDER BY lseq LIMIT 1", key).toArray()[0];
-  if (!head) return null;
-  const from = blockedFrom(sql, key);
-  if (from !== null && head.gen >= from) return null;
-  const lease = randomHex(12);
-  sql.exec("UPDATE lane_messages SET leased = 0 WHERE key = ? AND leased = 1", key);
-  sql.exec("UPDATE lane_messages SET leased = 1 WHERE lseq = ?", head.lseq);
-  sql.exec("UPDATE lanes SET ready_at = NULL, lease = ?, lease_until = ?, reason = 'leased', blocker = ?, held_since = ? WHERE key = ?", lease, now + leaseMs, head.id, now, key);
-  return {
-    id: head.id,
-    body: new Uint8Array(head.body),
-    contentType: head.content_type as ContentType,
-    enqueuedAt: head.sent_at || head.enqueued_at,
-    attempts: head.attempts,
-    leaseId: `L${head.lseq}-${lease}`,
-    copyKey: copyOfLane(head.lseq),
-    orderingKey: key,
-  };
 }

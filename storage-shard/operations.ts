@@ -14,7 +14,7 @@ import type { DeliveryState } from "./delivery-state";
 import { MAX_MATCHING_LEASE, PURGE_PER_CALL } from "../src/kernel/limits";
 import { offsetsOf, parseLeaseId, Settled, slotKey, type Header } from "./segment";
 import { findSlot, headersOf, readState, SegmentEdit, STATE_COLUMNS, type SegmentState } from "./segment-rows";
-import { cancelLaneMessage, purgeLanes } from "./lanes";
+import { cancelLaneMessage, purgeLanes } from "./lane-operations";
 
 /** Removed messages: how many, their bytes, and how many were held under a live lease. */
 interface Removed {

@@ -2,7 +2,7 @@ import type { ContentType } from "../src/kernel/protocol";
 import { runMigrations, type MigrationStep } from "../src/kernel/sqlite-migrations";
 import { encodeHeaders, nextSegment, packBodies, SEGMENT_MAX_BYTES, Settled, type Header } from "./segment";
 import type { NewMessage } from "./segment-rows";
-import { LANES_SCHEMA, neverReuseLseq } from "./lanes";
+import { LANES_SCHEMA, neverReuseLseq } from "./lanes-schema";
 import { HANDOFF_SCHEMA } from "./handoff-schema";
 
 /** A row of the messages table of schema versions 4 to 9, as the conversion to segments reads it. */

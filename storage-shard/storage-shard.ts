@@ -37,7 +37,7 @@ import { knownIds } from "./remembered-ids";
 import { acceptBridges, acceptReleases, enterEpoch, loadEpoch, owedHandoffs } from "./handoff";
 import { HandoffOutbox } from "./handoff-outbox";
 import { ownerOfKey } from "../src/kernel/ordering";
-import { findLaneMessage, heldKeys, leasedLaneCount, oldestLaneAt, takeLaneHead } from "./lanes";
+import { findLaneMessage, heldKeys, leasedLaneCount, oldestLaneAt, takeLaneHead } from "./lane-operations";
 import { shardNumber } from "./segment";
 import { testHooksFor, type FaultPoint, type TestHookStatus } from "../src/kernel/test-hooks";
 import { corruptBodies } from "./corrupt-bodies";

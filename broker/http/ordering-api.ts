@@ -13,7 +13,7 @@ import { orderingKeySchema } from "../../src/kernel/send-rules";
 import { parseWith } from "../../src/kernel/validate";
 import { moveMessages } from "../../src/routing/move-messages";
 import { lookupQueue } from "../../src/routing/queue-lookup";
-import type { HeldKey } from "../../storage-shard/lanes";
+import type { HeldKey } from "../../storage-shard/lane-operations";
 import { ok } from "./envelope";
 import { readJson } from "./read-json";
 

@@ -1,0 +1,73 @@
+/**
+ * The tables of ordered lanes (lanes.ts), and the step that made their numbers never
+ * given out twice: schema steps of storage-shard/schema.ts.
+ */
+import { HANDOFF_TRIGGER } from "./handoff-schema";
+
+/** Version 12 of the shard's schema (schema.ts). */
+export const LANES_SCHEMA = `CREATE TABLE lane_messages (
+     lseq         INTEGER PRIMARY KEY,
+     key          TEXT    NOT NULL,
+     id           TEXT    NOT NULL,
+     content_type TEXT    NOT NULL,
+     checksum     INTEGER NOT NULL,
+     enqueued_at  INTEGER NOT NULL,
+     due_at       INTEGER NOT NULL,
+     attempts     INTEGER NOT NULL,
+     sent_at      INTEGER NOT NULL,
+     leased       INTEGER NOT NULL DEFAULT 0,
+     batch        TEXT,
+     body         BLOB    NOT NULL
+   );
+   CREATE INDEX lane_messages_key ON lane_messages(key, lseq);
+   CREATE INDEX lane_messages_id ON lane_messages(id);
+   CREATE TABLE lanes (
+     key         TEXT PRIMARY KEY,
+     ready_at    INTEGER,
+     lease       TEXT,
+     lease_until INTEGER,
+     last_lease  TEXT,
+     reason      TEXT,
+     blocker     TEXT,
+     held_since  INTEGER
+   ) WITHOUT ROWID;
+   CREATE INDEX lanes_ready ON lanes(ready_at) WHERE ready_at IS NOT NULL;
+   CREATE INDEX lanes_leased ON lanes(lease_until) WHERE lease IS NOT NULL;`;
+
+/**
+ * Version 14: lseq is never used twice. A lane message's lseq names its copy for ever (a
+ * dead-letter move is remembered by it, storage-shard/remembered-ids.ts), and a plain
+ * INTEGER PRIMARY KEY hands out the largest deleted number again: the full fault run lost
+ * 45 messages that way, each dead-lettered under a copy key a move of another message had
+ * already used, so the dead-letter queue skipped it and the queue deleted it. AUTOINCREMENT
+ * never goes back, and the count starts above the clock (as segment numbers do), above any
+ * number the table gave out before.
+ */
+export function neverReuseLseq(sql: SqlStorage): void {
+  const columns = "lseq, key, id, content_type, checksum, enqueued_at, due_at, attempts, sent_at, leased, batch, gen, body";
+  sql.exec(`CREATE TABLE lane_messages_v14 (
+     lseq         INTEGER PRIMARY KEY AUTOINCREMENT,
+     key          TEXT    NOT NULL,
+     id           TEXT    NOT NULL,
+     content_type TEXT    NOT NULL,
+     checksum     INTEGER NOT NULL,
+     enqueued_at  INTEGER NOT NULL,
+     due_at       INTEGER NOT NULL,
+     attempts     INTEGER NOT NULL,
+     sent_at      INTEGER NOT NULL,
+     leased       INTEGER NOT NULL DEFAULT 0,
+     batch        TEXT,
+     gen          INTEGER NOT NULL DEFAULT 0,
+     body         BLOB    NOT NULL
+   )`);
+  sql.exec(`INSERT INTO lane_messages_v14 (${columns}) SELECT ${columns} FROM lane_messages`);
+  // Dropping the table drops its indexes and the hand-off trigger (handoff.ts): made again below.
+  sql.exec("DROP TABLE lane_messages");
+  sql.exec("ALTER TABLE lane_messages_v14 RENAME TO lane_messages");
+  sql.exec("CREATE INDEX lane_messages_key ON lane_messages(key, lseq)");
+  sql.exec("CREATE INDEX lane_messages_id ON lane_messages(id)");
+  sql.exec(HANDOFF_TRIGGER);
+  const floor = Date.now() * 1024;
+  sql.exec("UPDATE sqlite_sequence SET seq = MAX(seq, ?) WHERE name = 'lane_messages'", floor);
+  sql.exec("INSERT INTO sqlite_sequence (name, seq) SELECT 'lane_messages', ? WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'lane_messages')", floor);
+}
