@@ -133,6 +133,7 @@ interface Placed {
  */
 function placeEach(map: ShardMap, region: string, messages: EncodedMessage[], keepIds: string[] | undefined): Placed[] {
   const groups = new Map<string, Placed>();
+  const keyless = messages.filter((x) => x.orderingKey === undefined).length;
   messages.forEach((m, i) => {
     let key: string;
     let choose: Placed["choose"];
@@ -145,9 +146,8 @@ function placeEach(map: ShardMap, region: string, messages: EncodedMessage[], ke
       key = `id:${shardForId(map, region, id)?.name ?? ""}`;
       choose = (current, exclude) => shardForId(current, region, id, exclude);
     } else {
-      const count = messages.filter((x) => x.orderingKey === undefined).length;
       key = "fresh";
-      choose = (current, exclude) => stickyShard(current, region, exclude, count, Date.now());
+      choose = (current, exclude) => stickyShard(current, region, exclude, keyless, Date.now());
     }
     const group = groups.get(key);
     if (group) group.indexes.push(i);
