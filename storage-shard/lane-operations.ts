@@ -6,7 +6,7 @@
  * in-memory figures.
  */
 import { randomHex } from "../src/kernel/ids";
-import type { ContentType, LeasedMessage, MessageStatus } from "../src/kernel/protocol";
+import type { ContentType, HoldReason, LaneFigures, LeasedMessage, MessageStatus } from "../src/kernel/protocol";
 import { blockedFrom, copyOfLane, reopen, type BacklogDelta, type Lane, type Row } from "./lanes";
 
 /** Deletes lane messages past retention that no lease holds (at most `limit`); their lanes go on. */
@@ -131,4 +131,18 @@ export function takeLaneHead(sql: SqlStorage, now: number, key: string, leaseMs:
     copyKey: copyOfLane(head.lseq),
     orderingKey: key,
   };
+}
+
+/** The lanes here and how many are held back, by reason: what GET .../metrics and Prometheus show, summed over shards. */
+export function laneFigures(sql: SqlStorage): LaneFigures {
+  const held: Record<HoldReason, number> = { leased: 0, retry: 0, delayed: 0, handoff: 0 };
+  let lanes = 0;
+  let oldestHeldSince: number | null = null;
+  for (const r of sql.exec<{ reason: HoldReason | null; n: number; since: number | null }>("SELECT reason, COUNT(*) AS n, MIN(held_since) AS since FROM lanes GROUP BY reason").toArray()) {
+    lanes += r.n;
+    if (r.reason === null) continue;
+    held[r.reason] = r.n;
+    if (r.since !== null && (oldestHeldSince === null || r.since < oldestHeldSince)) oldestHeldSince = r.since;
+  }
+  return { lanes, held, oldestHeldSince };
 }

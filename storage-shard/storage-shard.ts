@@ -37,7 +37,7 @@ import { knownIds } from "./remembered-ids";
 import { acceptBridges, acceptReleases, enterEpoch, loadEpoch, owedHandoffs } from "./handoff";
 import { HandoffOutbox } from "./handoff-outbox";
 import { ownerOfKey } from "../src/kernel/ordering";
-import { findLaneMessage, heldKeys, leasedLaneCount, oldestLaneAt, takeLaneHead } from "./lane-operations";
+import { findLaneMessage, heldKeys, laneFigures, leasedLaneCount, oldestLaneAt, takeLaneHead } from "./lane-operations";
 import { shardNumber } from "./segment";
 import { testHooksFor, type FaultPoint, type TestHookStatus } from "../src/kernel/test-hooks";
 import { corruptBodies } from "./corrupt-bodies";
@@ -415,7 +415,7 @@ export class StorageShard extends DurableObject<Env> {
   private figures(): ShardStats {
     settleReads(this.cost);
     const totals: DeliveryTotals = this.delivery.current();
-    return { backlogCount: this.backlogCount, backlogBytes: this.backlogBytes, oldestEnqueuedAt: this.oldestAt(), totals, cost: { ...this.cost } };
+    return { backlogCount: this.backlogCount, backlogBytes: this.backlogBytes, oldestEnqueuedAt: this.oldestAt(), totals, cost: { ...this.cost }, ordering: laneFigures(this.sql) };
   }
 
   /** A read-only RPC (or one that only extends leases): `none` when this shard is not the queue's. */

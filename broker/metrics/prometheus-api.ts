@@ -64,6 +64,10 @@ export async function prometheusMetrics(env: Env, accountId: string): Promise<Re
     out.gauge("shardq_queue_oldest_message_age_seconds", labels, oldest === null ? 0 : Math.max(0, now - oldest) / 1000);
     out.gauge("shardq_leased_messages", labels, metrics.shards.reduce((n, s) => n + (s.heartbeat?.leased ?? 0), 0));
     out.gauge("shardq_consumer_concurrency", labels, metrics.consumer_concurrency ?? 0);
+    out.gauge("shardq_ordering_lanes", labels, metrics.ordering.lanes);
+    for (const [reason, n] of Object.entries(metrics.ordering.held_by_reason)) out.gauge("shardq_ordering_held_keys", { ...labels, reason }, n);
+    const held = metrics.ordering.oldest_held_since_ms;
+    out.gauge("shardq_ordering_oldest_held_seconds", labels, held === null ? 0 : Math.max(0, now - held) / 1000);
     for (const [region, byState] of shardCounts(map)) {
       for (const state of SHARD_STATES) out.gauge("shardq_storage_shards", { ...labels, region, state }, byState.get(state) ?? 0);
     }
@@ -81,6 +85,9 @@ function declareFamilies(out: Exposition): Exposition {
     .declare("shardq_queue_oldest_message_age_seconds", "gauge", "Age of the oldest message in the backlog; 0 when it is empty.")
     .declare("shardq_leased_messages", "gauge", "Messages leased to a consumer and not yet settled, as the storage shards last reported.")
     .declare("shardq_consumer_concurrency", "gauge", "Consumer shards delivering now.")
+    .declare("shardq_ordering_lanes", "gauge", "Ordering keys with messages stored (docs/ordered-lanes.md).")
+    .declare("shardq_ordering_held_keys", "gauge", "Ordering keys held back, by reason: leased (a batch in flight), retry or delayed (its next message not due), handoff (another shard holds older messages of it).")
+    .declare("shardq_ordering_oldest_held_seconds", "gauge", "How long the longest-held ordering key has been held back; 0 when none is.")
     .declare("shardq_storage_shards", "gauge", "Storage shards of the queue by region and state.");
   for (const [, name, help] of COUNTERS) out.declare(name, "counter", help);
   return out.declare("shardq_send_latency_seconds", "histogram", "Time from a send or sendBatch reaching the broker to its messages stored, in seconds.");

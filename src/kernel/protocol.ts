@@ -142,7 +142,18 @@ export interface ShardStats {
   totals: DeliveryTotals;
   /** Since this object last started: what Cloudflare bills a Durable Object for (sql-meter.ts). */
   cost: CostFigures;
+  /** Ordered lanes here (docs/ordered-lanes.md): how many, how many held back by reason, and since when the longest. */
+  ordering?: LaneFigures;
 }
+
+export interface LaneFigures {
+  lanes: number;
+  held: Record<HoldReason, number>;
+  oldestHeldSince: number | null;
+}
+
+/** Why an ordering key is held back: a batch in flight, a retry or a delay not due, a hand-off from another shard. */
+export type HoldReason = "leased" | "retry" | "delayed" | "handoff";
 
 export interface DeliveryTotals {
   /**

@@ -1,4 +1,5 @@
 import type { QueueSettings } from "./settings";
+import type { HoldReason } from "./protocol";
 
 /** A queue as the REST API shows it (Cloudflare's field names). */
 export interface QueueInfo {
@@ -18,6 +19,13 @@ export interface QueueMetrics {
   backlog_count: number;
   backlog_bytes: number;
   oldest_message_timestamp_ms: number | null;
+  /** Ordered lanes (docs/ordered-lanes.md): keys with messages, keys held back by reason, since when the longest. */
+  ordering: {
+    lanes: number;
+    held_keys: number;
+    held_by_reason: Record<HoldReason, number>;
+    oldest_held_since_ms: number | null;
+  };
   /** Consumer shards delivering now (null when not asked for). */
   consumer_concurrency: number | null;
   shards: Array<{

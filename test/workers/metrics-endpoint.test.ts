@@ -29,7 +29,7 @@ const sendCount = (m: Map<string, Family>, labels: Record<string, string>) => va
 
 const FAMILIES = [
   "shardq_queue_scrape_ok", "shardq_queue_backlog_messages", "shardq_queue_backlog_bytes", "shardq_queue_oldest_message_age_seconds",
-  "shardq_leased_messages", "shardq_consumer_concurrency", "shardq_storage_shards", "shardq_messages_in_total", "shardq_messages_delivered_total",
+  "shardq_leased_messages", "shardq_consumer_concurrency", "shardq_ordering_lanes", "shardq_ordering_held_keys", "shardq_ordering_oldest_held_seconds", "shardq_storage_shards", "shardq_messages_in_total", "shardq_messages_delivered_total",
   "shardq_messages_acked_total", "shardq_messages_retried_total", "shardq_messages_dead_lettered_total", "shardq_messages_dropped_total",
   "shardq_messages_expired_total", "shardq_messages_quarantined_total", "shardq_messages_purged_total", "shardq_messages_cancelled_total",
   "shardq_send_latency_seconds",

@@ -5,12 +5,13 @@
  * dead-lettered, and different keys never wait for one another. Pull consumers, storage
  * shards on a fake clock.
  */
-import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import { env, runDurableObjectAlarm, runInDurableObject, SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import { ManualClock } from "../../src/kernel/clock";
 import type { StorageShard } from "../../storage-shard/storage-shard";
-import { api, backlog, createQueue, producer, queuePath, shardsOnFakeClock } from "./helpers";
+import { api, backlog, BASE, createQueue, producer, queuePath, shardsOnFakeClock, TOKEN } from "./helpers";
+import { parseExposition, valueOf } from "./exposition";
 import { addConsumer, eventually, fakeConsumer } from "./push-helpers";
 
 const pull = (q: string, body: unknown = {}) => api("POST", `${queuePath(q)}/messages/pull`, body);
@@ -258,6 +259,14 @@ describe("ordered lanes", () => {
     const retrying = (await api("GET", `${queuePath("lanes-held")}/ordering/held?limit=10`)).json.result;
     expect(retrying.keys).toEqual([expect.objectContaining({ ordering_key: "h", reason: "retry", message_id: h1!.id, since_ms: clock.now() })]);
     expect(retrying.oldest_held_since_ms).toBe(clock.now());
+    // The counts in GET .../metrics and Prometheus' /metrics.
+    const metrics = (await api("GET", `${queuePath("lanes-held")}/metrics`)).json.result;
+    expect(metrics.ordering).toEqual({ lanes: 1, held_keys: 1, held_by_reason: { leased: 0, retry: 1, delayed: 0, handoff: 0 }, oldest_held_since_ms: clock.now() });
+    const scraped = parseExposition(await (await SELF.fetch(`${BASE}/metrics`, { headers: { authorization: `Bearer ${TOKEN}` } })).text());
+    const labels = { queue: "lanes-held", queue_id: (await api("GET", queuePath("lanes-held"))).json.result.queue_id };
+    expect(valueOf(scraped, "shardq_ordering_held_keys", { ...labels, reason: "retry" })).toBe(1);
+    expect(valueOf(scraped, "shardq_ordering_held_keys", { ...labels, reason: "leased" })).toBe(0);
+    expect(valueOf(scraped, "shardq_ordering_lanes", labels)).toBe(1);
     const bad = await api("GET", `${queuePath("lanes-held")}/ordering/held?limit=0`);
     expect(bad.status).toBe(400);
     expect(bad.json.errors[0].field).toBe("limit");

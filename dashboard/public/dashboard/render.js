@@ -18,6 +18,8 @@ export function renderFigures(info, metrics) {
     ["Out / s", num(Math.round(b.outPerS))],
     ["Consumers running", num(metrics.consumer_concurrency)],
     ["Dead-lettered", num(b.dead)],
+    // Ordered lanes: keys held back (in flight, waiting on a retry, a delay or a hand-off) of the keys with messages.
+    ["Keys held", metrics.ordering ? `${num(metrics.ordering.held_keys)} of ${num(metrics.ordering.lanes)}` : "–"],
     ["Delivery", paused ? "paused" : "on"],
   ];
   $("#figures").replaceChildren(
