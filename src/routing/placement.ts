@@ -37,22 +37,6 @@ export function shardForId(map: ShardMap, region: string, id: string, exclude: R
 }
 
 /**
- * Messages whose ids are fixed, grouped by the shard each id picks: each group is the
- * indexes into `ids` of one shard, in their order, keyed by the shard's name ("" for the
- * messages no shard takes now, to be placed once a fresh map has one).
- */
-export function placeById(map: ShardMap, region: string, ids: readonly string[]): Map<string, number[]> {
-  const groups = new Map<string, number[]>();
-  ids.forEach((id, i) => {
-    const key = shardForId(map, region, id)?.name ?? "";
-    const group = groups.get(key);
-    if (group) group.push(i);
-    else groups.set(key, [i]);
-  });
-  return groups;
-}
-
-/**
  * The shard of an ordering key (docs/ordered-lanes.md): its owner among every active shard of
  * the queue, whatever its region (src/kernel/ordering.ts), so a key has one home wherever its
  * producers send from. None when the owner is in `exclude`: a keyed message never goes to

@@ -108,17 +108,6 @@ export async function storeMessages(
   return { ids, queueId: stored[0]?.queueId ?? map.queueId, backlogs: stored.map((s) => s.backlog) };
 }
 
-/**
- * Stores messages on one shard of the queue, all or nothing: the shard `choose` names. A
- * shard that refuses stored nothing, so `choose` is asked again without it. One that
- * refuses for want of room (at capacity) is passed over until every shard of the map has
- * been asked: then the Coordinator's current map is read, since shards added since may
- * have room, and only when it names none untried does the send wait (full jitter,
- * growing) and ask them all again, for at most OVERLOAD_PATIENCE_MS. A send is answered
- * "unavailable" for want of room only after every active shard refused it. Other
- * refusals (draining, retired, unknown: a stale map) re-read the map. Lands exactly
- * once or throws.
- */
 interface Placed {
   /** Indexes into the batch, in its order. */
   indexes: number[];
@@ -156,6 +145,17 @@ function placeEach(map: ShardMap, region: string, messages: EncodedMessage[], ke
   return [...groups.values()];
 }
 
+/**
+ * Stores messages on one shard of the queue, all or nothing: the shard `choose` names. A
+ * shard that refuses stored nothing, so `choose` is asked again without it. One that
+ * refuses for want of room (at capacity) is passed over until every shard of the map has
+ * been asked: then the Coordinator's current map is read, since shards added since may
+ * have room, and only when it names none untried does the send wait (full jitter,
+ * growing) and ask them all again, for at most OVERLOAD_PATIENCE_MS. A send is answered
+ * "unavailable" for want of room only after every active shard refused it. Other
+ * refusals (draining, retired, unknown: a stale map) re-read the map. Lands exactly
+ * once or throws.
+ */
 async function storeOnOneShard(
   env: Env,
   target: SendTarget,

@@ -1,7 +1,8 @@
 import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { callerRegion } from "../../src/routing/region";
-import { pickShard, placeById, shardForId } from "../../src/routing/placement";
+import { pickShard, shardForId, shardForKey } from "../../src/routing/placement";
+import { ownerOfKey } from "../../src/kernel/ordering";
 import { forgetSticks, stickyShard, STICKY_MESSAGES, STICKY_MS } from "../../src/routing/sticky-placement";
 import { storeMessages } from "../../src/routing/store";
 import { serviceConfig } from "../../src/kernel/config";
@@ -179,16 +180,28 @@ describe("shard choice", () => {
     expect(stickyShard(fakeMap([]), "local", new Set(), 1, t)).toBeUndefined();
   });
 
-  it("groups ids by the shard each picks, the same for an id in any batch", () => {
-    const ids = Array.from({ length: 40 }, (_, i) => i.toString(16).padStart(32, "0"));
-    const groups = placeById(map, "wnam", ids);
-    expect([...groups.values()].flat().sort((x, y) => x - y)).toEqual(ids.map((_, i) => i));
-    for (const [shard, indexes] of groups) for (const i of indexes) expect(shardForId(map, "wnam", ids[i]!)!.name).toBe(shard);
-    const reversed = placeById(map, "wnam", [...ids].reverse());
-    for (const [shard, indexes] of reversed) for (const i of indexes) expect(shardForId(map, "wnam", ids[ids.length - 1 - i]!)!.name).toBe(shard);
-    // With no active shard at all, every id waits under "" for a fresh map.
-    const none = { ...map, shards: map.shards.map((s) => ({ ...s, state: "draining" as const })) };
-    expect([...placeById(none, "wnam", ids).keys()]).toEqual([""]);
+  it("places an ordering key by rendezvous hashing: a shard added takes only keys it wins, a shard drained gives up only its own", () => {
+    const keys = Array.from({ length: 2000 }, (_, i) => `order-${i}`);
+    const three = ["s0", "s1", "s2"];
+    const four = [...three, "s3"];
+    const before = new Map(keys.map((k) => [k, ownerOfKey(k, three)!]));
+    const after = new Map(keys.map((k) => [k, ownerOfKey(k, four)!]));
+    // Added: a key stays where it was, or moves to the new shard.
+    for (const k of keys) expect([before.get(k), "s3"]).toContain(after.get(k));
+    // Drained: only the drained shard's keys move.
+    const without = new Map(keys.map((k) => [k, ownerOfKey(k, ["s0", "s2", "s3"])!]));
+    for (const k of keys) if (after.get(k) !== "s1") expect(without.get(k)).toBe(after.get(k));
+    // Spread evenly enough: each of four shards owns a fair share.
+    for (const s of four) {
+      const share = keys.filter((k) => after.get(k) === s).length / keys.length;
+      expect(share).toBeGreaterThan(0.18);
+      expect(share).toBeLessThan(0.32);
+    }
+    // Over a map: the owner among the active shards of every region, none when it is excluded.
+    const owner = shardForKey(map, "order-7")!;
+    expect(owner.state).toBe("active");
+    expect(owner.name).toBe(ownerOfKey("order-7", map.shards.filter((x) => x.state === "active").map((x) => x.name)));
+    expect(shardForKey(map, "order-7", new Set([owner.name]))).toBeUndefined();
   });
 
   it("maps request.cf to a configured region, else the default", () => {
