@@ -18,7 +18,7 @@ import type { LeasedMessage, LeaseRequest, LeaseResult } from "../src/kernel/pro
 import type { DeliveryState, MemoryLease } from "./delivery-state";
 import { copyOf, leaseIdOf, Settled, slotKey, type Header } from "./segment";
 import { Bodies, headersOf, readState, rewritten, SegmentEdit, STATE_COLUMNS, writeSegments, type NewMessage, type SegmentState } from "./segment-rows";
-import { expireLaneLeases, nextLaneVisible, readyLanes, takeLanes, type LaneCandidate } from "./lanes";
+import { expireLaneLeases, lanesInUse, nextLaneVisible, readyLanes, takeLanes, type LaneCandidate } from "./lanes";
 import { expireOldLanes } from "./lane-operations";
 
 /** How many segments one lease call deletes at most for retention: bounded work per visit. */
@@ -92,8 +92,9 @@ interface Candidate {
 
 export function lease(sql: SqlStorage, ds: DeliveryState, now: number, req: LeaseRequest, retentionMs: number): { result: Omit<LeaseResult, "backlog">; delta: BacklogDelta } {
   const lapsed = expireLeases(sql, ds, now);
-  expireLaneLeases(sql, now);
-  const lanes = readyLanes(sql, now, req.limit);
+  const keyed = lanesInUse(sql);
+  if (keyed) expireLaneLeases(sql, now);
+  const lanes = keyed ? readyLanes(sql, now, req.limit) : [];
   const scheduled = readScheduled(sql, ds, now, req.limit, now - retentionMs);
   const fresh = readFresh(sql, ds, req.limit - scheduled.candidates.length);
 
@@ -322,6 +323,6 @@ export function leaseSlots(
 /** When something not ready now becomes ready: a scheduled segment, a memory lease running out, or a held lane. */
 function nextVisible(sql: SqlStorage, ds: DeliveryState, now: number): number | null {
   const row = sql.exec<{ t: number | null }>("SELECT MIN(due_at) AS t FROM segments WHERE due_at IS NOT NULL AND due_at > ?", now).one();
-  const times = [row.t, ds.earliestExpiry(), nextLaneVisible(sql, now)].filter((t): t is number => t !== null);
+  const times = [row.t, ds.earliestExpiry(), lanesInUse(sql) ? nextLaneVisible(sql, now) : null].filter((t): t is number => t !== null);
   return times.length === 0 ? null : Math.min(...times);
 }

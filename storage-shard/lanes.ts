@@ -56,6 +56,7 @@ export interface Lane extends Record<string, SqlStorageValue> {
  * (`gen`, which a hand-off names: handoff.ts); answers each one's id.
  */
 export function writeLanes(sql: SqlStorage, now: number, messages: ReadonlyArray<NewMessage & { key: string }>, batch: string | null, gen: number): string[] {
+  inUse.set(sql, true);
   const ids = messages.map((m) => m.id ?? newMessageId(now));
   // One statement for the whole batch (bound parameters are few: the rows travel as JSON, bodies in hex).
   const rows = messages.map((m, i) => ({ k: m.key, i: ids[i], c: m.contentType, s: m.checksum, e: m.enqueuedAt, d: m.dueAt, a: m.attempts, t: m.sentAt, b: hexOf(m.body) }));
@@ -76,6 +77,22 @@ export function writeLanes(sql: SqlStorage, now: number, messages: ReadonlyArray
   // A new lane is ready when its head is due, unless another shard still holds older messages of its key.
   if (bridgedAny(sql)) for (const { key } of created) if (blockedFrom(sql, key) !== null) reopen(sql, now, key, null);
   return ids;
+}
+
+/**
+ * Per shard (its SqlStorage), whether it has ever held a lane, or owes a hand-off: a
+ * queue without ordering keys then pays none of the lanes' queries on its lease, settle
+ * and append path. Learnt once from the tables, and set by the first keyed append.
+ */
+const inUse = new WeakMap<SqlStorage, boolean>();
+
+export function lanesInUse(sql: SqlStorage): boolean {
+  let used = inUse.get(sql);
+  if (used === undefined) {
+    used = sql.exec("SELECT 1 FROM lanes UNION ALL SELECT 1 FROM releases UNION ALL SELECT 1 FROM registrations LIMIT 1").toArray().length > 0;
+    inUse.set(sql, used);
+  }
+  return used;
 }
 
 const HEX = Array.from({ length: 256 }, (_, i) => i.toString(16).padStart(2, "0"));

@@ -38,6 +38,7 @@ import { acceptBridges, acceptReleases, enterEpoch, loadEpoch, owedHandoffs } fr
 import { HandoffOutbox } from "./handoff-outbox";
 import { ownerOfKey } from "../src/kernel/ordering";
 import { findLaneMessage, heldKeys, laneFigures, leasedLaneCount, oldestLaneAt, takeLaneHead } from "./lane-operations";
+import { lanesInUse } from "./lanes";
 import { shardNumber } from "./segment";
 import { testHooksFor, type FaultPoint, type TestHookStatus } from "../src/kernel/test-hooks";
 import { corruptBodies } from "./corrupt-bodies";
@@ -276,7 +277,7 @@ export class StorageShard extends DurableObject<Env> {
     if (ds.scheduledOldest === undefined) {
       ds.scheduledOldest = this.sql.exec<{ t: number | null }>("SELECT MIN(enqueued_at) AS t FROM segments WHERE due_at IS NOT NULL AND due_at > -1").one().t;
     }
-    const times = [first, ds.scheduledOldest, oldestLaneAt(this.sql)].filter((t): t is number => t !== null);
+    const times = [first, ds.scheduledOldest, lanesInUse(this.sql) ? oldestLaneAt(this.sql) : null].filter((t): t is number => t !== null);
     return times.length === 0 ? null : Math.min(...times);
   }
 
@@ -415,7 +416,7 @@ export class StorageShard extends DurableObject<Env> {
   private figures(): ShardStats {
     settleReads(this.cost);
     const totals: DeliveryTotals = this.delivery.current();
-    return { backlogCount: this.backlogCount, backlogBytes: this.backlogBytes, oldestEnqueuedAt: this.oldestAt(), totals, cost: { ...this.cost }, ordering: laneFigures(this.sql) };
+    return { backlogCount: this.backlogCount, backlogBytes: this.backlogBytes, oldestEnqueuedAt: this.oldestAt(), totals, cost: { ...this.cost }, ...(lanesInUse(this.sql) ? { ordering: laneFigures(this.sql) } : {}) };
   }
 
   /** A read-only RPC (or one that only extends leases): `none` when this shard is not the queue's. */
