@@ -1,54 +1,24 @@
 // The checker: Jepsen's total-queue checker, extended with leases. It reads a history
-// (history.mjs) and nothing else.
+// (history.mjs) and nothing else. Each check is defined in full in docs/guarantees.md and,
+// figure by figure, in the report (report.mjs); in short:
 //
-//   lost          a send the service answered ok for, whose message was never acked by the
-//                 end, after draining: never delivered, or delivered and then gone from
-//                 every queue (the queue, the dead-letter queue, back by a redrive) without
-//                 an ack that may have applied (confirmed, or answered unknown) under any
-//                 of its leases, nor an ack by a queue() handler
-//   unexpected    a delivery of a harness id that was never sent, or whose send certainly
-//                 failed (a 4xx, or a connection refused), or a body without a harness id
-//   wrong id      a delivery of an acknowledged message under another id than its send returned
-//   duplicated    a harness id delivered more than once (a figure: at-least-once allows it),
-//                 with the cause of each redelivery
-//   recovered     a send whose outcome was unknown, delivered all the same
-//   lease overlap two deliveries of one message whose leases were both held at some moment.
-//                 A delivery's lease is certainly held from the moment its pull answered
-//                 until the earlier of (pull invoked + visibility timeout) and the first ack
-//                 or retry sent under it, and was granted somewhere between its pull's invoke
-//                 and answer. An overlap: one lease granted wholly within the other's certain
-//                 span, or the two certain spans sharing more than `toleranceMs` (clock
-//                 slack, also kept at the end of a span). One with a hard kill between the two pulls,
-//                 or a reset of the storage shard holding the message (an abort fault), is
-//                 counted apart (leases of fresh messages are held in the storage shard's
-//                 memory, so a reset ends them); one without is a violation.
-//   corrupted     messages whose stored body the nemesis corrupted: they must be quarantined
-//                 (never delivered from a pull invoked after the corruption) and counted in
-//                 the quarantined total the shards report, and are not lost; a delivery
-//                 whose body is not exactly what was sent (garbled) is a violation
-//   stored twice  one message id of a queue delivered from two stored copies (shard and copy, read
-//                 from the lease id) in one stay there: a send stored twice, as a retry of
-//                 an append whose reply was lost would if the shard did not skip the ids it
-//                 already holds. A stay ends when the message leaves for another queue; a
-//                 redrive brings it back as a new copy, which restarts its attempts at 1.
-//   moves         redrives of the dead-letter queue during the load (the redriver), each
-//                 message's stays and dead-letterings (move-checker.mjs). Deliveries of one
-//                 message from two queues are two copies: their leases may overlap. A
-//                 delivery after a confirmed ack is excused only for a message that had left
-//                 a queue when a redrive was cut off before the ack (two copies go on)
-//   after ack     a delivery of a message whose pull was invoked after an ack of that
-//                 message had been confirmed (the ack answered ok with no warning for it)
-//
-//   push          deliveries to a Worker consumer's queue() handler, as it reported them
-//                 (push-checker.mjs): each counts as a delivery for all of the above; beyond
-//                 them, no two handlers may hold one message at once while the service and
-//                 its shards stay up, no message may come again after a handler acked it
-//                 with no fault in between, a message not acked at its last delivery must
-//                 come again (the dead-letter queue), and every consumer shard abort must fire
-//   order         messages sent with an ordering_key (order-checker.mjs): per key, first
-//                 deliveries in the order the service accepted the sends, none while an
-//                 earlier message of the key is leased or waiting for a retry, and pulls
-//                 answering with the key each was sent with
+//   lost          acknowledged by a send, never acked by the end: never delivered, or gone
+//                 from every queue (the queue, the dead-letter queue, back by a redrive)
+//   unexpected    a delivery of a harness id never sent, or whose send certainly failed
+//   wrong id      a delivery under another id than its send returned
+//   duplicated    delivered more than once (a figure: at-least-once allows it), with causes
+//   recovered     a send left unknown, delivered all the same
+//   lease overlap two deliveries of one message whose leases were both certainly held at some
+//                 moment; counted apart across a hard kill or a reset of the message's shard
+//   corrupted     bodies the nemesis corrupted: quarantined, counted, never delivered after
+//                 it; a delivery whose body is not what was sent (garbled) fails the run
+//   stored twice  one id of a queue delivered from two stored copies in one stay
+//   moves         redrives, each message's stays and dead-letterings (move-checker.mjs); a
+//                 second copy left by a move cut off by a fault goes on separately
+//   after ack     a delivery pulled after an ack of that message was confirmed
+//   push          deliveries to a Worker consumer's queue() handler (push-checker.mjs)
+//   order         ordering keys (order-checker.mjs): first deliveries in accepted order,
+//                 none while an earlier message of the key is leased or waiting for a retry
 //
 // Valid when: nothing lost, nothing unexpected, no wrong id, no message id stored twice,
 // no lease overlap while the service and the shard stayed up, no delivery after a
