@@ -1,4 +1,4 @@
-// `npm run bench -- profile [--workload w1|w1b|w2] [--count N] [--rate R] [--concurrency C] [--paused] [--observability]`: where
+// `npm run bench -- profile [--workload w1|w1b|w2|w8|w8u] [--count N] [--rate R] [--concurrency C] [--shards N] [--paused] [--observability]`: where
 // shardq's CPU goes. Starts the benchmark's shardq stack (driver, service, sink) on
 // loopback, runs one workload through the driver while `perf record` samples workerd
 // (Debian's linux-perf; skipped with a note when perf is missing), and prints CPU per
@@ -9,16 +9,19 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { setUpShardq } from "./stacks.mjs";
+import { W8 } from "./ordered.mjs";
 import { groupCpuSeconds, groupPids } from "./scaling.mjs";
 import { writeDevConfig } from "../scripts/dev-config.mjs";
 import { freePort, ROOT, startWrangler } from "../scripts/dev-server.mjs";
 
-export const PROFILE_HELP = `npm run bench -- profile [--workload w1|w1b|w2] [--count N] [--rate R] [--concurrency C] [--paused] [--observability]
+export const PROFILE_HELP = `npm run bench -- profile [--workload w1|w1b|w2|w8|w8u] [--count N] [--rate R] [--concurrency C] [--shards N] [--paused] [--observability]
   Runs one workload against shardq alone under perf and prints CPU per message, send() latency and workerd's hottest frames.
-  --workload     w1: send() with 256 in flight (default); w1b: the same through batchingQueue; w2: sendBatch() of 100
+  --workload     w1: send() with 256 in flight (default); w1b: the same through batchingQueue; w2: sendBatch() of 100;
+                 w8: w2's sends with orderingKey from 10,000 keys (bench/ordered.mjs); w8u: the same sends and keys without orderingKey
   --count N      messages (default 20000)
   --rate R       send at R messages/s (an open loop, as workload 4) instead of as fast as they go
   --concurrency C calls in flight (default 256 for w1, 8 for w2)
+  --shards N     storage shards, fixed (default: the benchmark stack's, which may scale)
   --paused       delivery paused: the cost of sending alone (the messages stay stored)
   --observability keep wrangler's local trace collector on (off by default, as everywhere else)`;
 
@@ -27,18 +30,20 @@ const FRAMES = /TailStreamTarget::report|SqlStorage::exec|sqlite3_step|JsRpcTarg
 
 /** @param {string[]} argv */
 export async function profile(argv) {
-  const { values: o } = parseArgs({ args: argv, options: { workload: { type: "string", default: "w1" }, count: { type: "string", default: "20000" }, rate: { type: "string", default: "0" }, concurrency: { type: "string" }, paused: { type: "boolean", default: false }, observability: { type: "boolean", default: false } } });
+  const { values: o } = parseArgs({ args: argv, options: { workload: { type: "string", default: "w1" }, count: { type: "string", default: "20000" }, rate: { type: "string", default: "0" }, concurrency: { type: "string" }, paused: { type: "boolean", default: false }, shards: { type: "string" }, observability: { type: "boolean", default: false } } });
   const count = Number(o.count);
   if (!Number.isInteger(count) || count < 100 || count > 1_000_000) throw new Error("--count must be an integer from 100 to 1000000");
-  if (o.workload !== "w1" && o.workload !== "w1b" && o.workload !== "w2") throw new Error('--workload must be "w1", "w1b" or "w2"');
+  if (!["w1", "w1b", "w2", "w8", "w8u"].includes(o.workload)) throw new Error('--workload must be "w1", "w1b", "w2", "w8" or "w8u"');
   const rate = Number(o.rate);
   if (!Number.isInteger(rate) || rate < 0 || rate > 100_000) throw new Error("--rate must be an integer from 0 (as fast as possible) to 100000");
-  const batch = o.workload === "w2" ? 100 : 1;
-  const concurrency = Number(o.concurrency ?? (o.workload === "w2" ? 8 : 256));
+  const batched = o.workload === "w2" || o.workload.startsWith("w8");
+  const batch = batched ? W8.batch : 1;
+  const concurrency = Number(o.concurrency ?? (batched ? W8.concurrency : 256));
   if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 1000) throw new Error("--concurrency must be an integer from 1 to 1000");
   const work = mkdtempSync(join(tmpdir(), "shardq-profile-"));
   const port = await freePort();
-  const config = writeDevConfig({ file: join(ROOT, "wrangler.bench.toml"), consumers: [{ binding: "CONSUMER_BENCH_SINK", service: "bench-sink" }] });
+  const shards = o.shards === undefined ? {} : { vars: { SHARDS_PER_REGION: o.shards, MAX_SHARDS_PER_REGION: o.shards } };
+  const config = writeDevConfig({ file: join(ROOT, "wrangler.bench.toml"), consumers: [{ binding: "CONSUMER_BENCH_SINK", service: "bench-sink" }], ...shards });
   const stack = await startWrangler({
     args: ["-c", "bench/workers/driver/wrangler.shardq.toml", "-c", config, "-c", "bench/workers/sink/wrangler.shardq.toml", "--port", String(port), "--ip", "127.0.0.1", "--persist-to", join(work, "state"), "--inspector-port", "0"],
     readyUrl: `http://127.0.0.1:${port}/ready`,
@@ -58,7 +63,7 @@ export async function profile(argv) {
     const perf = havePerf ? spawn("perf", ["record", "-F", "499", "-g", "-o", perfData, "-p", workerds.join(",")], { stdio: "ignore" }) : null;
     const cpu0 = groupCpuSeconds(pgid);
     const started = performance.now();
-    const producer = o.workload === "w1b" ? "&producer=batching" : "";
+    const producer = o.workload === "w1b" ? "&producer=batching" : o.workload.startsWith("w8") ? `&keys=${W8.keys}&ordered=${o.workload === "w8" ? 1 : 0}` : "";
     const r = /** @type {any} */ (await (await fetch(`${base}/run?count=${count}&concurrency=${concurrency}&batch=${batch}&rate=${rate}${producer}`, { method: "POST" })).json());
     if (r.error) throw new Error(`driver: ${r.error}`);
     if (!o.paused) for (let s = await sink(base); s.distinct < count; s = await sink(base)) await new Promise((res) => setTimeout(res, 50));
