@@ -51,7 +51,7 @@ export function appendBatch(sql: SqlStorage, ds: DeliveryState, shardNo: number,
     at.push(i);
   });
   if (keyed) {
-    writeLanes(sql, now, writes.map((w, k) => ({ ...w, key: req.messages[at[k]!]!.orderingKey! })), req.batch ?? null, gen).forEach((id, k) => (ids[at[k]!] = id));
+    writeLanes(sql, now, shardNo, writes.map((w, k) => ({ ...w, key: req.messages[at[k]!]!.orderingKey! })), req.batch ?? null, gen).forEach((id, k) => (ids[at[k]!] = id));
   } else {
     writeSegments(sql, ds, shardNo, now, writes, req.batch ?? null).forEach((w, k) => (ids[at[k]!] = w.id));
   }

@@ -7,7 +7,7 @@
  */
 import { randomHex } from "../src/kernel/ids";
 import type { ContentType, HoldReason, LaneFigures, LeasedMessage, MessageStatus } from "../src/kernel/protocol";
-import { blockedFrom, copyOfLane, reopen, type BacklogDelta, type Lane, type Row } from "./lanes";
+import { blockedFrom, copyOfLane, laneOfId, reopen, type BacklogDelta, type Lane, type Row } from "./lanes";
 
 /** Deletes lane messages past retention that no lease holds (at most `limit`); their lanes go on. */
 export function expireOldLanes(sql: SqlStorage, now: number, cutoff: number, limit = 1000): BacklogDelta & { expired: number } {
@@ -55,7 +55,8 @@ export function oldestLaneAt(sql: SqlStorage): number | null {
 
 /** A lane message found by id, as a lookup sees it. */
 export function findLaneMessage(sql: SqlStorage, now: number, id: string): (MessageStatus & { orderingKey: string }) | null {
-  const r = sql.exec<Row & { size: number }>("SELECT lseq, key, id, content_type, enqueued_at, due_at, attempts, sent_at, leased, length(body) AS size FROM lane_messages WHERE id = ? ORDER BY lseq LIMIT 1", id).toArray()[0];
+  const lseq = laneOfId(sql, id);
+  const r = lseq === null ? undefined : sql.exec<Row & { size: number }>("SELECT lseq, key, id, content_type, enqueued_at, due_at, attempts, sent_at, leased, length(body) AS size FROM lane_messages WHERE lseq = ?", lseq).toArray()[0];
   if (!r) return null;
   const lane = sql.exec<Lane>("SELECT key, ready_at, lease, lease_until FROM lanes WHERE key = ?", r.key).toArray()[0];
   const leased = r.leased === 1 && lane?.lease !== null;
@@ -66,7 +67,8 @@ export function findLaneMessage(sql: SqlStorage, now: number, id: string): (Mess
 
 /** Deletes a lane message by id wherever it stands, as a segment's cancel does; its lane goes on. */
 export function cancelLaneMessage(sql: SqlStorage, now: number, id: string): { count: number; bytes: number; held: number } {
-  const r = sql.exec<{ lseq: number; key: string; leased: number; size: number }>("SELECT lseq, key, leased, length(body) AS size FROM lane_messages WHERE id = ? ORDER BY lseq LIMIT 1", id).toArray()[0];
+  const lseq = laneOfId(sql, id);
+  const r = lseq === null ? undefined : sql.exec<{ lseq: number; key: string; leased: number; size: number }>("SELECT lseq, key, leased, length(body) AS size FROM lane_messages WHERE lseq = ?", lseq).toArray()[0];
   if (!r) return { count: 0, bytes: 0, held: 0 };
   sql.exec("DELETE FROM lane_messages WHERE lseq = ?", r.lseq);
   const lane = sql.exec<Lane>("SELECT key, lease FROM lanes WHERE key = ?", r.key).toArray()[0];

@@ -71,3 +71,13 @@ export function neverReuseLseq(sql: SqlStorage): void {
   sql.exec("UPDATE sqlite_sequence SET seq = MAX(seq, ?) WHERE name = 'lane_messages'", floor);
   sql.exec("INSERT INTO sqlite_sequence (name, seq) SELECT 'lane_messages', ? WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'lane_messages')", floor);
 }
+
+/**
+ * Version 15: a lane message the shard draws the id of gets a located id that names its
+ * lseq (lanes.ts laneIdOf), so the index on every lane message's id goes; ids a sender
+ * chose, or a move kept, are indexed in lane_ids, which a trigger keeps in step with deletes.
+ */
+export const LOCATED_LANE_IDS = `CREATE TABLE lane_ids (id TEXT NOT NULL, lseq INTEGER NOT NULL, PRIMARY KEY (id, lseq)) WITHOUT ROWID;
+   INSERT INTO lane_ids (id, lseq) SELECT id, lseq FROM lane_messages;
+   DROP INDEX lane_messages_id;
+   CREATE TRIGGER lane_id_gone AFTER DELETE ON lane_messages BEGIN DELETE FROM lane_ids WHERE id = OLD.id AND lseq = OLD.lseq; END;`;

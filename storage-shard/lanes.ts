@@ -9,7 +9,7 @@
  * backlog delta for the shard's in-memory figures.
  */
 import { crc32 } from "../src/kernel/checksum";
-import { newMessageId, randomHex } from "../src/kernel/ids";
+import { locate, locatedId, randomHex } from "../src/kernel/ids";
 import type { ContentType, LeasedMessage, LeaseRef } from "../src/kernel/protocol";
 import type { NewMessage } from "./segment-rows";
 
@@ -52,20 +52,37 @@ export interface Lane extends Record<string, SqlStorageValue> {
 }
 
 /**
- * Appends keyed messages to their lanes, in order, tagged with the epoch the shard is in
- * (`gen`, which a hand-off names: handoff.ts); answers each one's id.
+ * The slot a located id (src/kernel/ids.ts) names for a lane message, whose segment part is
+ * its lseq: segments' slots stay below SEGMENT_MAX_MESSAGES.
  */
-export function writeLanes(sql: SqlStorage, now: number, messages: ReadonlyArray<NewMessage & { key: string }>, batch: string | null, gen: number): string[] {
+export const LANE_SLOT = 0xffff;
+
+/** Rows per INSERT of writeLanes: 12 columns each, under workerd's 100 bound parameters. */
+const ROWS_PER_INSERT = 8;
+const INSERT_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+
+/**
+ * Appends keyed messages to their lanes, in order, tagged with the epoch the shard is in
+ * (`gen`, which a hand-off names: handoff.ts); answers each one's id. The shard numbers
+ * them itself, from the table's sequence, so that an id it draws can name its lseq (a
+ * located id, found without an index); ids given go in lane_ids.
+ */
+export function writeLanes(sql: SqlStorage, now: number, shardNo: number, messages: ReadonlyArray<NewMessage & { key: string }>, batch: string | null, gen: number): string[] {
   inUse.set(sql, true);
-  const ids = messages.map((m) => m.id ?? newMessageId(now));
-  // One statement for the whole batch (bound parameters are few: the rows travel as JSON, bodies in hex).
-  const rows = messages.map((m, i) => ({ k: m.key, i: ids[i], c: m.contentType, s: m.checksum, e: m.enqueuedAt, d: m.dueAt, a: m.attempts, t: m.sentAt, b: hexOf(m.body) }));
-  sql.exec(
-    `INSERT INTO lane_messages (key, id, content_type, checksum, enqueued_at, due_at, attempts, sent_at, batch, gen, body)
-     SELECT value ->> '$.k', value ->> '$.i', value ->> '$.c', value ->> '$.s', value ->> '$.e', value ->> '$.d', value ->> '$.a', value ->> '$.t', ?, ?, unhex(value ->> '$.b')
-     FROM json_each(?) ORDER BY key`,
-    batch, gen, JSON.stringify(rows),
-  );
+  const first = sql.exec<{ seq: number }>("SELECT seq FROM sqlite_sequence WHERE name = 'lane_messages'").one().seq + 1;
+  const ids = messages.map((m, i) => m.id ?? locatedId(first + i, shardNo, LANE_SLOT, randomHex(4)));
+  // Bodies bound as they are: a few statements of many rows cost less than one that parses them from JSON.
+  for (let at = 0; at < messages.length; at += ROWS_PER_INSERT) {
+    const part = messages.slice(at, at + ROWS_PER_INSERT);
+    const args: SqlStorageValue[] = [];
+    part.forEach((m, k) => args.push(first + at + k, m.key, ids[at + k]!, m.contentType, m.checksum, m.enqueuedAt, m.dueAt, m.attempts, m.sentAt, batch, gen, m.body as unknown as ArrayBuffer));
+    sql.exec(
+      `INSERT INTO lane_messages (lseq, key, id, content_type, checksum, enqueued_at, due_at, attempts, sent_at, batch, gen, body) VALUES ${Array(part.length).fill(INSERT_ROW).join(", ")}`,
+      ...args,
+    );
+  }
+  const given = messages.flatMap((m, i) => (m.id === undefined ? [] : [[m.id, first + i]]));
+  if (given.length > 0) sql.exec("INSERT OR IGNORE INTO lane_ids (id, lseq) SELECT value ->> '$[0]', value ->> '$[1]' FROM json_each(?)", JSON.stringify(given));
   const heads = new Map<string, number>();
   for (const m of messages) if (!heads.has(m.key)) heads.set(m.key, m.dueAt || m.enqueuedAt);
   const created = sql
@@ -77,6 +94,16 @@ export function writeLanes(sql: SqlStorage, now: number, messages: ReadonlyArray
   // A new lane is ready when its head is due, unless another shard still holds older messages of its key.
   if (bridgedAny(sql)) for (const { key } of created) if (blockedFrom(sql, key) !== null) reopen(sql, now, key, null);
   return ids;
+}
+
+/**
+ * The lseq of the lane message with this id here (the oldest, should a redrive have
+ * brought the id back while it is still here), or null: a located id names its own.
+ */
+export function laneOfId(sql: SqlStorage, id: string): number | null {
+  const at = locate(id);
+  if (at?.slot === LANE_SLOT && sql.exec<{ id: string }>("SELECT id FROM lane_messages WHERE lseq = ?", at.seg).toArray()[0]?.id === id) return at.seg;
+  return sql.exec<{ lseq: number }>("SELECT lseq FROM lane_ids WHERE id = ? ORDER BY lseq LIMIT 1", id).toArray()[0]?.lseq ?? null;
 }
 
 /**
@@ -93,14 +120,6 @@ export function lanesInUse(sql: SqlStorage): boolean {
     inUse.set(sql, used);
   }
   return used;
-}
-
-const HEX = Array.from({ length: 256 }, (_, i) => i.toString(16).padStart(2, "0"));
-
-function hexOf(bytes: Uint8Array): string {
-  let out = "";
-  for (let i = 0; i < bytes.length; i++) out += HEX[bytes[i]!];
-  return out;
 }
 
 /**
@@ -148,6 +167,9 @@ export interface LaneCandidate {
   body: Uint8Array;
 }
 
+/** A row of readyLanes' read, in its columns' order. */
+type RawCandidate = [key: string, lseq: number, id: string, contentType: ContentType, checksum: number, enqueuedAt: number, dueAt: number, attempts: number, sentAt: number, gen: number, body: ArrayBuffer];
+
 /**
  * Up to `want` messages of ready lanes, the lanes whose head became ready first before the
  * others, each lane's due messages from its head on, in order. Leases nothing: the caller
@@ -157,34 +179,36 @@ export interface LaneCandidate {
 export function readyLanes(sql: SqlStorage, now: number, want: number): LaneCandidate[] {
   const out: LaneCandidate[] = [];
   if (want <= 0) return out;
-  // One read for every lane's messages, lanes in the order they became ready, each lane in its order.
-  const rows = sql
-    .exec<Row>(
-      `SELECT m.* FROM (SELECT key, ready_at FROM lanes WHERE ready_at IS NOT NULL AND ready_at <= ? ORDER BY ready_at LIMIT ?) l
+  // One read for every lane's messages, lanes in the order they became ready, each lane in its order;
+  // rows as arrays (raw), since naming each row's columns costs more than the read.
+  const rows = [
+    ...sql.exec(
+      `SELECT m.key, m.lseq, m.id, m.content_type, m.checksum, m.enqueued_at, m.due_at, m.attempts, m.sent_at, m.gen, m.body
+       FROM (SELECT key, ready_at FROM lanes WHERE ready_at IS NOT NULL AND ready_at <= ? ORDER BY ready_at LIMIT ?) l
        JOIN lane_messages m ON m.key = l.key ORDER BY l.ready_at, l.key, m.lseq LIMIT ?`,
       now, want, want,
-    )
-    .toArray();
+    ).raw(),
+  ] as RawCandidate[];
   let lane: string | null = null;
   let stopped = false;
   let from: number | null = null;
-  for (const r of rows) {
-    if (r.key !== lane) {
-      lane = r.key;
+  for (const [key, lseq, id, contentType, checksum, enqueuedAt, dueAt, attempts, sentAt, gen, body] of rows) {
+    if (key !== lane) {
+      lane = key;
       stopped = false;
-      from = blockedFrom(sql, r.key);
-      if (from !== null && r.gen >= from) {
-        reopen(sql, now, r.key, null);
+      from = blockedFrom(sql, key);
+      if (from !== null && gen >= from) {
+        reopen(sql, now, key, null);
         stopped = true;
       }
     }
     if (stopped) continue;
     // The first message not due yet, or held by a hand-off, holds the rest of its lane.
-    if (r.due_at > now || (from !== null && r.gen >= from)) {
+    if (dueAt > now || (from !== null && gen >= from)) {
       stopped = true;
       continue;
     }
-    out.push({ key: r.key, lseq: r.lseq, id: r.id, contentType: r.content_type as ContentType, checksum: r.checksum, enqueuedAt: r.enqueued_at, sentAt: r.sent_at, attempts: r.attempts, body: new Uint8Array(r.body) });
+    out.push({ key, lseq, id, contentType, checksum, enqueuedAt, sentAt, attempts, body: new Uint8Array(body) });
   }
   return out;
 }
@@ -197,7 +221,8 @@ export function readyLanes(sql: SqlStorage, now: number, want: number): LaneCand
 export function takeLanes(sql: SqlStorage, now: number, candidates: readonly LaneCandidate[], leaseMs: number): { messages: LeasedMessage[]; quarantined: number; delta: BacklogDelta } {
   const lease = randomHex(12);
   const messages: LeasedMessage[] = [];
-  const leasedKeys = new Set<string>();
+  /** Each leased lane's first message leased: its head. */
+  const leasedKeys = new Map<string, string>();
   const emptied = new Set<string>();
   const lseqs: number[] = [];
   let quarantined = 0;
@@ -211,7 +236,7 @@ export function takeLanes(sql: SqlStorage, now: number, candidates: readonly Lan
       emptied.add(c.key);
       continue;
     }
-    leasedKeys.add(c.key);
+    if (!leasedKeys.has(c.key)) leasedKeys.set(c.key, c.id);
     lseqs.push(c.lseq);
     messages.push({
       id: c.id,
@@ -227,10 +252,10 @@ export function takeLanes(sql: SqlStorage, now: number, candidates: readonly Lan
   if (lseqs.length > 0) {
     // One statement for every message and one for every lane of the lease, whatever their number.
     sql.exec("UPDATE lane_messages SET leased = 1 WHERE lseq IN (SELECT value FROM json_each(?))", JSON.stringify(lseqs));
+    // A lane's blocker is its head: the first message of it leased (one quarantined before it is gone).
     sql.exec(
-      `UPDATE lanes SET ready_at = NULL, lease = ?, lease_until = ?, reason = 'leased', held_since = ?,
-         blocker = (SELECT id FROM lane_messages m WHERE m.key = lanes.key ORDER BY lseq LIMIT 1)
-       WHERE key IN (SELECT value FROM json_each(?))`,
+      `UPDATE lanes SET ready_at = NULL, lease = ?, lease_until = ?, reason = 'leased', held_since = ?, blocker = h.value ->> '$[1]'
+       FROM json_each(?) AS h WHERE lanes.key = h.value ->> '$[0]'`,
       lease, now + leaseMs, now, JSON.stringify([...leasedKeys]),
     );
   }
@@ -412,6 +437,11 @@ export function readLeasedLanes(sql: SqlStorage, refs: readonly LeaseRef[]): Lea
     out.push({ id: r.id, body, contentType: r.content_type as ContentType, enqueuedAt: r.sent_at || r.enqueued_at, attempts: r.attempts + (found.live ? 1 : 0), leaseId: ref.leaseId, copyKey: copyOfLane(r.lseq), orderingKey: r.key });
   }
   return out;
+}
+
+/** Whether a lane is ready now and nobody has leased it. */
+export function lanesReadyAt(sql: SqlStorage, now: number): boolean {
+  return sql.exec("SELECT 1 FROM lanes WHERE ready_at IS NOT NULL AND ready_at <= ? LIMIT 1", now).toArray().length > 0;
 }
 
 /** When a held lane is next ready, or a lane lease runs out; null when neither. */

@@ -2,7 +2,7 @@ import type { ContentType } from "../src/kernel/protocol";
 import { runMigrations, type MigrationStep } from "../src/kernel/sqlite-migrations";
 import { encodeHeaders, nextSegment, packBodies, SEGMENT_MAX_BYTES, Settled, type Header } from "./segment";
 import type { NewMessage } from "./segment-rows";
-import { LANES_SCHEMA, neverReuseLseq } from "./lanes-schema";
+import { LANES_SCHEMA, LOCATED_LANE_IDS, neverReuseLseq } from "./lanes-schema";
 import { HANDOFF_SCHEMA } from "./handoff-schema";
 
 /** A row of the messages table of schema versions 4 to 9, as the conversion to segments reads it. */
@@ -132,6 +132,8 @@ export const MIGRATIONS: readonly MigrationStep[] = [
   HANDOFF_SCHEMA,
   // A lane message's number names its copy for ever: never given out twice (lanes.ts).
   neverReuseLseq,
+  // Lane messages' ids say where they live, as segments' do: no index on every id (lanes.ts).
+  LOCATED_LANE_IDS,
 ];
 
 /** Old rows converted per segment: a batch's worth, as a broker writes them. */

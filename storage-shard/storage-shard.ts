@@ -38,7 +38,8 @@ import { acceptBridges, acceptReleases, enterEpoch, loadEpoch, owedHandoffs } fr
 import { HandoffOutbox } from "./handoff-outbox";
 import { ownerOfKey } from "../src/kernel/ordering";
 import { findLaneMessage, heldKeys, laneFigures, leasedLaneCount, oldestLaneAt, takeLaneHead } from "./lane-operations";
-import { lanesInUse } from "./lanes";
+import { lanesInUse, lanesReadyAt } from "./lanes";
+import { sleep } from "../src/kernel/sleep";
 import { shardNumber } from "./segment";
 import { testHooksFor, type FaultPoint, type TestHookStatus } from "../src/kernel/test-hooks";
 import { corruptBodies } from "./corrupt-bodies";
@@ -49,6 +50,9 @@ import { PURGE_PER_CALL } from "../src/kernel/limits";
  * before it answers: the RPC reply is held by the output gate until the write is
  * durable, so an acknowledged send is never lost. Never uses allowUnconfirmed.
  */
+/** How long lanes a settle made ready may wait for the settling consumer's next lease before consumers are woken. */
+const LANE_WAKE_GRACE_MS = 25;
+
 export class StorageShard extends DurableObject<Env> {
   private readonly sql: SqlStorage;
   private identity: ShardIdentity | null;
@@ -68,6 +72,8 @@ export class StorageShard extends DurableObject<Env> {
   private heartbeatArmed = false;
   /** Whether consumers know this shard has messages (reset when one finds nothing ready). */
   private consumersNotified = false;
+  /** Whether a look, a moment after a settle, for lanes it made ready and nobody leased is under way. */
+  private laneLookPending = false;
   /**
    * The batch size a consumer was told to wait for (a lease found a partial batch), or
    * null. The arrival that fills it wakes consumers at once instead of leaving the batch
@@ -156,6 +162,17 @@ export class StorageShard extends DurableObject<Env> {
           this.consumersNotified = false;
           console.error("notifyReady failed (the next heartbeat wakes consumers):", err);
         }),
+    );
+  }
+
+  private wakeIfLanesWait(): void {
+    if (this.laneLookPending) return;
+    this.laneLookPending = true;
+    this.ctx.waitUntil(
+      sleep(LANE_WAKE_GRACE_MS).then(() => {
+        this.laneLookPending = false;
+        if (lanesReadyAt(this.sql, this.clock.now())) this.notifyConsumers();
+      }),
     );
   }
 
@@ -294,8 +311,11 @@ export class StorageShard extends DurableObject<Env> {
     const { result, delta, lanesReady } = this.write(now, () => settle(this.sql, this.delivery, now, req));
     this.applyDelta(delta);
     this.flushReleases();
-    // A key's next messages are ready once its batch is settled: a consumer that found nothing here must come back.
-    if (lanesReady > 0) this.notifyConsumers();
+    // A key's next messages are ready once its batch is settled. The consumer shard that
+    // settled it leases again at once, its round going on; woken at every settle, another
+    // raced it for them and made the key wait the wake-up's hops. So consumers are woken
+    // only if the lanes are still waiting a moment later (the settler gone, or a pull consumer).
+    if (lanesReady > 0) this.wakeIfLanesWait();
     this.leasedNow = Math.max(0, this.leasedNow - (result.acked + result.retried + result.deadLettered + result.dropped));
     return result;
   }

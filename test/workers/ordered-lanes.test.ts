@@ -203,6 +203,32 @@ describe("ordered lanes", () => {
     expect(deliveries.every((d) => d.ids.length <= 3)).toBe(true);
   });
 
+  it("wakes a push consumer for a key's next message when the batch before it was settled by someone who does not come back", async () => {
+    const q = await createQueue("lanes-wake");
+    const { shards } = await shardsOnFakeClock(q.queue_id);
+    const p = producer("lanes-wake");
+    for (const n of ["w1", "w2"]) await p.send(n, { orderingKey: "wake" });
+    // The key's head leased by hand (as an HTTP pull's ack comes from outside any consumer shard's round).
+    let held: { shard: string; id: string; leaseId: string } | undefined;
+    for (const name of shards) {
+      const got = await runInDurableObject(storageShardFor(env, name), (obj: StorageShard) => obj.lease({ queueId: q.queue_id, limit: 1, leaseMs: 60_000, maxWaitMs: 0, retentionMs: 86_400_000 }));
+      if (got.messages.length > 0) held = { shard: name, id: got.messages[0]!.id, leaseId: got.messages[0]!.leaseId };
+    }
+    expect(held).toBeDefined();
+    await addConsumer("lanes-wake", { settings: { batch_size: 10, max_wait_time_ms: 0 } });
+    const seen: string[] = [];
+    await fakeConsumer(q.queue_id, (batch) => {
+      for (const m of batch.messages) seen.push(m.body as string);
+      batch.ackAll();
+    });
+    // The consumer finds the key leased; nothing of the shards' clock moves, so no lease runs out.
+    await new Promise((r) => setTimeout(r, 200));
+    expect(seen).toEqual([]);
+    await runInDurableObject(storageShardFor(env, held!.shard), (obj: StorageShard) => obj.settle({ queueId: q.queue_id, acks: [{ id: held!.id, leaseId: held!.leaseId }], retries: [], deadLettered: [], dropped: [] }));
+    await eventually(async () => seen, (s) => s.length === 1, 3_000);
+    expect(seen).toEqual(["w2"]);
+  }, 15_000);
+
   it("finds, cancels and purges keyed messages, and counts them in the backlog", async () => {
     await orderedQueue("lanes-ops");
     const [first, second, third] = await sendInOrder("lanes-ops", "ops", ["o1", "o2", "o3"]);
@@ -221,6 +247,29 @@ describe("ordered lanes", () => {
     // The purged lane is gone: a new message of the key is delivered at once.
     await sendInOrder("lanes-ops", "ops", ["o4"]);
     expect(bodies(await pullAll("lanes-ops"))).toEqual(["o4"]);
+  });
+
+  it("finds a keyed message by an id the shard drew and by one an Idempotency-Key drew, and forgets both once settled", async () => {
+    const { shards } = await orderedQueue("lanes-ids");
+    const [drawn] = await sendInOrder("lanes-ids", "ids", ["d1"]);
+    const keyed = await api("POST", `${queuePath("lanes-ids")}/messages`, { body: "g1", ordering_key: "ids" }, { headers: { "idempotency-key": "lanes-ids-1" } });
+    expect(keyed.status).toBe(200);
+    const given = keyed.json.result.message_id as string;
+    // The shard's id names the message's place; the other is one a broker drew before any shard saw it.
+    expect(drawn!.slice(20, 24)).toBe("ffff");
+    expect(given.slice(20, 24)).not.toBe("ffff");
+    for (const id of [drawn!, given]) expect((await api("GET", `${queuePath("lanes-ids")}/messages/${id}`)).json.result).toMatchObject({ id, state: "ready" });
+    // The same request again stores nothing: the shard knows the id it was given.
+    const again = await api("POST", `${queuePath("lanes-ids")}/messages`, { body: "g1", ordering_key: "ids" }, { headers: { "idempotency-key": "lanes-ids-1" } });
+    expect(again.json.result.message_id).toBe(given);
+    expect(await backlog("lanes-ids")).toBe(2);
+    const pulled = await pullAll("lanes-ids");
+    expect(pulled.map((m) => m.id)).toEqual([drawn, given]);
+    expect((await ack("lanes-ids", { acks: pulled.map((m) => ({ lease_id: m.lease_id })) })).status).toBe(200);
+    for (const id of [drawn!, given]) expect((await api("GET", `${queuePath("lanes-ids")}/messages/${id}`)).status).toBe(404);
+    let indexed = 0;
+    for (const s of shards) indexed += await runInDurableObject(storageShardFor(env, s), (_o: StorageShard, state) => state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM lane_ids").one().n);
+    expect(indexed).toBe(0);
   });
 
   it("deletes keyed messages past the queue's retention at the shard's heartbeat, and the key goes on", async () => {
