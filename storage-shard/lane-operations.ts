@@ -7,7 +7,7 @@
  */
 import { randomHex } from "../src/kernel/ids";
 import type { ContentType, HoldReason, LaneFigures, LeasedMessage, MessageStatus } from "../src/kernel/protocol";
-import { blockedFrom, copyOfLane, laneOfId, reopen, type BacklogDelta, type Lane, type Row } from "./lanes";
+import { blockedFrom, copyOfLane, laneLeaseTaken, laneOfId, reopen, UPTO, type BacklogDelta, type Lane, type Row } from "./lanes";
 
 /** Deletes lane messages past retention that no lease holds (at most `limit`); their lanes go on. */
 export function expireOldLanes(sql: SqlStorage, now: number, cutoff: number, limit = 1000): BacklogDelta & { expired: number } {
@@ -44,7 +44,7 @@ export function purgeLanes(sql: SqlStorage, limit: number): { count: number; byt
 
 /** Lane messages under a lease now: they count as leased in heartbeats. */
 export function leasedLaneCount(sql: SqlStorage): number {
-  return sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM lane_messages WHERE leased = 1").one().n;
+  return sql.exec<{ n: number }>(`SELECT COUNT(*) AS n FROM lanes l JOIN lane_messages m ON m.key = l.key AND m.lseq <= ${UPTO} WHERE l.lease IS NOT NULL AND m.leased = 1`).one().n;
 }
 
 /** When the oldest lane message arrived, or null: arrival order is lseq order, so one row by the primary key. */
@@ -73,7 +73,8 @@ export function cancelLaneMessage(sql: SqlStorage, now: number, id: string): { c
   sql.exec("DELETE FROM lane_messages WHERE lseq = ?", r.lseq);
   const lane = sql.exec<Lane>("SELECT key, lease FROM lanes WHERE key = ?", r.key).toArray()[0];
   // A lease left holding nothing ends; a lane not leased gets its new head.
-  if (lane && (lane.lease === null || sql.exec("SELECT 1 FROM lane_messages WHERE key = ? AND leased = 1 LIMIT 1", r.key).toArray().length === 0)) reopen(sql, now, r.key, lane.lease);
+  const holds = () => sql.exec(`SELECT 1 FROM lanes l JOIN lane_messages m ON m.key = l.key AND m.lseq <= ${UPTO} WHERE l.key = ? AND m.leased = 1 LIMIT 1`, r.key).toArray().length > 0;
+  if (lane && (lane.lease === null || !holds())) reopen(sql, now, r.key, lane.lease);
   return { count: 1, bytes: r.size, held: r.leased };
 }
 
@@ -120,9 +121,11 @@ export function takeLaneHead(sql: SqlStorage, now: number, key: string, leaseMs:
   const from = blockedFrom(sql, key);
   if (from !== null && head.gen >= from) return null;
   const lease = randomHex(12);
-  sql.exec("UPDATE lane_messages SET leased = 0 WHERE key = ? AND leased = 1", key);
+  const upto = sql.exec<{ upto: number | null }>("SELECT upto FROM lanes WHERE key = ?", key).toArray()[0]?.upto ?? Number.MAX_SAFE_INTEGER;
+  sql.exec("UPDATE lane_messages SET leased = 0 WHERE key = ? AND lseq <= ? AND leased = 1", key, upto);
   sql.exec("UPDATE lane_messages SET leased = 1 WHERE lseq = ?", head.lseq);
-  sql.exec("UPDATE lanes SET ready_at = NULL, lease = ?, lease_until = ?, reason = 'leased', blocker = ?, held_since = ? WHERE key = ?", lease, now + leaseMs, head.id, now, key);
+  sql.exec("UPDATE lanes SET ready_at = NULL, lease = ?, lease_until = ?, reason = 'leased', blocker = ?, held_since = ?, upto = ? WHERE key = ?", lease, now + leaseMs, head.id, now, head.lseq, key);
+  laneLeaseTaken(sql, now + leaseMs);
   return {
     id: head.id,
     body: new Uint8Array(head.body),

@@ -81,3 +81,13 @@ export const LOCATED_LANE_IDS = `CREATE TABLE lane_ids (id TEXT NOT NULL, lseq I
    INSERT INTO lane_ids (id, lseq) SELECT id, lseq FROM lane_messages;
    DROP INDEX lane_messages_id;
    CREATE TRIGGER lane_id_gone AFTER DELETE ON lane_messages BEGIN DELETE FROM lane_ids WHERE id = OLD.id AND lseq = OLD.lseq; END;`;
+
+/**
+ * Version 16: a lane's lease names the last lseq it took (`upto`). A lease holds a prefix of
+ * its lane, so the queries that look for its messages (still leased? run out?) read that
+ * prefix through the key's index instead of every message of a deep lane. And the index of
+ * leases' ends goes: the shard keeps the earliest end in memory (lanes.ts earliestLeaseEnd),
+ * so a lease's end is not an index entry written and deleted with every lease.
+ */
+export const LANE_LEASES_V16 = `ALTER TABLE lanes ADD COLUMN upto INTEGER;
+   DROP INDEX lanes_leased;`;

@@ -19,6 +19,12 @@ export interface BacklogDelta {
   bytes: number;
 }
 
+/**
+ * The end of a lane's lease in its key's index, for a join of lanes (l) with their messages:
+ * a lease taken before schema version 16 named none, and reads the whole lane.
+ */
+export const UPTO = "COALESCE(l.upto, 9007199254740991)";
+
 /** A lane lease id: `L<lseq>-<lease>`. Segment lease ids have three parts (segment.ts). */
 const LANE_LEASE = /^L(\d+)-([0-9a-f]+)$/;
 
@@ -179,14 +185,18 @@ type RawCandidate = [key: string, lseq: number, id: string, contentType: Content
 export function readyLanes(sql: SqlStorage, now: number, want: number): LaneCandidate[] {
   const out: LaneCandidate[] = [];
   if (want <= 0) return out;
-  // One read for every lane's messages, lanes in the order they became ready, each lane in its order;
-  // rows as arrays (raw), since naming each row's columns costs more than the read.
+  // The lanes first, in the order they became ready; then, in one read, each one's first
+  // messages up to `want`, through its key's index: ordering the join of the lanes with all
+  // their messages read every message of a deep lane to sort it. Rows as arrays (raw), since
+  // naming each row's columns costs more than the read.
+  const keys = sql.exec<{ key: string }>("SELECT key FROM lanes WHERE ready_at IS NOT NULL AND ready_at <= ? ORDER BY ready_at LIMIT ?", now, want).toArray().map((r) => r.key);
+  if (keys.length === 0) return out;
   const rows = [
     ...sql.exec(
       `SELECT m.key, m.lseq, m.id, m.content_type, m.checksum, m.enqueued_at, m.due_at, m.attempts, m.sent_at, m.gen, m.body
-       FROM (SELECT key, ready_at FROM lanes WHERE ready_at IS NOT NULL AND ready_at <= ? ORDER BY ready_at LIMIT ?) l
-       JOIN lane_messages m ON m.key = l.key ORDER BY l.ready_at, l.key, m.lseq LIMIT ?`,
-      now, want, want,
+       FROM json_each(?) l JOIN lane_messages m ON m.lseq IN (SELECT lseq FROM lane_messages WHERE key = l.value ORDER BY lseq LIMIT ?)
+       ORDER BY l.key, m.lseq LIMIT ?`,
+      JSON.stringify(keys), want, want,
     ).raw(),
   ] as RawCandidate[];
   let lane: string | null = null;
@@ -221,8 +231,8 @@ export function readyLanes(sql: SqlStorage, now: number, want: number): LaneCand
 export function takeLanes(sql: SqlStorage, now: number, candidates: readonly LaneCandidate[], leaseMs: number): { messages: LeasedMessage[]; quarantined: number; delta: BacklogDelta } {
   const lease = randomHex(12);
   const messages: LeasedMessage[] = [];
-  /** Each leased lane's first message leased: its head. */
-  const leasedKeys = new Map<string, string>();
+  /** Each leased lane's first message leased (its head) and its last lseq leased. */
+  const leasedKeys = new Map<string, [head: string, upto: number]>();
   const emptied = new Set<string>();
   const lseqs: number[] = [];
   let quarantined = 0;
@@ -236,7 +246,9 @@ export function takeLanes(sql: SqlStorage, now: number, candidates: readonly Lan
       emptied.add(c.key);
       continue;
     }
-    if (!leasedKeys.has(c.key)) leasedKeys.set(c.key, c.id);
+    const taken = leasedKeys.get(c.key);
+    if (taken) taken[1] = c.lseq;
+    else leasedKeys.set(c.key, [c.id, c.lseq]);
     lseqs.push(c.lseq);
     messages.push({
       id: c.id,
@@ -254,24 +266,54 @@ export function takeLanes(sql: SqlStorage, now: number, candidates: readonly Lan
     sql.exec("UPDATE lane_messages SET leased = 1 WHERE lseq IN (SELECT value FROM json_each(?))", JSON.stringify(lseqs));
     // A lane's blocker is its head: the first message of it leased (one quarantined before it is gone).
     sql.exec(
-      `UPDATE lanes SET ready_at = NULL, lease = ?, lease_until = ?, reason = 'leased', held_since = ?, blocker = h.value ->> '$[1]'
+      `UPDATE lanes SET ready_at = NULL, lease = ?, lease_until = ?, reason = 'leased', held_since = ?, blocker = h.value ->> '$[1][0]', upto = h.value ->> '$[1][1]'
        FROM json_each(?) AS h WHERE lanes.key = h.value ->> '$[0]'`,
       lease, now + leaseMs, now, JSON.stringify([...leasedKeys]),
     );
+    laneLeaseTaken(sql, now + leaseMs);
   }
   // A lane whose every candidate was quarantined takes its next head.
   for (const key of emptied) if (!leasedKeys.has(key)) reopen(sql, now, key, null);
   return { messages, quarantined, delta: { count: -quarantined, bytes: -bytes } };
 }
 
+/**
+ * Per shard (its SqlStorage), the earliest end of a lane lease (null: none), or nothing when
+ * not known yet (a restart). A settle or an extension leaves it early, never late: reaching
+ * it costs one read of the leased lanes, which finds the true one. Kept in memory so that a
+ * lease's end is not an index entry written and deleted with every lease.
+ */
+const leaseEnds = new WeakMap<SqlStorage, number | null>();
+
+function earliestLeaseEnd(sql: SqlStorage): number | null {
+  let end = leaseEnds.get(sql);
+  if (end === undefined) leaseEnds.set(sql, (end = sql.exec<{ t: number | null }>("SELECT MIN(lease_until) AS t FROM lanes WHERE lease IS NOT NULL").one().t));
+  return end;
+}
+
+/** A lane lease taken, running to `until`. */
+export function laneLeaseTaken(sql: SqlStorage, until: number): void {
+  const end = earliestLeaseEnd(sql);
+  if (end === null || until < end) leaseEnds.set(sql, until);
+}
+
 /** Lane leases that ran out: each message it held was a delivery that failed; the lane is ready again at once. */
 export function expireLaneLeases(sql: SqlStorage, now: number): number {
-  const lapsed = sql.exec<{ key: string; lease: string }>("SELECT key, lease FROM lanes WHERE lease IS NOT NULL AND lease_until <= ?", now).toArray();
-  for (const { key, lease } of lapsed) {
-    sql.exec("UPDATE lane_messages SET attempts = attempts + 1, leased = 0 WHERE key = ? AND leased = 1", key);
+  const end = earliestLeaseEnd(sql);
+  if (end === null || end > now) return 0;
+  let next: number | null = null;
+  let lapsed = 0;
+  for (const { key, lease, upto, lease_until } of sql.exec<{ key: string; lease: string; upto: number | null; lease_until: number }>("SELECT key, lease, upto, lease_until FROM lanes WHERE lease IS NOT NULL").toArray()) {
+    if (lease_until > now) {
+      if (next === null || lease_until < next) next = lease_until;
+      continue;
+    }
+    sql.exec("UPDATE lane_messages SET attempts = attempts + 1, leased = 0 WHERE key = ? AND lseq <= ? AND leased = 1", key, upto ?? Number.MAX_SAFE_INTEGER);
     reopen(sql, now, key, lease);
+    lapsed++;
   }
-  return lapsed.length;
+  leaseEnds.set(sql, next);
+  return lapsed;
 }
 
 /**
@@ -376,7 +418,14 @@ export function settleLanes(sql: SqlStorage, now: number, refs: ReadonlyArray<{ 
   const still = new Set(
     leasedKeys.length === 0
       ? []
-      : sql.exec<{ key: string }>("SELECT DISTINCT key FROM lane_messages WHERE leased = 1 AND key IN (SELECT value FROM json_each(?))", JSON.stringify(leasedKeys)).toArray().map((r) => r.key),
+      : sql
+          .exec<{ key: string }>(
+            `SELECT DISTINCT m.key FROM lanes l JOIN lane_messages m ON m.key = l.key AND m.lseq <= ${UPTO}
+             WHERE l.key IN (SELECT value FROM json_each(?)) AND m.leased = 1`,
+            JSON.stringify(leasedKeys),
+          )
+          .toArray()
+          .map((r) => r.key),
   );
   const done = [...touched.keys()].filter((key) => !still.has(key));
   return { tally, delta: { count: -count, bytes: -bytes }, ready: reopenAll(sql, now, done) };
@@ -404,8 +453,8 @@ function reopenAll(sql: SqlStorage, now: number, keys: readonly string[]): numbe
        reason = CASE WHEN h.ready > ? THEN CASE WHEN h.attempts > 0 THEN 'retry' ELSE 'delayed' END END,
        blocker = CASE WHEN h.ready > ? THEN h.id END,
        held_since = CASE WHEN h.ready > ? THEN ? END
-     FROM (SELECT key, id, attempts, CASE WHEN due_at > 0 THEN due_at ELSE enqueued_at END AS ready, MIN(lseq)
-           FROM lane_messages WHERE key IN (SELECT value FROM json_each(?)) GROUP BY key) AS h
+     FROM (SELECT m.key, m.id, m.attempts, CASE WHEN m.due_at > 0 THEN m.due_at ELSE m.enqueued_at END AS ready
+           FROM json_each(?) j JOIN lane_messages m ON m.lseq = (SELECT lseq FROM lane_messages WHERE key = j.value ORDER BY lseq LIMIT 1)) AS h
      WHERE lanes.key = h.key`,
     now, now, now, now, list,
   );
@@ -447,7 +496,7 @@ export function lanesReadyAt(sql: SqlStorage, now: number): boolean {
 /** When a held lane is next ready, or a lane lease runs out; null when neither. */
 export function nextLaneVisible(sql: SqlStorage, now: number): number | null {
   const ready = sql.exec<{ t: number | null }>("SELECT MIN(ready_at) AS t FROM lanes WHERE ready_at > ?", now).one().t;
-  const lease = sql.exec<{ t: number | null }>("SELECT MIN(lease_until) AS t FROM lanes WHERE lease IS NOT NULL").one().t;
+  const lease = earliestLeaseEnd(sql);
   if (ready === null) return lease;
   return lease === null ? ready : Math.min(ready, lease);
 }

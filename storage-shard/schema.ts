@@ -2,7 +2,7 @@ import type { ContentType } from "../src/kernel/protocol";
 import { runMigrations, type MigrationStep } from "../src/kernel/sqlite-migrations";
 import { encodeHeaders, nextSegment, packBodies, SEGMENT_MAX_BYTES, Settled, type Header } from "./segment";
 import type { NewMessage } from "./segment-rows";
-import { LANES_SCHEMA, LOCATED_LANE_IDS, neverReuseLseq } from "./lanes-schema";
+import { LANE_LEASES_V16, LANES_SCHEMA, LOCATED_LANE_IDS, neverReuseLseq } from "./lanes-schema";
 import { HANDOFF_SCHEMA } from "./handoff-schema";
 
 /** A row of the messages table of schema versions 4 to 9, as the conversion to segments reads it. */
@@ -134,6 +134,8 @@ export const MIGRATIONS: readonly MigrationStep[] = [
   neverReuseLseq,
   // Lane messages' ids say where they live, as segments' do: no index on every id (lanes.ts).
   LOCATED_LANE_IDS,
+  // A lane's lease names the last message it took, so its queries read only what it holds; its end is not indexed (lanes.ts).
+  LANE_LEASES_V16,
 ];
 
 /** Old rows converted per segment: a batch's worth, as a broker writes them. */
