@@ -152,9 +152,10 @@ function placeEach(map: ShardMap, region: string, messages: EncodedMessage[], ke
  * been asked: then the Coordinator's current map is read, since shards added since may
  * have room, and only when it names none untried does the send wait (full jitter,
  * growing) and ask them all again, for at most OVERLOAD_PATIENCE_MS. A send is answered
- * "unavailable" for want of room only after every active shard refused it. Other
- * refusals (draining, retired, unknown: a stale map) re-read the map. Lands exactly
- * once or throws.
+ * "unavailable" for want of room only after every active shard refused it. A keyed write
+ * refused by its key's shard under a newer epoch waits, as long, for the map that goes
+ * with it. Other refusals (draining, retired, unknown: a stale map) re-read the map.
+ * Lands exactly once or throws.
  */
 async function storeOnOneShard(
   env: Env,
@@ -196,6 +197,16 @@ async function storeOnOneShard(
     if (result.ok) return { queueId: map.queueId, backlog: result.backlog, ids: result.ids };
     if (result.refused === "overloaded") {
       full.add(shard.name);
+      continue;
+    }
+    if (result.refused === "not_owner") {
+      // The shard has entered an epoch the stored map does not show yet: the Coordinator
+      // stores that map once every shard has entered it, or pushes the stored one's again
+      // (docs/ordered-lanes.md). Sending the key anywhere the stored map does not name would
+      // break the hand-off, so the send waits for the map, as for room.
+      if (Date.now() >= patience) break;
+      await sleep(Math.random() * Math.min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** Math.min(6, round++)));
+      map = await lookupQueue(env, target.accountId, target.queueRef, { current: true });
       continue;
     }
     refused.add(shard.name);

@@ -116,6 +116,25 @@ describe("ordered lanes across map changes", () => {
     expect(third.map(bodyOf)).toEqual(["k3"]);
   });
 
+  it("holds a keyed send while its shard is in an epoch the stored map does not show yet, instead of answering 503", async () => {
+    const name = "handoff-unsettled";
+    const { queueId, shards } = await orderedQueue(name);
+    const [, , , leaving] = shards as [string, string, string, string];
+    const key = keyMoving(leaving, shards[0]!, shards, shards.slice(0, 3));
+    const enter = (seq: number, active: string[]) =>
+      Promise.all(shards.map((s) => runInDurableObject(storageShardFor(env, s), (obj: StorageShard) => obj.enterEpoch(queueId, { seq, active: [...active].sort() }))));
+    // A drain pushed to every shard and not stored (as a Coordinator reset between the two leaves it):
+    // the key's shard in the stored map refuses it.
+    await enter(1000, shards.slice(0, 3));
+    const sent = send(name, "u1", key);
+    await new Promise((r) => setTimeout(r, 300));
+    // The Coordinator's next tick pushes the stored map's shards again: the send lands where that map says.
+    await enter(1001, shards);
+    expect((await sent).status).toBe(200);
+    expect(await laneCount(leaving)).toBe(1);
+    expect((await pullAll(name)).map(bodyOf)).toEqual(["u1"]);
+  });
+
   it("lets other keys of both shards flow while one key waits on its hand-off", async () => {
     const name = "handoff-others";
     const { queueId, shards } = await orderedQueue(name);
