@@ -98,7 +98,7 @@ export function writeLanes(sql: SqlStorage, now: number, shardNo: number, messag
     )
     .toArray();
   // A new lane is ready when its head is due, unless another shard still holds older messages of its key.
-  if (bridgedAny(sql)) for (const { key } of created) if (blockedFrom(sql, key) !== null) reopen(sql, now, key, null);
+  for (const key of bridgedKeys(sql, created.map((c) => c.key)).keys()) reopen(sql, now, key, null);
   return ids;
 }
 
@@ -136,6 +136,13 @@ export function lanesInUse(sql: SqlStorage): boolean {
 export function blockedFrom(sql: SqlStorage, key: string): number | null {
   if (!bridgedAny(sql)) return null;
   return sql.exec<{ g: number | null }>("SELECT MIN(gen) AS g FROM bridges WHERE key = ? AND released = 0", key).one().g;
+}
+
+/** Of `keys`, those a bridge holds here, each with its blockedFrom(): one read for them all. */
+function bridgedKeys(sql: SqlStorage, keys: readonly string[]): Map<string, number> {
+  if (keys.length === 0 || !bridgedAny(sql)) return new Map();
+  const rows = sql.exec<{ key: string; g: number }>("SELECT key, MIN(gen) AS g FROM bridges WHERE released = 0 AND key IN (SELECT value FROM json_each(?)) GROUP BY key", JSON.stringify(keys));
+  return new Map(rows.toArray().map((r) => [r.key, r.g]));
 }
 
 /**
@@ -199,6 +206,7 @@ export function readyLanes(sql: SqlStorage, now: number, want: number): LaneCand
       JSON.stringify(keys), want, want,
     ).raw(),
   ] as RawCandidate[];
+  const blocked = bridgedKeys(sql, keys);
   let lane: string | null = null;
   let stopped = false;
   let from: number | null = null;
@@ -206,7 +214,7 @@ export function readyLanes(sql: SqlStorage, now: number, want: number): LaneCand
     if (key !== lane) {
       lane = key;
       stopped = false;
-      from = blockedFrom(sql, key);
+      from = blocked.get(key) ?? null;
       if (from !== null && gen >= from) {
         reopen(sql, now, key, null);
         stopped = true;
@@ -432,21 +440,20 @@ export function settleLanes(sql: SqlStorage, now: number, refs: ReadonlyArray<{ 
 }
 
 /**
- * reopen() for many lanes at once, the lease each holds ending: in three statements when no
- * bridge holds any key here (the usual case), lane by lane otherwise. Answers how many are
- * ready now.
+ * reopen() for many lanes at once, the lease each holds ending: those a bridge holds (after a
+ * map change) lane by lane, the others in three statements. Answers how many are ready now.
  */
 function reopenAll(sql: SqlStorage, now: number, keys: readonly string[]): number {
   if (keys.length === 0) return 0;
-  if (bridgedAny(sql)) {
-    let ready = 0;
-    for (const key of keys) {
-      const lease = sql.exec<{ lease: string | null }>("SELECT lease FROM lanes WHERE key = ?", key).toArray()[0]?.lease ?? null;
-      if (reopen(sql, now, key, lease)) ready++;
-    }
-    return ready;
+  const held = bridgedKeys(sql, keys);
+  let ready = 0;
+  for (const key of held.keys()) {
+    const lease = sql.exec<{ lease: string | null }>("SELECT lease FROM lanes WHERE key = ?", key).toArray()[0]?.lease ?? null;
+    if (reopen(sql, now, key, lease)) ready++;
   }
-  const list = JSON.stringify(keys);
+  const rest = held.size === 0 ? keys : keys.filter((k) => !held.has(k));
+  if (rest.length === 0) return ready;
+  const list = JSON.stringify(rest);
   sql.exec("DELETE FROM lanes WHERE key IN (SELECT value FROM json_each(?)) AND NOT EXISTS (SELECT 1 FROM lane_messages m WHERE m.key = lanes.key)", list);
   sql.exec(
     `UPDATE lanes SET last_lease = COALESCE(lanes.lease, lanes.last_lease), lease = NULL, lease_until = NULL, ready_at = h.ready,
@@ -458,7 +465,7 @@ function reopenAll(sql: SqlStorage, now: number, keys: readonly string[]): numbe
      WHERE lanes.key = h.key`,
     now, now, now, now, list,
   );
-  return sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM lanes WHERE key IN (SELECT value FROM json_each(?)) AND ready_at <= ?", list, now).one().n;
+  return ready + sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM lanes WHERE key IN (SELECT value FROM json_each(?)) AND ready_at <= ?", list, now).one().n;
 }
 
 /** Moves the end of lane leases still held forward; returns the ids it extended. */
