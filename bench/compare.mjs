@@ -122,63 +122,63 @@ export async function compare(argv) {
       }
       for (let run = 1; run <= repeats; run++) {
         for (const system of w.systems) {
-          const stack = /** @type {Stack} */ (stacks[system]);
+          // A workload pinned at a shard count runs on its own shardq, on fresh state, whose queue has exactly that many shards whatever the load.
+          const pinned = String(w.pinned);
+          const own = w.pinned && system === "shardq" ? await startShardq({ work, env, file: "wrangler.bench-pinned.toml", vars: { SHARDS_PER_REGION: pinned, MAX_SHARDS_PER_REGION: pinned }, name: `shardq-${w.id}-${run}` }) : null;
+          const stack = own ?? /** @type {Stack} */ (stacks[system]);
           /** @type {{ figures: Record<string, number | null>, cdf?: Record<string, Array<[number, number]>>, cost?: ReturnType<typeof costModel> }} */
           let result;
-          if (w.id === "w3") {
-            const meter = await startMeter(stack);
-            const figures = await httpRun(stack.base, w);
-            const cost = await meter.stop({ delivered: figures.delivered ?? 0, workerRequests: figures.sent ?? 0, bytesPerMessage: LOAD_BODY_BYTES, peakMessages: w.count });
-            result = { figures: { ...figures, ...costFigures(cost) }, cost };
-          } else if (w.id.startsWith("w5")) {
-            // The whole life of the backlog: filled (sendBatch of 100, delivery paused), then drained.
-            const meter = await startMeter(stack);
-            const figures = await backlogRun(stack.base, stack.pid, /** @type {number} */ (w.backlog));
-            const cost = await meter.stop({ delivered: figures.delivered ?? 0, workerRequests: 0, bytesPerMessage: DRIVER_BODY_BYTES, peakMessages: /** @type {number} */ (w.backlog) });
-            result = { figures: { ...figures, ...costFigures(cost) }, cost };
-          } else if (w.id === "w6") {
-            const fresh = await autoscaling(run);
-            try {
-              const meter = await startMeter(fresh);
-              const r = await autoscaleRun(fresh.base, { rate: /** @type {number} */ (w.rate), seconds: /** @type {number} */ (w.seconds) });
-              timelines.push({ workload: w.id, system, run, samples: r.samples, stopped_at: r.figures.stopped_at_s, decisions: r.decisions });
-              const cost = await meter.stop({ delivered: r.figures.delivered ?? 0, workerRequests: 0, bytesPerMessage: DRIVER_BODY_BYTES, peakMessages: r.figures.sent ?? 0 });
-              result = { figures: { ...r.figures, ...costFigures(cost) }, cost };
-            } finally {
-              await fresh.stop();
-            }
-          } else if (w.pinned && system === "shardq") {
-            // Its own shardq, on fresh state, whose queue has exactly this many shards whatever the load.
-            const pinned = String(w.pinned);
-            const fresh = await startShardq({ work, env, file: "wrangler.bench-pinned.toml", vars: { SHARDS_PER_REGION: pinned, MAX_SHARDS_PER_REGION: pinned }, name: `shardq-${w.id}-${run}` });
-            try {
-              const meter = await startMeter(fresh);
-              const r = await driverRun(fresh.base, fresh.pid, w);
+          try {
+            if (w.id === "w3") {
+              const meter = await startMeter(stack);
+              const figures = await httpRun(stack.base, w);
+              const cost = await meter.stop({ delivered: figures.delivered ?? 0, workerRequests: figures.sent ?? 0, bytesPerMessage: LOAD_BODY_BYTES, peakMessages: w.count });
+              result = { figures: { ...figures, ...costFigures(cost) }, cost };
+            } else if (w.id.startsWith("w5")) {
+              // The whole life of the backlog: filled (sendBatch of 100, delivery paused), then drained.
+              const meter = await startMeter(stack);
+              const figures = await backlogRun(stack.base, stack.pid, /** @type {number} */ (w.backlog));
+              const cost = await meter.stop({ delivered: figures.delivered ?? 0, workerRequests: 0, bytesPerMessage: DRIVER_BODY_BYTES, peakMessages: /** @type {number} */ (w.backlog) });
+              result = { figures: { ...figures, ...costFigures(cost) }, cost };
+            } else if (w.id === "w6") {
+              const fresh = await autoscaling(run);
+              try {
+                const meter = await startMeter(fresh);
+                const r = await autoscaleRun(fresh.base, { rate: /** @type {number} */ (w.rate), seconds: /** @type {number} */ (w.seconds) });
+                timelines.push({ workload: w.id, system, run, samples: r.samples, stopped_at: r.figures.stopped_at_s, decisions: r.decisions });
+                const cost = await meter.stop({ delivered: r.figures.delivered ?? 0, workerRequests: 0, bytesPerMessage: DRIVER_BODY_BYTES, peakMessages: r.figures.sent ?? 0 });
+                result = { figures: { ...r.figures, ...costFigures(cost) }, cost };
+              } finally {
+                await fresh.stop();
+              }
+            } else if (w.id === "w8") {
+              // Both halves in this run, ordered and unordered, the ratio from this pair.
+              const refused = await orderingRefusal(stack.base);
+              if (run === 1 || own) await warmUp((x) => driverRun(stack.base, stack.pid, { ...w, ...x, refused }), /** @type {{ keys: number, count: number }} */ (w), SETTLE_MS);
+              /** @type {Awaited<ReturnType<typeof shardqRun>> | undefined} */
+              let mine;
+              /** @type {Awaited<ReturnType<typeof shardqRun>> | undefined} */
+              let unordered;
+              for (const ordered of pairOrder(run)) {
+                if (ordered) mine = await shardqRun(stack, { ...w, ordered, refused });
+                else unordered = await shardqRun(stack, { ...w, ordered });
+              }
+              if (!mine || !unordered) throw new Error("w8: a half of the pair did not run");
+              runs.push({ workload: "w8-unordered", system, run, ...unordered });
+              console.log(`w8-unordered ${system} run ${run}: ${JSON.stringify(unordered.figures)}`);
+              result = { ...mine, figures: { ...mine.figures, ordered_to_unordered: pairRatio(mine.figures, unordered.figures) } };
+            } else if (w.id === "w8-hot") {
+              result = await hotKeyRun(stack, /** @type {{ count: number, batch: number, sleepMs: number }} */ (w), () => startMeter(stack), costFigures);
+            } else if (own) {
+              const meter = await startMeter(own);
+              const r = await driverRun(own.base, own.pid, w);
               const cost = await meter.stop({ delivered: r.figures.delivered ?? 0, workerRequests: 0, bytesPerMessage: DRIVER_BODY_BYTES, peakMessages: w.count, redeliveries: r.figures.duplicates ?? 0 });
-              result = { ...r, figures: { ...r.figures, ...costFigures(cost), shards_at_start: await activeShards(fresh.base) }, cost };
-            } finally {
-              await fresh.stop();
-            }
-          } else if (w.id === "w8") {
-            // Both halves in this run, ordered and unordered, the ratio from this pair.
-            const refused = await orderingRefusal(stack.base);
-            if (run === 1) await warmUp((x) => driverRun(stack.base, stack.pid, { ...w, ...x, refused }), /** @type {{ keys: number, count: number }} */ (w), SETTLE_MS);
-            /** @type {Awaited<ReturnType<typeof shardqRun>> | undefined} */
-            let mine;
-            /** @type {Awaited<ReturnType<typeof shardqRun>> | undefined} */
-            let unordered;
-            for (const ordered of pairOrder(run)) {
-              if (ordered) mine = await shardqRun(stack, { ...w, ordered, refused });
-              else unordered = await shardqRun(stack, { ...w, ordered });
-            }
-            if (!mine || !unordered) throw new Error("w8: a half of the pair did not run");
-            runs.push({ workload: "w8-unordered", system, run, ...unordered });
-            console.log(`w8-unordered ${system} run ${run}: ${JSON.stringify(unordered.figures)}`);
-            result = { ...mine, figures: { ...mine.figures, ordered_to_unordered: pairRatio(mine.figures, unordered.figures) } };
-          } else if (w.id === "w8-hot") {
-            result = await hotKeyRun(stack, /** @type {{ count: number, batch: number, sleepMs: number }} */ (w), () => startMeter(stack), costFigures);
-          } else if (system === "shardq") result = await shardqRun(stack, w);
-          else result = await driverRun(stack.base, stack.pid, w);
+              result = { ...r, figures: { ...r.figures, ...costFigures(cost), shards_at_start: await activeShards(own.base) }, cost };
+            } else if (system === "shardq") result = await shardqRun(stack, w);
+            else result = await driverRun(stack.base, stack.pid, w);
+          } finally {
+            await own?.stop();
+          }
           runs.push({ workload: w.id, system, run, ...result });
           console.log(`${w.id} ${system} run ${run}: ${JSON.stringify(result.figures)}`);
           if ("refused" in result) console.log(`${w.id}: the service refused orderingKey, so this run sent without it: ${result.refused}`);
