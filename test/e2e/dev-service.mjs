@@ -7,6 +7,9 @@ import { join } from "node:path";
 import { writeDevConfig } from "../../scripts/dev-config.mjs";
 import { freePort, startWrangler } from "../../scripts/dev-server.mjs";
 
+/** Ports tried before a start that found its port taken gives up. */
+const PORT_ATTEMPTS = 3;
+
 /**
  * @typedef {{ base: string, pid: number | undefined, registry: string, stop: () => Promise<void> }} DevService
  * `stop` also removes its registry, and its state unless the caller gave the state directory.
@@ -25,18 +28,25 @@ export async function startDevService(name, extraArgs = [], opts = {}) {
     if (opts.stateDir === undefined) rmSync(stateDir, { recursive: true, force: true });
     rmSync(registry, { recursive: true, force: true });
   };
-  const port = await freePort();
-  const base = `http://127.0.0.1:${port}`;
+  let base = "";
   let server;
-  try {
-    server = await startWrangler({
-      args: ["-c", writeDevConfig(), "-c", "examples/consumer/wrangler.toml", "--port", String(port), "--ip", "127.0.0.1", "--persist-to", stateDir, "--inspector-port", "0", ...extraArgs],
-      readyUrl: `${base}/`,
-      env: { WRANGLER_REGISTRY_PATH: registry },
-    });
-  } catch (err) {
-    cleanUp();
-    throw err;
+  // A port found free may be taken before wrangler binds it (e2e files start their services
+  // in parallel): then another one, a few times.
+  for (let attempt = 1; ; attempt++) {
+    const port = await freePort();
+    base = `http://127.0.0.1:${port}`;
+    try {
+      server = await startWrangler({
+        args: ["-c", writeDevConfig(), "-c", "examples/consumer/wrangler.toml", "--port", String(port), "--ip", "127.0.0.1", "--persist-to", stateDir, "--inspector-port", "0", ...extraArgs],
+        readyUrl: `${base}/`,
+        env: { WRANGLER_REGISTRY_PATH: registry },
+      });
+      break;
+    } catch (err) {
+      if (attempt < PORT_ATTEMPTS && String(err).includes("Address already in use")) continue;
+      cleanUp();
+      throw err;
+    }
   }
   return {
     base,
