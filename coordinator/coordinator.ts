@@ -19,6 +19,8 @@ import { readConsumerShards, readStorageBeats, recordConsumerReport, recordStora
 import { armAlarm, MapPublisher } from "./map-publisher";
 import { QueueStore, type InitializeQueue } from "./queue-store";
 import { migrateCoordinator } from "./schema";
+import { PullWaiters } from "./pull-waiters";
+import { MAX_PULL_WAIT_MS } from "../src/kernel/limits";
 import { readSendLatency, recordSendLatency } from "./send-latency";
 import { readSeries, recordPoint, SERIES_STEP_MS, type SeriesPoint } from "./time-series";
 
@@ -49,6 +51,8 @@ export class Coordinator extends DurableObject<Env> {
   private readonly loop: ControlLoop;
   private readonly publisher: MapPublisher;
   clock: Clock = systemClock;
+  /** Long-polling pulls waiting for messages; tests swap in their own timers. */
+  readonly pullWaiters = new PullWaiters(() => this.clock.now());
   /** The fault harness's aborts and alarm throws; inert unless SHARDQ_TEST_HOOKS is "on" (src/kernel/test-hooks.ts). */
   private readonly hooks = testHooksFor(this.env, "coordinator");
 
@@ -165,9 +169,26 @@ export class Coordinator extends DurableObject<Env> {
    * A storage shard went from empty to holding messages, or filled a batch a consumer
    * waits for: one consumer shard is woken, enough to take it (consumer-scaler.ts).
    */
-  async notifyReady(shard: string): Promise<void> {
+  /**
+   * A storage shard has new messages: wakes a push consumer's shard, or the longest-waiting
+   * long-polling pull. True when pulls still wait: the shard says so again on its next new
+   * messages.
+   */
+  async notifyReady(shard: string): Promise<boolean> {
     this.cost.rpcs++;
-    if (this.store.shards().some((s) => s.name === shard)) await this.loop.wakeConsumers("one", this.clock.now());
+    if (!this.store.shards().some((s) => s.name === shard)) return false;
+    const more = this.pullWaiters.wakeOne();
+    await this.loop.wakeConsumers("one", this.clock.now());
+    return more;
+  }
+
+  /**
+   * A long-polling pull that found nothing waits here until a shard has new messages (true)
+   * or `ms` pass (false): coordinator/pull-waiters.ts.
+   */
+  waitForMessages(ms: number): Promise<boolean> {
+    this.cost.rpcs++;
+    return this.pullWaiters.wait(Math.max(0, Math.min(ms, MAX_PULL_WAIT_MS)));
   }
 
   /** The authoritative map; brokers come here when KV has none yet or theirs proved stale. */

@@ -158,6 +158,10 @@ export class StorageShard extends DurableObject<Env> {
     this.ctx.waitUntil(
       coordinatorFor(this.env, this.identity.queueId)
         .notifyReady(this.identity.name)
+        // Long-polling pulls still wait: tell again on the next new messages.
+        .then((again) => {
+          if (again) this.consumersNotified = false;
+        })
         .catch((err) => {
           this.consumersNotified = false;
           console.error("notifyReady failed (the next heartbeat wakes consumers):", err);

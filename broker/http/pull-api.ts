@@ -14,7 +14,8 @@ import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import { MAX_VISIBILITY_TIMEOUT_MS, type ConsumerRecord } from "../../src/kernel/consumer-settings";
 import type { Env } from "../../src/kernel/env";
 import { HttpError, unavailable } from "../../src/kernel/errors";
-import { LIMITS } from "../../src/kernel/limits";
+import { LIMITS, MAX_PULL_WAIT_MS } from "../../src/kernel/limits";
+import { sleep } from "../../src/kernel/sleep";
 import { leaseRefOf, type DeliveryPlan, type LeasedMessage, type LeaseRef, type ShardBacklog } from "../../src/kernel/protocol";
 import { ok } from "./envelope";
 import { leaseSigningKey, signLease, toBase64, verifyLease, type LeaseToken } from "./lease-tokens";
@@ -34,7 +35,9 @@ const list = <T extends z.ZodType>(item: T, what: string) =>
     .array(item, { error: (iss) => (iss.input === undefined ? "is required" : `must be an array of ${what}`) })
     .max(MAX_LEASES_PER_CALL, `must hold at most ${MAX_LEASES_PER_CALL} entries`);
 
-const pullBody = z.object({ batch_size: int(1, LIMITS.maxBatchMessages).optional(), visibility_timeout_ms: visibilityTimeout.optional() }).strict();
+const pullBody = z
+  .object({ batch_size: int(1, LIMITS.maxBatchMessages).optional(), visibility_timeout_ms: visibilityTimeout.optional(), wait_time_ms: int(0, MAX_PULL_WAIT_MS, " ms").optional() })
+  .strict();
 const ackBody = z
   .object({
     acks: list(z.object({ lease_id: leaseId }).strict(), "{ lease_id }").optional(),
@@ -53,7 +56,11 @@ export async function pullMessages(request: Request, env: Env, accountId: string
   const { plan, consumer } = await pullQueue(env, accountId, queueRef, "pull");
   if (plan.paused) throw new HttpError("conflict", `delivery of queue "${plan.queueName}" is paused; set settings.delivery_paused to false to pull`, "queue");
   const leaseMs = body.visibility_timeout_ms ?? consumer.settings.visibility_timeout_ms ?? DEFAULT_VISIBILITY_MS;
-  const { leased, figures } = await leaseFromShards(env, plan, body.batch_size ?? DEFAULT_PULL_BATCH, leaseMs);
+  const wanted = body.batch_size ?? DEFAULT_PULL_BATCH;
+  const waitMs = body.wait_time_ms ?? 0;
+  const deadline = Date.now() + waitMs;
+  let { leased, figures } = await leaseFromShards(env, plan, wanted, leaseMs);
+  if (leased.length === 0 && waitMs > 0) ({ leased, figures } = await waitAndLease(env, plan, wanted, leaseMs, deadline, { leased, figures }));
   const utf8 = new TextDecoder();
   const messages = await Promise.all(
     leased.map(async ({ shard, message: m }) => ({
@@ -164,6 +171,39 @@ async function leaseFromShards(env: Env, plan: DeliveryPlan, wanted: number, lea
   }
   if (failed > 0 && failed === plan.shards.length) throw unavailable("no storage shard of this queue answered; retry", null);
   return { leased, figures: sumFigures(plan.shards.map((s) => s.backlog), exact) };
+}
+
+/** After a Coordinator that held a waiting pull failed (a restart), how long before it is asked again. */
+const COORDINATOR_RETRY_MS = 100;
+
+/**
+ * Long polling: waits at the queue's Coordinator for new messages (coordinator/pull-waiters.ts),
+ * then leases, until some come or the wait ends: an empty answer, never an error. Nothing is
+ * leased while waiting, so a pull whose client or broker goes away mid-wait holds no lease.
+ */
+async function waitAndLease(env: Env, plan: DeliveryPlan, wanted: number, leaseMs: number, deadline: number, found: Awaited<ReturnType<typeof leaseFromShards>>) {
+  let last = found;
+  for (;;) {
+    const left = deadline - Date.now();
+    if (left <= 0) return last;
+    // A new stub each time: one whose object restarted keeps failing.
+    const coordinator = coordinatorFor(env, plan.queueId);
+    let woken: boolean;
+    try {
+      woken = await coordinator.waitForMessages(left);
+    } catch (err) {
+      // A Coordinator that restarted forgot who waits: look at the shards, then wait again.
+      console.error("waiting for messages failed; looking at the shards again:", err);
+      await sleep(Math.min(left, COORDINATOR_RETRY_MS));
+      woken = true;
+    }
+    if (!woken) return last;
+    last = await leaseFromShards(env, plan, wanted, leaseMs);
+    if (last.leased.length === 0) continue;
+    // A full batch: more may be ready, for the next pull waiting.
+    if (last.leased.length === wanted) await coordinator.notifyReady(last.leased[0]!.shard).catch(() => false);
+    return last;
+  }
 }
 
 interface Asked {

@@ -26,3 +26,5 @@ export const LIMITS = {
 export const PURGE_PER_CALL = 5000;
 /** A redrive batch: the most a filtered lease takes at once. */
 export const MAX_MATCHING_LEASE = 100;
+/** The longest a pull waits for messages (`wait_time_ms`), as SQS's long polling: 20 s. */
+export const MAX_PULL_WAIT_MS = 20_000;

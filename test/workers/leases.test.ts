@@ -241,7 +241,7 @@ describe("leases (vesting times)", () => {
     const told: string[] = [];
     // RPC reaches class methods only: listen on the prototype for this test.
     const original = Coordinator.prototype.notifyReady;
-    Coordinator.prototype.notifyReady = async (name: string) => void told.push(name);
+    Coordinator.prototype.notifyReady = async (name: string) => (told.push(name), false);
     onTestFinished(() => {
       Coordinator.prototype.notifyReady = original;
     });

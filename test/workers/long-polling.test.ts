@@ -1,0 +1,140 @@
+/**
+ * Long polling (issue 19): POST .../messages/pull with `wait_time_ms` holds a pull that found
+ * nothing until messages are ready or the wait ends (an empty answer), waiting at the queue's
+ * Coordinator (coordinator/pull-waiters.ts). The Coordinator's waits run on timers the tests
+ * drive, so a 20 s wait ends when a test says so.
+ */
+import { env, runInDurableObject } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import type { Coordinator } from "../../coordinator/coordinator";
+import { PullWaiters, type WaitTimers } from "../../coordinator/pull-waiters";
+import { coordinatorFor } from "../../src/kernel/addressing";
+import { api, backlog, createQueue, queuePath } from "./helpers";
+import { eventually } from "./push-helpers";
+
+/** Timers that fire only when advanced. */
+class ManualTimers implements WaitTimers {
+  private t = 0;
+  private due: Array<{ at: number; fn: () => void }> = [];
+  set(fn: () => void, ms: number): unknown {
+    const entry = { at: this.t + ms, fn };
+    this.due.push(entry);
+    return entry;
+  }
+  clear(handle: unknown): void {
+    this.due = this.due.filter((d) => d !== handle);
+  }
+  advance(ms: number): void {
+    this.t += ms;
+    const fire = this.due.filter((d) => d.at <= this.t);
+    this.due = this.due.filter((d) => d.at > this.t);
+    for (const d of fire) d.fn();
+  }
+}
+
+/** The bodies of a pull's answer (sent as JSON: base64 of the JSON text). */
+const bodiesOf = (res: { json: { result: { messages: Array<{ body: string }> } } }) => res.json.result.messages.map((m) => JSON.parse(atob(m.body)) as unknown);
+
+const pull = (q: string, body: unknown) => api("POST", `${queuePath(q)}/messages/pull`, body);
+const send = (q: string, body: unknown) => api("POST", `${queuePath(q)}/messages`, { body });
+
+async function pullQueue(name: string) {
+  const q = await createQueue(name);
+  expect((await api("POST", `${queuePath(name)}/consumers`, { type: "http_pull", settings: { visibility_timeout_ms: 30_000 } })).status).toBe(201);
+  const coordinator = coordinatorFor(env, q.queue_id);
+  const timers = new ManualTimers();
+  await runInDurableObject(coordinator, (obj: Coordinator) => {
+    obj.pullWaiters.timers = timers;
+  });
+  const waiting = () => runInDurableObject(coordinator, (obj: Coordinator) => obj.pullWaiters.count);
+  const advance = (ms: number) => runInDurableObject(coordinator, () => timers.advance(ms));
+  return { ...q, coordinator, waiting, advance };
+}
+
+describe("long polling", () => {
+  it("refuses a wait_time_ms out of 0 to 20,000 or not a whole number: 400 naming the field, nothing leased", async () => {
+    await pullQueue("lp-bad");
+    expect((await send("lp-bad", "kept")).status).toBe(200);
+    for (const bad of [20_001, -1, 1.5, "5000", null]) {
+      const res = await pull("lp-bad", { wait_time_ms: bad });
+      expect(res.status, JSON.stringify(bad)).toBe(400);
+      expect(JSON.stringify(res.json.errors)).toContain("wait_time_ms");
+    }
+    const ok = await pull("lp-bad", { wait_time_ms: 0, batch_size: 10 });
+    expect(bodiesOf(ok)).toEqual(["kept"]);
+  });
+
+  it("answers a waiting pull with a message sent while it waits", async () => {
+    const q = await pullQueue("lp-arrives");
+    const pending = pull("lp-arrives", { wait_time_ms: 20_000, batch_size: 10 });
+    await eventually(q.waiting, (n) => n === 1);
+    expect((await send("lp-arrives", "late")).status).toBe(200);
+    const res = await pending;
+    expect(res.status).toBe(200);
+    expect(bodiesOf(res)).toEqual(["late"]);
+    expect(await q.waiting()).toBe(0);
+  });
+
+  it("answers an empty batch, not an error, when the wait ends with nothing sent", async () => {
+    const q = await pullQueue("lp-empty");
+    const pending = pull("lp-empty", { wait_time_ms: 20_000 });
+    await eventually(q.waiting, (n) => n === 1);
+    await q.advance(20_000);
+    const res = await pending;
+    expect(res.status).toBe(200);
+    expect(res.json.result.messages).toEqual([]);
+    expect(await q.waiting()).toBe(0);
+  });
+
+  it("wakes one waiting pull per message, the one that waited longest, and the others wait on", async () => {
+    const q = await pullQueue("lp-one");
+    const first = pull("lp-one", { wait_time_ms: 20_000 });
+    await eventually(q.waiting, (n) => n === 1);
+    const others = [pull("lp-one", { wait_time_ms: 20_000 }), pull("lp-one", { wait_time_ms: 20_000 })];
+    await eventually(q.waiting, (n) => n === 3);
+    expect((await send("lp-one", "one")).status).toBe(200);
+    expect(bodiesOf(await first)).toEqual(["one"]);
+    expect(await q.waiting()).toBe(2);
+    // A second message wakes the next one: the shard says so again while pulls wait.
+    expect((await send("lp-one", "two")).status).toBe(200);
+    await eventually(q.waiting, (n) => n === 1);
+    await q.advance(20_000);
+    const bodies = (await Promise.all(others)).map(bodiesOf);
+    expect(bodies.flat()).toEqual(["two"]);
+  });
+
+  it("keeps waiting across a Coordinator restart and still gets the message", async () => {
+    const q = await pullQueue("lp-restart");
+    const pending = pull("lp-restart", { wait_time_ms: 5_000, batch_size: 10 });
+    await eventually(q.waiting, (n) => n === 1);
+    await runInDurableObject(q.coordinator, (_o: Coordinator, state) => state.abort("reset while a pull waits")).catch(() => {});
+    // The restarted Coordinator runs on the system's timers; the pull has asked it again.
+    await eventually(() => runInDurableObject(coordinatorFor(env, q.queue_id), (obj: Coordinator) => obj.pullWaiters.count), (n) => n === 1);
+    expect((await send("lp-restart", "after")).status).toBe(200);
+    const res = await pending;
+    expect(bodiesOf(res)).toEqual(["after"]);
+    expect(await backlog("lp-restart")).toBe(1);
+  });
+});
+
+describe("pull waiters", () => {
+  it("lets a pull that comes just after an unclaimed notification go at once, once", async () => {
+    let now = 0;
+    const waiters = new PullWaiters(() => now, new ManualTimers());
+    expect(waiters.wakeOne()).toBe(false);
+    expect(await waiters.wait(20_000)).toBe(true);
+    // Taken: the next waits.
+    const next = waiters.wait(20_000);
+    expect(waiters.count).toBe(1);
+    now += 5000;
+    expect(waiters.wakeOne()).toBe(false);
+    expect(await next).toBe(true);
+    // Kept only for a moment.
+    expect(waiters.wakeOne()).toBe(false);
+    now += 1000;
+    const late = waiters.wait(20_000);
+    expect(waiters.count).toBe(1);
+    waiters.wakeOne();
+    expect(await late).toBe(true);
+  });
+});
