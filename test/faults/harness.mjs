@@ -24,6 +24,8 @@ export const QUEUE = "faults";
 export const DLQ = "faults-dlq";
 /** Deliveries of a poison message before it is dead-lettered: max_retries + 1. */
 const MAX_RETRIES = 2;
+/** The waits pull consumers draw for each pull (long polling, issue 19): at once half the time. */
+const LONG_POLLS_MS = [0, 0, 250, 1000, 3000];
 
 /**
  * @typedef {object} FaultOptions
@@ -135,7 +137,7 @@ export async function runFaults(o) {
     const consumer = (/** @type {string} */ name, /** @type {string} */ queue, /** @type {boolean} */ main) =>
       runConsumer({
         name, seed: o.seed, history, api, queue, control, deadline: consumerDeadline, late, tally, ...(main ? {} : { held }),
-        minBatch: 10, maxBatch: 100, visibilityMs: o.visibilityMs, retryPoison: main,
+        minBatch: 10, maxBatch: 100, visibilityMs: o.visibilityMs, retryPoison: main, waitMs: LONG_POLLS_MS,
         // The dead-letter queue's consumer acks everything.
         retryRate: main ? 0.01 : 0, dropRate: main ? 0.002 : 0, lateRate: main ? 0.002 : 0,
       });

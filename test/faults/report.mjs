@@ -101,7 +101,7 @@ function markdown(r, meta) {
   const lines = [
     `# shardq fault run: ${meta.mode}, seed ${meta.seed}`,
     "",
-    `Started ${meta.started_at}. ${n(meta.messages)} messages from ${meta.producers} producers${meta.rate ? ` at ${n(meta.rate)} msg/s` : ""}, ${meta.consumers} pull consumers, ${meta.kills} hard kills, ${meta.aborts ?? 0} storage shard resets and ${meta.corruptions ?? 0} corruptions planned (faults: ${(meta.faults ?? ["kill"]).join(", ")}).`,
+    `Started ${meta.started_at}. ${n(meta.messages)} messages from ${meta.producers} producers${meta.rate ? ` at ${n(meta.rate)} msg/s` : ""}, ${meta.consumers} pull consumers (long-polling half their pulls), ${meta.kills} hard kills, ${meta.aborts ?? 0} storage shard resets and ${meta.corruptions ?? 0} corruptions planned (faults: ${(meta.faults ?? ["kill"]).join(", ")}).`,
     `Replay: \`${meta.replay}\`. History: \`${meta.history}\` (check it again with \`node test/faults/run.mjs --check ${meta.history}\`).`,
     "",
     "| | |",

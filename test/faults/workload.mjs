@@ -215,11 +215,13 @@ function complete(o, op, r, ids, n) {
  * poison message always, others at `retryRate`), drops it, never settling (`dropRate`,
  * a consumer that crashed), or acks it after its visibility timeout has passed
  * (`lateRate`). Acks and retries of one pull go in one request.
+ * With `waitMs` each pull long-polls for one of those waits (its lease is granted at the end of
+ * the wait: the checker's lease windows, from the pull's invoke, stay lower bounds).
  * While `held.paused` it pulls nothing (the dead-letter queue's consumer, while the
  * redriver lets messages gather there to move them back).
  * @param {{ name: string, seed: number, history: History, api: Api, queue: string, control: Control, deadline: number,
  *   minBatch: number, maxBatch: number, visibilityMs: number[], retryRate: number, dropRate: number, lateRate: number,
- *   retryPoison: boolean, late: Set<Promise<void>>, tally: { delivered: number }, held?: { paused: boolean } }} o
+ *   retryPoison: boolean, late: Set<Promise<void>>, tally: { delivered: number }, held?: { paused: boolean }, waitMs?: number[] }} o
  */
 export async function runConsumer(o) {
   const rng = prng(o.seed, o.name);
@@ -230,8 +232,10 @@ export async function runConsumer(o) {
     }
     const batch = rng.int(o.minBatch, o.maxBatch);
     const vt = rng.pick(o.visibilityMs);
-    const op = o.history.invoke(o.name, "pull", { q: o.queue, n: batch, vt });
-    const r = await o.api.call("POST", `/${o.queue}/messages/pull`, { batch_size: batch, visibility_timeout_ms: vt });
+    // Long polling: a pull that finds nothing waits this long for messages (0: answers at once).
+    const wait = o.waitMs ? rng.pick(o.waitMs) : 0;
+    const op = o.history.invoke(o.name, "pull", { q: o.queue, n: batch, vt, ...(wait ? { w: wait } : {}) });
+    const r = await o.api.call("POST", `/${o.queue}/messages/pull`, { batch_size: batch, visibility_timeout_ms: vt, ...(wait ? { wait_time_ms: wait } : {}) });
     if (r.outcome !== "ok") {
       o.history.complete(op, r.outcome, { status: r.status, error: r.error });
       await sleep(rng.int(100, 300));
@@ -264,7 +268,7 @@ export async function runConsumer(o) {
     o.history.complete(op, "ok", { msgs, backlog: r.result?.message_backlog_count ?? null });
     o.tally.delivered += msgs.length;
     if (acks.length || retries.length) await settle(o, acks, retries);
-    if (msgs.length === 0) await sleep(rng.int(50, 150));
+    if (msgs.length === 0 && !wait) await sleep(rng.int(50, 150));
   }
 }
 
