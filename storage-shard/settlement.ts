@@ -14,7 +14,8 @@ import { timestampOf, type BacklogDelta } from "./delivery";
 import type { DeliveryState, MemoryLease } from "./delivery-state";
 import { copyOf, parseLeaseId, Settled, slotKey, type LeaseName } from "./segment";
 import { Bodies, headersOf, readState, rewritten, SegmentEdit, writeSegments, type NewMessage } from "./segment-rows";
-import { extendLanes, isLaneLease, readLeasedLanes, settleLanes, type LaneSettleKind } from "./lanes";
+import { isLaneLease } from "./lanes";
+import { extendLanes, readLeasedLanes, settleLanes, type LaneSettleKind } from "./lane-settlement";
 
 /** What a lease reference names here, when it can be current: its slot unsettled, the message id its header's. */
 interface Resolved {
