@@ -94,7 +94,7 @@ export function settle(sql: SqlStorage, ds: DeliveryState, now: number, req: Set
     ...req.retries.map((ref) => ({ ref, kind: RETRY })),
   ];
   const delays = new Map(req.retries.map((r) => [r.leaseId, r.delayMs]));
-  // Keyed messages live in lanes (lanes.ts), settled there.
+  // Keyed messages live in lanes (lanes.ts), settled by lane-settlement.ts.
   const refs = all.filter((r) => !isLaneLease(r.ref.leaseId));
   const lanes = settleLanes(
     sql,
