@@ -85,6 +85,18 @@ describe("the fault checker", () => {
     expect(r.figures.duplicated).toMatchObject({ messages: 1, extra_deliveries: 1, redelivery_causes: { lease_expired: 1 } });
   });
 
+  it("counts a long poll's delivery after the lease it waited through expired as lease-expired, not as a duplicate without a cause", () => {
+    const s = new Script();
+    s.send(["a"]);
+    s.pull([{ h: "a", l: "L1" }], { vt: 1000 });
+    // Made before the first lease ran out, answered (and so granted) after it.
+    s.pull([{ h: "a", l: "L2" }], { dt: 200, p: "consumer-1", wait: 3000 });
+    s.ack(["L2"]);
+    const r = s.drained();
+    expect(r.failures).toEqual([]);
+    expect(r.figures.duplicated).toMatchObject({ messages: 1, extra_deliveries: 1, redelivery_causes: { lease_expired: 1, other: 0 } });
+  });
+
   it("reports two leases of one message held at once as an overlap, unless a kill came between them", () => {
     const s = new Script();
     s.send(["a", "b"]);

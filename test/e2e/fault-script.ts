@@ -11,17 +11,19 @@ export class Script {
     this.t += dt;
     return this.t;
   }
-  private op(p: string, f: string, value: unknown, type: Op["type"], outcome: unknown, dt = 10) {
+  private op(p: string, f: string, value: unknown, type: Op["type"], outcome: unknown, dt = 10, answerMs = 5) {
     const op = this.n++;
     this.ops.push({ op, p, type: "invoke", f, t: this.at(dt), value });
-    this.ops.push({ op, p, type, f, t: this.at(5), value: outcome });
+    this.ops.push({ op, p, type, f, t: this.at(answerMs), value: outcome });
   }
   send(hs: string[], type: Op["type"] = "ok", dt?: number) {
     this.op("producer-0", "send", { q: "faults", hs }, type, type === "ok" ? { ids: hs.map((h) => `id-${h}`) } : { error: "x" }, dt);
   }
   /** k: the ordering key the pull answered with. */
-  pull(msgs: Array<{ h: string; l: string; id?: string; s?: string; r?: number; g?: 1; a?: number; k?: string }>, { vt = 5000, dt = 10, q = "faults", p = "consumer-0" } = {}) {
-    this.op(p, "pull", { q, n: 10, vt }, "ok", { msgs: msgs.map((m) => ({ h: m.h, id: m.id ?? `id-${m.h}`, a: m.a ?? 1, l: m.l, ...(m.s ? { s: m.s, r: m.r ?? 1 } : {}), ...(m.k ? { k: m.k } : {}), ...(m.g ? { g: 1 } : {}) })) }, dt);
+  /** wait: a long poll, answered that long after it was made (0: at once). */
+  pull(msgs: Array<{ h: string; l: string; id?: string; s?: string; r?: number; g?: 1; a?: number; k?: string }>, { vt = 5000, dt = 10, q = "faults", p = "consumer-0", wait = 0 } = {}) {
+    const value = { q, n: 10, vt, ...(wait ? { w: wait } : {}) };
+    this.op(p, "pull", value, "ok", { msgs: msgs.map((m) => ({ h: m.h, id: m.id ?? `id-${m.h}`, a: m.a ?? 1, l: m.l, ...(m.s ? { s: m.s, r: m.r ?? 1 } : {}), ...(m.k ? { k: m.k } : {}), ...(m.g ? { g: 1 } : {}) })) }, dt, wait || 5);
   }
   /** The nemesis corrupting stored bodies: the message ids it corrupted. */
   corrupt(ids: string[], dt = 10) {

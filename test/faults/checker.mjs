@@ -28,7 +28,7 @@
 /**
  * @typedef {import("./history.mjs").Op} Op
  * @typedef {{ h: string | null, id: string, q: string, a: number, l: string, s: string | null, r: string | null, x: boolean, g: boolean, inv: number, ok: number, vt: number, p: string,
- *   push?: boolean, acked?: boolean }} Delivery  push: given to a queue() handler (inv = ok = when it started; acked: by that handler)
+ *   w?: number, push?: boolean, acked?: boolean }} Delivery  w: the pull's wait_time_ms (long polling); push: given to a queue() handler (inv = ok = when it started; acked: by that handler)
  * @typedef {{ n: number, kind: string, shard: string, inv: number, ok: number | null, fired: boolean }} Abort
  * @typedef {{ outcome: "invoked" | "ok" | "fail" | "unknown", id: string | null, poison: boolean, t: number, key: string | null, tries: number, before: Sent["outcome"] | null }} Sent
  */
@@ -127,7 +127,7 @@ export function check(ops, opts = {}) {
       if (o.type !== "ok") continue;
       pullOks.push(o.t);
       for (const m of o.value?.msgs ?? []) {
-        deliveries.push({ h: m.h ?? null, id: m.id, q: inv.value?.q, a: m.a, l: m.l, s: m.s ?? null, r: m.r ?? null, x: m.x === 1, g: m.g === 1, inv: inv.t, ok: o.t, vt: inv.value?.vt, p: o.p });
+        deliveries.push({ h: m.h ?? null, id: m.id, q: inv.value?.q, a: m.a, l: m.l, s: m.s ?? null, r: m.r ?? null, x: m.x === 1, g: m.g === 1, inv: inv.t, ok: o.t, vt: inv.value?.vt, w: inv.value?.w ?? 0, p: o.p });
       }
     } else if (o.f === "redrive") {
       redrives.push({ inv: inv.t, ok: o.t, outcome: o.type, moved: o.type === "ok" ? Number(o.value?.moved ?? 0) : 0 });
@@ -283,7 +283,8 @@ export function check(ops, opts = {}) {
         causes.abort++;
         cameAgainAfter(abortBetween(a.s, a.inv, b.ok), b.ok);
       }
-      else if (b.inv + tol >= a.inv + a.vt) causes.lease_expired++;
+      // A long-polling pull's lease may have been granted as late as its answer.
+      else if ((b.w ? b.ok : b.inv) + tol >= a.inv + a.vt) causes.lease_expired++;
       else causes.other++;
     }
     for (let i = 0; i < ds.length; i++) {
