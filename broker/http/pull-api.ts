@@ -186,7 +186,7 @@ async function waitAndLease(env: Env, plan: DeliveryPlan, wanted: number, leaseM
   for (;;) {
     const left = deadline - Date.now();
     if (left <= 0) return last;
-    // A new stub each time: one whose object restarted keeps failing.
+    // A new handle each time: one whose object restarted keeps failing.
     const coordinator = coordinatorFor(env, plan.queueId);
     let woken: boolean;
     try {
