@@ -167,12 +167,9 @@ export class Coordinator extends DurableObject<Env> {
 
   /**
    * A storage shard went from empty to holding messages, or filled a batch a consumer
-   * waits for: one consumer shard is woken, enough to take it (consumer-scaler.ts).
-   */
-  /**
-   * A storage shard has new messages: wakes a push consumer's shard, or the longest-waiting
-   * long-polling pull. True when pulls still wait: the shard says so again on its next new
-   * messages.
+   * waits for: one consumer shard is woken, enough to take it (consumer-scaler.ts), or the
+   * longest-waiting long-polling pull. True when pulls still wait: the shard says so again
+   * on its next new messages.
    */
   async notifyReady(shard: string): Promise<boolean> {
     this.cost.rpcs++;
