@@ -13,13 +13,13 @@ const FOLDERS = ["src", "broker", "coordinator", "storage-shard", "consumer-shar
 /**
  * The layers, top first: a file may import its own part and any part of a lower layer,
  * nothing above it and no other part of its own layer (parts of a layer talk over RPC).
- * The client libraries (the consumer helper, the batching producer) run inside users' Workers:
- * they may import the kernel only.
+ * The client libraries (the consumer helper, the batching producer) run inside users' Workers,
+ * and the HTTP client (src/client) wherever fetch runs: they may import the kernel only.
  */
 export const LAYERS = [
   { layer: "entry", parts: ["src/worker.ts"] },
   { layer: "edge", parts: ["broker", "consumer-shard"] },
-  { layer: "client library", parts: ["src/consumer", "src/producer"] },
+  { layer: "client library", parts: ["src/consumer", "src/producer", "src/client"] },
   { layer: "delivery service", parts: ["src/delivery"] },
   { layer: "routing service", parts: ["src/routing"] },
   { layer: "durable objects", parts: ["coordinator", "storage-shard"] },

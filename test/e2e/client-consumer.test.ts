@@ -1,0 +1,195 @@
+// The client library against `wrangler dev`: the consumer loop as a Node service runs it.
+// Concurrency, per-key order, leases kept alive past their timeout, retries with a delay,
+// a stop that lets running handlers finish, and a hard kill of the service while the loop
+// runs: the loop carries on once the service is back, and every message is handled.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { freePort, startWrangler } from "../../scripts/dev-server.mjs";
+import { createClient, NetworkError, type ConsumeSummary, type ConsumedMessage, type QueueClient } from "../../src/client/index.ts";
+
+type Server = Awaited<ReturnType<typeof startWrangler>>;
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+describe("the client's consumer loop under wrangler dev", () => {
+  const stateDir = mkdtempSync(join(tmpdir(), "shardq-e2e-client-"));
+  const registry = mkdtempSync(join(tmpdir(), "shardq-e2e-registry-"));
+  let port = 0;
+  let service: Server | undefined;
+  const start = async () => {
+    service = await startWrangler({
+      args: ["-c", "wrangler.toml", "--port", String(port), "--ip", "127.0.0.1", "--persist-to", stateDir, "--inspector-port", "0"],
+      readyUrl: `http://127.0.0.1:${port}/healthz`,
+      env: { WRANGLER_REGISTRY_PATH: registry },
+    });
+  };
+  const client = () => createClient({ url: `http://127.0.0.1:${port}`, token: "shardq-local-dev-token", retry: { attempts: 5, baseDelayMs: 50, maxDelayMs: 500 } });
+
+  /** A new queue with an HTTP pull consumer. */
+  const newQueue = async (name: string): Promise<QueueClient<{ i: number; key?: string }>> => {
+    const c = client();
+    await c.request("POST", "/queues", { body: { queue_name: name } });
+    await c.request("POST", `/queues/${name}/consumers`, { body: { type: "http_pull", settings: { max_retries: 5 } } });
+    return c.queue(name);
+  };
+  const backlog = async (name: string) => (await client().request<{ backlog_count: number }>("GET", `/queues/${name}/metrics`)).backlog_count;
+
+  /** Runs the loop until `done` says so (or `ms` pass), then stops it; answers its summary. */
+  const consumeUntil = async (
+    q: QueueClient<{ i: number; key?: string }>,
+    handler: (m: ConsumedMessage<{ i: number; key?: string }>) => unknown,
+    done: () => boolean,
+    options: Parameters<QueueClient["consume"]>[1] = {},
+    ms = 60_000,
+  ): Promise<ConsumeSummary> => {
+    const stop = new AbortController();
+    const loop = q.consume(handler, { waitTimeMs: 1000, ...options, signal: stop.signal });
+    const deadline = Date.now() + ms;
+    while (!done() && Date.now() < deadline) await sleep(50);
+    stop.abort();
+    return loop;
+  };
+
+  beforeAll(async () => {
+    port = await freePort();
+    await start();
+  });
+
+  afterAll(async () => {
+    await service?.stop();
+    rmSync(stateDir, { recursive: true, force: true });
+    rmSync(registry, { recursive: true, force: true });
+  });
+
+  it("handles every message once, never more handlers at once than its concurrency, each key's messages in order", async () => {
+    const q = await newQueue("client-order");
+    const keys = ["a", "b", "c", "d", "e"];
+    const batch = Array.from({ length: 400 }, (_, i) => (i < 300 ? { body: { i, key: keys[i % 5]! }, orderingKey: keys[i % 5]! } : { body: { i } }));
+    const sent = await q.sendBatch(batch);
+    expect(sent.requests).toBe(4);
+
+    const handled: number[] = [];
+    const byKey = new Map<string, number[]>();
+    let running = 0;
+    let most = 0;
+    const summary = await consumeUntil(
+      q,
+      async (m) => {
+        running++;
+        most = Math.max(most, running);
+        // Uneven work, so that handlers started together do not end in the order they started.
+        await sleep(Math.random() * 6);
+        handled.push(m.body.i);
+        if (m.body.key) byKey.set(m.body.key, [...(byKey.get(m.body.key) ?? []), m.body.i]);
+        running--;
+      },
+      () => handled.length >= 400,
+      { concurrency: 8 },
+    );
+    expect(handled.sort((a, b) => a - b)).toEqual(Array.from({ length: 400 }, (_, i) => i));
+    expect(most).toBeLessThanOrEqual(8);
+    expect(most).toBeGreaterThan(1);
+    for (const [key, seen] of byKey) expect(seen, key).toEqual([...seen].sort((a, b) => a - b));
+    expect(summary).toMatchObject({ handled: 400, failed: 0, acked: 400, retried: 0 });
+    expect(await backlog("client-order")).toBe(0);
+  });
+
+  it("keeps a lease alive while its handler runs past the visibility timeout", async () => {
+    const q = await newQueue("client-extend");
+    await q.sendBatch([{ body: { i: 1 } }, { body: { i: 2 } }]);
+    const seen: Array<{ i: number; attempts: number }> = [];
+    const summary = await consumeUntil(
+      q,
+      async (m) => {
+        await sleep(3_000);
+        seen.push({ i: m.body.i, attempts: m.attempts });
+      },
+      () => seen.length >= 2,
+      { visibilityTimeoutMs: 1_000, concurrency: 2 },
+    );
+    // Leased for 1 s, handled for 3 s: delivered once, never a second time while it ran.
+    expect(seen.sort((a, b) => a.i - b.i)).toEqual([
+      { i: 1, attempts: 1 },
+      { i: 2, attempts: 1 },
+    ]);
+    expect(summary.acked).toBe(2);
+    expect(await backlog("client-extend")).toBe(0);
+  });
+
+  it("retries a message whose handler threw, after the delay it asks for", async () => {
+    const q = await newQueue("client-retry");
+    await q.send({ i: 7 });
+    const attempts: Array<{ attempts: number; at: number }> = [];
+    const summary = await consumeUntil(
+      q,
+      (m) => {
+        attempts.push({ attempts: m.attempts, at: Date.now() });
+        if (m.attempts === 1) throw new Error("first time fails");
+      },
+      () => attempts.length >= 2,
+      { retryDelaySeconds: 2, onError: () => {} },
+    );
+    expect(attempts.map((a) => a.attempts)).toEqual([1, 2]);
+    expect(attempts[1]!.at - attempts[0]!.at).toBeGreaterThanOrEqual(1_900);
+    expect(summary).toMatchObject({ handled: 1, failed: 1, acked: 1, retried: 1 });
+  });
+
+  it("on stop, pulls no more, lets running handlers finish and settles them; what it never took stays ready for the next consumer", async () => {
+    const q = await newQueue("client-stop");
+    await q.sendBatch(Array.from({ length: 50 }, (_, i) => ({ body: { i } })));
+    let started = 0;
+    let finished = 0;
+    const stop = new AbortController();
+    const loop = q.consume(
+      async () => {
+        started++;
+        if (started === 3) stop.abort();
+        await sleep(500);
+        finished++;
+      },
+      { concurrency: 3, batchSize: 3, signal: stop.signal },
+    );
+    const summary = await loop;
+    expect(started).toBe(3);
+    expect(finished).toBe(3);
+    expect(summary).toMatchObject({ handled: 3, acked: 3 });
+    // Nothing is left leased: the other 47 are ready at once.
+    const rest = await q.pull({ batchSize: 100, visibilityTimeoutMs: 60_000 });
+    expect(rest.messages).toHaveLength(47);
+    await q.ack({ acks: rest.messages.map((m) => m.leaseId) });
+  });
+
+  it("rides out a hard kill of the service: the loop resumes when it is back, and every message is handled", async () => {
+    const q = await newQueue("client-kill");
+    const total = 300;
+    await q.sendBatch(Array.from({ length: total }, (_, i) => ({ body: { i } })));
+    const handled = new Set<number>();
+    const errors: unknown[] = [];
+    const stop = new AbortController();
+    const loop = q.consume(
+      async (m) => {
+        await sleep(20);
+        handled.add(m.body.i);
+      },
+      { concurrency: 4, batchSize: 10, waitTimeMs: 1000, visibilityTimeoutMs: 3_000, signal: stop.signal, onError: (err) => errors.push(err) },
+    );
+    while (handled.size < 40) await sleep(20);
+    await service!.stop("SIGKILL");
+    const handledAtKill = handled.size;
+    // A killed wrangler leaves its dev-registry entry behind; clear it as `npm start` does.
+    rmSync(join(registry, "shardq"), { force: true });
+    await start();
+    // Messages whose acks the kill cut off come back when their leases end, and the loop
+    // handles them again: it runs until every message was handled and the queue is empty.
+    const deadline = Date.now() + 90_000;
+    while ((handled.size < total || (await backlog("client-kill")) > 0) && Date.now() < deadline) await sleep(200);
+    stop.abort();
+    await loop;
+    expect(handledAtKill).toBeLessThan(total);
+    expect(errors.some((e) => e instanceof NetworkError)).toBe(true);
+    expect(handled.size).toBe(total);
+    expect(await backlog("client-kill")).toBe(0);
+  });
+});
