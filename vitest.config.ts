@@ -1,6 +1,7 @@
 import { cloudflareTest } from "@cloudflare/vitest-plugin";
 import { defineConfig } from "vitest/config";
 import { buildBatchingProbe, buildExampleConsumer, buildOutcomeProbe } from "./scripts/build-examples.mjs";
+import { buildClient } from "./scripts/build-client.mjs";
 
 // The example consumer runs next to the service in the tests, as built JavaScript.
 const exampleConsumer = await buildExampleConsumer();
@@ -8,6 +9,8 @@ const exampleConsumer = await buildExampleConsumer();
 const outcomeProbe = await buildOutcomeProbe();
 // And the batching probe producer of test/workers/batching-queue.test.ts.
 const batchingProbe = await buildBatchingProbe();
+// The client library as `shardq/client` serves it (lib/), which the Node examples import.
+await buildClient();
 
 export default defineConfig({
   test: {

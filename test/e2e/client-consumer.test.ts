@@ -2,11 +2,13 @@
 // Concurrency, per-key order, leases kept alive past their timeout, retries with a delay,
 // a stop that lets running handlers finish, and a hard kill of the service while the loop
 // runs: the loop carries on once the service is back, and every message is handled.
-import { mkdtempSync, rmSync } from "node:fs";
+import { spawn, spawnSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { freePort, startWrangler } from "../../scripts/dev-server.mjs";
+import { applyConfig } from "../../scripts/apply-config.mjs";
+import { freePort, ROOT, startWrangler } from "../../scripts/dev-server.mjs";
 import { createClient, NetworkError, type ConsumeSummary, type ConsumedMessage, type QueueClient } from "../../src/client/index.ts";
 
 type Server = Awaited<ReturnType<typeof startWrangler>>;
@@ -191,5 +193,44 @@ describe("the client's consumer loop under wrangler dev", () => {
     expect(errors.some((e) => e instanceof NetworkError)).toBe(true);
     expect(handled.size).toBe(total);
     expect(await backlog("client-kill")).toBe(0);
+  });
+
+  it("runs the example Node consumer and producer (examples/node-consumer) on the Node that runs npm, through the built shardq/client", async () => {
+    // shardq.config.json's pull queue and its dead-letter queue, as `npm start` makes them.
+    const config = JSON.parse(readFileSync(join(ROOT, "shardq.config.json"), "utf8")) as { account: string; queues: Array<{ queue_name: string }> };
+    await applyConfig(`http://127.0.0.1:${port}`, "shardq-local-dev-token", { ...config, queues: config.queues.filter((q) => q.queue_name === "example-pull" || q.queue_name === "example-dlq") });
+    // npm's own Node (Node 20 on these machines) when the test runs under npm; the package's Node otherwise.
+    const node = process.env.npm_node_execpath ?? process.execPath;
+    const version = spawnSync(node, ["--version"], { encoding: "utf8" }).stdout.trim();
+    const env = { ...process.env, SHARDQ_URL: `http://127.0.0.1:${port}` };
+
+    const produced = spawnSync(node, ["examples/node-consumer/producer.mjs", "150"], { cwd: ROOT, env, encoding: "utf8", timeout: 60_000 });
+    expect(produced.status, `${version}: ${produced.stderr}`).toBe(0);
+    expect(produced.stdout).toContain("sent 150 messages to example-pull in 2 request(s)");
+
+    const consumer = spawn(node, ["examples/node-consumer/consumer.mjs"], { cwd: ROOT, env, stdio: ["ignore", "pipe", "pipe"] });
+    let out = "";
+    let err = "";
+    consumer.stdout.on("data", (d) => (out += d));
+    consumer.stderr.on("data", (d) => (err += d));
+    const exited = new Promise<number | null>((resolve) => consumer.on("exit", (code) => resolve(code)));
+    const handled = () => new Set([...out.matchAll(/"id":"([0-9a-f]{32})"/g)].map((m) => m[1])).size;
+    const deadline = Date.now() + 60_000;
+    while (handled() < 150 && Date.now() < deadline) await sleep(100);
+    consumer.kill("SIGINT");
+    expect(await exited, `${version}\n${out.slice(-2000)}\n${err.slice(-2000)}`).toBe(0);
+    expect(handled()).toBe(150);
+    expect(out).toMatch(/stopped: 150 handled, 0 failed, 150 acked, 0 retried/);
+    expect(await backlog("example-pull")).toBe(0);
+  });
+
+  it("builds shardq/client as one module that imports nothing, so it runs wherever fetch does", () => {
+    const bundle = readFileSync(join(ROOT, "lib", "client", "index.js"), "utf8");
+    expect(bundle).not.toMatch(/^\s*import\s/m);
+    expect(bundle).not.toMatch(/\brequire\(/);
+    expect(bundle).toMatch(/export\s*\{[^}]*createClient/);
+    const pkg = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as { exports: Record<string, { types: string; default: string }> };
+    expect(pkg.exports["./client"]).toEqual({ types: "./lib/types/client/index.d.ts", default: "./lib/client/index.js" });
+    expect(readFileSync(join(ROOT, "lib", "types", "client", "index.d.ts"), "utf8")).toMatch(/from "\.\/client\.js"/);
   });
 });
