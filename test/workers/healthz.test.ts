@@ -1,12 +1,12 @@
 /**
  * GET and HEAD /healthz, for readiness probes (issue 14): 200 without a token, whatever
  * token is sent, from the Worker alone (no Durable Object, KV or rate limiter touched),
- * and the one route ROUTES in broker/http/router.ts marks PUBLIC. Every other route without
+ * and the one route ROUTES in broker/http/routes.ts marks PUBLIC. Every other route without
  * a token is 401: scopes.test.ts.
  */
 import { createExecutionContext, env, SELF, waitOnExecutionContext } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { PUBLIC, ROUTES } from "../../broker/http/router";
+import { PUBLIC, ROUTES } from "../../broker/http/routes";
 import worker from "../../src/worker";
 import type { Env } from "../../src/kernel/env";
 import { testHookRoutes } from "../../broker/http/test-hooks-api";
