@@ -19,6 +19,7 @@ import { redriveQueue } from "./redrive";
 import { listHeldKeys, releaseKey } from "./ordering-api";
 import { getSeries, peekMessages } from "./dashboard-api";
 import { testHook, testHookRoutes } from "./test-hooks-api";
+import { openApiJson } from "../openapi/document";
 
 type ApiRequest = IRequest & { principal: Principal };
 type Args = [Env, ExecutionContext];
@@ -27,7 +28,7 @@ const QUEUE = "/accounts/:account_id/queues/:queue";
 
 /**
  * The broker's HTTP API: Cloudflare's REST paths and envelope. Every route but the
- * PUBLIC /healthz needs a bearer token (401), holding a scope the route accepts (403, whatever the queue);
+ * PUBLIC /healthz and /openapi.json needs a bearer token (401), holding a scope the route accepts (403, whatever the queue);
  * then the account's and the queue's request rates are counted (429). A token only
  * reaches its own account, and another account's paths answer 404 exactly as a queue
  * that does not exist would. Only what ROUTES (./routes.ts) lists reaches a handler, so a handler
@@ -53,6 +54,9 @@ router
   // Readiness probes (PUBLIC in ROUTES): before the /accounts handlers, which need a principal.
   .get("/healthz", healthz)
   .head("/healthz", healthz)
+  // The API's OpenAPI description (PUBLIC too): built from the handlers' schemas (broker/openapi/).
+  .get("/openapi.json", openApi)
+  .head("/openapi.json", openApi)
   // Prometheus scrapes: the token's account's queues (broker/metrics/prometheus-api.ts).
   .get("/metrics", (req, env) => prometheusMetrics(env, req.principal.accountId))
   .all("/accounts/:account_id/*", (request) => {
@@ -128,6 +132,15 @@ const HEALTHY = JSON.stringify({ success: true, errors: [], messages: [], result
 function healthz(request: ApiRequest): Response {
   const headers = { "content-type": "application/json", "cache-control": "no-store" };
   return new Response(request.method === "HEAD" ? null : HEALTHY, { status: 200, headers });
+}
+
+/**
+ * GET and HEAD /openapi.json. The document is built on the first call and kept for the
+ * isolate's life: it changes only with a new deployment, and building it converts every schema.
+ */
+function openApi(request: ApiRequest): Response {
+  const headers = { "content-type": "application/json", "cache-control": "public, max-age=300" };
+  return new Response(request.method === "HEAD" ? null : openApiJson(), { status: 200, headers });
 }
 
 /** Verbs that share the shape of .../messages/:message_id but are POST-only. */

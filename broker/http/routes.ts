@@ -4,7 +4,7 @@
  */
 import type { Scope } from "./auth";
 
-/** The mark of the one route a request without a token may call: GET and HEAD /healthz. */
+/** The mark of the routes a request without a token may call: GET and HEAD /healthz and /openapi.json. */
 export const PUBLIC = "public";
 
 /** The token scopes a method of a route accepts, or PUBLIC: no token at all. */
@@ -14,12 +14,15 @@ export type Access = readonly Scope[] | typeof PUBLIC;
  * Every path the API knows, the methods it takes, and the token scopes each method
  * accepts (broker/http/auth.ts): the one place access is decided. Also tells a wrong method
  * (405) from a path that does not exist (404). The first pattern that matches answers.
- * Only /healthz is PUBLIC (test/workers/healthz.test.ts fails if anything else is).
+ * Only /healthz and /openapi.json are PUBLIC (test/workers/healthz.test.ts fails if anything
+ * else is): neither reads a binding nor says anything of an account.
  */
 const S = "send", C = "consume", A = "admin";
 export const ROUTES: ReadonlyArray<[RegExp, Partial<Record<string, Access>>]> = [
   // Readiness probes: no token, no Durable Object, no KV, no rate limit (healthz in router.ts).
   [/^\/healthz\/?$/, { GET: PUBLIC, HEAD: PUBLIC }],
+  // The API's description (broker/openapi/): the same for every caller, and what tools fetch before they hold a token.
+  [/^\/openapi\.json$/, { GET: PUBLIC, HEAD: PUBLIC }],
   [/^\/metrics\/?$/, { GET: [A] }],
   [/^\/accounts\/[^/]+\/queues\/?$/, { GET: [A], POST: [A] }],
   [/^\/accounts\/[^/]+\/queues\/[^/]+\/?$/, { GET: [A], PATCH: [A], DELETE: [A] }],

@@ -99,14 +99,14 @@ function routes(q: string): Array<{ method: string; path: string; body?: unknown
   ];
 }
 
-describe("no token: 401 on every route but GET and HEAD /healthz", () => {
-  it("lists every method of every route of the table in routes(), and only /healthz as PUBLIC", () => {
+describe("no token: 401 on every route but GET and HEAD /healthz and /openapi.json", () => {
+  it("lists every method of every route of the table in routes(), and only /healthz and /openapi.json as PUBLIC", () => {
     const listed = routes("scopes-table");
     for (const [pattern, methods] of ROUTES) {
       for (const [method, access] of Object.entries(methods)) {
         if (access === PUBLIC) {
-          // The one route a request without a token reaches (test/workers/healthz.test.ts).
-          expect(pattern.source, `${method} ${pattern.source} is PUBLIC`).toBe(String.raw`^\/healthz\/?$`);
+          // The routes a request without a token reaches (test/workers/healthz.test.ts, openapi.test.ts).
+          expect([String.raw`^\/healthz\/?$`, String.raw`^\/openapi\.json$`], `${method} ${pattern.source} is PUBLIC`).toContain(pattern.source);
           expect(["GET", "HEAD"]).toContain(method);
           continue;
         }
