@@ -16,7 +16,8 @@ import { readJson } from "./read-json";
 import { parseWith } from "../../src/kernel/validate";
 import { lookupQueueId } from "../../src/routing/queue-lookup";
 
-const createBody = z
+/** What the handlers below validate with, and what the OpenAPI description says of them (broker/openapi/). */
+export const createConsumerBody = z
   .object({
     type: z.enum(["worker", "http_pull"], { error: 'must be "worker" or "http_pull"' }).default("worker"),
     // Cloudflare's Worker name rule. Other characters would fold onto another Worker's
@@ -32,7 +33,7 @@ const createBody = z
   })
   .strict();
 
-const updateBody = z
+export const updateConsumerBody = z
   .object({
     settings: consumerSettingsPatchSchema.optional(),
     dead_letter_queue: queueNameSchema.nullable().optional(),
@@ -43,7 +44,7 @@ const updateBody = z
   .strict();
 
 export async function createConsumer(request: Request, env: Env, accountId: string, queueRef: string): Promise<Response> {
-  const body = parseWith(createBody, await readJson(request));
+  const body = parseWith(createConsumerBody, await readJson(request));
   const queueId = await lookupQueueId(env, accountId, queueRef);
   const coordinator = coordinatorFor(env, queueId);
   if (body.type === "worker") {
@@ -82,7 +83,7 @@ export async function getConsumer(env: Env, accountId: string, queueRef: string,
 }
 
 export async function updateConsumer(request: Request, env: Env, accountId: string, queueRef: string, consumerId: string): Promise<Response> {
-  const body = parseWith(updateBody, await readJson(request));
+  const body = parseWith(updateConsumerBody, await readJson(request));
   const queueId = await lookupQueueId(env, accountId, queueRef);
   const coordinator = coordinatorFor(env, queueId);
   const current = (await coordinator.consumers()).find((c) => c.consumer_id === consumerId);

@@ -3,16 +3,21 @@
  * Coordinator from heartbeats) and a peek at its ready messages, bodies included,
  * that leases nothing and counts no attempt.
  */
+import { z } from "zod";
 import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import type { Env } from "../../src/kernel/env";
-import { HttpError, unavailable } from "../../src/kernel/errors";
+import { unavailable } from "../../src/kernel/errors";
 import { notRetired } from "../../src/kernel/protocol";
 import { lookupQueue, lookupQueueId } from "../../src/routing/queue-lookup";
 import { ok } from "./envelope";
 import { toBase64 } from "./lease-tokens";
+import { parseCount } from "../../src/kernel/validate";
 
 const MAX_PEEK = 100;
 const DEFAULT_PEEK = 10;
+
+/** The query GET .../messages takes, for the handler and the OpenAPI description alike. */
+export const peekQuery = z.object({ limit: z.number().int().min(1).max(MAX_PEEK).default(DEFAULT_PEEK) });
 
 /** GET .../series: points of backlog, bytes, rates and shards, oldest first. */
 export async function getSeries(env: Env, accountId: string, queueRef: string): Promise<Response> {
@@ -23,7 +28,7 @@ export async function getSeries(env: Env, accountId: string, queueRef: string): 
 
 /** GET .../messages?limit=N: up to N ready messages, oldest first over all shards. */
 export async function peekMessages(url: URL, env: Env, accountId: string, queueRef: string): Promise<Response> {
-  const limit = parseLimit(url.searchParams.get("limit"));
+  const limit = parseCount(peekQuery.shape.limit, url.searchParams.get("limit"), "limit", `must be a whole number from 1 to ${MAX_PEEK}`);
   const map = await lookupQueue(env, accountId, queueRef, { current: true });
   const outcomes = await Promise.allSettled(notRetired(map.shards).map((s) => storageShardFor(env, s.name, s.region).peekReady(map.queueId, limit)));
   if (outcomes.every((o) => o.status === "rejected") && outcomes.length > 0) throw unavailable("no storage shard of this queue answered; retry");
@@ -40,11 +45,4 @@ export async function peekMessages(url: URL, env: Env, accountId: string, queueR
     size: m.size,
   }));
   return ok({ messages, incomplete: outcomes.some((o) => o.status === "rejected") });
-}
-
-function parseLimit(raw: string | null): number {
-  if (raw === null) return DEFAULT_PEEK;
-  const n = Number(raw);
-  if (!/^\d+$/.test(raw) || n < 1 || n > MAX_PEEK) throw HttpError.invalid("limit", `must be a whole number from 1 to ${MAX_PEEK}`);
-  return n;
 }

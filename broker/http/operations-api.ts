@@ -24,7 +24,7 @@ import { PURGE_PER_CALL } from "../../src/kernel/limits";
  */
 const MAX_PURGE_CALLS = 64;
 
-const purgeBody = z
+export const purgeBody = z
   .object({
     // Cloudflare refuses a purge without it: deleting everything must be asked for in so many words.
     delete_messages_permanently: z.literal(true, { error: (iss) => (iss.input === undefined ? "is required" : "must be true") }),

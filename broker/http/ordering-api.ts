@@ -10,7 +10,7 @@ import type { Env } from "../../src/kernel/env";
 import { HttpError } from "../../src/kernel/errors";
 import { leaseRefOf, notRetired } from "../../src/kernel/protocol";
 import { orderingKeySchema } from "../../src/kernel/send-rules";
-import { parseWith } from "../../src/kernel/validate";
+import { parseCount, parseWith } from "../../src/kernel/validate";
 import { moveMessages } from "../../src/routing/move-messages";
 import { lookupQueue } from "../../src/routing/queue-lookup";
 import type { HeldKey } from "../../storage-shard/lane-operations";
@@ -22,13 +22,13 @@ const MAX_HELD = 1000;
 /** How long the released head is leased while it moves: far longer than a move takes. */
 const RELEASE_LEASE_MS = 60_000;
 
-const releaseBody = z.object({ ordering_key: orderingKeySchema }).strict();
+/** What the handlers below validate with, and what the OpenAPI description says of them (broker/openapi/). */
+export const heldQuery = z.object({ limit: z.number().int().min(1).max(MAX_HELD).default(DEFAULT_HELD) });
+export const releaseBody = z.object({ ordering_key: orderingKeySchema }).strict();
 
 /** GET .../ordering/held?limit=N: the keys held back, longest held first, with counts by reason. */
 export async function listHeldKeys(request: Request, env: Env, accountId: string, queueRef: string): Promise<Response> {
-  const raw = new URL(request.url).searchParams.get("limit");
-  const limit = raw === null ? DEFAULT_HELD : Number(raw);
-  if (raw !== null && (!/^\d+$/.test(raw) || limit < 1 || limit > MAX_HELD)) throw HttpError.invalid("limit", `must be a whole number from 1 to ${MAX_HELD}`);
+  const limit = parseCount(heldQuery.shape.limit, new URL(request.url).searchParams.get("limit"), "limit", `must be a whole number from 1 to ${MAX_HELD}`);
   const map = await lookupQueue(env, accountId, queueRef, { current: true });
   const answers = await Promise.all(notRetired(map.shards).map(async (s) => ({ shard: s.name, ...(await storageShardFor(env, s.name, s.region).heldKeys(map.queueId, limit)) })));
   const held: Record<HeldKey["reason"], number> = { leased: 0, retry: 0, delayed: 0, handoff: 0 };

@@ -35,16 +35,17 @@ const list = <T extends z.ZodType>(item: T, what: string) =>
     .array(item, { error: (iss) => (iss.input === undefined ? "is required" : `must be an array of ${what}`) })
     .max(MAX_LEASES_PER_CALL, `must hold at most ${MAX_LEASES_PER_CALL} entries`);
 
-const pullBody = z
+/** What the handlers below validate with, and what the OpenAPI description says of them (broker/openapi/). */
+export const pullBody = z
   .object({ batch_size: int(1, LIMITS.maxBatchMessages).optional(), visibility_timeout_ms: visibilityTimeout.optional(), wait_time_ms: int(0, MAX_PULL_WAIT_MS, " ms").optional() })
   .strict();
-const ackBody = z
+export const ackBody = z
   .object({
     acks: list(z.object({ lease_id: leaseId }).strict(), "{ lease_id }").optional(),
     retries: list(z.object({ lease_id: leaseId, delay_seconds: int(0, LIMITS.maxDelaySeconds, " s").optional() }).strict(), "{ lease_id, delay_seconds? }").optional(),
   })
   .strict();
-const extendBody = z.object({ lease_ids: list(leaseId, "lease ids").min(1, "must hold at least one lease id"), visibility_timeout_ms: visibilityTimeout }).strict();
+export const extendBody = z.object({ lease_ids: list(leaseId, "lease ids").min(1, "must hold at least one lease id"), visibility_timeout_ms: visibilityTimeout }).strict();
 
 const stale = (verb: string) => `was not ${verb}: the lease ended and the message was pulled again, or the message is gone (acked, dead-lettered or expired)`;
 const UNREACHABLE = "was not applied: its storage shard did not answer; send it again";

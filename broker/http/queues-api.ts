@@ -10,27 +10,28 @@ import { lookupQueueId } from "../../src/routing/queue-lookup";
 import { forgetShardMap } from "../../src/routing/shard-map-cache";
 import { parseWith } from "../../src/kernel/validate";
 
-const createBody = z
+/** What the handlers below validate with, and what the OpenAPI description says of them (broker/openapi/). */
+export const createQueueBody = z
   .object({
     queue_name: queueNameSchema.refine((n) => !QUEUE_ID_PATTERN.test(n), "must not be 32 hex characters (that is the form of a queue id)"),
     settings: queueSettingsPatchSchema.optional(),
   })
   .strict();
 
-const updateBody = z
+export const updateQueueBody = z
   .object({
     queue_name: z.string().optional(),
     settings: queueSettingsPatchSchema.optional(),
   })
   .strict();
 
-const listQuery = z.object({
+export const listQueuesQuery = z.object({
   page: z.coerce.number({ error: "must be a number" }).int("must be a whole number").min(1, "must be at least 1").default(1),
   per_page: z.coerce.number({ error: "must be a number" }).int("must be a whole number").min(1, "must be at least 1").max(100, "must be at most 100").default(20),
 });
 
 export async function createQueue(request: Request, env: Env, accountId: string): Promise<Response> {
-  const body = parseWith(createBody, await readJson(request));
+  const body = parseWith(createQueueBody, await readJson(request));
   const settings = applySettingsPatch(DEFAULT_QUEUE_SETTINGS, body.settings ?? {});
   const { queue } = await catalogFor(env, accountId).createQueue(accountId, body.queue_name, settings);
   if (!queue) throw new HttpError("conflict", `a queue named "${body.queue_name}" already exists`, "queue_name");
@@ -39,7 +40,7 @@ export async function createQueue(request: Request, env: Env, accountId: string)
 }
 
 export async function listQueues(query: Record<string, unknown>, env: Env, accountId: string): Promise<Response> {
-  const { page, per_page } = parseWith(listQuery, { page: query.page, per_page: query.per_page }, ["query"]);
+  const { page, per_page } = parseWith(listQueuesQuery, { page: query.page, per_page: query.per_page }, ["query"]);
   const { queues, total } = await catalogFor(env, accountId).listQueues(page, per_page);
   return ok(queues, 200, { result_info: { page, per_page, count: queues.length, total_count: total } });
 }
@@ -52,7 +53,7 @@ export async function getQueue(env: Env, accountId: string, ref: string): Promis
 }
 
 export async function updateQueue(request: Request, env: Env, accountId: string, ref: string): Promise<Response> {
-  const body = parseWith(updateBody, await readJson(request));
+  const body = parseWith(updateQueueBody, await readJson(request));
   const queueId = await lookupQueueId(env, accountId, ref);
   const coordinator = coordinatorFor(env, queueId);
   if (body.queue_name !== undefined) {

@@ -36,7 +36,7 @@ const age = int(0, LIMITS.maxRetentionSeconds, " s (the longest retention)");
 /** Deliveries in the dead-letter queue: a dead-lettered message starts there at 0, as on Cloudflare. */
 const attempts = int(0, MAX_ATTEMPTS_FILTER);
 
-const redriveBody = z
+export const redriveBody = z
   .object({
     target_queue: z.string({ error: "must be a queue name or id" }).min(1, "must not be empty").optional(),
     filter: z

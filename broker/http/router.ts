@@ -4,7 +4,8 @@ import type { Env } from "../../src/kernel/env";
 import { HttpError } from "../../src/kernel/errors";
 import { QUEUE_ID_PATTERN } from "../../src/kernel/ids";
 import { QUEUE_NAME_PATTERN } from "../../src/kernel/settings";
-import { authenticate, authorize, type Principal, type Scope } from "./auth";
+import { authenticate, authorize, type Principal } from "./auth";
+import { PUBLIC, routeFor, type Access } from "./routes";
 import { enforceRateLimits } from "./rate-limit";
 import { errorResponse } from "./envelope";
 import { getMetrics, sendBatch, sendMessage } from "./messages-api";
@@ -18,54 +19,19 @@ import { redriveQueue } from "./redrive";
 import { listHeldKeys, releaseKey } from "./ordering-api";
 import { getSeries, peekMessages } from "./dashboard-api";
 import { testHook, testHookRoutes } from "./test-hooks-api";
+import { openApiJson } from "../openapi/document";
 
 type ApiRequest = IRequest & { principal: Principal };
 type Args = [Env, ExecutionContext];
 
 const QUEUE = "/accounts/:account_id/queues/:queue";
 
-/** The mark of the one route a request without a token may call: GET and HEAD /healthz. */
-export const PUBLIC = "public";
-
-/** The token scopes a method of a route accepts, or PUBLIC: no token at all. */
-export type Access = readonly Scope[] | typeof PUBLIC;
-
-/**
- * Every path the API knows, the methods it takes, and the token scopes each method
- * accepts (broker/http/auth.ts): the one place access is decided. Also tells a wrong method
- * (405) from a path that does not exist (404). The first pattern that matches answers.
- * Only /healthz is PUBLIC (test/workers/healthz.test.ts fails if anything else is).
- */
-const S = "send", C = "consume", A = "admin";
-export const ROUTES: ReadonlyArray<[RegExp, Partial<Record<string, Access>>]> = [
-  // Readiness probes: no token, no Durable Object, no KV, no rate limit (healthz below).
-  [/^\/healthz\/?$/, { GET: PUBLIC, HEAD: PUBLIC }],
-  [/^\/metrics\/?$/, { GET: [A] }],
-  [/^\/accounts\/[^/]+\/queues\/?$/, { GET: [A], POST: [A] }],
-  [/^\/accounts\/[^/]+\/queues\/[^/]+\/?$/, { GET: [A], PATCH: [A], DELETE: [A] }],
-  // GET peeks at bodies (the dashboard); POST sends.
-  [/^\/accounts\/[^/]+\/queues\/[^/]+\/messages\/?$/, { GET: [A], POST: [S] }],
-  [/^\/accounts\/[^/]+\/queues\/[^/]+\/messages\/batch\/?$/, { POST: [S] }],
-  [/^\/accounts\/[^/]+\/queues\/[^/]+\/messages\/(?:pull|ack|extend)\/?$/, { POST: [C] }],
-  // After the POST-only verbs above: a message looked up or cancelled by id.
-  [/^\/accounts\/[^/]+\/queues\/[^/]+\/messages\/[^/]+\/?$/, { GET: [A], DELETE: [A] }],
-  [/^\/accounts\/[^/]+\/queues\/[^/]+\/(?:purge|redrive)\/?$/, { POST: [A] }],
-  // Ordered lanes: the keys held back, and the release of one (docs/ordered-lanes.md).
-  [/^\/accounts\/[^/]+\/queues\/[^/]+\/ordering\/held\/?$/, { GET: [A] }],
-  [/^\/accounts\/[^/]+\/queues\/[^/]+\/ordering\/release\/?$/, { POST: [A] }],
-  // The backlog, which the producer binding's metrics() also gives producers.
-  [/^\/accounts\/[^/]+\/queues\/[^/]+\/metrics\/?$/, { GET: [S, C, A] }],
-  [/^\/accounts\/[^/]+\/queues\/[^/]+\/(?:shards|series)\/?$/, { GET: [A] }],
-  [/^\/accounts\/[^/]+\/queues\/[^/]+\/consumers\/?$/, { GET: [A], POST: [A] }],
-  [/^\/accounts\/[^/]+\/queues\/[^/]+\/consumers\/[^/]+\/?$/, { GET: [A], PATCH: [A], DELETE: [A] }],
-];
-
 /**
  * The broker's HTTP API: Cloudflare's REST paths and envelope. Every route but the
- * PUBLIC /healthz needs a bearer token (401), holding a scope the route accepts (403, whatever the queue);
+ * PUBLIC /healthz and /openapi.json needs a bearer token (401), holding a scope the route accepts (403, whatever the queue);
  * then the account's and the queue's request rates are counted (429). A token only
  * reaches its own account, and another account's paths answer 404 exactly as a queue
- * that does not exist would. Only what ROUTES lists reaches a handler, so a handler
+ * that does not exist would. Only what ROUTES (./routes.ts) lists reaches a handler, so a handler
  * the table forgot cannot be reached without a scope check: it answers 404 or 405.
  */
 export const router = Router<ApiRequest, Args>({
@@ -88,6 +54,9 @@ router
   // Readiness probes (PUBLIC in ROUTES): before the /accounts handlers, which need a principal.
   .get("/healthz", healthz)
   .head("/healthz", healthz)
+  // The API's OpenAPI description (PUBLIC too): built from the handlers' schemas (broker/openapi/).
+  .get("/openapi.json", openApi)
+  .head("/openapi.json", openApi)
   // Prometheus scrapes: the token's account's queues (broker/metrics/prometheus-api.ts).
   .get("/metrics", (req, env) => prometheusMetrics(env, req.principal.accountId))
   .all("/accounts/:account_id/*", (request) => {
@@ -133,7 +102,7 @@ router
  * answered only to a valid token (without one, 401 like every other route).
  */
 function routeAccess(method: string, path: string, env: Env): Access | HttpError {
-  const route = ROUTES.find(([pattern]) => pattern.test(path)) ?? testHookRoutes(env).find(([pattern]) => pattern.test(path));
+  const route = routeFor(path) ?? testHookRoutes(env).find(([pattern]) => pattern.test(path));
   if (!route) return new HttpError("not_found", `no route for ${method} ${path}`);
   const accepted = route[1][method];
   if (!accepted) return new HttpError("method_not_allowed", `${method} is not allowed on ${path}; use ${Object.keys(route[1]).join(" or ")}`);
@@ -163,6 +132,15 @@ const HEALTHY = JSON.stringify({ success: true, errors: [], messages: [], result
 function healthz(request: ApiRequest): Response {
   const headers = { "content-type": "application/json", "cache-control": "no-store" };
   return new Response(request.method === "HEAD" ? null : HEALTHY, { status: 200, headers });
+}
+
+/**
+ * GET and HEAD /openapi.json. The document is built on the first call and kept for the
+ * isolate's life: it changes only with a new deployment, and building it converts every schema.
+ */
+function openApi(request: ApiRequest): Response {
+  const headers = { "content-type": "application/json", "cache-control": "public, max-age=300" };
+  return new Response(request.method === "HEAD" ? null : openApiJson(), { status: 200, headers });
 }
 
 /** Verbs that share the shape of .../messages/:message_id but are POST-only. */

@@ -23,6 +23,17 @@ export function fieldName(path: Array<string | number>): string {
   return out;
 }
 
+/**
+ * A count in a query string ("?limit=N"): digits only (Number() alone would take "1e2", " 5"
+ * or "0x10"), then the bounds of `schema`, or its default when absent. Every refusal is a 400
+ * naming `field` with `message`.
+ */
+export function parseCount(schema: z.ZodType<number, number | undefined>, raw: string | null, field: string, message: string): number {
+  const result = schema.safeParse(raw === null ? undefined : /^\d+$/.test(raw) ? Number(raw) : Number.NaN);
+  if (!result.success) throw HttpError.invalid(field, message);
+  return result.data;
+}
+
 /** A whole number within bounds, with messages a client can act on ("must be at most 100 ms"). */
 export function wholeNumber(min: number, max: number, unit = "") {
   return z

@@ -20,7 +20,7 @@ import { storeMessages, type SendTarget, type Stored } from "./store";
 /** Objects a queue's keys are spread over, so idempotent sends are not bound to one object's rate. */
 export const IDEMPOTENCY_BUCKETS = 16;
 /** Visible ASCII only (no spaces, no control characters), at most 255 characters, as Stripe takes them. */
-const KEY_PATTERN = /^[\x21-\x7e]{1,255}$/;
+export const IDEMPOTENCY_KEY_PATTERN = /^[\x21-\x7e]{1,255}$/;
 
 export const HEADER = "idempotency-key";
 
@@ -28,7 +28,7 @@ export const HEADER = "idempotency-key";
 export function idempotencyKeyOf(request: Request): string | null {
   const raw = request.headers.get(HEADER);
   if (raw === null) return null;
-  if (!KEY_PATTERN.test(raw)) throw HttpError.invalid(HEADER, "must be 1 to 255 visible ASCII characters (no spaces or control characters)");
+  if (!IDEMPOTENCY_KEY_PATTERN.test(raw)) throw HttpError.invalid(HEADER, "must be 1 to 255 visible ASCII characters (no spaces or control characters)");
   return raw;
 }
 

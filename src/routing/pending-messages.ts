@@ -28,7 +28,7 @@ export interface PendingMessage {
  * Beyond Cloudflare, `id`: a message id of the producer's choosing, stored once; and
  * `ordering_key` (docs/ordered-lanes.md).
  */
-const httpMessage = z
+export const httpMessage = z
   .object({
     body: z.unknown(),
     content_type: z.enum(["json", "text"], { error: 'must be "json" or "text"' }).optional(),
@@ -38,7 +38,8 @@ const httpMessage = z
   })
   .strict();
 
-const httpBatch = z
+/** `messages` is checked here only for being an array: each item is an httpMessage, checked one by one so that errors name its index. */
+export const httpBatch = z
   .object({
     messages: z.array(z.unknown(), { error: "must be an array of messages" }),
     delay_seconds: delaySecondsSchema.optional(),

@@ -1,12 +1,12 @@
 /**
  * GET and HEAD /healthz, for readiness probes (issue 14): 200 without a token, whatever
  * token is sent, from the Worker alone (no Durable Object, KV or rate limiter touched),
- * and the one route ROUTES in broker/http/router.ts marks PUBLIC. Every other route without
- * a token is 401: scopes.test.ts.
+ * and one of the two routes ROUTES in broker/http/routes.ts marks PUBLIC, with /openapi.json.
+ * Every other route without a token is 401: scopes.test.ts.
  */
 import { createExecutionContext, env, SELF, waitOnExecutionContext } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { PUBLIC, ROUTES } from "../../broker/http/router";
+import { PUBLIC, ROUTES } from "../../broker/http/routes";
 import worker from "../../src/worker";
 import type { Env } from "../../src/kernel/env";
 import { testHookRoutes } from "../../broker/http/test-hooks-api";
@@ -69,13 +69,19 @@ describe("GET and HEAD /healthz", () => {
     expect(((await post.json()) as { errors: Array<{ message: string }> }).errors[0]!.message).toContain("use GET or HEAD");
   });
 
-  it("is the one PUBLIC route in the table, with GET and HEAD only (test hooks included)", () => {
+  it("is one of the two PUBLIC routes in the table, with /openapi.json, GET and HEAD only (test hooks included)", () => {
     const tables = [...ROUTES, ...testHookRoutes({ ...env, SHARDQ_TEST_HOOKS: "on" } as Env)];
     const open = tables.flatMap(([pattern, methods]) =>
       Object.entries(methods)
         .filter(([, access]) => access === PUBLIC)
         .map(([method]) => `${method} ${pattern.source}`),
     );
-    expect(open).toEqual([`GET ${String.raw`^\/healthz\/?$`}`, `HEAD ${String.raw`^\/healthz\/?$`}`]);
+    expect(open).toEqual([
+      `GET ${String.raw`^\/healthz\/?$`}`,
+      `HEAD ${String.raw`^\/healthz\/?$`}`,
+      // The API's description: test/workers/openapi.test.ts.
+      `GET ${String.raw`^\/openapi\.json$`}`,
+      `HEAD ${String.raw`^\/openapi\.json$`}`,
+    ]);
   });
 });

@@ -1,13 +1,13 @@
 /**
  * The security boundary (issue 7): bearer tokens that are missing, malformed, wrong or
  * revoked (401); tokens with less scope than a route needs (403, per the table in
- * broker/http/router.ts); and one account's token against another's queue, message id or
+ * broker/http/routes.ts); and one account's token against another's queue, message id or
  * lease id (404 exactly like a missing one, or the warning any foreign lease id gets).
  * Every refusal is a JSON error naming its field, and changes nothing.
  */
 import { SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { PUBLIC, ROUTES } from "../../broker/http/router";
+import { PUBLIC, ROUTES } from "../../broker/http/routes";
 import { api, backlog, BASE, createQueue, type Envelope, OTHER_TOKEN, queuePath, queuesPath, TOKEN } from "./helpers";
 
 const SEND = "send-only-token";
@@ -64,7 +64,7 @@ async function call(method: string, path: string, body: unknown, token: string):
   return { status: res.status, json: (await res.json()) as Envelope };
 }
 
-/** Every route, with a body it would accept, and the scopes the table in broker/http/router.ts gives it. */
+/** Every route, with a body it would accept, and the scopes the table in broker/http/routes.ts gives it. */
 function routes(q: string): Array<{ method: string; path: string; body?: unknown; scopes: string[] }> {
   const p = queuePath(q);
   const ghost = queuePath("scopes-ghost");
@@ -99,14 +99,14 @@ function routes(q: string): Array<{ method: string; path: string; body?: unknown
   ];
 }
 
-describe("no token: 401 on every route but GET and HEAD /healthz", () => {
-  it("lists every method of every route of the table in routes(), and only /healthz as PUBLIC", () => {
+describe("no token: 401 on every route but GET and HEAD /healthz and /openapi.json", () => {
+  it("lists every method of every route of the table in routes(), and only /healthz and /openapi.json as PUBLIC", () => {
     const listed = routes("scopes-table");
     for (const [pattern, methods] of ROUTES) {
       for (const [method, access] of Object.entries(methods)) {
         if (access === PUBLIC) {
-          // The one route a request without a token reaches (test/workers/healthz.test.ts).
-          expect(pattern.source, `${method} ${pattern.source} is PUBLIC`).toBe(String.raw`^\/healthz\/?$`);
+          // The routes a request without a token reaches (test/workers/healthz.test.ts, openapi.test.ts).
+          expect([String.raw`^\/healthz\/?$`, String.raw`^\/openapi\.json$`], `${method} ${pattern.source} is PUBLIC`).toContain(pattern.source);
           expect(["GET", "HEAD"]).toContain(method);
           continue;
         }

@@ -1,0 +1,233 @@
+/**
+ * The OpenAPI 3.1 description of the HTTP API, served at GET /openapi.json. Generated, never
+ * written by hand, so it cannot drift from what the service does: request bodies and
+ * parameters from the zod schemas the handlers parse with, answers from ./result-schemas.ts
+ * (which test/workers/openapi-results.test.ts holds to real answers), and each operation's
+ * scopes from ROUTES, the table the router enforces. An operation ROUTES does not list fails
+ * the build of the document rather than describe a route that answers 404.
+ */
+import { z } from "zod";
+import { version } from "../../package.json";
+import { MESSAGE_ID_PATTERN } from "../../src/kernel/ids";
+import { IDEMPOTENCY_KEY_PATTERN } from "../../src/routing/idempotent-send";
+import { PUBLIC, routeFor } from "../http/routes";
+import { OPERATIONS, TAGS, type Operation, type RequestBody } from "./operations";
+import { errorEnvelope, resultInfo, resultRegistry, successEnvelope } from "./result-schemas";
+
+type Json = Record<string, unknown>;
+
+/** OpenAPI 3.1's schemas are JSON Schema 2020-12. A request is described as a client writes it (defaults not yet applied). */
+const REQUEST = { target: "draft-2020-12", io: "input", unrepresentable: "any" } as const;
+const RESULT = {
+  target: "draft-2020-12",
+  io: "output",
+  unrepresentable: "any",
+  metadata: resultRegistry,
+  // zod spells out z.iso.datetime() as a long pattern besides the format; the format says it.
+  override: ({ jsonSchema }: { jsonSchema: { format?: string; pattern?: string } }) => {
+    if (jsonSchema.format === "date-time") delete jsonSchema.pattern;
+  },
+} as const;
+
+/** Values for the path parameters, to match a path of the description against ROUTES as a request's path. */
+export const SAMPLE_PARAMS: Readonly<Record<string, string>> = {
+  account_id: "acme",
+  queue: "orders",
+  message_id: "0123456789abcdef0123456789abcdef",
+  consumer_id: "0123456789abcdef0123456789abcdef",
+};
+
+/** A path of the description with its parameters filled in: `/accounts/{account_id}/queues` -> `/accounts/acme/queues`. */
+export function samplePath(path: string): string {
+  return path.replace(/\{(\w+)\}/g, (_, name: string) => {
+    const value = SAMPLE_PARAMS[name];
+    if (value === undefined) throw new Error(`no sample value for the path parameter {${name}}`);
+    return value;
+  });
+}
+
+const PATH_PARAMETERS: Record<string, Json> = {
+  account_id: { description: "The account the token belongs to. Any other answers 404." },
+  queue: { description: "The queue's name, or its id (32 lowercase hex characters). Another account's queue answers 404, as one that does not exist." },
+  message_id: { description: "A message id as send returns it.", schema: { type: "string", pattern: MESSAGE_ID_PATTERN.source } },
+  consumer_id: { description: "The consumer's id, as its creation returned it." },
+};
+
+const RETRY_AFTER = { description: "Seconds to wait before calling again.", schema: { type: "integer", minimum: 1 } };
+
+/** Every error a route can answer, each a JSON envelope with success false. */
+const ERRORS: Record<number, { name: string; description: string; retryAfter?: "always" | "sometimes" }> = {
+  400: { name: "BadRequest", description: "Invalid: errors[0].field names the body field, header, path segment or query parameter at fault, and the message says what is wrong." },
+  401: { name: "Unauthorized", description: "No bearer token, a malformed one, or one unknown or revoked (field: authorization)." },
+  403: { name: "Forbidden", description: "The token holds none of the scopes the operation accepts, whatever the queue (field: authorization)." },
+  404: { name: "NotFound", description: "No such queue, message or consumer; another account's path or queue answers the same (field: account_id, queue, message_id, consumer_id)." },
+  405: { name: "MethodNotAllowed", description: "The path exists but takes other methods: the message names them. Any method a path of this description does not list answers this." },
+  409: { name: "Conflict", description: "Conflicts with the queue's state or an earlier request: the message says which. Retry-After when the request may succeed later (an idempotent send in progress).", retryAfter: "sometimes" },
+  413: { name: "PayloadTooLarge", description: "The body, a message or a batch is over its limit: 1 MB per request, 128 KB per message, 100 messages and 256 KB per batch." },
+  415: { name: "UnsupportedMediaType", description: "A body that is not application/json in UTF-8 (field: content-type)." },
+  429: { name: "TooManyRequests", description: "The account or the queue is over its request rate (field: account_id or queue); nothing was done.", retryAfter: "always" },
+  500: { name: "InternalError", description: "An unexpected failure; the message is fixed text." },
+  503: { name: "Unavailable", description: "A part of the service did not answer; the request may be sent again (with Retry-After when a wait is known).", retryAfter: "sometimes" },
+};
+
+const DESCRIPTION = `A horizontally sharded message queue on Cloudflare Workers and Durable Objects, in Cloudflare Queues' REST shapes.
+
+Every answer in JSON is an envelope \`{ success, errors, messages, result }\`: \`result\` on success, \`errors[0]\` ({ code, message, field }) on failure.
+Every operation but GET/HEAD /healthz and /openapi.json needs a bearer token holding one of the scopes its security lists (send, consume, admin); a token reaches only its own account.
+A method a path does not take answers 405 naming those it does. Requests count against the account's and the queue's request rates (429 with Retry-After).`;
+
+/** Holds the named schemas; a name given twice must name the same schema. */
+class Schemas {
+  readonly byName: Record<string, Json> = {};
+
+  add(name: string, json: Json): void {
+    const had = this.byName[name];
+    if (had !== undefined && JSON.stringify(had) !== JSON.stringify(json)) throw new Error(`two different schemas are named ${name}`);
+    this.byName[name] = json;
+  }
+
+  /**
+   * zod puts the schemas of resultRegistry that a schema uses under its own $defs; the
+   * description keeps them once, in components.schemas, and points there.
+   */
+  hoist(json: Json): Json {
+    const { $schema: _dialect, $defs, ...root } = json;
+    for (const [name, def] of Object.entries(($defs ?? {}) as Record<string, Json>)) this.add(name, pointToComponents(def) as Json);
+    return pointToComponents(root) as Json;
+  }
+}
+
+function pointToComponents(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(pointToComponents);
+  if (value === null || typeof value !== "object") return value;
+  return Object.fromEntries(
+    Object.entries(value).map(([k, v]) => [k, k === "$ref" && typeof v === "string" ? v.replace(/^#\/\$defs\//, "#/components/schemas/") : pointToComponents(v)]),
+  );
+}
+
+const ref = (kind: "schemas" | "parameters" | "responses", name: string) => ({ $ref: `#/components/${kind}/${name}` });
+
+/** The operation's security: one requirement per scope ROUTES accepts (any one suffices), none for a PUBLIC route. */
+function securityOf(op: Operation): Json[] {
+  const method = op.method.toUpperCase();
+  const access = routeFor(samplePath(op.path))?.[1][method];
+  if (access === undefined) throw new Error(`${method} ${op.path} is not in ROUTES (broker/http/routes.ts): the router would answer 404 or 405`);
+  return access === PUBLIC ? [] : access.map((scope) => ({ bearerAuth: [scope] }));
+}
+
+/** The error statuses an operation can answer: those of every operation of its kind, and its own. */
+function errorsOf(op: Operation, isPublic: boolean): number[] {
+  const out = new Set<number>(op.errors ?? []);
+  const add = (...statuses: number[]) => statuses.forEach((s) => out.add(s));
+  if (!isPublic) add(401, 403, 429, 500);
+  // A path segment that is not valid percent-encoding is a 400; an account not the token's, a 404.
+  if (op.path.includes("{")) add(400, 404);
+  if (op.query || op.idempotencyKey) add(400);
+  if (op.body) add(400, 413, 415);
+  return [...out].sort((a, b) => a - b);
+}
+
+function requestBodyOf(body: RequestBody, schemas: Schemas): Json {
+  const json = schemas.hoist(z.toJSONSchema(body.schema, REQUEST) as Json);
+  const properties = json.properties as Record<string, Json>;
+  for (const [field, item] of Object.entries(body.items ?? {})) {
+    schemas.add(item.id, schemas.hoist(z.toJSONSchema(item.schema, REQUEST) as Json));
+    properties[field] = { ...properties[field], items: ref("schemas", item.id), minItems: item.minItems, maxItems: item.maxItems };
+  }
+  schemas.add(body.id, json);
+  return { required: body.required, content: { "application/json": { schema: ref("schemas", body.id) } } };
+}
+
+function parametersOf(op: Operation): Json[] {
+  const out: Json[] = [...op.path.matchAll(/\{(\w+)\}/g)].map((m) => ref("parameters", m[1]!));
+  if (op.idempotencyKey) out.push(ref("parameters", "idempotency_key"));
+  if (op.query) {
+    const json = z.toJSONSchema(op.query, REQUEST) as { properties: Record<string, Json>; required?: string[] };
+    for (const [name, schema] of Object.entries(json.properties)) out.push({ name, in: "query", required: json.required?.includes(name) ?? false, schema });
+  }
+  return out;
+}
+
+function successOf(op: Operation, schemas: Schemas): [string, Json] {
+  const answer = op.answer;
+  if (answer.kind === "empty") return ["200", { description: answer.description }];
+  if (answer.kind === "raw") return ["200", { description: answer.description, content: { [answer.mediaType]: { schema: answer.schema } } }];
+  const envelope = successEnvelope(answer.result, answer.paged ? resultInfo : undefined);
+  const schema = schemas.hoist(z.toJSONSchema(envelope, RESULT) as Json);
+  return [String(answer.status), { description: answer.description, content: { "application/json": { schema } } }];
+}
+
+function operationOf(op: Operation, schemas: Schemas): Json {
+  const security = securityOf(op);
+  const parameters = parametersOf(op);
+  const errors = errorsOf(op, security.length === 0);
+  const responses: Json = Object.fromEntries([successOf(op, schemas), ...errors.map((s) => [String(s), ref("responses", ERRORS[s]!.name)])]);
+  return {
+    operationId: op.operationId,
+    tags: [op.tag],
+    summary: op.summary,
+    ...(op.description ? { description: op.description } : {}),
+    security,
+    ...(parameters.length ? { parameters } : {}),
+    ...(op.body ? { requestBody: requestBodyOf(op.body, schemas) } : {}),
+    responses,
+  };
+}
+
+function componentsOf(schemas: Schemas): Json {
+  // Named in resultRegistry, so hoisting puts it among the schemas; the root is only a $ref to it.
+  schemas.hoist(z.toJSONSchema(errorEnvelope, RESULT) as Json);
+  const parameters: Json = Object.fromEntries(
+    Object.entries(PATH_PARAMETERS).map(([name, p]) => [name, { name, in: "path", required: true, schema: { type: "string" }, ...p }]),
+  );
+  parameters.idempotency_key = {
+    name: "Idempotency-Key",
+    in: "header",
+    required: false,
+    description: "Stores the request once for 24 hours however often it is retried: a retry is answered with the first request's ids. The same key with a different request is a 409.",
+    schema: { type: "string", pattern: IDEMPOTENCY_KEY_PATTERN.source },
+  };
+  const responses = Object.fromEntries(
+    Object.values(ERRORS).map(({ name, description, retryAfter }) => [
+      name,
+      {
+        description,
+        ...(retryAfter ? { headers: { "Retry-After": { ...RETRY_AFTER, required: retryAfter === "always" } } } : {}),
+        content: { "application/json": { schema: ref("schemas", "ErrorEnvelope") } },
+      },
+    ]),
+  );
+  return {
+    securitySchemes: {
+      bearerAuth: { type: "http", scheme: "bearer", description: "A token of AUTH_TOKENS: it names its account, and its scopes (send, consume, admin; all three unless it lists them)." },
+    },
+    parameters,
+    responses,
+    schemas: Object.fromEntries(Object.entries(schemas.byName).sort(([a], [b]) => a.localeCompare(b))),
+  };
+}
+
+/** Builds the description afresh. GET /openapi.json serves openApiJson(), built once per isolate. */
+export function buildOpenApiDocument(): Json {
+  const schemas = new Schemas();
+  const paths: Record<string, Json> = {};
+  for (const op of OPERATIONS) {
+    const item = (paths[op.path] ??= {});
+    if (item[op.method]) throw new Error(`${op.method.toUpperCase()} ${op.path} is described twice`);
+    item[op.method] = operationOf(op, schemas);
+  }
+  return {
+    openapi: "3.1.0",
+    info: { title: "shardq", version, description: DESCRIPTION, license: { name: "MIT", identifier: "MIT" } },
+    tags: TAGS,
+    paths,
+    components: componentsOf(schemas),
+  };
+}
+
+let cached: string | undefined;
+
+/** The description as GET /openapi.json serves it: built on first use, then kept for the isolate's life. */
+export function openApiJson(): string {
+  return (cached ??= JSON.stringify(buildOpenApiDocument()));
+}

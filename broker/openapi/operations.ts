@@ -1,0 +1,256 @@
+/**
+ * Every operation of the HTTP API as the OpenAPI description tells it: what each takes (the
+ * very schemas its handler parses with) and what it answers (./result-schemas.ts). Scopes
+ * are not here: ./document.ts reads them from ROUTES (broker/http/routes.ts), the table
+ * the router enforces. The fault harness's test-hook routes are left out: they exist only
+ * in a build with SHARDQ_TEST_HOOKS on, never in one users run.
+ */
+import type { z } from "zod";
+import { ackBody, extendBody, pullBody } from "../http/pull-api";
+import { createConsumerBody, updateConsumerBody } from "../http/consumers-api";
+import { createQueueBody, listQueuesQuery, updateQueueBody } from "../http/queues-api";
+import { peekQuery } from "../http/dashboard-api";
+import { purgeBody } from "../http/operations-api";
+import { redriveBody } from "../http/redrive";
+import { heldQuery, releaseBody } from "../http/ordering-api";
+import { httpBatch, httpMessage } from "../../src/routing/pending-messages";
+import { LIMITS } from "../../src/kernel/limits";
+import * as R from "./result-schemas";
+
+export type Method = "get" | "head" | "post" | "patch" | "delete";
+
+/** Statuses an operation may answer beyond those every operation of its kind does (document.ts, errorsOf). */
+export type ExtraError = 409 | 413 | 503;
+
+export interface RequestBody {
+  /** Its name among the description's schemas. */
+  id: string;
+  schema: z.ZodType;
+  /** False where no body at all reads as `{}` (readOptionalJson). */
+  required: boolean;
+  /**
+   * Array properties the schema takes as `unknown[]` because the handler checks each item
+   * on its own, so that an error names the item's index: what each item must be.
+   */
+  items?: Record<string, { id: string; schema: z.ZodType; minItems: number; maxItems: number }>;
+}
+
+export type Answer =
+  | { kind: "envelope"; status: 200 | 201; result: z.ZodType; paged?: true; description: string }
+  /** Not the JSON envelope: a body of its own media type. */
+  | { kind: "raw"; mediaType: string; schema: Record<string, unknown>; description: string }
+  | { kind: "empty"; description: string };
+
+export interface Operation {
+  method: Method;
+  /** The router's path, its `:name` segments written `{name}`. */
+  path: string;
+  operationId: string;
+  tag: string;
+  summary: string;
+  description?: string;
+  /** Each property a query parameter. */
+  query?: z.ZodObject;
+  /** The send routes take an Idempotency-Key header (src/routing/idempotent-send.ts). */
+  idempotencyKey?: true;
+  body?: RequestBody;
+  answer: Answer;
+  errors?: ExtraError[];
+}
+
+const ACCOUNT = "/accounts/{account_id}";
+const QUEUE = `${ACCOUNT}/queues/{queue}`;
+const ok = (result: z.ZodType, description: string): Answer => ({ kind: "envelope", status: 200, result, description });
+
+export const TAGS = [
+  { name: "Health", description: "Readiness probes and this description: no token needed." },
+  { name: "Queues", description: "Creating, reading, changing and deleting queues (admin scope)." },
+  { name: "Messages", description: "Sending (send scope); peeking, looking up and cancelling messages (admin scope)." },
+  { name: "Pull consumers", description: "Leasing, acknowledging and extending messages over HTTP (consume scope)." },
+  { name: "Consumers", description: "A queue's consumer: a Worker, or pull over HTTP (admin scope)." },
+  { name: "Operations", description: "Purge, redrive from a dead-letter queue, ordered lanes held back (admin scope)." },
+  { name: "Figures", description: "Backlog figures, the control plane, the last hour, Prometheus." },
+];
+
+export const OPERATIONS: readonly Operation[] = [
+  {
+    method: "get", path: "/healthz", operationId: "health", tag: "Health",
+    summary: "Readiness probe",
+    description: "200 from a Worker that is up and routing. Reads no binding and needs no token; never cached.",
+    answer: ok(R.healthResult, "Up."),
+  },
+  {
+    method: "head", path: "/healthz", operationId: "healthHead", tag: "Health",
+    summary: "Readiness probe, headers only",
+    answer: { kind: "empty", description: "Up." },
+  },
+  {
+    method: "get", path: "/openapi.json", operationId: "openApiDescription", tag: "Health",
+    summary: "This description",
+    description: "The OpenAPI 3.1 description of the API, generated from the schemas the routes validate with. Needs no token.",
+    answer: { kind: "raw", mediaType: "application/json", schema: { type: "object", description: "An OpenAPI 3.1 document." }, description: "The description." },
+  },
+  {
+    method: "head", path: "/openapi.json", operationId: "openApiDescriptionHead", tag: "Health",
+    summary: "This description, headers only",
+    answer: { kind: "empty", description: "The description's headers." },
+  },
+  {
+    method: "get", path: "/metrics", operationId: "prometheusMetrics", tag: "Figures",
+    summary: "Every queue of the token's account, in Prometheus' text format",
+    description: "Gauges read now from the storage shards and Coordinators; counters as the shards' heartbeats last reported them (docs/monitoring.md).",
+    answer: { kind: "raw", mediaType: "text/plain", schema: { type: "string" }, description: "The Prometheus text exposition format, version 0.0.4." },
+  },
+  {
+    method: "get", path: `${ACCOUNT}/queues`, operationId: "listQueues", tag: "Queues",
+    summary: "List the account's queues", query: listQueuesQuery,
+    answer: { kind: "envelope", status: 200, result: R.queueList, paged: true, description: "One page of queues; result_info counts them all." },
+  },
+  {
+    method: "post", path: `${ACCOUNT}/queues`, operationId: "createQueue", tag: "Queues",
+    summary: "Create a queue",
+    description: "409 when the account already has a queue of that name.",
+    body: { id: "CreateQueueRequest", schema: createQueueBody, required: true },
+    answer: { kind: "envelope", status: 201, result: R.queueInfo, description: "The queue created." },
+    errors: [409],
+  },
+  {
+    method: "get", path: QUEUE, operationId: "getQueue", tag: "Queues",
+    summary: "Read a queue", answer: ok(R.queueInfo, "The queue."),
+  },
+  {
+    method: "patch", path: QUEUE, operationId: "updateQueue", tag: "Queues",
+    summary: "Change a queue's settings",
+    description: "Only the settings given change. queue_name may be given but must not change: a queue cannot be renamed.",
+    body: { id: "UpdateQueueRequest", schema: updateQueueBody, required: true },
+    answer: ok(R.queueInfo, "The queue as it is now."),
+  },
+  {
+    method: "delete", path: QUEUE, operationId: "deleteQueue", tag: "Queues",
+    summary: "Delete a queue and every message in it", answer: ok(R.nullResult, "Deleted."),
+  },
+  {
+    method: "get", path: `${QUEUE}/messages`, operationId: "peekMessages", tag: "Messages",
+    summary: "Peek at ready messages, bodies included",
+    description: "Oldest first over all shards. Leases nothing and counts no attempt.",
+    query: peekQuery, answer: ok(R.peekResult, "Up to `limit` ready messages."), errors: [503],
+  },
+  {
+    method: "post", path: `${QUEUE}/messages`, operationId: "sendMessage", tag: "Messages",
+    summary: "Send one message",
+    description:
+      "Stored on a storage shard before the answer. With an Idempotency-Key header or an `id`, stored once however often the request is retried within 24 hours; " +
+      "409 when the key or id was used for a different request, or while a request holding it is in progress (with Retry-After).",
+    idempotencyKey: true,
+    body: { id: "SendMessageRequest", schema: httpMessage, required: true },
+    answer: ok(R.sendResult, "Stored: the message's id, and the queue's figures."),
+    errors: [409, 413, 503],
+  },
+  {
+    method: "post", path: `${QUEUE}/messages/batch`, operationId: "sendBatch", tag: "Messages",
+    summary: "Send up to 100 messages, stored all together or not at all",
+    description: "At most 100 messages and 256 KB of encoded bodies. Idempotent as POST .../messages is, by key and by each message's `id`.",
+    idempotencyKey: true,
+    body: { id: "SendBatchRequest", schema: httpBatch, required: true, items: { messages: { id: "SendMessageRequest", schema: httpMessage, minItems: 1, maxItems: LIMITS.maxBatchMessages } } },
+    answer: ok(R.batchResult, "Stored: the messages' ids in the request's order, and the queue's figures."),
+    errors: [409, 413, 503],
+  },
+  {
+    method: "post", path: `${QUEUE}/messages/pull`, operationId: "pullMessages", tag: "Pull consumers",
+    summary: "Lease a batch of messages",
+    description: "Needs an http_pull consumer (409 otherwise, and while delivery is paused). With wait_time_ms, waits up to that long for messages (long polling); an empty batch is not an error. No body at all reads as `{}`.",
+    body: { id: "PullRequest", schema: pullBody, required: false },
+    answer: ok(R.pullResult, "The messages leased, each with its lease id."),
+    errors: [409, 503],
+  },
+  {
+    method: "post", path: `${QUEUE}/messages/ack`, operationId: "ackMessages", tag: "Pull consumers",
+    summary: "Acknowledge or retry leased messages",
+    description: "Acks delete; retries come back after their delay, or go to the dead-letter queue when out of retries. A lease id that cannot be honoured is a warning in the answer, never a failed request.",
+    body: { id: "AckRequest", schema: ackBody, required: true },
+    answer: ok(R.ackResult, "What counted, and a warning for each lease id that did not."),
+    errors: [409],
+  },
+  {
+    method: "post", path: `${QUEUE}/messages/extend`, operationId: "extendLeases", tag: "Pull consumers",
+    summary: "Extend leases still held",
+    body: { id: "ExtendRequest", schema: extendBody, required: true },
+    answer: ok(R.extendResult, "How many leases were extended, and a warning for each that was not."),
+  },
+  {
+    method: "get", path: `${QUEUE}/messages/{message_id}`, operationId: "getMessage", tag: "Messages",
+    summary: "Look up a message by id",
+    description: "Its state and figures, without its body; a message dead-lettered is found in the dead-letter queue.",
+    answer: ok(R.messageStatus, "The message."), errors: [503],
+  },
+  {
+    method: "delete", path: `${QUEUE}/messages/{message_id}`, operationId: "cancelMessage", tag: "Messages",
+    summary: "Cancel a message by id",
+    answer: ok(R.cancelResult, "Deleted."), errors: [503],
+  },
+  {
+    method: "post", path: `${QUEUE}/purge`, operationId: "purgeQueue", tag: "Operations",
+    summary: "Delete every message of the queue",
+    description: "Ready, delayed and leased messages alike, in bounded steps: `completed: false` means call again.",
+    body: { id: "PurgeRequest", schema: purgeBody, required: true },
+    answer: ok(R.purgeResult, "How many were deleted."), errors: [503],
+  },
+  {
+    method: "post", path: `${QUEUE}/redrive`, operationId: "redriveQueue", tag: "Operations",
+    summary: "Move messages from this dead-letter queue back to a queue",
+    description: "By default to the one queue whose consumer dead-letters here. Keeps ids; never loses a message. No body at all reads as `{}`.",
+    body: { id: "RedriveRequest", schema: redriveBody, required: false },
+    answer: ok(R.redriveResult, "How many moved, and how many still match."), errors: [503],
+  },
+  {
+    method: "get", path: `${QUEUE}/ordering/held`, operationId: "listHeldKeys", tag: "Operations",
+    summary: "Ordering keys held back, longest held first",
+    query: heldQuery, answer: ok(R.heldKeysResult, "The keys held back, with counts by reason."),
+  },
+  {
+    method: "post", path: `${QUEUE}/ordering/release`, operationId: "releaseOrderingKey", tag: "Operations",
+    summary: "Release a held ordering key",
+    description: "Moves the message holding the key back to the consumer's dead-letter queue (409 without one; 404 when nothing of the key is held).",
+    body: { id: "ReleaseRequest", schema: releaseBody, required: true },
+    answer: ok(R.releaseResult, "The message moved."), errors: [409],
+  },
+  {
+    method: "get", path: `${QUEUE}/metrics`, operationId: "getQueueMetrics", tag: "Figures",
+    summary: "The queue's backlog, summed and per shard", answer: ok(R.queueMetrics, "The queue's figures."),
+  },
+  {
+    method: "get", path: `${QUEUE}/shards`, operationId: "getShards", tag: "Figures",
+    summary: "The queue's control plane", answer: ok(R.shardsResult, "Shard map, heartbeats, consumer shards, decisions."),
+  },
+  {
+    method: "get", path: `${QUEUE}/series`, operationId: "getSeries", tag: "Figures",
+    summary: "The queue's last hour, a point per step", answer: ok(R.seriesResult, "Points, oldest first."),
+  },
+  {
+    method: "get", path: `${QUEUE}/consumers`, operationId: "listConsumers", tag: "Consumers",
+    summary: "The queue's consumers (at most one)", answer: ok(R.consumerList, "The consumers."),
+  },
+  {
+    method: "post", path: `${QUEUE}/consumers`, operationId: "createConsumer", tag: "Consumers",
+    summary: "Add the queue's consumer",
+    description: "A worker consumer names a Worker shardq has a service binding to; 409 when the queue already has a consumer.",
+    body: { id: "CreateConsumerRequest", schema: createConsumerBody, required: true },
+    answer: { kind: "envelope", status: 201, result: R.consumer, description: "The consumer added." },
+    errors: [409],
+  },
+  {
+    method: "get", path: `${QUEUE}/consumers/{consumer_id}`, operationId: "getConsumer", tag: "Consumers",
+    summary: "Read a consumer", answer: ok(R.consumer, "The consumer."),
+  },
+  {
+    method: "patch", path: `${QUEUE}/consumers/{consumer_id}`, operationId: "updateConsumer", tag: "Consumers",
+    summary: "Change a consumer's settings or dead-letter queue",
+    description: "type and script_name may be given but must not change.",
+    body: { id: "UpdateConsumerRequest", schema: updateConsumerBody, required: true },
+    answer: ok(R.consumer, "The consumer as it is now."),
+  },
+  {
+    method: "delete", path: `${QUEUE}/consumers/{consumer_id}`, operationId: "deleteConsumer", tag: "Consumers",
+    summary: "Remove a consumer", answer: ok(R.nullResult, "Removed."),
+  },
+];
