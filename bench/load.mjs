@@ -7,6 +7,8 @@
 // --seconds; the target is loopback unless --url names another.
 import { writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
+import { ApiError, NetworkError, createClient } from "../src/client/index.ts";
+import { LIMITS } from "../src/kernel/limits.ts";
 
 export const LOAD_HELP = `npm run bench -- load [options]
   --url URL            service base URL (default http://127.0.0.1:8787)
@@ -16,7 +18,7 @@ export const LOAD_HELP = `npm run bench -- load [options]
   --transport T        http (one message per request, or --batch per request) | binding
   --producer-url URL   the driver Worker for --transport binding (default http://127.0.0.1:8788, the example producer)
   --count N            messages to send (default 1000)
-  --batch N            messages per request or sendBatch() (default 1)
+  --batch N            messages per request or sendBatch() (default 1; over HTTP at most 256 KB of bodies)
   --concurrency N      requests in flight (default 16)
   --rate N             hold N messages/s instead of going as fast as possible
   --size BYTES         body size (default 64)
@@ -64,21 +66,31 @@ export async function load(argv) {
     workMs: num("work-ms", 0, 1000),
     seconds: num("seconds", 1, 86_400),
   };
-  const base = `${o.url}/accounts/${o.account}/queues/${o.queue}`;
-  const headers = { authorization: `Bearer ${o.token}`, "content-type": "application/json" };
+  // The load tester measures the service, so its client sends each request once and
+  // without an idempotency key, as the requests it wrote itself before the client library:
+  // a retry would turn an error into a slower success and fold its backoff into the send
+  // latency, and a keyed send costs the broker a claim and a look-up that an unkeyed one
+  // does not (src/routing/idempotent-send.ts). The timeout is fetch's own (undici's 300 s).
+  const client = createClient({ url: o.url, token: o.token, account: o.account, idempotentSends: false, retry: { attempts: 1 }, timeoutMs: 300_000 });
+  const queue = client.queue(o.queue);
   const consumerStats = o["consumer-stats"] ?? `${o["producer-url"]}/consumer/stats?queue=${o.queue}`;
   const pad = "x".repeat(cfg.size);
+  const message = () => ({ pad, sent_at: Date.now(), ...(cfg.workMs ? { work_ms: cfg.workMs } : {}) });
+  // The client cuts a batch over 256 KB into several requests; one call must stay one
+  // request, or throughput and latency would be of something else than --batch says.
+  const batchBytes = cfg.batch * JSON.stringify(message()).length;
+  if (o.transport === "http" && cfg.batch > 1 && batchBytes > LIMITS.maxBatchBytes) {
+    throw new Error(`--batch ${cfg.batch} of --size ${cfg.size} makes ${batchBytes} bytes of bodies, over the ${LIMITS.maxBatchBytes} one request takes: lower --batch or --size`);
+  }
 
   /** One request's worth: returns how many were stored, or throws with a kind. */
   const sendHttp = async (/** @type {number} */ n) => {
-    const body = () => ({ body: { pad, sent_at: Date.now(), ...(cfg.workMs ? { work_ms: cfg.workMs } : {}) } });
-    const res = await fetch(cfg.batch === 1 ? `${base}/messages` : `${base}/messages/batch`, {
-      method: "POST",
-      headers,
-      body: JSON.stringify(cfg.batch === 1 ? body() : { messages: Array.from({ length: n }, body) }),
-    });
-    const json = /** @type {any} */ (await res.json().catch(() => null));
-    if (res.status !== 200) throw new Kind(`http ${res.status}${json?.errors?.[0]?.message ? `: ${json.errors[0].message}` : ""}`);
+    try {
+      if (cfg.batch === 1) await queue.send(message());
+      else await queue.sendBatch(Array.from({ length: n }, () => ({ body: message() })));
+    } catch (err) {
+      throw new Kind(kindOf(err));
+    }
     return { stored: n, latencies: null };
   };
   /** Through the driver Worker: one call sends `n` messages with the binding, `batch` per call. */
@@ -93,10 +105,7 @@ export async function load(argv) {
   // Through the driver, each request makes one call (send() or a sendBatch() of --batch).
   const perRequest = cfg.batch;
 
-  const metricsAt = async () => {
-    const res = await fetch(`${base}/metrics`, { headers }).catch(() => null);
-    return res?.ok ? /** @type {any} */ (await res.json()).result : null;
-  };
+  const metricsAt = async () => /** @type {any} */ (await client.request("GET", `/queues/${encodeURIComponent(o.queue)}/metrics`).catch(() => null));
   const received = async () => {
     const res = await fetch(consumerStats).catch(() => null);
     return res?.ok ? /** @type {any} */ (await res.json()) : null;
@@ -176,6 +185,18 @@ export async function load(argv) {
   printSummary(figures);
   if (o.json) writeFileSync(o.json, `${JSON.stringify(figures, null, 2)}\n`);
   return figures;
+}
+
+/**
+ * How an error of the client library is counted: "http 503: <the API's message>" for an
+ * answer (or a request the client refused before sending, with the status the API would
+ * give), "network: cannot reach <url>: connection reset" when there was none.
+ * @param {unknown} err
+ */
+function kindOf(err) {
+  if (err instanceof ApiError) return `http ${err.status}: ${err.message}`;
+  if (err instanceof NetworkError) return `network: ${err.message}`;
+  return `error: ${/** @type {Error} */ (err)?.message ?? String(err)}`;
 }
 
 class Kind extends Error {

@@ -1,104 +1,68 @@
-// The HTTP client of `shardq`: Cloudflare's envelope in, typed errors out.
+// How `shardq` reaches the API: the client library (src/client, `shardq/client`) with the
+// CLI's retry policy and timeout. Only the commands that call the API load it (main.mjs),
+// so that `dev`, `deploy-config` and `apply` run wherever they ran before: Node runs the
+// library's TypeScript only from 22.18 on, and never for a file under node_modules (shardq
+// installed as a copy rather than linked, which README's "Use shardq with your own
+// Workers" allows).
+import { CliError } from "./args.mjs";
 
-/** @typedef {{ code?: number, message: string, field?: string }} ApiErrorDetail */
-/** @typedef {{ success: boolean, errors: ApiErrorDetail[], messages: unknown[], result: any, result_info?: { page: number, per_page: number, count: number, total_count: number } }} Envelope */
+/** @typedef {typeof import("../src/client/index.ts")} ClientLibrary */
+/** @typedef {import("../src/client/index.ts").ShardqClient} Client */
 
-/** The API answered with an error: its status and the envelope's errors, as the broker wrote them. */
-export class ApiError extends Error {
-  /**
-   * @param {number} status
-   * @param {ApiErrorDetail[]} errors
-   */
-  constructor(status, errors) {
-    super(errors[0]?.message ?? `HTTP ${status}`);
-    this.name = "ApiError";
-    this.status = status;
-    this.errors = errors;
-  }
-}
+/**
+ * A command sends again, up to three tries in all, after a network error, a 429 or a
+ * 502/503/504 (src/client/retry.ts decides which errors those are). A command is a person
+ * at a terminal, or a script, waiting for one answer: a connection reset, `wrangler dev`
+ * reloading or a shard that did not answer is usually gone within a second, and sending
+ * again is what the CLI's hints told people to do by hand. It is safe to: sends carry the
+ * idempotency key the library draws for each (stored once however often sent), a 429 and
+ * a refused connection did nothing, and any other call repeated does what running the
+ * command again does: a PATCH or a purge again changes nothing more; an ack again reports
+ * the leases it settled the first time as gone; a create or a delete whose answer was lost
+ * is reported as taken or not found; a redrive moves up to --limit more.
+ *
+ * Errors stay prompt: the waits are full jitter under 200 ms, then under 400 ms, so an
+ * unreachable service is reported within about 0.6 s (`maxDelayMs` only bounds them should
+ * `attempts` grow). A wait the service asks for with Retry-After is honoured in full: 1 s
+ * after a 503, and 10 s after a 429 (the rate limiters' window, broker/http/rate-limit.ts),
+ * the one slow case, where waiting is what the user would have had to do anyway.
+ */
+export const CLI_RETRY = Object.freeze({ attempts: 3, baseDelayMs: 200, maxDelayMs: 2000 });
 
-/** The service could not be reached at all (refused, unknown host, timeout). */
-export class ConnectionError extends Error {
-  /**
-   * @param {string} url
-   * @param {string} reason  "connection refused", "host not found", ...
-   * @param {string} [code]  ECONNREFUSED, ENOTFOUND, ...
-   */
-  constructor(url, reason, code) {
-    super(`cannot reach ${url}: ${reason}`);
-    this.name = "ConnectionError";
-    this.url = url;
-    this.code = code;
+/**
+ * Gives up on an answer after 60 s: twice the longest any call works (a redrive's 30 s
+ * budget, broker/http/redrive.ts). A timeout is a network error, so it is retried too.
+ */
+export const CLI_TIMEOUT_MS = 60_000;
+
+/** Where `npm install` (the "prepare" script) builds the library: package.json's "./client" export. */
+const BUILT = "../lib/client/index.js";
+
+/**
+ * The library from its sources; where Node cannot run them (before 22.18, or under
+ * node_modules), as `npm install` built it.
+ * @returns {Promise<ClientLibrary>}
+ */
+export async function loadClientLibrary() {
+  try {
+    return await import("../src/client/index.ts");
+  } catch (err) {
+    const code = /** @type {{ code?: unknown }} */ (err)?.code;
+    if (code !== "ERR_UNKNOWN_FILE_EXTENSION" && code !== "ERR_UNSUPPORTED_NODE_MODULES_TYPE_STRIPPING") throw err;
+    try {
+      return /** @type {ClientLibrary} */ (await import(BUILT));
+    } catch {
+      throw new CliError(`this command needs shardq's client library, which Node ${process.version} cannot load from its sources here (${code}): run \`npm run build:client\` in shardq, or use Node.js 22.18 or newer with shardq outside node_modules`);
+    }
   }
 }
 
 /**
- * @param {{ url: string, token: string, account: string, timeoutMs?: number }} opts
+ * A client of the service with the CLI's retry policy and timeout.
+ * @param {ClientLibrary} lib
+ * @param {{ url: string, token: string, account: string }} connection
+ * @returns {Client}
  */
-export function createClient({ url, token, account, timeoutMs = 120_000 }) {
-  const base = `${url.replace(/\/+$/, "")}/accounts/${encodeURIComponent(account)}`;
-  return {
-    /**
-     * One API call. `path` starts at the account ("/queues/orders"); a body is sent as JSON.
-     * @param {string} method
-     * @param {string} path
-     * @param {unknown} [body]
-     * @returns {Promise<Envelope>}
-     */
-    async call(method, path, body) {
-      /** @type {Response} */
-      let res;
-      try {
-        res = await fetch(base + path, {
-          method,
-          headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { "content-type": "application/json" }) },
-          body: body === undefined ? undefined : JSON.stringify(body),
-          signal: AbortSignal.timeout(timeoutMs),
-        });
-      } catch (err) {
-        throw connectionError(url, err, timeoutMs);
-      }
-      const text = await res.text();
-      /** @type {Envelope | undefined} */
-      let envelope;
-      try {
-        envelope = JSON.parse(text);
-      } catch {
-        envelope = undefined;
-      }
-      if (!envelope || typeof envelope !== "object" || typeof envelope.success !== "boolean") {
-        const snippet = text.trim().slice(0, 200) || "(empty body)";
-        throw new ApiError(res.status, [{ message: `unexpected answer from ${url} (HTTP ${res.status}, not shardq's JSON envelope; is --url right?): ${snippet}` }]);
-      }
-      if (!envelope.success || !res.ok) {
-        throw new ApiError(res.status, envelope.errors?.length ? envelope.errors : [{ message: `HTTP ${res.status}` }]);
-      }
-      return envelope;
-    },
-  };
-}
-
-/** @typedef {ReturnType<typeof createClient>} Client */
-
-/**
- * fetch's "fetch failed" made readable: the system error code sits in `cause`, or in
- * `cause.errors` when a name resolved to several addresses (localhost: ::1 and 127.0.0.1).
- * @param {string} url
- * @param {unknown} err
- * @param {number} timeoutMs
- */
-function connectionError(url, err, timeoutMs) {
-  const e = /** @type {{ name?: string, message?: string, cause?: { code?: string, message?: string, errors?: Array<{ code?: string }> } }} */ (err);
-  if (e?.name === "TimeoutError" || e?.name === "AbortError") return new ConnectionError(url, `no answer within ${timeoutMs / 1000} s`, "ETIMEDOUT");
-  const code = e?.cause?.code ?? e?.cause?.errors?.find((x) => x.code)?.code;
-  const reasons = /** @type {Record<string, string>} */ ({
-    ECONNREFUSED: "connection refused",
-    ENOTFOUND: "host not found",
-    EAI_AGAIN: "host name lookup failed",
-    ECONNRESET: "connection reset",
-    ETIMEDOUT: "connection timed out",
-    EHOSTUNREACH: "host unreachable",
-  });
-  const reason = (code && reasons[code]) ?? e?.cause?.message ?? e?.message ?? String(err);
-  return new ConnectionError(url, reason, code);
+export function cliClient(lib, connection) {
+  return lib.createClient({ ...connection, retry: CLI_RETRY, timeoutMs: CLI_TIMEOUT_MS });
 }

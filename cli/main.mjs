@@ -2,8 +2,9 @@
 // Exit status: 0 done, 1 the API refused or could not be reached, 2 a usage error.
 import { createInterface } from "node:readline/promises";
 import { CliError, GLOBAL_OPTIONS, UsageError, checkPositionals, parseOptions, splitCommand } from "./args.mjs";
-import { ApiError, ConnectionError, createClient } from "./client.mjs";
+import { CLI_RETRY, cliClient, loadClientLibrary } from "./client.mjs";
 import { COMMANDS, FIELD_FLAGS, spellings } from "./commands/index.mjs";
+import { plural } from "./format.mjs";
 
 export const DEFAULT_URL = "http://127.0.0.1:8787";
 export const LOCAL_TOKEN = "shardq-local-dev-token";
@@ -11,6 +12,9 @@ export const DEFAULT_ACCOUNT = "local";
 
 /** @typedef {import("./commands/index.mjs").Command} Command */
 /** @typedef {import("./args.mjs").OptionSpec} OptionSpec */
+/** @typedef {import("./client.mjs").ClientLibrary} ClientLibrary */
+/** @typedef {import("./client.mjs").Client} Client */
+/** @typedef {import("../src/client/index.ts").ApiError} ApiError */
 
 /**
  * @typedef {object} Io
@@ -70,6 +74,8 @@ export async function main(argv, io = processIo()) {
   const name = words.join(" ");
   /** @type {import("./commands/index.mjs").Context | undefined} */
   let ctx;
+  /** @type {ClientLibrary | undefined} */
+  let lib;
   try {
     const { values, positionals } = parseOptions(rest, command.options ?? {});
     if (values.help) {
@@ -78,10 +84,20 @@ export async function main(argv, io = processIo()) {
     }
     checkPositionals(positionals, command.args);
     const json = values.json === true;
+    /** @type {Client | undefined} */
+    let client;
+    if (command.callsApi !== false) {
+      const conn = connection(values, io.env);
+      lib = await loadClientLibrary();
+      client = cliClient(lib, conn);
+    }
     ctx = {
       args: positionals,
       opts: values,
-      api: createClient(connection(values, io.env)),
+      get api() {
+        if (!client) throw new Error(`shardq ${name} is marked callsApi: false, so it has no API client`);
+        return client;
+      },
       json,
       show: (value, human) => io.out(json ? JSON.stringify(value, null, 2) : human()),
       interactive: io.interactive,
@@ -92,14 +108,15 @@ export async function main(argv, io = processIo()) {
     return 0;
   } catch (err) {
     if (err instanceof UsageError) return usage(io, name, err.message);
-    if (err instanceof ApiError) {
+    if (lib && err instanceof lib.ApiError) {
       io.err(`shardq ${name}: ${apiErrorText(err)}`);
       const hint = (ctx && command.hint?.(err, ctx)) ?? genericHint(err);
       if (hint) io.err(`  ${hint}`);
       return 1;
     }
-    if (err instanceof ConnectionError) {
-      io.err(`shardq ${name}: ${err.message}`);
+    if (lib && err instanceof lib.NetworkError) {
+      // Every network error is retried, so this one is the last of CLI_RETRY.attempts tries.
+      io.err(`shardq ${name}: ${err.message} (${plural(CLI_RETRY.attempts, "try", "tries")})`);
       if (err.code === "ECONNREFUSED") io.err(`  Is the service running? Start it with \`npm start\` in the shardq project, or point --url (or SHARDQ_URL) at it.`);
       else io.err(`  Check --url (or SHARDQ_URL).`);
       return 1;
@@ -143,27 +160,49 @@ function isLoopback(host) {
 
 /**
  * "queue \"nope\" not found [HTTP 404, code 10003, field queue: <queue>]": the API's own
- * message, then where it points. Several errors are listed one a line.
+ * message, then where it points. Several errors are listed one a line. An error the client
+ * library found before sending says so: the API would have answered the same.
  * @param {ApiError} err
  */
 function apiErrorText(err) {
   return err.errors
     .map((e) => {
-      const where = [`HTTP ${err.status}`];
+      const where = [err.sent ? `HTTP ${err.status}` : `found before sending, HTTP ${err.status}`];
       if (e.code !== undefined) where.push(`code ${e.code}`);
-      if (e.field !== undefined) where.push(FIELD_FLAGS[e.field] ? `field ${e.field}, set by ${FIELD_FLAGS[e.field]}` : `field ${e.field}`);
+      if (e.field !== undefined) {
+        const flag = flagOf(e.field);
+        where.push(flag ? `field ${e.field}, set by ${flag}` : `field ${e.field}`);
+      }
       return `${e.message} [${where.join(", ")}]`;
     })
     .join("\n  ");
 }
 
-/** @param {ApiError} err */
+/**
+ * The flag or argument that sets an API field; a batch's fields name their message
+ * ("messages[2].body"), which is the command line's third <body>.
+ * @param {string} field
+ */
+function flagOf(field) {
+  const inBatch = /^messages\[(\d+)\]\.(.+)$/.exec(field);
+  if (!inBatch) return FIELD_FLAGS[field];
+  const [, index, own] = /** @type {[string, string, string]} */ (/** @type {unknown} */ (inBatch));
+  return own === "body" ? `<body> #${Number(index) + 1}` : FIELD_FLAGS[own];
+}
+
+/**
+ * The next step after an API error. A 429 or a 503 reaches here only once the client
+ * has sent the request CLI_RETRY.attempts times.
+ * @param {ApiError} err
+ */
 function genericHint(err) {
   if (err.status === 401) return "The token was refused: check --token (or SHARDQ_TOKEN).";
   if (err.status === 403) return "This token lacks the scope this command needs (README: Tokens and scopes): use one that has it.";
-  if (err.status === 429) return "Over the request rate: wait the few seconds the message says and run the command again.";
+  if (err.status === 429) return `Over the request rate after ${plural(CLI_RETRY.attempts, "try", "tries")}, each after the wait the service asked for: run the command again later.`;
   if (err.status === 404 && err.errors[0]?.field === "account_id") return "This token belongs to another account: check --account (or SHARDQ_ACCOUNT).";
-  if (err.status === 503) return "The service is busy or a shard did not answer; run the command again.";
+  // The client library's words for an answer that is not shardq's envelope: some other server.
+  if (err.code === undefined && err.message.startsWith("unexpected answer from ")) return "Check --url (or SHARDQ_URL): it should be the shardq service's base URL.";
+  if (err.status === 503) return `The service is busy or a shard did not answer (${plural(CLI_RETRY.attempts, "try", "tries")}); run the command again in a moment.`;
   return undefined;
 }
 

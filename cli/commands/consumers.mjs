@@ -100,7 +100,7 @@ function consumerPairs(c) {
  * @returns {Promise<ConsumerRecord>}
  */
 async function findConsumer(ctx, queue, match, what) {
-  const consumers = /** @type {ConsumerRecord[]} */ ((await ctx.api.call("GET", `${q(queue)}/consumers`)).result);
+  const consumers = /** @type {ConsumerRecord[]} */ (await ctx.api.request("GET", `${q(queue)}/consumers`));
   const found = consumers.find(match);
   if (!found) {
     const has = consumers.length ? `its consumer is ${consumers.map(consumerName).join(", ")}` : "it has no consumer";
@@ -118,7 +118,7 @@ export const CONSUMER_COMMANDS = [
     summary: "Show a queue's consumer and its settings",
     async run(ctx) {
       const [queue] = /** @type {[string]} */ (ctx.args);
-      const consumers = /** @type {ConsumerRecord[]} */ ((await ctx.api.call("GET", `${q(queue)}/consumers`)).result);
+      const consumers = /** @type {ConsumerRecord[]} */ (await ctx.api.request("GET", `${q(queue)}/consumers`));
       ctx.show(consumers, () => (consumers.length ? consumers.map((c) => keyValues(consumerPairs(c))).join("\n\n") : `Queue ${queue} has no consumer.`));
     },
   },
@@ -131,7 +131,7 @@ export const CONSUMER_COMMANDS = [
     options: WORKER_CONSUMER,
     async run(ctx) {
       const [queue, script] = /** @type {[string, string]} */ (ctx.args);
-      const c = /** @type {ConsumerRecord} */ ((await ctx.api.call("POST", `${q(queue)}/consumers`, { type: "worker", script_name: script, ...consumerBody(ctx.opts) })).result);
+      const c = /** @type {ConsumerRecord} */ (await ctx.api.request("POST", `${q(queue)}/consumers`, { body: { type: "worker", script_name: script, ...consumerBody(ctx.opts) } }));
       ctx.show(c, () => `Added consumer ${script} to queue ${c.queue_name}.\n${keyValues(consumerPairs(c))}`);
     },
   },
@@ -143,7 +143,7 @@ export const CONSUMER_COMMANDS = [
     options: HTTP_CONSUMER,
     async run(ctx) {
       const [queue] = /** @type {[string]} */ (ctx.args);
-      const c = /** @type {ConsumerRecord} */ ((await ctx.api.call("POST", `${q(queue)}/consumers`, { type: "http_pull", ...consumerBody(ctx.opts) })).result);
+      const c = /** @type {ConsumerRecord} */ (await ctx.api.request("POST", `${q(queue)}/consumers`, { body: { type: "http_pull", ...consumerBody(ctx.opts) } }));
       ctx.show(c, () => `Added an HTTP pull consumer to queue ${c.queue_name}.\n${keyValues(consumerPairs(c))}`);
     },
   },
@@ -163,7 +163,7 @@ export const CONSUMER_COMMANDS = [
       const body = consumerBody(ctx.opts);
       if (Object.keys(body).length === 0) throw new UsageError("nothing to update: give at least one setting (see --help)");
       const current = await findConsumer(ctx, queue, (c) => script === undefined || c.script_name === script, script === undefined ? "consumer" : `consumer ${script}`);
-      const c = /** @type {ConsumerRecord} */ ((await ctx.api.call("PATCH", `${q(queue)}/consumers/${encodeURIComponent(current.consumer_id)}`, body)).result);
+      const c = /** @type {ConsumerRecord} */ (await ctx.api.request("PATCH", `${q(queue)}/consumers/${encodeURIComponent(current.consumer_id)}`, { body }));
       ctx.show(c, () => `Updated the consumer of queue ${c.queue_name}.\n${keyValues(consumerPairs(c))}`);
     },
   },
@@ -175,7 +175,7 @@ export const CONSUMER_COMMANDS = [
     async run(ctx) {
       const [queue, script] = /** @type {[string, string]} */ (ctx.args);
       const c = await findConsumer(ctx, queue, (x) => x.type === "worker" && x.script_name === script, `consumer ${script}`);
-      await ctx.api.call("DELETE", `${q(queue)}/consumers/${encodeURIComponent(c.consumer_id)}`);
+      await ctx.api.request("DELETE", `${q(queue)}/consumers/${encodeURIComponent(c.consumer_id)}`);
       ctx.show(c, () => `Removed consumer ${script} from queue ${queue}.`);
     },
   },
@@ -187,7 +187,7 @@ export const CONSUMER_COMMANDS = [
     async run(ctx) {
       const [queue] = /** @type {[string]} */ (ctx.args);
       const c = await findConsumer(ctx, queue, (x) => x.type === "http_pull", "HTTP pull consumer");
-      await ctx.api.call("DELETE", `${q(queue)}/consumers/${encodeURIComponent(c.consumer_id)}`);
+      await ctx.api.request("DELETE", `${q(queue)}/consumers/${encodeURIComponent(c.consumer_id)}`);
       ctx.show(c, () => `Removed the HTTP pull consumer from queue ${queue}.`);
     },
   },

@@ -15,6 +15,7 @@ import { ConfigError } from "../../scripts/worker-configs.mjs";
 export const DEPLOY_CONFIG = {
   name: "deploy-config",
   group: "Your own Workers",
+  callsApi: false,
   args: [],
   summary: "Write deployable configs for your own Workers, shardq's bindings to them, and their queues",
   details: [
@@ -71,6 +72,8 @@ export const DEPLOY_CONFIG = {
 export const APPLY = {
   name: "apply",
   group: "Your own Workers",
+  // applyConfig (scripts/apply-config.mjs) makes its own calls, as `npm start` does.
+  callsApi: false,
   args: ["<file>"],
   summary: "Create the queues and consumers a shardq.config.json-style file lists, or update them",
   details: `Queues that exist are kept (their listed settings applied); a queue's consumer is added, or updated in place.\nThe file names its account, as ${QUEUES_FILE} from deploy-config does.`,

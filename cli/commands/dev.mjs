@@ -15,6 +15,7 @@ export const RUNNING_LINE = "shardq dev is running";
 export const DEV = {
   name: "dev",
   group: "Your own Workers",
+  callsApi: false,
   args: [],
   summary: "Run shardq locally with your own Workers, their wrangler configs as they are",
   details: [

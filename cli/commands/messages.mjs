@@ -2,9 +2,11 @@
 // redrive a dead-letter queue.
 import { UsageError, oneOf, text, wholeNumber } from "../args.mjs";
 import { bytes, keyValues, oneLine, plural, pulledBody, table, time } from "../format.mjs";
-import { number, q } from "./shared.mjs";
+import { number, q, queueClient } from "./shared.mjs";
 
 /** @typedef {import("./shared.mjs").ApiError} ApiError */
+/** @typedef {import("../../src/client/index.ts").MessageSendRequest} MessageSendRequest */
+/** @typedef {import("../../src/client/index.ts").PartialSendError} PartialSendError */
 /** @typedef {import("./shared.mjs").Command} Command */
 /** @typedef {import("./shared.mjs").Context} Context */
 /** @typedef {import("./shared.mjs").PulledMessage} PulledMessage */
@@ -15,14 +17,15 @@ import { number, q } from "./shared.mjs";
  * @param {string} raw
  * @param {"json" | "text" | undefined} type
  * @param {string} label  for errors: "<body>" or "<body> #2"
+ * @returns {MessageSendRequest & { contentType: "json" | "text" }}
  */
 function messageFrom(raw, type, label) {
-  if (type === "text") return { body: raw, content_type: "text" };
+  if (type === "text") return { body: raw, contentType: "text" };
   try {
-    return { body: JSON.parse(raw), content_type: "json" };
+    return { body: JSON.parse(raw), contentType: "json" };
   } catch (err) {
     if (type === "json") throw new UsageError(`${label} is not valid JSON (${/** @type {Error} */ (err).message}); add --content-type text to send it as text`);
-    return { body: raw, content_type: "text" };
+    return { body: raw, contentType: "text" };
   }
 }
 
@@ -46,7 +49,7 @@ export const MESSAGE_COMMANDS = [
     args: ["<queue>", "<body>..."],
     summary: "Send messages (one <body> each; - reads one from stdin)",
     details:
-      "A body is sent as JSON when it parses as JSON ('{\"order\": 42}', 42, '\"text\"'), else as text;\n--content-type makes it one or the other. Several bodies go in one batch (up to 100).\nPrints each message's id.",
+      "A body is sent as JSON when it parses as JSON ('{\"order\": 42}', 42, '\"text\"'), else as text;\n--content-type makes it one or the other. Several bodies go in one batch; past 100 messages\nor 256 KB, in several, one after another. Prints each message's id.",
     options: {
       "content-type": { type: "string", value: "json|text", help: "how to send the bodies (default: json if they parse as JSON, else text)" },
       "delay-secs": number("seconds before the messages can be delivered (0 to 86400)"),
@@ -58,14 +61,30 @@ export const MESSAGE_COMMANDS = [
       if (raw.filter((r) => r === "-").length > 1) throw new UsageError("<body> - (stdin) can be given once");
       const bodies = await Promise.all(raw.map((r) => (r === "-" ? ctx.readStdin() : r)));
       const messages = bodies.map((b, i) => messageFrom(b, type, raw.length > 1 ? `<body> #${i + 1}` : "<body>"));
-      const withDelay = delay === undefined ? {} : { delay_seconds: delay };
+      const withDelay = delay === undefined ? {} : { delaySeconds: delay };
+      const sender = queueClient(ctx, queue);
+      // --json prints the ids in the API's names; the queue's figures the API answers
+      // beside them (`metadata`) are not kept by the client library.
       if (messages.length === 1) {
-        const r = /** @type {{ message_id: string }} */ ((await ctx.api.call("POST", `${q(queue)}/messages`, { ...messages[0], ...withDelay })).result);
-        ctx.show(r, () => `Sent message ${r.message_id} to queue ${queue}.`);
-      } else {
-        const r = /** @type {{ message_ids: string[] }} */ ((await ctx.api.call("POST", `${q(queue)}/messages/batch`, { messages, ...withDelay })).result);
-        ctx.show(r, () => `Sent ${plural(r.message_ids.length, "message")} to queue ${queue}:\n${r.message_ids.join("\n")}`);
+        const [m] = /** @type {[MessageSendRequest & { contentType: "json" | "text" }]} */ (messages);
+        const { messageId } = await sender.send(m.body, { contentType: m.contentType, ...withDelay });
+        ctx.show({ message_id: messageId }, () => `Sent message ${messageId} to queue ${queue}.`);
+        return;
       }
+      /** @type {string[]} */
+      let ids;
+      try {
+        ({ messageIds: ids } = await sender.sendBatch(messages, withDelay));
+      } catch (err) {
+        // A batch cut into several requests failed after the first ones were stored: say
+        // which bodies were (the first ones, in order), then report the failure (exit 1).
+        const partial = /** @type {PartialSendError} */ (err);
+        if (partial?.name !== "PartialSendError") throw err;
+        const stored = partial.acceptedIds;
+        ctx.show({ message_ids: stored }, () => `Sent ${stored.length} of ${plural(messages.length, "message")} to queue ${queue} (<body> #1 to #${stored.length}) before a request failed:\n${stored.join("\n")}`);
+        throw partial.cause;
+      }
+      ctx.show({ message_ids: ids }, () => `Sent ${plural(ids.length, "message")} to queue ${queue}:\n${ids.join("\n")}`);
     },
   },
   {
@@ -89,11 +108,14 @@ export const MESSAGE_COMMANDS = [
       const visibility = wholeNumber(ctx.opts, "visibility-timeout-ms");
       if (size !== undefined) body.batch_size = size;
       if (visibility !== undefined) body.visibility_timeout_ms = visibility;
-      const pulled = /** @type {{ message_backlog_count: number, messages: PulledMessage[] }} */ ((await ctx.api.call("POST", `${q(queue)}/messages/pull`, body)).result);
-      /** @type {{ ackCount: number, retryCount: number, warnings: Record<string, string> } | undefined} */
+      // The pull route itself rather than the library's pull(), which answers the messages
+      // decoded and renamed (leaseId, a Date, a Uint8Array for bytes): --json prints the
+      // API's result, lease_id and base64 bodies included, as scripts and `shardq ack` take them.
+      const pulled = /** @type {{ message_backlog_count: number, messages: PulledMessage[] }} */ (await ctx.api.request("POST", `${q(queue)}/messages/pull`, { body }));
+      /** @type {import("../../src/client/index.ts").AckResult | undefined} */
       let acked;
       if (ctx.opts.ack && pulled.messages.length > 0) {
-        acked = (await ctx.api.call("POST", `${q(queue)}/messages/ack`, { acks: pulled.messages.map((m) => ({ lease_id: m.lease_id })) })).result;
+        acked = await queueClient(ctx, queue).ack({ acks: pulled.messages.map((m) => m.lease_id) });
       }
       ctx.show(acked ? { ...pulled, ack: acked } : pulled, () => {
         const n = pulled.messages.length;
@@ -120,10 +142,8 @@ export const MESSAGE_COMMANDS = [
       const [queue, ...leases] = /** @type {[string, ...string[]]} */ (ctx.args);
       const delay = wholeNumber(ctx.opts, "delay-secs");
       if (delay !== undefined && !ctx.opts.retry) throw new UsageError("--delay-secs applies with --retry only");
-      const body = ctx.opts.retry
-        ? { retries: leases.map((lease_id) => (delay === undefined ? { lease_id } : { lease_id, delay_seconds: delay })) }
-        : { acks: leases.map((lease_id) => ({ lease_id })) };
-      const r = /** @type {{ ackCount: number, retryCount: number, warnings: Record<string, string> }} */ ((await ctx.api.call("POST", `${q(queue)}/messages/ack`, body)).result);
+      const request = ctx.opts.retry ? { retries: leases.map((leaseId) => (delay === undefined ? { leaseId } : { leaseId, delaySeconds: delay })) } : { acks: leases };
+      const r = await queueClient(ctx, queue).ack(request);
       ctx.show(r, () => {
         const lines = [`Acked ${r.ackCount}, retried ${r.retryCount} (queue ${queue}).`];
         for (const [lease, why] of Object.entries(r.warnings)) lines.push(`  lease ${oneLine(lease, 24)} ${why}`);
@@ -142,12 +162,12 @@ export const MESSAGE_COMMANDS = [
       const [queue, id] = /** @type {[string, string]} */ (ctx.args);
       const path = `${q(queue)}/messages/${encodeURIComponent(id)}`;
       if (ctx.opts.cancel) {
-        const r = (await ctx.api.call("DELETE", path)).result;
+        const r = await ctx.api.request("DELETE", path);
         ctx.show(r, () => `Cancelled message ${id} of queue ${queue}.`);
         return;
       }
       const m = /** @type {{ id: string, state: string, attempts: number, timestamp_ms: number, visible_at_ms: number, size: number, content_type: string, shard: string, dead_letter_queue?: string }} */ (
-        (await ctx.api.call("GET", path)).result
+        await ctx.api.request("GET", path)
       );
       ctx.show(m, () =>
         keyValues([
@@ -202,7 +222,7 @@ export const MESSAGE_COMMANDS = [
       if (limit !== undefined) body.limit = limit;
       if (rate !== undefined) body.messages_per_second = rate;
       if (Object.keys(filter).length) body.filter = filter;
-      const r = /** @type {{ moved: number, target_queue: string, remaining_matching: number | null }} */ ((await ctx.api.call("POST", `${q(dlq)}/redrive`, body)).result);
+      const r = /** @type {{ moved: number, target_queue: string, remaining_matching: number | null }} */ (await ctx.api.request("POST", `${q(dlq)}/redrive`, { body }));
       ctx.show(r, () => {
         const left = r.remaining_matching === null ? "" : r.remaining_matching > 0 ? ` ${plural(r.remaining_matching, "message")} still match: run it again to move them.` : "";
         return `Moved ${plural(r.moved, "message")} from ${dlq} to ${r.target_queue}.${left}`;

@@ -53,7 +53,7 @@ function settingsPairs(info) {
  */
 async function setPaused(ctx, paused) {
   const [name] = /** @type {[string]} */ (ctx.args);
-  const info = /** @type {QueueInfo} */ ((await ctx.api.call("PATCH", q(name), { settings: { delivery_paused: paused } })).result);
+  const info = /** @type {QueueInfo} */ (await ctx.api.request("PATCH", q(name), { body: { settings: { delivery_paused: paused } } }));
   ctx.show(info, () => `${paused ? "Paused" : "Resumed"} message delivery for queue ${info.queue_name}.`);
 }
 
@@ -76,11 +76,11 @@ export const QUEUE_COMMANDS = [
       const queues = [];
       let total = 0;
       for (let p = page ?? 1; ; p++) {
-        const params = new URLSearchParams({ page: String(p), per_page: String(perPage ?? (page === undefined ? 100 : 20)) });
-        const res = await ctx.api.call("GET", `/queues?${params}`);
-        queues.push(...res.result);
+        const res = await ctx.api.requestEnvelope("GET", "/queues", { query: { page: p, per_page: perPage ?? (page === undefined ? 100 : 20) } });
+        const found = /** @type {QueueInfo[]} */ (res.result);
+        queues.push(...found);
         total = res.result_info?.total_count ?? queues.length;
-        if (page !== undefined || res.result.length === 0 || queues.length >= total) break;
+        if (page !== undefined || found.length === 0 || queues.length >= total) break;
       }
       ctx.show(queues, () => {
         if (queues.length === 0) return page === undefined ? "No queues yet. Create one: shardq queues create <name>" : `No queues on page ${page} (${plural(total, "queue")} in all).`;
@@ -108,7 +108,7 @@ export const QUEUE_COMMANDS = [
       const [name] = /** @type {[string]} */ (ctx.args);
       const settings = queueSettings(ctx.opts);
       const body = Object.keys(settings).length ? { queue_name: name, settings } : { queue_name: name };
-      const info = /** @type {QueueInfo} */ ((await ctx.api.call("POST", "/queues", body)).result);
+      const info = /** @type {QueueInfo} */ (await ctx.api.request("POST", "/queues", { body }));
       ctx.show(info, () => `Created queue ${info.queue_name} (id ${info.queue_id}).\n${keyValues(settingsPairs(info))}`);
     },
   },
@@ -120,10 +120,8 @@ export const QUEUE_COMMANDS = [
     details: "With --json: the queue as the API returns it, plus its `metrics` (backlog, per shard).",
     async run(ctx) {
       const [name] = /** @type {[string]} */ (ctx.args);
-      const info = /** @type {QueueInfo} */ ((await ctx.api.call("GET", q(name))).result);
-      const [metricsRes, consumersRes] = await Promise.all([ctx.api.call("GET", `${q(name)}/metrics`), ctx.api.call("GET", `${q(name)}/consumers`)]);
-      const metrics = /** @type {QueueMetrics} */ (metricsRes.result);
-      const consumers = /** @type {ConsumerRecord[]} */ (consumersRes.result);
+      const info = /** @type {QueueInfo} */ (await ctx.api.request("GET", q(name)));
+      const [metrics, consumers] = /** @type {[QueueMetrics, ConsumerRecord[]]} */ (await Promise.all([ctx.api.request("GET", `${q(name)}/metrics`), ctx.api.request("GET", `${q(name)}/consumers`)]));
       ctx.show({ ...info, metrics }, () => {
         /** @type {Map<string, number>} */
         const states = new Map();
@@ -154,7 +152,7 @@ export const QUEUE_COMMANDS = [
       const [name] = /** @type {[string]} */ (ctx.args);
       const settings = queueSettings(ctx.opts);
       if (Object.keys(settings).length === 0) throw new UsageError("nothing to update: give --delivery-delay-secs or --message-retention-period-secs");
-      const info = /** @type {QueueInfo} */ ((await ctx.api.call("PATCH", q(name), { settings })).result);
+      const info = /** @type {QueueInfo} */ (await ctx.api.request("PATCH", q(name), { body: { settings } }));
       ctx.show(info, () => `Updated queue ${info.queue_name}.\n${keyValues(settingsPairs(info))}`);
     },
   },
@@ -165,8 +163,8 @@ export const QUEUE_COMMANDS = [
     summary: "Delete a queue and its messages",
     async run(ctx) {
       const [name] = /** @type {[string]} */ (ctx.args);
-      const res = await ctx.api.call("DELETE", q(name));
-      ctx.show(res.result, () => `Deleted queue ${name}.`);
+      const result = await ctx.api.request("DELETE", q(name));
+      ctx.show(result, () => `Deleted queue ${name}.`);
     },
   },
   {
@@ -200,7 +198,7 @@ export const QUEUE_COMMANDS = [
       }
       let purged = 0;
       for (let calls = 0; ; calls++) {
-        const r = /** @type {{ purged: number, completed: boolean }} */ ((await ctx.api.call("POST", `${q(name)}/purge`, { delete_messages_permanently: true })).result);
+        const r = /** @type {{ purged: number, completed: boolean }} */ (await ctx.api.request("POST", `${q(name)}/purge`, { body: { delete_messages_permanently: true } }));
         purged += r.purged;
         if (r.completed) break;
         if (calls >= 1000) throw new CliError(`stopped after ${purged} messages and ${calls} calls; run purge again`);

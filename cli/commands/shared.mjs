@@ -1,15 +1,16 @@
 // What the command modules share: the shapes of a command and of what it runs with, the
 // API's records as the commands read them, and the helpers more than one group uses.
+import { UsageError } from "../args.mjs";
 
 /** @typedef {import("../args.mjs").OptionSpec} OptionSpec */
 /** @typedef {import("../args.mjs").Values} Values */
-/** @typedef {import("../client.mjs").ApiError} ApiError */
+/** @typedef {import("../../src/client/index.ts").ApiError} ApiError */
 
 /**
  * @typedef {object} Context
  * @property {string[]} args             positional arguments, checked against the command's list
  * @property {Values} opts
- * @property {import("../client.mjs").Client} api
+ * @property {import("../client.mjs").Client} api  the client library's (src/client), with the CLI's retry policy
  * @property {boolean} json
  * @property {(value: unknown, human: () => string) => void} show  prints `value` as JSON with --json, else `human()`
  * @property {boolean} interactive       stdin and stderr are terminals
@@ -26,6 +27,7 @@
  * @property {string} [details]          more lines for `shardq <command> --help`
  * @property {Record<string, OptionSpec>} [options]
  * @property {(err: ApiError, ctx: Context) => string | undefined} [hint]  a next step to print under an API error
+ * @property {false} [callsApi]          false: the command has no `api` and does not load the client library
  * @property {(ctx: Context) => Promise<void>} run
  */
 
@@ -68,6 +70,16 @@ export const FIELD_FLAGS = /** @type {Record<string, string>} */ ({
 
 /** The API path of a queue. @param {string} name */
 export const q = (name) => `/queues/${encodeURIComponent(name)}`;
+
+/**
+ * The client of a queue, for sending, pulling and acking. @param {Context} ctx @param {string} name
+ * @returns {import("../../src/client/index.ts").QueueClient}
+ */
+export function queueClient(ctx, name) {
+  // The library refuses an empty name with a TypeError; on the command line it is a usage error.
+  if (name === "") throw new UsageError("<queue> must not be empty");
+  return ctx.api.queue(name);
+}
 
 /** An option that takes a number; `v` is its help. @param {unknown} v */
 export const number = (v) => /** @type {OptionSpec} */ ({ type: "string", value: "n", help: String(v) });
