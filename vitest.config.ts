@@ -28,7 +28,7 @@ export default defineConfig({
             // A second account, to prove one account never reaches another's queues.
             miniflare: {
               // Consumer shards call the example consumer's queue() handler, which needs this flag (local only).
-              compatibilityFlags: ["service_binding_extra_handlers"],
+              compatibilityFlags: ["service_binding_extra_handlers", "enable_request_signal"],
               serviceBindings: {
                 // The two transports: its queue() handler, and its ShardqConsumer entrypoint.
                 CONSUMER_SHARDQ_EXAMPLE_CONSUMER: "shardq-example-consumer",

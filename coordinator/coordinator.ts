@@ -183,9 +183,19 @@ export class Coordinator extends DurableObject<Env> {
    * A long-polling pull that found nothing waits here until a shard has new messages (true)
    * or `ms` pass (false): coordinator/pull-waiters.ts.
    */
-  waitForMessages(ms: number): Promise<boolean> {
+  waitForMessages(ms: number, waitId?: string): Promise<boolean> {
     this.cost.rpcs++;
-    return this.pullWaiters.wait(Math.max(0, Math.min(ms, MAX_PULL_WAIT_MS)));
+    return this.pullWaiters.wait(Math.max(0, Math.min(ms, MAX_PULL_WAIT_MS)), waitId);
+  }
+
+  /**
+   * The client of a waiting pull went away: stop waiting for it, and if it was already
+   * woken, wake the next pull instead (coordinator/pull-waiters.ts). False when no such
+   * pull waited or was just woken.
+   */
+  cancelWait(waitId: string): boolean {
+    this.cost.rpcs++;
+    return this.pullWaiters.cancel(waitId);
   }
 
   /** The authoritative map; brokers come here when KV has none yet or theirs proved stale. */

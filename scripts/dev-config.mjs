@@ -22,8 +22,14 @@ export function writeDevConfig(opts = {}) {
   const file = opts.file ?? DEV_CONFIG;
   const consumers = opts.consumers ?? [{ binding: "CONSUMER_SHARDQ_EXAMPLE_CONSUMER", service: "shardq-example-consumer" }];
   const base = readFileSync(join(ROOT, "wrangler.toml"), "utf8");
-  if (/^compatibility_flags\s*=/m.test(base)) throw new Error("wrangler.toml sets compatibility_flags; teach scripts/dev-config.mjs to merge them");
-  let withFlag = opts.devFlag === false ? base : base.replace(/^(compatibility_date\s*=.*)$/m, `$1\ncompatibility_flags = ["service_binding_extra_handlers"]`);
+  const flags = /^compatibility_flags\s*=\s*\[([^\]]*)\]\s*$/m;
+  if (/^compatibility_flags\s*=/m.test(base) && !flags.test(base)) throw new Error("wrangler.toml's compatibility_flags is not a one-line array; teach scripts/dev-config.mjs to read it");
+  let withFlag =
+    opts.devFlag === false
+      ? base
+      : flags.test(base)
+        ? base.replace(flags, (_, list) => `compatibility_flags = [${[list.trim(), '"service_binding_extra_handlers"'].filter(Boolean).join(", ")}]`)
+        : base.replace(/^(compatibility_date\s*=.*)$/m, `$1\ncompatibility_flags = ["service_binding_extra_handlers"]`);
   if (opts.outsideRoot) {
     // Relative to the new file, not absolute: wrangler joins the bucket onto the config's directory.
     for (const key of ["main", "bucket"]) {

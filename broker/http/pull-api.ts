@@ -15,6 +15,7 @@ import { MAX_VISIBILITY_TIMEOUT_MS, type ConsumerRecord } from "../../src/kernel
 import type { Env } from "../../src/kernel/env";
 import { HttpError, unavailable } from "../../src/kernel/errors";
 import { LIMITS, MAX_PULL_WAIT_MS } from "../../src/kernel/limits";
+import { randomHex } from "../../src/kernel/ids";
 import { sleep } from "../../src/kernel/sleep";
 import { leaseRefOf, type DeliveryPlan, type LeasedMessage, type LeaseRef, type ShardBacklog } from "../../src/kernel/protocol";
 import { ok } from "./envelope";
@@ -36,9 +37,18 @@ const list = <T extends z.ZodType>(item: T, what: string) =>
     .max(MAX_LEASES_PER_CALL, `must hold at most ${MAX_LEASES_PER_CALL} entries`);
 
 /** What the handlers below validate with, and what the OpenAPI description says of them (broker/openapi/). */
+/** A long poll's name of the client's choosing, by which POST .../messages/pull/cancel ends its wait. */
+const waitId = z.string({ error: "must be a string" }).regex(/^[A-Za-z0-9_-]{16,64}$/, "must be 16 to 64 letters, digits, '-' or '_'");
+
 export const pullBody = z
-  .object({ batch_size: int(1, LIMITS.maxBatchMessages).optional(), visibility_timeout_ms: visibilityTimeout.optional(), wait_time_ms: int(0, MAX_PULL_WAIT_MS, " ms").optional() })
+  .object({
+    batch_size: int(1, LIMITS.maxBatchMessages).optional(),
+    visibility_timeout_ms: visibilityTimeout.optional(),
+    wait_time_ms: int(0, MAX_PULL_WAIT_MS, " ms").optional(),
+    wait_id: waitId.optional(),
+  })
   .strict();
+export const cancelPullBody = z.object({ wait_id: waitId }).strict();
 export const ackBody = z
   .object({
     acks: list(z.object({ lease_id: leaseId }).strict(), "{ lease_id }").optional(),
@@ -51,7 +61,7 @@ const stale = (verb: string) => `was not ${verb}: the lease ended and the messag
 const UNREACHABLE = "was not applied: its storage shard did not answer; send it again";
 
 /** POST .../messages/pull */
-export async function pullMessages(request: Request, env: Env, accountId: string, queueRef: string): Promise<Response> {
+export async function pullMessages(request: Request, env: Env, ctx: ExecutionContext, accountId: string, queueRef: string): Promise<Response> {
   const key = await leaseSigningKey(env);
   const body = parseWith(pullBody, await readOptionalJson(request));
   const { plan, consumer } = await pullQueue(env, accountId, queueRef, "pull");
@@ -61,7 +71,7 @@ export async function pullMessages(request: Request, env: Env, accountId: string
   const waitMs = body.wait_time_ms ?? 0;
   const deadline = Date.now() + waitMs;
   let { leased, figures } = await leaseFromShards(env, plan, wanted, leaseMs);
-  if (leased.length === 0 && waitMs > 0) ({ leased, figures } = await waitAndLease(env, plan, wanted, leaseMs, deadline, { leased, figures }));
+  if (leased.length === 0 && waitMs > 0) ({ leased, figures } = await waitAndLease(env, ctx, request.signal, body.wait_id ?? randomHex(16), plan, wanted, leaseMs, deadline, { leased, figures }));
   const utf8 = new TextDecoder();
   const messages = await Promise.all(
     leased.map(async ({ shard, message: m }) => ({
@@ -77,6 +87,19 @@ export async function pullMessages(request: Request, env: Env, accountId: string
     })),
   );
   return ok({ message_backlog_count: figures.backlogCount, messages, metadata: { metrics: restMetrics(figures) } });
+}
+
+/**
+ * POST .../messages/pull/cancel: the client of the long poll named `wait_id` went away (it
+ * aborted the request). The pull stops waiting and leases nothing; a wake-up it already
+ * took goes to the next waiting pull. `cancelled` is false when no such pull was waiting or
+ * just woken: it had answered, or never waited.
+ */
+export async function cancelPull(request: Request, env: Env, accountId: string, queueRef: string): Promise<Response> {
+  const body = parseWith(cancelPullBody, await readJson(request));
+  const { plan } = await pullQueue(env, accountId, queueRef, "pull/cancel");
+  const cancelled = await coordinatorFor(env, plan.queueId).cancelWait(body.wait_id);
+  return ok({ cancelled });
 }
 
 /** POST .../messages/ack: acks delete; retries come back after a delay, or go to the dead-letter queue when out of retries. */
@@ -180,31 +203,75 @@ const COORDINATOR_RETRY_MS = 100;
 /**
  * Long polling: waits at the queue's Coordinator for new messages (coordinator/pull-waiters.ts),
  * then leases, until some come or the wait ends: an empty answer, never an error. Nothing is
- * leased while waiting, so a pull whose client or broker goes away mid-wait holds no lease.
+ * leased while waiting. A pull whose client goes away mid-wait leases nothing, and a
+ * wake-up it took goes to the next waiting pull: otherwise the message would wait out a
+ * lease nobody holds. The client says so (POST .../messages/pull/cancel with its `wait_id`,
+ * as shardq/client does when a pull is aborted), or the runtime does (the request's signal,
+ * which the `enable_request_signal` flag turns on; wrangler dev's local proxy does not pass
+ * a disconnect on, so locally only the first works).
  */
-async function waitAndLease(env: Env, plan: DeliveryPlan, wanted: number, leaseMs: number, deadline: number, found: Awaited<ReturnType<typeof leaseFromShards>>) {
+async function waitAndLease(
+  env: Env,
+  ctx: ExecutionContext,
+  signal: AbortSignal,
+  waitId: string,
+  plan: DeliveryPlan,
+  wanted: number,
+  leaseMs: number,
+  deadline: number,
+  found: Awaited<ReturnType<typeof leaseFromShards>>,
+) {
   let last = found;
   for (;;) {
     const left = deadline - Date.now();
-    if (left <= 0) return last;
+    if (left <= 0 || signal.aborted) return last;
     // A new handle each time: one whose object restarted keeps failing.
     const coordinator = coordinatorFor(env, plan.queueId);
-    let woken: boolean;
+    let woken: boolean | typeof GONE;
     try {
-      woken = await coordinator.waitForMessages(left);
+      woken = await untilGone(signal, coordinator.waitForMessages(left, waitId));
     } catch (err) {
       // A Coordinator that restarted forgot who waits: look at the shards, then wait again.
       console.error("waiting for messages failed; looking at the shards again:", err);
       await sleep(Math.min(left, COORDINATOR_RETRY_MS));
       woken = true;
     }
+    if (woken === GONE || signal.aborted) {
+      ctx.waitUntil(coordinatorFor(env, plan.queueId).cancelWait(waitId).catch(() => false));
+      return last;
+    }
     if (!woken) return last;
     last = await leaseFromShards(env, plan, wanted, leaseMs);
-    if (last.leased.length === 0) continue;
+    if (last.leased.length === 0) {
+      // Woken for a shard this plan may not name yet (a scale-out during the wait).
+      plan = await currentPlan(env, plan);
+      continue;
+    }
     // A full batch: more may be ready, for the next pull waiting.
     if (last.leased.length === wanted) await coordinator.notifyReady(last.leased[0]!.shard).catch(() => false);
     return last;
   }
+}
+
+const GONE = Symbol("client gone");
+
+/** `p`, or GONE as soon as the client has gone away. */
+function untilGone<T>(signal: AbortSignal, p: Promise<T>): Promise<T | typeof GONE> {
+  if (signal.aborted) return Promise.resolve(GONE);
+  let onAbort!: () => void;
+  const gone = new Promise<typeof GONE>((resolve) => {
+    onAbort = () => resolve(GONE);
+    signal.addEventListener("abort", onAbort, { once: true });
+  });
+  return Promise.race([p, gone]).finally(() => signal.removeEventListener("abort", onAbort));
+}
+
+/** The queue's delivery plan as its Coordinator has it now; the one in hand if that fails. */
+async function currentPlan(env: Env, plan: DeliveryPlan): Promise<DeliveryPlan> {
+  const fresh = await coordinatorFor(env, plan.queueId)
+    .deliveryPlan()
+    .catch(() => null);
+  return fresh && fresh.accountId === plan.accountId && fresh.queueId === plan.queueId ? fresh : plan;
 }
 
 interface Asked {

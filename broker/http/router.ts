@@ -13,7 +13,7 @@ import { prometheusMetrics } from "../metrics/prometheus-api";
 import { getShards } from "./shards-api";
 import { createConsumer, deleteConsumer, getConsumer, listConsumers, updateConsumer } from "./consumers-api";
 import { createQueue, deleteQueue, getQueue, listQueues, updateQueue } from "./queues-api";
-import { ackMessages, extendLeases, pullMessages } from "./pull-api";
+import { ackMessages, cancelPull, extendLeases, pullMessages } from "./pull-api";
 import { cancelMessage, lookupMessage, purgeQueue } from "./operations-api";
 import { redriveQueue } from "./redrive";
 import { listHeldKeys, releaseKey } from "./ordering-api";
@@ -72,7 +72,8 @@ router
   .get(`${QUEUE}/messages`, (req, env) => peekMessages(new URL(req.url), env, req.principal.accountId, queueRef(req)))
   .post(`${QUEUE}/messages`, (req, env, ctx) => sendMessage(req, env, ctx, req.principal.accountId, queueRef(req)))
   .post(`${QUEUE}/messages/batch`, (req, env, ctx) => sendBatch(req, env, ctx, req.principal.accountId, queueRef(req)))
-  .post(`${QUEUE}/messages/pull`, (req, env) => pullMessages(req, env, req.principal.accountId, queueRef(req)))
+  .post(`${QUEUE}/messages/pull`, (req, env, ctx) => pullMessages(req, env, ctx, req.principal.accountId, queueRef(req)))
+  .post(`${QUEUE}/messages/pull/cancel`, (req, env) => cancelPull(req, env, req.principal.accountId, queueRef(req)))
   .post(`${QUEUE}/messages/ack`, (req, env) => ackMessages(req, env, req.principal.accountId, queueRef(req)))
   .post(`${QUEUE}/messages/extend`, (req, env) => extendLeases(req, env, req.principal.accountId, queueRef(req)))
   .get(`${QUEUE}/messages/:message_id`, (req, env) => withMessageId(req, (id) => lookupMessage(env, req.principal.accountId, queueRef(req), id)))

@@ -30,6 +30,8 @@ export const ROUTES: ReadonlyArray<[RegExp, Partial<Record<string, Access>>]> = 
   [/^\/accounts\/[^/]+\/queues\/[^/]+\/messages\/?$/, { GET: [A], POST: [S] }],
   [/^\/accounts\/[^/]+\/queues\/[^/]+\/messages\/batch\/?$/, { POST: [S] }],
   [/^\/accounts\/[^/]+\/queues\/[^/]+\/messages\/(?:pull|ack|extend)\/?$/, { POST: [C] }],
+  // A long poll's client went away: its wait ends, leasing nothing.
+  [/^\/accounts\/[^/]+\/queues\/[^/]+\/messages\/pull\/cancel\/?$/, { POST: [C] }],
   // After the POST-only verbs above: a message looked up or cancelled by id.
   [/^\/accounts\/[^/]+\/queues\/[^/]+\/messages\/[^/]+\/?$/, { GET: [A], DELETE: [A] }],
   [/^\/accounts\/[^/]+\/queues\/[^/]+\/(?:purge|redrive)\/?$/, { POST: [A] }],

@@ -6,7 +6,7 @@
  * in a build with SHARDQ_TEST_HOOKS on, never in one users run.
  */
 import type { z } from "zod";
-import { ackBody, extendBody, pullBody } from "../http/pull-api";
+import { ackBody, cancelPullBody, extendBody, pullBody } from "../http/pull-api";
 import { createConsumerBody, updateConsumerBody } from "../http/consumers-api";
 import { createQueueBody, listQueuesQuery, updateQueueBody } from "../http/queues-api";
 import { peekQuery } from "../http/dashboard-api";
@@ -162,6 +162,14 @@ export const OPERATIONS: readonly Operation[] = [
     body: { id: "PullRequest", schema: pullBody, required: false },
     answer: ok(R.pullResult, "The messages leased, each with its lease id."),
     errors: [409, 503],
+  },
+  {
+    method: "post", path: `${QUEUE}/messages/pull/cancel`, operationId: "cancelPull", tag: "Pull consumers",
+    summary: "End a long poll whose client went away",
+    description: "Names the pull by the `wait_id` it was sent with. It stops waiting and leases nothing; a wake-up it already took goes to the next waiting pull. `cancelled` is false when no such pull was waiting or just woken.",
+    body: { id: "CancelPullRequest", schema: cancelPullBody, required: true },
+    answer: ok(R.cancelPullResult, "Whether a waiting pull was found."),
+    errors: [409],
   },
   {
     method: "post", path: `${QUEUE}/messages/ack`, operationId: "ackMessages", tag: "Pull consumers",

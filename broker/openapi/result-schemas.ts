@@ -163,6 +163,7 @@ const warnings = () => described(z.record(z.string(), z.string()), "Lease ids no
 export const ackResult = named("AckResult", z.strictObject({ ackCount: count(), retryCount: count(), warnings: warnings() }));
 
 export const extendResult = named("ExtendResult", z.strictObject({ extended: count(), warnings: warnings() }));
+export const cancelPullResult = named("CancelPullResult", z.strictObject({ cancelled: z.boolean() }));
 
 // --- Operations on messages and queues.
 

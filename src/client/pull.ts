@@ -5,7 +5,7 @@
 import { LIMITS, MAX_PULL_WAIT_MS } from "../kernel/limits.ts";
 import { invalid } from "./errors.ts";
 import type { RetryPolicy } from "./retry.ts";
-import type { Transport } from "./transport.ts";
+import type { Envelope, Transport } from "./transport.ts";
 
 export interface PullOptions {
   /** At most this many messages (1 to 100). Default 5, as Cloudflare's. */
@@ -76,13 +76,34 @@ export async function pull<Body = unknown>(transport: Transport, queue: string, 
   if (opts.visibilityTimeoutMs !== undefined) body.visibility_timeout_ms = whole(opts.visibilityTimeoutMs, "visibility_timeout_ms", 1000, 43_200_000);
   const wait = opts.waitTimeMs === undefined ? 0 : whole(opts.waitTimeMs, "wait_time_ms", 0, MAX_PULL_WAIT_MS);
   if (wait > 0) body.wait_time_ms = wait;
-  const env = await transport.call<{ messages: WireMessage[]; message_backlog_count: number }>("POST", `${path(queue)}/pull`, {
-    body,
-    signal: opts.signal,
-    extraTimeoutMs: wait,
-    retry: opts.retry,
-  });
+  // A long poll the caller may abort is named, so that the service can be told it went away.
+  const waitId = wait > 0 && opts.signal ? crypto.randomUUID() : undefined;
+  let env: Envelope<{ messages: WireMessage[]; message_backlog_count: number }>;
+  try {
+    env = await transport.call("POST", `${path(queue)}/pull`, {
+      body: waitId === undefined ? body : { ...body, wait_id: waitId },
+      signal: opts.signal,
+      extraTimeoutMs: wait,
+      retry: opts.retry,
+    });
+  } catch (err) {
+    if (waitId !== undefined && opts.signal?.aborted) await cancelWait(transport, queue, waitId);
+    throw err;
+  }
   return { messages: env.result.messages.map((m) => decode<Body>(m)), backlogCount: env.result.message_backlog_count };
+}
+
+/**
+ * Tells the service an aborted long poll's client went away (POST .../messages/pull/cancel):
+ * otherwise the pull waits on, and the next message would wake it and be leased to nobody
+ * until its visibility timeout ends. Best effort: a cancel that fails leaves just that.
+ */
+async function cancelWait(transport: Transport, queue: string, waitId: string): Promise<void> {
+  try {
+    await transport.call("POST", `${path(queue)}/pull/cancel`, { body: { wait_id: waitId }, retry: { ...transport.retry, attempts: 2, maxDelayMs: 200 } });
+  } catch {
+    // Nothing more to do: the pull ends with its wait, and any lease with its timeout.
+  }
 }
 
 export async function ack(transport: Transport, queue: string, req: AckRequest, opts: { signal?: AbortSignal; retry?: RetryPolicy } = {}): Promise<AckResult> {

@@ -163,6 +163,24 @@ describe("the client's consumer loop under wrangler dev", () => {
     await q.ack({ acks: rest.messages.map((m) => m.leaseId) });
   });
 
+  it("a long poll whose client went away takes nothing: the next message goes to a pull someone reads", async () => {
+    const q = await newQueue("client-abandon");
+    for (let round = 0; round < 3; round++) {
+      const gone = new AbortController();
+      const abandoned = q.pull({ waitTimeMs: 20_000, signal: gone.signal }).catch((e: unknown) => e);
+      await sleep(300);
+      gone.abort();
+      expect(await abandoned).toBeInstanceOf(DOMException);
+      await sleep(100);
+      await q.send({ i: round });
+      // Were the abandoned pull still waiting at the Coordinator, the send would wake it and
+      // it would lease the message for nobody, for its whole visibility timeout.
+      const { messages } = await q.pull({ batchSize: 10, waitTimeMs: 2_000 });
+      expect(messages.map((m) => m.body)).toEqual([{ i: round }]);
+      await q.ack({ acks: messages.map((m) => m.leaseId) });
+    }
+  });
+
   it("rides out a hard kill of the service: the loop resumes when it is back, and every message is handled", async () => {
     const q = await newQueue("client-kill");
     const total = 300;
@@ -195,20 +213,15 @@ describe("the client's consumer loop under wrangler dev", () => {
     expect(await backlog("client-kill")).toBe(0);
   });
 
-  it("runs the example Node consumer and producer (examples/node-consumer) on the Node that runs npm, through the built shardq/client", async () => {
-    // shardq.config.json's pull queue and its dead-letter queue, as `npm start` makes them.
-    const config = JSON.parse(readFileSync(join(ROOT, "shardq.config.json"), "utf8")) as { account: string; queues: Array<{ queue_name: string }> };
-    await applyConfig(`http://127.0.0.1:${port}`, "shardq-local-dev-token", { ...config, queues: config.queues.filter((q) => q.queue_name === "example-pull" || q.queue_name === "example-dlq") });
-    // npm's own Node (Node 20 on these machines) when the test runs under npm; the package's Node otherwise.
-    const node = process.env.npm_node_execpath ?? process.execPath;
-    const version = spawnSync(node, ["--version"], { encoding: "utf8" }).stdout.trim();
-    const env = { ...process.env, SHARDQ_URL: `http://127.0.0.1:${port}` };
-
-    const produced = spawnSync(node, ["examples/node-consumer/producer.mjs", "150"], { cwd: ROOT, env, encoding: "utf8", timeout: 60_000 });
+  /** The example producer sends 150 messages, the example consumer handles them and stops on SIGINT. */
+  const runExamples = async (runtime: string[]) => {
+    const version = spawnSync(runtime[0]!, ["--version"], { encoding: "utf8" }).stdout.trim().split("\n")[0];
+    const env = { ...process.env, SHARDQ_URL: `http://127.0.0.1:${port}`, NO_COLOR: "1" };
+    const produced = spawnSync(runtime[0]!, [...runtime.slice(1), "examples/node-consumer/producer.mjs", "150"], { cwd: ROOT, env, encoding: "utf8", timeout: 60_000 });
     expect(produced.status, `${version}: ${produced.stderr}`).toBe(0);
     expect(produced.stdout).toContain("sent 150 messages to example-pull in 2 request(s)");
 
-    const consumer = spawn(node, ["examples/node-consumer/consumer.mjs"], { cwd: ROOT, env, stdio: ["ignore", "pipe", "pipe"] });
+    const consumer = spawn(runtime[0]!, [...runtime.slice(1), "examples/node-consumer/consumer.mjs"], { cwd: ROOT, env, stdio: ["ignore", "pipe", "pipe"] });
     let out = "";
     let err = "";
     consumer.stdout.on("data", (d) => (out += d));
@@ -222,6 +235,17 @@ describe("the client's consumer loop under wrangler dev", () => {
     expect(handled()).toBe(150);
     expect(out).toMatch(/stopped: 150 handled, 0 failed, 150 acked, 0 retried/);
     expect(await backlog("example-pull")).toBe(0);
+    return version;
+  };
+
+  it("runs the example consumer and producer (examples/node-consumer) through the built shardq/client: on npm's Node (Node 20 here), then on Deno", async () => {
+    // shardq.config.json's pull queue and its dead-letter queue, as `npm start` makes them.
+    const config = JSON.parse(readFileSync(join(ROOT, "shardq.config.json"), "utf8")) as { account: string; queues: Array<{ queue_name: string }> };
+    await applyConfig(`http://127.0.0.1:${port}`, "shardq-local-dev-token", { ...config, queues: config.queues.filter((q) => q.queue_name === "example-pull" || q.queue_name === "example-dlq") });
+    // npm's own Node when the test runs under npm; the package's Node otherwise.
+    expect(await runExamples([process.env.npm_node_execpath ?? process.execPath])).toMatch(/^v\d+\./);
+    // Deno, from the devDependency; it reads `shardq/client` through package.json's exports as Node does.
+    expect(await runExamples([join(ROOT, "node_modules", ".bin", "deno"), "run", "--allow-net", "--allow-env", "--allow-read"])).toMatch(/^deno 2\./);
   });
 
   it("builds shardq/client as one module that imports nothing, so it runs wherever fetch does", () => {

@@ -103,6 +103,25 @@ describe("long polling", () => {
     expect(bodies.flat()).toEqual(["two"]);
   });
 
+  it("ends a pull whose client went away (pull/cancel by its wait_id): it leases nothing, and the message goes to the next pull", async () => {
+    const q = await pullQueue("lp-cancel");
+    const abandoned = pull("lp-cancel", { wait_time_ms: 20_000, batch_size: 10, wait_id: "client-gone-000001" });
+    await eventually(q.waiting, (n) => n === 1);
+    const cancelled = await api("POST", `${queuePath("lp-cancel")}/messages/pull/cancel`, { wait_id: "client-gone-000001" });
+    expect(cancelled.json.result).toEqual({ cancelled: true });
+    expect((await abandoned).json.result.messages).toEqual([]);
+    expect(await q.waiting()).toBe(0);
+    expect((await send("lp-cancel", "for the next")).status).toBe(200);
+    expect(bodiesOf(await pull("lp-cancel", { batch_size: 10 }))).toEqual(["for the next"]);
+    // Again: nothing waits under that id now.
+    expect((await api("POST", `${queuePath("lp-cancel")}/messages/pull/cancel`, { wait_id: "client-gone-000001" })).json.result).toEqual({ cancelled: false });
+    for (const bad of [undefined, "short", "has space in it!!", 12345678901234567]) {
+      const res = await api("POST", `${queuePath("lp-cancel")}/messages/pull/cancel`, bad === undefined ? {} : { wait_id: bad });
+      expect(res.status, String(bad)).toBe(400);
+      expect(res.json.errors[0].field).toBe("wait_id");
+    }
+  });
+
   it("keeps waiting across a Coordinator restart and still gets the message", async () => {
     const q = await pullQueue("lp-restart");
     const pending = pull("lp-restart", { wait_time_ms: 5_000, batch_size: 10 });
@@ -136,5 +155,41 @@ describe("pull waiters", () => {
     expect(waiters.count).toBe(1);
     waiters.wakeOne();
     expect(await late).toBe(true);
+  });
+
+  it("drops a cancelled waiter, so that the next message wakes the one after it", async () => {
+    const waiters = new PullWaiters(() => 0, new ManualTimers());
+    const gone = waiters.wait(20_000, "gone");
+    const next = waiters.wait(20_000, "next");
+    expect(waiters.cancel("gone")).toBe(true);
+    expect(await gone).toBe(false);
+    expect(waiters.wakeOne()).toBe(false);
+    expect(await next).toBe(true);
+  });
+
+  it("hands the wake-up of a waiter whose client left after it was woken to the next waiter", async () => {
+    const waiters = new PullWaiters(() => 0, new ManualTimers());
+    const gone = waiters.wait(20_000, "gone");
+    const next = waiters.wait(20_000, "next");
+    expect(waiters.wakeOne()).toBe(true);
+    expect(await gone).toBe(true);
+    expect(waiters.count).toBe(1);
+    expect(waiters.cancel("gone")).toBe(true);
+    expect(await next).toBe(true);
+    // With nobody left waiting, the wake-up is kept for the next pull.
+    const third = waiters.wait(20_000, "third");
+    expect(waiters.cancel("gone")).toBe(false);
+    const woken = waiters.wait(20_000);
+    expect(waiters.cancel("third")).toBe(true);
+    expect(await third).toBe(false);
+    waiters.wakeOne();
+    expect(await woken).toBe(true);
+  });
+
+  it("does not let a pull cancelled between two waits wait again", async () => {
+    const waiters = new PullWaiters(() => 0, new ManualTimers());
+    expect(waiters.cancel("between")).toBe(false);
+    expect(await waiters.wait(20_000, "between")).toBe(false);
+    expect(waiters.count).toBe(0);
   });
 });

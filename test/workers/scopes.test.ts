@@ -80,6 +80,7 @@ function routes(q: string): Array<{ method: string; path: string; body?: unknown
     { method: "POST", path: `${p}/messages`, body: { body: "one" }, scopes: ["send"] },
     { method: "POST", path: `${p}/messages/batch`, body: { messages: [{ body: "two" }] }, scopes: ["send"] },
     { method: "POST", path: `${p}/messages/pull`, body: { batch_size: 1 }, scopes: ["consume"] },
+    { method: "POST", path: `${p}/messages/pull/cancel`, body: { wait_id: "scopes-wait-000001" }, scopes: ["consume"] },
     { method: "POST", path: `${p}/messages/ack`, body: { acks: [] }, scopes: ["consume"] },
     { method: "POST", path: `${p}/messages/extend`, body: { lease_ids: ["x"], visibility_timeout_ms: 5000 }, scopes: ["consume"] },
     { method: "GET", path: `${p}/messages/${GHOST_ID}`, scopes: ["admin"] },
