@@ -19,9 +19,10 @@ export function apiClient({ base, token, timeoutMs = 10_000 }) {
   /**
    * @param {string} method @param {string} path below .../queues @param {unknown} [body]
    * @param {Record<string, string>} [extra] more headers (an Idempotency-Key)
+   * @param {AbortSignal} [abort] the caller giving up (a long poll abandoned): the outcome is then unknown
    * @returns {Promise<Outcome>}
    */
-  const call = async (method, path, body, extra) => {
+  const call = async (method, path, body, extra, abort) => {
     /** @type {Response} */
     let res;
     try {
@@ -29,7 +30,7 @@ export function apiClient({ base, token, timeoutMs = 10_000 }) {
         method,
         headers: extra ? { ...headers, ...extra } : headers,
         body: body === undefined ? undefined : JSON.stringify(body),
-        signal: AbortSignal.timeout(timeoutMs),
+        signal: abort ? AbortSignal.any([abort, AbortSignal.timeout(timeoutMs)]) : AbortSignal.timeout(timeoutMs),
       });
     } catch (err) {
       return { outcome: refused(err) ? "fail" : "unknown", status: null, error: describe(err) };

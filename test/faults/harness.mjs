@@ -26,6 +26,8 @@ export const DLQ = "faults-dlq";
 const MAX_RETRIES = 2;
 /** The waits pull consumers draw for each pull (long polling, issue 19): at once half the time. */
 const LONG_POLLS_MS = [0, 0, 250, 1000, 3000];
+/** Long polls of a second or more abandoned part way and cancelled, as a consumer that stops does. */
+const ABANDON_RATE = 0.1;
 
 /**
  * @typedef {object} FaultOptions
@@ -128,7 +130,7 @@ export async function runFaults(o) {
     history.note("harness", "phase", { phase: "load", seed: o.seed, messages: o.messages, faults: o.faults, ...planned, rate, schedule, pushQueue: PUSH_QUEUE, pushLeaseMs: o.pushLeaseMs, redrive: true, ordered: o.orderedRate ? { rate: o.orderedRate, keys_per_producer: o.orderingKeys } : null });
     o.log(`service ready in ${firstStartMs} ms; sending at ${rate || "full speed"} msg/s; faults planned over ${Math.round(plannedMs / 1000)} s`);
 
-    const tally = { okMessages: 0, delivered: 0 };
+    const tally = { okMessages: 0, delivered: 0, abandoned: 0, cancelled: 0 };
     const moves = { redrives: 0, moved: 0 };
     // Control faults may still be playing out when the load deadline passes (control-faults.mjs).
     const consumerDeadline = loadDeadline + (planned.controls ? MAX_PLAY_OUT_MS : 0) + o.drainTimeoutMs;
@@ -137,7 +139,7 @@ export async function runFaults(o) {
     const consumer = (/** @type {string} */ name, /** @type {string} */ queue, /** @type {boolean} */ main) =>
       runConsumer({
         name, seed: o.seed, history, api, queue, control, deadline: consumerDeadline, late, tally, ...(main ? {} : { held }),
-        minBatch: 10, maxBatch: 100, visibilityMs: o.visibilityMs, retryPoison: main, waitMs: LONG_POLLS_MS,
+        minBatch: 10, maxBatch: 100, visibilityMs: o.visibilityMs, retryPoison: main, waitMs: LONG_POLLS_MS, abandonRate: ABANDON_RATE,
         // The dead-letter queue's consumer acks everything.
         retryRate: main ? 0.01 : 0, dropRate: main ? 0.002 : 0, lateRate: main ? 0.002 : 0,
       });
@@ -160,7 +162,7 @@ export async function runFaults(o) {
       clearInterval(progress);
     }
     loadMs = Date.now() - loadStart;
-    o.log(`load and faults done in ${Math.round(loadMs / 1000)} s: ${tally.okMessages} sent ok, ${tally.delivered} pulled, ${pushTally.delivered} pushed, ${moves.moved} redriven in ${moves.redrives} redrives; draining`);
+    o.log(`load and faults done in ${Math.round(loadMs / 1000)} s: ${tally.okMessages} sent ok, ${tally.delivered} pulled, ${pushTally.delivered} pushed, ${moves.moved} redriven in ${moves.redrives} redrives, ${tally.abandoned} long polls abandoned (${tally.cancelled} cancelled while waiting); draining`);
 
     const drainStart = Date.now();
     history.note("harness", "phase", { phase: "drain" });

@@ -216,12 +216,15 @@ function complete(o, op, r, ids, n) {
  * a consumer that crashed), or acks it after its visibility timeout has passed
  * (`lateRate`). Acks and retries of one pull go in one request.
  * With `waitMs` each pull long-polls for one of those waits (its lease is granted at the end of
- * the wait: the checker's lease windows, from the pull's invoke, stay lower bounds).
+ * the wait: the checker's lease windows, from the pull's invoke, stay lower bounds). At
+ * `abandonRate` a long poll is abandoned part way, as a client that stops does: the request
+ * is aborted and the pull cancelled by its wait id (POST .../messages/pull/cancel), its
+ * outcome unknown; whatever it may have leased comes back when its lease ends.
  * While `held.paused` it pulls nothing (the dead-letter queue's consumer, while the
  * redriver lets messages gather there to move them back).
  * @param {{ name: string, seed: number, history: History, api: Api, queue: string, control: Control, deadline: number,
  *   minBatch: number, maxBatch: number, visibilityMs: number[], retryRate: number, dropRate: number, lateRate: number,
- *   retryPoison: boolean, late: Set<Promise<void>>, tally: { delivered: number }, held?: { paused: boolean }, waitMs?: number[] }} o
+ *   retryPoison: boolean, late: Set<Promise<void>>, tally: { delivered: number, abandoned?: number, cancelled?: number }, held?: { paused: boolean }, waitMs?: number[], abandonRate?: number }} o
  */
 export async function runConsumer(o) {
   const rng = prng(o.seed, o.name);
@@ -235,7 +238,18 @@ export async function runConsumer(o) {
     // Long polling: a pull that finds nothing waits this long for messages (0: answers at once).
     const wait = o.waitMs ? rng.pick(o.waitMs) : 0;
     const op = o.history.invoke(o.name, "pull", { q: o.queue, n: batch, vt, ...(wait ? { w: wait } : {}) });
-    const r = await o.api.call("POST", `/${o.queue}/messages/pull`, { batch_size: batch, visibility_timeout_ms: vt, ...(wait ? { wait_time_ms: wait } : {}) });
+    const waitId = `${o.name}-${op}-${rng.int(0, 1e9)}`.replace(/[^A-Za-z0-9_-]/g, "_").padEnd(16, "0").slice(0, 64);
+    const gone = wait >= 1000 && rng.next() < (o.abandonRate ?? 0) ? new AbortController() : null;
+    const abandonAt = gone ? setTimeout(() => gone.abort(), rng.int(50, wait - 50)) : undefined;
+    const r = await o.api.call("POST", `/${o.queue}/messages/pull`, { batch_size: batch, visibility_timeout_ms: vt, ...(wait ? { wait_time_ms: wait, wait_id: waitId } : {}) }, undefined, gone?.signal);
+    clearTimeout(abandonAt);
+    if (gone?.signal.aborted && r.outcome !== "ok") {
+      o.history.complete(op, "unknown", { status: null, error: "abandoned by the client" });
+      o.tally.abandoned = (o.tally.abandoned ?? 0) + 1;
+      const c = await o.api.call("POST", `/${o.queue}/messages/pull/cancel`, { wait_id: waitId });
+      if (c.outcome === "ok" && c.result?.cancelled === true) o.tally.cancelled = (o.tally.cancelled ?? 0) + 1;
+      continue;
+    }
     if (r.outcome !== "ok") {
       o.history.complete(op, r.outcome, { status: r.status, error: r.error });
       await sleep(rng.int(100, 300));
