@@ -140,7 +140,7 @@ export class PartialSendError extends ShardqError {
   }
 }
 
-/** The wait was cut short by the caller's AbortSignal. */
+/** The caller's AbortSignal ended the call (or the wait before a retry); `cause` is the signal's reason. */
 export class AbortedError extends ShardqError {
   override readonly name = "AbortedError";
   constructor(cause?: unknown) {

@@ -4,7 +4,7 @@
  * `fetch`, AbortSignal and TextEncoder are used, so it runs wherever those are global:
  * Node 20+, Deno, Bun, browsers and Workers (where `fetch` may be a service binding's).
  */
-import { apiError, NetworkError, type ApiErrorDetail } from "./errors.ts";
+import { AbortedError, apiError, NetworkError, type ApiErrorDetail } from "./errors.ts";
 import { retryPolicy, withRetries, type RetryOptions, type RetryPolicy } from "./retry.ts";
 
 /** What the client calls to reach the service: the global fetch, or a service binding's. */
@@ -87,8 +87,8 @@ export class Transport {
       res = await this.#fetch(url, { method, headers, body: opts.body === undefined ? null : JSON.stringify(opts.body), signal });
       text = await res.text();
     } catch (err) {
-      // The caller's own abort is not a network fault: it goes up as it came.
-      if (opts.signal?.aborted) throw opts.signal.reason ?? err;
+      // The caller's own abort is not a network fault.
+      if (opts.signal?.aborted) throw new AbortedError(opts.signal.reason);
       throw networkError(this.url, err, timeout.aborted ? timeoutMs : undefined);
     }
     const envelope = parseEnvelope<T>(text);

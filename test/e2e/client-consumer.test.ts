@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { applyConfig } from "../../scripts/apply-config.mjs";
 import { freePort, ROOT, startWrangler } from "../../scripts/dev-server.mjs";
-import { createClient, NetworkError, type ConsumeSummary, type ConsumedMessage, type QueueClient } from "../../src/client/index.ts";
+import { AbortedError, createClient, NetworkError, type ConsumeSummary, type ConsumedMessage, type QueueClient } from "../../src/client/index.ts";
 
 type Server = Awaited<ReturnType<typeof startWrangler>>;
 
@@ -170,7 +170,7 @@ describe("the client's consumer loop under wrangler dev", () => {
       const abandoned = q.pull({ waitTimeMs: 20_000, signal: gone.signal }).catch((e: unknown) => e);
       await sleep(300);
       gone.abort();
-      expect(await abandoned).toBeInstanceOf(DOMException);
+      expect(await abandoned).toBeInstanceOf(AbortedError);
       await sleep(100);
       await q.send({ i: round });
       // Were the abandoned pull still waiting at the Coordinator, the send would wake it and

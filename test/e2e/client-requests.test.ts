@@ -3,6 +3,7 @@
 // cut into requests, and the typed errors with the API's field names.
 import { afterEach, describe, expect, it, vi } from "vitest";
 import {
+  AbortedError,
   ApiError,
   createClient,
   InvalidRequestError,
@@ -235,5 +236,28 @@ describe("client requests", () => {
     const err = (await c.request("POST", "/queues", { body: { queue_name: "a" } }).catch((e) => e)) as ApiError;
     expect(err.name).toBe("ConflictError");
     expect(err.field).toBe("queue_name");
+  });
+
+  it("ends an aborted long poll with AbortedError, after telling the service its wait_id went away", async () => {
+    const gone = new AbortController();
+    const svc = fakeService([
+      (req) =>
+        new Promise<Response>((_, reject) => {
+          expect(req.body.wait_id).toMatch(/^[A-Za-z0-9_-]{16,64}$/);
+          gone.signal.addEventListener("abort", () => reject(gone.signal.reason));
+        }),
+      ok({ cancelled: true }),
+    ]);
+    const pending = client(svc.fetch).queue("q").pull({ waitTimeMs: 20_000, signal: gone.signal });
+    await new Promise((r) => setTimeout(r, 10));
+    gone.abort();
+    const err = await pending.catch((e) => e);
+    expect(err).toBeInstanceOf(AbortedError);
+    expect(svc.sent.map((s) => s.url)).toEqual(["http://shardq.test/accounts/local/queues/q/messages/pull", "http://shardq.test/accounts/local/queues/q/messages/pull/cancel"]);
+    expect(svc.sent[1]!.body).toEqual({ wait_id: svc.sent[0]!.body.wait_id });
+    // A long poll nobody can abort is not named.
+    const plain = fakeService([ok({ messages: [], message_backlog_count: 0 })]);
+    await client(plain.fetch).queue("q").pull({ waitTimeMs: 1000 });
+    expect(plain.sent[0]!.body).toEqual({ wait_time_ms: 1000 });
   });
 });
