@@ -28,6 +28,7 @@ import { ActivityMeter, TokenBucket } from "./capacity";
 import { expireOld, lease, leasedCount, type BacklogDelta } from "./delivery";
 import { extend, readLeased, settle } from "./settlement";
 import { DeliveryState } from "./delivery-state";
+import { ConsumerWakeups } from "./consumer-wakeups";
 import { coordinatorFor } from "../src/kernel/addressing";
 import { meteredSql, settleReads, type CostMeter } from "../src/kernel/sql-meter";
 import { cancelMessage, countMatching, findMessage, leaseMatching, peekReady, purgeSome, releaseLeases } from "./operations";
@@ -39,7 +40,6 @@ import { HandoffOutbox } from "./handoff-outbox";
 import { ownerOfKey } from "../src/kernel/ordering";
 import { findLaneMessage, heldKeys, laneFigures, leasedLaneCount, oldestLaneAt, takeLaneHead } from "./lane-operations";
 import { lanesInUse, lanesReadyAt } from "./lanes";
-import { sleep } from "../src/kernel/sleep";
 import { shardNumber } from "./segment";
 import { testHooksFor, type FaultPoint, type TestHookStatus } from "../src/kernel/test-hooks";
 import { corruptBodies } from "./corrupt-bodies";
@@ -50,8 +50,6 @@ import { PURGE_PER_CALL } from "../src/kernel/limits";
  * before it answers: the RPC reply is held by the output gate until the write is
  * durable, so an acknowledged send is never lost. Never uses allowUnconfirmed.
  */
-/** How long lanes a settle made ready may wait for the settling consumer's next lease before consumers are woken. */
-const LANE_WAKE_GRACE_MS = 25;
 
 export class StorageShard extends DurableObject<Env> {
   private readonly sql: SqlStorage;
@@ -70,16 +68,8 @@ export class StorageShard extends DurableObject<Env> {
   /** Messages leased and not yet settled (reset on restart: a lower bound after one). */
   private leasedNow = 0;
   private heartbeatArmed = false;
-  /** Whether consumers know this shard has messages (reset when one finds nothing ready). */
-  private consumersNotified = false;
-  /** Whether a look, a moment after a settle, for lanes it made ready and nobody leased is under way. */
-  private laneLookPending = false;
-  /**
-   * The batch size a consumer was told to wait for (a lease found a partial batch), or
-   * null. The arrival that fills it wakes consumers at once instead of leaving the batch
-   * to wait out max_wait_time_ms, which a steady stream of sends would pay on every batch.
-   */
-  private fillingFor: number | null = null;
+  /** When the Coordinator hears that this shard has messages ready (consumer-wakeups.ts). */
+  private readonly wakeups: ConsumerWakeups;
   /** RPCs served and SQLite rows written since this object started (the benchmark's cost figures). */
   private readonly cost: CostMeter = { rpcs: 0, rowsWritten: 0, rowsRead: 0, alarms: 0 };
   /** This shard's number in its queue, written into the ids it draws (segment.ts locatedId). */
@@ -110,6 +100,7 @@ export class StorageShard extends DurableObject<Env> {
     this.epoch = loadEpoch(this.sql);
     this.outbox = new HandoffOutbox(ctx, env, this.sql);
     this.delivery = new DeliveryState(this.sql);
+    this.wakeups = new ConsumerWakeups(ctx, env, () => this.identity, () => lanesReadyAt(this.sql, this.clock.now()));
     const now = this.clock.now();
     this.activity = new ActivityMeter(now);
     const perSecond = serviceConfig(env).shardCapacityPerSecond;
@@ -151,35 +142,6 @@ export class StorageShard extends DurableObject<Env> {
     return this.epoch!.seq;
   }
 
-  /** Tells the Coordinator this shard has messages ready, unless it did since a consumer last found it empty. */
-  private notifyConsumers(): void {
-    if (this.consumersNotified || !this.identity) return;
-    this.consumersNotified = true;
-    this.ctx.waitUntil(
-      coordinatorFor(this.env, this.identity.queueId)
-        .notifyReady(this.identity.name)
-        // Long-polling pulls still wait: tell again on the next new messages.
-        .then((again) => {
-          if (again) this.consumersNotified = false;
-        })
-        .catch((err) => {
-          this.consumersNotified = false;
-          console.error("notifyReady failed (the next heartbeat wakes consumers):", err);
-        }),
-    );
-  }
-
-  private wakeIfLanesWait(): void {
-    if (this.laneLookPending) return;
-    this.laneLookPending = true;
-    this.ctx.waitUntil(
-      sleep(LANE_WAKE_GRACE_MS).then(() => {
-        this.laneLookPending = false;
-        if (lanesReadyAt(this.sql, this.clock.now())) this.notifyConsumers();
-      }),
-    );
-  }
-
   /** At a key's owner: `holder` holds messages of these keys older than epoch `gen` (handoff.ts). */
   acceptBridges(queueId: string, holder: string, gen: number, keys: string[]): void {
     this.cost.rpcs++;
@@ -195,8 +157,7 @@ export class StorageShard extends DurableObject<Env> {
     const now = this.clock.now();
     this.ctx.storage.transactionSync(() => acceptReleases(this.sql, now, holder, gen, keys));
     // The keys it freed may be ready now: consumers must come.
-    this.consumersNotified = false;
-    this.notifyConsumers();
+    this.wakeups.notifyAgain();
   }
 
   /** Sends the releases of handed-off keys this shard owes (handoff-outbox.ts). */
@@ -241,14 +202,7 @@ export class StorageShard extends DurableObject<Env> {
     this.backlogBytes += bytes;
     // Counted once committed; written with the next write's totals (at most a second on).
     this.delivery.bump("stored", stored);
-    const filled = this.fillingFor !== null && this.backlogCount - this.leasedNow >= this.fillingFor;
-    if (stored > 0 && (!this.consumersNotified || filled)) {
-      // The first arrival since a consumer last found this shard empty, or the one that
-      // fills the batch a consumer is waiting for: make sure one runs now.
-      this.fillingFor = null;
-      this.consumersNotified = false;
-      this.notifyConsumers();
-    }
+    this.wakeups.afterAppend(stored, this.backlogCount - this.leasedNow);
     this.activity.messagesIn += stored;
     // The fault harness's reset once this is durable, before the reply: the sender cannot know.
     return this.hooks.afterDurable("abort-append", this.ctx, { ok: true, stored, duplicates: req.messages.length - stored, backlog: this.backlog(), ids });
@@ -274,9 +228,7 @@ export class StorageShard extends DurableObject<Env> {
     this.flushReleases();
     this.activity.messagesOut += result.messages.length;
     this.leasedNow += result.messages.length;
-    // A consumer found nothing ready here: the next arrival must tell one.
-    if (result.messages.length === 0 && result.waitUntil === null) this.consumersNotified = false;
-    this.fillingFor = result.waitUntil === null ? null : req.limit;
+    this.wakeups.afterLease(result.messages.length, result.waitUntil, req.limit);
     return { ...result, backlog: this.backlog() };
   }
 
@@ -315,11 +267,8 @@ export class StorageShard extends DurableObject<Env> {
     const { result, delta, lanesReady } = this.write(now, () => settle(this.sql, this.delivery, now, req));
     this.applyDelta(delta);
     this.flushReleases();
-    // A key's next messages are ready once its batch is settled. The consumer shard that
-    // settled it leases again at once, its round going on; woken at every settle, another
-    // raced it for them and made the key wait the wake-up's hops. So consumers are woken
-    // only if the lanes are still waiting a moment later (the settler gone, or a pull consumer).
-    if (lanesReady > 0) this.wakeIfLanesWait();
+    // A key's next messages are ready: consumers are woken if nobody leased them a moment later.
+    if (lanesReady > 0) this.wakeups.wakeIfLanesWait();
     this.leasedNow = Math.max(0, this.leasedNow - (result.acked + result.retried + result.deadLettered + result.dropped));
     return result;
   }
@@ -346,7 +295,7 @@ export class StorageShard extends DurableObject<Env> {
     this.afterRemoval(r);
     this.flushReleases();
     // Emptied: the next arrival must wake a consumer again, as after a lease that found nothing.
-    if (!r.more) this.consumersNotified = false;
+    if (!r.more) this.wakeups.forget();
     return { deleted: r.count, more: r.more };
   }
 

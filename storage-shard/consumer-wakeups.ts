@@ -1,0 +1,104 @@
+/**
+ * When a storage shard tells its Coordinator that it has messages ready (notifyReady),
+ * which wakes a consumer shard or a long-polling pull. It says so once, then stays quiet
+ * until a consumer finds it empty: a steady stream of sends would otherwise be an RPC per
+ * send. Two exceptions: the arrival that fills a batch a consumer was told to wait for
+ * wakes one at once, and while long-polling pulls still wait it says so again on the next
+ * arrival (the Coordinator's answer tells).
+ */
+import { coordinatorFor } from "../src/kernel/addressing";
+import type { Env } from "../src/kernel/env";
+import type { ShardIdentity } from "../src/kernel/protocol";
+import { sleep } from "../src/kernel/sleep";
+
+/**
+ * How long after a settle that made lanes ready the shard looks whether anyone leased
+ * them before it wakes consumers: the consumer shard that settled leases again at once.
+ */
+export const LANE_WAKE_GRACE_MS = 25;
+
+export class ConsumerWakeups {
+  /** Whether consumers know this shard has messages (reset when one finds nothing ready). */
+  private notified = false;
+  /** Whether a look, a moment after a settle, for lanes it made ready and nobody leased is under way. */
+  private laneLookPending = false;
+  /**
+   * The batch size a consumer was told to wait for (a lease found a partial batch), or
+   * null. The arrival that fills it wakes consumers at once instead of leaving the batch
+   * to wait out max_wait_time_ms, which a steady stream of sends would pay on every batch.
+   */
+  private fillingFor: number | null = null;
+
+  constructor(
+    private readonly ctx: DurableObjectState,
+    private readonly env: Env,
+    private readonly identity: () => ShardIdentity | null,
+    private readonly lanesReady: () => boolean,
+  ) {}
+
+  /** Tells the Coordinator this shard has messages ready, unless it did since a consumer last found it empty. */
+  notify(): void {
+    const shard = this.identity();
+    if (this.notified || !shard) return;
+    this.notified = true;
+    this.ctx.waitUntil(
+      coordinatorFor(this.env, shard.queueId)
+        .notifyReady(shard.name)
+        // Long-polling pulls still wait: tell again on the next new messages.
+        .then((again) => {
+          if (again) this.notified = false;
+        })
+        .catch((err) => {
+          this.notified = false;
+          console.error("notifyReady failed (the next heartbeat wakes consumers):", err);
+        }),
+    );
+  }
+
+  /** Messages were stored; `ready` is how many this shard holds unleased now. */
+  afterAppend(stored: number, ready: number): void {
+    const filled = this.fillingFor !== null && ready >= this.fillingFor;
+    if (stored > 0 && (!this.notified || filled)) {
+      // The first arrival since a consumer last found this shard empty, or the one that
+      // fills the batch a consumer is waiting for: make sure one runs now.
+      this.fillingFor = null;
+      this.notified = false;
+      this.notify();
+    }
+  }
+
+  /** A lease of `limit` took `taken` messages, and was told to wait for a batch (`waitUntil`) or not. */
+  afterLease(taken: number, waitUntil: number | null, limit: number): void {
+    // A consumer found nothing ready here: the next arrival must tell one.
+    if (taken === 0 && waitUntil === null) this.notified = false;
+    this.fillingFor = waitUntil === null ? null : limit;
+  }
+
+  /** Nothing is left that consumers were told of (a purge emptied the shard): the next arrival tells again. */
+  forget(): void {
+    this.notified = false;
+  }
+
+  /** Messages became ready outside an append (keys released to this shard): tell now. */
+  notifyAgain(): void {
+    this.notified = false;
+    this.notify();
+  }
+
+  /**
+   * A key's next messages are ready once its batch is settled. The consumer shard that
+   * settled it leases again at once, its round going on; woken at every settle, another
+   * raced it for them and made the key wait the wake-up's hops. So consumers are woken
+   * only if the lanes are still waiting a moment later (the settler gone, or a pull consumer).
+   */
+  wakeIfLanesWait(): void {
+    if (this.laneLookPending) return;
+    this.laneLookPending = true;
+    this.ctx.waitUntil(
+      sleep(LANE_WAKE_GRACE_MS).then(() => {
+        this.laneLookPending = false;
+        if (this.lanesReady()) this.notify();
+      }),
+    );
+  }
+}
