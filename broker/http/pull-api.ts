@@ -36,10 +36,10 @@ const list = <T extends z.ZodType>(item: T, what: string) =>
     .array(item, { error: (iss) => (iss.input === undefined ? "is required" : `must be an array of ${what}`) })
     .max(MAX_LEASES_PER_CALL, `must hold at most ${MAX_LEASES_PER_CALL} entries`);
 
-/** What the handlers below validate with, and what the OpenAPI description says of them (broker/openapi/). */
 /** A long poll's name of the client's choosing, by which POST .../messages/pull/cancel ends its wait. */
 const waitId = z.string({ error: "must be a string" }).regex(/^[A-Za-z0-9_-]{16,64}$/, "must be 16 to 64 letters, digits, '-' or '_'");
 
+/** What the handlers below validate with, and what the OpenAPI description says of them (broker/openapi/). */
 export const pullBody = z
   .object({
     batch_size: int(1, LIMITS.maxBatchMessages).optional(),

@@ -158,7 +158,7 @@ export const OPERATIONS: readonly Operation[] = [
   {
     method: "post", path: `${QUEUE}/messages/pull`, operationId: "pullMessages", tag: "Pull consumers",
     summary: "Lease a batch of messages",
-    description: "Needs an http_pull consumer (409 otherwise, and while delivery is paused). With wait_time_ms, waits up to that long for messages (long polling); an empty batch is not an error. No body at all reads as `{}`.",
+    description: "Needs an http_pull consumer (409 otherwise, and while delivery is paused). With wait_time_ms, waits up to that long for messages (long polling); an empty batch is not an error. A wait_id (a new one per pull) lets POST .../messages/pull/cancel end the wait if the client goes away. No body at all reads as `{}`.",
     body: { id: "PullRequest", schema: pullBody, required: false },
     answer: ok(R.pullResult, "The messages leased, each with its lease id."),
     errors: [409, 503],
