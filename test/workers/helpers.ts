@@ -1,4 +1,4 @@
-import { SELF, env, runInDurableObject } from "cloudflare:test";
+import { SELF, createExecutionContext, env, runInDurableObject, waitOnExecutionContext } from "cloudflare:test";
 import { exports } from "cloudflare:workers";
 import type { ErrorDetail } from "../../src/kernel/errors";
 import { crc32 } from "../../src/kernel/checksum";
@@ -8,6 +8,8 @@ import { ManualClock } from "../../src/kernel/clock";
 import type { StorageShard } from "../../storage-shard/storage-shard";
 import { bodyOf, decodeHeaders, offsetsOf, Settled } from "../../storage-shard/segment";
 import type { ShardqSendBatchResponse, ShardqSendResponse } from "../../broker/producer/queue-producer";
+import type { Env } from "../../src/kernel/env";
+import worker from "../../src/worker";
 
 /** A stored message read back by a test: body checked against its checksum. */
 export interface StoredMessage {
@@ -137,4 +139,22 @@ export async function shardsOnFakeClock(queueId: string) {
     });
   }
   return { clock, shards: map.shards.map((s) => s.name) };
+}
+
+/**
+ * GET and HEAD of `path` through the Worker's own fetch handler, given an env that records
+ * what is read from it: the statuses, and every binding the requests touched.
+ */
+export async function bindingsReadServing(path: string): Promise<{ statuses: number[]; read: string[] }> {
+  const read: string[] = [];
+  const spy = new Proxy(env, { get: (target, key, receiver) => (read.push(String(key)), Reflect.get(target, key, receiver)) }) as Env;
+  const statuses: number[] = [];
+  for (const method of ["GET", "HEAD"]) {
+    const ctx = createExecutionContext();
+    const res = await worker.fetch(new Request(`${BASE}${path}`, { method }), spy, ctx);
+    await waitOnExecutionContext(ctx);
+    statuses.push(res.status);
+    await res.arrayBuffer();
+  }
+  return { statuses, read };
 }
