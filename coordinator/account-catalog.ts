@@ -86,11 +86,13 @@ export class AccountCatalog extends DurableObject<Env> {
     return row?.state === "active" ? row.queue_id : null;
   }
 
-  async listQueues(page: number, perPage: number): Promise<{ queues: QueueInfo[]; total: number }> {
+  /** A page of the account's queues, by name; `name`: only the queue of exactly that name (none when no queue has it). */
+  async listQueues(page: number, perPage: number, name?: string): Promise<{ queues: QueueInfo[]; total: number }> {
     this.cost.rpcs++;
-    const total = this.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM queues WHERE state = 'active'").one().n;
+    const [where, args] = name === undefined ? ["state = 'active'", []] : ["state = 'active' AND queue_name = ?", [name]];
+    const total = this.sql.exec<{ n: number }>(`SELECT COUNT(*) AS n FROM queues WHERE ${where}`, ...args).one().n;
     const rows = this.sql
-      .exec("SELECT queue_id FROM queues WHERE state = 'active' ORDER BY queue_name LIMIT ? OFFSET ?", perPage, (page - 1) * perPage)
+      .exec(`SELECT queue_id FROM queues WHERE ${where} ORDER BY queue_name LIMIT ? OFFSET ?`, ...args, perPage, (page - 1) * perPage)
       .toArray() as unknown as Array<{ queue_id: string }>;
     const infos = await Promise.all(rows.map((r) => coordinatorFor(this.env, r.queue_id).info()));
     const queues: QueueInfo[] = [];

@@ -26,6 +26,9 @@ export const updateQueueBody = z
   .strict();
 
 export const listQueuesQuery = z.object({
+  // Cloudflare's filter, and how wrangler resolves every queue name it is given: it takes the
+  // first queue listed, so a name matching nothing must list nothing.
+  name: z.string({ error: "must be given once, as a string" }).optional(),
   page: z.coerce.number({ error: "must be a number" }).int("must be a whole number").min(1, "must be at least 1").default(1),
   per_page: z.coerce.number({ error: "must be a number" }).int("must be a whole number").min(1, "must be at least 1").max(100, "must be at most 100").default(20),
 });
@@ -40,8 +43,8 @@ export async function createQueue(request: Request, env: Env, accountId: string)
 }
 
 export async function listQueues(query: Record<string, unknown>, env: Env, accountId: string): Promise<Response> {
-  const { page, per_page } = parseWith(listQueuesQuery, { page: query.page, per_page: query.per_page }, ["query"]);
-  const { queues, total } = await catalogFor(env, accountId).listQueues(page, per_page);
+  const { name, page, per_page } = parseWith(listQueuesQuery, { name: query.name, page: query.page, per_page: query.per_page }, ["query"]);
+  const { queues, total } = await catalogFor(env, accountId).listQueues(page, per_page, name);
   return ok(queues, 200, { result_info: { page, per_page, count: queues.length, total_count: total } });
 }
 

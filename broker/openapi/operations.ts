@@ -104,6 +104,7 @@ export const OPERATIONS: readonly Operation[] = [
   {
     method: "get", path: `${ACCOUNT}/queues`, operationId: "listQueues", tag: "Queues",
     summary: "List the account's queues", query: listQueuesQuery,
+    description: "name: only the queue of exactly that name, or none when the account has no queue of that name (wrangler resolves a queue name this way and takes the first queue listed).",
     answer: { kind: "envelope", status: 200, result: R.queueList, paged: true, description: "One page of queues; result_info counts them all." },
   },
   {

@@ -1,7 +1,7 @@
 import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { shardMapKeyById, shardMapKeyByName } from "../../src/kernel/addressing";
-import { api, createQueue, queuePath, queuesPath } from "./helpers";
+import { OTHER_TOKEN, api, createQueue, queuePath, queuesPath } from "./helpers";
 
 describe("queue management over HTTP", () => {
   it("creates a queue with Cloudflare's defaults and answers in the envelope", async () => {
@@ -75,6 +75,24 @@ describe("queue management over HTTP", () => {
     const bad = await api("GET", `${queuesPath()}?per_page=1000`);
     expect(bad.status).toBe(400);
     expect(bad.json.errors[0].field).toBe("query.per_page");
+  });
+
+  it("filters the list by exact name: only that queue, or none when no queue has the name", async () => {
+    const target = await createQueue("named-b");
+    for (const n of ["named-a", "named-bb"]) await createQueue(n);
+    const one = await api("GET", `${queuesPath()}?name=named-b`);
+    expect(one.status).toBe(200);
+    expect(one.json.result.map((q: { queue_id: string }) => q.queue_id)).toEqual([target.queue_id]);
+    expect(one.json.result_info).toMatchObject({ count: 1, total_count: 1 });
+    const none = await api("GET", `${queuesPath()}?name=wq-6189`);
+    expect(none.status).toBe(200);
+    expect(none.json.result).toEqual([]);
+    expect(none.json.result_info).toMatchObject({ count: 0, total_count: 0 });
+    // Another account's queue of that name is not this account's.
+    expect((await api("GET", `${queuesPath("other")}?name=named-b`, undefined, { token: OTHER_TOKEN })).json.result).toEqual([]);
+    const twice = await api("GET", `${queuesPath()}?name=named-a&name=named-b`);
+    expect(twice.status).toBe(400);
+    expect(twice.json.errors[0].field).toBe("query.name");
   });
 
   it("updates settings, versions the shard map and publishes it to KV", async () => {
