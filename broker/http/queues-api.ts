@@ -71,7 +71,38 @@ export async function updateQueue(request: Request, env: Env, accountId: string,
 
 export async function deleteQueue(env: Env, accountId: string, ref: string): Promise<Response> {
   const queueId = await lookupQueueId(env, accountId, ref);
+  await refuseIfDeadLetterQueue(env, accountId, queueId);
   if (!(await catalogFor(env, accountId).deleteQueue(queueId))) throw queueNotFound(ref);
   forgetShardMap(accountId, ref, queueId);
   return ok(null);
+}
+
+/** Coordinators asked at once while looking for a consumer that dead-letters into a queue. */
+const DLQ_SCAN_CONCURRENCY = 32;
+
+/**
+ * A consumer whose dead-letter queue is gone retries its out-of-retries messages forever, so
+ * a queue some consumer dead-letters into is not deleted (409). Consumers live in their own
+ * queue's Coordinator and name their dead-letter queue as given (name or id), so every queue
+ * of the account is asked: one RPC per queue, paid by a delete, which is rare.
+ */
+async function refuseIfDeadLetterQueue(env: Env, accountId: string, queueId: string): Promise<void> {
+  const queues = await catalogFor(env, accountId).queueIds();
+  const name = queues.find((q) => q.queue_id === queueId)?.queue_name;
+  const others = queues.filter((q) => q.queue_id !== queueId);
+  for (let i = 0; i < others.length; i += DLQ_SCAN_CONCURRENCY) {
+    const slice = others.slice(i, i + DLQ_SCAN_CONCURRENCY);
+    const found = await Promise.all(slice.map(async (q) => ({ q, consumers: await coordinatorFor(env, q.queue_id).consumers() })));
+    for (const { q, consumers } of found) {
+      const holder = consumers.find((c) => c.dead_letter_queue !== null && (c.dead_letter_queue === queueId || c.dead_letter_queue === name));
+      if (holder) {
+        const who = holder.script_name ? `${holder.consumer_id} (${holder.type}, ${holder.script_name})` : `${holder.consumer_id} (${holder.type})`;
+        throw new HttpError(
+          "conflict",
+          `queue "${name ?? queueId}" is the dead-letter queue of consumer ${who} of queue "${q.queue_name}"; remove that consumer or change its dead_letter_queue first`,
+          "queue",
+        );
+      }
+    }
+  }
 }

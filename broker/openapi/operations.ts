@@ -128,7 +128,10 @@ export const OPERATIONS: readonly Operation[] = [
   },
   {
     method: "delete", path: QUEUE, operationId: "deleteQueue", tag: "Queues",
-    summary: "Delete a queue and every message in it", answer: ok(R.nullResult, "Deleted."),
+    summary: "Delete a queue and every message in it",
+    description: "409 naming the consumer and the queue it consumes when the queue is some consumer's dead-letter queue: its messages out of retries would have nowhere to go. Remove that consumer or change its dead_letter_queue first.",
+    answer: ok(R.nullResult, "Deleted."),
+    errors: [409],
   },
   {
     method: "get", path: `${QUEUE}/messages`, operationId: "peekMessages", tag: "Messages",

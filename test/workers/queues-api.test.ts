@@ -135,6 +135,28 @@ describe("queue management over HTTP", () => {
     expect((await api("GET", `${queuePath("doomed")}/metrics`)).json.result.backlog_count).toBe(0);
   });
 
+  it("refuses to delete a queue that is a consumer's dead-letter queue (409 naming the consumer and its queue), by name or id, until the consumer lets it go", async () => {
+    const dlq = await createQueue("held-dlq");
+    await createQueue("held-source");
+    const consumer = await api("POST", `${queuePath("held-source")}/consumers`, { type: "http_pull", dead_letter_queue: "held-dlq" });
+    expect(consumer.status).toBe(201);
+    await api("POST", `${queuePath("held-dlq")}/messages`, { body: "dead letter" });
+    for (const ref of ["held-dlq", dlq.queue_id]) {
+      const refused = await api("DELETE", queuePath(ref));
+      expect(refused.status).toBe(409);
+      expect(refused.json.errors[0].field).toBe("queue");
+      expect(refused.json.errors[0].message).toContain(consumer.json.result.consumer_id);
+      expect(refused.json.errors[0].message).toContain('"held-source"');
+    }
+    expect((await api("GET", `${queuePath("held-dlq")}/metrics`)).json.result.backlog_count).toBe(1);
+    // Named by id, it is held all the same.
+    await api("PATCH", `${queuePath("held-source")}/consumers/${consumer.json.result.consumer_id}`, { dead_letter_queue: dlq.queue_id });
+    expect((await api("DELETE", queuePath("held-dlq"))).status).toBe(409);
+    await api("PATCH", `${queuePath("held-source")}/consumers/${consumer.json.result.consumer_id}`, { dead_letter_queue: null });
+    expect((await api("DELETE", queuePath("held-dlq"))).status).toBe(200);
+    expect((await api("GET", queuePath("held-dlq"))).status).toBe(404);
+  });
+
   it("answers 404 for an unknown queue and 405 for a known path with the wrong method", async () => {
     const missing = await api("GET", queuePath("no-such-queue"));
     expect(missing.status).toBe(404);
