@@ -12,6 +12,8 @@
  */
 import type { Env } from "../../src/kernel/env";
 import { HttpError } from "../../src/kernel/errors";
+import { QUEUE_ID_PATTERN } from "../../src/kernel/ids";
+import { findQueue } from "../../src/routing/queue-lookup";
 
 /**
  * The binding says only whether a call is within its limit, not when its window ends.
@@ -27,7 +29,7 @@ export async function enforceRateLimits(env: Env, accountId: string, queueRef: s
   if (env.RATE_LIMITS !== "on") return;
   const [account, queue] = await Promise.all([
     withinLimit(env.ACCOUNT_RATE_LIMITER, accountId),
-    queueRef === undefined ? true : withinLimit(env.QUEUE_RATE_LIMITER, `${accountId}/${queueRef}`),
+    queueRef === undefined ? true : queueKey(env, accountId, queueRef).then((key) => withinLimit(env.QUEUE_RATE_LIMITER, key)),
   ]);
   if (account && queue) return;
   const err = account
@@ -35,6 +37,22 @@ export async function enforceRateLimits(env: Env, accountId: string, queueRef: s
     : new HttpError("rate_limited", `account "${accountId}" is over its request rate; retry after ${RATE_LIMIT_RETRY_AFTER_SECONDS} s`, "account_id");
   err.headers["retry-after"] = String(RATE_LIMIT_RETRY_AFTER_SECONDS);
   throw err;
+}
+
+/**
+ * One counter per queue, however a call names it: keyed by name and by id, a queue would
+ * have its allowance twice over. A name is resolved through the cached shard map, which the
+ * call's own handler reads next anyway. A name no queue has (its call is a 404) and a lookup
+ * that fails count under the name: the limiter must not fail the calls it guards.
+ */
+async function queueKey(env: Env, accountId: string, queueRef: string): Promise<string> {
+  if (QUEUE_ID_PATTERN.test(queueRef)) return `${accountId}/${queueRef}`;
+  try {
+    const map = await findQueue(env, accountId, queueRef);
+    return `${accountId}/${map?.queueId ?? queueRef}`;
+  } catch {
+    return `${accountId}/${queueRef}`;
+  }
 }
 
 async function withinLimit(limiter: RateLimit | undefined, key: string): Promise<boolean> {

@@ -124,6 +124,33 @@ describe("rate limits per account and per queue", () => {
     expect(await backlogOf(setup, a, "bound")).toBe(sent);
   });
 
+  it("counts a queue's calls under one allowance whether its path names it by name or by id", async () => {
+    const a = `rl-ref-${unique()}`;
+    const vars = tenants(a);
+    const setup = withLimits(vars, false);
+    const queue = (await call(setup, a, "POST", queuesPath(a), { queue_name: "either" })).json.result;
+    // A counter of our own, exact and without clock windows: what matters is which key each call counts under.
+    const counts = new Map<string, number>();
+    const counting = {
+      limit: async ({ key }: { key: string }) => {
+        counts.set(key, (counts.get(key) ?? 0) + 1);
+        return { success: counts.get(key)! <= QUEUE_LIMIT };
+      },
+    } as unknown as RateLimit;
+    const limited = { ...withLimits(vars), QUEUE_RATE_LIMITER: counting, ACCOUNT_RATE_LIMITER: { limit: async () => ({ success: true }) } } as unknown as Env;
+    const byName = [];
+    for (let i = 0; i < QUEUE_LIMIT; i++) byName.push((await call(limited, a, "POST", `${queuePath("either", a)}/messages`, { body: i })).status);
+    expect(byName).toEqual(Array(QUEUE_LIMIT).fill(200));
+    const byId = await call(limited, a, "POST", `${queuePath(queue.queue_id, a)}/messages`, { body: "by id" });
+    expect(byId.status).toBe(429);
+    expect(byId.json.errors[0].field).toBe("queue");
+    const ctx = createExecutionContext();
+    Object.defineProperty(ctx, "props", { value: { account: a, queue: queue.queue_id } });
+    await expect(new QueueProducer(ctx, limited).send("through the binding, by id")).rejects.toThrow(/over its request rate/);
+    expect(await backlogOf(setup, a, "either")).toBe(QUEUE_LIMIT);
+    expect(counts.size).toBe(1);
+  });
+
   it("lets calls through when the limiter itself fails, and is off unless RATE_LIMITS is on", async () => {
     const a = `rl-open-${unique()}`;
     const vars = tenants(a);
