@@ -137,7 +137,7 @@ export class ConsumerShard extends DurableObject<Env> {
     const consumer = plan?.consumer;
     // Paused, deleted, or no push consumer: the Coordinator wakes us when that changes.
     if (!plan || !consumer || consumer.type !== "worker" || plan.paused) return null;
-    const dispatch = this.dispatchOverride ?? this.transport(consumer);
+    const dispatch = this.dispatchOverride ?? this.transport(consumer, plan.accountId);
     if (!dispatch) return this.clock.now() + UNBOUND_RETRY_MS;
 
     const started = this.clock.now();
@@ -290,10 +290,12 @@ export class ConsumerShard extends DurableObject<Env> {
     }
   }
 
-  private transport(consumer: ConsumerRecord): Dispatch | null {
-    const binding = consumer.script_name ? consumerBinding(this.env, consumer.script_name) : null;
+  private transport(consumer: ConsumerRecord, accountId: string): Dispatch | null {
+    // Checked at every round, not only when the consumer was added: a consumer stored before
+    // a binding was tied to its accounts, or since taken off them, pushes nothing.
+    const binding = consumer.script_name ? consumerBinding(this.env, consumer.script_name, accountId) : null;
     if (!binding) {
-      console.error(`no service binding ${consumerBindingName(consumer.script_name ?? "")} for consumer ${consumer.script_name}; add it to shardq's wrangler.toml`);
+      console.error(`no service binding ${consumerBindingName(consumer.script_name ?? "")} for consumer ${consumer.script_name} of account ${accountId}; add it to shardq's wrangler.toml and the account to WORKER_CONSUMER_ACCOUNTS`);
       return null;
     }
     return transportFor(binding, consumer.settings.transport);

@@ -71,6 +71,13 @@ export function writeDeployConfig({ configs, out, account, shardqName, cwd = pro
       '# One binding per consumer Worker, reached at its ShardqConsumer entrypoint (transport "rpc"):',
       "# an ordinary service binding, no experimental compatibility flag.",
       ...consumerBindings.flatMap((b) => ["", "[[services]]", `binding = "${b.binding}"`, `service = "${b.service}"`, `entrypoint = "${b.entrypoint}"`]),
+      ...(consumerBindings.length && account !== "local"
+        ? [
+            "",
+            `# A consumer binding serves the account "local" only, unless shardq's [vars] name its accounts; add this line there:`,
+            `# WORKER_CONSUMER_ACCOUNTS = '${JSON.stringify(Object.fromEntries(consumerBindings.map((b) => [b.service, [account]])))}'`,
+          ]
+        : []),
       "",
     ].join("\n"),
   );

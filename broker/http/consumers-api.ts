@@ -49,9 +49,14 @@ export async function createConsumer(request: Request, env: Env, accountId: stri
   const coordinator = coordinatorFor(env, queueId);
   if (body.type === "worker") {
     if (!body.script_name) throw HttpError.invalid("script_name", "is required for a worker consumer");
-    if (!consumerBinding(env, body.script_name)) {
+    // One answer whether the name is bound nowhere or for other accounts only, built from the
+    // name alone: no account can learn which Workers another account's queues use.
+    if (!consumerBinding(env, body.script_name, accountId)) {
       const binding = consumerBindingName(body.script_name);
-      throw HttpError.invalid("script_name", `shardq has no service binding ${binding} to a Worker named "${body.script_name}"; add it to wrangler.toml`);
+      throw HttpError.invalid(
+        "script_name",
+        `shardq has no service binding ${binding} to a Worker named "${body.script_name}" for this account; add it to wrangler.toml, and the account to WORKER_CONSUMER_ACCOUNTS`,
+      );
     }
   } else if (body.script_name !== undefined) {
     throw HttpError.invalid("script_name", "applies to worker consumers only");

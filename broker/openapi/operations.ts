@@ -245,7 +245,7 @@ export const OPERATIONS: readonly Operation[] = [
   {
     method: "post", path: `${QUEUE}/consumers`, operationId: "createConsumer", tag: "Consumers",
     summary: "Add the queue's consumer",
-    description: "A worker consumer names a Worker shardq has a service binding to; 409 when the queue already has a consumer.",
+    description: "A worker consumer names, exactly, a Worker shardq has a service binding to (CONSUMER_<NAME>) for the caller's account (WORKER_CONSUMER_ACCOUNTS; unset: the local account only); any other name, or a Worker bound for other accounts only, is the same 400 naming script_name. 409 when the queue already has a consumer.",
     body: { id: "CreateConsumerRequest", schema: createConsumerBody, required: true },
     answer: { kind: "envelope", status: 201, result: R.consumer, description: "The consumer added." },
     errors: [409],

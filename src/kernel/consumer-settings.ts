@@ -86,8 +86,51 @@ export function isServiceBinding(value: unknown): value is Fetcher {
   return typeof value === "object" && value !== null && typeof (value as { fetch?: unknown }).fetch === "function";
 }
 
-/** The service binding to the Worker consumer `scriptName`, or null when env has none (or what it has by that name is not one). */
-export function consumerBinding(env: object, scriptName: string): Fetcher | null {
+/**
+ * The account a consumer binding serves when WORKER_CONSUMER_ACCOUNTS is unset: `npm start`,
+ * `shardq dev` and the tests run every queue under it (.dev.vars), so their configs need no change.
+ */
+export const DEFAULT_CONSUMER_ACCOUNT = "local";
+
+const parsedAccounts = new Map<string, Record<string, readonly string[]> | null>();
+
+/**
+ * WORKER_CONSUMER_ACCOUNTS: `{ "<script name>": ["<account id>", ...] }`. A binding name folds
+ * `-` and `_` together (consumerBindingName), so a Worker is named here exactly, and a name not
+ * listed is bound for nobody. A value that is not such an object binds nothing (fail closed),
+ * and says so once per isolate.
+ */
+function accountsByWorker(raw: string): Record<string, readonly string[]> | null {
+  if (parsedAccounts.has(raw)) return parsedAccounts.get(raw)!;
+  let parsed: Record<string, readonly string[]> | null = null;
+  try {
+    const value: unknown = JSON.parse(raw);
+    if (typeof value === "object" && value !== null && !Array.isArray(value) && Object.values(value).every((v) => Array.isArray(v) && v.every((a) => typeof a === "string"))) {
+      parsed = value as Record<string, readonly string[]>;
+    }
+  } catch {
+    // reported below
+  }
+  if (!parsed) console.error('WORKER_CONSUMER_ACCOUNTS is not a JSON object of { "<script name>": ["<account id>", ...] }; no consumer Worker is bound until it is');
+  parsedAccounts.set(raw, parsed);
+  return parsed;
+}
+
+/** Whether `accountId`'s queues may use the Worker `scriptName` as a consumer. */
+export function workerServesAccount(env: object, scriptName: string, accountId: string): boolean {
+  const raw = (env as { WORKER_CONSUMER_ACCOUNTS?: unknown }).WORKER_CONSUMER_ACCOUNTS;
+  if (typeof raw !== "string" || raw.trim() === "") return accountId === DEFAULT_CONSUMER_ACCOUNT;
+  const table = accountsByWorker(raw);
+  return table !== null && Object.hasOwn(table, scriptName) && table[scriptName]!.includes(accountId);
+}
+
+/**
+ * The service binding to the Worker consumer `scriptName` for a queue of `accountId`, or null
+ * when env has none (or what it has by that name is not one), or the binding is not the
+ * account's. Callers answer null alike whichever it was, so nobody learns which Workers are bound.
+ */
+export function consumerBinding(env: object, scriptName: string, accountId: string): Fetcher | null {
+  if (!workerServesAccount(env, scriptName, accountId)) return null;
   const value = (env as Record<string, unknown>)[consumerBindingName(scriptName)];
   return isServiceBinding(value) ? value : null;
 }

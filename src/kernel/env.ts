@@ -20,6 +20,12 @@ declare global {
       __STATIC_CONTENT?: KVNamespace;
       /** How long a consumer shard's lease on a pushed batch lasts (ms, default 30,000; renewed while the handler runs). */
       PUSH_LEASE_MS?: string;
+      /**
+       * JSON `{ "<script name>": ["<account id>", ...] }`: the accounts whose queues may use each
+       * consumer Worker, named exactly (src/kernel/consumer-settings.ts workerServesAccount).
+       * Unset: every CONSUMER_<NAME> binding serves the account "local" only.
+       */
+      WORKER_CONSUMER_ACCOUNTS?: string;
       /** "on" opens the fault harness's hooks (src/kernel/test-hooks.ts). Only test/faults sets it; never wrangler.toml. */
       SHARDQ_TEST_HOOKS?: string;
       /**

@@ -45,12 +45,12 @@ describe(`binding names: ${CONSUMER_BINDING_PREFIX}* is for consumer Workers onl
   });
 
   it("finds a consumer's binding only when it is a service binding", () => {
-    expect(consumerBinding(env, "shardq-example-consumer")).not.toBeNull();
-    expect(consumerBinding(env, "nobody-bound-this")).toBeNull();
+    expect(consumerBinding(env, "shardq-example-consumer", "local")).not.toBeNull();
+    expect(consumerBinding(env, "nobody-bound-this", "local")).toBeNull();
     // A Durable Object namespace, a KV namespace or a var under a consumer's name is not one.
-    expect(consumerBinding({ CONSUMER_SHARD: env.SHARD_CONSUMERS }, "shard")).toBeNull();
-    expect(consumerBinding({ CONSUMER_MAPS: env.SHARD_MAPS }, "maps")).toBeNull();
-    expect(consumerBinding({ CONSUMER_REGIONS: "wnam" }, "regions")).toBeNull();
-    expect(consumerBinding({ CONSUMER_X: env.EXAMPLE_CONSUMER }, "x")).toBe(env.EXAMPLE_CONSUMER);
+    expect(consumerBinding({ CONSUMER_SHARD: env.SHARD_CONSUMERS }, "shard", "local")).toBeNull();
+    expect(consumerBinding({ CONSUMER_MAPS: env.SHARD_MAPS }, "maps", "local")).toBeNull();
+    expect(consumerBinding({ CONSUMER_REGIONS: "wnam" }, "regions", "local")).toBeNull();
+    expect(consumerBinding({ CONSUMER_X: env.EXAMPLE_CONSUMER }, "x", "local")).toBe(env.EXAMPLE_CONSUMER);
   });
 });

@@ -1,5 +1,11 @@
+import { createExecutionContext, env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { OTHER_TOKEN, api, createQueue, queuePath } from "./helpers";
+import type { ConsumerShard } from "../../consumer-shard/consumer-shard";
+import { router } from "../../broker/http/router";
+import { consumerShardFor, coordinatorFor } from "../../src/kernel/addressing";
+import { defaultConsumerSettings } from "../../src/kernel/consumer-settings";
+import type { Env } from "../../src/kernel/env";
+import { BASE, OTHER_TOKEN, TOKEN, api, createQueue, queuePath, queuesPath } from "./helpers";
 
 const consumers = (q: string) => `${queuePath(q)}/consumers`;
 const worker = { type: "worker", script_name: "shardq-example-consumer" };
@@ -104,5 +110,60 @@ describe("consumer management over HTTP", () => {
     const res = await api("GET", consumers("cons-private").replace("/local/", "/other/"), undefined, { token: OTHER_TOKEN });
     expect(res.status).toBe(404);
     expect((await api("POST", consumers("cons-private"), worker, { token: OTHER_TOKEN })).status).toBe(404);
+  });
+
+  describe("a consumer Worker belongs to the accounts its binding is configured for", () => {
+    const other = (path: string) => path.replace("/local/", "/other/");
+    const stats = async (queue: string) => ((await (await env.EXAMPLE_CONSUMER.fetch(`http://consumer/stats?queue=${queue}`)).json()) as { received: number }).received;
+    /** The answer to an unknown name, with the name and its binding taken out: what is left must not depend on who is bound. */
+    const shape = (message: string, name: string) => message.replaceAll(name, "<name>").replaceAll(name.toUpperCase().replace(/[^A-Z0-9]/g, "_"), "<NAME>");
+
+    async function call(e: Env, token: string, method: string, path: string, body?: unknown) {
+      const request = new Request(`${BASE}${path}`, { method, headers: { authorization: `Bearer ${token}`, "content-type": "application/json" }, body: body === undefined ? undefined : JSON.stringify(body) });
+      const res = await router.fetch(request, e, createExecutionContext());
+      return { status: res.status, json: (await res.json()) as any };
+    }
+
+    it("answers another account naming the local account's Worker, or a name that folds onto its binding, as it answers a name nobody bound", async () => {
+      expect((await api("POST", queuesPath("other"), { queue_name: "acct-b-probe" }, { token: OTHER_TOKEN })).status).toBe(201);
+      const unknown = await api("POST", other(consumers("acct-b-probe")), { type: "worker", script_name: "nobody-bound-this" }, { token: OTHER_TOKEN });
+      expect(unknown.status).toBe(400);
+      for (const name of ["shardq-example-consumer", "shardq_example_consumer"]) {
+        const res = await api("POST", other(consumers("acct-b-probe")), { type: "worker", script_name: name }, { token: OTHER_TOKEN });
+        expect(res.status, name).toBe(400);
+        expect(res.json.errors[0].field).toBe("script_name");
+        expect(shape(res.json.errors[0].message, name)).toBe(shape(unknown.json.errors[0].message, "nobody-bound-this"));
+      }
+      expect((await api("GET", other(consumers("acct-b-probe")), undefined, { token: OTHER_TOKEN })).json.result).toEqual([]);
+    });
+
+    it("pushes nothing of another account's queue into a Worker bound for the local account, even through a consumer stored before the rule", async () => {
+      const queue = (await api("POST", queuesPath("other"), { queue_name: "acct-b-pushed" }, { token: OTHER_TOKEN })).json.result;
+      await coordinatorFor(env, queue.queue_id).addConsumer({ type: "worker", script_name: "shardq-example-consumer", settings: { ...defaultConsumerSettings("queue"), max_wait_time_ms: 0 }, dead_letter_queue: null });
+      for (let i = 0; i < 3; i++) expect((await api("POST", `${other(queuePath("acct-b-pushed"))}/messages`, { body: i }, { token: OTHER_TOKEN })).status).toBe(200);
+      await runInDurableObject(consumerShardFor(env, queue.queue_id, 0), (obj: ConsumerShard) => obj.deliverRound(queue.queue_id));
+      await new Promise((r) => setTimeout(r, 500));
+      expect(await stats("acct-b-pushed")).toBe(0);
+      expect((await api("GET", `${other(queuePath("acct-b-pushed"))}/metrics`, undefined, { token: OTHER_TOKEN })).json.result.backlog_count).toBe(3);
+    });
+
+    it("lets the accounts WORKER_CONSUMER_ACCOUNTS names use a Worker by its exact name, and no other account or spelling", async () => {
+      const configured = { ...env, WORKER_CONSUMER_ACCOUNTS: JSON.stringify({ "shardq-example-consumer": ["other"] }) } as Env;
+      expect((await call(configured, OTHER_TOKEN, "POST", queuesPath("other"), { queue_name: "acct-b-named" })).status).toBe(201);
+      const added = await call(configured, OTHER_TOKEN, "POST", other(consumers("acct-b-named")), worker);
+      expect(added.status).toBe(201);
+      expect(added.json.result.script_name).toBe("shardq-example-consumer");
+      await createQueue("acct-local-named");
+      // The local account is not named there any more, and the folded spelling is nobody's.
+      for (const [token, path, name] of [
+        [TOKEN, consumers("acct-local-named"), "shardq-example-consumer"],
+        [TOKEN, consumers("acct-local-named"), "shardq_example_consumer"],
+        [OTHER_TOKEN, other(consumers("acct-b-named")), "shardq_example_consumer"],
+      ] as const) {
+        const res = await call(configured, token, "POST", path, { type: "worker", script_name: name });
+        expect(res.status, `${path} ${name}`).toBe(400);
+        expect(res.json.errors[0].field).toBe("script_name");
+      }
+    });
   });
 });
