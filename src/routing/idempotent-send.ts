@@ -58,7 +58,8 @@ export async function sendIdempotent(env: Env, target: SendTarget, req: Idempote
   const token = randomHex(16);
   const digests = await Promise.all(req.messages.map(messageDigest));
   const tag = randomHex(6);
-  let ids = req.messages.map((m) => m.id ?? (req.key === null ? newMessageId(now) : drawForKey(now, tag, req.key)));
+  const drawn = new Set<string>();
+  let ids = req.messages.map((m) => m.id ?? (req.key === null ? newMessageId(now) : drawForKey(now, tag, req.key, drawn)));
   const held: Held[] = [];
   const skip = new Set<number>();
   let retry = false;
@@ -113,13 +114,17 @@ export async function sendIdempotent(env: Env, target: SendTarget, req: Idempote
 /**
  * An id for a message of an Idempotency-Key send, drawn so that its claim as a producer's
  * id (`id:<it>`) falls in the key's own IdempotencyKeys object, which so finds the send
- * that drew it by its tag without a row per id. About 16 draws of a hash, no I/O.
+ * that drew it by its tag without a row per id. About 16 draws of a hash, no I/O. The ids
+ * of one send share their time and tag, so each is drawn unlike the others (`drawn`).
  */
-function drawForKey(now: number, tag: string, key: string): string {
+function drawForKey(now: number, tag: string, key: string, drawn: Set<string>): string {
   const bucket = bucketOf(`key:${key}`);
   for (;;) {
     const id = keyDrawnId(now, tag);
-    if (bucketOf(`id:${id}`) === bucket) return id;
+    if (bucketOf(`id:${id}`) === bucket && !drawn.has(id)) {
+      drawn.add(id);
+      return id;
+    }
   }
 }
 
@@ -133,7 +138,11 @@ function drawForKey(now: number, tag: string, key: string): string {
  */
 async function drawnByShards(env: Env, target: SendTarget, req: IdempotentSend, indexes: number[]): Promise<number[]> {
   if (indexes.length === 0) return [];
-  const map = await lookupQueue(env, target.accountId, target.queueRef);
+  let map = await lookupQueue(env, target.accountId, target.queueRef);
+  // A shard added since this isolate read the map may have drawn it: shards are numbered on
+  // from the last, so only a number just past the map's asks the Coordinator for its current one.
+  const last = Math.max(...map.shards.map((s) => shardNumber(s.name)));
+  if (indexes.some((i) => isJustPast(locate(req.messages[i]!.id!)?.shard, last))) map = await lookupQueue(env, target.accountId, target.queueRef, { current: true });
   const byShard = new Map<ShardEntry, number[]>();
   for (const i of indexes) {
     const named = locate(req.messages[i]!.id!)?.shard;
@@ -161,6 +170,13 @@ async function drawnByShards(env: Env, target: SendTarget, req: IdempotentSend, 
     throw unavailable("storage shard unavailable; retry later", null);
   }
   return [...same];
+}
+
+/** Shard numbers a map read a few seconds ago may not show yet: a scale-out adds a few at a time. */
+const NEW_SHARDS = 64;
+
+function isJustPast(n: number | undefined, last: number): boolean {
+  return n !== undefined && n > last && n <= last + NEW_SHARDS;
 }
 
 /**

@@ -33,8 +33,8 @@ export function idCollisions(o) {
     if (pool.length > POOL) pool.splice(0, pool.length - POOL);
   };
   return {
-    /** Whether this step of the producer is one of these sends. */
-    due: () => (o.idRate ?? 0) > 0 && rng.chance(/** @type {number} */ (o.idRate)),
+    /** How many of these sends this step of the producer is (0: none). */
+    due: () => ((o.idRate ?? 0) > 0 && rng.chance(/** @type {number} */ (o.idRate)) ? rng.int(1, 4) : 0),
 
     /**
      * A send answered ok: its messages and the ids it got.

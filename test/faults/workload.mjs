@@ -106,11 +106,12 @@ export async function runProducer(o) {
   const collisions = idCollisions(o);
   while (!o.control.stop && Date.now() < o.deadline) {
     // Now and then a send under an id chosen to collide, or of its own (id-collisions.mjs).
-    const chosen = collisions.due() ? await collisions.act({ queue: o.queue, fresh: () => (o.budget.take(1) === 0 ? null : message()), send: (q, m, id, chose) => sendUnderId(o, p, q, m, id, chose) }) : null;
-    if (chosen) {
-      if (chosen.outcome === "fail") o.budget.refund(chosen.n);
-      continue;
+    const chosen = collisions.due();
+    for (let i = 0; i < chosen && !o.control.stop; i++) {
+      const r = await collisions.act({ queue: o.queue, fresh: () => (o.budget.take(1) === 0 ? null : message()), send: (q, m, id, chose) => sendUnderId(o, p, q, m, id, chose) });
+      if (r?.outcome === "fail") o.budget.refund(r.n);
     }
+    if (chosen > 0) continue;
     const burst = rng.chance(o.burstRate);
     const n = o.budget.take(burst ? rng.int(1, 16) : rng.int(1, o.maxBatch));
     if (n === 0) break;
