@@ -318,9 +318,14 @@ export class StorageShard extends DurableObject<Env> {
     return [...knownIds(this.sql, ids)];
   }
 
-  /** Whether this shard drew ids a producer now sends as its own, and for this message or another (drawn-ids.ts). */
+  /**
+   * Whether this shard drew ids a producer now sends as its own, and for this message or
+   * another (drawn-ids.ts). Retired too: the ids it drew stay taken once it is emptied.
+   */
   drawnIds(queueId: string, probes: DrawnIdProbe[]): DrawnIdAnswer[] {
-    return this.read(queueId, probes.map(() => null), () => drawnIds(this.sql, this.delivery, this.shardNo, this.clock.now(), probes));
+    this.cost.rpcs++;
+    if (!this.identity || this.identity.queueId !== queueId) return probes.map(() => null);
+    return drawnIds(this.sql, this.delivery, this.shardNo, this.clock.now(), probes);
   }
 
   /** The ordering keys held back here and why (lanes.ts heldKeys). */

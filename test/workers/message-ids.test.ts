@@ -5,7 +5,11 @@
  * recognised: the same message answers 200 with that id and stores nothing, another body
  * is refused with 409 naming the id field, nothing stored.
  */
+import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
+import { coordinatorFor } from "../../src/kernel/addressing";
+import { locate, shardNumber } from "../../src/kernel/ids";
+import { forgetShardMap } from "../../src/routing/shard-map-cache";
 import { api, backlog, createQueue, producer, queuePath } from "./helpers";
 
 const send = (q: string, body: unknown, headers: Record<string, string> = {}) => api("POST", `${queuePath(q)}/messages`, body, { headers });
@@ -116,6 +120,23 @@ describe("an id a storage shard drew", () => {
     expectConflictOn(await sendBatch(q, { messages: [{ id: keyed, body: "evil" }] }), "messages[0].id");
     expect(await backlog(q)).toBe(0);
     expect(await drain(q)).toEqual([]);
+  });
+
+  it("stays taken once the shard that drew it was emptied, drained and retired", async () => {
+    // The short fault run (seed 2828) found this: a stale-map fault retired the shard, and the id was stored again.
+    const q = "ids-drawn-retired";
+    const { queue_id } = await createQueue(q);
+    expect((await api("POST", `${queuePath(q)}/consumers`, { type: "http_pull" })).status).toBe(201);
+    const x = (await send(q, { body: "real" })).json.result.message_id as string;
+    expect(await drain(q)).toEqual([{ id: x, body: "real" }]);
+    const map = (await coordinatorFor(env, queue_id).shardMap())!;
+    const drew = map.shards.find((s) => shardNumber(s.name) === locate(x)!.shard)!.name;
+    await coordinatorFor(env, queue_id).setShardState(drew, "draining");
+    await coordinatorFor(env, queue_id).setShardState(drew, "retired");
+    forgetShardMap("local", q, queue_id);
+    expectConflictOn(await send(q, { id: x, body: "real" }), "id");
+    expectConflictOn(await send(q, { id: x, body: "evil" }), "id");
+    expect(await backlog(q)).toBe(0);
   });
 
   it("in a batch refuses the whole batch, naming the message", async () => {
