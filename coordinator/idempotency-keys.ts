@@ -25,6 +25,8 @@ interface KeyRow extends Record<string, SqlStorageValue> {
   claimed_at: number;
   expires_at: number;
   attempt: number;
+  tag: string | null;
+  digests: string | null;
 }
 
 const MIGRATIONS = [
@@ -39,6 +41,12 @@ const MIGRATIONS = [
      attempt    INTEGER NOT NULL
    );
    CREATE INDEX keys_by_expiry ON keys (expires_at);`,
+  // An Idempotency-Key's row keeps the tag its drawn ids carry and each message's digest,
+  // so that a drawn id sent again as a producer's own is recognised (claim). One index
+  // entry per key send, none for a producer id's row.
+  `ALTER TABLE keys ADD COLUMN tag TEXT;
+   ALTER TABLE keys ADD COLUMN digests TEXT;
+   CREATE INDEX keys_by_tag ON keys (tag) WHERE tag IS NOT NULL;`,
 ];
 
 /**
@@ -92,7 +100,7 @@ export class IdempotencyKeys extends DurableObject<Env> {
     });
     const outcomes: ClaimOutcome[] = claims.map((c, i) => {
       const row = rows[i];
-      if (!row) return { status: "claimed", ids: c.ids, retry: false };
+      if (!row) return (c.key.startsWith("id:") && this.drawnByKeySend(c, now)) || { status: "claimed", ids: c.ids, retry: false };
       if (row.digest !== c.digest) return { status: "mismatch" };
       if (row.state === "done") return { status: "done", ids: JSON.parse(row.ids) as string[] };
       const held = now - row.claimed_at;
@@ -107,10 +115,12 @@ export class IdempotencyKeys extends DurableObject<Env> {
         if (row) {
           this.sql.exec("UPDATE keys SET token = ?, claimed_at = ?, attempt = attempt + 1 WHERE key = ?", token, now, c.key);
         } else {
+          const drawn = c.key.startsWith("key:") && c.tag !== undefined && c.digests !== undefined;
           this.sql.exec(
-            `INSERT OR REPLACE INTO keys (key, digest, ids, state, token, claimed_at, expires_at, attempt)
-             VALUES (?, ?, ?, 'pending', ?, ?, ?, 1)`,
+            `INSERT OR REPLACE INTO keys (key, digest, ids, state, token, claimed_at, expires_at, attempt, tag, digests)
+             VALUES (?, ?, ?, 'pending', ?, ?, ?, 1, ?, ?)`,
             c.key, c.digest, JSON.stringify(c.ids), token, now, now + IDEMPOTENCY_WINDOW_MS,
+            drawn ? c.tag! : null, drawn ? JSON.stringify(c.digests) : null,
           );
         }
       });
@@ -120,6 +130,27 @@ export class IdempotencyKeys extends DurableObject<Env> {
       void this.storage.setAlarm(now + IDEMPOTENCY_WINDOW_MS);
     }
     return outcomes;
+  }
+
+  /**
+   * A producer's id that an Idempotency-Key send of this queue drew (the broker puts a
+   * drawn id's claim in its key's object): answered as that send's message is, by that
+   * message's own digest. Undefined when no key send here drew it: claimed as any id.
+   */
+  private drawnByKeySend(c: KeyClaim, now: number): ClaimOutcome | undefined {
+    if (c.tag === undefined) return undefined;
+    const id = c.key.slice("id:".length);
+    for (const row of this.sql.exec<KeyRow>("SELECT * FROM keys WHERE tag = ? AND expires_at > ?", c.tag, now)) {
+      const at = (JSON.parse(row.ids) as string[]).indexOf(id);
+      if (at < 0 || row.digests === null) continue;
+      if ((JSON.parse(row.digests) as string[])[at] !== c.digest) return { status: "mismatch" };
+      if (row.state === "done") return { status: "done", ids: [id] };
+      const held = now - row.claimed_at;
+      if (held < IN_PROGRESS_MS) return { status: "busy", retryAfterMs: IN_PROGRESS_MS - held };
+      // The key send died: its message may be stored. Stored again with dedupe, after a look at every shard.
+      return { status: "claimed", ids: [id], retry: true };
+    }
+    return undefined;
   }
 
   /** The messages are stored: from now on the keys answer with their ids. */

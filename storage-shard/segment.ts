@@ -122,7 +122,7 @@ export class Settled {
 }
 
 /** Segment numbers per millisecond before they run ahead of the clock. */
-const SEGS_PER_MS = 1024;
+export const SEGS_PER_MS = 1024;
 
 /**
  * The next segment number: above every one this shard has used and, after the last one

@@ -7,6 +7,8 @@ import type {
   AppendRequest,
   AppendResult,
   DeliveryTotals,
+  DrawnIdAnswer,
+  DrawnIdProbe,
   Epoch,
   LeasedMessage,
   LeaseRef,
@@ -34,6 +36,7 @@ import { meteredSql, settleReads, type CostMeter } from "../src/kernel/sql-meter
 import { cancelMessage, countMatching, findMessage, leaseMatching, peekReady, purgeSome, releaseLeases } from "./operations";
 import { migrate } from "./schema";
 import { appendBatch } from "./append";
+import { drawnIds } from "./drawn-ids";
 import { knownIds } from "./remembered-ids";
 import { acceptBridges, acceptReleases, enterEpoch, loadEpoch, owedHandoffs } from "./handoff";
 import { HandoffOutbox } from "./handoff-outbox";
@@ -313,6 +316,16 @@ export class StorageShard extends DurableObject<Env> {
     this.cost.rpcs++;
     if (!this.identity || this.identity.queueId !== queueId) return [];
     return [...knownIds(this.sql, ids)];
+  }
+
+  /**
+   * Whether this shard drew ids a producer now sends as its own, and for this message or
+   * another (drawn-ids.ts). Retired too: the ids it drew stay taken once it is emptied.
+   */
+  drawnIds(queueId: string, probes: DrawnIdProbe[]): DrawnIdAnswer[] {
+    this.cost.rpcs++;
+    if (!this.identity || this.identity.queueId !== queueId) return probes.map(() => null);
+    return drawnIds(this.sql, this.delivery, this.shardNo, this.clock.now(), probes);
   }
 
   /** The ordering keys held back here and why (lanes.ts heldKeys). */

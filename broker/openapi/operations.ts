@@ -144,7 +144,8 @@ export const OPERATIONS: readonly Operation[] = [
     summary: "Send one message",
     description:
       "Stored on a storage shard before the answer. With an Idempotency-Key header or an `id`, stored once however often the request is retried within 24 hours; " +
-      "409 when the key or id was used for a different request, or while a request holding it is in progress (with Retry-After).",
+      "409 when the key or id was used for a different request, or while a request holding it is in progress (with Retry-After). " +
+      "Ids are unique per queue, whoever chose them: an `id` the queue drew for another send (answered to a plain, keyed or Idempotency-Key send, consumed or not) is 409 naming `id`, unless it is that very message (same body, content type and ordering key): then 200 with the id, nothing stored.",
     idempotencyKey: true,
     body: { id: "SendMessageRequest", schema: httpMessage, required: true },
     answer: ok(R.sendResult, "Stored: the message's id, and the queue's figures."),

@@ -7,6 +7,21 @@ export function newMessageId(now: number): string {
   return now.toString(16).padStart(12, "0").slice(-12) + randomHex(10);
 }
 
+/**
+ * An id the broker draws for a message of an Idempotency-Key send: newMessageId's shape,
+ * with the send's `tag` (12 hex) after the milliseconds, so that the queue's
+ * IdempotencyKeys find the send that drew it by the tag (coordinator/idempotency-keys.ts)
+ * when a producer sends it later as its own id.
+ */
+export function keyDrawnId(now: number, tag: string): string {
+  return now.toString(16).padStart(12, "0").slice(-12) + tag + randomHex(4);
+}
+
+/** The tag a key send that drew `id` gave it (keyDrawnId); any 32-hex id has one, most were never drawn. */
+export function drawTagOf(id: string): string {
+  return id.slice(12, 24);
+}
+
 /** Queue ids: 32 random hex characters, as Cloudflare's queue_id. */
 export function newQueueId(): string {
   return randomHex(16);

@@ -363,6 +363,30 @@ export interface KeyClaim {
   key: string;
   digest: string;
   ids: string[];
+  /**
+   * An Idempotency-Key's claim: the tag its drawn ids carry (src/kernel/ids.ts keyDrawnId)
+   * and each message's digest, so that one of those ids sent later as a producer's own is
+   * recognised. A producer id's claim: the tag a key send that drew this id would have.
+   */
+  tag?: string;
+  /** An Idempotency-Key's claim: each message's digest, in the order of `ids`. */
+  digests?: string[];
+}
+
+/**
+ * A storage shard's answer about a producer's id that names one of its own places (a
+ * located id): null when it never drew this id; else whether the message it drew is
+ * this one (same content type and body bytes), or another, or one whose every trace
+ * is gone (consumed), which is taken all the same.
+ */
+export type DrawnIdAnswer = null | "same" | "other";
+
+/** A producer's id asked about, with what the producer sends under it. */
+export interface DrawnIdProbe {
+  id: string;
+  contentType: ContentType;
+  body: Uint8Array;
+  orderingKey?: string;
 }
 
 export type ClaimOutcome =

@@ -10,9 +10,9 @@
 import { idempotencyKeysFor, storageShardFor } from "../kernel/addressing";
 import type { Env } from "../kernel/env";
 import { HttpError, unavailable } from "../kernel/errors";
-import { newMessageId, randomHex } from "../kernel/ids";
+import { drawTagOf, keyDrawnId, locate, newMessageId, randomHex, shardNumber } from "../kernel/ids";
 import type { PendingMessage } from "./pending-messages";
-import type { ShardBacklog, ClaimOutcome, KeyClaim } from "../kernel/protocol";
+import type { ShardBacklog, ShardEntry, ClaimOutcome, KeyClaim } from "../kernel/protocol";
 import { seededRandom } from "./placement";
 import { lookupQueue } from "./queue-lookup";
 import { storeMessages, type SendTarget, type Stored } from "./store";
@@ -57,14 +57,16 @@ export async function sendIdempotent(env: Env, target: SendTarget, req: Idempote
   const now = Date.now();
   const token = randomHex(16);
   const digests = await Promise.all(req.messages.map(messageDigest));
-  let ids = req.messages.map((m) => m.id ?? newMessageId(now));
+  const tag = randomHex(6);
+  const drawn = new Set<string>();
+  let ids = req.messages.map((m) => m.id ?? (req.key === null ? newMessageId(now) : drawForKey(now, tag, req.key, drawn)));
   const held: Held[] = [];
   const skip = new Set<number>();
   let retry = false;
   try {
     if (req.key !== null) {
       const digest = await sha256Hex(utf8.encode(JSON.stringify([req.route, req.batchDelaySeconds ?? null, req.messages.map((m, i) => [m.id ?? null, digests[i]])])));
-      const [outcome] = await claim(env, map.queueId, [{ key: `key:${req.key}`, digest, ids }], token, held);
+      const [outcome] = await claim(env, map.queueId, [{ key: `key:${req.key}`, digest, ids, tag, digests }], token, held);
       if (outcome!.status === "done") return { ids: outcome!.ids, queueId: map.queueId, backlogs: [] };
       const claimed = claimedOrThrow(outcome!, HEADER, "was already used with a different request to this queue");
       ids = claimed.ids;
@@ -72,12 +74,13 @@ export async function sendIdempotent(env: Env, target: SendTarget, req: Idempote
     }
     const withIds = req.messages.flatMap((m, i) => (m.id === undefined ? [] : [i]));
     if (withIds.length > 0) {
-      const claims = withIds.map((i) => ({ key: `id:${ids[i]}`, digest: digests[i]!, ids: [ids[i]!] }));
+      const claims = withIds.map((i) => ({ key: `id:${ids[i]}`, digest: digests[i]!, ids: [ids[i]!], tag: drawTagOf(ids[i]!) }));
       const outcomes = await claim(env, map.queueId, claims, token, held);
       outcomes.forEach((o, j) => {
         if (o.status === "done") skip.add(withIds[j]!);
         else retry ||= claimedOrThrow(o, req.idField(withIds[j]!), "was already sent to this queue with a different body, content type or delay").retry;
       });
+      for (const i of await drawnByShards(env, target, req, withIds.filter((i) => !skip.has(i)))) skip.add(i);
     }
   } catch (err) {
     // Refused before anything was sent: keys this request claimed are let go.
@@ -106,6 +109,74 @@ export async function sendIdempotent(env: Env, target: SendTarget, req: Idempote
   const done = await Promise.allSettled(held.map((h) => idempotencyKeysFor(env, map.queueId, h.bucket).complete(h.keys)));
   for (const d of done) if (d.status === "rejected") console.error("marking idempotency keys done failed:", d.reason);
   return { ids, queueId: map.queueId, backlogs };
+}
+
+/**
+ * An id for a message of an Idempotency-Key send, drawn so that its claim as a producer's
+ * id (`id:<it>`) falls in the key's own IdempotencyKeys object, which so finds the send
+ * that drew it by its tag without a row per id. About 16 draws of a hash, no I/O. The ids
+ * of one send share their time and tag, so each is drawn unlike the others (`drawn`).
+ */
+function drawForKey(now: number, tag: string, key: string, drawn: Set<string>): string {
+  const bucket = bucketOf(`key:${key}`);
+  for (;;) {
+    const id = keyDrawnId(now, tag);
+    if (bucketOf(`id:${id}`) === bucket && !drawn.has(id)) {
+      drawn.add(id);
+      return id;
+    }
+  }
+}
+
+/**
+ * Producer ids (at `indexes` of the request) that a storage shard of the queue drew for a
+ * message of its own, which the id claims cannot know: a shard's located id names the
+ * shard (src/kernel/ids.ts locate), which answers whether it drew it. The same message
+ * (content type, ordering key, body) is answered as stored, so its index is returned and
+ * nothing is stored; another, or one whose every trace is gone, is a 409 naming the id.
+ * A random id names none of the queue's shards, so this asks nothing for almost every send.
+ */
+async function drawnByShards(env: Env, target: SendTarget, req: IdempotentSend, indexes: number[]): Promise<number[]> {
+  if (indexes.length === 0) return [];
+  let map = await lookupQueue(env, target.accountId, target.queueRef);
+  // A shard added since this isolate read the map may have drawn it: shards are numbered on
+  // from the last, so only a number just past the map's asks the Coordinator for its current one.
+  const last = Math.max(...map.shards.map((s) => shardNumber(s.name)));
+  if (indexes.some((i) => isJustPast(locate(req.messages[i]!.id!)?.shard, last))) map = await lookupQueue(env, target.accountId, target.queueRef, { current: true });
+  const byShard = new Map<ShardEntry, number[]>();
+  for (const i of indexes) {
+    const named = locate(req.messages[i]!.id!)?.shard;
+    for (const s of map.shards) if (shardNumber(s.name) === named) byShard.set(s, [...(byShard.get(s) ?? []), i]);
+  }
+  const same = new Set<number>();
+  const answers = await Promise.allSettled(
+    [...byShard].map(async ([s, at]) => {
+      const probes = at.map((i) => {
+        const m = req.messages[i]!;
+        return { id: m.id!, contentType: m.contentType, body: m.body, ...(m.orderingKey !== undefined ? { orderingKey: m.orderingKey } : {}) };
+      });
+      const said = await storageShardFor(env, s.name, s.region).drawnIds(map.queueId, probes);
+      at.forEach((i, k) => {
+        if (said[k] === "other") throw new HttpError("conflict", `${req.idField(i)}: is an id this queue drew for another message; choose another`, req.idField(i));
+        if (said[k] === "same") same.add(i);
+      });
+    }),
+  );
+  const conflict = answers.find((a) => a.status === "rejected" && a.reason instanceof HttpError);
+  if (conflict) throw (conflict as PromiseRejectedResult).reason;
+  const failed = answers.find((a) => a.status === "rejected");
+  if (failed) {
+    console.error("asking a shard whether it drew an id failed:", (failed as PromiseRejectedResult).reason);
+    throw unavailable("storage shard unavailable; retry later", null);
+  }
+  return [...same];
+}
+
+/** Shard numbers a map read a few seconds ago may not show yet: a scale-out adds a few at a time. */
+const NEW_SHARDS = 64;
+
+function isJustPast(n: number | undefined, last: number): boolean {
+  return n !== undefined && n > last && n <= last + NEW_SHARDS;
 }
 
 /**

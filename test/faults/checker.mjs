@@ -19,6 +19,8 @@
 //   push          deliveries to a Worker consumer's queue() handler (push-checker.mjs)
 //   order         ordering keys (order-checker.mjs): first deliveries in accepted order,
 //                 none while an earlier message of the key is leased or waiting for a retry
+//   ids           message ids (id-checker.mjs): no id answered to two messages, a chosen id
+//                 answered as chosen, no acknowledged id delivered with another message's body
 //
 // Valid when: nothing lost, nothing unexpected, no wrong id, no message id stored twice,
 // no lease overlap while the service and the shard stayed up, no delivery after a
@@ -37,6 +39,7 @@ import { controlFaults } from "./control-figures.mjs";
 import { checkCorruption } from "./corruption-checker.mjs";
 import { abortFigures, recovery } from "./figures.mjs";
 import { deliveredAfterAck, moveFigures, staysOf, storedTwiceWithinStays } from "./move-checker.mjs";
+import { checkIds } from "./id-checker.mjs";
 import { checkOrder } from "./order-checker.mjs";
 import { checkPush, pushDeliveries } from "./push-checker.mjs";
 
@@ -333,6 +336,7 @@ export function check(ops, opts = {}) {
   const control = controlFaults(ops);
   const pushCheck = checkPush(ops, pushed, deliveries.filter((d) => !d.push));
   const orderCheck = checkOrder(ops, pushed, { toleranceMs: tol });
+  const idCheck = checkIds(ops, deliveries);
   const figures = {
     sent,
     delivered: {
@@ -370,6 +374,7 @@ export function check(ops, opts = {}) {
     control: control.figures,
     push: pushCheck.figures,
     order: orderCheck.figures,
+    ids: idCheck.figures,
     drained,
     plan,
   };
@@ -395,6 +400,7 @@ export function check(ops, opts = {}) {
   failures.push(...control.failures);
   failures.push(...pushCheck.failures);
   failures.push(...orderCheck.failures);
+  failures.push(...idCheck.failures);
   if (plan?.redrive && !redrives.some((r) => r.outcome === "ok")) failures.push("no redrive of the dead-letter queue succeeded: the run moved nothing");
   if (plan?.controls && (control.figures?.count ?? 0) !== plan.controls) failures.push(`${control.figures?.count ?? 0} of the ${plan.controls} planned control faults ran`);
 
@@ -414,6 +420,7 @@ export function check(ops, opts = {}) {
       delivered_after_ack: afterAck.slice(0, EXAMPLES),
       ...pushCheck.examples,
       ...orderCheck.examples,
+      ...idCheck.examples,
     },
   };
 }

@@ -3,6 +3,7 @@
 // Each draws its decisions (batch sizes, which messages are poison, what to do with a
 // delivery, pause lengths) from its own seeded stream. Every loop ends at a deadline.
 import { createHash } from "node:crypto";
+import { idCollisions } from "./id-collisions.mjs";
 import { prng } from "./prng.mjs";
 
 /**
@@ -83,9 +84,11 @@ export function rateLimiter(perSecond) {
  * messages in the order sent (order-checker.mjs). Its body also carries the key and the
  * key's sequence number ({k, n}), and its send's invoke value lists [h, key, n]. A delayed
  * batch carries no key: what a send delay does to a key is not part of the contract.
+ * At `idRate` a step is one send under an id the producer chose: one the service answered
+ * earlier (stolen for a new message, or the same message again) or its own (id-collisions.mjs).
  * @param {{ index: number, seed: number, history: History, api: Api, queue: string, pushQueue?: string, pushRate?: number, control: Control, budget: Budget,
  *   limiter: ReturnType<typeof rateLimiter>, deadline: number, maxBatch: number, burstRate: number, poisonRate: number, padMax: number, keyRate: number, delayRate: number,
- *   orderedRate?: number, orderingKeys?: number, tally: { okMessages: number } }} o
+ *   orderedRate?: number, orderingKeys?: number, idRate?: number, tally: { okMessages: number } }} o
  */
 export async function runProducer(o) {
   const p = `producer-${o.index}`;
@@ -100,7 +103,15 @@ export async function runProducer(o) {
     const pad = rng.int(0, o.padMax);
     return { h, x, pad, key: null, seq: 0 };
   };
+  const collisions = idCollisions(o);
   while (!o.control.stop && Date.now() < o.deadline) {
+    // Now and then a send under an id chosen to collide, or of its own (id-collisions.mjs).
+    const chosen = collisions.due();
+    for (let i = 0; i < chosen && !o.control.stop; i++) {
+      const r = await collisions.act({ queue: o.queue, fresh: () => (o.budget.take(1) === 0 ? null : message()), send: (q, m, id, chose) => sendUnderId(o, p, q, m, id, chose) });
+      if (r?.outcome === "fail") o.budget.refund(r.n);
+    }
+    if (chosen > 0) continue;
     const burst = rng.chance(o.burstRate);
     const n = o.budget.take(burst ? rng.int(1, 16) : rng.int(1, o.maxBatch));
     if (n === 0) break;
@@ -117,7 +128,9 @@ export async function runProducer(o) {
           const op = o.history.invoke(p, "send", { q: queue, hs: [m.h], single: true, ...(m.x ? { x: [m.h] } : {}), ...ordered([m]) });
           const r = await o.api.call("POST", `/${queue}/messages`, wire(m));
           const id = r.outcome === "ok" ? r.result?.message_id : undefined;
-          outcomes.push({ outcome: complete(o, op, r, typeof id === "string" ? [id] : undefined, 1), n: 1 });
+          const outcome = complete(o, op, r, typeof id === "string" ? [id] : undefined, 1);
+          if (outcome === "ok") collisions.note(queue, [m], [id], undefined);
+          outcomes.push({ outcome, n: 1 });
         }),
       );
     } else {
@@ -133,6 +146,7 @@ export async function runProducer(o) {
         const r = await o.api.call("POST", `/${queue}/messages/batch`, { messages: messages.map(wire), ...delay }, key ? { "idempotency-key": key } : undefined);
         const ids = r.outcome === "ok" ? r.result?.message_ids : undefined;
         const x = complete(o, op, r, Array.isArray(ids) ? ids : undefined, n);
+        if (x === "ok") collisions.note(queue, messages, ids, key);
         // A refused try after an unknown one is still unknown (the first may have stored): try again.
         outcome = attempt > 0 && x === "fail" ? "unknown" : x;
       }
@@ -144,6 +158,19 @@ export async function runProducer(o) {
 }
 
 /** @typedef {{ h: string, x: boolean, pad: number, key: string | null, seq: number }} Message  a producer's message; key: its ordering key */
+
+/**
+ * One message sent alone under an id the producer chose (id-collisions.mjs: `chose` says
+ * why), logged as a send that names the id; returns the outcome logged.
+ * @param {any} o @param {string} p @param {string} q @param {Message} m @param {string} id @param {string} chose
+ */
+async function sendUnderId(o, p, q, m, id, chose) {
+  await o.limiter.take(1);
+  const op = o.history.invoke(p, "send", { q, hs: [m.h], single: true, id, chose, ...(m.x ? { x: [m.h] } : {}) });
+  const r = await o.api.call("POST", `/${q}/messages`, { ...wire(m), id });
+  const got = r.outcome === "ok" ? r.result?.message_id : undefined;
+  return complete(o, op, r, typeof got === "string" ? [got] : undefined, 1);
+}
 
 /**
  * A producer's ordering keys: each step, `assign` gives some of its messages a key (at

@@ -1,0 +1,61 @@
+/**
+ * Whether this shard drew an id a producer now sends as its own (issue 28): ids are unique
+ * per queue, whoever chose them. A located id names its shard and its place (a segment's
+ * slot, or a lane message's lseq: src/kernel/ids.ts), so the shard named answers from that
+ * place, with no index and nothing remembered per message: the message there is this one
+ * (same content type, ordering key and body bytes: stored, nothing to do) or another. A
+ * place this shard has numbered past but no longer holds (its messages consumed) may have
+ * held the id, and nothing says with what: taken all the same, so a producer never gets an
+ * id a consumer has already seen with another body.
+ */
+import type { DrawnIdAnswer, DrawnIdProbe } from "../src/kernel/protocol";
+import type { DeliveryState } from "./delivery-state";
+import { LANE_SLOT, lanesInUse } from "./lanes";
+import { bodyOf, locate, offsetsOf, SEGMENT_MAX_MESSAGES, SEGS_PER_MS } from "./segment";
+import { bodiesOf, findSlot, headersOf } from "./segment-rows";
+
+/**
+ * Segment numbers and lseqs count from the clock (segment.ts nextSegment, lanes-schema.ts),
+ * so none this shard drew is below this (2024-01-01): a producer's id such as
+ * 000…042 names no place here.
+ */
+const FIRST_DRAWN = Date.UTC(2024, 0, 1) * SEGS_PER_MS;
+
+export function drawnIds(sql: SqlStorage, ds: DeliveryState, shardNo: number, now: number, probes: readonly DrawnIdProbe[]): DrawnIdAnswer[] {
+  return probes.map((p) => {
+    const at = locate(p.id);
+    if (!at || at.shard !== shardNo || at.seg < FIRST_DRAWN) return null;
+    return at.slot === LANE_SLOT ? laneAnswer(sql, at.seg, p) : at.slot < SEGMENT_MAX_MESSAGES ? segmentAnswer(sql, ds, now, at.seg, at.slot, p) : null;
+  });
+}
+
+function segmentAnswer(sql: SqlStorage, ds: DeliveryState, now: number, seg: number, slot: number, p: DrawnIdProbe): DrawnIdAnswer {
+  const first = headersOf(sql, ds, seg);
+  // Its first place still stands (settled or not): it says whether this shard drew the id there.
+  if (first && (first[slot]?.id !== p.id || first[slot]!.indexed)) return null;
+  if (!first && seg > Math.max(ds.lastSeg, now * SEGS_PER_MS)) return null;
+  // The copy held now, wherever a retry rewrote it (it keeps its id), else the first, settled.
+  const found = findSlot(sql, ds, p.id);
+  const place = found ? { seg: found.state.seg, slot: found.slot, headers: found.headers } : first ? { seg, slot, headers: first } : null;
+  if (!place) return "other";
+  const h = place.headers[place.slot]!;
+  if (p.orderingKey !== undefined || h.contentType !== p.contentType || h.size !== p.body.byteLength) return "other";
+  return sameBytes(bodyOf(bodiesOf(sql, place.seg)!, offsetsOf(place.headers), place.headers, place.slot), p.body) ? "same" : "other";
+}
+
+function laneAnswer(sql: SqlStorage, lseq: number, p: DrawnIdProbe): DrawnIdAnswer {
+  if (!lanesInUse(sql)) return null;
+  const row = sql.exec<{ id: string; key: string; content_type: string; body: ArrayBuffer }>("SELECT id, key, content_type, body FROM lane_messages WHERE lseq = ?", lseq).toArray()[0];
+  if (row) {
+    if (row.id !== p.id) return null;
+    return row.key === p.orderingKey && row.content_type === p.contentType && sameBytes(new Uint8Array(row.body), p.body) ? "same" : "other";
+  }
+  const last = sql.exec<{ seq: number }>("SELECT seq FROM sqlite_sequence WHERE name = 'lane_messages'").toArray()[0]?.seq ?? 0;
+  return lseq <= last ? "other" : null;
+}
+
+function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
+  if (a.byteLength !== b.byteLength) return false;
+  for (let i = 0; i < a.byteLength; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
