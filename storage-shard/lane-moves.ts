@@ -148,11 +148,11 @@ export function releaseLaneLeases(sql: SqlStorage, now: number, refs: readonly L
  * Deletes up to `limit` lane messages of any state, oldest first, and the lanes left empty;
  * the messages a move holds are left to it.
  */
-export function purgeLanes(sql: SqlStorage, now: number, limit: number): { count: number; bytes: number; held: number } {
+export function purgeLanes(sql: SqlStorage, now: number, limit: number, ids?: string[]): { count: number; bytes: number; held: number } {
   const moving = liveMoveLeases(sql, now);
   const rows = sql
-    .exec<{ lseq: number; key: string; size: number; leased: number }>(
-      `SELECT lseq, key, length(body) AS size, leased FROM lane_messages m
+    .exec<{ lseq: number; key: string; id: string; size: number; leased: number }>(
+      `SELECT lseq, key, id, length(body) AS size, leased FROM lane_messages m
        WHERE NOT (leased = 1 AND key IN (SELECT key FROM lanes WHERE lease IN (SELECT value FROM json_each(?)))) ORDER BY lseq LIMIT ?`,
       JSON.stringify(moving), limit,
     )
@@ -163,6 +163,7 @@ export function purgeLanes(sql: SqlStorage, now: number, limit: number): { count
   for (const r of rows) {
     sql.exec("DELETE FROM lane_messages WHERE lseq = ?", r.lseq);
     keys.add(r.key);
+    ids?.push(r.id);
     bytes += r.size;
     held += r.leased;
   }

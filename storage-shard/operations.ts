@@ -30,7 +30,7 @@ interface Removed {
  * it: they leave for its target, and what a purge reports deleted must never arrive there.
  * `more` while a call found as many as it may take.
  */
-export function purgeSome(sql: SqlStorage, ds: DeliveryState, now: number, limit: number): Removed & { more: boolean; delta: BacklogDelta } {
+export function purgeSome(sql: SqlStorage, ds: DeliveryState, now: number, limit: number, ids?: string[]): Removed & { more: boolean; delta: BacklogDelta } {
   const n = Math.max(1, Math.min(PURGE_PER_CALL, Math.floor(limit)));
   const removed: Removed = { count: 0, bytes: 0, held: 0 };
   for (let after = 0; removed.count < n; ) {
@@ -39,11 +39,11 @@ export function purgeSome(sql: SqlStorage, ds: DeliveryState, now: number, limit
     for (const state of rows) {
       if (removed.count >= n) break;
       after = state.seg;
-      settleUpTo(sql, ds, now, state, removed, n);
+      settleUpTo(sql, ds, now, state, removed, n, ids);
     }
   }
   if (removed.count < n) {
-    const lanes = purgeLanes(sql, now, n - removed.count);
+    const lanes = purgeLanes(sql, now, n - removed.count, ids);
     removed.count += lanes.count;
     removed.bytes += lanes.bytes;
     removed.held += lanes.held;
@@ -55,12 +55,13 @@ export function purgeSome(sql: SqlStorage, ds: DeliveryState, now: number, limit
 }
 
 /** Settles live slots of a segment until `removed` counts `limit`, counting them into it. */
-function settleUpTo(sql: SqlStorage, ds: DeliveryState, now: number, state: SegmentState, removed: Removed, limit: number): void {
+function settleUpTo(sql: SqlStorage, ds: DeliveryState, now: number, state: SegmentState, removed: Removed, limit: number, ids: string[] | undefined): void {
   const edit = new SegmentEdit(state, headersOf(sql, ds, state.seg)!);
   edit.headers.forEach((h, slot) => {
     if (removed.count >= limit || moving(ds, now, state.seg, slot) || !edit.settle(slot)) return;
     removed.count++;
     removed.bytes += h.size;
+    ids?.push(h.id);
     if (releaseHeld(ds, now, state.seg, slot)) removed.held++;
   });
   edit.commit(sql, ds);

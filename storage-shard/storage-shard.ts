@@ -286,17 +286,18 @@ export class StorageShard extends DurableObject<Env> {
 
   // Queue operations (storage-shard/operations.ts): purge, lookup and cancel by id, redrive.
 
-  /** Deletes up to `limit` messages of any state (ready, delayed, leased), oldest first. */
-  purge(queueId: string, limit: number = PURGE_PER_CALL): PurgeResult {
+  /** Deletes up to `limit` messages of any state (ready, delayed, leased), oldest first; with `withIds`, answers their ids. */
+  purge(queueId: string, limit: number = PURGE_PER_CALL, withIds = false): PurgeResult {
     this.cost.rpcs++;
-    if (this.refuseRead(queueId)) return { deleted: 0, more: false };
+    if (this.refuseRead(queueId)) return { deleted: 0, more: false, ...(withIds ? { ids: [] } : {}) };
     const now = this.clock.now();
-    const r = this.write(now, () => purgeSome(this.sql, this.delivery, now, limit));
+    const ids: string[] | undefined = withIds ? [] : undefined;
+    const r = this.write(now, () => purgeSome(this.sql, this.delivery, now, limit, ids));
     this.afterRemoval(r);
     this.flushReleases();
     // Emptied: the next arrival must wake a consumer again, as after a lease that found nothing.
     if (!r.more) this.wakeups.forget();
-    return { deleted: r.count, more: r.more };
+    return { deleted: r.count, more: r.more, ...(ids ? { ids } : {}) };
   }
 
   findMessage(queueId: string, id: string): MessageStatus | null {

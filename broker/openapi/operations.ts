@@ -199,7 +199,7 @@ export const OPERATIONS: readonly Operation[] = [
   {
     method: "post", path: `${QUEUE}/purge`, operationId: "purgeQueue", tag: "Operations",
     summary: "Delete every message of the queue",
-    description: "Ready, delayed and leased messages alike, in bounded steps: `completed: false` means call again. Messages a redrive is moving out of the queue at that moment are left to it (they go to its target, counted in its `moved`, not in `purged`).",
+    description: "Ready, delayed and leased messages alike, in bounded steps: `completed: false` means call again. With `return_ids: true` the answer lists the ids deleted, and one request deletes at most 10,000. Messages a redrive is moving out of the queue at that moment are left to it (they go to its target, counted in its `moved`, not in `purged`).",
     body: { id: "PurgeRequest", schema: purgeBody, required: true },
     answer: ok(R.purgeResult, "How many were deleted."), errors: [503],
   },

@@ -204,7 +204,11 @@ export const cancelResult = named("CancelResult", z.strictObject({ id: messageId
 
 export const purgeResult = named(
   "PurgeResult",
-  z.strictObject({ purged: count(), completed: described(z.boolean(), "False when the purge stopped at its bound with messages left: call it again.") }),
+  z.strictObject({
+    purged: count(),
+    completed: described(z.boolean(), "False when the purge stopped at its bound with messages left: call it again."),
+    ids: described(z.array(messageId()), "With `return_ids`: the ids of the messages deleted.").optional(),
+  }),
 );
 
 export const redriveResult = named(

@@ -125,7 +125,7 @@ describe("keyed messages in a dead-letter queue", () => {
     const moving = await Promise.all(map.shards.map(async (s) => ({ shard: s.name, messages: await storageShardFor(env, s.name).leaseMatching(dlq.queue_id, {}, 3, 60_000) })));
     const movingIds = moving.flatMap((m) => m.messages.map((x) => x.id));
     expect(movingIds.length).toBeGreaterThan(0);
-    const purged = await api("POST", `${queuePath("kd-purge-dead")}/purge`, { delete_messages_permanently: true });
+    const purged = await api("POST", `${queuePath("kd-purge-dead")}/purge`, { delete_messages_permanently: true, return_ids: true });
     expect(purged.status).toBe(200);
     // The redrive writes what it leased, then acks it.
     let acked = 0;
@@ -139,6 +139,8 @@ describe("keyed messages in a dead-letter queue", () => {
     const arrived = (await storedMessages("kd-purge-src")).messages.map((m) => m.id);
     expect(await backlog("kd-purge-src")).toBe(movingIds.length);
     expect(arrived.filter((id) => !movingIds.includes(id))).toEqual([]);
+    // It names what it deleted: every message but those moving.
+    expect([...purged.json.result.ids].sort()).toEqual([...plain, ...keyed].filter((id) => !movingIds.includes(id)).sort());
     // Keyed messages were among those moving.
     expect(moving.flatMap((m) => m.messages).some((x) => x.orderingKey !== undefined)).toBe(true);
     expect(await backlog("kd-purge-dead")).toBe(0);
