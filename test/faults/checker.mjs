@@ -19,10 +19,13 @@
 //   push          deliveries to a Worker consumer's queue() handler (push-checker.mjs)
 //   order         ordering keys (order-checker.mjs): first deliveries in accepted order,
 //                 none while an earlier message of the key is leased or waiting for a retry
+//   purges        of the dead-letter queue during a redrive (purge-checker.mjs): what a purge
+//                 reported deleted is never delivered after it, and is counted apart from lost
 //
 // Valid when: nothing lost, nothing unexpected, no wrong id, no message id stored twice,
 // no lease overlap while the service and the shard stayed up, no delivery after a
-// confirmed ack, no ordering key's messages out of order, the queues drained, and the
+// confirmed ack, no ordering key's messages out of order, nothing a purge reported deleted
+// delivered after it, the queues drained, and the
 // fault schedule ran (every abort fired).
 
 /**
@@ -39,6 +42,7 @@ import { abortFigures, recovery } from "./figures.mjs";
 import { deliveredAfterAck, moveFigures, staysOf, storedTwiceWithinStays } from "./move-checker.mjs";
 import { checkOrder } from "./order-checker.mjs";
 import { checkPush, pushDeliveries } from "./push-checker.mjs";
+import { checkPurges, purgesOf } from "./purge-checker.mjs";
 
 /** How many examples of each anomaly a result keeps. */
 const EXAMPLES = 20;
@@ -209,13 +213,15 @@ export function check(ops, opts = {}) {
   let deadLetteredOthers = 0;
   let neverConfirmed = 0;
   const confirmedLeases = new Set(confirmedAcks.map((a) => a.l));
+  // Purges of the dead-letter queue (purge-checker.mjs): what they deleted is not lost.
+  const purges = checkPurges(purgesOf(ops), deliveries, retryAsked, [...kills.map((k) => k.t), ...aborts.filter((a) => a.fired && a.ok !== null).map((a) => /** @type {number} */ (a.ok))]);
   for (const [h, s] of sends) {
     sent[s.outcome === "invoked" ? "unknown" : s.outcome]++;
     const ds = byH.get(h) ?? [];
     if (s.outcome === "ok") {
       if (s.poison) sent.poison++;
       // Gone without an ack: every copy was settled some other way, or never stored.
-      if (!ds.some((d) => mayBeAcked.has(d.l) || d.acked) && !(s.id !== null && corrupted.has(s.id))) {
+      if (!ds.some((d) => mayBeAcked.has(d.l) || d.acked) && !(s.id !== null && corrupted.has(s.id)) && !purges.excuses(s.id, ds)) {
         lost.push(h);
         if (ds.length > 0) lostAfterDelivery++;
       }
@@ -333,6 +339,7 @@ export function check(ops, opts = {}) {
   const control = controlFaults(ops);
   const pushCheck = checkPush(ops, pushed, deliveries.filter((d) => !d.push));
   const orderCheck = checkOrder(ops, pushed, { toleranceMs: tol });
+  const purgeCheck = purges.result();
   const figures = {
     sent,
     delivered: {
@@ -370,6 +377,7 @@ export function check(ops, opts = {}) {
     control: control.figures,
     push: pushCheck.figures,
     order: orderCheck.figures,
+    purges: purgeCheck.figures,
     drained,
     plan,
   };
@@ -395,6 +403,7 @@ export function check(ops, opts = {}) {
   failures.push(...control.failures);
   failures.push(...pushCheck.failures);
   failures.push(...orderCheck.failures);
+  failures.push(...purgeCheck.failures);
   if (plan?.redrive && !redrives.some((r) => r.outcome === "ok")) failures.push("no redrive of the dead-letter queue succeeded: the run moved nothing");
   if (plan?.controls && (control.figures?.count ?? 0) !== plan.controls) failures.push(`${control.figures?.count ?? 0} of the ${plan.controls} planned control faults ran`);
 
@@ -414,6 +423,7 @@ export function check(ops, opts = {}) {
       delivered_after_ack: afterAck.slice(0, EXAMPLES),
       ...pushCheck.examples,
       ...orderCheck.examples,
+      ...purgeCheck.examples,
     },
   };
 }

@@ -364,7 +364,8 @@ function harnessId(m) {
  * see every message that was moved end in an ack, never lost between two queues.
  * Runs until the producers are done, so the drain can empty the dead-letter queue.
  * @param {{ seed: number, history: History, api: Api, dlq: string, targets: [string, string], control: Control, deadline: number,
- *   loadDone: () => boolean, held: { paused: boolean }, tally: { redrives: number, moved: number } }} o
+ *   loadDone: () => boolean, held: { paused: boolean }, tally: { redrives: number, moved: number }, purger?: { during: () => Promise<void> } }} o
+ *   purger: an operator who may purge the dead-letter queue while the redrive runs (dlq-purger.mjs)
  */
 export async function runRedriver(o) {
   const rng = prng(o.seed, "redriver");
@@ -375,7 +376,9 @@ export async function runRedriver(o) {
       const to = rng.chance(0.3) ? o.targets[1] : o.targets[0];
       const limit = rng.int(5, 200);
       const op = o.history.invoke("redriver", "redrive", { q: o.dlq, to, limit });
+      const purging = o.purger?.during();
       const r = await o.api.call("POST", `/${o.dlq}/redrive`, { target_queue: to, limit, messages_per_second: 5000 });
+      await purging;
       if (r.outcome === "ok") {
         o.history.complete(op, "ok", { moved: r.result?.moved ?? null, remaining: r.result?.remaining_matching ?? null });
         o.tally.redrives++;
