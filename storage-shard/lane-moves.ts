@@ -99,17 +99,22 @@ export function countMatchingLanes(sql: SqlStorage, now: number, filter: Message
   return sql.exec<{ n: number }>(`SELECT COUNT(*) AS n FROM lane_messages WHERE ${where}`, ...args).one().n;
 }
 
+/** Lane messages a peek reads at most, as operations.ts's PEEK_SCAN bounds a segment peek: an operator's look stays cheap. */
+const PEEK_SCAN = 1000;
+
 /**
  * Up to `limit` keyed messages a consumer could be given now (their lane ready, not
  * leased, due), oldest first, with their bodies and keys, untouched: the peek's keyed part.
+ * Looks among the oldest PEEK_SCAN only, so a shard whose oldest keys are all held may show none.
  */
 export function peekLanes(sql: SqlStorage, now: number, limit: number): Array<MessageStatus & { body: Uint8Array; orderingKey: string }> {
   if (limit <= 0 || !lanesInUse(sql)) return [];
   const rows = sql
     .exec<{ id: string; key: string; content_type: string; checksum: number; enqueued_at: number; sent_at: number; due_at: number; attempts: number; body: ArrayBuffer }>(
-      `SELECT m.id, m.key, m.content_type, m.checksum, m.enqueued_at, m.sent_at, m.due_at, m.attempts, m.body FROM lane_messages m JOIN lanes l ON l.key = m.key
+      `SELECT m.id, m.key, m.content_type, m.checksum, m.enqueued_at, m.sent_at, m.due_at, m.attempts, m.body
+       FROM (SELECT lseq FROM lane_messages ORDER BY lseq LIMIT ?) f JOIN lane_messages m ON m.lseq = f.lseq JOIN lanes l ON l.key = m.key
        WHERE l.ready_at IS NOT NULL AND l.ready_at <= ? AND m.leased = 0 AND m.due_at <= ? ORDER BY m.lseq LIMIT ?`,
-      now, now, limit,
+      PEEK_SCAN, now, now, limit,
     )
     .toArray();
   return rows.flatMap((r) => {

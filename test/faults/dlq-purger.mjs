@@ -20,11 +20,12 @@ export function dlqPurger(o) {
     /** Called as a redrive of the dead-letter queue starts; resolves once the purge it started (if any) answered. */
     async during() {
       if (!rng.chance(rate)) return;
-      // Within the redrive's first batches: it leases, writes and acks a batch in a few ms.
-      await sleep(rng.int(0, 40));
+      // Half the time as the redrive leases its first batch, else within its first batches (a
+      // batch is leased, written and acked in a few ms): either may take a message first.
+      await sleep(rng.chance(0.5) ? 0 : rng.int(1, 40));
       const op = o.history.invoke("purger", "purge", { q: o.dlq, dead_letter_after: o.deadLetterAfter });
       const r = await o.api.call("POST", `/${o.dlq}/purge`, { delete_messages_permanently: true, return_ids: true });
-      const ids = Array.isArray(r.result?.ids) ? r.result.ids.map(String) : null;
+      const ids = r.outcome === "ok" && Array.isArray(r.result?.ids) ? r.result.ids.map(String) : null;
       if (r.outcome === "ok" && ids) {
         o.history.complete(op, "ok", { purged: r.result?.purged ?? null, completed: r.result?.completed ?? null, ids });
         o.tally.purges++;

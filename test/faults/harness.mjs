@@ -19,6 +19,7 @@ import { randomSeed } from "./prng.mjs";
 import { formatTable, writeReport } from "./report.mjs";
 import { Budget, rateLimiter, runConsumer, runProducer, runRedriver, sleep } from "./workload.mjs";
 import { dlqPurger } from "./dlq-purger.mjs";
+import { keyedPoison } from "./keyed-poison.mjs";
 
 export const TOKEN = "shardq-local-dev-token";
 export const QUEUE = "faults";
@@ -154,7 +155,7 @@ export async function runFaults(o) {
     try {
       let producing = o.producers;
       producers = Array.from({ length: o.producers }, (_, index) =>
-        runProducer({ index, seed: o.seed, history, api, queue: QUEUE, pushQueue: PUSH_QUEUE, pushRate: o.pushRate, control, budget, limiter, deadline: loadDeadline, maxBatch: 100, burstRate: 0.25, poisonRate: 0.005, padMax: 200, keyRate: o.keyRate, delayRate: o.faults.includes("corrupt") ? 0.2 : 0, orderedRate: o.orderedRate, orderingKeys: o.orderingKeys, tally }).finally(() => producing--),
+        runProducer({ index, seed: o.seed, history, api, queue: QUEUE, pushQueue: PUSH_QUEUE, pushRate: o.pushRate, control, budget, limiter, deadline: loadDeadline, maxBatch: 100, burstRate: 0.25, poisonRate: 0.005, padMax: 200, keyRate: o.keyRate, delayRate: o.faults.includes("corrupt") ? 0.2 : 0, orderedRate: o.orderedRate, orderingKeys: o.orderingKeys, keyedPoison: keyedPoison({ seed: o.seed, index, rate: 0.02 }), tally }).finally(() => producing--),
       );
       const controlFaults = { history, api, queue: QUEUE, holdMapMs: o.holdMapMs, alarmThrows: o.alarmThrows, consumerQueue: PUSH_QUEUE };
       const redriver = runRedriver({ seed: o.seed, history, api, dlq: DLQ, targets: [QUEUE, PUSH_QUEUE], control, deadline: loadDeadline, loadDone: () => producing === 0, held, tally: moves, purger: dlqPurger({ seed: o.seed, history, api, dlq: DLQ, deadLetterAfter: MAX_RETRIES + 1, tally: purges }) });

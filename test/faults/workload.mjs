@@ -85,7 +85,8 @@ export function rateLimiter(perSecond) {
  * batch carries no key: what a send delay does to a key is not part of the contract.
  * @param {{ index: number, seed: number, history: History, api: Api, queue: string, pushQueue?: string, pushRate?: number, control: Control, budget: Budget,
  *   limiter: ReturnType<typeof rateLimiter>, deadline: number, maxBatch: number, burstRate: number, poisonRate: number, padMax: number, keyRate: number, delayRate: number,
- *   orderedRate?: number, orderingKeys?: number, tally: { okMessages: number } }} o
+ *   orderedRate?: number, orderingKeys?: number, keyedPoison?: (messages: Message[]) => void, tally: { okMessages: number } }} o
+ *   keyedPoison: makes some keyed messages poison too (keyed-poison.mjs)
  */
 export async function runProducer(o) {
   const p = `producer-${o.index}`;
@@ -111,6 +112,7 @@ export async function runProducer(o) {
     const outcomes = [];
     if (burst) {
       ordering.assign(messages);
+      o.keyedPoison?.(messages);
       // Each single send is its own operation.
       await Promise.all(
         messages.map(async (m) => {
@@ -121,10 +123,11 @@ export async function runProducer(o) {
         }),
       );
     } else {
-      const poison = messages.filter((m) => m.x).map((m) => m.h);
       const key = rng.chance(o.keyRate) ? `${o.seed}.${o.index}.${k}` : undefined;
       const delay = rng.chance(o.delayRate) ? { delay_seconds: rng.int(2, 4) } : {};
       if (!("delay_seconds" in delay)) ordering.assign(messages);
+      o.keyedPoison?.(messages);
+      const poison = messages.filter((m) => m.x).map((m) => m.h);
       let outcome = "unknown";
       // Tries until one is answered ok or refused, through a restart (about 3 s) if need be.
       for (let attempt = 0; attempt < (key ? KEYED_TRIES : 1) && outcome === "unknown" && !o.control.stop; attempt++) {
