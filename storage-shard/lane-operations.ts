@@ -26,22 +26,6 @@ export function expireOldLanes(sql: SqlStorage, now: number, cutoff: number, lim
   return { count: -old.length, bytes: -bytes, expired: old.length };
 }
 
-/** Deletes up to `limit` lane messages of any state, oldest first, and the lanes left empty. */
-export function purgeLanes(sql: SqlStorage, limit: number): { count: number; bytes: number; held: number } {
-  const rows = sql.exec<{ lseq: number; key: string; size: number; leased: number }>("SELECT lseq, key, length(body) AS size, leased FROM lane_messages ORDER BY lseq LIMIT ?", limit).toArray();
-  let bytes = 0;
-  let held = 0;
-  const keys = new Set<string>();
-  for (const r of rows) {
-    sql.exec("DELETE FROM lane_messages WHERE lseq = ?", r.lseq);
-    keys.add(r.key);
-    bytes += r.size;
-    held += r.leased;
-  }
-  for (const key of keys) if (sql.exec("SELECT 1 FROM lane_messages WHERE key = ? LIMIT 1", key).toArray().length === 0) sql.exec("DELETE FROM lanes WHERE key = ?", key);
-  return { count: rows.length, bytes, held };
-}
-
 /** Lane messages under a lease now: they count as leased in heartbeats. */
 export function leasedLaneCount(sql: SqlStorage): number {
   return sql.exec<{ n: number }>(`SELECT COUNT(*) AS n FROM lanes l JOIN lane_messages m ON m.key = l.key AND m.lseq <= ${UPTO} WHERE l.lease IS NOT NULL AND m.leased = 1`).one().n;
@@ -90,36 +74,57 @@ export interface HeldKey {
   messages: number;
 }
 
+/**
+ * A lane's reason as it stands now: a retry's or a delay's hold ends when its head is due,
+ * though the row keeps its reason until the lane is next leased (nothing is written for time passing).
+ */
+const REASON_NOW = "CASE WHEN reason IN ('retry', 'delayed') AND ready_at <= ? THEN NULL ELSE reason END";
+
 /** The keys held back here, longest held first, and how many lanes there are and are held, by reason. */
-export function heldKeys(sql: SqlStorage, limit: number): { keys: HeldKey[]; lanes: number; held: Record<HeldKey["reason"], number> } {
+export function heldKeys(sql: SqlStorage, now: number, limit: number): { keys: HeldKey[]; lanes: number; held: Record<HeldKey["reason"], number> } {
   const keys = sql
     .exec<{ key: string; reason: HeldKey["reason"]; blocker: string | null; since: number }>(
-      "SELECT key, reason, blocker, held_since AS since FROM lanes WHERE reason IS NOT NULL ORDER BY held_since, key LIMIT ?",
-      limit,
+      `SELECT key, reason, blocker, held_since AS since FROM lanes WHERE ${REASON_NOW} IS NOT NULL ORDER BY held_since, key LIMIT ?`,
+      now, limit,
     )
     .toArray()
     .map((k) => ({ ...k, messages: sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM lane_messages WHERE key = ?", k.key).one().n }));
   const held: Record<HeldKey["reason"], number> = { leased: 0, retry: 0, delayed: 0, handoff: 0 };
   let lanes = 0;
-  for (const r of sql.exec<{ reason: HeldKey["reason"] | null; n: number }>("SELECT reason, COUNT(*) AS n FROM lanes GROUP BY reason").toArray()) {
+  for (const r of sql.exec<{ reason: HeldKey["reason"] | null; n: number }>(`SELECT ${REASON_NOW} AS reason, COUNT(*) AS n FROM lanes GROUP BY 1`, now).toArray()) {
     lanes += r.n;
     if (r.reason !== null) held[r.reason] = r.n;
   }
   return { keys, lanes, held };
 }
 
+/** What a shard answers an operator's release of a key (takeLaneHead). */
+export type HeadTaken =
+  /** Its head, the message named, leased alone to be moved. */
+  | { taken: LeasedMessage }
+  /** The key is not held here: its head is deliverable, or waits on another shard's (which is the head to release). */
+  | { notHeld: string }
+  /** The key is held here by another message than the one named (the one named was settled, or never held it). */
+  | { heldBy: string }
+  /** No message of the key here. */
+  | null;
+
 /**
  * An operator's release of a held key (POST .../ordering/release): its head, leased alone
- * under a new lease, to be moved to the dead-letter queue and settled as dead-lettered. A
- * batch of the key in flight loses its lease (its acks come back stale). Null when this
- * shard has no message of the key, or its head waits on another shard's (that one is the
- * head to release).
+ * under a new lease, to be moved to the dead-letter queue and settled as dead-lettered. Only
+ * the head the operator named (`expected`), and only while it holds its key: a release must
+ * never dead-letter a message a consumer could have been given, nor the next head after the
+ * one the operator saw was acked. A batch of the key in flight loses its lease (its acks
+ * come back stale).
  */
-export function takeLaneHead(sql: SqlStorage, now: number, key: string, leaseMs: number): LeasedMessage | null {
+export function takeLaneHead(sql: SqlStorage, now: number, key: string, expected: string, leaseMs: number): HeadTaken {
   const head = sql.exec<Row>("SELECT * FROM lane_messages WHERE key = ? ORDER BY lseq LIMIT 1", key).toArray()[0];
   if (!head) return null;
   const from = blockedFrom(sql, key);
-  if (from !== null && head.gen >= from) return null;
+  if (from !== null && head.gen >= from) return { notHeld: head.id };
+  const reason = sql.exec<{ reason: string | null }>(`SELECT ${REASON_NOW} AS reason FROM lanes WHERE key = ?`, now, key).toArray()[0]?.reason ?? null;
+  if (reason === null || reason === "handoff") return { notHeld: head.id };
+  if (head.id !== expected) return { heldBy: head.id };
   const lease = randomHex(12);
   const upto = sql.exec<{ upto: number | null }>("SELECT upto FROM lanes WHERE key = ?", key).toArray()[0]?.upto ?? Number.MAX_SAFE_INTEGER;
   sql.exec("UPDATE lane_messages SET leased = 0 WHERE key = ? AND lseq <= ? AND leased = 1", key, upto);
@@ -127,23 +132,25 @@ export function takeLaneHead(sql: SqlStorage, now: number, key: string, leaseMs:
   sql.exec("UPDATE lanes SET ready_at = NULL, lease = ?, lease_until = ?, reason = 'leased', blocker = ?, held_since = ?, upto = ? WHERE key = ?", lease, now + leaseMs, head.id, now, head.lseq, key);
   laneLeaseTaken(sql, now + leaseMs);
   return {
-    id: head.id,
-    body: new Uint8Array(head.body),
-    contentType: head.content_type as ContentType,
-    enqueuedAt: head.sent_at || head.enqueued_at,
-    attempts: head.attempts,
-    leaseId: `L${head.lseq}-${lease}`,
-    copyKey: copyOfLane(head.lseq),
-    orderingKey: key,
+    taken: {
+      id: head.id,
+      body: new Uint8Array(head.body),
+      contentType: head.content_type as ContentType,
+      enqueuedAt: head.sent_at || head.enqueued_at,
+      attempts: head.attempts,
+      leaseId: `L${head.lseq}-${lease}`,
+      copyKey: copyOfLane(head.lseq),
+      orderingKey: key,
+    },
   };
 }
 
 /** The lanes here and how many are held back, by reason: what GET .../metrics and Prometheus show, summed over shards. */
-export function laneFigures(sql: SqlStorage): LaneFigures {
+export function laneFigures(sql: SqlStorage, now: number): LaneFigures {
   const held: Record<HoldReason, number> = { leased: 0, retry: 0, delayed: 0, handoff: 0 };
   let lanes = 0;
   let oldestHeldSince: number | null = null;
-  for (const r of sql.exec<{ reason: HoldReason | null; n: number; since: number | null }>("SELECT reason, COUNT(*) AS n, MIN(held_since) AS since FROM lanes GROUP BY reason").toArray()) {
+  for (const r of sql.exec<{ reason: HoldReason | null; n: number; since: number | null }>(`SELECT ${REASON_NOW} AS reason, COUNT(*) AS n, MIN(held_since) AS since FROM lanes GROUP BY 1`, now).toArray()) {
     lanes += r.n;
     if (r.reason === null) continue;
     held[r.reason] = r.n;

@@ -87,12 +87,18 @@ export function writeLanes(sql: SqlStorage, now: number, shardNo: number, messag
   }
   const given = messages.flatMap((m, i) => (m.id === undefined ? [] : [[m.id, first + i]]));
   if (given.length > 0) sql.exec("INSERT OR IGNORE INTO lane_ids (id, lseq) SELECT value ->> '$[0]', value ->> '$[1]' FROM json_each(?)", JSON.stringify(given));
-  const heads = new Map<string, number>();
-  for (const m of messages) if (!heads.has(m.key)) heads.set(m.key, m.dueAt || m.enqueuedAt);
+  const heads = new Map<string, [readyAt: number, id: string]>();
+  messages.forEach((m, i) => {
+    if (!heads.has(m.key)) heads.set(m.key, [m.dueAt || m.enqueuedAt, ids[i]!]);
+  });
+  // A new lane whose head is delayed is held from now, by that head: a producer's delay can
+  // hold a key for a day, and operators must see it (GET .../ordering/held) and may release it.
   const created = sql
     .exec<{ key: string }>(
-      "INSERT INTO lanes (key, ready_at) SELECT value ->> '$[0]', value ->> '$[1]' FROM json_each(?) WHERE true ON CONFLICT(key) DO NOTHING RETURNING key",
-      JSON.stringify([...heads]),
+      `INSERT INTO lanes (key, ready_at, reason, blocker, held_since)
+       SELECT value ->> '$[0]', value ->> '$[1]', CASE WHEN value ->> '$[1]' > ? THEN 'delayed' END, CASE WHEN value ->> '$[1]' > ? THEN value ->> '$[2]' END, CASE WHEN value ->> '$[1]' > ? THEN ? END
+       FROM json_each(?) WHERE true ON CONFLICT(key) DO NOTHING RETURNING key`,
+      now, now, now, now, JSON.stringify([...heads].map(([key, [at, id]]) => [key, at, id])),
     )
     .toArray();
   // A new lane is ready when its head is due, unless another shard still holds older messages of its key.

@@ -14,7 +14,8 @@ import type { DeliveryState } from "./delivery-state";
 import { MAX_MATCHING_LEASE, PURGE_PER_CALL } from "../src/kernel/limits";
 import { offsetsOf, parseLeaseId, Settled, slotKey, type Header } from "./segment";
 import { findSlot, headersOf, readState, SegmentEdit, STATE_COLUMNS, type SegmentState } from "./segment-rows";
-import { cancelLaneMessage, purgeLanes } from "./lane-operations";
+import { cancelLaneMessage } from "./lane-operations";
+import { countMatchingLanes, leaseMatchingLanes, peekLanes, purgeLanes, releaseLaneLeases } from "./lane-moves";
 
 /** Removed messages: how many, their bytes, and how many were held under a live lease. */
 interface Removed {
@@ -23,8 +24,13 @@ interface Removed {
   held: number;
 }
 
-/** Settles up to `limit` messages of any state, oldest segment first (a segment with none left is deleted), then lanes' (lanes.ts). */
-export function purgeSome(sql: SqlStorage, ds: DeliveryState, now: number, limit: number): Removed & { more: boolean; delta: BacklogDelta } {
+/**
+ * Settles up to `limit` messages of any state, oldest segment first (a segment with none
+ * left is deleted), then lanes' (lanes.ts). Messages a move (a redrive) holds are left to
+ * it: they leave for its target, and what a purge reports deleted must never arrive there.
+ * `more` while a call found as many as it may take.
+ */
+export function purgeSome(sql: SqlStorage, ds: DeliveryState, now: number, limit: number, ids?: string[]): Removed & { more: boolean; delta: BacklogDelta } {
   const n = Math.max(1, Math.min(PURGE_PER_CALL, Math.floor(limit)));
   const removed: Removed = { count: 0, bytes: 0, held: 0 };
   for (let after = 0; removed.count < n; ) {
@@ -33,30 +39,38 @@ export function purgeSome(sql: SqlStorage, ds: DeliveryState, now: number, limit
     for (const state of rows) {
       if (removed.count >= n) break;
       after = state.seg;
-      settleUpTo(sql, ds, now, state, removed, n);
+      settleUpTo(sql, ds, now, state, removed, n, ids);
     }
   }
   if (removed.count < n) {
-    const lanes = purgeLanes(sql, n - removed.count);
+    const lanes = purgeLanes(sql, now, n - removed.count, ids);
     removed.count += lanes.count;
     removed.bytes += lanes.bytes;
     removed.held += lanes.held;
   }
   ds.bump("purged", removed.count);
-  const more = sql.exec("SELECT 1 FROM segments LIMIT 1").toArray().length > 0 || sql.exec("SELECT 1 FROM lane_messages LIMIT 1").toArray().length > 0;
+  // Fewer than asked: every segment was read, and every lane message not under a move.
+  const more = removed.count >= n;
   return { ...removed, more, delta: { count: -removed.count, bytes: -removed.bytes } };
 }
 
 /** Settles live slots of a segment until `removed` counts `limit`, counting them into it. */
-function settleUpTo(sql: SqlStorage, ds: DeliveryState, now: number, state: SegmentState, removed: Removed, limit: number): void {
+function settleUpTo(sql: SqlStorage, ds: DeliveryState, now: number, state: SegmentState, removed: Removed, limit: number, ids: string[] | undefined): void {
   const edit = new SegmentEdit(state, headersOf(sql, ds, state.seg)!);
   edit.headers.forEach((h, slot) => {
-    if (removed.count >= limit || !edit.settle(slot)) return;
+    if (removed.count >= limit || moving(ds, now, state.seg, slot) || !edit.settle(slot)) return;
     removed.count++;
     removed.bytes += h.size;
+    ids?.push(h.id);
     if (releaseHeld(ds, now, state.seg, slot)) removed.held++;
   });
   edit.commit(sql, ds);
+}
+
+/** Whether a move (a redrive's lease, which counts no attempt) holds the slot now. */
+function moving(ds: DeliveryState, now: number, seg: number, slot: number): boolean {
+  const l = ds.leases.get(slotKey(seg, slot));
+  return l !== undefined && !l.counts && l.until > now;
 }
 
 /** Drops a slot's memory lease; true when one was live. */
@@ -93,8 +107,8 @@ const PEEK_SCAN = 1000;
  * about PEEK_SCAN messages' headers, so a shard whose oldest messages are all leased or
  * delayed may show none; only the bodies shown are read.
  */
-export function peekReady(sql: SqlStorage, ds: DeliveryState, now: number, limit: number): Array<MessageStatus & { body: Uint8Array }> {
-  const out: Array<MessageStatus & { body: Uint8Array }> = [];
+export function peekReady(sql: SqlStorage, ds: DeliveryState, now: number, limit: number): Array<MessageStatus & { body: Uint8Array; orderingKey?: string }> {
+  const out: Array<MessageStatus & { body: Uint8Array; orderingKey?: string }> = [];
   let scanned = 0;
   for (let after = 0; out.length < limit && scanned < PEEK_SCAN; ) {
     const rows = sql.exec(`SELECT ${STATE_COLUMNS} FROM segments WHERE seg > ? ORDER BY seg LIMIT 16`, after).toArray() as unknown as SegmentState[];
@@ -119,7 +133,10 @@ export function peekReady(sql: SqlStorage, ds: DeliveryState, now: number, limit
       if (out.length >= limit || scanned >= PEEK_SCAN) break;
     }
   }
-  return out;
+  // Keyed messages are in lanes, not segments: the oldest `limit` of both.
+  const keyed = peekLanes(sql, now, limit);
+  if (keyed.length === 0) return out;
+  return [...out, ...keyed].sort((a, b) => a.enqueuedAt - b.enqueuedAt).slice(0, limit);
 }
 
 /** Whether an unsettled slot is ready: due, not held, not behind a lease a restart lost. */
@@ -158,7 +175,10 @@ export function cancelMessage(sql: SqlStorage, ds: DeliveryState, now: number, i
  */
 export function leaseMatching(sql: SqlStorage, ds: DeliveryState, now: number, filter: MessageFilter, limit: number, leaseMs: number): { messages: LeasedMessage[]; delta: BacklogDelta } {
   const matches = matching(now, filter);
-  const want = Math.max(1, Math.min(MAX_MATCHING_LEASE, Math.floor(limit)));
+  let want = Math.max(1, Math.min(MAX_MATCHING_LEASE, Math.floor(limit)));
+  // Keyed messages first, each key's in its order (lane-moves.ts); then segments' for the rest.
+  const keyed = leaseMatchingLanes(sql, now, filter, want, leaseMs);
+  want -= keyed.messages.length;
   const candidates: Array<{ seg: number; slot: number; header: Header }> = [];
   for (let after = 0; candidates.length < want; ) {
     const rows = sql.exec(`SELECT ${STATE_COLUMNS} FROM segments WHERE seg > ? ORDER BY seg LIMIT 16`, after).toArray() as unknown as SegmentState[];
@@ -172,7 +192,9 @@ export function leaseMatching(sql: SqlStorage, ds: DeliveryState, now: number, f
       });
     }
   }
-  return leaseSlots(sql, ds, candidates, now, leaseMs, false);
+  if (candidates.length === 0) return keyed;
+  const plain = leaseSlots(sql, ds, candidates, now, leaseMs, false);
+  return { messages: [...keyed.messages, ...plain.messages], delta: { count: keyed.delta.count + plain.delta.count, bytes: keyed.delta.bytes + plain.delta.bytes } };
 }
 
 /**
@@ -181,7 +203,7 @@ export function leaseMatching(sql: SqlStorage, ds: DeliveryState, now: number, f
  * next lease finds them.
  */
 export function releaseLeases(sql: SqlStorage, ds: DeliveryState, now: number, refs: LeaseRef[]): number {
-  let released = 0;
+  let released = releaseLaneLeases(sql, now, refs);
   for (const ref of refs) {
     const name = parseLeaseId(ref.leaseId);
     if (!name) continue;
@@ -197,10 +219,10 @@ export function releaseLeases(sql: SqlStorage, ds: DeliveryState, now: number, r
   return released;
 }
 
-/** Messages matching the filter in any state (leased and delayed ones too). Reads every header: an operator's count. */
+/** Messages matching the filter in any state (leased and delayed ones too), keyed ones included. Reads every header: an operator's count. */
 export function countMatching(sql: SqlStorage, ds: DeliveryState, now: number, filter: MessageFilter): number {
   const matches = matching(now, filter);
-  let n = 0;
+  let n = countMatchingLanes(sql, now, filter);
   for (let after = 0; ; ) {
     const rows = sql.exec<{ seg: number; settled: ArrayBuffer; headers: string }>("SELECT seg, settled, headers FROM segments WHERE seg > ? ORDER BY seg LIMIT 64", after).toArray();
     if (rows.length === 0) return n;

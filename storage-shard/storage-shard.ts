@@ -41,7 +41,7 @@ import { knownIds } from "./remembered-ids";
 import { acceptBridges, acceptReleases, enterEpoch, loadEpoch, owedHandoffs } from "./handoff";
 import { HandoffOutbox } from "./handoff-outbox";
 import { ownerOfKey } from "../src/kernel/ordering";
-import { findLaneMessage, heldKeys, laneFigures, leasedLaneCount, oldestLaneAt, takeLaneHead } from "./lane-operations";
+import { findLaneMessage, heldKeys, laneFigures, leasedLaneCount, oldestLaneAt, takeLaneHead, type HeadTaken } from "./lane-operations";
 import { lanesInUse, lanesReadyAt } from "./lanes";
 import { shardNumber } from "./segment";
 import { testHooksFor, type FaultPoint, type TestHookStatus } from "../src/kernel/test-hooks";
@@ -289,17 +289,18 @@ export class StorageShard extends DurableObject<Env> {
 
   // Queue operations (storage-shard/operations.ts): purge, lookup and cancel by id, redrive.
 
-  /** Deletes up to `limit` messages of any state (ready, delayed, leased), oldest first. */
-  purge(queueId: string, limit: number = PURGE_PER_CALL): PurgeResult {
+  /** Deletes up to `limit` messages of any state (ready, delayed, leased), oldest first; with `withIds`, answers their ids. */
+  purge(queueId: string, limit: number = PURGE_PER_CALL, withIds = false): PurgeResult {
     this.cost.rpcs++;
-    if (this.refuseRead(queueId)) return { deleted: 0, more: false };
+    if (this.refuseRead(queueId)) return { deleted: 0, more: false, ...(withIds ? { ids: [] } : {}) };
     const now = this.clock.now();
-    const r = this.write(now, () => purgeSome(this.sql, this.delivery, now, limit));
+    const ids: string[] | undefined = withIds ? [] : undefined;
+    const r = this.write(now, () => purgeSome(this.sql, this.delivery, now, limit, ids));
     this.afterRemoval(r);
     this.flushReleases();
     // Emptied: the next arrival must wake a consumer again, as after a lease that found nothing.
     if (!r.more) this.wakeups.forget();
-    return { deleted: r.count, more: r.more };
+    return { deleted: r.count, more: r.more, ...(ids ? { ids } : {}) };
   }
 
   findMessage(queueId: string, id: string): MessageStatus | null {
@@ -330,17 +331,17 @@ export class StorageShard extends DurableObject<Env> {
 
   /** The ordering keys held back here and why (lanes.ts heldKeys). */
   heldKeys(queueId: string, limit: number): ReturnType<typeof heldKeys> {
-    return this.read(queueId, { keys: [], lanes: 0, held: { leased: 0, retry: 0, delayed: 0, handoff: 0 } }, () => heldKeys(this.sql, limit));
+    return this.read(queueId, { keys: [], lanes: 0, held: { leased: 0, retry: 0, delayed: 0, handoff: 0 } }, () => heldKeys(this.sql, this.clock.now(), limit));
   }
 
-  /** The head of a held key, leased alone for an operator's release (lanes.ts takeLaneHead). */
-  takeLaneHead(queueId: string, key: string, leaseMs: number): LeasedMessage | null {
+  /** The head of a held key, if it is the message named, leased alone for an operator's release (lane-operations.ts takeLaneHead). */
+  takeLaneHead(queueId: string, key: string, expected: string, leaseMs: number): HeadTaken {
     const now = this.clock.now();
-    return this.read(queueId, null, () => this.ctx.storage.transactionSync(() => takeLaneHead(this.sql, now, key, leaseMs)));
+    return this.read(queueId, null, () => this.ctx.storage.transactionSync(() => takeLaneHead(this.sql, now, key, expected, leaseMs)));
   }
 
   /** Ready messages with their bodies, untouched (the dashboard's peek). */
-  peekReady(queueId: string, limit: number): Array<MessageStatus & { body: Uint8Array }> {
+  peekReady(queueId: string, limit: number): Array<MessageStatus & { body: Uint8Array; orderingKey?: string }> {
     return this.read(queueId, [], () => peekReady(this.sql, this.delivery, this.clock.now(), limit));
   }
 
@@ -402,7 +403,7 @@ export class StorageShard extends DurableObject<Env> {
   private figures(): ShardStats {
     settleReads(this.cost);
     const totals: DeliveryTotals = this.delivery.current();
-    return { backlogCount: this.backlogCount, backlogBytes: this.backlogBytes, oldestEnqueuedAt: this.oldestAt(), totals, cost: { ...this.cost }, ...(lanesInUse(this.sql) ? { ordering: laneFigures(this.sql) } : {}) };
+    return { backlogCount: this.backlogCount, backlogBytes: this.backlogBytes, oldestEnqueuedAt: this.oldestAt(), totals, cost: { ...this.cost }, ...(lanesInUse(this.sql) ? { ordering: laneFigures(this.sql, this.clock.now()) } : {}) };
   }
 
   /** A read-only RPC (or one that only extends leases): `none` when this shard is not the queue's. */

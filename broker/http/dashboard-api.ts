@@ -43,6 +43,7 @@ export async function peekMessages(url: URL, env: Env, accountId: string, queueR
     attempts: m.attempts,
     timestamp_ms: m.enqueuedAt,
     size: m.size,
+    ...(m.orderingKey !== undefined ? { ordering_key: m.orderingKey } : {}),
   }));
   return ok({ messages, incomplete: outcomes.some((o) => o.status === "rejected") });
 }

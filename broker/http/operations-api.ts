@@ -23,19 +23,46 @@ import { PURGE_PER_CALL } from "../../src/kernel/limits";
  * request open for as long as an arbitrarily large backlog takes.
  */
 const MAX_PURGE_CALLS = 64;
+/** Messages one request deletes at most when it answers their ids: the answer stays a few hundred KB. */
+export const MAX_PURGED_IDS = 10_000;
 
 export const purgeBody = z
   .object({
     // Cloudflare refuses a purge without it: deleting everything must be asked for in so many words.
     delete_messages_permanently: z.literal(true, { error: (iss) => (iss.input === undefined ? "is required" : "must be true") }),
+    return_ids: z.boolean({ error: "must be true or false" }).optional(),
   })
   .strict();
 
 /** POST .../purge: deletes every message of the queue, ready, delayed and leased. */
 export async function purgeQueue(request: Request, env: Env, accountId: string, queueRef: string): Promise<Response> {
-  parseWith(purgeBody, await readJson(request));
+  const body = parseWith(purgeBody, await readJson(request));
   const map = await lookupQueue(env, accountId, queueRef, { current: true });
-  return ok(await purgeShards(env, map));
+  return ok(body.return_ids ? await purgeShardsWithIds(env, map) : await purgeShards(env, map));
+}
+
+/**
+ * A purge that answers which messages it deleted (an operator's record, and the fault run's:
+ * what a purge reports gone must never be delivered again). Shard after shard, up to
+ * MAX_PURGED_IDS; `completed: false` means call again.
+ */
+export async function purgeShardsWithIds(env: Env, map: ShardMap, most = MAX_PURGED_IDS): Promise<{ purged: number; completed: boolean; ids: string[] }> {
+  const ids: string[] = [];
+  try {
+    for (const s of notRetired(map.shards)) {
+      const shard = storageShardFor(env, s.name, s.region);
+      for (;;) {
+        if (ids.length >= most) return { purged: ids.length, completed: false, ids };
+        const r = await shard.purge(map.queueId, Math.min(PURGE_PER_CALL, most - ids.length), true);
+        ids.push(...(r.ids ?? []));
+        if (!r.more) break;
+      }
+    }
+  } catch (err) {
+    console.error(`purge of queue ${map.queueId}: a storage shard failed:`, err);
+    throw unavailable(`the purge stopped after deleting ${ids.length} message(s) (${ids.join(", ") || "none"}): a storage shard did not answer; call it again`);
+  }
+  return { purged: ids.length, completed: true, ids };
 }
 
 /**

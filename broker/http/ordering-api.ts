@@ -10,6 +10,7 @@ import type { Env } from "../../src/kernel/env";
 import { HttpError } from "../../src/kernel/errors";
 import { leaseRefOf, notRetired } from "../../src/kernel/protocol";
 import { orderingKeySchema } from "../../src/kernel/send-rules";
+import { MESSAGE_ID_PATTERN } from "../../src/kernel/ids";
 import { parseCount, parseWith } from "../../src/kernel/validate";
 import { moveMessages } from "../../src/routing/move-messages";
 import { lookupQueue } from "../../src/routing/queue-lookup";
@@ -24,7 +25,15 @@ const RELEASE_LEASE_MS = 60_000;
 
 /** What the handlers below validate with, and what the OpenAPI description says of them (broker/openapi/). */
 export const heldQuery = z.object({ limit: z.number().int().min(1).max(MAX_HELD).default(DEFAULT_HELD) });
-export const releaseBody = z.object({ ordering_key: orderingKeySchema }).strict();
+export const releaseBody = z
+  .object({
+    ordering_key: orderingKeySchema,
+    // The head the operator saw hold the key: were it acked meanwhile, the next one must not go in its place.
+    message_id: z
+      .string({ error: "is required: the id of the message holding the key, as GET .../ordering/held lists it" })
+      .regex(MESSAGE_ID_PATTERN, "must be 32 lowercase hexadecimal characters, as GET .../ordering/held lists it"),
+  })
+  .strict();
 
 /** GET .../ordering/held?limit=N: the keys held back, longest held first, with counts by reason. */
 export async function listHeldKeys(request: Request, env: Env, accountId: string, queueRef: string): Promise<Response> {
@@ -45,23 +54,40 @@ export async function listHeldKeys(request: Request, env: Env, accountId: string
 }
 
 /**
- * POST .../ordering/release {ordering_key}: moves the message holding the key back (its head,
- * on the shard whose messages of the key are oldest) to the consumer's dead-letter queue,
- * and the key goes on. 409 without a dead-letter queue; 404 when nothing of the key is held.
+ * POST .../ordering/release {ordering_key, message_id}: moves the message holding the key
+ * (its head, the one named) to the consumer's dead-letter queue, and the key goes on. 409
+ * without a dead-letter queue, or when another message holds the key; 404 when the
+ * dead-letter queue is gone, or when the key holds nothing back (no message, or its next one
+ * is deliverable). The dead-letter queue is looked up before the head is leased, and a move
+ * that fails gives the lease back: a refused release leaves the key as it was.
  */
 export async function releaseKey(request: Request, env: Env, accountId: string, queueRef: string): Promise<Response> {
-  const { ordering_key: key } = parseWith(releaseBody, await readJson(request));
+  const { ordering_key: key, message_id: expected } = parseWith(releaseBody, await readJson(request));
   const map = await lookupQueue(env, accountId, queueRef, { current: true });
   const plan = await coordinatorFor(env, map.queueId).deliveryPlan();
   const dlq = plan?.consumer?.dead_letter_queue;
   if (!plan || !dlq) throw new HttpError("conflict", "the queue's consumer has no dead_letter_queue to move the blocking message to", "dead_letter_queue");
+  await lookupQueue(env, accountId, dlq, { current: true, field: "dead_letter_queue" });
+  let heldBy: string | null = null;
+  let notHeld: string | null = null;
   for (const s of notRetired(map.shards)) {
     const shard = storageShardFor(env, s.name, s.region);
-    const head = await shard.takeLaneHead(map.queueId, key, RELEASE_LEASE_MS);
-    if (!head) continue;
-    await moveMessages(env, accountId, dlq, { queueId: map.queueId, shard: s.name }, [head]);
+    const answer = await shard.takeLaneHead(map.queueId, key, expected, RELEASE_LEASE_MS);
+    if (!answer) continue;
+    if ("heldBy" in answer) heldBy = answer.heldBy;
+    if ("notHeld" in answer) notHeld = answer.notHeld;
+    if (!("taken" in answer)) continue;
+    const head = answer.taken;
+    try {
+      await moveMessages(env, accountId, dlq, { queueId: map.queueId, shard: s.name }, [head]);
+    } catch (err) {
+      await shard.releaseLeases(map.queueId, [leaseRefOf(head)]).catch((e: unknown) => console.error(`ordering release: giving the lease of ${head.id} back failed (it ends in ${RELEASE_LEASE_MS} ms):`, e));
+      throw err;
+    }
     await shard.settle({ queueId: map.queueId, acks: [], retries: [], deadLettered: [leaseRefOf(head)], dropped: [] });
     return ok({ ordering_key: key, message_id: head.id, moved_to: dlq });
   }
+  if (heldBy !== null) throw new HttpError("conflict", `ordering key "${key}" is held by message ${heldBy}, not ${expected}: look again (GET .../ordering/held) and name the message holding it`, "message_id");
+  if (notHeld !== null) throw new HttpError("not_found", `ordering key "${key}" is not held: its next message (${notHeld}) can be delivered, or waits on another shard's messages of the key`, "ordering_key");
   throw new HttpError("not_found", `ordering key "${key}" holds no message in this queue`, "ordering_key");
 }

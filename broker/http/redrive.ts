@@ -133,7 +133,11 @@ async function moveMatching(env: Env, accountId: string, dlq: ShardMap, target: 
   return moved;
 }
 
-/** Write, then ack. A failed write gives the leases back, so nothing waits out MOVE_LEASE_MS. */
+/**
+ * Write, then ack; answers how many were written. A failed write gives the leases back, so
+ * nothing waits out MOVE_LEASE_MS. A purge meanwhile leaves a batch under its move lease
+ * alone (storage-shard/operations.ts purgeSome), so what is written was not reported purged.
+ */
 async function moveBatch(env: Env, accountId: string, dlq: ShardMap, shardName: string, target: ShardMap, batch: LeasedMessage[], movedSoFar: number): Promise<number> {
   const shard = storageShardFor(env, shardName);
   const refs = batch.map(leaseRefOf);
@@ -146,9 +150,11 @@ async function moveBatch(env: Env, accountId: string, dlq: ShardMap, shardName: 
   }
   try {
     // A stale ack (the lease ran out and someone else took the message) leaves it here: at least once, never lost.
-    return (await shard.settle({ queueId: dlq.queueId, acks: refs, retries: [], deadLettered: [], dropped: [] })).acked;
+    const { stale } = await shard.settle({ queueId: dlq.queueId, acks: refs, retries: [], deadLettered: [], dropped: [] });
+    if (stale.length > 0) console.warn(`redrive: ${stale.length} message(s) written to "${target.queueName}" were no longer leased on ${shardName}; they may be moved again`);
+    return batch.length;
   } catch (err) {
-    throw stopped(movedSoFar, `acknowledging on storage shard ${shardName} failed; the copies already written are not written twice`, err);
+    throw stopped(movedSoFar + batch.length, `acknowledging on storage shard ${shardName} failed; the copies already written are not written twice`, err);
   }
 }
 

@@ -136,7 +136,7 @@ export const OPERATIONS: readonly Operation[] = [
   {
     method: "get", path: `${QUEUE}/messages`, operationId: "peekMessages", tag: "Messages",
     summary: "Peek at ready messages, bodies included",
-    description: "Oldest first over all shards. Leases nothing and counts no attempt.",
+    description: "Oldest first over all shards, keyed messages (with their `ordering_key`) among them: those a consumer could be given now. Leases nothing and counts no attempt.",
     query: peekQuery, answer: ok(R.peekResult, "Up to `limit` ready messages."), errors: [503],
   },
   {
@@ -204,26 +204,33 @@ export const OPERATIONS: readonly Operation[] = [
   {
     method: "post", path: `${QUEUE}/purge`, operationId: "purgeQueue", tag: "Operations",
     summary: "Delete every message of the queue",
-    description: "Ready, delayed and leased messages alike, in bounded steps: `completed: false` means call again.",
+    description: "Ready, delayed and leased messages alike, in bounded steps: `completed: false` means call again. With `return_ids: true` the answer lists the ids deleted, and one request deletes at most 10,000. Messages a redrive is moving out of the queue at that moment are left to it (they go to its target, counted in its `moved`, not in `purged`).",
     body: { id: "PurgeRequest", schema: purgeBody, required: true },
     answer: ok(R.purgeResult, "How many were deleted."), errors: [503],
   },
   {
     method: "post", path: `${QUEUE}/redrive`, operationId: "redriveQueue", tag: "Operations",
     summary: "Move messages from this dead-letter queue back to a queue",
-    description: "By default to the one queue whose consumer dead-letters here. Keeps ids; never loses a message. No body at all reads as `{}`.",
+    description:
+      "By default to the one queue whose consumer dead-letters here. Keeps ids and ordering keys, each key's messages in their order; never loses a message. " +
+      "`moved` counts the messages written to the target; `remaining_matching` counts keyed and unkeyed ones alike. A purge of this queue meanwhile leaves the messages being moved to the redrive. No body at all reads as `{}`.",
     body: { id: "RedriveRequest", schema: redriveBody, required: false },
     answer: ok(R.redriveResult, "How many moved, and how many still match."), errors: [503],
   },
   {
     method: "get", path: `${QUEUE}/ordering/held`, operationId: "listHeldKeys", tag: "Operations",
     summary: "Ordering keys held back, longest held first",
+    description: "Why each is held: `leased` (a batch in flight), `retry` (its head waits out a retry delay), `delayed` (its head was sent with a delay not over yet), `handoff` (another shard holds older messages of it). A retry or a delay that is over no longer holds its key.",
     query: heldQuery, answer: ok(R.heldKeysResult, "The keys held back, with counts by reason."),
   },
   {
     method: "post", path: `${QUEUE}/ordering/release`, operationId: "releaseOrderingKey", tag: "Operations",
     summary: "Release a held ordering key",
-    description: "Moves the message holding the key back to the consumer's dead-letter queue (409 without one; 404 when nothing of the key is held).",
+    description:
+      "Moves the message holding the key, named by `message_id` as `GET .../ordering/held` lists it, to the consumer's dead-letter queue, and the key goes on. " +
+      "409 naming `dead_letter_queue` without one; 404 naming `dead_letter_queue` when that queue is gone; 409 naming `message_id` when another message holds the key " +
+      "(the one named was acked or released meanwhile); 404 naming `ordering_key` when the key holds nothing back (no message, or its next one can be delivered). " +
+      "A refused release leaves the key as it was.",
     body: { id: "ReleaseRequest", schema: releaseBody, required: true },
     answer: ok(R.releaseResult, "The message moved."), errors: [409],
   },

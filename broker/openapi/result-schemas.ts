@@ -170,7 +170,17 @@ export const cancelPullResult = named("CancelPullResult", z.strictObject({ cance
 export const peekResult = named(
   "PeekResult",
   z.strictObject({
-    messages: z.array(z.strictObject({ id: messageId(), body: z.string(), content_type: contentType(), attempts: count(), timestamp_ms: epochMs(), size: count() })),
+    messages: z.array(
+      z.strictObject({
+        id: messageId(),
+        body: z.string(),
+        content_type: contentType(),
+        attempts: count(),
+        timestamp_ms: epochMs(),
+        size: count(),
+        ordering_key: described(z.string(), "The message's ordering key, when it was sent with one.").optional(),
+      }),
+    ),
     incomplete: described(z.boolean(), "True when a storage shard did not answer: its messages are missing."),
   }),
 );
@@ -194,7 +204,11 @@ export const cancelResult = named("CancelResult", z.strictObject({ id: messageId
 
 export const purgeResult = named(
   "PurgeResult",
-  z.strictObject({ purged: count(), completed: described(z.boolean(), "False when the purge stopped at its bound with messages left: call it again.") }),
+  z.strictObject({
+    purged: count(),
+    completed: described(z.boolean(), "False when the purge stopped at its bound with messages left: call it again."),
+    ids: described(z.array(messageId()), "With `return_ids`: the ids of the messages deleted.").optional(),
+  }),
 );
 
 export const redriveResult = named(

@@ -309,6 +309,8 @@ export interface MessageStatus {
 export interface PurgeResult {
   deleted: number;
   more: boolean;
+  /** The ids of the messages deleted, when asked for. */
+  ids?: string[];
 }
 
 /** Which messages a redrive moves: by age (from enqueued-at, on the shard's clock) and by deliveries so far. Absent bounds are open. */

@@ -53,7 +53,7 @@ describe("the fault checker's order check", () => {
     s.ack(["L2", "L3"]);
     const r = s.drained();
     expect(r.failures).toEqual([]);
-    expect(r.figures.order).toEqual({ keys: 1, messages: 3, delivered: 3, unknown_delivered: 0, ordered_pairs: 3, first_out_of_order: 0, batches_out_of_order: 0, delivered_while_held: 0, wrong_key: 0 });
+    expect(r.figures.order).toEqual({ keys: 1, messages: 3, delivered: 3, unknown_delivered: 0, ordered_pairs: 3, first_out_of_order: 0, batches_out_of_order: 0, delivered_while_held: 0, wrong_key: 0, keyed_redriven: 0 });
   });
 
   it("reports a later message of a key first delivered before an earlier one", () => {

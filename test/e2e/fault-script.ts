@@ -44,6 +44,10 @@ export class Script {
   redrive(type: Op["type"] = "ok", moved = 1) {
     this.op("redriver", "redrive", { q: "faults-dlq", to: "faults", limit: 100 }, type, type === "ok" ? { moved, remaining: 0 } : { error: "HTTP 503" });
   }
+  /** The operator purging the dead-letter queue during a redrive (dlq-purger.mjs): the ids it reported deleted. */
+  purge(ids: string[], type: Op["type"] = "ok") {
+    this.op("purger", "purge", { q: "faults-dlq", dead_letter_after: 3 }, type, type === "ok" ? { purged: ids.length, completed: true, ids } : { error: "socket hang up" });
+  }
   /** A storage shard reset through the test hooks: armed at invoke, seen at completion. */
   abort(shard: string, kind = "abort-ack", fired = true, dt = 10) {
     this.op("nemesis", "abort", { n: 1, kind, shard }, fired ? "ok" : "fail", fired ? { fired: true } : { fired: false, error: "not reset" }, dt);

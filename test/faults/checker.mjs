@@ -21,10 +21,13 @@
 //                 none while an earlier message of the key is leased or waiting for a retry
 //   ids           message ids (id-checker.mjs): no id answered to two messages, a chosen id
 //                 answered as chosen, no acknowledged id delivered with another message's body
+//   purges        of the dead-letter queue during a redrive (purge-checker.mjs): what a purge
+//                 reported deleted is never delivered after it, and is counted apart from lost
 //
 // Valid when: nothing lost, nothing unexpected, no wrong id, no message id stored twice,
 // no lease overlap while the service and the shard stayed up, no delivery after a
-// confirmed ack, no ordering key's messages out of order, the queues drained, and the
+// confirmed ack, no ordering key's messages out of order, nothing a purge reported deleted
+// delivered after it, the queues drained, and the
 // fault schedule ran (every abort fired).
 
 /**
@@ -42,6 +45,7 @@ import { deliveredAfterAck, moveFigures, staysOf, storedTwiceWithinStays } from 
 import { checkIds } from "./id-checker.mjs";
 import { checkOrder } from "./order-checker.mjs";
 import { checkPush, pushDeliveries } from "./push-checker.mjs";
+import { checkPurges, purgesOf } from "./purge-checker.mjs";
 
 /** How many examples of each anomaly a result keeps. */
 const EXAMPLES = 20;
@@ -212,13 +216,15 @@ export function check(ops, opts = {}) {
   let deadLetteredOthers = 0;
   let neverConfirmed = 0;
   const confirmedLeases = new Set(confirmedAcks.map((a) => a.l));
+  // Purges of the dead-letter queue (purge-checker.mjs): what they deleted is not lost.
+  const purges = checkPurges(purgesOf(ops), deliveries, retryAsked, [...kills.map((k) => k.t), ...aborts.filter((a) => a.fired && a.ok !== null).map((a) => /** @type {number} */ (a.ok))]);
   for (const [h, s] of sends) {
     sent[s.outcome === "invoked" ? "unknown" : s.outcome]++;
     const ds = byH.get(h) ?? [];
     if (s.outcome === "ok") {
       if (s.poison) sent.poison++;
       // Gone without an ack: every copy was settled some other way, or never stored.
-      if (!ds.some((d) => mayBeAcked.has(d.l) || d.acked) && !(s.id !== null && corrupted.has(s.id))) {
+      if (!ds.some((d) => mayBeAcked.has(d.l) || d.acked) && !(s.id !== null && corrupted.has(s.id)) && !purges.excuses(s.id, ds)) {
         lost.push(h);
         if (ds.length > 0) lostAfterDelivery++;
       }
@@ -337,6 +343,7 @@ export function check(ops, opts = {}) {
   const pushCheck = checkPush(ops, pushed, deliveries.filter((d) => !d.push));
   const orderCheck = checkOrder(ops, pushed, { toleranceMs: tol });
   const idCheck = checkIds(ops, deliveries);
+  const purgeCheck = purges.result();
   const figures = {
     sent,
     delivered: {
@@ -375,6 +382,7 @@ export function check(ops, opts = {}) {
     push: pushCheck.figures,
     order: orderCheck.figures,
     ids: idCheck.figures,
+    purges: purgeCheck.figures,
     drained,
     plan,
   };
@@ -401,6 +409,7 @@ export function check(ops, opts = {}) {
   failures.push(...pushCheck.failures);
   failures.push(...orderCheck.failures);
   failures.push(...idCheck.failures);
+  failures.push(...purgeCheck.failures);
   if (plan?.redrive && !redrives.some((r) => r.outcome === "ok")) failures.push("no redrive of the dead-letter queue succeeded: the run moved nothing");
   if (plan?.controls && (control.figures?.count ?? 0) !== plan.controls) failures.push(`${control.figures?.count ?? 0} of the ${plan.controls} planned control faults ran`);
 
@@ -421,6 +430,7 @@ export function check(ops, opts = {}) {
       ...pushCheck.examples,
       ...orderCheck.examples,
       ...idCheck.examples,
+      ...purgeCheck.examples,
     },
   };
 }

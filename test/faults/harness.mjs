@@ -18,6 +18,8 @@ import { startPushSink } from "./push-sink.mjs";
 import { randomSeed } from "./prng.mjs";
 import { formatTable, writeReport } from "./report.mjs";
 import { Budget, rateLimiter, runConsumer, runProducer, runRedriver, sleep } from "./workload.mjs";
+import { dlqPurger } from "./dlq-purger.mjs";
+import { keyedPoison } from "./keyed-poison.mjs";
 
 export const TOKEN = "shardq-local-dev-token";
 export const QUEUE = "faults";
@@ -132,6 +134,7 @@ export async function runFaults(o) {
 
     const tally = { okMessages: 0, delivered: 0, abandoned: 0, cancelled: 0 };
     const moves = { redrives: 0, moved: 0 };
+    const purges = { purges: 0, purged: 0 };
     // Control faults may still be playing out when the load deadline passes (control-faults.mjs).
     const consumerDeadline = loadDeadline + (planned.controls ? MAX_PLAY_OUT_MS : 0) + o.drainTimeoutMs;
     // The dead-letter queue's consumer pauses while the redriver lets messages gather there.
@@ -152,17 +155,17 @@ export async function runFaults(o) {
     try {
       let producing = o.producers;
       producers = Array.from({ length: o.producers }, (_, index) =>
-        runProducer({ index, seed: o.seed, history, api, queue: QUEUE, pushQueue: PUSH_QUEUE, pushRate: o.pushRate, control, budget, limiter, deadline: loadDeadline, maxBatch: 100, burstRate: 0.25, poisonRate: 0.005, padMax: 200, keyRate: o.keyRate, delayRate: o.faults.includes("corrupt") ? 0.2 : 0, orderedRate: o.orderedRate, orderingKeys: o.orderingKeys, idRate: 0.25, tally }).finally(() => producing--),
+        runProducer({ index, seed: o.seed, history, api, queue: QUEUE, pushQueue: PUSH_QUEUE, pushRate: o.pushRate, control, budget, limiter, deadline: loadDeadline, maxBatch: 100, burstRate: 0.25, poisonRate: 0.005, padMax: 200, keyRate: o.keyRate, delayRate: o.faults.includes("corrupt") ? 0.2 : 0, orderedRate: o.orderedRate, orderingKeys: o.orderingKeys, idRate: 0.25, keyedPoison: keyedPoison({ seed: o.seed, index, rate: 0.02 }), tally }).finally(() => producing--),
       );
       const controlFaults = { history, api, queue: QUEUE, holdMapMs: o.holdMapMs, alarmThrows: o.alarmThrows, consumerQueue: PUSH_QUEUE };
-      const redriver = runRedriver({ seed: o.seed, history, api, dlq: DLQ, targets: [QUEUE, PUSH_QUEUE], control, deadline: loadDeadline, loadDone: () => producing === 0, held, tally: moves });
+      const redriver = runRedriver({ seed: o.seed, history, api, dlq: DLQ, targets: [QUEUE, PUSH_QUEUE], control, deadline: loadDeadline, loadDone: () => producing === 0, held, tally: moves, purger: dlqPurger({ seed: o.seed, history, api, dlq: DLQ, deadLetterAfter: MAX_RETRIES + 1, tally: purges }) });
       const nemesis = runNemesis({ history, service, schedule, deadline: loadDeadline, api, queue: QUEUE, corruptEach: o.corruptEach, corrupted, loadDone: () => producing === 0, controlFaults, onEvent: (line) => o.log(`  ${line}`) });
       await Promise.all([...producers, nemesis, redriver]);
     } finally {
       clearInterval(progress);
     }
     loadMs = Date.now() - loadStart;
-    o.log(`load and faults done in ${Math.round(loadMs / 1000)} s: ${tally.okMessages} sent ok, ${tally.delivered} pulled, ${pushTally.delivered} pushed, ${moves.moved} redriven in ${moves.redrives} redrives, ${tally.abandoned} long polls abandoned (${tally.cancelled} cancelled while waiting); draining`);
+    o.log(`load and faults done in ${Math.round(loadMs / 1000)} s: ${tally.okMessages} sent ok, ${tally.delivered} pulled, ${pushTally.delivered} pushed, ${moves.moved} redriven in ${moves.redrives} redrives, ${purges.purged} purged from the dead-letter queue in ${purges.purges} purges during them, ${tally.abandoned} long polls abandoned (${tally.cancelled} cancelled while waiting); draining`);
 
     const drainStart = Date.now();
     history.note("harness", "phase", { phase: "drain" });

@@ -34,10 +34,15 @@
 //                       have ended its lease early, whichever came first.
 //                   A message delivered again in the same stay was not released between.
 //   wrong key       a pull answer giving a message another ordering_key than it was sent
-//                   with, or one when it was sent without.
+//                   with, or one when it was sent without, in any queue: a copy a
+//                   dead-lettering or a redrive moved keeps its key (issue 28).
 //
 // Only each message's first stay in the queue it was sent to counts (a redrive stores a
-// new copy, accepted anew); a corrupted message (quarantined) orders nothing.
+// new copy, accepted anew: a redrive writes a key's messages in their order in the
+// dead-letter queue, behind whatever of the key the target holds then, and which redrive
+// moved which message the history does not say); a corrupted message (quarantined) orders
+// nothing. `keyed_redriven` counts the keyed messages delivered again, from a queue other
+// than the dead-letter queue, after their first stay: keyed dead letters that came back.
 
 /**
  * @typedef {import("./history.mjs").Op} Op
@@ -75,6 +80,7 @@ export function checkOrder(ops, pushed, opts = {}) {
   const wrongKey = /** @type {Array<{ h: string, q: string, sent: string | null, delivered: string | null }>} */ ([]);
   const groups = /** @type {Map<string, Keyed[]>} */ (new Map());
   let keyedSent = 0;
+  let keyedRedriven = 0;
   let unknownDelivered = 0;
   for (const s of sends.values()) {
     if (s.tries === s.fails) continue;
@@ -85,9 +91,10 @@ export function checkOrder(ops, pushed, opts = {}) {
       if (d.q !== s.q || d.a < (stay.at(-1)?.a ?? 0)) break;
       stay.push(d);
     }
-    for (const d of stay) if (!d.push && d.k !== s.key) wrongKey.push({ h: s.h, q: s.q, sent: s.key, delivered: d.k });
+    for (const d of ds) if (!d.push && d.k !== s.key) wrongKey.push({ h: s.h, q: d.q, sent: s.key, delivered: d.k });
     if (s.key === null) continue;
     keyedSent++;
+    if (ds.slice(stay.length).some((d) => !d.q.endsWith("-dlq"))) keyedRedriven++;
     if (stay.length && s.acceptedBy === Infinity) unknownDelivered++;
     const last = stay.at(-1);
     // Released by an ack that may have applied; or, gone elsewhere or never acked at its last delivery, by its end.
@@ -190,6 +197,7 @@ export function checkOrder(ops, pushed, opts = {}) {
       batches_out_of_order: batchesOutOfOrder,
       delivered_while_held: notReleased.length,
       wrong_key: wrongKey.length,
+      keyed_redriven: keyedRedriven,
     },
     examples: { order_out_of_order: outOfOrder.slice(0, EXAMPLES), order_while_held: notReleased.slice(0, EXAMPLES), order_wrong_key: wrongKey.slice(0, EXAMPLES) },
   };

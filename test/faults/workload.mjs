@@ -88,7 +88,8 @@ export function rateLimiter(perSecond) {
  * earlier (stolen for a new message, or the same message again) or its own (id-collisions.mjs).
  * @param {{ index: number, seed: number, history: History, api: Api, queue: string, pushQueue?: string, pushRate?: number, control: Control, budget: Budget,
  *   limiter: ReturnType<typeof rateLimiter>, deadline: number, maxBatch: number, burstRate: number, poisonRate: number, padMax: number, keyRate: number, delayRate: number,
- *   orderedRate?: number, orderingKeys?: number, idRate?: number, tally: { okMessages: number } }} o
+ *   orderedRate?: number, orderingKeys?: number, idRate?: number, keyedPoison?: (messages: Message[]) => void, tally: { okMessages: number } }} o
+ *   keyedPoison: makes some keyed messages poison too (keyed-poison.mjs)
  */
 export async function runProducer(o) {
   const p = `producer-${o.index}`;
@@ -122,6 +123,7 @@ export async function runProducer(o) {
     const outcomes = [];
     if (burst) {
       ordering.assign(messages);
+      o.keyedPoison?.(messages);
       // Each single send is its own operation.
       await Promise.all(
         messages.map(async (m) => {
@@ -134,10 +136,11 @@ export async function runProducer(o) {
         }),
       );
     } else {
-      const poison = messages.filter((m) => m.x).map((m) => m.h);
       const key = rng.chance(o.keyRate) ? `${o.seed}.${o.index}.${k}` : undefined;
       const delay = rng.chance(o.delayRate) ? { delay_seconds: rng.int(2, 4) } : {};
       if (!("delay_seconds" in delay)) ordering.assign(messages);
+      o.keyedPoison?.(messages);
+      const poison = messages.filter((m) => m.x).map((m) => m.h);
       let outcome = "unknown";
       // Tries until one is answered ok or refused, through a restart (about 3 s) if need be.
       for (let attempt = 0; attempt < (key ? KEYED_TRIES : 1) && outcome === "unknown" && !o.control.stop; attempt++) {
@@ -391,7 +394,8 @@ function harnessId(m) {
  * see every message that was moved end in an ack, never lost between two queues.
  * Runs until the producers are done, so the drain can empty the dead-letter queue.
  * @param {{ seed: number, history: History, api: Api, dlq: string, targets: [string, string], control: Control, deadline: number,
- *   loadDone: () => boolean, held: { paused: boolean }, tally: { redrives: number, moved: number } }} o
+ *   loadDone: () => boolean, held: { paused: boolean }, tally: { redrives: number, moved: number }, purger?: { during: () => Promise<void> } }} o
+ *   purger: an operator who may purge the dead-letter queue while the redrive runs (dlq-purger.mjs)
  */
 export async function runRedriver(o) {
   const rng = prng(o.seed, "redriver");
@@ -402,7 +406,9 @@ export async function runRedriver(o) {
       const to = rng.chance(0.3) ? o.targets[1] : o.targets[0];
       const limit = rng.int(5, 200);
       const op = o.history.invoke("redriver", "redrive", { q: o.dlq, to, limit });
+      const purging = o.purger?.during();
       const r = await o.api.call("POST", `/${o.dlq}/redrive`, { target_queue: to, limit, messages_per_second: 5000 });
+      await purging;
       if (r.outcome === "ok") {
         o.history.complete(op, "ok", { moved: r.result?.moved ?? null, remaining: r.result?.remaining_matching ?? null });
         o.tally.redrives++;

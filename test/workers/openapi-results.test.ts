@@ -129,7 +129,7 @@ describe("answers as the OpenAPI description says", () => {
     const held = await call("listHeldKeys", `${q}/ordering/held?limit=10`);
     expect(held.keys).toEqual([expect.objectContaining({ ordering_key: "k", reason: "leased", message_id: head.message_id })]);
     await call("ackMessages", `${q}/messages/ack`, { retries: [{ lease_id: leased.lease_id, delay_seconds: 3600 }] });
-    expect(await call("releaseOrderingKey", `${q}/ordering/release`, { ordering_key: "k" })).toEqual({ ordering_key: "k", message_id: head.message_id, moved_to: "oa-lanes-dead" });
+    expect(await call("releaseOrderingKey", `${q}/ordering/release`, { ordering_key: "k", message_id: head.message_id })).toEqual({ ordering_key: "k", message_id: head.message_id, moved_to: "oa-lanes-dead" });
   });
 
   it("figures: the backlog, the control plane with heartbeats, consumer shards and decisions, the last hour", async () => {

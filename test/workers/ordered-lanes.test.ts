@@ -353,12 +353,12 @@ describe("ordered lanes", () => {
     const [r1] = (await pull("lanes-release", { batch_size: 1 })).json.result.messages as Pulled[];
     await ack("lanes-release", { retries: [{ lease_id: r1!.lease_id, delay_seconds: 3600 }] });
     expect(await pullAll("lanes-release")).toEqual([]);
-    const released = await api("POST", `${queuePath("lanes-release")}/ordering/release`, { ordering_key: "r" });
+    const released = await api("POST", `${queuePath("lanes-release")}/ordering/release`, { ordering_key: "r", message_id: stuck });
     expect(released.status).toBe(200);
     expect(released.json.result).toMatchObject({ ordering_key: "r", message_id: stuck, moved_to: "lanes-release-dead" });
     expect(bodies(await pullAll("lanes-release"))).toEqual(["r2"]);
     expect(await backlog("lanes-release-dead")).toBe(1);
-    const missing = await api("POST", `${queuePath("lanes-release")}/ordering/release`, { ordering_key: "nothing-here" });
+    const missing = await api("POST", `${queuePath("lanes-release")}/ordering/release`, { ordering_key: "nothing-here", message_id: stuck });
     expect(missing.status).toBe(404);
     expect(missing.json.errors[0].field).toBe("ordering_key");
     const invalid = await api("POST", `${queuePath("lanes-release")}/ordering/release`, { ordering_key: "" });
@@ -369,7 +369,7 @@ describe("ordered lanes", () => {
   it("refuses to release a key when the consumer has no dead-letter queue, moving nothing", async () => {
     await orderedQueue("lanes-release-nodlq");
     await sendInOrder("lanes-release-nodlq", "n", ["n1"]);
-    const res = await api("POST", `${queuePath("lanes-release-nodlq")}/ordering/release`, { ordering_key: "n" });
+    const res = await api("POST", `${queuePath("lanes-release-nodlq")}/ordering/release`, { ordering_key: "n", message_id: "0".repeat(32) });
     expect(res.status).toBe(409);
     expect(res.json.errors[0].field).toBe("dead_letter_queue");
     expect(await backlog("lanes-release-nodlq")).toBe(1);

@@ -88,7 +88,7 @@ function routes(q: string): Array<{ method: string; path: string; body?: unknown
     { method: "POST", path: `${ghost}/purge`, body: { delete_messages_permanently: true }, scopes: ["admin"] },
     { method: "POST", path: `${ghost}/redrive`, body: {}, scopes: ["admin"] },
     { method: "GET", path: `${ghost}/ordering/held`, scopes: ["admin"] },
-    { method: "POST", path: `${ghost}/ordering/release`, body: { ordering_key: "k" }, scopes: ["admin"] },
+    { method: "POST", path: `${ghost}/ordering/release`, body: { ordering_key: "k", message_id: "0".repeat(32) }, scopes: ["admin"] },
     { method: "GET", path: `${p}/metrics`, scopes: ["send", "consume", "admin"] },
     { method: "GET", path: `${p}/shards`, scopes: ["admin"] },
     { method: "GET", path: `${p}/series`, scopes: ["admin"] },
