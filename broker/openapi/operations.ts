@@ -174,7 +174,7 @@ export const OPERATIONS: readonly Operation[] = [
   {
     method: "post", path: `${QUEUE}/messages/ack`, operationId: "ackMessages", tag: "Pull consumers",
     summary: "Acknowledge or retry leased messages",
-    description: "Acks delete; retries come back after their delay, or go to the dead-letter queue when out of retries. A lease id that cannot be honoured is a warning in the answer, never a failed request.",
+    description: "Acks delete; retries come back after their delay, or go to the dead-letter queue when out of retries. A lease id that cannot be honoured is a warning in the answer, never a failed request. A lease id both in `acks` and in `retries` is a 400 naming `retries[i].lease_id`, and nothing of the request is applied.",
     body: { id: "AckRequest", schema: ackBody, required: true },
     answer: ok(R.ackResult, "What counted, and a warning for each lease id that did not."),
     errors: [409],
