@@ -140,7 +140,9 @@ export const OPERATIONS: readonly Operation[] = [
     summary: "Send one message",
     description:
       "Stored on a storage shard before the answer. With an Idempotency-Key header or an `id`, stored once however often the request is retried within 24 hours; " +
-      "409 when the key or id was used for a different request, or while a request holding it is in progress (with Retry-After).",
+      "409 when the key or id was used for a different request, or while a request holding it is in progress (with Retry-After). " +
+      "A body is delivered as sent or refused (400 naming `body`): a text body with a lone surrogate (UTF-8 cannot carry it; inside a JSON string it travels escaped), " +
+      "or a JSON number a double cannot hold as written (1e400, 1e-400, an integer such as 12345678901234567890 that would arrive as another): send such a number as a string.",
     idempotencyKey: true,
     body: { id: "SendMessageRequest", schema: httpMessage, required: true },
     answer: ok(R.sendResult, "Stored: the message's id, and the queue's figures."),
@@ -149,7 +151,7 @@ export const OPERATIONS: readonly Operation[] = [
   {
     method: "post", path: `${QUEUE}/messages/batch`, operationId: "sendBatch", tag: "Messages",
     summary: "Send up to 100 messages, stored all together or not at all",
-    description: "At most 100 messages and 256 KB of encoded bodies. Idempotent as POST .../messages is, by key and by each message's `id`.",
+    description: "At most 100 messages and 256 KB of encoded bodies. Idempotent as POST .../messages is, by key and by each message's `id`. A body that could not be delivered as sent is refused as there (400 naming `messages[i].body`).",
     idempotencyKey: true,
     body: { id: "SendBatchRequest", schema: httpBatch, required: true, items: { messages: { id: "SendMessageRequest", schema: httpMessage, minItems: 1, maxItems: LIMITS.maxBatchMessages } } },
     answer: ok(R.batchResult, "Stored: the messages' ids in the request's order, and the queue's figures."),
