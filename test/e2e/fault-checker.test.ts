@@ -61,7 +61,7 @@ describe("the fault checker", () => {
     s.pull([{ h: "a", l: "L1" }, { h: "k2", l: "L2" }]);
     s.ack(["L1", "L2"]);
     const r = s.drained();
-    expect(r.figures.control.by_kind["abort-coordinator"]).toMatchObject({ count: 2, keyed_answered_503: { "abort-scale-out": 1, "abort-drain": 0 } });
+    expect(r.figures.control?.by_kind["abort-coordinator"]).toMatchObject({ count: 2, keyed_answered_503: { "abort-scale-out": 1, "abort-drain": 0 } });
   });
 
   it("passes a history where every acknowledged message was delivered and acked once", () => {
