@@ -302,8 +302,11 @@ async function quarantined(api, expected) {
   let total = null;
   while (Date.now() < deadline) {
     try {
-      const res = await fetch(url, { headers: { authorization: `Bearer ${TOKEN}` }, signal: AbortSignal.timeout(5000) });
-      const m = line.exec(await res.text());
+      // Raced against a timer too, as every harness call is (client.mjs): a fetch may not settle.
+      const read = fetch(url, { headers: { authorization: `Bearer ${TOKEN}` }, signal: AbortSignal.timeout(5000) }).then(async (res) => ({ ok: res.ok, text: await res.text() }));
+      read.catch(() => {});
+      const res = await Promise.race([read, sleep(6000).then(() => ({ ok: false, text: "" }))]);
+      const m = line.exec(res.text);
       if (res.ok && m) total = Number(m[1]);
       if (total !== null && total >= expected) break;
     } catch {
