@@ -106,6 +106,7 @@ export async function cancelPull(request: Request, env: Env, accountId: string, 
 export async function ackMessages(request: Request, env: Env, accountId: string, queueRef: string): Promise<Response> {
   const key = await leaseSigningKey(env);
   const body = parseWith(ackBody, await readJson(request));
+  refuseAckedAndRetried(body);
   const { plan, consumer } = await pullQueue(env, accountId, queueRef, "ack");
   const asked = [
     ...(body.acks ?? []).map((a) => ({ token: a.lease_id, retry: false, delaySeconds: undefined as number | undefined })),
@@ -128,6 +129,23 @@ export async function ackMessages(request: Request, env: Env, accountId: string,
     }),
   );
   return ok({ ackCount, retryCount, warnings });
+}
+
+/**
+ * A lease both acked and retried in one request asks two things the shard can do only one
+ * of; applying the ack alone dropped the retry unsaid, and a warning under that lease id
+ * would read as "the ack did not count" too. The request says it all, so it is refused
+ * whole, before anything is settled.
+ */
+function refuseAckedAndRetried(body: z.infer<typeof ackBody>): void {
+  const acked = new Map<string, number>();
+  (body.acks ?? []).forEach((a, i) => {
+    if (!acked.has(a.lease_id)) acked.set(a.lease_id, i);
+  });
+  (body.retries ?? []).forEach((r, i) => {
+    const j = acked.get(r.lease_id);
+    if (j !== undefined) throw HttpError.invalid(`retries[${i}].lease_id`, `is also in acks[${j}]: a lease is either acked or retried; send it in one list`);
+  });
 }
 
 /** POST .../messages/extend: moves still-held leases' visibility forward. */

@@ -1,3 +1,4 @@
+import { unfaithful, UnfaithfulNumber } from "../../src/kernel/encoding";
 import { HttpError } from "../../src/kernel/errors";
 import { LIMITS } from "../../src/kernel/limits";
 
@@ -38,10 +39,21 @@ export async function readJson(request: Request, maxBytes: number = LIMITS.maxRe
     throw HttpError.invalid("body", `JSON nested more than ${MAX_JSON_DEPTH} levels deep`);
   }
   try {
-    return JSON.parse(text);
+    // Only a long run of digits or a 3-digit exponent can be a number a double does not hold
+    // as written: then (and only then) each number's source text is looked at.
+    return MAYBE_UNFAITHFUL.test(text) ? JSON.parse(text, keepUnfaithful) : JSON.parse(text);
   } catch (err) {
     throw HttpError.invalid("body", `malformed JSON (${(err as Error).message})`);
   }
+}
+
+const MAYBE_UNFAITHFUL = /\d{16}|[eE][+-]?\d{3}/;
+
+/** JSON.parse's reviver: a number that would read back as another one is kept as written, marked (src/kernel/encoding.ts). */
+function keepUnfaithful(this: unknown, _key: string, value: unknown, context?: { source?: string }): unknown {
+  if (typeof value !== "number") return value;
+  const source = context?.source ?? String(value);
+  return unfaithful(source, value) ? new UnfaithfulNumber(source, value) : value;
 }
 
 /**

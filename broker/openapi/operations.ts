@@ -145,7 +145,9 @@ export const OPERATIONS: readonly Operation[] = [
     description:
       "Stored on a storage shard before the answer. With an Idempotency-Key header or an `id`, stored once however often the request is retried within 24 hours; " +
       "409 when the key or id was used for a different request, or while a request holding it is in progress (with Retry-After). " +
-      "Ids are unique per queue, whoever chose them: an `id` the queue drew for another send (answered to a plain, keyed or Idempotency-Key send, consumed or not) is 409 naming `id`, unless it is that very message (same body, content type and ordering key): then 200 with the id, nothing stored.",
+      "Ids are unique per queue, whoever chose them: an `id` the queue drew for another send (answered to a plain, keyed or Idempotency-Key send, consumed or not) is 409 naming `id`, unless it is that very message (same body, content type and ordering key): then 200 with the id, nothing stored. " +
+      "A body is delivered as sent or refused (400 naming `body`): a text body with a lone surrogate (UTF-8 cannot carry it; inside a JSON string it travels escaped), " +
+      "or a JSON number a double cannot hold as written (1e400, 1e-400, an integer such as 12345678901234567890 that would arrive as another): send such a number as a string.",
     idempotencyKey: true,
     body: { id: "SendMessageRequest", schema: httpMessage, required: true },
     answer: ok(R.sendResult, "Stored: the message's id, and the queue's figures."),
@@ -154,7 +156,7 @@ export const OPERATIONS: readonly Operation[] = [
   {
     method: "post", path: `${QUEUE}/messages/batch`, operationId: "sendBatch", tag: "Messages",
     summary: "Send up to 100 messages, stored all together or not at all",
-    description: "At most 100 messages and 256 KB of encoded bodies. Idempotent as POST .../messages is, by key and by each message's `id`.",
+    description: "At most 100 messages and 256 KB of encoded bodies. Idempotent as POST .../messages is, by key and by each message's `id`. A body that could not be delivered as sent is refused as there (400 naming `messages[i].body`).",
     idempotencyKey: true,
     body: { id: "SendBatchRequest", schema: httpBatch, required: true, items: { messages: { id: "SendMessageRequest", schema: httpMessage, minItems: 1, maxItems: LIMITS.maxBatchMessages } } },
     answer: ok(R.batchResult, "Stored: the messages' ids in the request's order, and the queue's figures."),
@@ -179,7 +181,7 @@ export const OPERATIONS: readonly Operation[] = [
   {
     method: "post", path: `${QUEUE}/messages/ack`, operationId: "ackMessages", tag: "Pull consumers",
     summary: "Acknowledge or retry leased messages",
-    description: "Acks delete; retries come back after their delay, or go to the dead-letter queue when out of retries. A lease id that cannot be honoured is a warning in the answer, never a failed request.",
+    description: "Acks delete; retries come back after their delay, or go to the dead-letter queue when out of retries. A lease id that cannot be honoured is a warning in the answer, never a failed request. A lease id both in `acks` and in `retries` is a 400 naming `retries[i].lease_id`, and nothing of the request is applied.",
     body: { id: "AckRequest", schema: ackBody, required: true },
     answer: ok(R.ackResult, "What counted, and a warning for each lease id that did not."),
     errors: [409],

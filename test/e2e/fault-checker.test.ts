@@ -41,6 +41,29 @@ describe("the fault checker", () => {
     expect(t.drained().failures).toEqual(["1 of the 2 planned control faults ran"]);
   });
 
+  it("counts the keyed messages answered 503 while a Coordinator reset played out, by the point it cut", () => {
+    const s = new Script();
+    s.plan({ controls: 2 });
+    s.send(["a"]);
+    // A reset mid scale-out, and within it a keyed send of two (one keyed) answered 503, an unkeyed one, and a keyed one answered ok.
+    const t = s.t;
+    s.ops.push({ op: 100, p: "nemesis", type: "invoke", f: "control", t: t + 10, value: { kind: "abort-coordinator", point: "abort-scale-out", n: 1 } });
+    s.ops.push({ op: 101, p: "producer-0", type: "invoke", f: "send", t: t + 20, value: { q: "faults", hs: ["k1", "u1"], ord: [["k1", "key-0", 0]] } });
+    s.ops.push({ op: 101, p: "producer-0", type: "unknown", f: "send", t: t + 30, value: { status: 503, error: "HTTP 503: no storage shard of this queue accepted the messages; retry later" } });
+    s.ops.push({ op: 102, p: "producer-0", type: "invoke", f: "send", t: t + 40, value: { q: "faults", hs: ["u2"] } });
+    s.ops.push({ op: 102, p: "producer-0", type: "unknown", f: "send", t: t + 50, value: { status: 503, error: "HTTP 503" } });
+    s.ops.push({ op: 103, p: "producer-0", type: "invoke", f: "send", t: t + 60, value: { q: "faults", hs: ["k2"], ord: [["k2", "key-1", 0]] } });
+    s.ops.push({ op: 103, p: "producer-0", type: "ok", f: "send", t: t + 70, value: { ids: ["id-k2"] } });
+    s.ops.push({ op: 100, p: "nemesis", type: "ok", f: "control", t: t + 80, value: { fired: true, fired_ms: 100, recovered: true, recovered_ms: 70 } });
+    s.t = t + 80;
+    s.n = 200;
+    s.controlFault({ kind: "abort-coordinator", point: "abort-drain", n: 2, shard: "s1" }, { fired: true, fired_ms: 100, recovered: true, recovered_ms: 900 });
+    s.pull([{ h: "a", l: "L1" }, { h: "k2", l: "L2" }]);
+    s.ack(["L1", "L2"]);
+    const r = s.drained();
+    expect(r.figures.control?.by_kind["abort-coordinator"]).toMatchObject({ count: 2, keyed_answered_503: { "abort-scale-out": 1, "abort-drain": 0 } });
+  });
+
   it("passes a history where every acknowledged message was delivered and acked once", () => {
     const s = new Script();
     s.send(["a", "b"]);

@@ -23,6 +23,33 @@ export function apiClient({ base, token, timeoutMs = 10_000 }) {
    * @returns {Promise<Outcome>}
    */
   const call = async (method, path, body, extra, abort) => {
+    // The bound is the harness's own timer, not only the fetch's signal: a full run (seed
+    // 357234014) had two pulls that never settled, with no socket open, long past their
+    // AbortSignal.timeout; their consumers never stopped and the run waited for ever. The
+    // controller is held by the timer, and the race ends the call even if fetch ignores it.
+    const ac = new AbortController();
+    /** @type {NodeJS.Timeout | undefined} */
+    let timer;
+    const timedOut = new Promise((resolve) => {
+      timer = setTimeout(() => {
+        ac.abort(new DOMException("the call took too long", "TimeoutError"));
+        // Past the abort, a grace for fetch to settle by itself; then the outcome is unknown anyway.
+        timer = setTimeout(() => resolve(/** @type {Outcome} */ ({ outcome: "unknown", status: null, error: "timeout (the call did not settle)" })), 1000);
+      }, timeoutMs);
+    });
+    const gone = () => ac.abort(abort?.reason);
+    if (abort?.aborted) gone();
+    else abort?.addEventListener("abort", gone, { once: true });
+    try {
+      return await Promise.race([request(method, path, body, extra, ac.signal), timedOut]);
+    } finally {
+      clearTimeout(timer);
+      abort?.removeEventListener("abort", gone);
+    }
+  };
+
+  /** @returns {Promise<Outcome>} */
+  const request = async (/** @type {string} */ method, /** @type {string} */ path, /** @type {unknown} */ body, /** @type {Record<string, string> | undefined} */ extra, /** @type {AbortSignal} */ signal) => {
     /** @type {Response} */
     let res;
     try {
@@ -30,7 +57,7 @@ export function apiClient({ base, token, timeoutMs = 10_000 }) {
         method,
         headers: extra ? { ...headers, ...extra } : headers,
         body: body === undefined ? undefined : JSON.stringify(body),
-        signal: abort ? AbortSignal.any([abort, AbortSignal.timeout(timeoutMs)]) : AbortSignal.timeout(timeoutMs),
+        signal,
       });
     } catch (err) {
       return { outcome: refused(err) ? "fail" : "unknown", status: null, error: describe(err) };

@@ -17,7 +17,7 @@ export function controlFaults(ops) {
   const invoked = new Map();
   /** @type {Array<{ kind: string, value: any, inv: number, end: number | null, type: string | null, result: any }>} */
   const faults = [];
-  /** @type {Array<{ inv: number, end: number, type: string, n: number, down: boolean }>} */
+  /** @type {Array<{ inv: number, end: number, type: string, n: number, down: boolean, keyed: number, unavailable: boolean }>} */
   const sends = [];
   /** @type {Map<number, Op>} */
   const sendInvokes = new Map();
@@ -37,7 +37,8 @@ export function controlFaults(ops) {
         const inv = sendInvokes.get(o.op);
         sendInvokes.delete(o.op);
         // A connection refused: nothing listened, the service was down for a kill.
-        if (inv) sends.push({ inv: inv.t, end: o.t, type: o.type, n: inv.value?.hs?.length ?? 0, down: /ECONNREFUSED/.test(String(o.value?.error ?? "")) });
+        // keyed: its messages with an ordering key; unavailable: answered 503 (no shard took it).
+        if (inv) sends.push({ inv: inv.t, end: o.t, type: o.type, n: inv.value?.hs?.length ?? 0, down: /ECONNREFUSED/.test(String(o.value?.error ?? "")), keyed: inv.value?.ord?.length ?? 0, unavailable: o.value?.status === 503 });
       }
     }
   }
@@ -58,9 +59,15 @@ export function controlFaults(ops) {
  * Per kind: how many ran, fired, were skipped and recovered, the time to recover
  * (median, max), and the sends invoked while a fault played out, by outcome.
  * @param {Array<{ kind: string, value: any, inv: number, end: number | null, type: string | null, result: any }>} faults
- * @param {Array<{ inv: number, end: number, type: string, n: number, down: boolean }>} sends
+ * @param {Array<{ inv: number, end: number, type: string, n: number, down: boolean, keyed: number, unavailable: boolean }>} sends
  */
 function summarize(faults, sends) {
+  // Keyed messages answered 503 while a Coordinator reset played out, by the point it cut
+  // (a keyed send refused not_owner waits for the map that goes with a half-done change).
+  const keyed503 = (/** @type {string} */ point) =>
+    faults
+      .filter((f) => f.kind === "abort-coordinator" && f.value?.point === point)
+      .reduce((n, f) => n + sends.filter((s) => s.inv >= f.inv && s.inv <= (f.end ?? Infinity) && s.unavailable).reduce((m, s) => m + s.keyed, 0), 0);
   const kinds = [...new Set(faults.map((f) => f.kind))];
   const byKind = Object.fromEntries(
     kinds.map((k) => {
@@ -84,6 +91,7 @@ function summarize(faults, sends) {
           recovered: of.filter((f) => f.result?.recovered).length,
           recovered_ms: statOf(of.map((f) => f.result?.recovered_ms ?? null)),
           ...(k === "throw-alarm" ? { alarms_thrown: of.reduce((n, f) => n + (f.result?.thrown ?? 0), 0), most_in_a_row: Math.max(0, ...of.map((f) => f.value?.times ?? 0)) } : {}),
+          ...(k === "abort-coordinator" ? { keyed_answered_503: { "abort-scale-out": keyed503("abort-scale-out"), "abort-drain": keyed503("abort-drain") } } : {}),
           ...(k === "stale-map" ? { retired_ms: statOf(of.map((f) => f.result?.retired_ms ?? null)), map_published_ms: statOf(of.map((f) => f.result?.published_ms ?? null)) } : {}),
           messages_sent_meanwhile: during,
         },
@@ -114,7 +122,8 @@ export function controlSummaryRows(c) {
   const counted = (/** @type {any} */ x) => `${x.fired} of ${x.count} fired${x.skipped ? ` (${x.skipped} skipped)` : ""}, ${x.recovered} recovered`;
   if (k["abort-coordinator"]) {
     const x = k["abort-coordinator"];
-    rows.push(["Coordinator resets mid-autoscale", `${counted(x)}; recovered in ${secs(x.recovered_ms)} (median / max); messages sent meanwhile: ${sentMeanwhile(x.messages_sent_meanwhile)}`]);
+    const keyed = x.keyed_answered_503 ? `; keyed messages answered 503 meanwhile: ${x.keyed_answered_503["abort-scale-out"]} (scale-out), ${x.keyed_answered_503["abort-drain"]} (drain)` : "";
+    rows.push(["Coordinator resets mid-autoscale", `${counted(x)}; recovered in ${secs(x.recovered_ms)} (median / max); messages sent meanwhile: ${sentMeanwhile(x.messages_sent_meanwhile)}${keyed}`]);
   }
   if (k["throw-alarm"]) {
     const x = k["throw-alarm"];

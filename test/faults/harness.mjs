@@ -17,6 +17,7 @@ import { preparePushConsumer, PUSH_QUEUE, setUpPush, withConsumerAborts } from "
 import { startPushSink } from "./push-sink.mjs";
 import { randomSeed } from "./prng.mjs";
 import { formatTable, writeReport } from "./report.mjs";
+import { END_STEP_MS, Watchdog } from "./watchdog.mjs";
 import { Budget, rateLimiter, runConsumer, runProducer, runRedriver, sleep } from "./workload.mjs";
 import { dlqPurger } from "./dlq-purger.mjs";
 import { keyedPoison } from "./keyed-poison.mjs";
@@ -82,16 +83,36 @@ export function defaultOut(mode, seed) {
   return join(ROOT, "test-artifacts", "faults", `${stamp}-${mode}-seed${seed}`);
 }
 
-/** @param {FaultOptions} o */
+/** Time for the check and the report after the run's last step (a full run's history holds about a million lines). */
+const CHECK_MS = 10 * 60_000;
+/** Time to the first message sent: starting wrangler (3 tries of 60 s) and the set-up calls. */
+const START_MS = 5 * 60_000;
+
+/**
+ * A fault run that always ends, with a verdict or with what it was still waiting for at
+ * its deadline (watchdog.mjs).
+ * @param {FaultOptions} o
+ */
 export async function runFaults(o) {
+  mkdirSync(o.out, { recursive: true });
+  const history = new History(join(o.out, "history.jsonl"));
+  const dog = new Watchdog({ history, log: o.log });
+  dog.deadline(Date.now() + START_MS);
+  try {
+    return await Promise.race([run(o, history, dog), dog.expired]);
+  } finally {
+    dog.disarm();
+  }
+}
+
+/** @param {FaultOptions} o @param {History} history @param {Watchdog} dog */
+async function run(o, history, dog) {
   const started = Date.now();
   const startedAt = new Date().toISOString();
-  mkdirSync(o.out, { recursive: true });
   const dirs = runDirs("faults");
   const { stateDir, registry, sourceDir } = dirs;
   const port = await freePort();
-  const historyFile = join(o.out, "history.jsonl");
-  const history = new History(historyFile);
+  const historyFile = history.file;
   const pushTally = { delivered: 0 };
   const sink = await startPushSink({ history, tally: pushTally });
   const service = new Service({
@@ -100,6 +121,8 @@ export async function runFaults(o) {
     vars: { PUSH_LEASE_MS: String(o.pushLeaseMs) },
   });
   const api = apiClient({ base: service.base, token: TOKEN });
+  // At the deadline nothing more is waited for: the service goes (and with it any call to it).
+  dog.onExpire.push(() => service.kill());
   const schedule = withConsumerAborts(faultSchedule(o.seed, o), o.seed, o);
   const count = (/** @type {(kind: string) => boolean} */ f) => schedule.filter((s) => f(s.kind)).length;
   const planned = { kills: count((k) => k === "kill"), aborts: count((k) => SHARD_ABORT_KINDS.includes(k)), corruptions: count((k) => k === "corrupt"), controls: count((k) => CONTROL_KINDS.includes(k)), consumerAborts: count((k) => k === "abort-consumer") };
@@ -117,6 +140,7 @@ export async function runFaults(o) {
   let loadMs = 0;
   let drainMs = 0;
   try {
+    dog.step("the service to start");
     const firstStartMs = await service.start();
     await setUp(api);
     await setUpPush(api, DLQ);
@@ -137,6 +161,8 @@ export async function runFaults(o) {
     const purges = { purges: 0, purged: 0 };
     // Control faults may still be playing out when the load deadline passes (control-faults.mjs).
     const consumerDeadline = loadDeadline + (planned.controls ? MAX_PLAY_OUT_MS : 0) + o.drainTimeoutMs;
+    // The run's own time bound: every loop ends by consumerDeadline, then each end step and the check have theirs.
+    dog.deadline(consumerDeadline + Object.values(END_STEP_MS).reduce((a, b) => a + b, 0) + CHECK_MS);
     // The dead-letter queue's consumer pauses while the redriver lets messages gather there.
     const held = { paused: false };
     const consumer = (/** @type {string} */ name, /** @type {string} */ queue, /** @type {boolean} */ main) =>
@@ -160,6 +186,7 @@ export async function runFaults(o) {
       const controlFaults = { history, api, queue: QUEUE, holdMapMs: o.holdMapMs, alarmThrows: o.alarmThrows, consumerQueue: PUSH_QUEUE };
       const redriver = runRedriver({ seed: o.seed, history, api, dlq: DLQ, targets: [QUEUE, PUSH_QUEUE], control, deadline: loadDeadline, loadDone: () => producing === 0, held, tally: moves, purger: dlqPurger({ seed: o.seed, history, api, dlq: DLQ, deadLetterAfter: MAX_RETRIES + 1, tally: purges }) });
       const nemesis = runNemesis({ history, service, schedule, deadline: loadDeadline, api, queue: QUEUE, corruptEach: o.corruptEach, corrupted, loadDone: () => producing === 0, controlFaults, onEvent: (line) => o.log(`  ${line}`) });
+      dog.step("the producers, the nemesis and the redriver");
       await Promise.all([...producers, nemesis, redriver]);
     } finally {
       clearInterval(progress);
@@ -169,6 +196,7 @@ export async function runFaults(o) {
 
     const drainStart = Date.now();
     history.note("harness", "phase", { phase: "drain" });
+    dog.step("the drain");
     const drained = await drain(api, late, Math.min(drainStart + o.drainTimeoutMs, consumerDeadline));
     drainMs = Date.now() - drainStart;
     if (planned.corruptions > 0) Object.assign(drained, await quarantined(api, new Set(corrupted).size));
@@ -177,17 +205,25 @@ export async function runFaults(o) {
   } finally {
     // Nothing may write to the history once it is closed: every client ends first
     // (each loop and each late ack is bounded in time).
+    // Each step is bounded (watchdog.mjs): one that hangs is named, and the run goes on to its verdict.
     control.stop = true;
-    await Promise.allSettled([...producers, ...consumers]);
-    await Promise.allSettled([...late]);
+    await dog.bounded("the producers and consumers to stop", Promise.allSettled([...producers, ...consumers]), END_STEP_MS.clients);
+    await dog.bounded(`the late acks (${late.size})`, Promise.allSettled([...late]), END_STEP_MS.late);
     // Push handlers still running (a hang) report into nothing from here on.
-    await sink.close();
-    await history.close();
-    await service.stop();
+    await dog.bounded("the push sink to close", sink.close(), END_STEP_MS.sink);
+    await dog.bounded("the history file to close", history.close(), END_STEP_MS.history);
+    await dog.bounded("the service to stop", service.stop(), END_STEP_MS.service);
     dirs.remove(o.keepState);
   }
 
+  dog.step("the check of the history");
+  const checkStart = Date.now();
   const result = check(await readHistory(historyFile));
+  o.log(`history checked in ${Math.round((Date.now() - checkStart) / 1000)} s`);
+  if (dog.stuck.length) {
+    result.valid = false;
+    result.failures.push(`the run's end did not finish: still waiting for ${dog.stuck.join(", ")} past its bound`);
+  }
   /** @type {import("./report.mjs").RunMeta} */
   const meta = {
     seed: o.seed,
@@ -269,8 +305,11 @@ async function quarantined(api, expected) {
   let total = null;
   while (Date.now() < deadline) {
     try {
-      const res = await fetch(url, { headers: { authorization: `Bearer ${TOKEN}` }, signal: AbortSignal.timeout(5000) });
-      const m = line.exec(await res.text());
+      // Raced against a timer too, as every harness call is (client.mjs): a fetch may not settle.
+      const read = fetch(url, { headers: { authorization: `Bearer ${TOKEN}` }, signal: AbortSignal.timeout(5000) }).then(async (res) => ({ ok: res.ok, text: await res.text() }));
+      read.catch(() => {});
+      const res = await Promise.race([read, sleep(6000).then(() => ({ ok: false, text: "" }))]);
+      const m = line.exec(res.text);
       if (res.ok && m) total = Number(m[1]);
       if (total !== null && total >= expected) break;
     } catch {

@@ -76,12 +76,15 @@ export class History {
 
   /** @param {Op} op */
   write(op) {
+    // A client the run's end stopped waiting for (watchdog.mjs) may still complete: dropped, not an error after end.
+    if (this.out.writableEnded) return;
     this.count++;
     this.out.write(`${JSON.stringify(op)}\n`);
   }
 
   /** Flushes and closes the file. Operations still open stay without a completion (the checker treats them as unknown). */
   async close() {
+    if (this.out.closed) return;
     this.out.end();
     await once(this.out, "close");
   }

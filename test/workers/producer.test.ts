@@ -102,6 +102,11 @@ describe("the QueueProducer binding", () => {
     ["text that is not a string", (q: ReturnType<typeof producer>) => q.send(5, { contentType: "text" }), /body: must be a string/],
     ["bytes that are not bytes", (q: ReturnType<typeof producer>) => q.send("x", { contentType: "bytes" }), /body: must be an ArrayBuffer/],
     ["JSON that is not JSON", (q: ReturnType<typeof producer>) => q.send(undefined), /body: is not serialisable as JSON/],
+    // Cloudflare's runtime turns a lone surrogate into U+FFFD on the way to UTF-8; shardq refuses rather than change a body.
+    ["text with a lone surrogate", (q: ReturnType<typeof producer>) => q.send("a\ud800b", { contentType: "text" }), /body: is not well-formed Unicode: a lone surrogate \(U\+D800\) at index 1/],
+    ["a lone surrogate in a batch's text", (q: ReturnType<typeof producer>) => q.sendBatch([{ body: "ok", contentType: "text" }, { body: "\udc00", contentType: "text" }]), /messages\[1\].body: is not well-formed Unicode/],
+    ["JSON with a number JSON cannot hold", (q: ReturnType<typeof producer>) => q.send({ a: [1, Infinity] }), /body: holds a number JSON cannot carry \(Infinity at a\[1\]\)/],
+    ["JSON with NaN", (q: ReturnType<typeof producer>) => q.send(NaN), /body: holds a number JSON cannot carry \(NaN\)/],
     ["a delay over 24 h", (q: ReturnType<typeof producer>) => q.send(1, { delaySeconds: 86_401 }), /options.delaySeconds: must be at most 86400/],
     ["an unknown option", (q: ReturnType<typeof producer>) => q.send(1, { delay: 5 }), /options.delay: is not a known field/],
     ["more than 100 messages", (q: ReturnType<typeof producer>) => q.sendBatch(Array.from({ length: 101 }, () => ({ body: 1 }))), /messages: holds 101 messages/],

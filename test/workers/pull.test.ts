@@ -158,6 +158,20 @@ describe("acknowledging pulled messages", () => {
     expect(again.json.result.messages.every((m: { attempts: number }) => m.attempts === 2)).toBe(true);
   });
 
+  it("refuses a lease id both in acks and in retries with a 400 naming retries[i].lease_id, settling nothing of the request", async () => {
+    const { clock } = await pullQueue("ack-and-retry");
+    for (let i = 0; i < 2; i++) await send("ack-and-retry", i);
+    const [a, b] = (await pull("ack-and-retry", { batch_size: 2 })).json.result.messages as Array<{ id: string; lease_id: string }>;
+    const res = await ack("ack-and-retry", { acks: [{ lease_id: a!.lease_id }, { lease_id: b!.lease_id }], retries: [{ lease_id: b!.lease_id, delay_seconds: 5 }] });
+    expect(res.status).toBe(400);
+    expect(res.json.errors[0].field).toBe("retries[0].lease_id");
+    expect(res.json.errors[0].message).toContain("acks[1]");
+    // Refused whole: both messages are still stored and come back when their leases end.
+    expect(await backlog("ack-and-retry")).toBe(2);
+    clock.advance(1000);
+    expect(ids(await pull("ack-and-retry", { batch_size: 10 }))).toEqual([a!.id, b!.id].sort());
+  });
+
   it("brings a retried message back after its delay_seconds, or the consumer's retry_delay", async () => {
     const { clock } = await pullQueue("ack-retry", { settings: { visibility_timeout_ms: 1000, retry_delay: 30 } });
     await send("ack-retry", "own delay");
@@ -235,11 +249,14 @@ describe("acknowledging pulled messages", () => {
       ["x".repeat(5000)]: "not a lease id",
     };
     const tokens = Object.keys(bad);
-    const acked = await ack("ack-forged", { acks: tokens.map((t) => ({ lease_id: t })), retries: tokens.map((t) => ({ lease_id: t })) });
-    expect(acked.status).toBe(200);
-    expect(acked.json.result.ackCount).toBe(0);
-    expect(acked.json.result.retryCount).toBe(0);
-    for (const [token, why] of Object.entries(bad)) expect(acked.json.result.warnings[token]).toContain(why);
+    // As acks, then as retries (one lease id in both lists of a request is refused whole).
+    for (const list of ["acks", "retries"]) {
+      const acked = await ack("ack-forged", { [list]: tokens.map((t) => ({ lease_id: t })) });
+      expect(acked.status).toBe(200);
+      expect(acked.json.result.ackCount).toBe(0);
+      expect(acked.json.result.retryCount).toBe(0);
+      for (const [token, why] of Object.entries(bad)) expect(acked.json.result.warnings[token]).toContain(why);
+    }
     const extended = await extend("ack-forged", { lease_ids: tokens, visibility_timeout_ms: 60_000 });
     expect(extended.status).toBe(200);
     expect(extended.json.result.extended).toBe(0);

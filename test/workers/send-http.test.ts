@@ -120,6 +120,36 @@ describe("sending over HTTP", () => {
     expect(await backlog("http-atomic")).toBe(0);
   });
 
+  it("refuses a body it could not deliver as sent with a 400 naming it, storing nothing: a lone surrogate in text, a number past a double", async () => {
+    await createQueue("http-faithful");
+    const raw = (path: string, text: string) => api("POST", path, undefined, { raw: text, headers: { "content-type": "application/json" } });
+    const cases: Array<[string, string, string, RegExp]> = [
+      [msgs("http-faithful"), '{"body":"a\\ud800b","content_type":"text"}', "body", /lone surrogate \(U\+D800\) at index 1/],
+      [batch("http-faithful"), '{"messages":[{"body":"ok","content_type":"text"},{"body":"\\udfff","content_type":"text"}]}', "messages[1].body", /lone surrogate \(U\+DFFF\)/],
+      [msgs("http-faithful"), '{"body":{"big":1e400}}', "body", /1e400/],
+      [batch("http-faithful"), '{"messages":[{"body":1},{"body":[0,-1e400]}]}', "messages[1].body", /-1e400/],
+      [msgs("http-faithful"), '{"body":12345678901234567890}', "body", /12345678901234567890\b.*arrive as 12345678901234567000/],
+      [batch("http-faithful"), '{"messages":[{"body":{"n":[9007199254740993]}}]}', "messages[0].body", /9007199254740993/],
+      [msgs("http-faithful"), '{"body":{"tiny":1e-400}}', "body", /1e-400/],
+    ];
+    for (const [path, text, field, message] of cases) {
+      const res = await raw(path, text);
+      expect(res.status, text).toBe(400);
+      expect(res.json.errors[0].field, text).toBe(field);
+      expect(res.json.errors[0].message, text).toMatch(message);
+    }
+    expect(await backlog("http-faithful")).toBe(0);
+  });
+
+  it("delivers as sent what JSON carries: a lone surrogate inside a JSON string, big integers a double holds exactly, fractions", async () => {
+    await createQueue("http-faithful-ok");
+    const text = '{"messages":[{"body":{"s":"a\\ud800b","n":[9007199254740992,1e21,-0,0.1,1.5e300,12345678901234567000]}}]}';
+    const res = await api("POST", batch("http-faithful-ok"), undefined, { raw: text, headers: { "content-type": "application/json" } });
+    expect(res.status).toBe(200);
+    const [m] = (await storedMessages("http-faithful-ok")).messages;
+    expect(decodeBody(m!.body, "json")).toEqual({ s: "a\ud800b", n: [9007199254740992, 1e21, -0, 0.1, 1.5e300, 12345678901234567000] });
+  });
+
   it("answers 404 for a send to a queue that does not exist", async () => {
     const res = await api("POST", msgs("ghost"), { body: 1 });
     expect(res.status).toBe(404);
