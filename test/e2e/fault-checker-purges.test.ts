@@ -70,6 +70,39 @@ describe("the fault checker, with purges of the dead-letter queue", () => {
   });
 });
 
+describe("the fault checker, with push messages dead-lettered and then purged", () => {
+  it("counts a push message its handler retried out and a purge then deleted as purged, not as never delivered again, and one no purge named as both lost and never again", () => {
+    const s = new Script();
+    s.send(["a", "b"]);
+    // Both dead-lettered by the push consumer at their last attempt; a purge of the dead-letter queue names a only.
+    const d = s.pushStart([
+      { h: "a", a: 3 },
+      { h: "b", a: 3 },
+    ]);
+    s.pushEnd(d, { retried: ["a", "b"] });
+    s.purge(["id-a"]);
+    const r = s.drained();
+    expect(r.figures.push).toMatchObject({ not_again: 1 });
+    expect(r.examples.push_not_again).toEqual([expect.objectContaining({ h: "b" })]);
+    expect(r.figures.purges).toMatchObject({ purged: 1 });
+    expect(r.failures).toEqual(["1 acknowledged messages lost", "1 push messages not acked at their last delivery and never delivered again"]);
+    expect(r.examples.lost).toEqual(["b"]);
+  });
+
+  it("counts a push message dead-lettered before a purge that never answered as maybe purged, but not one the purge came before", () => {
+    const s = new Script();
+    s.send(["a", "b"]);
+    const d = s.pushStart([{ h: "a", a: 3 }]);
+    s.pushEnd(d, { retried: ["a"] });
+    s.purge([], "unknown");
+    const e = s.pushStart([{ h: "b", a: 3 }]);
+    s.pushEnd(e, { retried: ["b"] });
+    const r = s.drained();
+    expect(r.examples.push_not_again).toEqual([expect.objectContaining({ h: "b" })]);
+    expect(r.figures.purges).toMatchObject({ purges_unknown: 1, maybe_purged: 1 });
+  });
+});
+
 describe("the fault checker, with keyed dead letters redriven", () => {
   /** A send of `h` with ordering key `key`, as workload.mjs logs it, answered ok. */
   const sendKeyed = (s: Script, h: string, key: string) => {

@@ -340,7 +340,7 @@ export function check(ops, opts = {}) {
 
   const duplicated = [...byH.values()].filter((ds) => ds.length > 1);
   const control = controlFaults(ops);
-  const pushCheck = checkPush(ops, pushed, deliveries.filter((d) => !d.push));
+  const pushCheck = checkPush(ops, pushed, deliveries.filter((d) => !d.push), { purged: (id, last) => purges.excusesPush(id, last) });
   const orderCheck = checkOrder(ops, pushed, { toleranceMs: tol });
   const idCheck = checkIds(ops, deliveries);
   const purgeCheck = purges.result();

@@ -17,6 +17,8 @@
 //                    queue, or was its dead-lettering (a retry at `dead_letter_after`
 //                    attempts), before such a purge was invoked, is counted as maybe purged,
 //                    not lost. Any other message gone without an ack is lost, purges or not.
+//                    The push checker asks the same of a message a queue() handler retried
+//                    out (dead-lettered) that never came again (excusesPush).
 
 /**
  * @typedef {import("./history.mjs").Op} Op
@@ -70,8 +72,9 @@ export function checkPurges(purges, deliveries, retryAsked, cutAt) {
     if (cutAt.some((t) => t > from && t < d.inv)) afterPurgeAcrossCut++;
     else afterPurge.push({ id: d.id, q: d.q, attempts: d.a, purge_ok: p.ok, delivery_invoked: d.inv });
   }
-  let purged = 0;
-  let maybePurged = 0;
+  // Sets: the lost check and the push check may both ask of one message.
+  const purged = /** @type {Set<string>} */ (new Set());
+  const maybePurged = /** @type {Set<string>} */ (new Set());
   return {
     /**
      * Whether a message never acked (its sent id, its deliveries) was deleted by a purge, and
@@ -80,21 +83,40 @@ export function checkPurges(purges, deliveries, retryAsked, cutAt) {
      */
     excuses(id, ds) {
       if (id !== null && purgedBy.has(id)) {
-        purged++;
+        purged.add(id);
         return true;
       }
       const last = [...ds].sort((x, y) => x.inv - y.inv).at(-1);
       if (!last || last.push) return false;
       const inDlq = last.q.endsWith("-dlq");
       if (!unknown.some((p) => p.inv > last.inv && (inDlq || (retryAsked.has(last.l) && last.a >= p.deadLetterAfter)))) return false;
-      maybePurged++;
+      maybePurged.add(last.id);
       return true;
+    },
+    /**
+     * Whether a push message whose last delivery to a queue() handler was not an ack, and
+     * that never came again, was deleted by a purge: it was dead-lettered, and an ok purge
+     * answered after that delivery named it, or one never answered was invoked after a
+     * delivery that dead-lettered it (a retry at `dead_letter_after` attempts). Counts it.
+     * @param {string} id @param {{ start: number, attempts: number, outcome: string | null }} last
+     */
+    excusesPush(id, last) {
+      const p = purgedBy.get(id);
+      if (p && p.ok > last.start) {
+        purged.add(id);
+        return true;
+      }
+      if (last.outcome !== "acked" && unknown.some((u) => u.inv > last.start && last.attempts >= u.deadLetterAfter)) {
+        maybePurged.add(id);
+        return true;
+      }
+      return false;
     },
     result() {
       const failures = afterPurge.length ? [`${afterPurge.length} deliveries of messages a purge reported deleted, after it answered`] : [];
       return {
         failures,
-        figures: { purges: purges.length, purges_ok: ok.length, purges_unknown: unknown.length, reported_deleted: ok.reduce((n, p) => n + p.ids.size, 0), purged, maybe_purged: maybePurged, delivered_after_purge: afterPurge.length, delivered_after_purge_across_cut: afterPurgeAcrossCut },
+        figures: { purges: purges.length, purges_ok: ok.length, purges_unknown: unknown.length, reported_deleted: ok.reduce((n, p) => n + p.ids.size, 0), purged: purged.size, maybe_purged: maybePurged.size, delivered_after_purge: afterPurge.length, delivered_after_purge_across_cut: afterPurgeAcrossCut },
         examples: { delivered_after_purge: afterPurge.slice(0, EXAMPLES) },
       };
     },

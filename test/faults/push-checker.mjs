@@ -113,7 +113,8 @@ export function pushDeliveries(ops) {
  * @param {Op[]} ops
  * @param {PushDelivery[]} pushed  pushDeliveries(ops)
  * @param {Array<{ id: string, q: string, ok: number }>} pulled  the pull deliveries (a dead-lettered message comes again through its queue's pull consumer)
- * @param {{ leaseMs?: number }} [opts]
+ * @param {{ leaseMs?: number, purged?: (id: string, last: { start: number, attempts: number, outcome: string | null }) => boolean }} [opts]
+ *   purged: whether a purge of the dead-letter queue deleted the message after that last delivery (purge-checker.mjs)
  */
 export function checkPush(ops, pushed, pulled, opts = {}) {
   const queues = new Set(pushed.map((d) => d.q));
@@ -224,7 +225,7 @@ export function checkPush(ops, pushed, pulled, opts = {}) {
       // The last push delivery: it acked, or the message comes again elsewhere (dead-lettered).
       const later = (pulledAt.get(a.id) ?? []).filter((t) => t > a.start);
       if (later.length) pairs.push({ a, b: null, bStart: Math.min(...later), excuse: null });
-      else if (a.outcome !== "acked") notAgain.push({ q: a.q, id: a.id, h: a.h, last: brief(a) });
+      else if (a.outcome !== "acked" && !opts.purged?.(a.id, { start: a.start, attempts: a.a, outcome: a.outcome })) notAgain.push({ q: a.q, id: a.id, h: a.h, last: brief(a) });
     }
   }
 
