@@ -5,9 +5,9 @@
  * recognised: the same message answers 200 with that id and stores nothing, another body
  * is refused with 409 naming the id field, nothing stored.
  */
-import { env } from "cloudflare:test";
+import { env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { coordinatorFor } from "../../src/kernel/addressing";
+import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import { locate, shardNumber } from "../../src/kernel/ids";
 import { forgetShardMap } from "../../src/routing/shard-map-cache";
 import { api, backlog, createQueue, producer, queuePath } from "./helpers";
@@ -120,6 +120,21 @@ describe("an id a storage shard drew", () => {
     expectConflictOn(await sendBatch(q, { messages: [{ id: keyed, body: "evil" }] }), "messages[0].id");
     expect(await backlog(q)).toBe(0);
     expect(await drain(q)).toEqual([]);
+  });
+
+  it("of a keyed message stays taken after the message was consumed and its shard restarted with no lane left", async () => {
+    // The short fault run (seed 2802) found this: with every lane of the shard gone, a restarted
+    // shard said it had never drawn the lane id, and a producer's send stored a second message under it.
+    const q = "ids-drawn-keyed-restart";
+    const { queue_id } = await createQueue(q);
+    expect((await api("POST", `${queuePath(q)}/consumers`, { type: "http_pull" })).status).toBe(201);
+    const keyed = (await send(q, { body: "real", ordering_key: "acct-9" })).json.result.message_id as string;
+    expect(await drain(q)).toEqual([{ id: keyed, body: "real" }]);
+    const map = (await coordinatorFor(env, queue_id).shardMap())!;
+    const drew = map.shards.find((s) => shardNumber(s.name) === locate(keyed)!.shard)!;
+    await runInDurableObject(storageShardFor(env, drew.name, drew.region), (_o, state) => state.abort("restart")).catch(() => {});
+    expectConflictOn(await send(q, { id: keyed, body: "evil" }), "id");
+    expect(await backlog(q)).toBe(0);
   });
 
   it("stays taken once the shard that drew it was emptied, drained and retired", async () => {
