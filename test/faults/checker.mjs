@@ -38,6 +38,7 @@ import { checkCorruption } from "./corruption-checker.mjs";
 import { abortFigures, recovery } from "./figures.mjs";
 import { deliveredAfterAck, moveFigures, staysOf, storedTwiceWithinStays } from "./move-checker.mjs";
 import { checkOrder } from "./order-checker.mjs";
+import { checkPausesAndDelays } from "./pause-delay.mjs";
 import { checkPush, pushDeliveries } from "./push-checker.mjs";
 
 /** How many examples of each anomaly a result keeps. */
@@ -333,6 +334,8 @@ export function check(ops, opts = {}) {
   const control = controlFaults(ops);
   const pushCheck = checkPush(ops, pushed, deliveries.filter((d) => !d.push));
   const orderCheck = checkOrder(ops, pushed, { toleranceMs: tol });
+  // Pauses of delivery while pulls wait, delayed and retried messages under long polls (pause-delay.mjs).
+  const pauseCheck = checkPausesAndDelays(ops);
   const figures = {
     sent,
     delivered: {
@@ -370,6 +373,7 @@ export function check(ops, opts = {}) {
     control: control.figures,
     push: pushCheck.figures,
     order: orderCheck.figures,
+    pause_delay: pauseCheck.figures,
     drained,
     plan,
   };
@@ -395,6 +399,7 @@ export function check(ops, opts = {}) {
   failures.push(...control.failures);
   failures.push(...pushCheck.failures);
   failures.push(...orderCheck.failures);
+  failures.push(...pauseCheck.failures);
   if (plan?.redrive && !redrives.some((r) => r.outcome === "ok")) failures.push("no redrive of the dead-letter queue succeeded: the run moved nothing");
   if (plan?.controls && (control.figures?.count ?? 0) !== plan.controls) failures.push(`${control.figures?.count ?? 0} of the ${plan.controls} planned control faults ran`);
 
@@ -414,6 +419,7 @@ export function check(ops, opts = {}) {
       delivered_after_ack: afterAck.slice(0, EXAMPLES),
       ...pushCheck.examples,
       ...orderCheck.examples,
+      pause_delay: pauseCheck.examples,
     },
   };
 }
