@@ -18,15 +18,18 @@ export const RETRY_DELAYS_S = [0, 0, 1, 2];
 const sleep = (/** @type {number} */ ms) => new Promise((r) => setTimeout(r, Math.max(0, ms)));
 
 /**
- * Pauses delivery of `queue` for 1 to 3 s every 3 to 8 s until the deadline, and always
- * resumes (tried again until answered ok: a queue left paused would never drain).
- * @param {{ seed: number, history: import("./history.mjs").History, api: ReturnType<typeof import("./client.mjs").apiClient>, queue: string, control: { stop: boolean }, deadline: number, tally: { pauses: number } }} o
+ * Pauses delivery of `queue` for 1 to 3 s every 3 to 8 s while the producers send (until the
+ * deadline at most), and always resumes (tried again until answered ok: a queue left paused
+ * would never drain).
+ * @param {{ seed: number, history: import("./history.mjs").History, api: ReturnType<typeof import("./client.mjs").apiClient>, queue: string, control: { stop: boolean }, deadline: number, loadDone: () => boolean, tally: { pauses: number } }} o
  */
 export async function runPauser(o) {
   const rng = prng(o.seed, "pauser");
-  while (!o.control.stop && Date.now() < o.deadline) {
-    await sleep(rng.int(3000, 8000));
-    if (o.control.stop || Date.now() >= o.deadline) break;
+  const over = () => o.control.stop || o.loadDone() || Date.now() >= o.deadline;
+  while (!over()) {
+    // Waits in short steps: the load may end meanwhile.
+    for (const until = Date.now() + rng.int(3000, 8000); Date.now() < until && !over(); ) await sleep(200);
+    if (over()) break;
     const paused = await setPaused(o, true);
     await sleep(rng.int(1000, 3000));
     if (paused !== "fail") {

@@ -186,6 +186,31 @@ describe("pull waiters", () => {
     expect(await woken).toBe(true);
   });
 
+  it("counts a token's waiting pulls down again however their waits end: woken, timed out, cancelled, or ended by a pause", async () => {
+    const timers = new ManualTimers();
+    const waiters = new PullWaiters(() => 0, timers);
+    waiters.limits = { perQueue: 10, perToken: 2 };
+    const a = waiters.wait(1000, "a-wait", "t1");
+    const b = waiters.wait(2000, "b-wait", "t1");
+    expect(waiters.overCap("t1")).toEqual({ capped: "token", limit: 2 });
+    expect(waiters.overCap("t2")).toBeNull();
+    waiters.wakeOne();
+    expect(await a).toBe(true);
+    expect(waiters.overCap("t1")).toBeNull();
+    const c = waiters.wait(1000, "c-wait", "t1");
+    timers.advance(2000);
+    expect([await b, await c]).toEqual([false, false]);
+    const d = waiters.wait(20_000, "d-wait", "t1");
+    const e = waiters.wait(20_000, "e-wait", "t1");
+    expect(waiters.cancel("d-wait")).toBe(true);
+    expect(await d).toBe(false);
+    expect(waiters.overCap("t1")).toBeNull();
+    expect(waiters.endAll()).toBe(1);
+    expect(await e).toBe(false);
+    expect(waiters.count).toBe(0);
+    expect(waiters.overCap("t1")).toBeNull();
+  });
+
   it("does not let a pull cancelled between two waits wait again", async () => {
     const waiters = new PullWaiters(() => 0, new ManualTimers());
     expect(waiters.cancel("between")).toBe(false);
