@@ -56,7 +56,12 @@ describe("the fault checker on pauses and delays under long polls", () => {
     ok.pull([{ h: "r", l: "L2" }]);
     op(ok, "consumer-0", "ack", { q: "faults", acks: [], retries: ["L2"], rd: 2 }, "ok", { acked: [], retried: ["L2"], stale: [] });
     ok.pull([{ h: "r", l: "L3", a: 2 }], { dt: 2000 });
-    ok.ack(["L1", "L3"]);
+    // Out of retries, a retried message leaves for the dead-letter queue at once: another copy, not delayed.
+    ok.send(["x"]);
+    ok.pull([{ h: "x", l: "L4", s: "shard-1", r: 1 }]);
+    op(ok, "consumer-0", "ack", { q: "faults", acks: [], retries: ["L4"], rd: 2 }, "ok", { acked: [], retried: ["L4"], stale: [] });
+    ok.pull([{ h: "x", l: "L5", s: "dlq-shard-0", r: 7 }], { q: "faults-dlq", p: "dlq-consumer-0" });
+    ok.ack(["L1", "L3", "L5"]);
     expect(ok.drained().failures).toEqual([]);
   });
 });

@@ -7,7 +7,9 @@
 //            lease, as a short pull that read the plan first does) to the resume's invoke
 //   delayed  a delayed message is not delivered before its send's invoke plus its delay, and a
 //            message retried with a delay not by a pull made after the retry's ok answer before
-//            the retry's invoke plus its delay (both less DELAY_SLACK_MS of clock slack)
+//            the retry's invoke plus its delay (both less DELAY_SLACK_MS of clock slack); the
+//            retried copy only (same queue, shard and stored copy): one out of retries leaves
+//            for the dead-letter queue at once, and a redrive brings back a new copy
 import { prng } from "./prng.mjs";
 
 export const PAUSE_SLACK_MS = 1000;
@@ -59,10 +61,10 @@ export function checkPausesAndDelays(ops) {
   const openPause = /** @type {Map<string, number>} */ (new Map());
   /** h -> when it may first be delivered (a delayed send) */
   const dueAt = /** @type {Map<string, number>} */ (new Map());
-  /** lease -> h of the delivery under it */
-  const hOfLease = /** @type {Map<string, string>} */ (new Map());
-  /** h -> retries with a delay, confirmed: { after: the ack's answer, due } */
-  const retryDue = /** @type {Map<string, Array<{ after: number, due: number }>>} */ (new Map());
+  /** lease -> the delivery under it: its harness id and which stored copy it was */
+  const byLease = /** @type {Map<string, { h: string, copy: string }>} */ (new Map());
+  /** h -> retries with a delay, confirmed: { copy, after: the ack's answer, due } */
+  const retryDue = /** @type {Map<string, Array<{ copy: string, after: number, due: number }>>} */ (new Map());
   /** Pull answers with messages, for the pause rule (windows close later in the history). */
   const answers = /** @type {Array<{ q: string, t: number, n: number }>} */ ([]);
   const examples = [];
@@ -87,26 +89,29 @@ export function checkPausesAndDelays(ops) {
     else if (o.f === "send" && inv.value?.d) for (const h of inv.value?.hs ?? []) dueAt.set(h, inv.t + inv.value.d * 1000);
     else if (o.f === "ack" && o.type === "ok" && inv.value?.rd) {
       for (const l of o.value?.retried ?? []) {
-        const h = hOfLease.get(l);
-        if (!h) continue;
+        const d = byLease.get(l);
+        if (!d) continue;
         retriedWithDelay++;
-        (retryDue.get(h) ?? retryDue.set(h, []).get(h))?.push({ after: o.t, due: inv.t + inv.value.rd * 1000 });
+        (retryDue.get(d.h) ?? retryDue.set(d.h, []).get(d.h))?.push({ copy: d.copy, after: o.t, due: inv.t + inv.value.rd * 1000 });
       }
     } else if (o.f === "pull" && o.type === "ok") {
       const msgs = o.value?.msgs ?? [];
       if (msgs.length) answers.push({ q: inv.value?.q, t: o.t, n: msgs.length });
       for (const m of msgs) {
-        if (m.h) hOfLease.set(m.l, m.h);
+        const copy = `${inv.value?.q}|${m.s ?? ""}|${m.r ?? ""}`;
+        if (m.h) byLease.set(m.l, { h: m.h, copy });
         const due = m.h ? dueAt.get(m.h) : undefined;
         if (due !== undefined) {
           delayed++;
           dueAt.delete(m.h); // its first delivery only
           if (o.t < due - DELAY_SLACK_MS) (earlyDelayed++, examples.push({ rule: "delayed", h: m.h, answered: o.t, due }));
         }
-        for (const r of (m.h && retryDue.get(m.h)) || []) {
-          if (inv.t >= r.after && o.t < r.due - DELAY_SLACK_MS) (earlyRetried++, examples.push({ rule: "retried", h: m.h, answered: o.t, due: r.due }));
+        const retries = (m.h ? retryDue.get(m.h) : undefined) ?? [];
+        for (const r of retries) {
+          if (r.copy === copy && inv.t >= r.after && o.t < r.due - DELAY_SLACK_MS) (earlyRetried++, examples.push({ rule: "retried", h: m.h, copy, answered: o.t, due: r.due }));
         }
-        if (m.h) retryDue.delete(m.h);
+        // Its next delivery of that copy is the one the retry delayed.
+        if (m.h && retries.length) retryDue.set(m.h, retries.filter((r) => r.copy !== copy));
       }
     }
   }
