@@ -6,6 +6,8 @@
 //   (`wait_time_ms` 20,000): HTTP requests and Durable Object RPCs per idle consumer-minute.
 // - latency: one consumer long-polling an idle queue, and single sends one at a time: how
 //   long from a send's start to the pull's answer carrying its message.
+// - wake-up: the same, for a message that becomes ready later while the pull waits: its
+//   delay_seconds end, its retry delay ends, its lease runs out (issue 28).
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -14,13 +16,14 @@ import { costDelta, readCost, CLASSES } from "./cost.mjs";
 import { pct } from "./driver-run.mjs";
 import { startShardq } from "./stacks.mjs";
 
-export const LONGPOLL_HELP = `npm run bench -- longpoll [--consumers N] [--seconds S] [--sends N] [--poll-ms P]
+export const LONGPOLL_HELP = `npm run bench -- longpoll [--consumers N] [--seconds S] [--sends N] [--poll-ms P] [--wake-samples W]
   Long polling: requests and Durable Object RPCs per idle pull consumer-minute, short-polling and long-polling, and the
   latency from a send to a waiting pull's answer.
   --consumers N  idle consumers (default 1000)
   --seconds S    how long each idle phase runs (default 60)
   --sends N      single sends for the latency (default 1000)
-  --poll-ms P    the short-polling loop's sleep after an empty answer (default 1000)`;
+  --poll-ms P    the short-polling loop's sleep after an empty answer (default 1000)
+  --wake-samples W  messages per cause of becoming ready later (delay end, retry delay end, lease expiry; default 100, 0: none)`;
 
 const HEADERS = { authorization: "Bearer shardq-local-dev-token", "content-type": "application/json" };
 const QUEUE = "longpoll";
@@ -28,11 +31,12 @@ const WAIT_MS = 20_000;
 
 /** @param {string[]} argv */
 export async function longPolling(argv) {
-  const { values: o } = parseArgs({ args: argv, options: { consumers: { type: "string", default: "1000" }, seconds: { type: "string", default: "60" }, sends: { type: "string", default: "1000" }, "poll-ms": { type: "string", default: "1000" } } });
+  const { values: o } = parseArgs({ args: argv, options: { consumers: { type: "string", default: "1000" }, seconds: { type: "string", default: "60" }, sends: { type: "string", default: "1000" }, "poll-ms": { type: "string", default: "1000" }, "wake-samples": { type: "string", default: "100" } } });
   const consumers = whole(o.consumers, "--consumers", 1, 5000);
   const seconds = whole(o.seconds, "--seconds", 5, 600);
   const sends = whole(o.sends, "--sends", 10, 100_000);
   const pollMs = whole(o["poll-ms"], "--poll-ms", 0, 60_000);
+  const wakeSamples = whole(o["wake-samples"], "--wake-samples", 0, 10_000);
   const work = mkdtempSync(join(tmpdir(), "shardq-longpoll-"));
   const stack = await startShardq({ work, env: { WRANGLER_REGISTRY_PATH: join(work, "registry") }, file: "wrangler.bench.toml", name: "state" });
   try {
@@ -44,6 +48,9 @@ export async function longPolling(argv) {
     const short = await idlePhase(stack.base, queueId, consumers, seconds, (signal) => shortPoller(base, pollMs, signal));
     const long = await idlePhase(stack.base, queueId, consumers, seconds, (signal) => longPoller(base, signal));
     const latency = await latencyRun(base, sends);
+    /** @type {Array<["delay" | "retry" | "lease", Awaited<ReturnType<typeof wakeRun>>]>} */
+    const wakes = [];
+    for (const cause of /** @type {const} */ (["delay", "retry", "lease"])) if (wakeSamples > 0) wakes.push([cause, await wakeRun(base, cause, wakeSamples)]);
 
     console.log(`idle: ${consumers} pull consumers of an empty queue, ${seconds} s each way`);
     console.log("| loop | HTTP requests per consumer-minute | Durable Object RPCs per consumer-minute | by class |");
@@ -54,6 +61,13 @@ export async function longPolling(argv) {
     }
     console.log(`\nlatency: ${latency.count} single sends to an idle queue with one long-polling consumer, from a send's start to the answer carrying its message`);
     console.log(`p50 ${latency.p50.toFixed(1)} ms, p99 ${latency.p99.toFixed(1)} ms, max ${latency.max.toFixed(1)} ms (goal: p99 at most 50 ms); from the send's answer: p99 ${latency.afterAnswerP99.toFixed(1)} ms`);
+    if (wakes.length > 0) {
+      console.log(`\nwake-up: a waiting pull's answer after its message became ready later (${wakeSamples} each; goal: p99 at most 50 ms)`);
+      console.log("| cause | p50 ms | p99 ms | max ms |");
+      console.log("| --- | --- | --- | --- |");
+      console.log(`| send (above, from the send's start) | ${latency.p50.toFixed(1)} | ${latency.p99.toFixed(1)} | ${latency.max.toFixed(1)} |`);
+      for (const [cause, w] of wakes) console.log(`| ${WAKE_CAUSES[cause]} | ${w.p50.toFixed(1)} | ${w.p99.toFixed(1)} | ${w.max.toFixed(1)} |`);
+    }
   } finally {
     await stack.stop();
     rmSync(work, { recursive: true, force: true });
@@ -144,6 +158,70 @@ async function latencyRun(base, count) {
   fromStart.sort((a, b) => a - b);
   fromAnswer.sort((a, b) => a - b);
   return { count, p50: pct(fromStart, 50) ?? 0, p99: pct(fromStart, 99) ?? 0, max: fromStart[fromStart.length - 1] ?? 0, afterAnswerP99: pct(fromAnswer, 99) ?? 0 };
+}
+
+/** @type {Record<"delay" | "retry" | "lease", string>} */
+const WAKE_CAUSES = {
+  delay: "delay_seconds 1 ends (from the send's start + 1 s)",
+  retry: "retry delay of 1 s ends (from the ack's start + 1 s)",
+  lease: "lease of 1 s runs out (from the leasing pull's start + 1 s)",
+};
+
+/**
+ * One message at a time becomes ready while a pull waits for it: a delayed send, a retry with
+ * a delay, a lease left to run out. The time it became ready is taken on the client's side
+ * before the service could have started counting (the request's start plus the delay), so the
+ * figure includes the request's way in: it is never less than the true wake-up latency.
+ * @param {string} base @param {"delay" | "retry" | "lease"} cause @param {number} count
+ */
+async function wakeRun(base, cause, count) {
+  /** @type {number[]} */
+  const lat = [];
+  for (let i = 0; i < count; i++) {
+    const tag = `${cause}-${i}`;
+    let readyAt = 0;
+    if (cause !== "delay") {
+      await post(`${base}/${QUEUE}/messages`, { body: { tag } });
+      const leasedAt = performance.now();
+      const [m] = await pullWith(base, { batch_size: 1, visibility_timeout_ms: cause === "lease" ? 1000 : 30_000 });
+      if (!m) throw new Error(`${tag}: not leased`);
+      if (cause === "lease") readyAt = leasedAt + 1000;
+      const waiting = waitForTag(base, tag);
+      await sleep(20);
+      if (cause === "retry") {
+        readyAt = performance.now() + 1000;
+        await post(`${base}/${QUEUE}/messages/ack`, { retries: [{ lease_id: m.lease_id, delay_seconds: 1 }] });
+      }
+      lat.push((await waiting) - readyAt);
+    } else {
+      const waiting = waitForTag(base, tag);
+      await sleep(20);
+      readyAt = performance.now() + 1000;
+      await post(`${base}/${QUEUE}/messages`, { body: { tag }, delay_seconds: 1 });
+      lat.push((await waiting) - readyAt);
+    }
+  }
+  lat.sort((a, b) => a - b);
+  return { p50: pct(lat, 50) ?? 0, p99: pct(lat, 99) ?? 0, max: lat[lat.length - 1] ?? 0 };
+}
+
+/** Long-polls until a pull answers with the message tagged `tag` (acking all it gets); when it came. @param {string} base @param {string} tag */
+async function waitForTag(base, tag) {
+  for (;;) {
+    const messages = await pullWith(base, { batch_size: 10, visibility_timeout_ms: 30_000, wait_time_ms: WAIT_MS });
+    const at = performance.now();
+    if (messages.length) await post(`${base}/${QUEUE}/messages/ack`, { acks: messages.map((/** @type {any} */ m) => ({ lease_id: m.lease_id })) });
+    if (messages.some((/** @type {any} */ m) => JSON.parse(Buffer.from(m.body, "base64").toString()).tag === tag)) return at;
+    if (messages.length === 0) throw new Error(`${tag}: the pull's wait ended without it`);
+  }
+}
+
+/** @param {string} base @param {Record<string, number>} body @returns {Promise<any[]>} */
+async function pullWith(base, body) {
+  const res = await fetch(`${base}/${QUEUE}/messages/pull`, { method: "POST", headers: HEADERS, body: JSON.stringify(body) });
+  const json = /** @type {any} */ (await res.json());
+  if (!res.ok) throw new Error(`pull: ${res.status} ${JSON.stringify(json.errors)}`);
+  return json.result.messages;
 }
 
 /** @param {string} base @param {number} waitMs @param {boolean} [full] @returns {Promise<any[]>} */

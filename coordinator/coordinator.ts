@@ -5,7 +5,7 @@ import { serviceConfig } from "../src/kernel/config";
 import { applyConsumerPatch, type ConsumerRecord, type ConsumerSettingsPatch } from "../src/kernel/consumer-settings";
 import type { Env } from "../src/kernel/env";
 import { randomHex } from "../src/kernel/ids";
-import { notRetired, type DeliveryPlan, type QueueCounters, type SendLatencyCounts, type ShardBacklog, type ShardHeartbeat, type ShardMap, type ShardState, type StorageHeartbeat } from "../src/kernel/protocol";
+import { notRetired, type DeliveryPlan, type PullCancelAnswer, type PullWaitAnswer, type QueueCounters, type SendLatencyCounts, type ShardBacklog, type ShardHeartbeat, type ShardMap, type ShardState, type StorageHeartbeat } from "../src/kernel/protocol";
 import type { QueueInfo } from "../src/kernel/queue-info";
 import { applySettingsPatch, type QueueSettingsPatch } from "../src/kernel/settings";
 import { meteredStorage, newMeter, readMeter, type CostMeter, type MeterReading } from "../src/kernel/sql-meter";
@@ -180,22 +180,50 @@ export class Coordinator extends DurableObject<Env> {
   }
 
   /**
-   * A long-polling pull that found nothing waits here until a shard has new messages (true)
-   * or `ms` pass (false): coordinator/pull-waiters.ts.
+   * A long-polling pull that found nothing waits here until a shard has new messages
+   * ("woken") or `ms` pass ("ended"): coordinator/pull-waiters.ts. It does not wait while
+   * delivery is paused, and a pause ends its wait ("paused"): a short pull is refused then,
+   * and a waiting one must not lease either. Over a cap of waiting pulls, it is refused
+   * before it waits. `token` names the caller's token (its digest's prefix), for its cap.
    */
-  waitForMessages(ms: number, waitId?: string): Promise<boolean> {
+  async waitForMessages(ms: number, waitId?: string, token?: string): Promise<PullWaitAnswer> {
     this.cost.rpcs++;
-    return this.pullWaiters.wait(Math.max(0, Math.min(ms, MAX_PULL_WAIT_MS)), waitId);
+    if (this.paused()) return "paused";
+    const over = this.pullWaiters.overCap(token);
+    if (over) return over;
+    const woken = await this.pullWaiters.wait(Math.max(0, Math.min(ms, MAX_PULL_WAIT_MS)), waitId, token);
+    if (woken) return "woken";
+    return this.paused() ? "paused" : "ended";
+  }
+
+  /**
+   * A woken pull answered with messages: a cancel under its wait id is too late from now
+   * on. `fullFrom` names the shard it took a full batch from: more may be ready there, for
+   * the next pull waiting (as notifyReady).
+   */
+  async pullAnswered(waitId: string, fullFrom: string | null): Promise<void> {
+    this.cost.rpcs++;
+    this.pullWaiters.answered(waitId);
+    if (fullFrom !== null && this.store.shards().some((s) => s.name === fullFrom)) {
+      this.pullWaiters.wakeOne();
+      await this.loop.wakeConsumers("one", this.clock.now());
+    }
   }
 
   /**
    * The client of a waiting pull went away: stop waiting for it, and if it was already
-   * woken, wake the next pull instead (coordinator/pull-waiters.ts). False when no such
-   * pull waited or was just woken.
+   * woken, wake the next pull instead (coordinator/pull-waiters.ts). Not cancelled when the
+   * pull had answered with messages (its wake-up was used: nobody else is woken), or when
+   * no such pull waited or was just woken.
    */
-  cancelWait(waitId: string): boolean {
+  cancelWait(waitId: string): PullCancelAnswer {
     this.cost.rpcs++;
-    return this.pullWaiters.cancel(waitId);
+    if (this.pullWaiters.hasAnswered(waitId)) return { cancelled: false, reason: "answered" };
+    return this.pullWaiters.cancel(waitId) ? { cancelled: true } : { cancelled: false, reason: "not_waiting" };
+  }
+
+  private paused(): boolean {
+    return this.store.readyQueue()?.settings.delivery_paused === true;
   }
 
   /** The authoritative map; brokers come here when KV has none yet or theirs proved stale. */
@@ -208,7 +236,10 @@ export class Coordinator extends DurableObject<Env> {
     this.cost.rpcs++;
     const queue = this.store.readyQueue();
     if (!queue) return null;
-    if (!this.store.writeSettings(applySettingsPatch(queue.settings, patch), this.clock.now())) return this.queueInfo();
+    const settings = applySettingsPatch(queue.settings, patch);
+    if (!this.store.writeSettings(settings, this.clock.now())) return this.queueInfo();
+    // Pulls waiting now must not lease while paused: they answer as a short pull would.
+    if (settings.delivery_paused) this.pullWaiters.endAll();
     await this.publisher.publish();
     await this.loop.wakeConsumers("all", this.clock.now());
     return this.queueInfo();

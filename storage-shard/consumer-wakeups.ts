@@ -34,6 +34,8 @@ export class ConsumerWakeups {
     private readonly env: Env,
     private readonly identity: () => ShardIdentity | null,
     private readonly lanesReady: () => boolean,
+    /** The Coordinator answered a wake-up with no pull left waiting. */
+    private readonly noPullWaits: () => void = () => {},
   ) {}
 
   /** Tells the Coordinator this shard has messages ready, unless it did since a consumer last found it empty. */
@@ -47,6 +49,7 @@ export class ConsumerWakeups {
         // Long-polling pulls still wait: tell again on the next new messages.
         .then((again) => {
           if (again) this.notified = false;
+          else this.noPullWaits();
         })
         .catch((err) => {
           this.notified = false;

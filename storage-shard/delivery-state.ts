@@ -146,6 +146,17 @@ export class DeliveryState {
     return n;
   }
 
+  /**
+   * When the first memory lease still running after `now` runs out, or null: the lower bound
+   * while it is ahead (early by a lease settled since: one look for nothing), else the leases.
+   */
+  nextExpiryAfter(now: number): number | null {
+    if (this.earliestUntil > now) return this.earliestUntil === Infinity ? null : this.earliestUntil;
+    let next = Infinity;
+    for (const l of this.leases.values()) if (l.until > now && l.until < next) next = l.until;
+    return next === Infinity ? null : next;
+  }
+
   /** When the first memory lease runs out, or null: a lower bound (a lease settled since may be the one). */
   earliestExpiry(): number | null {
     return this.earliestUntil === Infinity ? null : this.earliestUntil;

@@ -31,6 +31,7 @@ import { expireOld, lease, leasedCount, type BacklogDelta } from "./delivery";
 import { extend, readLeased, settle } from "./settlement";
 import { DeliveryState } from "./delivery-state";
 import { ConsumerWakeups } from "./consumer-wakeups";
+import { DueWakeups } from "./due-wakeups";
 import { coordinatorFor } from "../src/kernel/addressing";
 import { meteredSql, settleReads, type CostMeter } from "../src/kernel/sql-meter";
 import { cancelMessage, countMatching, findMessage, leaseMatching, peekReady, purgeSome, releaseLeases } from "./operations";
@@ -70,7 +71,12 @@ export class StorageShard extends DurableObject<Env> {
   capacity: TokenBucket | null;
   /** Messages leased and not yet settled (reset on restart: a lower bound after one). */
   private leasedNow = 0;
-  private heartbeatArmed = false;
+  /** When the next heartbeat is due (null: none armed), and when the one alarm is set for. */
+  private heartbeatAt: number | null = null;
+  private alarmAt: number | null = null;
+  private alarmForHeartbeat = true;
+  /** Messages becoming ready later, told to the Coordinator while pulls wait (due-wakeups.ts). */
+  private readonly due: DueWakeups;
   /** When the Coordinator hears that this shard has messages ready (consumer-wakeups.ts). */
   private readonly wakeups: ConsumerWakeups;
   /** RPCs served and SQLite rows written since this object started (the benchmark's cost figures). */
@@ -103,7 +109,8 @@ export class StorageShard extends DurableObject<Env> {
     this.epoch = loadEpoch(this.sql);
     this.outbox = new HandoffOutbox(ctx, env, this.sql);
     this.delivery = new DeliveryState(this.sql);
-    this.wakeups = new ConsumerWakeups(ctx, env, () => this.identity, () => lanesReadyAt(this.sql, this.clock.now()));
+    this.due = new DueWakeups(this.sql, this.delivery);
+    this.wakeups = new ConsumerWakeups(ctx, env, () => this.identity, () => lanesReadyAt(this.sql, this.clock.now()), () => this.due.stop());
     const now = this.clock.now();
     this.activity = new ActivityMeter(now);
     const perSecond = serviceConfig(env).shardCapacityPerSecond;
@@ -206,6 +213,7 @@ export class StorageShard extends DurableObject<Env> {
     // Counted once committed; written with the next write's totals (at most a second on).
     this.delivery.bump("stored", stored);
     this.wakeups.afterAppend(stored, this.backlogCount - this.leasedNow);
+    this.planDue(now);
     this.activity.messagesIn += stored;
     // The fault harness's reset once this is durable, before the reply: the sender cannot know.
     return this.hooks.afterDurable("abort-append", this.ctx, { ok: true, stored, duplicates: req.messages.length - stored, backlog: this.backlog(), ids });
@@ -232,6 +240,8 @@ export class StorageShard extends DurableObject<Env> {
     this.activity.messagesOut += result.messages.length;
     this.leasedNow += result.messages.length;
     this.wakeups.afterLease(result.messages.length, result.waitUntil, req.limit);
+    if (req.watchUntil !== undefined && result.messages.length === 0) this.due.watch(req.watchUntil);
+    this.planDue(now);
     return { ...result, backlog: this.backlog() };
   }
 
@@ -272,6 +282,7 @@ export class StorageShard extends DurableObject<Env> {
     this.flushReleases();
     // A key's next messages are ready: consumers are woken if nobody leased them a moment later.
     if (lanesReady > 0) this.wakeups.wakeIfLanesWait();
+    this.planDue(now);
     this.leasedNow = Math.max(0, this.leasedNow - (result.acked + result.retried + result.deadLettered + result.dropped));
     return result;
   }
@@ -439,10 +450,18 @@ export class StorageShard extends DurableObject<Env> {
    */
   override async alarm(): Promise<void> {
     this.cost.alarms++;
-    this.heartbeatArmed = false;
+    this.alarmAt = null;
     const now = this.clock.now();
-    const again = await this.report(now).catch((err: unknown) => (console.error(`storage shard ${this.identity?.name}: heartbeat failed:`, err), true));
-    if (again) this.armHeartbeat(now);
+    // A scheduled message came due while a pull waits: tell the Coordinator first.
+    if (this.due.takeDue(now)) this.wakeups.notifyAgain();
+    // The heartbeat's alarm, or one run early (a test, a restart): report. A wake-up's alone does not.
+    if (this.alarmForHeartbeat || this.heartbeatAt === null || now >= this.heartbeatAt) {
+      this.heartbeatAt = null;
+      const again = await this.report(now).catch((err: unknown) => (console.error(`storage shard ${this.identity?.name}: heartbeat failed:`, err), true));
+      if (again) this.armHeartbeat(now);
+    }
+    this.due.plan(now);
+    this.armAlarm();
   }
 
   /**
@@ -486,11 +505,25 @@ export class StorageShard extends DurableObject<Env> {
   }
 
   private armHeartbeat(now: number): void {
-    if (this.heartbeatArmed) return;
-    this.heartbeatArmed = true;
+    if (this.heartbeatAt !== null) return;
+    this.heartbeatAt = now + serviceConfig(this.env).heartbeatIntervalMs;
+    this.armAlarm();
+  }
+
+  /** While a pull waits: the alarm moves sooner when a scheduled message is due before it. */
+  private planDue(now: number): void {
+    if (this.due.plan(now)) this.armAlarm();
+  }
+
+  /** The one alarm, at the sooner of the heartbeat and the next wake-up; set only to move it sooner. */
+  private armAlarm(): void {
+    const at = Math.min(this.heartbeatAt ?? Infinity, this.due.wakeAt ?? Infinity);
+    if (at === Infinity || (this.alarmAt !== null && this.alarmAt <= at)) return;
+    this.alarmAt = at;
+    this.alarmForHeartbeat = at === this.heartbeatAt;
     // Billed as a row written.
     this.cost.rowsWritten++;
-    void this.ctx.storage.setAlarm(now + serviceConfig(this.env).heartbeatIntervalMs);
+    void this.ctx.storage.setAlarm(at);
   }
 
   private refuse(reason: ShardRefusal): { ok: false; refused: ShardRefusal } {

@@ -13,6 +13,8 @@ export const SCOPES: readonly Scope[] = ["send", "consume", "admin"];
 export interface Principal {
   accountId: string;
   scopes: ReadonlySet<Scope>;
+  /** Names the token without disclosing it (a prefix of its digest): what per-token caps count by. */
+  tokenId: string;
 }
 
 interface TokenEntry {
@@ -43,7 +45,8 @@ async function tokens(env: Env): Promise<TokenTable> {
     }
     for (const [token, value] of Object.entries(parsed as Record<string, { account?: unknown; scopes?: unknown; revoked?: unknown }>)) {
       if (typeof value?.account !== "string" || value.account === "") throw new Error(`AUTH_TOKENS: every token needs an account; ${SHAPE}`);
-      byDigest.set(await sha256Hex(token), { principal: { accountId: value.account, scopes: parseScopes(value.scopes) }, revoked: value.revoked === true });
+      const digest = await sha256Hex(token);
+      byDigest.set(digest, { principal: { accountId: value.account, scopes: parseScopes(value.scopes), tokenId: digest.slice(0, 16) }, revoked: value.revoked === true });
     }
   }
   table = { source, byDigest };

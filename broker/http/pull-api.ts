@@ -17,7 +17,7 @@ import { HttpError, unavailable } from "../../src/kernel/errors";
 import { LIMITS, MAX_PULL_WAIT_MS } from "../../src/kernel/limits";
 import { randomHex } from "../../src/kernel/ids";
 import { sleep } from "../../src/kernel/sleep";
-import { leaseRefOf, type DeliveryPlan, type LeasedMessage, type LeaseRef, type ShardBacklog } from "../../src/kernel/protocol";
+import { leaseRefOf, type DeliveryPlan, type LeasedMessage, type LeaseRef, type PullWaitAnswer, type ShardBacklog, type WaitCap } from "../../src/kernel/protocol";
 import { ok } from "./envelope";
 import { leaseSigningKey, signLease, toBase64, verifyLease, type LeaseToken } from "./lease-tokens";
 import { readJson, readOptionalJson } from "./read-json";
@@ -60,18 +60,27 @@ export const extendBody = z.object({ lease_ids: list(leaseId, "lease ids").min(1
 const stale = (verb: string) => `was not ${verb}: the lease ended and the message was pulled again, or the message is gone (acked, dead-lettered or expired)`;
 const UNREACHABLE = "was not applied: its storage shard did not answer; send it again";
 
+/** The answer of a pull while delivery is paused, whether it came then or was waiting. */
+const pausedError = (plan: DeliveryPlan) => new HttpError("conflict", `delivery of queue "${plan.queueName}" is paused; set settings.delivery_paused to false to pull`, "queue");
+
+/** How long a pull refused for a cap of waiting pulls is told to wait: waiting pulls answer all the time. */
+export const WAIT_CAP_RETRY_AFTER_SECONDS = 1;
+
 /** POST .../messages/pull */
-export async function pullMessages(request: Request, env: Env, ctx: ExecutionContext, accountId: string, queueRef: string): Promise<Response> {
+export async function pullMessages(request: Request, env: Env, ctx: ExecutionContext, accountId: string, queueRef: string, tokenId?: string): Promise<Response> {
   const key = await leaseSigningKey(env);
   const body = parseWith(pullBody, await readOptionalJson(request));
   const { plan, consumer } = await pullQueue(env, accountId, queueRef, "pull");
-  if (plan.paused) throw new HttpError("conflict", `delivery of queue "${plan.queueName}" is paused; set settings.delivery_paused to false to pull`, "queue");
+  if (plan.paused) throw pausedError(plan);
   const leaseMs = body.visibility_timeout_ms ?? consumer.settings.visibility_timeout_ms ?? DEFAULT_VISIBILITY_MS;
   const wanted = body.batch_size ?? DEFAULT_PULL_BATCH;
   const waitMs = body.wait_time_ms ?? 0;
   const deadline = Date.now() + waitMs;
-  let { leased, figures } = await leaseFromShards(env, plan, wanted, leaseMs);
-  if (leased.length === 0 && waitMs > 0) ({ leased, figures } = await waitAndLease(env, ctx, request.signal, body.wait_id ?? randomHex(16), plan, wanted, leaseMs, deadline, { leased, figures }));
+  let { leased, figures } = await leaseFromShards(env, plan, wanted, leaseMs, waitMs > 0 ? deadline : undefined);
+  if (leased.length === 0 && waitMs > 0) {
+    const wait = { id: body.wait_id ?? randomHex(16), named: body.wait_id !== undefined, token: tokenId };
+    ({ leased, figures } = await waitAndLease(env, ctx, request.signal, wait, plan, wanted, leaseMs, deadline, { leased, figures }));
+  }
   const utf8 = new TextDecoder();
   const messages = await Promise.all(
     leased.map(async ({ shard, message: m }) => ({
@@ -92,14 +101,14 @@ export async function pullMessages(request: Request, env: Env, ctx: ExecutionCon
 /**
  * POST .../messages/pull/cancel: the client of the long poll named `wait_id` went away (it
  * aborted the request). The pull stops waiting and leases nothing; a wake-up it already
- * took goes to the next waiting pull. `cancelled` is false when no such pull was waiting or
- * just woken: it had answered, or never waited.
+ * took goes to the next waiting pull. `cancelled` is false, with the reason, when the pull
+ * had answered with messages ("answered": nobody else is woken) or no such pull was waiting
+ * or just woken ("not_waiting": it answered empty, never waited, or was cancelled already).
  */
 export async function cancelPull(request: Request, env: Env, accountId: string, queueRef: string): Promise<Response> {
   const body = parseWith(cancelPullBody, await readJson(request));
   const { plan } = await pullQueue(env, accountId, queueRef, "pull/cancel");
-  const cancelled = await coordinatorFor(env, plan.queueId).cancelWait(body.wait_id);
-  return ok({ cancelled });
+  return ok(await coordinatorFor(env, plan.queueId).cancelWait(body.wait_id));
 }
 
 /** POST .../messages/ack: acks delete; retries come back after a delay, or go to the dead-letter queue when out of retries. */
@@ -194,7 +203,7 @@ async function pullQueue(env: Env, accountId: string, queueRef: string, verb: st
  * and never waits for a batch to fill. The queue's figures are exact for the shards
  * visited and their latest heartbeat for the others, so a pull costs no extra round trips.
  */
-async function leaseFromShards(env: Env, plan: DeliveryPlan, wanted: number, leaseMs: number) {
+async function leaseFromShards(env: Env, plan: DeliveryPlan, wanted: number, leaseMs: number, watchUntil?: number) {
   const leased: Array<{ shard: string; message: LeasedMessage }> = [];
   const exact: ShardBacklog[] = [];
   let failed = 0;
@@ -202,7 +211,7 @@ async function leaseFromShards(env: Env, plan: DeliveryPlan, wanted: number, lea
     const limit = wanted - leased.length;
     if (limit <= 0) continue;
     try {
-      const r = await storageShardFor(env, shard.name).lease({ queueId: plan.queueId, limit, leaseMs, maxWaitMs: 0, retentionMs: plan.retentionMs });
+      const r = await storageShardFor(env, shard.name).lease({ queueId: plan.queueId, limit, leaseMs, maxWaitMs: 0, retentionMs: plan.retentionMs, ...(watchUntil !== undefined ? { watchUntil } : {}) });
       exact.push(r.backlog);
       for (const message of r.messages) leased.push({ shard: shard.name, message });
     } catch (err) {
@@ -232,7 +241,7 @@ async function waitAndLease(
   env: Env,
   ctx: ExecutionContext,
   signal: AbortSignal,
-  waitId: string,
+  wait: { id: string; named: boolean; token: string | undefined },
   plan: DeliveryPlan,
   wanted: number,
   leaseMs: number,
@@ -245,33 +254,47 @@ async function waitAndLease(
     if (left <= 0 || signal.aborted) return last;
     // A new handle each time: one whose object restarted keeps failing.
     const coordinator = coordinatorFor(env, plan.queueId);
-    let woken: boolean | typeof GONE;
+    let woken: PullWaitAnswer | typeof GONE;
     try {
-      woken = await untilGone(signal, coordinator.waitForMessages(left, waitId));
+      woken = await untilGone<PullWaitAnswer>(signal, coordinator.waitForMessages(left, wait.id, wait.token) as Promise<PullWaitAnswer>);
     } catch (err) {
       // A Coordinator that restarted forgot who waits: look at the shards, then wait again.
       console.error("waiting for messages failed; looking at the shards again:", err);
       await sleep(Math.min(left, COORDINATOR_RETRY_MS));
-      woken = true;
+      woken = "woken";
     }
     if (woken === GONE || signal.aborted) {
-      ctx.waitUntil(coordinatorFor(env, plan.queueId).cancelWait(waitId).catch(() => false));
+      ctx.waitUntil(coordinatorFor(env, plan.queueId).cancelWait(wait.id).catch(() => null));
       return last;
     }
-    if (!woken) return last;
-    last = await leaseFromShards(env, plan, wanted, leaseMs);
+    if (woken === "paused") throw pausedError(plan);
+    if (typeof woken === "object") throw capped(woken, plan);
+    if (woken === "ended") return last;
+    last = await leaseFromShards(env, plan, wanted, leaseMs, deadline);
     if (last.leased.length === 0) {
       // Woken for a shard this plan may not name yet (a scale-out during the wait).
       plan = await currentPlan(env, plan);
       continue;
     }
-    // A full batch: more may be ready, for the next pull waiting.
-    if (last.leased.length === wanted) await coordinator.notifyReady(last.leased[0]!.shard).catch(() => false);
+    // Before the answer leaves: a cancel after it must not find a wake-up to hand on. A full
+    // batch: more may be ready, for the next pull waiting.
+    const full = last.leased.length === wanted ? last.leased[0]!.shard : null;
+    if (wait.named || full !== null) await coordinator.pullAnswered(wait.id, full).catch(() => undefined);
     return last;
   }
 }
 
 const GONE = Symbol("client gone");
+
+/** 429 for a pull over a cap of waiting pulls (coordinator/pull-waiters.ts); it leased nothing. */
+function capped({ capped, limit }: { capped: WaitCap; limit: number }, plan: DeliveryPlan): HttpError {
+  const err =
+    capped === "queue"
+      ? new HttpError("rate_limited", `queue "${plan.queueName}" has ${limit} pulls waiting, the most one queue holds; retry after ${WAIT_CAP_RETRY_AFTER_SECONDS} s`, "queue")
+      : new HttpError("rate_limited", `this token has ${limit} pulls waiting on queue "${plan.queueName}", the most one token holds on a queue; retry after ${WAIT_CAP_RETRY_AFTER_SECONDS} s, or wait in fewer pulls`, "authorization");
+  err.headers["retry-after"] = String(WAIT_CAP_RETRY_AFTER_SECONDS);
+  return err;
+}
 
 /** `p`, or GONE as soon as the client has gone away. */
 function untilGone<T>(signal: AbortSignal, p: Promise<T>): Promise<T | typeof GONE> {

@@ -72,7 +72,7 @@ router
   .get(`${QUEUE}/messages`, (req, env) => peekMessages(new URL(req.url), env, req.principal.accountId, queueRef(req)))
   .post(`${QUEUE}/messages`, (req, env, ctx) => sendMessage(req, env, ctx, req.principal.accountId, queueRef(req)))
   .post(`${QUEUE}/messages/batch`, (req, env, ctx) => sendBatch(req, env, ctx, req.principal.accountId, queueRef(req)))
-  .post(`${QUEUE}/messages/pull`, (req, env, ctx) => pullMessages(req, env, ctx, req.principal.accountId, queueRef(req)))
+  .post(`${QUEUE}/messages/pull`, (req, env, ctx) => pullMessages(req, env, ctx, req.principal.accountId, queueRef(req), req.principal.tokenId))
   .post(`${QUEUE}/messages/pull/cancel`, (req, env) => cancelPull(req, env, req.principal.accountId, queueRef(req)))
   .post(`${QUEUE}/messages/ack`, (req, env) => ackMessages(req, env, req.principal.accountId, queueRef(req)))
   .post(`${QUEUE}/messages/extend`, (req, env) => extendLeases(req, env, req.principal.accountId, queueRef(req)))

@@ -65,7 +65,7 @@ const ERRORS: Record<number, { name: string; description: string; retryAfter?: "
   409: { name: "Conflict", description: "Conflicts with the queue's state or an earlier request: the message says which. Retry-After when the request may succeed later (an idempotent send in progress).", retryAfter: "sometimes" },
   413: { name: "PayloadTooLarge", description: "The body, a message or a batch is over its limit: 1 MB per request, 128 KB per message, 100 messages and 256 KB per batch." },
   415: { name: "UnsupportedMediaType", description: "A body that is not application/json in UTF-8 (field: content-type)." },
-  429: { name: "TooManyRequests", description: "The account or the queue is over its request rate (field: account_id or queue); nothing was done.", retryAfter: "always" },
+  429: { name: "TooManyRequests", description: "The account or the queue is over its request rate (field: account_id or queue), or a long-polling pull found its queue or its token at the cap of waiting pulls (field: queue or authorization); nothing was done.", retryAfter: "always" },
   500: { name: "InternalError", description: "An unexpected failure; the message is fixed text." },
   503: { name: "Unavailable", description: "A part of the service did not answer; the request may be sent again (with Retry-After when a wait is known).", retryAfter: "sometimes" },
 };

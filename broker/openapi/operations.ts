@@ -165,7 +165,7 @@ export const OPERATIONS: readonly Operation[] = [
   {
     method: "post", path: `${QUEUE}/messages/pull`, operationId: "pullMessages", tag: "Pull consumers",
     summary: "Lease a batch of messages",
-    description: "Needs an http_pull consumer (409 otherwise, and while delivery is paused). With wait_time_ms, waits up to that long for messages (long polling); an empty batch is not an error. A wait_id (a new one per pull) lets POST .../messages/pull/cancel end the wait if the client goes away. No body at all reads as `{}`.",
+    description: "Needs an http_pull consumer (409 otherwise, and while delivery is paused). With wait_time_ms, waits up to that long for messages (long polling) and answers within moments of one becoming ready, whatever made it ready (a send, a delay or retry delay ending, a lease running out, a redrive, a key released); an empty batch is not an error. A pull waiting when delivery is paused ends with the same 409, having leased nothing. Waiting pulls are capped at 1,000 per queue and 250 per token on a queue: one over a cap gets a 429 with Retry-After, its field `queue` or `authorization` naming the cap, having leased nothing. A wait_id (a new one per pull) lets POST .../messages/pull/cancel end the wait if the client goes away. No body at all reads as `{}`.",
     body: { id: "PullRequest", schema: pullBody, required: false },
     answer: ok(R.pullResult, "The messages leased, each with its lease id."),
     errors: [409, 503],
@@ -173,7 +173,7 @@ export const OPERATIONS: readonly Operation[] = [
   {
     method: "post", path: `${QUEUE}/messages/pull/cancel`, operationId: "cancelPull", tag: "Pull consumers",
     summary: "End a long poll whose client went away",
-    description: "Names the pull by the `wait_id` it was sent with. It stops waiting and leases nothing; a wake-up it already took goes to the next waiting pull. `cancelled` is false when no such pull was waiting or just woken.",
+    description: "Names the pull by the `wait_id` it was sent with. It stops waiting and leases nothing; a wake-up it already took goes to the next waiting pull. `cancelled` is false, with a `reason`, when the pull had already answered with messages (`answered`: nobody else is woken) or no such pull was waiting or just woken (`not_waiting`).",
     body: { id: "CancelPullRequest", schema: cancelPullBody, required: true },
     answer: ok(R.cancelPullResult, "Whether a waiting pull was found."),
     errors: [409],

@@ -163,7 +163,16 @@ const warnings = () => described(z.record(z.string(), z.string()), "Lease ids no
 export const ackResult = named("AckResult", z.strictObject({ ackCount: count(), retryCount: count(), warnings: warnings() }));
 
 export const extendResult = named("ExtendResult", z.strictObject({ extended: count(), warnings: warnings() }));
-export const cancelPullResult = named("CancelPullResult", z.strictObject({ cancelled: z.boolean() }));
+export const cancelPullResult = named(
+  "CancelPullResult",
+  z.strictObject({
+    cancelled: z.boolean(),
+    reason: described(
+      z.enum(["answered", "not_waiting"]),
+      "Only when not cancelled: `answered`, the pull had already answered with messages (nobody else is woken); `not_waiting`, no pull waited under this id or was just woken (it answered empty, never waited, or was cancelled already).",
+    ).optional(),
+  }),
+);
 
 // --- Operations on messages and queues.
 

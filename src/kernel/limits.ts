@@ -28,3 +28,11 @@ export const PURGE_PER_CALL = 5000;
 export const MAX_MATCHING_LEASE = 100;
 /** The longest a pull waits for messages (`wait_time_ms`), as SQS's long polling: 20 s. */
 export const MAX_PULL_WAIT_MS = 20_000;
+/**
+ * Long-polling pulls waiting at once on one queue, and per token on one queue. shardq/client's
+ * loop keeps one pull open per consumer process, so a token reaches its cap only with more
+ * consumer processes than Cloudflare lets a queue push to at once (max_concurrency, 250),
+ * and the queue only with four such fleets.
+ */
+export const MAX_WAITING_PULLS_PER_QUEUE = 1000;
+export const MAX_WAITING_PULLS_PER_TOKEN = 250;

@@ -210,6 +210,19 @@ export interface StorageHeartbeat extends ShardStats {
 }
 
 /** Ask a storage shard for a batch (QuiCK: a lease moves visible_at forward; nothing is removed). */
+/**
+ * How a long-polling pull's wait at its Coordinator ended: woken by messages, its time
+ * up (or cancelled), delivery paused under it, or refused before it waited because the
+ * queue's or the token's waiting pulls are at their cap (coordinator/pull-waiters.ts).
+ */
+export type PullWaitAnswer = "woken" | "ended" | "paused" | { capped: WaitCap; limit: number };
+
+/** The cap of waiting pulls a pull went over: the queue's, or its token's on the queue. */
+export type WaitCap = "queue" | "token";
+
+/** What a cancel found: the pull waiting or just woken (cancelled), or why not. */
+export type PullCancelAnswer = { cancelled: true } | { cancelled: false; reason: "answered" | "not_waiting" };
+
 export interface LeaseRequest {
   queueId: string;
   limit: number;
@@ -218,6 +231,11 @@ export interface LeaseRequest {
   maxWaitMs: number;
   /** The queue's message_retention_period, in ms: older messages are deleted, not delivered. */
   retentionMs: number;
+  /**
+   * A long-polling pull that waits until then if it finds nothing: the shard wakes the
+   * Coordinator when a message becomes ready before that (consumer-wakeups.ts).
+   */
+  watchUntil?: number;
 }
 
 export interface LeasedMessage {

@@ -44,6 +44,7 @@ import { abortFigures, recovery } from "./figures.mjs";
 import { deliveredAfterAck, moveFigures, staysOf, storedTwiceWithinStays } from "./move-checker.mjs";
 import { checkIds } from "./id-checker.mjs";
 import { checkOrder } from "./order-checker.mjs";
+import { checkPausesAndDelays } from "./pause-delay.mjs";
 import { checkPush, pushDeliveries } from "./push-checker.mjs";
 import { checkPurges, purgesOf } from "./purge-checker.mjs";
 
@@ -344,6 +345,8 @@ export function check(ops, opts = {}) {
   const orderCheck = checkOrder(ops, pushed, { toleranceMs: tol });
   const idCheck = checkIds(ops, deliveries);
   const purgeCheck = purges.result();
+  // Pauses of delivery while pulls wait, delayed and retried messages under long polls (pause-delay.mjs).
+  const pauseCheck = checkPausesAndDelays(ops);
   const figures = {
     sent,
     delivered: {
@@ -383,6 +386,7 @@ export function check(ops, opts = {}) {
     order: orderCheck.figures,
     ids: idCheck.figures,
     purges: purgeCheck.figures,
+    pause_delay: pauseCheck.figures,
     drained,
     plan,
   };
@@ -410,6 +414,7 @@ export function check(ops, opts = {}) {
   failures.push(...orderCheck.failures);
   failures.push(...idCheck.failures);
   failures.push(...purgeCheck.failures);
+  failures.push(...pauseCheck.failures);
   if (plan?.redrive && !redrives.some((r) => r.outcome === "ok")) failures.push("no redrive of the dead-letter queue succeeded: the run moved nothing");
   if (plan?.controls && (control.figures?.count ?? 0) !== plan.controls) failures.push(`${control.figures?.count ?? 0} of the ${plan.controls} planned control faults ran`);
 
@@ -431,6 +436,7 @@ export function check(ops, opts = {}) {
       ...orderCheck.examples,
       ...idCheck.examples,
       ...purgeCheck.examples,
+      pause_delay: pauseCheck.examples,
     },
   };
 }

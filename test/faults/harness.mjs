@@ -21,6 +21,7 @@ import { END_STEP_MS, Watchdog } from "./watchdog.mjs";
 import { Budget, rateLimiter, runConsumer, runProducer, runRedriver, sleep } from "./workload.mjs";
 import { dlqPurger } from "./dlq-purger.mjs";
 import { keyedPoison } from "./keyed-poison.mjs";
+import { RETRY_DELAYS_S, runPauser } from "./pause-delay.mjs";
 
 export const TOKEN = "shardq-local-dev-token";
 export const QUEUE = "faults";
@@ -159,6 +160,7 @@ async function run(o, history, dog) {
     const tally = { okMessages: 0, delivered: 0, abandoned: 0, cancelled: 0 };
     const moves = { redrives: 0, moved: 0 };
     const purges = { purges: 0, purged: 0 };
+    const pauses = { pauses: 0 };
     // Control faults may still be playing out when the load deadline passes (control-faults.mjs).
     const consumerDeadline = loadDeadline + (planned.controls ? MAX_PLAY_OUT_MS : 0) + o.drainTimeoutMs;
     // The run's own time bound: every loop ends by consumerDeadline, then each end step and the check have theirs.
@@ -168,7 +170,7 @@ async function run(o, history, dog) {
     const consumer = (/** @type {string} */ name, /** @type {string} */ queue, /** @type {boolean} */ main) =>
       runConsumer({
         name, seed: o.seed, history, api, queue, control, deadline: consumerDeadline, late, tally, ...(main ? {} : { held }),
-        minBatch: 10, maxBatch: 100, visibilityMs: o.visibilityMs, retryPoison: main, waitMs: LONG_POLLS_MS, abandonRate: ABANDON_RATE,
+        minBatch: 10, maxBatch: 100, visibilityMs: o.visibilityMs, retryPoison: main, waitMs: LONG_POLLS_MS, abandonRate: ABANDON_RATE, ...(main ? { retryDelays: RETRY_DELAYS_S } : {}),
         // The dead-letter queue's consumer acks everything.
         retryRate: main ? 0.01 : 0, dropRate: main ? 0.002 : 0, lateRate: main ? 0.002 : 0,
       });
@@ -181,18 +183,20 @@ async function run(o, history, dog) {
     try {
       let producing = o.producers;
       producers = Array.from({ length: o.producers }, (_, index) =>
-        runProducer({ index, seed: o.seed, history, api, queue: QUEUE, pushQueue: PUSH_QUEUE, pushRate: o.pushRate, control, budget, limiter, deadline: loadDeadline, maxBatch: 100, burstRate: 0.25, poisonRate: 0.005, padMax: 200, keyRate: o.keyRate, delayRate: o.faults.includes("corrupt") ? 0.2 : 0, orderedRate: o.orderedRate, orderingKeys: o.orderingKeys, idRate: 0.25, keyedPoison: keyedPoison({ seed: o.seed, index, rate: 0.02 }), tally }).finally(() => producing--),
+        runProducer({ index, seed: o.seed, history, api, queue: QUEUE, pushQueue: PUSH_QUEUE, pushRate: o.pushRate, control, budget, limiter, deadline: loadDeadline, maxBatch: 100, burstRate: 0.25, poisonRate: 0.005, padMax: 200, keyRate: o.keyRate, delayRate: o.faults.includes("corrupt") ? 0.2 : 0.05, orderedRate: o.orderedRate, orderingKeys: o.orderingKeys, idRate: 0.25, keyedPoison: keyedPoison({ seed: o.seed, index, rate: 0.02 }), tally }).finally(() => producing--),
       );
       const controlFaults = { history, api, queue: QUEUE, holdMapMs: o.holdMapMs, alarmThrows: o.alarmThrows, consumerQueue: PUSH_QUEUE };
       const redriver = runRedriver({ seed: o.seed, history, api, dlq: DLQ, targets: [QUEUE, PUSH_QUEUE], control, deadline: loadDeadline, loadDone: () => producing === 0, held, tally: moves, purger: dlqPurger({ seed: o.seed, history, api, dlq: DLQ, deadLetterAfter: MAX_RETRIES + 1, tally: purges }) });
       const nemesis = runNemesis({ history, service, schedule, deadline: loadDeadline, api, queue: QUEUE, corruptEach: o.corruptEach, corrupted, loadDone: () => producing === 0, controlFaults, onEvent: (line) => o.log(`  ${line}`) });
-      dog.step("the producers, the nemesis and the redriver");
-      await Promise.all([...producers, nemesis, redriver]);
+      // An operator pauses and resumes the pull queue's delivery while pulls wait (pause-delay.mjs).
+      const pauser = runPauser({ seed: o.seed, history, api, queue: QUEUE, control, deadline: loadDeadline, loadDone: () => producing === 0, tally: pauses });
+      dog.step("the producers, the nemesis, the redriver and the pauser");
+      await Promise.all([...producers, nemesis, redriver, pauser]);
     } finally {
       clearInterval(progress);
     }
     loadMs = Date.now() - loadStart;
-    o.log(`load and faults done in ${Math.round(loadMs / 1000)} s: ${tally.okMessages} sent ok, ${tally.delivered} pulled, ${pushTally.delivered} pushed, ${moves.moved} redriven in ${moves.redrives} redrives, ${purges.purged} purged from the dead-letter queue in ${purges.purges} purges during them, ${tally.abandoned} long polls abandoned (${tally.cancelled} cancelled while waiting); draining`);
+    o.log(`load and faults done in ${Math.round(loadMs / 1000)} s: ${tally.okMessages} sent ok, ${tally.delivered} pulled, ${pushTally.delivered} pushed, ${moves.moved} redriven in ${moves.redrives} redrives, ${purges.purged} purged from the dead-letter queue in ${purges.purges} purges during them, ${tally.abandoned} long polls abandoned (${tally.cancelled} cancelled while waiting), ${pauses.pauses} pauses of delivery; draining`);
 
     const drainStart = Date.now();
     history.note("harness", "phase", { phase: "drain" });

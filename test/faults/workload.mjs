@@ -145,7 +145,7 @@ export async function runProducer(o) {
       // Tries until one is answered ok or refused, through a restart (about 3 s) if need be.
       for (let attempt = 0; attempt < (key ? KEYED_TRIES : 1) && outcome === "unknown" && !o.control.stop; attempt++) {
         if (attempt > 0) await sleep(rng.int(300, 800));
-        const op = o.history.invoke(p, "send", { q: queue, hs: messages.map((m) => m.h), ...(poison.length ? { x: poison } : {}), ...(key ? { key, try: attempt + 1 } : {}), ...ordered(messages) });
+        const op = o.history.invoke(p, "send", { q: queue, hs: messages.map((m) => m.h), ...(poison.length ? { x: poison } : {}), ...(key ? { key, try: attempt + 1 } : {}), ...ordered(messages), ...("delay_seconds" in delay ? { d: delay.delay_seconds } : {}) });
         const r = await o.api.call("POST", `/${queue}/messages/batch`, { messages: messages.map(wire), ...delay }, key ? { "idempotency-key": key } : undefined);
         const ids = r.outcome === "ok" ? r.result?.message_ids : undefined;
         const x = complete(o, op, r, Array.isArray(ids) ? ids : undefined, n);
@@ -254,7 +254,7 @@ function complete(o, op, r, ids, n) {
  * redriver lets messages gather there to move them back).
  * @param {{ name: string, seed: number, history: History, api: Api, queue: string, control: Control, deadline: number,
  *   minBatch: number, maxBatch: number, visibilityMs: number[], retryRate: number, dropRate: number, lateRate: number,
- *   retryPoison: boolean, late: Set<Promise<void>>, tally: { delivered: number, abandoned?: number, cancelled?: number }, held?: { paused: boolean }, waitMs?: number[], abandonRate?: number }} o
+ *   retryPoison: boolean, late: Set<Promise<void>>, tally: { delivered: number, abandoned?: number, cancelled?: number }, held?: { paused: boolean }, waitMs?: number[], abandonRate?: number, retryDelays?: number[] }} o
  */
 export async function runConsumer(o) {
   const rng = prng(o.seed, o.name);
@@ -311,7 +311,7 @@ export async function runConsumer(o) {
     }
     o.history.complete(op, "ok", { msgs, backlog: r.result?.message_backlog_count ?? null });
     o.tally.delivered += msgs.length;
-    if (acks.length || retries.length) await settle(o, acks, retries);
+    if (acks.length || retries.length) await settle(o, acks, retries, o.retryDelays ? rng.pick(o.retryDelays) : 0);
     if (msgs.length === 0 && !wait) await sleep(rng.int(50, 150));
   }
 }
@@ -322,12 +322,14 @@ export async function runConsumer(o) {
  * @param {{ name: string, history: History, api: Api, queue: string }} o
  * @param {Array<{ token: string, l: string }>} acks
  * @param {Array<{ token: string, l: string }>} retries
+ * @param {number} [delay] the retries' delay_seconds
  */
-async function settle(o, acks, retries) {
-  const op = o.history.invoke(o.name, "ack", { q: o.queue, acks: acks.map((a) => a.l), retries: retries.map((a) => a.l) });
+async function settle(o, acks, retries, delay = 0) {
+  // rd: the retries' delay, for the checker's "not before its retry delay" (pause-delay.mjs).
+  const op = o.history.invoke(o.name, "ack", { q: o.queue, acks: acks.map((a) => a.l), retries: retries.map((a) => a.l), ...(delay && retries.length ? { rd: delay } : {}) });
   const r = await o.api.call("POST", `/${o.queue}/messages/ack`, {
     ...(acks.length ? { acks: acks.map((a) => ({ lease_id: a.token })) } : {}),
-    ...(retries.length ? { retries: retries.map((a) => ({ lease_id: a.token, delay_seconds: 0 })) } : {}),
+    ...(retries.length ? { retries: retries.map((a) => ({ lease_id: a.token, delay_seconds: delay })) } : {}),
   });
   if (r.outcome !== "ok") {
     o.history.complete(op, r.outcome, { status: r.status, error: r.error });

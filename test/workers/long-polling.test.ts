@@ -114,7 +114,7 @@ describe("long polling", () => {
     expect((await send("lp-cancel", "for the next")).status).toBe(200);
     expect(bodiesOf(await pull("lp-cancel", { batch_size: 10 }))).toEqual(["for the next"]);
     // Again: nothing waits under that id now.
-    expect((await api("POST", `${queuePath("lp-cancel")}/messages/pull/cancel`, { wait_id: "client-gone-000001" })).json.result).toEqual({ cancelled: false });
+    expect((await api("POST", `${queuePath("lp-cancel")}/messages/pull/cancel`, { wait_id: "client-gone-000001" })).json.result).toEqual({ cancelled: false, reason: "not_waiting" });
     for (const bad of [undefined, "short", "has space in it!!", 12345678901234567]) {
       const res = await api("POST", `${queuePath("lp-cancel")}/messages/pull/cancel`, bad === undefined ? {} : { wait_id: bad });
       expect(res.status, String(bad)).toBe(400);
@@ -186,10 +186,111 @@ describe("pull waiters", () => {
     expect(await woken).toBe(true);
   });
 
+  it("counts a token's waiting pulls down again however their waits end: woken, timed out, cancelled, or ended by a pause", async () => {
+    const timers = new ManualTimers();
+    const waiters = new PullWaiters(() => 0, timers);
+    waiters.limits = { perQueue: 10, perToken: 2 };
+    const a = waiters.wait(1000, "a-wait", "t1");
+    const b = waiters.wait(2000, "b-wait", "t1");
+    expect(waiters.overCap("t1")).toEqual({ capped: "token", limit: 2 });
+    expect(waiters.overCap("t2")).toBeNull();
+    waiters.wakeOne();
+    expect(await a).toBe(true);
+    expect(waiters.overCap("t1")).toBeNull();
+    const c = waiters.wait(1000, "c-wait", "t1");
+    timers.advance(2000);
+    expect([await b, await c]).toEqual([false, false]);
+    const d = waiters.wait(20_000, "d-wait", "t1");
+    const e = waiters.wait(20_000, "e-wait", "t1");
+    expect(waiters.cancel("d-wait")).toBe(true);
+    expect(await d).toBe(false);
+    expect(waiters.overCap("t1")).toBeNull();
+    expect(waiters.endAll()).toBe(1);
+    expect(await e).toBe(false);
+    expect(waiters.count).toBe(0);
+    expect(waiters.overCap("t1")).toBeNull();
+  });
+
   it("does not let a pull cancelled between two waits wait again", async () => {
     const waiters = new PullWaiters(() => 0, new ManualTimers());
     expect(waiters.cancel("between")).toBe(false);
     expect(await waiters.wait(20_000, "between")).toBe(false);
     expect(waiters.count).toBe(0);
+  });
+});
+
+describe("long polling under pause, cancel and load (issue 28)", () => {
+  it("ends pulls already waiting with the 409 a short pull gets when delivery is paused, and leases nothing while paused", async () => {
+    const q = await pullQueue("lp-paused");
+    const waiting = Array.from({ length: 5 }, () => pull("lp-paused", { wait_time_ms: 20_000, batch_size: 100 }));
+    await eventually(q.waiting, (n) => n === 5);
+    expect((await api("PATCH", queuePath("lp-paused"), { settings: { delivery_paused: true } })).status).toBe(200);
+    for (let i = 0; i < 5; i++) expect((await api("POST", `${queuePath("lp-paused")}/messages/batch`, { messages: Array.from({ length: 100 }, (_, j) => ({ body: `m${i}-${j}` })) })).status).toBe(200);
+    // Whatever they answer, they answer now: a waiting pull does not outlast the pause (the timers are the test's).
+    const answers = await Promise.race([Promise.all(waiting), new Promise<"still waiting">((r) => setTimeout(() => r("still waiting"), 3000))]);
+    const leasedWhilePaused = answers === "still waiting" ? "still waiting" : answers.reduce((n, a) => n + (a.json.result?.messages?.length ?? 0), 0);
+    expect(leasedWhilePaused).toBe(0);
+    if (answers === "still waiting") return;
+    for (const a of answers) {
+      expect(a.status).toBe(409);
+      expect(a.json.errors[0].field).toBe("queue");
+      expect(a.json.errors[0].message).toContain("paused");
+    }
+    // A pull that comes while paused does not wait either.
+    const late = await pull("lp-paused", { wait_time_ms: 20_000 });
+    expect(late.status).toBe(409);
+    expect(await q.waiting()).toBe(0);
+    // Nothing was leased: after the resume one pull gets the oldest 100, and the backlog is whole.
+    expect((await api("PATCH", queuePath("lp-paused"), { settings: { delivery_paused: false } })).status).toBe(200);
+    const after = await pull("lp-paused", { batch_size: 100 });
+    expect(after.json.result.messages).toHaveLength(100);
+    expect(after.json.result.messages.every((m: { attempts: number }) => m.attempts === 1)).toBe(true);
+    expect(await backlog("lp-paused")).toBe(500);
+  });
+
+  it("answers cancelled: false, and wakes nobody, for a pull that had already answered with messages", async () => {
+    const q = await pullQueue("lp-cancel-late");
+    const answered = pull("lp-cancel-late", { wait_time_ms: 20_000, batch_size: 10, wait_id: "answered-pull-000001" });
+    await eventually(q.waiting, (n) => n === 1);
+    const other = pull("lp-cancel-late", { wait_time_ms: 20_000, batch_size: 10, wait_id: "other-pull-00000001" });
+    await eventually(q.waiting, (n) => n === 2);
+    expect((await send("lp-cancel-late", "first")).status).toBe(200);
+    expect(bodiesOf(await answered)).toEqual(["first"]);
+    const res = await api("POST", `${queuePath("lp-cancel-late")}/messages/pull/cancel`, { wait_id: "answered-pull-000001" });
+    expect(res.status).toBe(200);
+    expect(res.json.result).toEqual({ cancelled: false, reason: "answered" });
+    // The other pull still waits: it was not woken for nothing.
+    expect(await q.waiting()).toBe(1);
+    expect((await send("lp-cancel-late", "second")).status).toBe(200);
+    expect(bodiesOf(await other)).toEqual(["second"]);
+  });
+
+  it("caps the pulls waiting at once, per token and per queue: 429 with Retry-After naming what was capped, nothing leased", async () => {
+    const q = await pullQueue("lp-capped");
+    await runInDurableObject(q.coordinator, (obj: Coordinator) => {
+      (obj.pullWaiters as unknown as { limits: { perQueue: number; perToken: number } }).limits = { perQueue: 5, perToken: 3 };
+    });
+    const mine = Array.from({ length: 3 }, () => pull("lp-capped", { wait_time_ms: 20_000 }));
+    await eventually(q.waiting, (n) => n === 3);
+    const refused = await Promise.race([pull("lp-capped", { wait_time_ms: 20_000 }), new Promise<"waiting">((r) => setTimeout(() => r("waiting"), 2000))]);
+    expect(refused === "waiting" ? "waiting" : refused.status).toBe(429);
+    if (refused === "waiting") return;
+    expect(refused.json.errors[0].field).toBe("authorization");
+    expect(refused.json.errors[0].message).toContain("3");
+    expect(Number(refused.headers.get("retry-after"))).toBeGreaterThan(0);
+    // Another token of the account may still wait, up to the queue's cap.
+    const theirs = Array.from({ length: 2 }, () => api("POST", `${queuePath("lp-capped")}/messages/pull`, { wait_time_ms: 20_000 }, { token: "consume-only-token" }));
+    await eventually(q.waiting, (n) => n === 5);
+    const full = await api("POST", `${queuePath("lp-capped")}/messages/pull`, { wait_time_ms: 20_000 }, { token: "send-consume-token" });
+    expect(full.status).toBe(429);
+    expect(full.json.errors[0].field).toBe("queue");
+    expect(Number(full.headers.get("retry-after"))).toBeGreaterThan(0);
+    // A pull that does not wait is never capped; the refused pulls leased nothing.
+    expect((await pull("lp-capped", { batch_size: 10 })).status).toBe(200);
+    expect((await send("lp-capped", "one")).status).toBe(200);
+    await q.advance(20_000);
+    const all = await Promise.all([...mine, ...theirs]);
+    expect(all.flatMap(bodiesOf)).toEqual(["one"]);
+    expect(await backlog("lp-capped")).toBe(1);
   });
 });

@@ -103,7 +103,7 @@ describe("answers as the OpenAPI description says", () => {
     expect(pulled.messages.map((m: { id: string }) => m.id).sort()).toEqual([first.message_id, laned.message_id, ...batch.message_ids].sort());
     expect(pulled.messages.find((m: { id: string }) => m.id === laned.message_id).ordering_key).toBe("lane");
 
-    expect(await call("cancelPull", `${q}/messages/pull/cancel`, { wait_id: "no-such-wait-0000" })).toEqual({ cancelled: false });
+    expect(await call("cancelPull", `${q}/messages/pull/cancel`, { wait_id: "no-such-wait-0000" })).toEqual({ cancelled: false, reason: "not_waiting" });
 
     const extended = await call("extendLeases", `${q}/messages/extend`, { lease_ids: [lease(first.message_id), "not-a-lease"], visibility_timeout_ms: 60_000 });
     expect(extended.extended).toBe(1);
