@@ -111,3 +111,24 @@ export async function readHistory(file) {
   }
   return ops;
 }
+
+/**
+ * Each call of operation `f` paired with its answer, in answer order; then each call never
+ * answered (a run cut off), with `done` null. The checkers read calls this way.
+ * @param {Op[]} ops @param {string} f
+ * @returns {Generator<{ inv: Op, done: Op | null }>}
+ */
+export function* callsOf(ops, f) {
+  const invokes = /** @type {Map<number, Op>} */ (new Map());
+  for (const o of ops) {
+    if (o.f !== f) continue;
+    if (o.type === "invoke") {
+      invokes.set(o.op, o);
+      continue;
+    }
+    const inv = invokes.get(o.op);
+    invokes.delete(o.op);
+    if (inv) yield { inv, done: o };
+  }
+  for (const inv of invokes.values()) yield { inv, done: null };
+}

@@ -12,6 +12,8 @@
 // (409) or left unknown, and a yes to it shows up as "answered twice"; a `same` (that
 // message again) and an `own` id may be answered with their id or, `same`, refused.
 
+import { callsOf } from "./history.mjs";
+
 /** How many examples of each anomaly a result keeps. */
 const EXAMPLES = 20;
 
@@ -20,22 +22,14 @@ const EXAMPLES = 20;
  * @param {Array<{ h: string | null, id: string, q: string, g: boolean }>} deliveries
  */
 export function checkIds(ops, deliveries) {
-  const invokes = /** @type {Map<number, import("./history.mjs").Op>} */ (new Map());
   /** The harness id each id was first acknowledged for. */
   const owner = /** @type {Map<string, string>} */ (new Map());
   const answeredTwice = /** @type {Array<{ id: string, first: string, then: string }>} */ ([]);
   const anotherId = /** @type {Array<{ h: string, chose: string, answered: string }>} */ ([]);
   const anotherBody = /** @type {Array<{ id: string, acknowledged: string, delivered: string, q: string }>} */ ([]);
   const chosen = /** @type {Record<string, { ok: number, refused: number, other_refusal: number, unknown: number }>} */ ({});
-  for (const o of ops) {
-    if (o.f !== "send") continue;
-    if (o.type === "invoke") {
-      invokes.set(o.op, o);
-      continue;
-    }
-    const inv = invokes.get(o.op);
-    invokes.delete(o.op);
-    if (!inv) continue;
+  for (const { inv, done: o } of callsOf(ops, "send")) {
+    if (!o) continue;
     const v = inv.value ?? {};
     if (typeof v.chose === "string") {
       const c = (chosen[v.chose] ??= { ok: 0, refused: 0, other_refusal: 0, unknown: 0 });

@@ -26,26 +26,20 @@
  * @typedef {{ inv: number, ok: number, outcome: string, ids: Set<string>, deadLetterAfter: number }} Purge
  */
 
+import { callsOf } from "./history.mjs";
+
 /** How many examples of each anomaly a result keeps. */
 const EXAMPLES = 20;
 
 /** The purges of a history. @param {Op[]} ops @returns {Purge[]} */
 export function purgesOf(ops) {
-  const invokes = /** @type {Map<number, Op>} */ (new Map());
   const purges = /** @type {Purge[]} */ ([]);
-  for (const o of ops) {
-    if (o.f !== "purge") continue;
-    if (o.type === "invoke") {
-      invokes.set(o.op, o);
-      continue;
-    }
-    const inv = invokes.get(o.op);
-    invokes.delete(o.op);
-    if (!inv) continue;
-    purges.push({ inv: inv.t, ok: o.t, outcome: o.type, ids: new Set(o.type === "ok" ? (o.value?.ids ?? []).map(String) : []), deadLetterAfter: Number(inv.value?.dead_letter_after ?? Infinity) });
+  for (const { inv, done } of callsOf(ops, "purge")) {
+    const deadLetterAfter = Number(inv.value?.dead_letter_after ?? Infinity);
+    // One never answered may have deleted anything from its invoke on.
+    if (!done) purges.push({ inv: inv.t, ok: Infinity, outcome: "unknown", ids: new Set(), deadLetterAfter });
+    else purges.push({ inv: inv.t, ok: done.t, outcome: done.type, ids: new Set(done.type === "ok" ? (done.value?.ids ?? []).map(String) : []), deadLetterAfter });
   }
-  // One never answered may have deleted anything from its invoke on.
-  for (const inv of invokes.values()) purges.push({ inv: inv.t, ok: Infinity, outcome: "unknown", ids: new Set(), deadLetterAfter: Number(inv.value?.dead_letter_after ?? Infinity) });
   return purges;
 }
 
