@@ -154,7 +154,9 @@ function placeEach(map: ShardMap, region: string, messages: EncodedMessage[], ke
  * growing) and ask them all again, for at most OVERLOAD_PATIENCE_MS. A send is answered
  * "unavailable" for want of room only after every active shard refused it. A keyed write
  * refused by its key's shard under a newer epoch waits, as long, for the map that goes
- * with it. Other refusals (draining, retired, unknown: a stale map) re-read the map.
+ * with it, and so does one refused by its key's shard as draining (a drain not in the map
+ * yet, or cut short by a reset). Other refusals (draining, retired, unknown: a stale map)
+ * re-read the map.
  * Lands exactly once or throws.
  */
 async function storeOnOneShard(
@@ -174,6 +176,7 @@ async function storeOnOneShard(
   let refreshed = false;
   let round = 0;
   const patience = Date.now() + OVERLOAD_PATIENCE_MS;
+  const keyed = messages.some((m) => m.orderingKey !== undefined);
 
   for (;;) {
     const shard = choose(map, passOver());
@@ -199,11 +202,14 @@ async function storeOnOneShard(
       full.add(shard.name);
       continue;
     }
-    if (result.refused === "not_owner") {
+    if (result.refused === "not_owner" || (result.refused === "draining" && keyed)) {
       // The shard has entered an epoch the stored map does not show yet: the Coordinator
       // stores that map once every shard has entered it, or pushes the stored one's again
       // (docs/ordered-lanes.md). Sending the key anywhere the stored map does not name would
-      // break the hand-off, so the send waits for the map, as for room.
+      // break the hand-off, so the send waits for the map, as for room. So too when the
+      // key's shard in the map is draining: a drain tells the shard before its epoch and
+      // map exist, and one a Coordinator reset cut short is undone; either way the key
+      // has no other home until the map says so.
       if (Date.now() >= patience) break;
       await sleep(Math.random() * Math.min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** Math.min(6, round++)));
       map = await lookupQueue(env, target.accountId, target.queueRef, { current: true });
