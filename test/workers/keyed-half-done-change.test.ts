@@ -81,3 +81,28 @@ describe("keyed sends while a Coordinator change is half done", () => {
     expect(await laneCount(owner)).toBe(0);
   });
 });
+
+describe("a keyed batch placed under a map a scale-out has since changed", () => {
+  it("stores each key on its owner in the current map when keys that shared a shard no longer do", { timeout: 20_000 }, async () => {
+    const name = "split-after-scale-out";
+    const q = await createQueue(name);
+    const before = (await coordinatorFor(env, q.queue_id).shardMap())!.shards.map((s) => s.name);
+    const added = `${q.queue_id}:local:${before.length}`;
+    const after = [...before, added];
+    // Two keys on one shard before the scale-out; only the second moves to the new shard.
+    const stays = Array.from({ length: 500 }, (_, i) => `key-${i}`).find((k) => ownerOfKey(k, before) === before[0] && ownerOfKey(k, after) === before[0])!;
+    const moves = Array.from({ length: 500 }, (_, i) => `key-${i}`).find((k) => ownerOfKey(k, before) === before[0] && ownerOfKey(k, after) === added)!;
+    // This isolate caches the map it has now.
+    expect((await send(name, "warm", stays)).status).toBe(200);
+    const coordinator = env.COORDINATOR.get(env.COORDINATOR.idFromName(q.queue_id));
+    await runInDurableObject(coordinator, (obj: Coordinator) => (obj as unknown as { loop: { force(kind: "scale-out", now: number): Promise<string> } }).loop.force("scale-out", Date.now()));
+    expect((await coordinatorFor(env, q.queue_id).shardMap())!.shards.map((s) => s.name)).toContain(added);
+
+    const t0 = Date.now();
+    const res = await api("POST", `${queuePath(name)}/messages/batch`, { messages: [{ body: "s1", ordering_key: stays }, { body: "m1", ordering_key: moves }] });
+    expect({ status: res.status, error: res.json.errors?.[0]?.message }).toEqual({ status: 200, error: undefined });
+    expect(Date.now() - t0).toBeLessThan(5000);
+    expect(await laneCount(before[0]!)).toBe(2);
+    expect(await laneCount(added)).toBe(1);
+  });
+});
