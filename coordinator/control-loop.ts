@@ -38,6 +38,8 @@ export class ControlLoop {
   private readonly store: QueueStore;
   private readonly sql: SqlStorage;
   private readonly env: Env;
+  /** Shards whose state change this instance is carrying out: their rows in state_changes are not cut short. */
+  private readonly changing = new Set<string>();
 
   constructor(private readonly deps: ControlLoopDeps) {
     this.store = deps.store;
@@ -125,14 +127,52 @@ export class ControlLoop {
    * Coordinator between telling and recording.
    */
   async changeState(shard: { name: string; region: string }, state: ShardState, now: number, decision?: Decision): Promise<void> {
-    await storageShardFor(this.env, shard.name, shard.region).setState(state);
-    if (decision) this.deps.faultPoint("abort-drain");
-    // A shard leaving or joining the active ones moves ordering keys: every shard enters the new epoch first.
-    const active = this.store.shards().filter((s) => s.state === "active" && s.name !== shard.name).map((s) => s.name);
-    const wasActive = this.store.shards().some((s) => s.name === shard.name && s.state === "active");
-    const seq = wasActive !== (state === "active") ? await this.pushEpoch(state === "active" ? [...active, shard.name] : active) : null;
-    this.store.recordShardState(shard.name, state, now, decision && (() => logDecision(this.sql, decision)));
-    if (seq !== null) commitEpoch(this.sql, seq);
+    // Written before the shard is told, deleted with the record: a Coordinator that starts
+    // and finds it knows a reset cut the change short, and undoes it then (undoCutChanges)
+    // rather than once the shard's report shows it, while its keys' sends wait.
+    this.sql.exec("INSERT OR REPLACE INTO state_changes (name, state) VALUES (?, ?)", shard.name, state);
+    this.changing.add(shard.name);
+    try {
+      await storageShardFor(this.env, shard.name, shard.region).setState(state);
+      if (decision) this.deps.faultPoint("abort-drain");
+      // A shard leaving or joining the active ones moves ordering keys: every shard enters the new epoch first.
+      const active = this.store.shards().filter((s) => s.state === "active" && s.name !== shard.name).map((s) => s.name);
+      const wasActive = this.store.shards().some((s) => s.name === shard.name && s.state === "active");
+      const seq = wasActive !== (state === "active") ? await this.pushEpoch(state === "active" ? [...active, shard.name] : active) : null;
+      this.store.recordShardState(shard.name, state, now, () => {
+        this.sql.exec("DELETE FROM state_changes WHERE name = ?", shard.name);
+        if (decision) logDecision(this.sql, decision);
+      });
+      if (seq !== null) commitEpoch(this.sql, seq);
+    } finally {
+      this.changing.delete(shard.name);
+    }
+  }
+
+  /**
+   * Undoes the state changes told to their shard and never recorded (a reset, or an epoch
+   * push that failed, cut them short): the shard is told the map's state again, as
+   * reconcileStates would once the shard's own report showed the difference. A drain cut
+   * short leaves a shard refusing every send while the map and every epoch still name it
+   * its keys' home, so no keyed send of those keys could land until this.
+   */
+  async undoCutChanges(): Promise<void> {
+    const rows = this.sql.exec<{ name: string; state: string }>("SELECT name, state FROM state_changes").toArray();
+    if (rows.length === 0) return;
+    const recorded = new Map(this.store.shards().map((s) => [s.name, s]));
+    for (const row of rows) {
+      if (this.changing.has(row.name)) continue; // under way in this instance, not cut
+      const shard = recorded.get(row.name);
+      if (shard) await storageShardFor(this.env, shard.name, shard.region).setState(shard.state);
+      if (!this.changing.has(row.name)) this.sql.exec("DELETE FROM state_changes WHERE name = ? AND state = ?", row.name, row.state);
+    }
+  }
+
+  /** Whether a change was left half done: a state change or a scale-out cut short, or an epoch pushed and not committed. */
+  halfDone(): boolean {
+    if (!this.store.readyQueue()) return false;
+    const cut = this.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM state_changes").one().n > 0;
+    return cut || this.store.pendingShards().length > 0 || epochUnsettled(this.sql);
   }
 
   /** Tells every shard not retired the epoch whose active shards are `active` (coordinator/epochs.ts). */

@@ -64,6 +64,9 @@ export class Coordinator extends DurableObject<Env> {
     this.store = new QueueStore(this.storage);
     this.loop = new ControlLoop({ store: this.store, sql: this.sql, env, faultPoint: (point) => this.hooks.at(point, ctx) });
     this.publisher = new MapPublisher(this.store, this.storage, env.SHARD_MAPS, () => this.clock.now());
+    // A change a reset cut short is finished or undone now, not at the next tick: keyed
+    // sends of the keys it moves wait for it (docs/ordered-lanes.md).
+    if (this.loop.halfDone()) void ctx.blockConcurrencyWhile(() => armAlarm(this.storage, this.clock.now()));
   }
 
   /**
@@ -345,6 +348,7 @@ export class Coordinator extends DurableObject<Env> {
     const queue = this.store.readyQueue();
     if (!queue) return;
     await this.loop.activatePending();
+    await this.loop.undoCutChanges();
     await this.loop.reconcileStates(now);
     await this.loop.settleEpoch();
     const scaleInDue = await this.loop.autoscale(now);

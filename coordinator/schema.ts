@@ -90,6 +90,9 @@ const MIGRATIONS: string[] = [
   // epochs pushed to the shards (control-loop.ts) against the one the committed map matches.
   `ALTER TABLE heartbeats ADD COLUMN handoffs INTEGER NOT NULL DEFAULT 0;
    CREATE TABLE IF NOT EXISTS epochs (one INTEGER PRIMARY KEY CHECK (one = 1), pushed INTEGER NOT NULL, committed INTEGER NOT NULL);`,
+  // A shard state change told to its shard and not recorded yet (control-loop.ts changeState):
+  // a Coordinator that starts and finds one knows a reset cut it short, and undoes it at once.
+  `CREATE TABLE IF NOT EXISTS state_changes (name TEXT PRIMARY KEY, state TEXT NOT NULL);`,
 ];
 
 export function migrateCoordinator(sql: SqlStorage): void {

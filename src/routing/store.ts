@@ -88,24 +88,41 @@ export async function storeMessages(
     const { queueId, backlog, ids } = await storeOnOneShard(env, target, map, messages, { ...flags, batch }, (m, exclude) => stickyShard(m, region, exclude, messages.length, Date.now()));
     return { ids, queueId, backlogs: [backlog] };
   }
-  const groups = placeEach(map, region, messages, keepIds);
   const ids: string[] = keepIds ? [...keepIds] : new Array<string>(messages.length);
-  const settled = await Promise.allSettled(
-    groups.map(async ({ indexes, choose }) => {
-      const group = indexes.map((i) => messages[i]!);
-      // Fresh keyless messages (beside keyed ones) stay together on one shard, as alone.
-      const batch = keepIds ? {} : { batch: randomHex(8) };
-      const stored = await storeOnOneShard(env, target, map, group, { ...flags, ...batch }, choose);
-      indexes.forEach((i, k) => (ids[i] = stored.ids[k]!));
-      return stored;
-    }),
-  );
-  // Thrown only once every group is done: a retry must not start while a write of this
-  // attempt is still waiting for room, or it could look for these ids before they land.
-  const failed = settled.find((s) => s.status === "rejected");
-  if (failed) throw failed.reason;
-  const stored = settled.map((s) => (s as PromiseFulfilledResult<{ queueId: string; backlog: ShardBacklog }>).value);
+  const storeGroups = async (current: ShardMap, groups: Placed[]): Promise<Array<{ queueId: string; backlog: ShardBacklog }>> => {
+    const settled = await Promise.allSettled(
+      groups.map(async ({ indexes, choose }) => {
+        const group = indexes.map((i) => messages[i]!);
+        // Fresh keyless messages (beside keyed ones) stay together on one shard, as alone.
+        const batch = keepIds ? {} : { batch: randomHex(8) };
+        try {
+          const stored = await storeOnOneShard(env, target, current, group, { ...flags, ...batch }, choose);
+          indexes.forEach((i, k) => (ids[i] = stored.ids[k]!));
+          return [stored];
+        } catch (err) {
+          if (!(err instanceof KeysApart)) throw err;
+          // Keys that shared a shard in the map they were placed by do not in the current
+          // one (a scale-out since): no shard takes them all, and none of them is stored
+          // yet, so each goes to its own shard, still in the batch's order.
+          return storeGroups(err.map, placeEach(err.map, region, messages, keepIds, indexes));
+        }
+      }),
+    );
+    // Thrown only once every group is done: a retry must not start while a write of this
+    // attempt is still waiting for room, or it could look for these ids before they land.
+    const failed = settled.find((s) => s.status === "rejected");
+    if (failed) throw failed.reason;
+    return settled.flatMap((s) => (s as PromiseFulfilledResult<Array<{ queueId: string; backlog: ShardBacklog }>>).value);
+  };
+  const stored = await storeGroups(map, placeEach(map, region, messages, keepIds));
   return { ids, queueId: stored[0]?.queueId ?? map.queueId, backlogs: stored.map((s) => s.backlog) };
+}
+
+/** A keyed write's keys have different shards in the current map `map`: it is placed again by it. */
+class KeysApart extends Error {
+  constructor(readonly map: ShardMap) {
+    super("the keys of a write have different shards in the current map");
+  }
 }
 
 interface Placed {
@@ -118,18 +135,26 @@ interface Placed {
 /**
  * A batch cut into the writes it takes: keyed messages by their key's shard, keyless ones
  * that keep their ids by the shard each id picks, fresh keyless ones all on the sticky
- * shard. A write holds keyed or keyless messages, never both.
+ * shard. A write holds keyed or keyless messages, never both. A keyed write whose keys
+ * part in a newer map throws KeysApart from its choose, to be placed again by that map.
  */
-function placeEach(map: ShardMap, region: string, messages: EncodedMessage[], keepIds: string[] | undefined): Placed[] {
+function placeEach(map: ShardMap, region: string, messages: EncodedMessage[], keepIds: string[] | undefined, only: readonly number[] = messages.map((_, i) => i)): Placed[] {
   const groups = new Map<string, Placed>();
-  const keyless = messages.filter((x) => x.orderingKey === undefined).length;
-  messages.forEach((m, i) => {
+  const keyless = only.filter((i) => messages[i]!.orderingKey === undefined).length;
+  for (const i of only) {
+    const m = messages[i]!;
     let key: string;
     let choose: Placed["choose"];
     if (m.orderingKey !== undefined) {
       const orderingKey = m.orderingKey;
-      key = `key:${shardForKey(map, orderingKey)?.name ?? ""}`;
-      choose = (current, exclude) => shardForKey(current, orderingKey, exclude);
+      const groupKey = `key:${shardForKey(map, orderingKey)?.name ?? ""}`;
+      key = groupKey;
+      choose = (current, exclude) => {
+        // Placed by one map, asked again with a newer one: its keys may part.
+        const keys = new Set(groups.get(groupKey)!.indexes.map((j) => messages[j]!.orderingKey!));
+        if (keys.size > 1 && new Set([...keys].map((k) => shardForKey(current, k)?.name)).size > 1) throw new KeysApart(current);
+        return shardForKey(current, orderingKey, exclude);
+      };
     } else if (keepIds) {
       const id = keepIds[i]!;
       key = `id:${shardForId(map, region, id)?.name ?? ""}`;
@@ -141,7 +166,7 @@ function placeEach(map: ShardMap, region: string, messages: EncodedMessage[], ke
     const group = groups.get(key);
     if (group) group.indexes.push(i);
     else groups.set(key, { indexes: [i], choose });
-  });
+  }
   return [...groups.values()];
 }
 
@@ -154,7 +179,9 @@ function placeEach(map: ShardMap, region: string, messages: EncodedMessage[], ke
  * growing) and ask them all again, for at most OVERLOAD_PATIENCE_MS. A send is answered
  * "unavailable" for want of room only after every active shard refused it. A keyed write
  * refused by its key's shard under a newer epoch waits, as long, for the map that goes
- * with it. Other refusals (draining, retired, unknown: a stale map) re-read the map.
+ * with it, and so does one refused by its key's shard as draining (a drain not in the map
+ * yet, or cut short by a reset). Other refusals (draining, retired, unknown: a stale map)
+ * re-read the map.
  * Lands exactly once or throws.
  */
 async function storeOnOneShard(
@@ -174,6 +201,7 @@ async function storeOnOneShard(
   let refreshed = false;
   let round = 0;
   const patience = Date.now() + OVERLOAD_PATIENCE_MS;
+  const keyed = messages.some((m) => m.orderingKey !== undefined);
 
   for (;;) {
     const shard = choose(map, passOver());
@@ -199,11 +227,14 @@ async function storeOnOneShard(
       full.add(shard.name);
       continue;
     }
-    if (result.refused === "not_owner") {
+    if (result.refused === "not_owner" || (result.refused === "draining" && keyed)) {
       // The shard has entered an epoch the stored map does not show yet: the Coordinator
       // stores that map once every shard has entered it, or pushes the stored one's again
       // (docs/ordered-lanes.md). Sending the key anywhere the stored map does not name would
-      // break the hand-off, so the send waits for the map, as for room.
+      // break the hand-off, so the send waits for the map, as for room. So too when the
+      // key's shard in the map is draining: a drain tells the shard before its epoch and
+      // map exist, and one a Coordinator reset cut short is undone; either way the key
+      // has no other home until the map says so.
       if (Date.now() >= patience) break;
       await sleep(Math.random() * Math.min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** Math.min(6, round++)));
       map = await lookupQueue(env, target.accountId, target.queueRef, { current: true });
