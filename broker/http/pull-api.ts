@@ -58,7 +58,13 @@ export const ackBody = z
 export const extendBody = z.object({ lease_ids: list(leaseId, "lease ids").min(1, "must hold at least one lease id"), visibility_timeout_ms: visibilityTimeout }).strict();
 
 const stale = (verb: string) => `was not ${verb}: the lease ended and the message was pulled again, or the message is gone (acked, dead-lettered or expired)`;
-const UNREACHABLE = "was not applied: its storage shard did not answer; send it again";
+/**
+ * A settle or extend whose shard call failed may still have been applied: the shard can
+ * commit and then be reset before its reply leaves (a restart, a deploy). So the warning
+ * says the outcome is unknown, never "not applied"; sent again, an ack that had landed is
+ * answered as gone.
+ */
+export const UNREACHABLE = "may or may not have been applied: its storage shard did not answer; send it again (if it was applied, the message is gone and the answer says so)";
 
 /** The answer of a pull while delivery is paused, whether it came then or was waiting. */
 const pausedError = (plan: DeliveryPlan) => new HttpError("conflict", `delivery of queue "${plan.queueName}" is paused; set settings.delivery_paused to false to pull`, "queue");

@@ -136,6 +136,19 @@ describe("the fault checker", () => {
     expect(r.valid).toBe(false);
   });
 
+  it("counts a message whose ack was warned that its shard did not answer as maybe acked, not lost, but one warned stale as lost", () => {
+    // The full run at seed 20261201 found this: a shard committed the ack, then was reset
+    // before its reply; the broker said "was not applied", and the checker took it at its word.
+    const s = new Script();
+    s.send(["a", "b"]);
+    s.pull([{ h: "a", l: "L1" }, { h: "b", l: "L2" }]);
+    s.ackUnsure(["L1"], ["L1"]);
+    s.ack(["L2"], []);
+    const r = s.drained();
+    expect(r.examples.lost).toEqual(["b"]);
+    expect(r.figures.acks).toMatchObject({ unknown: 1, stale: 1 });
+  });
+
   it("reports a delivery after a confirmed ack, and not one after an ack the service refused", () => {
     const s = new Script();
     s.send(["a", "b"]);

@@ -36,6 +36,10 @@ export class Script {
   retry(leases: string[], { q = "faults", type = "ok" as Op["type"] } = {}) {
     this.op("consumer-0", "ack", { q, acks: [], retries: leases }, type, type === "ok" ? { acked: [], retried: leases, stale: [] } : { error: "x" });
   }
+  /** An ack answered ok whose `unsure` leases were warned that their shard did not answer (workload.mjs `unknown`): they may have applied. */
+  ackUnsure(leases: string[], unsure: string[], dt = 10) {
+    this.op("consumer-0", "ack", { q: "faults", acks: leases, retries: [] }, "ok", { acked: leases.filter((l) => !unsure.includes(l)), retried: [], stale: [], unknown: unsure }, dt);
+  }
   /** An ack whose answer never came (a kill): it may have applied. */
   ackUnknown(leases: string[]) {
     this.op("consumer-0", "ack", { q: "faults", acks: leases, retries: [] }, "unknown", { error: "socket hang up" });

@@ -149,6 +149,9 @@ export function check(ops, opts = {}) {
         acks.confirmed += o.value?.acked?.length ?? 0;
         acks.retriesConfirmed += o.value?.retried?.length ?? 0;
         acks.stale += o.value?.stale?.length ?? 0;
+        // Warned that the shard did not answer: applied or not, nobody knows.
+        for (const l of o.value?.unknown ?? []) mayBeAcked.add(l);
+        acks.unknown += o.value?.unknown?.length ?? 0;
         if (o.value?.stale?.length) staleAcks.push({ t: o.t, n: o.value.stale.length });
       } else {
         const n = (inv.value?.acks?.length ?? 0) + (inv.value?.retries?.length ?? 0);

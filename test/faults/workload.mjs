@@ -337,10 +337,13 @@ async function settle(o, acks, retries, delay = 0) {
   }
   const warnings = /** @type {Record<string, string>} */ (r.result?.warnings ?? {});
   const counted = (/** @type {{ token: string }} */ a) => !(a.token in warnings);
+  // A shard that did not answer may have applied it (pull-api.ts UNREACHABLE): unknown, not stale.
+  const unsure = (/** @type {{ token: string }} */ a) => warnings[a.token]?.includes("did not answer") === true;
   o.history.complete(op, "ok", {
     acked: acks.filter(counted).map((a) => a.l),
     retried: retries.filter(counted).map((a) => a.l),
-    stale: [...acks, ...retries].filter((a) => !counted(a)).map((a) => a.l),
+    stale: [...acks, ...retries].filter((a) => !counted(a) && !unsure(a)).map((a) => a.l),
+    unknown: [...acks, ...retries].filter(unsure).map((a) => a.l),
     ackCount: r.result?.ackCount ?? null,
     retryCount: r.result?.retryCount ?? null,
   });
