@@ -23,10 +23,12 @@ export const LONGPOLL_HELP = `npm run bench -- longpoll [--consumers N] [--secon
   --seconds S    how long each idle phase runs (default 60)
   --sends N      single sends for the latency (default 1000)
   --poll-ms P    the short-polling loop's sleep after an empty answer (default 1000)
-  --wake-samples W  messages per cause of becoming ready later (delay end, retry delay end, lease expiry; default 100, 0: none)`;
+  --wake-samples W  messages per cause of becoming ready later (delay end, retry delay end, lease expiry, redrive, key release; default 100, 0: none)`;
 
 const HEADERS = { authorization: "Bearer shardq-local-dev-token", "content-type": "application/json" };
 const QUEUE = "longpoll";
+/** The consumer's dead-letter queue: what a redrive moves back, where a released key's head goes. */
+const DLQ = "longpoll-dlq";
 const WAIT_MS = 20_000;
 
 /** @param {string[]} argv */
@@ -42,15 +44,16 @@ export async function longPolling(argv) {
   try {
     const base = `${stack.base}/shardq/accounts/local/queues`;
     await post(`${stack.base}/shardq/accounts/local/queues`, { queue_name: QUEUE });
-    await post(`${base}/${QUEUE}/consumers`, { type: "http_pull", settings: { visibility_timeout_ms: 30_000 } });
+    await post(`${stack.base}/shardq/accounts/local/queues`, { queue_name: DLQ });
+    await post(`${base}/${QUEUE}/consumers`, { type: "http_pull", settings: { visibility_timeout_ms: 30_000 }, dead_letter_queue: DLQ });
     const queueId = (await (await fetch(`${base}/${QUEUE}`, { headers: HEADERS })).json()).result.queue_id;
 
     const short = await idlePhase(stack.base, queueId, consumers, seconds, (signal) => shortPoller(base, pollMs, signal));
     const long = await idlePhase(stack.base, queueId, consumers, seconds, (signal) => longPoller(base, signal));
     const latency = await latencyRun(base, sends);
-    /** @type {Array<["delay" | "retry" | "lease", Awaited<ReturnType<typeof wakeRun>>]>} */
+    /** @type {Array<[WakeCause, Awaited<ReturnType<typeof wakeRun>>]>} */
     const wakes = [];
-    for (const cause of /** @type {const} */ (["delay", "retry", "lease"])) if (wakeSamples > 0) wakes.push([cause, await wakeRun(base, cause, wakeSamples)]);
+    for (const cause of /** @type {const} */ (["delay", "retry", "lease", "redrive", "release"])) if (wakeSamples > 0) wakes.push([cause, await wakeRun(base, cause, wakeSamples)]);
 
     console.log(`idle: ${consumers} pull consumers of an empty queue, ${seconds} s each way`);
     console.log("| loop | HTTP requests per consumer-minute | Durable Object RPCs per consumer-minute | by class |");
@@ -160,19 +163,23 @@ async function latencyRun(base, count) {
   return { count, p50: pct(fromStart, 50) ?? 0, p99: pct(fromStart, 99) ?? 0, max: fromStart[fromStart.length - 1] ?? 0, afterAnswerP99: pct(fromAnswer, 99) ?? 0 };
 }
 
-/** @type {Record<"delay" | "retry" | "lease", string>} */
+/** @typedef {"delay" | "retry" | "lease" | "redrive" | "release"} WakeCause */
+/** @type {Record<WakeCause, string>} */
 const WAKE_CAUSES = {
   delay: "delay_seconds 1 ends (from the send's start + 1 s)",
   retry: "retry delay of 1 s ends (from the ack's start + 1 s)",
   lease: "lease of 1 s runs out (from the leasing pull's start + 1 s)",
+  redrive: "redriven in from the dead-letter queue (from the redrive's start)",
+  release: "its key released by an operator (from the release's start)",
 };
 
 /**
  * One message at a time becomes ready while a pull waits for it: a delayed send, a retry with
- * a delay, a lease left to run out. The time it became ready is taken on the client's side
- * before the service could have started counting (the request's start plus the delay), so the
- * figure includes the request's way in: it is never less than the true wake-up latency.
- * @param {string} base @param {"delay" | "retry" | "lease"} cause @param {number} count
+ * a delay, a lease left to run out, a redrive from the dead-letter queue, an operator's release
+ * of the key holding it. The time it became ready is taken on the client's side before the
+ * service could have started counting (the request's start, plus the delay), so the figure
+ * includes the request's way in: it is never less than the true wake-up latency.
+ * @param {string} base @param {WakeCause} cause @param {number} count
  */
 async function wakeRun(base, cause, count) {
   /** @type {number[]} */
@@ -180,7 +187,26 @@ async function wakeRun(base, cause, count) {
   for (let i = 0; i < count; i++) {
     const tag = `${cause}-${i}`;
     let readyAt = 0;
-    if (cause !== "delay") {
+    if (cause === "redrive") {
+      await post(`${base}/${DLQ}/messages`, { body: { tag } });
+      const waiting = waitForTag(base, tag);
+      await sleep(20);
+      readyAt = performance.now();
+      await post(`${base}/${DLQ}/redrive`, { target_queue: QUEUE });
+      lat.push((await waiting) - readyAt);
+    } else if (cause === "release") {
+      // The key's head is leased and never settled: the operator releases it to the dead-letter queue.
+      const key = `wake-${i}`;
+      await post(`${base}/${QUEUE}/messages`, { body: { tag: `${tag}-head` }, ordering_key: key });
+      await post(`${base}/${QUEUE}/messages`, { body: { tag }, ordering_key: key });
+      const [head] = await pullWith(base, { batch_size: 1, visibility_timeout_ms: 60_000 });
+      if (!head) throw new Error(`${tag}: the key's head was not leased`);
+      const waiting = waitForTag(base, tag);
+      await sleep(20);
+      readyAt = performance.now();
+      await post(`${base}/${QUEUE}/ordering/release`, { ordering_key: key, message_id: head.id });
+      lat.push((await waiting) - readyAt);
+    } else if (cause !== "delay") {
       await post(`${base}/${QUEUE}/messages`, { body: { tag } });
       const leasedAt = performance.now();
       const [m] = await pullWith(base, { batch_size: 1, visibility_timeout_ms: cause === "lease" ? 1000 : 30_000 });
