@@ -141,13 +141,19 @@ describe("sending over HTTP", () => {
     expect(await backlog("http-faithful")).toBe(0);
   });
 
-  it("delivers as sent what JSON carries: a lone surrogate inside a JSON string, big integers a double holds exactly, fractions", async () => {
+  it("delivers as sent what JSON carries: a lone surrogate inside a JSON string, big integers a double holds exactly, fractions; -0 as 0", async () => {
     await createQueue("http-faithful-ok");
     const text = '{"messages":[{"body":{"s":"a\\ud800b","n":[9007199254740992,1e21,-0,0.1,1.5e300,12345678901234567000]}}]}';
     const res = await api("POST", batch("http-faithful-ok"), undefined, { raw: text, headers: { "content-type": "application/json" } });
     expect(res.status).toBe(200);
     const [m] = (await storedMessages("http-faithful-ok")).messages;
-    expect(decodeBody(m!.body, "json")).toEqual({ s: "a\ud800b", n: [9007199254740992, 1e21, -0, 0.1, 1.5e300, 12345678901234567000] });
+    // Compared as JSON.stringify writes it (a lone surrogate escaped): a raw one in a failure's
+    // message breaks the test pool's WebSocket (invalid UTF-8) and the failure is lost.
+    const got = decodeBody(m!.body, "json") as { s: string; n: number[] };
+    // The one number JSON reads and writes differently: -0 is written 0, by JSON.stringify as by
+    // Cloudflare's json content type (README: a decision, not a loss of value).
+    expect(Object.is(got.n[2], 0), "-0 arrives as 0").toBe(true);
+    expect(JSON.stringify(got)).toBe(JSON.stringify({ s: "a\ud800b", n: [9007199254740992, 1e21, -0, 0.1, 1.5e300, 12345678901234567000] }));
   });
 
   it("answers 404 for a send to a queue that does not exist", async () => {
