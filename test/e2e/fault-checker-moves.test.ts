@@ -120,6 +120,27 @@ describe("the fault checker, with messages that move", () => {
     expect(run(() => {}).failures).toEqual(["1 deliveries after a confirmed ack"]);
   });
 
+  it("excuses it as well when the shard reset that cut the dead-lettering is seen fired only after the dead-letter copy's ack", () => {
+    // The full run at seed 20261202: the harness saw the abort-ack fire a moment after the
+    // dead-letter copy's ack was confirmed, though the reset had cut the move long before.
+    const s = new Script();
+    s.plan({ redrive: true, aborts: 1 });
+    s.send(["m"]);
+    s.redrive("ok", 0);
+    s.pull([{ h: "m", l: "L1", s: "s1", r: 1, a: 3 }]);
+    const armed = s.n++;
+    s.ops.push({ op: armed, p: "nemesis", type: "invoke", f: "abort", t: (s.t += 10), value: { n: 1, kind: "abort-ack", shard: "s1" } });
+    s.retry(["L1"]);
+    s.pull([{ h: "m", l: "L2", s: "d1", r: 1, a: 1 }], { q: "faults-dlq", p: "dlq-consumer-0" });
+    s.ack(["L2"]);
+    s.ops.push({ op: armed, p: "nemesis", type: "ok", f: "abort", t: (s.t += 5), value: { fired: true } });
+    s.pull([{ h: "m", l: "L3", s: "s1", r: 1, a: 4 }]);
+    s.retry(["L3"]);
+    const r = s.drained();
+    expect(r.failures).toEqual([]);
+    expect(r.figures).toMatchObject({ delivered_after_ack: 0, delivered_after_ack_across_cut_move: 1 });
+  });
+
   it("excuses one id from two rows of one stay only when a redrive was cut off after the message left a queue", () => {
     const run = (how: Op["type"]) => {
       const s = new Script();

@@ -339,8 +339,10 @@ export function check(ops, opts = {}) {
   const { corruptDelivered, garbled, quarantine } = checkCorruption(corrupted, deliveries, confirmedAcks, byId, byLease, drained);
 
   // Deliveries after a confirmed ack, but for copies a cut-off redrive or dead-lettering left behind.
-  const cutAt = [...killTimes, ...fired.map((a) => /** @type {number} */ (a.ok))];
-  const { afterAck, acrossCutMove: afterAckAcrossCutMove } = deliveredAfterAck(confirmedAcks, byLease, byId, stays, redrives, cutAt);
+  // When a fault may have cut a move: a kill at its time; a shard reset at some moment between
+  // arming it and seeing it fired (its ok time can be well after the reset itself).
+  const cutWindows = /** @type {Array<[number, number]>} */ ([...killTimes.map((t) => [t, t]), ...fired.map((a) => [a.inv, /** @type {number} */ (a.ok)])]);
+  const { afterAck, acrossCutMove: afterAckAcrossCutMove } = deliveredAfterAck(confirmedAcks, byLease, byId, stays, redrives, cutWindows);
 
   const duplicated = [...byH.values()].filter((ds) => ds.length > 1);
   const control = controlFaults(ops);

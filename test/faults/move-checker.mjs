@@ -106,15 +106,16 @@ export function storedTwiceWithinStays(deliveries, stayOf, byId, stays, redrives
  * counted apart (`acrossCutMove`) when the message had left a queue and a move was cut off
  * after that and before the ack: a redrive that failed (a kill, a reset, a 5xx), or a
  * dead-lettering a kill or a storage shard reset (`faultTimes`) cut between storing the
- * message at the target and settling its source. Its copies were stored at the target,
+ * message at the target and settling its source (`faultWindows`: from when each fault may
+ * have struck to when it surely had). Its copies were stored at the target,
  * its source not settled, and the two go on separately (at-least-once; docs/guarantees.md,
  * "Moves"). A kept dead-letter lease outlives a restart (ordered lanes store theirs), so
  * the source copy may come again well after the dead-letter queue's copy was acked.
  * @param {Array<{ l: string, t: number }>} confirmedAcks @param {Map<string, Delivery>} byLease @param {Map<string, Delivery[]>} byId
  * @param {Map<string, { firstLeftAt: number }>} stays @param {Array<{ inv: number, outcome: string }>} redrives
- * @param {number[]} [faultTimes]
+ * @param {Array<[number, number]>} [faultWindows]
  */
-export function deliveredAfterAck(confirmedAcks, byLease, byId, stays, redrives, faultTimes = []) {
+export function deliveredAfterAck(confirmedAcks, byLease, byId, stays, redrives, faultWindows = []) {
   const afterAck = /** @type {Array<{ id: string, h: string | null, ackedAt: number, pulledAt: number, by: string }>} */ ([]);
   let acrossCutMove = 0;
   const cutMoves = redrives.filter((r) => r.outcome !== "ok" && r.outcome !== "fail");
@@ -124,7 +125,7 @@ export function deliveredAfterAck(confirmedAcks, byLease, byId, stays, redrives,
     for (const d of byId.get(acked.id) ?? []) {
       if (d.inv <= t) continue;
       const left = stays.get(d.h ?? `id:${d.id}`)?.firstLeftAt ?? Infinity;
-      if (cutMoves.some((r) => r.inv > left && r.inv < t) || faultTimes.some((f) => f > left && f < t)) acrossCutMove++;
+      if (cutMoves.some((r) => r.inv > left && r.inv < t) || faultWindows.some(([from, to]) => to > left && from < t)) acrossCutMove++;
       else afterAck.push({ id: d.id, h: d.h, ackedAt: t, pulledAt: d.inv, by: d.p });
     }
   }
