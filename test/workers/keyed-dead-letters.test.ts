@@ -10,19 +10,9 @@ import { describe, expect, it } from "vitest";
 import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import { moveMessages } from "../../src/routing/move-messages";
 import { api, backlog, createQueue, queuePath, shardsOnFakeClock, storedMessages } from "./helpers";
+import { ack, pull, send, type Pulled } from "./keyed-helpers";
 
-interface Pulled {
-  id: string;
-  body: string;
-  attempts: number;
-  lease_id: string;
-  ordering_key?: string;
-}
 
-const pull = (q: string, body: unknown = {}) => api("POST", `${queuePath(q)}/messages/pull`, body);
-const ack = (q: string, body: unknown) => api("POST", `${queuePath(q)}/messages/ack`, body);
-const send = (q: string, body: unknown, key?: string, extra: Record<string, unknown> = {}) =>
-  api("POST", `${queuePath(q)}/messages`, { body, ...(key === undefined ? {} : { ordering_key: key }), ...extra });
 const redrive = (q: string, body?: unknown) => api("POST", `${queuePath(q)}/redrive`, body);
 const held = (q: string) => api("GET", `${queuePath(q)}/ordering/held`);
 const release = (q: string, body: unknown) => api("POST", `${queuePath(q)}/ordering/release`, body);

@@ -11,21 +11,11 @@ import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import { ManualClock } from "../../src/kernel/clock";
 import type { StorageShard } from "../../storage-shard/storage-shard";
 import { api, backlog, BASE, createQueue, producer, queuePath, shardsOnFakeClock, TOKEN } from "./helpers";
+import { ack, pull, send, type Pulled } from "./keyed-helpers";
 import { parseExposition, valueOf } from "./exposition";
 import { addConsumer, eventually, fakeConsumer } from "./push-helpers";
 
-const pull = (q: string, body: unknown = {}) => api("POST", `${queuePath(q)}/messages/pull`, body);
-const ack = (q: string, body: unknown) => api("POST", `${queuePath(q)}/messages/ack`, body);
-const send = (q: string, body: unknown, key?: string, extra: Record<string, unknown> = {}) =>
-  api("POST", `${queuePath(q)}/messages`, { body, ...(key === undefined ? {} : { ordering_key: key }), ...extra });
 
-interface Pulled {
-  id: string;
-  body: string;
-  attempts: number;
-  lease_id: string;
-  ordering_key?: string;
-}
 
 async function orderedQueue(name: string, consumer: Record<string, unknown> = {}) {
   const q = await createQueue(name);
