@@ -281,7 +281,10 @@ export class StorageShard extends DurableObject<Env> {
     this.applyDelta(delta);
     this.flushReleases();
     // A key's next messages are ready: consumers are woken if nobody leased them a moment later.
-    if (lanesReady > 0) this.wakeups.wakeIfLanesWait();
+    if (lanesReady > 0) {
+      if (req.wakeAtOnce) this.wakeups.notifyAgain();
+      else this.wakeups.wakeIfLanesWait();
+    }
     this.planDue(now);
     this.leasedNow = Math.max(0, this.leasedNow - (result.acked + result.retried + result.deadLettered + result.dropped));
     return result;

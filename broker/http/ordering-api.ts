@@ -84,7 +84,7 @@ export async function releaseKey(request: Request, env: Env, accountId: string, 
       await shard.releaseLeases(map.queueId, [leaseRefOf(head)]).catch((e: unknown) => console.error(`ordering release: giving the lease of ${head.id} back failed (it ends in ${RELEASE_LEASE_MS} ms):`, e));
       throw err;
     }
-    await shard.settle({ queueId: map.queueId, acks: [], retries: [], deadLettered: [leaseRefOf(head)], dropped: [] });
+    await shard.settle({ queueId: map.queueId, acks: [], retries: [], deadLettered: [leaseRefOf(head)], dropped: [], wakeAtOnce: true });
     return ok({ ordering_key: key, message_id: head.id, moved_to: dlq });
   }
   if (heldBy !== null) throw new HttpError("conflict", `ordering key "${key}" is held by message ${heldBy}, not ${expected}: look again (GET .../ordering/held) and name the message holding it`, "message_id");

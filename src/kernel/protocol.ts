@@ -286,6 +286,11 @@ export interface SettleRequest {
   deadLettered: LeaseRef[];
   /** Out of retries with no dead-letter queue: delete and count. */
   dropped: LeaseRef[];
+  /**
+   * Wake consumers at once for the lanes this frees, instead of a moment later: no consumer
+   * that settled a batch is about to lease again (an operator's release).
+   */
+  wakeAtOnce?: true;
 }
 
 export interface SettleResult {
