@@ -43,6 +43,7 @@ import { checkCorruption } from "./corruption-checker.mjs";
 import { abortFigures, recovery } from "./figures.mjs";
 import { deliveredAfterAck, moveFigures, staysOf, storedTwiceWithinStays } from "./move-checker.mjs";
 import { checkIds } from "./id-checker.mjs";
+import { leaseOverlaps } from "./lease-overlaps.mjs";
 import { checkOrder } from "./order-checker.mjs";
 import { checkPausesAndDelays } from "./pause-delay.mjs";
 import { checkPush, pushDeliveries } from "./push-checker.mjs";
@@ -300,31 +301,10 @@ export function check(ops, opts = {}) {
       else if ((b.w ? b.ok : b.inv) + tol >= a.inv + a.vt) causes.lease_expired++;
       else causes.other++;
     }
-    for (let i = 0; i < ds.length; i++) {
-      for (let j = i + 1; j < ds.length; j++) {
-        const a = /** @type {Delivery} */ (ds[i]);
-        const b = /** @type {Delivery} */ (ds[j]);
-        // Two queues hold two copies (store at the target, then settle the source): a lease is on one.
-        if (a.q !== b.q) continue;
-        // Held at once: one granted (between its pull's invoke and answer) while the
-        // other was certainly held, or both certainly held at some moment.
-        const ea = heldUntil(a);
-        const eb = heldUntil(b);
-        const shared = Math.min(ea, eb) - Math.max(a.ok, b.ok);
-        const grantedInB = a.inv >= b.ok && a.ok <= eb - tol;
-        const grantedInA = b.inv >= a.ok && b.ok <= ea - tol;
-        if (!grantedInA && !grantedInB && shared <= tol) continue;
-        if (killBetween(Math.min(a.inv, b.inv), Math.max(a.ok, b.ok))) {
-          overlapsAcrossKill++;
-          continue;
-        }
-        if (abortBetween(a.s, Math.min(a.inv, b.inv), Math.max(a.ok, b.ok))) {
-          overlapsAcrossAbort++;
-          continue;
-        }
-        overlaps.push({ id: a.id, h: a.h, first: brief(a), second: brief(b), overlapMs: Math.round(Math.max(shared, grantedInA ? ea - b.ok : 0, grantedInB ? eb - a.ok : 0)) });
-      }
-    }
+    const found = leaseOverlaps(ds, { heldUntil, tol, killBetween, abortBetween, brief });
+    overlaps.push(...found.overlaps);
+    overlapsAcrossKill += found.acrossKill;
+    overlapsAcrossAbort += found.acrossAbort;
   }
 
   // A message of a send left unknown while an abort-append was armed came when first delivered.
