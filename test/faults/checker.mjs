@@ -222,6 +222,7 @@ export function check(ops, opts = {}) {
   let neverConfirmed = 0;
   const confirmedLeases = new Set(confirmedAcks.map((a) => a.l));
   // Purges of the dead-letter queue (purge-checker.mjs): what they deleted is not lost.
+  const purgedIds = new Set(purgesOf(ops).flatMap((p) => [...p.ids]));
   const purges = checkPurges(purgesOf(ops), deliveries, retryAsked, [...kills.map((k) => k.t), ...aborts.filter((a) => a.fired && a.ok !== null).map((a) => /** @type {number} */ (a.ok))]);
   for (const [h, s] of sends) {
     sent[s.outcome === "invoked" ? "unknown" : s.outcome]++;
@@ -247,7 +248,8 @@ export function check(ops, opts = {}) {
     if (s.key !== null && s.tries > 1) keyedRetried++;
     const dlq = ds.some((d) => d.q.endsWith("-dlq"));
     // A corrupted one is quarantined before it runs out of retries.
-    if (s.poison && s.outcome === "ok") s.id !== null && corrupted.has(s.id) ? poisonQuarantined++ : dlq ? poisonDeadLettered++ : poisonNotDeadLettered++;
+    // One a purge of the dead-letter queue named was there: dead-lettered, then deleted before a delivery.
+    if (s.poison && s.outcome === "ok") s.id !== null && corrupted.has(s.id) ? poisonQuarantined++ : dlq || (s.id !== null && purgedIds.has(s.id)) ? poisonDeadLettered++ : poisonNotDeadLettered++;
     else if (!s.poison && dlq) deadLetteredOthers++;
     if (!ds.some((d) => confirmedLeases.has(d.l) || d.acked)) neverConfirmed++;
   }
