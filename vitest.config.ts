@@ -63,6 +63,9 @@ export default defineConfig({
                 },
               ],
               bindings: {
+                // A pinned layout of four shards: the tests of sharding, moves and ordering need several.
+                // A queue of the deployed defaults starts with one (test/e2e/sleep.test.ts).
+                SHARDS_PER_REGION: "4",
                 AUTH_TOKENS: JSON.stringify({
                   "shardq-local-dev-token": { account: "local" },
                   "other-account-token": { account: "other" },

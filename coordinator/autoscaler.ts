@@ -40,7 +40,8 @@ export interface ScalingPolicy {
   targetPerShard: number;
   /** Messages per second a shard accepts before refusing as overloaded (SHARD_CAPACITY_PER_SECOND); 0: no such limit. */
   capacityPerShard: number;
-  minPerRegion: number;
+  /** The fewest active shards a region keeps: one figure for every region, or one per region (absent: 0). */
+  minPerRegion: number | Readonly<Record<string, number>>;
   maxPerRegion: number;
   /** Scale in when load per shard stays below the target * this. */
   scaleInBelow: number;
@@ -153,8 +154,9 @@ export function decide(
       }
     }
 
-    if (active.length < policy.minPerRegion) {
-      actions.push({ kind: "add_shards", region, count: policy.minPerRegion - active.length, reason: `below the minimum of ${policy.minPerRegion}`, figures });
+    const min = typeof policy.minPerRegion === "number" ? policy.minPerRegion : (policy.minPerRegion[region] ?? 0);
+    if (active.length < min) {
+      actions.push({ kind: "add_shards", region, count: min - active.length, reason: `below the minimum of ${min}`, figures });
       next.lastChange[region] = now;
       delete next.lowSince[region];
       delete high[region];
@@ -187,12 +189,12 @@ export function decide(
     }
     delete high[region];
 
-    if (perShard < target * policy.scaleInBelow && active.length > policy.minPerRegion) {
+    if (perShard < target * policy.scaleInBelow && active.length > min) {
       // Low since the start of the latest reports that all show it (not before the last change).
       const since = (next.lowSince[region] ??= reports.length ? Math.min(now, Math.max(changed, ...reports)) : now);
       if (now - since >= policy.scaleInAfterMs) {
         // Enough shards for the load at half the target each: room to grow before the next scale-out.
-        const wanted = Math.max(policy.minPerRegion, Math.min(active.length - 1, Math.ceil(rate / (target / 2))));
+        const wanted = Math.max(min, Math.min(active.length - 1, Math.ceil(rate / (target / 2))));
         // The emptiest shards drain fastest; among equals, the newest go first.
         const victims = [...active].sort((a, b) => (a.beat?.backlog ?? 0) - (b.beat?.backlog ?? 0) || b.createdAt - a.createdAt).slice(0, active.length - wanted);
         const reason = `${Math.round(perShard)} msg/s per shard < ${Math.round(target * policy.scaleInBelow)} for ${Math.round((now - since) / 1000)} s: ${active.length} -> ${wanted} shards`;

@@ -6,7 +6,7 @@
  * the queue store (queue-store.ts); the storage and consumer shards are told here.
  */
 import { consumerShardFor, storageShardFor } from "../src/kernel/addressing";
-import { serviceConfig } from "../src/kernel/config";
+import { minShardsIn, serviceConfig } from "../src/kernel/config";
 import { MAX_CONCURRENCY } from "../src/kernel/consumer-settings";
 import type { Env } from "../src/kernel/env";
 import type { ShardHeartbeat, ShardState } from "../src/kernel/protocol";
@@ -64,7 +64,7 @@ export class ControlLoop {
     const policy = {
       targetPerShard: config.targetPerShard,
       capacityPerShard: config.shardCapacityPerSecond,
-      minPerRegion: config.shardsPerRegion,
+      minPerRegion: Object.fromEntries(config.regions.map((r) => [r, minShardsIn(config, r)])),
       maxPerRegion: Math.max(config.shardsPerRegion, config.maxShardsPerRegion),
       scaleInBelow: SCALE_IN_BELOW,
       scaleInAfterMs: config.scaleInAfterMs,
@@ -240,6 +240,12 @@ export class ControlLoop {
       if (!shard || beat.received_at < fresh || beat.state === shard.state) continue;
       await storageShardFor(this.env, shard.name, shard.region).setState(shard.state);
     }
+  }
+
+  /** When the next retired shard is due to be forgotten (pruneRetired), or null. */
+  nextPruneAt(): number | null {
+    const first = this.store.firstRetiredAt();
+    return first === null ? null : first + KEEP_RETIRED_MS;
   }
 
   /** Forgets shards retired long ago: their objects are empty, and every broker map has moved on. */

@@ -1,11 +1,11 @@
 import { DurableObject } from "cloudflare:workers";
 import { storageShardFor } from "../src/kernel/addressing";
 import { systemClock, type Clock } from "../src/kernel/clock";
-import { serviceConfig } from "../src/kernel/config";
+import { minShardsIn, serviceConfig } from "../src/kernel/config";
 import { applyConsumerPatch, type ConsumerRecord, type ConsumerSettingsPatch } from "../src/kernel/consumer-settings";
 import type { Env } from "../src/kernel/env";
 import { randomHex } from "../src/kernel/ids";
-import { notRetired, type DeliveryPlan, type PullCancelAnswer, type PullWaitAnswer, type QueueCounters, type SendLatencyCounts, type ShardBacklog, type ShardHeartbeat, type ShardMap, type ShardState, type StorageHeartbeat } from "../src/kernel/protocol";
+import { notRetired, type DeliveryPlan, type HeartbeatReply, type PullCancelAnswer, type PullWaitAnswer, type QueueCounters, type SendLatencyCounts, type ShardBacklog, type ShardHeartbeat, type ShardMap, type ShardState, type StorageHeartbeat } from "../src/kernel/protocol";
 import type { QueueInfo } from "../src/kernel/queue-info";
 import { applySettingsPatch, type QueueSettingsPatch } from "../src/kernel/settings";
 import { meteredStorage, newMeter, readMeter, type CostMeter, type MeterReading } from "../src/kernel/sql-meter";
@@ -25,9 +25,6 @@ import { readSendLatency, recordSendLatency } from "./send-latency";
 import { readSeries, recordPoint, SERIES_STEP_MS, type SeriesPoint } from "./time-series";
 
 export type { InitializeQueue } from "./queue-store";
-
-/** The map in KV is rewritten at least this often even when nothing changed (KV entries go cold). */
-const REFRESH_MAP_MS = 60_000;
 
 /**
  * The Coordinator of one queue (named by queue id): its settings and its shard map.
@@ -70,7 +67,8 @@ export class Coordinator extends DurableObject<Env> {
   }
 
   /**
-   * Creates the queue and its initial shards (SHARDS_PER_REGION in every region).
+   * Creates the queue and its initial shards: one, in the default region, unless
+   * SHARDS_PER_REGION pins a layout (src/kernel/config.ts minShardsIn).
    * Idempotent for the same queue id, so the catalog can retry a half-finished create.
    */
   async initialize(init: InitializeQueue): Promise<QueueInfo> {
@@ -78,8 +76,8 @@ export class Coordinator extends DurableObject<Env> {
     let queue = this.store.queue();
     if (queue && queue.queue_id !== init.queueId) throw new Error(`coordinator already holds queue ${queue.queue_id}`);
     if (!queue) {
-      const { regions, shardsPerRegion } = serviceConfig(this.env);
-      this.store.create(init, regions, shardsPerRegion, this.clock.now());
+      const config = serviceConfig(this.env);
+      this.store.create(init, Object.fromEntries(config.regions.map((r) => [r, minShardsIn(config, r)])), this.clock.now());
       queue = this.store.queue()!;
     }
     if (!queue.ready) {
@@ -243,6 +241,11 @@ export class Coordinator extends DurableObject<Env> {
     if (!this.store.writeSettings(settings, this.clock.now())) return this.queueInfo();
     // Pulls waiting now must not lease while paused: they answer as a short pull would.
     if (settings.delivery_paused) this.pullWaiters.endAll();
+    // A sleeping shard's retention alarm moves with the setting (it hears of it otherwise only when it next reports).
+    if (settings.message_retention_period !== queue.settings.message_retention_period) {
+      const ms = settings.message_retention_period * 1000;
+      await Promise.all(notRetired(this.store.shards()).map((s) => storageShardFor(this.env, s.name, s.region).setRetention(queue.queue_id, ms)));
+    }
     await this.publisher.publish();
     await this.loop.wakeConsumers("all", this.clock.now());
     return this.queueInfo();
@@ -258,15 +261,24 @@ export class Coordinator extends DurableObject<Env> {
     return this.store.shardMap(this.clock.now());
   }
 
-  /** Keeps the latest report of each of this queue's shards; reports from shards it does not know are dropped. */
-  heartbeat(beat: StorageHeartbeat): { known: boolean; retentionMs: number | null } {
+  /**
+   * Keeps the latest report of each of this queue's shards; reports from shards it does not
+   * know are dropped. A report wakes the control loop, which runs while shards report and
+   * sleeps once they all do (tick). Ready messages wake consumer shards not delivering now;
+   * while a push consumer should take them, the shard is asked to report again.
+   */
+  heartbeat(beat: StorageHeartbeat): HeartbeatReply {
     this.cost.rpcs++;
     const queue = this.store.queue();
     if (!queue || !this.store.shards().some((s) => s.name === beat.shard)) return { known: false, retentionMs: null };
-    recordStorageBeat(this.sql, beat, this.clock.now());
-    if (beat.backlogCount > 0) this.ctx.waitUntil(this.loop.wakeConsumers("idle", this.clock.now()));
+    const now = this.clock.now();
+    recordStorageBeat(this.sql, beat, now);
+    const ready = beat.readyNow ?? beat.backlogCount > 0;
+    if (ready) this.ctx.waitUntil(this.loop.wakeConsumers("idle", now));
+    if (queue.ready) this.ctx.waitUntil(armAlarm(this.storage, now + serviceConfig(this.env).heartbeatIntervalMs));
+    const pushed = this.consumerList()[0]?.type === "worker" && !queue.settings.delivery_paused;
     // The shard learns the queue's retention here, so it can expire messages no consumer reads.
-    return { known: true, retentionMs: queue.settings.message_retention_period * 1000 };
+    return { known: true, retentionMs: queue.settings.message_retention_period * 1000, stayAwake: ready && pushed };
   }
 
   /** A consumer shard's report after a round of delivery. */
@@ -354,12 +366,18 @@ export class Coordinator extends DurableObject<Env> {
     const scaleInDue = await this.loop.autoscale(now);
     await this.loop.wakeConsumers("idle", this.clock.now());
     this.loop.pruneRetired(now);
-    recordPoint(this.sql, now, this.beats(), this.store.shards().filter((s) => s.state === "active").length, this.consumerStatus().running);
-    if (now - queue.published_at >= REFRESH_MAP_MS) this.store.markStale();
+    const interval = serviceConfig(this.env).heartbeatIntervalMs;
+    const beats = this.beats();
+    // Shards report while they are busy; once none has for two intervals, they all sleep, and so does this loop.
+    const awake = beats.some((b) => b.received_at >= now - 2 * interval) || this.loop.halfDone();
+    // The point before a sleep is written whatever the step: the series carries it through the quiet time (time-series.ts).
+    recordPoint(this.sql, now, beats, this.store.shards().filter((s) => s.state === "active").length, this.consumerStatus().running, !awake);
     await this.publisher.publish();
     // A scale-in due between ticks is decided when due, so a queue is back at its minimum
-    // within SCALE_IN_AFTER_MS of its load going quiet (and the heartbeat that shows it).
-    await armAlarm(this.storage, Math.min(now + serviceConfig(this.env).heartbeatIntervalMs, scaleInDue ?? Infinity));
+    // within SCALE_IN_AFTER_MS of its load going quiet (and the heartbeat that shows it);
+    // a retired shard is forgotten when due. Neither is a loop: one alarm each.
+    const next = Math.min(awake ? now + interval : Infinity, scaleInDue ?? Infinity, this.loop.nextPruneAt() ?? Infinity);
+    if (next !== Infinity) await armAlarm(this.storage, Math.max(next, now + 1));
     this.hooks.alarmEnds(now);
   }
 

@@ -35,9 +35,15 @@ export function recordStorageBeat(sql: SqlStorage, beat: StorageHeartbeat, now: 
 export function readStorageBeats(sql: SqlStorage, now: number, intervalMs: number): ShardHeartbeat[] {
   const rows = sql
     .exec("SELECT name, state, backlog_count, backlog_bytes, oldest_at, messages_in, messages_out, refusals, leased_now, handoffs, period_ms, received_at, totals, cost FROM heartbeats ORDER BY name")
-    .toArray() as unknown as Array<Omit<ShardHeartbeat, "totals" | "cost" | "healthy"> & { totals: string; cost: string }>;
+    .toArray() as unknown as Array<Omit<ShardHeartbeat, "totals" | "cost" | "healthy" | "sleeping"> & { totals: string; cost: string }>;
   const late = now - 3 * intervalMs;
-  return rows.map((r) => ({ ...r, totals: JSON.parse(r.totals) as DeliveryTotals, cost: JSON.parse(r.cost) as ShardHeartbeat["cost"], healthy: r.received_at >= late }));
+  return rows.map((r) => {
+    // A shard whose last report showed no activity and that has not reported since is asleep
+    // (storage-shard/shard-alarm.ts): it reports again when anything changes. One that was busy
+    // and went quiet without that last report is late.
+    const sleeping = r.received_at < now - 2 * intervalMs && r.messages_in === 0 && r.messages_out === 0 && r.refusals === 0;
+    return { ...r, totals: JSON.parse(r.totals) as DeliveryTotals, cost: JSON.parse(r.cost) as ShardHeartbeat["cost"], sleeping, healthy: r.received_at >= late || sleeping };
+  });
 }
 
 /** Drops the report of a shard the queue has forgotten. */

@@ -71,16 +71,17 @@ export class QueueStore {
     return this.sql.exec("SELECT 1 FROM queue").toArray().length > 0;
   }
 
-  /** Writes the queue and its first shards, already active: `shardsPerRegion` in every region. */
-  create(init: InitializeQueue, regions: readonly string[], shardsPerRegion: number, now: number): void {
+  /** Writes the queue and its first shards, already active: `perRegion[region]` in each region. */
+  create(init: InitializeQueue, perRegion: Readonly<Record<string, number>>, now: number): void {
+    const most = Math.max(0, ...Object.values(perRegion));
     this.storage.transactionSync(() => {
       this.sql.exec(
         `INSERT INTO queue (one, queue_id, account_id, queue_name, created_at, modified_at, settings, next_shard)
          VALUES (1, ?, ?, ?, ?, ?, ?, ?)`,
-        init.queueId, init.accountId, init.queueName, now, now, JSON.stringify(init.settings), shardsPerRegion,
+        init.queueId, init.accountId, init.queueName, now, now, JSON.stringify(init.settings), most,
       );
-      for (const region of regions) {
-        for (let i = 0; i < shardsPerRegion; i++) this.insertShard(shardName(init.queueId, region, i), region, "active", now);
+      for (const [region, n] of Object.entries(perRegion)) {
+        for (let i = 0; i < n; i++) this.insertShard(shardName(init.queueId, region, i), region, "active", now);
       }
     });
   }
@@ -173,6 +174,11 @@ export class QueueStore {
   }
 
   /** Deletes the shards retired before `before`, in a new map version if there were any; returns their names. */
+  /** When the earliest retired shard was retired, or null when none is. */
+  firstRetiredAt(): number | null {
+    return this.sql.exec<{ t: number | null }>("SELECT MIN(changed_at) AS t FROM shards WHERE state = 'retired'").one().t;
+  }
+
   forgetRetired(before: number): string[] {
     const gone = this.sql.exec("DELETE FROM shards WHERE state = 'retired' AND changed_at < ? RETURNING name", before).toArray() as unknown as Array<{ name: string }>;
     if (gone.length > 0) this.bumpMapVersion();

@@ -59,7 +59,7 @@ export class DueWakeups {
 }
 
 /** The first time after `now` a message here becomes ready: a scheduled segment, a lease end, a lane. */
-function nextDueAfter(sql: SqlStorage, ds: DeliveryState, now: number): number | null {
+export function nextDueAfter(sql: SqlStorage, ds: DeliveryState, now: number): number | null {
   const times = [
     sql.exec<{ t: number | null }>("SELECT MIN(due_at) AS t FROM segments WHERE due_at IS NOT NULL AND due_at > ?", now).one().t,
     ds.nextExpiryAfter(now),

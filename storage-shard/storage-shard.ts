@@ -26,12 +26,13 @@ import type {
   ShardStats,
   StorageHeartbeat,
 } from "../src/kernel/protocol";
+import { ShardAlarm } from "./shard-alarm";
 import { ActivityMeter, TokenBucket } from "./capacity";
 import { expireOld, lease, leasedCount, type BacklogDelta } from "./delivery";
 import { extend, readLeased, settle } from "./settlement";
 import { DeliveryState } from "./delivery-state";
 import { ConsumerWakeups } from "./consumer-wakeups";
-import { DueWakeups } from "./due-wakeups";
+import { DueWakeups, nextDueAfter } from "./due-wakeups";
 import { coordinatorFor } from "../src/kernel/addressing";
 import { meteredSql, settleReads, type CostMeter } from "../src/kernel/sql-meter";
 import { cancelMessage, countMatching, findMessage, leaseMatching, peekReady, purgeSome, releaseLeases } from "./operations";
@@ -48,6 +49,13 @@ import { shardNumber } from "./segment";
 import { testHooksFor, type FaultPoint, type TestHookStatus } from "../src/kernel/test-hooks";
 import { corruptBodies } from "./corrupt-bodies";
 import { PURGE_PER_CALL } from "../src/kernel/limits";
+
+/**
+ * Reports a shard sends, while a push consumer should be taking its ready messages and nobody
+ * does, before it sleeps anyway: each wakes consumers (a round lost to a reset), and a
+ * consumer that never comes (its Worker unbound) is a backlog waiting for a consumer.
+ */
+const STAY_AWAKE_REPORTS = 6;
 
 /**
  * One storage shard of one queue. Persists every batch in a single transaction
@@ -71,10 +79,17 @@ export class StorageShard extends DurableObject<Env> {
   capacity: TokenBucket | null;
   /** Messages leased and not yet settled (reset on restart: a lower bound after one). */
   private leasedNow = 0;
-  /** When the next heartbeat is due (null: none armed), and when the one alarm is set for. */
-  private heartbeatAt: number | null = null;
-  private alarmAt: number | null = null;
-  private alarmForHeartbeat = true;
+  /** The one alarm: reports while awake, due work while asleep (shard-alarm.ts). */
+  private readonly alarms: ShardAlarm;
+  /** The figures of the last report sent (in memory: a restart reports once more). */
+  private lastReport: string | null = null;
+  /** Whether that report said messages were ready (null: none sent since this instance started). */
+  private reportedReady: boolean | null = null;
+  /** The Coordinator asked for reports although nothing changes (HeartbeatReply.stayAwake); how many such reports in a row. */
+  private stayAwake = false;
+  private idleReports = 0;
+  /** The queue's retention as the Coordinator last said it (kept in meta: a sleeping shard's alarm needs it after a restart). */
+  private retentionMs: number | null;
   /** Messages becoming ready later, told to the Coordinator while pulls wait (due-wakeups.ts). */
   private readonly due: DueWakeups;
   /** When the Coordinator hears that this shard has messages ready (consumer-wakeups.ts). */
@@ -101,6 +116,7 @@ export class StorageShard extends DurableObject<Env> {
     const meta = new Map(this.sql.exec<{ key: string; value: string }>("SELECT key, value FROM meta").toArray().map((r) => [r.key, r.value]));
     this.identity = meta.has("identity") ? (JSON.parse(meta.get("identity")!) as ShardIdentity) : null;
     this.state = (meta.get("state") as ShardState | undefined) ?? "active";
+    this.retentionMs = meta.has("retention_ms") ? Number(meta.get("retention_ms")) : null;
     // Counted once here rather than written with every batch: rows read are cheap, rows written are not.
     const c = this.sql.exec<{ n: number; bytes: number }>("SELECT COALESCE(SUM(live), 0) AS n, COALESCE(SUM(live_bytes), 0) AS bytes FROM segments").one();
     const lanes = this.sql.exec<{ n: number; bytes: number }>("SELECT COUNT(*) AS n, COALESCE(SUM(length(body)), 0) AS bytes FROM lane_messages").one();
@@ -115,8 +131,17 @@ export class StorageShard extends DurableObject<Env> {
     this.activity = new ActivityMeter(now);
     const perSecond = serviceConfig(env).shardCapacityPerSecond;
     this.capacity = perSecond > 0 ? new TokenBucket(perSecond, now) : null;
-    // A shard that exists reports in: the Coordinator notices when it stops.
-    if (this.identity && this.state !== "retired") this.armHeartbeat(now);
+    this.alarms = new ShardAlarm(
+      serviceConfig(env).heartbeatIntervalMs,
+      (at) => {
+        // Billed as a row written.
+        this.cost.rowsWritten++;
+        void ctx.storage.setAlarm(at);
+      },
+      () => this.due.wakeAt,
+    );
+    // Nothing is armed here: an alarm set before a restart is durable, and finds this instance
+    // knowing nothing of it (alarm(): it then does the due work and reports).
   }
 
   /** Called by the Coordinator when it creates this shard. Idempotent. */
@@ -131,7 +156,7 @@ export class StorageShard extends DurableObject<Env> {
     });
     this.identity = identity;
     this.state = "active";
-    this.armHeartbeat(this.clock.now());
+    this.alarms.wake(this.clock.now());
   }
 
   /**
@@ -147,6 +172,7 @@ export class StorageShard extends DurableObject<Env> {
     const self = this.identity.name;
     const { registrations } = this.ctx.storage.transactionSync(() => enterEpoch(this.sql, self, epoch));
     this.epoch = loadEpoch(this.sql);
+    this.alarms.wake(this.clock.now());
     await this.outbox.register(queueId, self, registrations);
     this.flushReleases();
     return this.epoch!.seq;
@@ -158,6 +184,7 @@ export class StorageShard extends DurableObject<Env> {
     if (this.refuseRead(queueId)) throw new Error(`shard ${this.identity?.name ?? "(unknown)"} does not serve queue ${queueId}`);
     const now = this.clock.now();
     this.ctx.storage.transactionSync(() => acceptBridges(this.sql, now, holder, gen, keys));
+    this.alarms.wake(now);
   }
 
   /** At a key's owner: `holder` holds nothing of these keys older than epoch `gen` any more. */
@@ -166,6 +193,7 @@ export class StorageShard extends DurableObject<Env> {
     if (this.refuseRead(queueId)) return;
     const now = this.clock.now();
     this.ctx.storage.transactionSync(() => acceptReleases(this.sql, now, holder, gen, keys));
+    this.alarms.wake(now);
     // The keys it freed may be ready now: consumers must come.
     this.wakeups.notifyAgain();
   }
@@ -180,6 +208,22 @@ export class StorageShard extends DurableObject<Env> {
     this.cost.rpcs++;
     this.sql.exec("INSERT OR REPLACE INTO meta (key, value) VALUES ('state', ?)", state);
     this.state = state;
+    // The Coordinator waits for this shard's report in its new state (a drained shard is retired on it).
+    if (state !== "retired") this.alarms.wake(this.clock.now());
+  }
+
+  /** The queue's retention changed: a sleeping shard's due alarm moves with it. */
+  setRetention(queueId: string, retentionMs: number): void {
+    this.cost.rpcs++;
+    if (!this.identity || this.identity.queueId !== queueId) return;
+    this.learnRetention(retentionMs);
+    if (!this.alarms.awake) this.alarms.sleep(this.nextDue(this.clock.now()));
+  }
+
+  private learnRetention(ms: number): void {
+    if (ms === this.retentionMs) return;
+    this.retentionMs = ms;
+    this.sql.exec("INSERT OR REPLACE INTO meta (key, value) VALUES ('retention_ms', ?)", String(ms));
   }
 
   /**
@@ -203,6 +247,7 @@ export class StorageShard extends DurableObject<Env> {
     if (epoch && req.messages.some((m) => m.orderingKey !== undefined && ownerOfKey(m.orderingKey, epoch.active) !== this.identity!.name)) return this.refuse("not_owner");
     const now = this.clock.now();
     if (this.capacity && !this.capacity.take(req.messages.length, now)) return this.refuse("overloaded");
+    this.alarms.wake(now);
     const { stored, bytes, ids } = this.ctx.storage.transactionSync(() => {
       const written = appendBatch(this.sql, this.delivery, this.shardNo, req, now, epoch?.seq ?? 0);
       this.delivery.flushTotals(now);
@@ -213,7 +258,7 @@ export class StorageShard extends DurableObject<Env> {
     // Counted once committed; written with the next write's totals (at most a second on).
     this.delivery.bump("stored", stored);
     this.wakeups.afterAppend(stored, this.backlogCount - this.leasedNow);
-    this.planDue(now);
+    if (this.due.plan(now)) this.alarms.arm();
     this.activity.messagesIn += stored;
     // The fault harness's reset once this is durable, before the reply: the sender cannot know.
     return this.hooks.afterDurable("abort-append", this.ctx, { ok: true, stored, duplicates: req.messages.length - stored, backlog: this.backlog(), ids });
@@ -237,11 +282,13 @@ export class StorageShard extends DurableObject<Env> {
     });
     this.applyDelta(delta);
     this.flushReleases();
+    // A lease that found nothing changes nothing here: a pull polling an empty queue keeps no shard awake.
+    if (result.messages.length > 0 || delta.count !== 0) this.alarms.wake(now);
     this.activity.messagesOut += result.messages.length;
     this.leasedNow += result.messages.length;
     this.wakeups.afterLease(result.messages.length, result.waitUntil, req.limit);
     if (req.watchUntil !== undefined && result.messages.length === 0) this.due.watch(req.watchUntil);
-    this.planDue(now);
+    if (this.due.plan(now)) this.alarms.arm();
     return { ...result, backlog: this.backlog() };
   }
 
@@ -279,13 +326,14 @@ export class StorageShard extends DurableObject<Env> {
     const now = this.clock.now();
     const { result, delta, lanesReady } = this.write(now, () => settle(this.sql, this.delivery, now, req));
     this.applyDelta(delta);
+    this.alarms.wake(now);
     this.flushReleases();
     // A key's next messages are ready: consumers are woken if nobody leased them a moment later.
     if (lanesReady > 0) {
       if (req.wakeAtOnce) this.wakeups.notifyAgain();
       else this.wakeups.wakeIfLanesWait();
     }
-    this.planDue(now);
+    if (this.due.plan(now)) this.alarms.arm();
     this.leasedNow = Math.max(0, this.leasedNow - (result.acked + result.retried + result.deadLettered + result.dropped));
     return result;
   }
@@ -293,7 +341,11 @@ export class StorageShard extends DurableObject<Env> {
   /** Keeps leases alive for a consumer still working (QuiCK's lease extension). */
   extendLeases(queueId: string, refs: LeaseRef[], leaseMs: number): string[] {
     // A lane's lease is a row (lanes.ts): extending it writes.
-    return this.read(queueId, [], () => this.ctx.storage.transactionSync(() => extend(this.sql, this.delivery, this.clock.now(), refs, leaseMs)));
+    return this.read(queueId, [], () => {
+      // A longer lease moves this shard's due work later: a sleeping shard re-plans it at its report.
+      this.alarms.wake(this.clock.now());
+      return this.ctx.storage.transactionSync(() => extend(this.sql, this.delivery, this.clock.now(), refs, leaseMs));
+    });
   }
 
   /** Messages still held under these leases, with their bodies: what a dead-letter move needs. */
@@ -310,7 +362,7 @@ export class StorageShard extends DurableObject<Env> {
     const now = this.clock.now();
     const ids: string[] | undefined = withIds ? [] : undefined;
     const r = this.write(now, () => purgeSome(this.sql, this.delivery, now, limit, ids));
-    this.afterRemoval(r);
+    this.afterRemoval(r, now);
     this.flushReleases();
     // Emptied: the next arrival must wake a consumer again, as after a lease that found nothing.
     if (!r.more) this.wakeups.forget();
@@ -351,7 +403,10 @@ export class StorageShard extends DurableObject<Env> {
   /** The head of a held key, if it is the message named, leased alone for an operator's release (lane-operations.ts takeLaneHead). */
   takeLaneHead(queueId: string, key: string, expected: string, leaseMs: number): HeadTaken {
     const now = this.clock.now();
-    return this.read(queueId, null, () => this.ctx.storage.transactionSync(() => takeLaneHead(this.sql, now, key, expected, leaseMs)));
+    return this.read(queueId, null, () => {
+      this.alarms.wake(now);
+      return this.ctx.storage.transactionSync(() => takeLaneHead(this.sql, now, key, expected, leaseMs));
+    });
   }
 
   /** Ready messages with their bodies, untouched (the dashboard's peek). */
@@ -365,7 +420,7 @@ export class StorageShard extends DurableObject<Env> {
     if (this.refuseRead(queueId)) return false;
     const now = this.clock.now();
     const r = this.write(now, () => cancelMessage(this.sql, this.delivery, now, id));
-    this.afterRemoval(r);
+    this.afterRemoval(r, now);
     this.flushReleases();
     return r.count > 0;
   }
@@ -377,6 +432,7 @@ export class StorageShard extends DurableObject<Env> {
     const now = this.clock.now();
     const { messages, delta } = this.write(now, () => leaseMatching(this.sql, this.delivery, now, filter, limit, leaseMs));
     this.applyDelta(delta);
+    if (messages.length > 0) this.alarms.wake(now);
     this.leasedNow += messages.length;
     return messages;
   }
@@ -388,6 +444,7 @@ export class StorageShard extends DurableObject<Env> {
     const now = this.clock.now();
     const released = this.ctx.storage.transactionSync(() => releaseLeases(this.sql, this.delivery, now, refs));
     this.leasedNow = Math.max(0, this.leasedNow - released);
+    if (released > 0) this.alarms.wake(now);
     return released;
   }
 
@@ -395,9 +452,10 @@ export class StorageShard extends DurableObject<Env> {
     return this.read(queueId, 0, () => countMatching(this.sql, this.delivery, this.clock.now(), filter));
   }
 
-  private afterRemoval(r: { delta: BacklogDelta; held: number }): void {
+  private afterRemoval(r: { delta: BacklogDelta; held: number }, now: number): void {
     this.applyDelta(r.delta);
     this.leasedNow = Math.max(0, this.leasedNow - r.held);
+    if (r.delta.count !== 0) this.alarms.wake(now);
   }
 
   /**
@@ -446,31 +504,71 @@ export class StorageShard extends DurableObject<Env> {
   }
 
   /**
-   * Every HEARTBEAT_INTERVAL_MS: a report to the Coordinator. Whatever fails, the next
-   * one is armed here and nothing is thrown: the platform retries a throwing alarm 6
-   * times, then drops it, and a shard that stopped reporting would never be seen healthy
-   * or be retired again (the fault run's throw-alarm fault).
+   * The one alarm (shard-alarm.ts): a report while awake, due work while asleep, a waiting
+   * pull's wake-up. Whatever fails, the next alarm is armed here and nothing is thrown: the
+   * platform retries a throwing alarm 6 times, then drops it, and a shard whose alarm was
+   * dropped would never report or do its due work again (the fault run's throw-alarm fault).
    */
   override async alarm(): Promise<void> {
     this.cost.alarms++;
-    this.alarmAt = null;
     const now = this.clock.now();
+    const causes = this.alarms.fired(now);
     // A scheduled message came due while a pull waits: tell the Coordinator first.
     if (this.due.takeDue(now)) this.wakeups.notifyAgain();
-    // The heartbeat's alarm, or one run early (a test, a restart): report. A wake-up's alone does not.
-    if (this.alarmForHeartbeat || this.heartbeatAt === null || now >= this.heartbeatAt) {
-      this.heartbeatAt = null;
+    // Due work, or an alarm this instance did not set (armed before a restart): leases held
+    // in memory were lost with it, and their messages are ready again.
+    if (causes.has("due") || (causes.size === 0 && this.identity && this.state !== "retired")) this.dueWork(now);
+    if (causes.has("heartbeat")) {
       const again = await this.report(now).catch((err: unknown) => (console.error(`storage shard ${this.identity?.name}: heartbeat failed:`, err), true));
-      if (again) this.armHeartbeat(now);
+      if (again) this.alarms.wake(now);
+      else this.alarms.sleep(this.nextDue(now));
     }
     this.due.plan(now);
-    this.armAlarm();
+    this.alarms.arm();
   }
 
   /**
-   * Reports this shard's figures and deletes messages past the queue's retention (the
-   * reply carries it), so a shard no consumer visits still honours it. False: this shard
-   * should stop reporting (retired, or no longer its queue's).
+   * Something came due while this shard slept: messages past retention are deleted, and if
+   * a message is ready (a delay or a lease ended), the Coordinator hears of it and wakes a
+   * consumer or a waiting pull. The shard wakes, so its next report carries the new figures.
+   */
+  private dueWork(now: number): void {
+    if (!this.identity || this.state === "retired") return;
+    if (this.retentionMs !== null && this.backlogCount > 0) {
+      const retention = this.retentionMs;
+      this.applyDelta(this.ctx.storage.transactionSync(() => expireOld(this.sql, this.delivery, now, retention, true)));
+      this.flushReleases();
+    }
+    // Ready messages the last report already showed were there for anyone asking: a consumer was told then.
+    if (this.readyNow(now) && this.reportedReady !== true) this.wakeups.notifyAgain();
+    this.alarms.wake(now);
+  }
+
+  /** Whether a message here is ready for a consumer now: one read of the first ready message's header. */
+  private readyNow(now: number): boolean {
+    return this.backlogCount > 0 && (peekReady(this.sql, this.delivery, now, 1).length > 0 || lanesReadyAt(this.sql, now));
+  }
+
+  /**
+   * When this shard next has work without a request: a message becoming ready (a delay, a
+   * retry delay, a lease running out, a held key's next message), or the oldest message
+   * reaching the queue's retention. Null when nothing comes due: it sleeps without an alarm.
+   */
+  private nextDue(now: number): number | null {
+    if (!this.identity || this.state === "retired" || this.backlogCount === 0) return null;
+    const ready = nextDueAfter(this.sql, this.delivery, now);
+    const oldest = this.retentionMs !== null ? this.oldestAt() : null;
+    const expiry = oldest !== null ? Math.max(now + 1, oldest + this.retentionMs! + 1) : null;
+    const times = [ready, expiry].filter((t): t is number => t !== null);
+    return times.length === 0 ? null : Math.min(...times);
+  }
+
+  /**
+   * Reports this shard's figures, unless nothing changed since the last report: then it
+   * sleeps (answers false). Deletes messages past the queue's retention (the reply carries
+   * it). Answers whether to stay awake: it does while the period had activity, while it owes
+   * hand-offs of ordering keys (the report's alarm tries them again), and for a few reports
+   * while the Coordinator says its ready messages wait for a push consumer.
    */
   private async report(now: number): Promise<boolean> {
     this.hooks.alarmStarts();
@@ -487,8 +585,16 @@ export class StorageShard extends DurableObject<Env> {
       leasedNow: this.leasedNow,
       sentAt: now,
       handoffs: owedHandoffs(this.sql),
+      readyNow: this.readyNow(now),
       ...(this.epoch ? { epoch: this.epoch.seq } : {}),
     };
+    const { cost: _cost, periodMs: _period, sentAt: _sent, ...figures } = beat;
+    const signature = JSON.stringify(figures);
+    const owes = (beat.handoffs ?? 0) > 0;
+    if (signature === this.lastReport && !this.stayAwake && !owes) {
+      this.hooks.alarmEnds(now);
+      return false;
+    }
     const reply = await coordinatorFor(this.env, this.identity.queueId)
       .heartbeat(beat)
       .catch((err: unknown) => {
@@ -496,7 +602,10 @@ export class StorageShard extends DurableObject<Env> {
         throw err;
       });
     if (!reply.known) return false;
+    this.lastReport = signature;
+    this.reportedReady = beat.readyNow ?? null;
     if (reply.retentionMs !== null) {
+      this.learnRetention(reply.retentionMs);
       const delta = this.ctx.storage.transactionSync(() => expireOld(this.sql, this.delivery, now, reply.retentionMs!, true));
       this.applyDelta(delta);
       this.flushReleases();
@@ -504,29 +613,10 @@ export class StorageShard extends DurableObject<Env> {
     // An idle shard's last report also writes the running totals that were waiting for a second to pass.
     this.delivery.flushTotals(now, true);
     this.hooks.alarmEnds(now);
-    return true;
-  }
-
-  private armHeartbeat(now: number): void {
-    if (this.heartbeatAt !== null) return;
-    this.heartbeatAt = now + serviceConfig(this.env).heartbeatIntervalMs;
-    this.armAlarm();
-  }
-
-  /** While a pull waits: the alarm moves sooner when a scheduled message is due before it. */
-  private planDue(now: number): void {
-    if (this.due.plan(now)) this.armAlarm();
-  }
-
-  /** The one alarm, at the sooner of the heartbeat and the next wake-up; set only to move it sooner. */
-  private armAlarm(): void {
-    const at = Math.min(this.heartbeatAt ?? Infinity, this.due.wakeAt ?? Infinity);
-    if (at === Infinity || (this.alarmAt !== null && this.alarmAt <= at)) return;
-    this.alarmAt = at;
-    this.alarmForHeartbeat = at === this.heartbeatAt;
-    // Billed as a row written.
-    this.cost.rowsWritten++;
-    void this.ctx.storage.setAlarm(at);
+    const active = period.messagesIn + period.messagesOut + period.refusals > 0;
+    this.idleReports = active ? 0 : this.idleReports + 1;
+    this.stayAwake = reply.stayAwake === true && this.idleReports < STAY_AWAKE_REPORTS;
+    return active || this.stayAwake || owes;
   }
 
   private refuse(reason: ShardRefusal): { ok: false; refused: ShardRefusal } {

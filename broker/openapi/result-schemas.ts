@@ -297,6 +297,7 @@ export const queueMetrics = named(
           .strictObject({
             received_at_ms: epochMs(),
             healthy: z.boolean(),
+            sleeping: z.boolean(),
             messages_in_per_second: count(),
             messages_out_per_second: count(),
             leased: count(),
@@ -330,6 +331,7 @@ const shardHeartbeat = z.strictObject({
   received_at: epochMs(),
   totals: deliveryTotals,
   cost: costFigures,
+  sleeping: z.boolean(),
   healthy: z.boolean(),
 });
 

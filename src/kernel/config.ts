@@ -7,6 +7,11 @@ import type { Env } from "./env";
 export interface ServiceConfig {
   regions: string[];
   defaultRegion: string;
+  /**
+   * SHARDS_PER_REGION: storage shards a queue starts with and keeps at least in every region
+   * (a pinned layout). 0, its default: a queue starts with one shard, in DEFAULT_REGION, and
+   * keeps that one (minShardsIn).
+   */
   shardsPerRegion: number;
   heartbeatIntervalMs: number;
   shardMapCacheTtlMs: number;
@@ -38,7 +43,7 @@ export function serviceConfig(env: Env): ServiceConfig {
   const config: ServiceConfig = {
     regions,
     defaultRegion,
-    shardsPerRegion: positiveInt("SHARDS_PER_REGION", env.SHARDS_PER_REGION, 4, 64),
+    shardsPerRegion: env.SHARDS_PER_REGION && env.SHARDS_PER_REGION.trim() !== "0" ? positiveInt("SHARDS_PER_REGION", env.SHARDS_PER_REGION, 0, 64) : 0,
     heartbeatIntervalMs: positiveInt("HEARTBEAT_INTERVAL_MS", env.HEARTBEAT_INTERVAL_MS, 5000, 3_600_000),
     shardMapCacheTtlMs: positiveInt("SHARD_MAP_CACHE_TTL_MS", env.SHARD_MAP_CACHE_TTL_MS, 5000, 300_000),
     targetPerShard: positiveInt("TARGET_MESSAGES_PER_SHARD", env.TARGET_MESSAGES_PER_SHARD, 500, 1_000_000),
@@ -49,6 +54,17 @@ export function serviceConfig(env: Env): ServiceConfig {
   };
   cache.set(env, config);
   return config;
+}
+
+/**
+ * The fewest storage shards a queue keeps in `region`, and starts with: SHARDS_PER_REGION
+ * everywhere when it is set, otherwise one in the default region and none elsewhere (a
+ * region's sends go to the shards of another until its own load calls for one:
+ * docs/cost.md, "Start small").
+ */
+export function minShardsIn(config: Pick<ServiceConfig, "shardsPerRegion" | "defaultRegion">, region: string): number {
+  if (config.shardsPerRegion > 0) return config.shardsPerRegion;
+  return region === config.defaultRegion ? 1 : 0;
 }
 
 function positiveInt(name: string, raw: string | undefined, fallback: number, max: number): number {

@@ -185,7 +185,12 @@ export interface ShardIdentity {
   region: string;
 }
 
-/** What a storage shard reports to its Coordinator every HEARTBEAT_INTERVAL_MS. */
+/**
+ * What a storage shard reports to its Coordinator every HEARTBEAT_INTERVAL_MS while it is
+ * awake (storage-shard/shard-alarm.ts): after anything changed here, until a report finds
+ * nothing changed since the last one. A shard's last report before it sleeps shows no
+ * activity, so its figures stay true for as long as it sleeps.
+ */
 export interface StorageHeartbeat extends ShardStats {
   shard: string;
   state: ShardState;
@@ -207,6 +212,21 @@ export interface StorageHeartbeat extends ShardStats {
   handoffs?: number;
   /** The epoch this shard was last told. */
   epoch?: number;
+  /** Whether a message here is ready for a consumer now (absent from shards older than sleeping). */
+  readyNow?: boolean;
+}
+
+/** The Coordinator's answer to a heartbeat. */
+export interface HeartbeatReply {
+  /** False: the shard is not (or no longer) one of the queue's; it stops reporting. */
+  known: boolean;
+  /** The queue's retention, so a shard no consumer visits still honours it. */
+  retentionMs: number | null;
+  /**
+   * Report again in an interval even if nothing changes: the shard holds ready messages
+   * that a push consumer should be taking and nobody took (the report wakes consumers).
+   */
+  stayAwake?: boolean;
 }
 
 /** Ask a storage shard for a batch (QuiCK: a lease moves visible_at forward; nothing is removed). */
@@ -365,7 +385,12 @@ export interface ShardHeartbeat {
   totals: DeliveryTotals;
   /** What the shard object was billed for since it last started (sql-meter.ts). */
   cost: CostFigures;
-  /** False once the shard has missed three heartbeats. */
+  /**
+   * Asleep: its last report showed no activity, and it has not reported since because
+   * nothing changed (storage-shard/shard-alarm.ts). Its figures are still exact.
+   */
+  sleeping: boolean;
+  /** False once a shard that was busy at its last report has missed three heartbeats; a sleeping shard is healthy. */
   healthy: boolean;
 }
 

@@ -39,6 +39,8 @@ export interface QueueMetrics {
     heartbeat: {
       received_at_ms: number;
       healthy: boolean;
+      /** Its last report showed no activity and nothing changed since: it reports again when something does. */
+      sleeping: boolean;
       messages_in_per_second: number;
       messages_out_per_second: number;
       leased: number;

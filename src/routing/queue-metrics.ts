@@ -59,6 +59,7 @@ function heartbeatOf(b: ShardHeartbeat | undefined) {
   return {
     received_at_ms: b.received_at,
     healthy: b.healthy,
+    sleeping: b.sleeping,
     messages_in_per_second: perSecond(b.messages_in),
     messages_out_per_second: perSecond(b.messages_out),
     leased: b.leased_now,

@@ -175,7 +175,7 @@ function plant(opts: { load: (t: number) => number; capacity: number; mapLagMs: 
   const hb = opts.policy.heartbeatIntervalMs;
   type Shard = ShardView & { nextBeat: number; lastBeat: number; taken: number; refused: number };
   const make = (name: string, t: number, phase: number): Shard => ({ name, region: "r", state: "active", createdAt: t, beat: null, nextBeat: t + phase, lastBeat: t, taken: 0, refused: 0 });
-  let list: Shard[] = Array.from({ length: opts.policy.minPerRegion }, (_, i) => ({ ...make(`s${i}`, -1e9, 0), nextBeat: 300 + 170 * i, lastBeat: 0 }));
+  let list: Shard[] = Array.from({ length: opts.policy.minPerRegion as number }, (_, i) => ({ ...make(`s${i}`, -1e9, 0), nextBeat: 300 + 170 * i, lastBeat: 0 }));
   let memory = empty;
   let wake = Infinity;
   const samples: Array<{ t: number; active: number; accepted: number }> = [];

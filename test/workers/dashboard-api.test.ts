@@ -12,7 +12,7 @@ import { api, BASE, createQueue, OTHER_TOKEN, producer, queuePath } from "./help
 
 const beat = (over: Partial<ShardHeartbeat>): ShardHeartbeat => ({
   name: "s", state: "active", backlog_count: 0, backlog_bytes: 0, oldest_at: null, messages_in: 0, messages_out: 0, refusals: 0,
-  leased_now: 0, period_ms: 5000, received_at: 0, totals: {} as ShardHeartbeat["totals"], cost: { rpcs: 0, rowsWritten: 0 }, healthy: true, ...over,
+  leased_now: 0, period_ms: 5000, received_at: 0, totals: {} as ShardHeartbeat["totals"], cost: { rpcs: 0, rowsWritten: 0 }, sleeping: false, healthy: true, ...over,
 });
 
 describe("a queue's last hour", () => {

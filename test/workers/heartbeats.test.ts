@@ -85,14 +85,96 @@ describe("storage shard heartbeats", () => {
     expect((await coordinatorFor(env, q.queue_id).heartbeats()).find((b) => b.name === name)).toMatchObject({ backlog_count: 0 });
   });
 
-  it("mark a shard unhealthy once it has missed three heartbeats", async () => {
-    const { q, shardName } = await onlyShard("beats-health");
+  it("sleep once a report finds nothing changed: no report and no heartbeat alarm, figures exact, healthy, no traffic", async () => {
+    const { q, shard, shardName: name, clock } = await onlyShard("beats-sleep");
+    await producer("beats-sleep").sendBatch([{ body: 1 }, { body: 2 }, { body: 3 }]);
+    const coordinator = coordinatorFor(env, q.queue_id);
+    const rpcs = async () => (await coordinator.costFigures()).rpcs;
+    clock.advance(5000);
+    expect(await runDurableObjectAlarm(shard)).toBe(true);
+    // A period with activity: awake, the next report an interval on.
+    await runInDurableObject(shard, async (_obj: StorageShard, state) => expect(await state.storage.getAlarm()).toBe(clock.now() + 5000));
+    clock.advance(5000);
+    const before = await rpcs();
+    expect(await runDurableObjectAlarm(shard)).toBe(true);
+    // Its last report: no activity, the figures as they stay.
+    expect(await rpcs()).toBe(before + 1);
+    // Asleep: the one alarm left is the oldest message's retention (4 days), not a heartbeat.
+    const retention = 4 * 24 * 3600 * 1000;
+    const stats = await shard.stats();
+    await runInDurableObject(shard, async (_obj: StorageShard, state) => expect(await state.storage.getAlarm()).toBe(stats.oldestEnqueuedAt! + retention + 1));
+    // Run early, that alarm does its due work and wakes the shard for one report of what changed: nothing did.
+    clock.advance(5000);
+    const quiet = await rpcs();
+    expect(await runDurableObjectAlarm(shard)).toBe(true);
+    expect(await runDurableObjectAlarm(shard)).toBe(true);
+    expect(await rpcs()).toBe(quiet);
+
+    await runInDurableObject(env.COORDINATOR.get(env.COORDINATOR.idFromName(q.queue_id)), (obj: Coordinator) => {
+      obj.clock = new ManualClock(Date.now() + 3 * 5000 + 1000);
+    });
+    const beat = (await coordinator.heartbeats()).find((b) => b.name === name)!;
+    expect(beat).toMatchObject({ sleeping: true, healthy: true, backlog_count: 3, messages_in: 0, messages_out: 0 });
+    const metrics = await api("GET", `${queuePath("beats-sleep")}/metrics`);
+    expect(metrics.json.result.shards.find((s: { name: string }) => s.name === name).heartbeat).toMatchObject({ sleeping: true, healthy: true, messages_in_per_second: 0 });
+  });
+
+  it("mark a shard unhealthy once it has missed three heartbeats after a busy report (it had not sent its last one)", async () => {
+    const q = await createQueue("beats-health");
+    const shardName = (await coordinatorFor(env, q.queue_id).shardMap())!.shards[0]!.name;
     const coordinator = env.COORDINATOR.get(env.COORDINATOR.idFromName(q.queue_id));
+    await coordinatorFor(env, q.queue_id).heartbeat({
+      shard: shardName, state: "active", backlogCount: 1, backlogBytes: 1, oldestEnqueuedAt: 1, messagesIn: 1, messagesOut: 0, refusals: 0, leasedNow: 0, periodMs: 5000, sentAt: Date.now(),
+      totals: { stored: 1, leased: 0, acked: 0, retried: 0, deadLettered: 0, dropped: 0, expired: 0, quarantined: 0, purged: 0, cancelled: 0 },
+      cost: { rpcs: 0, rowsWritten: 0 },
+    });
     await runInDurableObject(coordinator, (obj: Coordinator) => {
       obj.clock = new ManualClock(Date.now() + 3 * 5000 + 1000);
     });
     const beat = (await coordinatorFor(env, q.queue_id).heartbeats()).find((b) => b.name === shardName)!;
-    expect(beat.healthy).toBe(false);
+    expect(beat).toMatchObject({ healthy: false, sleeping: false });
+  });
+
+  it("asleep, wake at a delayed message's due time and tell the Coordinator: a waiting pull is woken", async () => {
+    const { q, shard, clock } = await onlyShard("beats-due");
+    await api("POST", `${queuePath("beats-due")}/consumers`, { type: "http_pull" });
+    await producer("beats-due").send("later", { delaySeconds: 60 });
+    clock.advance(5000);
+    await runDurableObjectAlarm(shard);
+    clock.advance(5000);
+    await runDurableObjectAlarm(shard);
+    // Asleep: the alarm is the delayed message's due time.
+    const dueAt = await runInDurableObject(shard, async (_obj: StorageShard, state) => state.storage.getAlarm());
+    expect(dueAt).toBeGreaterThan(clock.now() + 40_000);
+    expect(dueAt).toBeLessThanOrEqual(clock.now() + 60_000);
+    const waiting = coordinatorFor(env, q.queue_id).waitForMessages(20_000);
+    clock.set(dueAt!);
+    expect(await runDurableObjectAlarm(shard)).toBe(true);
+    expect(await waiting).toBe("woken");
+    // Awake again: its report of the new figures is an interval on.
+    await runInDurableObject(shard, async (_obj: StorageShard, state) => expect(await state.storage.getAlarm()).toBe(dueAt! + 5000));
+  });
+
+  it("asleep, expire messages at the oldest one's retention: one alarm, then a report of the new backlog", async () => {
+    const { q, shard, shardName: name, clock } = await onlyShard("beats-retention-asleep", { message_retention_period: 60 });
+    await producer("beats-retention-asleep").sendBatch([{ body: 1 }, { body: 2 }]);
+    clock.advance(5000);
+    await runDurableObjectAlarm(shard);
+    clock.advance(5000);
+    await runDurableObjectAlarm(shard);
+    const oldest = (await shard.stats()).oldestEnqueuedAt!;
+    const at = await runInDurableObject(shard, async (_obj: StorageShard, state) => state.storage.getAlarm());
+    expect(at).toBe(oldest + 60_000 + 1);
+    clock.set(at!);
+    expect(await runDurableObjectAlarm(shard)).toBe(true);
+    expect((await shard.stats()).backlogCount).toBe(0);
+    clock.advance(5000);
+    expect(await runDurableObjectAlarm(shard)).toBe(true);
+    expect((await coordinatorFor(env, q.queue_id).heartbeats()).find((b) => b.name === name)).toMatchObject({ backlog_count: 0 });
+    // Empty and told: nothing left to wake it.
+    clock.advance(5000);
+    await runDurableObjectAlarm(shard);
+    expect(await runInDurableObject(shard, async (_obj: StorageShard, state) => state.storage.getAlarm())).toBeNull();
   });
 
   it("are dropped by a Coordinator that does not know the shard", async () => {

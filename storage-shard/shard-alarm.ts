@@ -1,0 +1,82 @@
+/**
+ * A storage shard's one alarm, and when it sleeps.
+ *
+ * Awake, the shard reports to its Coordinator every heartbeat interval (a row written for the
+ * alarm, an RPC). It wakes on anything that changes its figures (a send, a lease that took
+ * messages, a settle, a purge, a state or epoch change) and goes back to sleep at the first
+ * report that finds nothing changed since the last one sent: a shard whose traffic stopped
+ * sends one last report (no activity, its figures exact) and then nothing, so an idle queue
+ * costs no request, no alarm and no row written.
+ *
+ * Asleep, it keeps one alarm at the earliest time something here comes due without a
+ * request: a delayed or retried message becoming ready, a lease running out, a held key's
+ * next message, the oldest message reaching the queue's retention. That alarm tells the
+ * Coordinator if messages are ready (a consumer or a waiting pull comes for them) and wakes
+ * the shard for a report of its new figures. While a long-polling pull waits, the shard
+ * also watches its due times (due-wakeups.ts) through the same alarm.
+ */
+export type AlarmCause = "heartbeat" | "due";
+
+export class ShardAlarm {
+  /** Awake: when the next report is due. Null while asleep. */
+  private heartbeatAt: number | null = null;
+  /** Asleep: when the earliest due work comes. */
+  private dueAt: number | null = null;
+  /** When the one alarm is set for, as far as this instance knows. */
+  private alarmAt: number | null = null;
+  /** What the alarm was set for, when it was set (a test may run it early: it counts as that). */
+  private setFor: AlarmCause | "watch" | null = null;
+
+  constructor(
+    private readonly intervalMs: number,
+    private readonly setAlarm: (at: number) => void,
+    /** While a pull waits: the next due time it should hear of (due-wakeups.ts). */
+    private readonly watchAt: () => number | null,
+  ) {}
+
+  get awake(): boolean {
+    return this.heartbeatAt !== null;
+  }
+
+  /** Something changed: a report goes out within an interval. */
+  wake(now: number): void {
+    if (this.heartbeatAt !== null) return;
+    this.heartbeatAt = now + this.intervalMs;
+    this.dueAt = null;
+    this.arm();
+  }
+
+  /** Nothing changed since the last report: no more reports, one alarm at `dueAt` if anything comes due. */
+  sleep(dueAt: number | null): void {
+    this.heartbeatAt = null;
+    this.dueAt = dueAt;
+    this.arm();
+  }
+
+  /** At the alarm: what it is for. A report due, or run early for one, counts as the report. */
+  fired(now: number): Set<AlarmCause> {
+    const causes = new Set<AlarmCause>();
+    const early = this.setFor;
+    this.alarmAt = null;
+    this.setFor = null;
+    if (this.heartbeatAt !== null && (now >= this.heartbeatAt || early === "heartbeat")) {
+      this.heartbeatAt = null;
+      causes.add("heartbeat");
+    }
+    if (this.dueAt !== null && (now >= this.dueAt || early === "due")) {
+      this.dueAt = null;
+      causes.add("due");
+    }
+    return causes;
+  }
+
+  /** Sets the alarm at the soonest of the report, the due work and a waiting pull's watch; only ever moved sooner. */
+  arm(): void {
+    const watch = this.watchAt();
+    const at = Math.min(this.heartbeatAt ?? Infinity, this.dueAt ?? Infinity, watch ?? Infinity);
+    if (at === Infinity || (this.alarmAt !== null && this.alarmAt <= at)) return;
+    this.alarmAt = at;
+    this.setFor = at === this.heartbeatAt ? "heartbeat" : at === this.dueAt ? "due" : "watch";
+    this.setAlarm(at);
+  }
+}
