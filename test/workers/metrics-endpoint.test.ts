@@ -18,10 +18,13 @@ async function metrics(token = TOKEN): Promise<Map<string, Family>> {
   return parseExposition(res.text);
 }
 
-/** Every storage shard of the queue reports to the Coordinator now (counters come from heartbeats). */
+/**
+ * Every storage shard of the queue that changed since its last report reports now (counters
+ * come from heartbeats); one that did not is asleep, its last report still true.
+ */
 async function heartbeatAll(queueId: string): Promise<void> {
   const map = (await coordinatorFor(env, queueId).shardMap())!;
-  for (const s of map.shards) expect(await runDurableObjectAlarm(storageShardFor(env, s.name))).toBe(true);
+  for (const s of map.shards) await runDurableObjectAlarm(storageShardFor(env, s.name));
 }
 
 const queuesIn = (m: Map<string, Family>) => new Set(m.get("shardq_queue_backlog_messages")!.samples.map((s) => s.labels.queue));
