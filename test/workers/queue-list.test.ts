@@ -10,7 +10,13 @@ const PREFIXES = ["alpha", "beta", "delta", "gamma", "omega"];
 /** 250 names, 50 per prefix: alpha-000, beta-001, ... */
 const SEEDED = Array.from({ length: 250 }, (_, i) => `${PREFIXES[i % 5]}-${String(i).padStart(3, "0")}`);
 
-type Listed = { queue_id: string; queue_name: string; consumers_total_count: number; settings: { delivery_paused: boolean } };
+type Listed = {
+  queue_id: string;
+  queue_name: string;
+  consumers_total_count: number;
+  consumers: Array<{ type: string; consumer_id: string }>;
+  settings: { delivery_paused: boolean };
+};
 const names = (r: { json: { result: Listed[] } }) => r.json.result.map((q) => q.queue_name);
 const list = (query: string) => api<Listed[]>("GET", `${queuesPath()}?${query}`);
 
@@ -146,7 +152,7 @@ describe("what a listing shows of real queues", () => {
   });
 
   it("counts a create and a delete in the total, and a delete only once when two race", async () => {
-    const total = async () => (await list("")).json.result_info!.total_count;
+    const total = async () => (await list("")).json.result_info!.total_count!;
     const before = await total();
     await createQueue("zz-counted");
     expect(await total()).toBe(before + 1);
