@@ -18,12 +18,25 @@ const MIGRATIONS: string[] = [
      state      TEXT NOT NULL,
      created_at INTEGER NOT NULL
    )`,
+  // The queue as its Coordinator last described it, so a listing answers from here alone
+  // instead of waking one Coordinator per queue listed.
+  `ALTER TABLE queues ADD COLUMN info TEXT`,
+  // The unfiltered total, kept beside the rows: COUNT(*) would read every row of the account
+  // to answer a page of 20.
+  `CREATE TABLE totals (one INTEGER PRIMARY KEY CHECK (one = 1), active INTEGER NOT NULL)`,
+  `INSERT INTO totals (one, active) SELECT 1, COUNT(*) FROM queues WHERE state = 'active'`,
 ];
 
 interface CatalogRow {
   queue_name: string;
   queue_id: string;
   state: "creating" | "active";
+}
+
+/** What a listing keeps to: the exact name, names that start with a prefix, or both. */
+export interface QueueListFilter {
+  name?: string;
+  prefix?: string;
 }
 
 /** `queue` is null when the account already has a queue of that name. */
@@ -44,6 +57,9 @@ export class AccountCatalog extends DurableObject<Env> {
   private readonly sql: SqlStorage;
   /** Names whose create awaits its Coordinator right now (the input gate lets others in meanwhile). */
   private readonly inFlight = new Set<string>();
+  /** Per queue, the latest refreshInfo() call: only its answer is kept (see refreshInfo). */
+  private readonly refreshes = new Map<string, number>();
+  private refreshSeq = 0;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -72,7 +88,11 @@ export class AccountCatalog extends DurableObject<Env> {
     this.inFlight.add(queueName);
     try {
       const queue = await coordinatorFor(this.env, row.queue_id).initialize({ accountId, queueId: row.queue_id, queueName, settings });
-      this.sql.exec("UPDATE queues SET state = 'active' WHERE queue_id = ?", row.queue_id);
+      this.ctx.storage.transactionSync(() => {
+        // A delete may have taken the row meanwhile: only a row that became active is counted.
+        const activated = this.sql.exec("UPDATE queues SET state = 'active', info = ? WHERE queue_id = ? AND state = 'creating' RETURNING queue_id", JSON.stringify(queue), row.queue_id).toArray();
+        if (activated.length) this.sql.exec("UPDATE totals SET active = active + 1");
+      });
       return { queue };
     } finally {
       this.inFlight.delete(queueName);
@@ -86,18 +106,61 @@ export class AccountCatalog extends DurableObject<Env> {
     return row?.state === "active" ? row.queue_id : null;
   }
 
-  /** A page of the account's queues, by name; `name`: only the queue of exactly that name (none when no queue has it). */
-  async listQueues(page: number, perPage: number, name?: string): Promise<{ queues: QueueInfo[]; total: number }> {
+  /**
+   * A page of the account's queues, by name, answered from this object's rows: the page
+   * walks the primary-key index (queue_name) from its start, or from the prefix, and
+   * the unfiltered total is one row of `totals`, so a page of n after k others reads
+   * about k + n rows, plus the rows matching a filter when one is given (counted once).
+   * A Coordinator is asked only for a queue whose description this catalog lacks (created
+   * before it kept them), once.
+   */
+  async listQueues(page: number, perPage: number, filter: QueueListFilter = {}): Promise<{ queues: QueueInfo[]; total: number }> {
     this.cost.rpcs++;
-    const [where, args] = name === undefined ? ["state = 'active'", []] : ["state = 'active' AND queue_name = ?", [name]];
-    const total = this.sql.exec<{ n: number }>(`SELECT COUNT(*) AS n FROM queues WHERE ${where}`, ...args).one().n;
+    const conds = ["state = 'active'"];
+    const args: SqlStorageValue[] = [];
+    if (filter.name !== undefined) {
+      conds.push("queue_name = ?");
+      args.push(filter.name);
+    }
+    if (filter.prefix) {
+      conds.push("queue_name >= ? AND queue_name < ?");
+      args.push(filter.prefix, prefixEnd(filter.prefix));
+    }
+    const where = conds.join(" AND ");
+    const total =
+      conds.length === 1
+        ? (this.sql.exec<{ active: number }>("SELECT active FROM totals").toArray()[0]?.active ?? 0)
+        : this.sql.exec<{ n: number }>(`SELECT COUNT(*) AS n FROM queues WHERE ${where}`, ...args).one().n;
     const rows = this.sql
-      .exec(`SELECT queue_id FROM queues WHERE ${where} ORDER BY queue_name LIMIT ? OFFSET ?`, ...args, perPage, (page - 1) * perPage)
-      .toArray() as unknown as Array<{ queue_id: string }>;
-    const infos = await Promise.all(rows.map((r) => coordinatorFor(this.env, r.queue_id).info()));
+      .exec(`SELECT queue_id, info FROM queues WHERE ${where} ORDER BY queue_name LIMIT ? OFFSET ?`, ...args, perPage, (page - 1) * perPage)
+      .toArray() as unknown as Array<{ queue_id: string; info: string | null }>;
+    const infos = await Promise.all(rows.map((r) => (r.info !== null ? (JSON.parse(r.info) as QueueInfo) : this.describe(r.queue_id))));
     const queues: QueueInfo[] = [];
     for (const q of infos) if (q) queues.push(q);
     return { queues, total };
+  }
+
+  /**
+   * Takes the queue's description from its Coordinator again, after a change to what a
+   * listing shows (settings, consumers). Two refreshes of one queue may overlap and their
+   * answers arrive in either order; the one asked for last started after every change
+   * whose refresh came in before it, so only its answer is kept.
+   * Cost: one RPC here, one Coordinator RPC, one row written, per queue or consumer change.
+   */
+  async refreshInfo(queueId: string): Promise<void> {
+    this.cost.rpcs++;
+    const ticket = ++this.refreshSeq;
+    this.refreshes.set(queueId, ticket);
+    const info = await coordinatorFor(this.env, queueId).info();
+    if (this.refreshes.get(queueId) !== ticket) return;
+    this.refreshes.delete(queueId);
+    if (info) this.sql.exec("UPDATE queues SET info = ? WHERE queue_id = ? AND state = 'active'", JSON.stringify(info), queueId);
+  }
+
+  private async describe(queueId: string): Promise<QueueInfo | null> {
+    const info = await coordinatorFor(this.env, queueId).info();
+    if (info) this.sql.exec("UPDATE queues SET info = ? WHERE queue_id = ? AND info IS NULL", JSON.stringify(info), queueId);
+    return info;
   }
 
   /** Every queue of the account, by name, without asking their Coordinators (GET /metrics walks them). */
@@ -115,7 +178,11 @@ export class AccountCatalog extends DurableObject<Env> {
     const row = QUEUE_ID_PATTERN.test(ref) ? this.byId(ref) : this.byName(ref);
     if (!row) return false;
     await coordinatorFor(this.env, row.queue_id).destroy();
-    this.sql.exec("DELETE FROM queues WHERE queue_id = ?", row.queue_id);
+    this.ctx.storage.transactionSync(() => {
+      // Read again: a concurrent delete of the same queue may have counted it already.
+      const gone = this.sql.exec<{ state: string }>("DELETE FROM queues WHERE queue_id = ? RETURNING state", row.queue_id).toArray();
+      if (gone[0]?.state === "active") this.sql.exec("UPDATE totals SET active = active - 1");
+    });
     return true;
   }
 
@@ -128,3 +195,8 @@ export class AccountCatalog extends DurableObject<Env> {
   }
 }
 
+
+/** The first name after every name that starts with `prefix` (names sort bytewise). */
+function prefixEnd(prefix: string): string {
+  return prefix.slice(0, -1) + String.fromCharCode(prefix.charCodeAt(prefix.length - 1) + 1);
+}

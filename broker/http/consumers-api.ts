@@ -72,6 +72,8 @@ export async function createConsumer(request: Request, env: Env, accountId: stri
     dead_letter_queue: body.dead_letter_queue ?? null,
   });
   if (!consumer) throw new HttpError("conflict", `queue "${queueRef}" already has a consumer; remove it first`, "type");
+  // A queue listing shows its consumers from the catalog's copy (coordinator/account-catalog.ts).
+  await catalogFor(env, accountId).refreshInfo(queueId);
   return ok(consumer, 201);
 }
 
@@ -104,6 +106,7 @@ export async function updateConsumer(request: Request, env: Env, accountId: stri
 export async function deleteConsumer(env: Env, accountId: string, queueRef: string, consumerId: string): Promise<Response> {
   const queueId = await lookupQueueId(env, accountId, queueRef);
   if (!(await coordinatorFor(env, queueId).removeConsumer(consumerId))) throw consumerNotFound(consumerId);
+  await catalogFor(env, accountId).refreshInfo(queueId);
   return ok(null);
 }
 

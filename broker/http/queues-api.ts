@@ -25,11 +25,21 @@ export const updateQueueBody = z
   })
   .strict();
 
+/** Far beyond 10,000 queues at one per page; keeps the offset a whole number SQLite takes. */
+const MAX_PAGE = 1_000_000;
+
 export const listQueuesQuery = z.object({
   // Cloudflare's filter, and how wrangler resolves every queue name it is given: it takes the
   // first queue listed, so a name matching nothing must list nothing.
   name: z.string({ error: "must be given once, as a string" }).optional(),
-  page: z.coerce.number({ error: "must be a number" }).int("must be a whole number").min(1, "must be at least 1").default(1),
+  // Ours, not Cloudflare's: an account may hold 10,000 queues. A queue name's characters only,
+  // so a typo is a 400 rather than an empty list.
+  name_prefix: z
+    .string({ error: "must be given once, as a string" })
+    .max(63, "must be at most 63 characters (a queue name's length)")
+    .regex(/^[a-z0-9-]*$/, "must be the start of a queue name: lowercase letters, digits and dashes")
+    .optional(),
+  page: z.coerce.number({ error: "must be a number" }).int("must be a whole number").min(1, "must be at least 1").max(MAX_PAGE, `must be at most ${MAX_PAGE}`).default(1),
   per_page: z.coerce.number({ error: "must be a number" }).int("must be a whole number").min(1, "must be at least 1").max(100, "must be at most 100").default(20),
 });
 
@@ -43,9 +53,13 @@ export async function createQueue(request: Request, env: Env, accountId: string)
 }
 
 export async function listQueues(query: Record<string, unknown>, env: Env, accountId: string): Promise<Response> {
-  const { name, page, per_page } = parseWith(listQueuesQuery, { name: query.name, page: query.page, per_page: query.per_page }, ["query"]);
-  const { queues, total } = await catalogFor(env, accountId).listQueues(page, per_page, name);
-  return ok(queues, 200, { result_info: { page, per_page, count: queues.length, total_count: total } });
+  const { name, name_prefix, page, per_page } = parseWith(
+    listQueuesQuery,
+    { name: query.name, name_prefix: query.name_prefix, page: query.page, per_page: query.per_page },
+    ["query"],
+  );
+  const { queues, total } = await catalogFor(env, accountId).listQueues(page, per_page, { name, prefix: name_prefix || undefined });
+  return ok(queues, 200, { result_info: { page, per_page, count: queues.length, total_count: total, total_pages: Math.ceil(total / per_page) } });
 }
 
 export async function getQueue(env: Env, accountId: string, ref: string): Promise<Response> {
@@ -65,6 +79,8 @@ export async function updateQueue(request: Request, env: Env, accountId: string,
   }
   const info = await coordinator.updateSettings(body.settings ?? {});
   if (!info) throw queueNotFound(ref);
+  // The listing answers from the catalog's copy (coordinator/account-catalog.ts).
+  await catalogFor(env, accountId).refreshInfo(queueId);
   forgetShardMap(accountId, info.queue_name, info.queue_id);
   return ok(info);
 }

@@ -104,8 +104,18 @@ export const OPERATIONS: readonly Operation[] = [
   {
     method: "get", path: `${ACCOUNT}/queues`, operationId: "listQueues", tag: "Queues",
     summary: "List the account's queues", query: listQueuesQuery,
-    description: "name: only the queue of exactly that name, or none when the account has no queue of that name (wrangler resolves a queue name this way and takes the first queue listed).",
-    answer: { kind: "envelope", status: 200, result: R.queueList, paged: true, description: "One page of queues; result_info counts them all." },
+    description:
+      "Queues by name, a page at a time: page (from 1) and per_page (1 to 100, default 20), as Cloudflare pages its lists. " +
+      "name: only the queue of exactly that name, or none when the account has no queue of that name (wrangler resolves a queue name this way and takes the first queue listed). " +
+      "name_prefix (shardq's own): only the queues whose name starts with it; empty means all. " +
+      "Answered from the account's catalog alone, without asking each queue's Coordinator; a page past the last is empty.",
+    answer: {
+      kind: "envelope",
+      status: 200,
+      result: R.queueList,
+      paged: true,
+      description: "One page of queues; result_info: this page's number and size, count on it, total_count matching the filters, total_pages.",
+    },
   },
   {
     method: "post", path: `${ACCOUNT}/queues`, operationId: "createQueue", tag: "Queues",

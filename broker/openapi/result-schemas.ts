@@ -53,7 +53,7 @@ export const errorEnvelope = named(
   "Every refusal and failure: errors[0] says what and, where one is at fault, which field.",
 );
 
-export const resultInfo = named("ResultInfo", z.strictObject({ page: count(), per_page: count(), count: count(), total_count: count() }));
+export const resultInfo = named("ResultInfo", z.strictObject({ page: count(), per_page: count(), count: count(), total_count: count(), total_pages: count() }));
 
 /** A success: `result` is what the route answers; `result_info` only on lists that page. */
 export function successEnvelope(result: z.ZodType, info?: z.ZodType) {

@@ -64,26 +64,36 @@ export const QUEUE_COMMANDS = [
     group: "Queues",
     args: [],
     summary: "List queues",
-    details: "Every queue of the account, or one page of them with --page.",
+    details: "Every queue of the account by name, or one page of them with --page; --prefix keeps the names that start with it.",
     options: {
       page: number("one page of the list (from 1)"),
-      "per-page": number("queues per page with --page (1 to 100, default 20)"),
+      "per-page": number("queues per page (1 to 100; default 20 with --page)"),
+      prefix: { type: "string", value: "text", help: "only queues whose name starts with this" },
     },
     async run(ctx) {
       const page = wholeNumber(ctx.opts, "page");
       const perPage = wholeNumber(ctx.opts, "per-page");
+      const prefix = /** @type {string | undefined} */ (ctx.opts.prefix);
       /** @type {QueueInfo[]} */
       const queues = [];
       let total = 0;
+      let pages = 0;
+      let size = 0;
       for (let p = page ?? 1; ; p++) {
-        const res = await ctx.api.requestEnvelope("GET", "/queues", { query: { page: p, per_page: perPage ?? (page === undefined ? 100 : 20) } });
+        const res = await ctx.api.requestEnvelope("GET", "/queues", { query: { page: p, per_page: perPage ?? (page === undefined ? 100 : 20), name_prefix: prefix } });
         const found = /** @type {QueueInfo[]} */ (res.result);
         queues.push(...found);
         total = res.result_info?.total_count ?? queues.length;
+        size = res.result_info?.per_page ?? found.length;
+        pages = res.result_info?.total_pages ?? Math.ceil(total / Math.max(size, 1));
         if (page !== undefined || found.length === 0 || queues.length >= total) break;
       }
       ctx.show(queues, () => {
-        if (queues.length === 0) return page === undefined ? "No queues yet. Create one: shardq queues create <name>" : `No queues on page ${page} (${plural(total, "queue")} in all).`;
+        const matching = prefix ? ` starting with "${prefix}"` : "";
+        if (queues.length === 0) {
+          if (page !== undefined) return `No queues on page ${page}: ${plural(total, "queue")}${matching} in all, ${plural(pages, "page")} of ${size}.`;
+          return prefix ? `No queues${matching}.` : "No queues yet. Create one: shardq queues create <name>";
+        }
         const rows = queues.map((x) => [
           x.queue_name,
           x.queue_id,
@@ -92,7 +102,12 @@ export const QUEUE_COMMANDS = [
           String(x.consumers_total_count),
           x.settings.delivery_paused ? "paused" : "active",
         ]);
-        const footer = page !== undefined && queues.length < total ? `\n(page ${page}: ${queues.length} of ${total} queues)` : "";
+        let footer = prefix ? `\n(${plural(total, "queue")}${matching})` : "";
+        if (page !== undefined) {
+          const from = (page - 1) * size + 1;
+          const next = page < pages ? `; next: shardq queues list --page ${page + 1}${perPage === undefined ? "" : ` --per-page ${perPage}`}${prefix ? ` --prefix ${prefix}` : ""}` : "";
+          footer = `\n(page ${page} of ${pages}: queues ${from} to ${from + queues.length - 1} of ${total}${matching}${next})`;
+        }
         return table(["NAME", "ID", "CREATED", "PRODUCERS", "CONSUMERS", "DELIVERY"], rows) + footer;
       });
     },

@@ -66,6 +66,9 @@ export const FIELD_FLAGS = /** @type {Record<string, string>} */ ({
   "filter.max_age_seconds": "--max-age-secs",
   "filter.min_attempts": "--min-attempts",
   "filter.max_attempts": "--max-attempts",
+  "query.page": "--page",
+  "query.per_page": "--per-page",
+  "query.name_prefix": "--prefix",
 });
 
 /** The API path of a queue. @param {string} name */

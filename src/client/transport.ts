@@ -31,7 +31,7 @@ export interface Envelope<T = unknown> {
   errors: ApiErrorDetail[];
   messages: unknown[];
   result: T;
-  result_info?: { page: number; per_page: number; count: number; total_count: number };
+  result_info?: { page: number; per_page: number; count: number; total_count: number; total_pages?: number };
 }
 
 export interface CallOptions {

@@ -262,4 +262,28 @@ describe("the shardq CLI against wrangler dev", () => {
     expect(refused.stderr).toContain(`cannot reach ${closed}: connection refused`);
     expect(refused.stderr).toContain("npm start");
   });
+
+  it("lists queues a page at a time and by name prefix, saying which page it shows and the next", async () => {
+    const paged = ["cli-page-a", "cli-page-b", "cli-page-c", "cli-page-d", "cli-page-e", "cli-page-f", "cli-page-g"];
+    for (const name of [...paged, "cli-pager"]) await ok("queues", "create", name);
+    const prefix = "cli-page-";
+    const second = await ok("queues", "list", "--prefix", prefix, "--page", "2", "--per-page", "3");
+    expect(second.split("\n").filter((l) => /^cli-/.test(l)).map((l) => l.split(/\s+/)[0])).toEqual(["cli-page-d", "cli-page-e", "cli-page-f"]);
+    expect(second).toContain('(page 2 of 3: queues 4 to 6 of 7 starting with "cli-page-"; next: shardq queues list --page 3 --per-page 3 --prefix cli-page-)');
+    const last = await ok("queues", "list", "--prefix", prefix, "--page", "3", "--per-page", "3");
+    expect(last).toContain('(page 3 of 3: queues 7 to 7 of 7 starting with "cli-page-")');
+    // Without --page: every match, all pages fetched.
+    expect((await json<Array<{ queue_name: string }>>("queues", "list", "--prefix", prefix, "--per-page", "2")).map((q) => q.queue_name)).toEqual(paged);
+    expect(await ok("queues", "list", "--prefix", prefix)).toContain('(7 queues starting with "cli-page-")');
+    expect(await ok("queues", "list", "--prefix", prefix, "--page", "9", "--per-page", "3")).toBe('No queues on page 9: 7 queues starting with "cli-page-" in all, 3 pages of 3.\n');
+    expect(await ok("queues", "list", "--prefix", "cli-nothing")).toBe('No queues starting with "cli-nothing".\n');
+    const bad = await shardq(["queues", "list", "--prefix", "Cli"]);
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toContain("query.name_prefix: must be the start of a queue name");
+    expect(bad.stderr).toContain("set by --prefix");
+    const badPage = await shardq(["queues", "list", "--page", "0"]);
+    expect(badPage.code).toBe(1);
+    expect(badPage.stderr).toContain("set by --page");
+    for (const name of [...paged, "cli-pager"]) await ok("queues", "delete", name);
+  });
 });

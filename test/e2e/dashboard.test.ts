@@ -2,7 +2,8 @@
 // one inside @sparticuz/chromium; see ./browser.mjs) driven by playwright-core against
 // `wrangler dev`. Signs in from the keyboard, creates a queue, sends messages, watches
 // the backlog change, looks a message up, peeks, purges it through the confirmation
-// dialog; checks the page never reaches another origin.
+// dialog; pages the queue list and filters it by name prefix; checks the page never
+// reaches another origin.
 // Screenshots go to test-artifacts/dashboard/.
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
@@ -130,6 +131,47 @@ describe("the dashboard in Chromium", () => {
     await page.locator("#pause").click();
     await expect.poll(() => page.locator(`#queues tbody tr[data-queue="${QUEUE}"] td`).last().textContent()).toBe("on");
     expect(foreign).toEqual([]);
+  });
+
+  it("shows the queue list a page at a time, and only the names that start with what is typed", async () => {
+    // 12 more: 13 in all with the first, "dash-e2e" sorting before every "dash-page-".
+    const extra = Array.from({ length: 12 }, (_, i) => `dash-page-${String(i).padStart(2, "0")}`);
+    for (const queue_name of extra) {
+      const res = await fetch(`${base}/accounts/local/queues`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
+        body: JSON.stringify({ queue_name }),
+      });
+      expect(res.status).toBe(201);
+    }
+    const listed = () => page.locator("#queues tbody tr").evaluateAll((trs) => trs.map((tr) => (tr as HTMLElement).dataset.queue));
+    const pageText = () => page.locator("#queues-page").textContent();
+    await page.locator("#queues-per-page").selectOption("10");
+    await expect.poll(listed).toEqual([QUEUE, ...extra.slice(0, 9)]);
+    await expect.poll(pageText).toBe("Page 1 of 2 · queues 1 to 10 of 13");
+    expect(await page.locator("#queues-prev").isDisabled()).toBe(true);
+
+    await page.locator("#queues-next").click();
+    await expect.poll(listed).toEqual(extra.slice(9));
+    await expect.poll(pageText).toBe("Page 2 of 2 · queues 11 to 13 of 13");
+    expect(await page.locator("#queues-next").isDisabled()).toBe(true);
+    await shot("5-queue-list-page-2");
+
+    // Typing filters from page 1 again.
+    await page.locator("#queue-prefix").fill("dash-page-1");
+    await expect.poll(listed).toEqual(["dash-page-10", "dash-page-11"]);
+    await expect.poll(pageText).toBe("Page 1 of 1 · queues 1 to 2 of 2");
+    await page.locator("#queue-prefix").fill("nothing-here");
+    await expect.poll(listed).toEqual([]);
+    await expect.poll(() => page.locator("#queues-empty").textContent()).toBe('No queue name starts with "nothing-here".');
+    expect(await page.locator("#queues-empty").isVisible()).toBe(true);
+    // What no queue name can start with is the API's 400, shown by the list.
+    await page.locator("#queue-prefix").fill("Dash");
+    await expect.poll(() => page.locator("#queues-status").textContent()).toMatch(/must be the start of a queue name/);
+    await page.locator("#queue-prefix").fill("");
+    await expect.poll(pageText).toBe("Page 1 of 2 · queues 1 to 10 of 13");
+    expect(await page.locator("#queues-status").textContent()).toBe("");
+    await shot("6-queue-list-filter-cleared");
   });
 
   it("never puts the token in a URL when the sign-in form is submitted without scripts", async () => {

@@ -24,7 +24,17 @@ export class ApiError extends Error {
 }
 
 /** Calls `/accounts/<account><path>`; resolves to the envelope's result, rejects with the API's own message. */
-export async function api(path, { method = "GET", body, auth = session() } = {}) {
+export async function api(path, options = {}) {
+  return (await envelope(path, options))?.result;
+}
+
+/** As api(), for a list: its page of results and the envelope's result_info (page, per_page, count, total_count, total_pages). */
+export async function apiPage(path, options = {}) {
+  const json = await envelope(path, options);
+  return { result: json?.result ?? [], info: json?.result_info ?? null };
+}
+
+async function envelope(path, { method = "GET", body, auth = session() } = {}) {
   if (!auth) throw new ApiError(401, "not signed in");
   const res = await fetch(`/accounts/${encodeURIComponent(auth.account)}${path}`, {
     method,
@@ -41,7 +51,7 @@ export async function api(path, { method = "GET", body, auth = session() } = {})
     const e = json?.errors?.[0];
     throw new ApiError(res.status, e?.message ?? `HTTP ${res.status}`, e?.field);
   }
-  return json?.result;
+  return json;
 }
 
 export const queuePath = (name) => `/queues/${encodeURIComponent(name)}`;

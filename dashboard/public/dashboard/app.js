@@ -1,7 +1,7 @@
 // The shardq dashboard: what is in each queue and how fast it moves, the shard map,
 // consumers and the autoscaler, and the actions an operator takes. Plain DOM, text
 // set with textContent only (queue names and message bodies are user data).
-import { api, ApiError, queuePath, saveSession, session } from "./api.js";
+import { api, apiPage, ApiError, queuePath, saveSession, session } from "./api.js";
 import { age, bytes, cell, num, readableBody, sumBeats, time } from "./format.js";
 import { renderCharts, renderConsumer, renderDecisions, renderFigures, renderShards } from "./render.js";
 
@@ -35,6 +35,8 @@ function signOut(message = "") {
   timers.forEach(clearInterval);
   timers = [];
   selected = null;
+  Object.assign(list, { page: 1, prefix: "" });
+  $("#queue-prefix").value = "";
   $("#app").hidden = true;
   $("#sign-out").hidden = true;
   $("#whoami").textContent = "";
@@ -56,11 +58,27 @@ function start() {
 
 // ---- the queue list ----
 
+// An account may hold 10,000 queues: the list shows one page, filtered by name prefix,
+// and asks for figures of that page's queues only.
+const list = { page: 1, perPage: 20, prefix: "", asked: 0 };
+
 async function refreshList() {
+  const asked = ++list.asked;
   try {
-    const queues = (await api("/queues?per_page=100")) ?? [];
+    const query = new URLSearchParams({ page: String(list.page), per_page: String(list.perPage) });
+    if (list.prefix) query.set("name_prefix", list.prefix);
+    const { result: queues, info } = await apiPage(`/queues?${query}`);
+    const total = info?.total_count ?? queues.length;
+    const pages = info?.total_pages ?? 1;
+    // The page was emptied by deletes (or a filter narrowed): show the last one that has queues.
+    if (queues.length === 0 && list.page > 1 && total > 0) {
+      list.page = pages;
+      return refreshList();
+    }
     // The list carries each queue's settings; its figures come from its shards.
     const rows = await Promise.all(queues.map(async (q) => ({ q, metrics: await api(`${queuePath(q.queue_name)}/metrics`), info: q })));
+    if (asked !== list.asked) return; // a later refresh (another page or filter) answers instead
+    $("#queues-status").textContent = "";
     const body = $("#queues tbody");
     body.replaceChildren(
       ...rows.map(({ q, metrics, info }) => {
@@ -88,9 +106,22 @@ async function refreshList() {
       }),
     );
     $("#queues-empty").hidden = rows.length > 0;
+    $("#queues-empty").textContent = list.prefix ? `No queue name starts with "${list.prefix}".` : "No queues yet: create one above.";
+    const from = (list.page - 1) * list.perPage + 1;
+    $("#queues-page").textContent = rows.length ? `Page ${list.page} of ${pages} · queues ${from} to ${from + rows.length - 1} of ${total}` : "0 queues";
+    $("#queues-prev").disabled = list.page <= 1;
+    $("#queues-next").disabled = list.page >= pages;
   } catch (err) {
-    report(err);
+    if (asked !== list.asked) return;
+    if (err instanceof ApiError && err.status === 401) return report(err);
+    $("#queues-status").textContent = err instanceof Error ? err.message : String(err);
   }
+}
+
+/** Another page, size or filter: shown now, not at the next tick. */
+function showList(change) {
+  Object.assign(list, change);
+  refreshList();
 }
 
 // ---- one queue ----
@@ -184,6 +215,11 @@ function wire() {
     }
   });
   $("#sign-out").addEventListener("click", () => signOut());
+  $("#queue-prefix").addEventListener("input", (e) => showList({ prefix: e.target.value, page: 1 }));
+  $("#queues-per-page").addEventListener("change", (e) => showList({ perPage: Number(e.target.value), page: 1 }));
+  $("#queues-prev").addEventListener("click", () => showList({ page: Math.max(1, list.page - 1) }));
+  $("#queues-next").addEventListener("click", () => showList({ page: list.page + 1 }));
+  $("#queues-filter").addEventListener("submit", (e) => e.preventDefault());
 
   $("#create-queue-form").addEventListener("submit", (e) => {
     e.preventDefault();
