@@ -88,7 +88,7 @@ export async function trafficCommand(argv) {
     const md = trafficMarkdown({ label, idle, levels, idleSeconds, seconds, warm });
     const files = { json: join(out, `${stamp}-traffic.json`), md: join(out, `${stamp}-traffic.md`), svg: join(out, `${stamp}-traffic.svg`) };
     writeFileSync(files.json, JSON.stringify({ label, hours_per_month: HOURS_PER_MONTH, idle_seconds: idleSeconds, seconds, warm, idle, levels }, null, 2) + "\n");
-    writeFileSync(files.svg, costRateChart(`$ per queue-month against single send()s per second (${label})`, levels, idle));
+    writeFileSync(files.svg, costRateChart("$ per queue-month against single send()s per second", levels, idle, label));
     writeFileSync(files.md, md + `\n\n![cost against rate](${stamp}-traffic.svg)\n`);
     console.log(md);
     console.log(`\nwritten: ${files.md}, ${files.json}, ${files.svg}`);
