@@ -118,3 +118,57 @@ export function timelineChart(title, samples, opts = {}) {
 
 /** @param {number} w @param {number} h @param {string} body */
 const svg = (w, h, body) => `<svg xmlns="http://www.w3.org/2000/svg" width="${w}" height="${h}" font-family="sans-serif">${body}</svg>\n`;
+
+/**
+ * A queue's monthly bill against its traffic, both axes logarithmic: shardq (orange) and
+ * Cloudflare Queues (grey) at each rate, and the idle bill as a level line. A bill of $0 has
+ * no place on a log axis: it is said in the legend instead.
+ * @param {string} title
+ * @param {Array<{ rate: number, usd: number, cq_usd: number }>} levels
+ * @param {{ usd: number, cq_usd: number }} idle
+ * @param {string} [note] a smaller line under the title (the stack it ran on)
+ */
+export function costRateChart(title, levels, idle, note = "") {
+  const W = 600;
+  const H = 350;
+  const left = 70;
+  const right = 90;
+  const top = 62;
+  const bottom = 300;
+  const rates = levels.map((l) => l.rate);
+  const dollars = [...levels.flatMap((l) => [l.usd, l.cq_usd]), idle.usd].filter((v) => v > 0);
+  const decade = (/** @type {number} */ v, /** @type {(x: number) => number} */ f) => 10 ** f(Math.log10(v));
+  const xLo = decade(Math.min(1, ...rates), Math.floor);
+  const xHi = Math.max(xLo * 10, decade(Math.max(1, ...rates), Math.ceil));
+  const yLo = decade(dollars.length ? Math.min(...dollars) : 0.01, Math.floor);
+  const yHi = Math.max(yLo * 10, decade(Math.max(1, ...dollars), Math.ceil));
+  const x = (/** @type {number} */ r) => left + ((Math.log10(r) - Math.log10(xLo)) / (Math.log10(xHi) - Math.log10(xLo))) * (W - left - right);
+  const y = (/** @type {number} */ v) => bottom - ((Math.log10(v) - Math.log10(yLo)) / (Math.log10(yHi) - Math.log10(yLo))) * (bottom - top);
+  const ticks = (/** @type {number} */ lo, /** @type {number} */ hi) => Array.from({ length: Math.round(Math.log10(hi / lo)) + 1 }, (_, i) => lo * 10 ** i);
+  const money = (/** @type {number} */ v) => (v >= 1 ? `$${v.toLocaleString("en-US")}` : `$${v}`);
+  const grid = [
+    ...ticks(xLo, xHi).map((t) => `<line x1="${x(t).toFixed(1)}" y1="${top}" x2="${x(t).toFixed(1)}" y2="${bottom}" stroke="#eee"/><text x="${x(t).toFixed(1)}" y="${bottom + 14}" font-size="10" text-anchor="middle">${t.toLocaleString("en-US")}/s</text>`),
+    ...ticks(yLo, yHi).map((t) => `<line x1="${left}" y1="${y(t).toFixed(1)}" x2="${W - right}" y2="${y(t).toFixed(1)}" stroke="#eee"/><text x="${left - 4}" y="${(y(t) + 3).toFixed(1)}" font-size="10" text-anchor="end">${money(t)}</text>`),
+  ].join("");
+  const series = (/** @type {string} */ color, /** @type {(l: typeof levels[0]) => number} */ f) => {
+    const pts = levels.filter((l) => f(l) > 0);
+    return `<polyline fill="none" stroke="${color}" stroke-width="2" points="${pts.map((l) => `${x(l.rate).toFixed(1)},${y(f(l)).toFixed(1)}`).join(" ")}"/>` + pts.map((l) => `<circle cx="${x(l.rate).toFixed(1)}" cy="${y(f(l)).toFixed(1)}" r="3" fill="${color}"/>`).join("");
+  };
+  const idleLine =
+    idle.usd > 0
+      ? `<line x1="${left}" y1="${y(idle.usd).toFixed(1)}" x2="${W - right}" y2="${y(idle.usd).toFixed(1)}" stroke="${SQ}" stroke-dasharray="4 3"/><text x="${W - right + 4}" y="${(y(idle.usd) + 4).toFixed(1)}" font-size="10" fill="${SQ}">idle $${idle.usd.toFixed(2)}</text>`
+      : "";
+  const legend = [
+    [SQ, `shardq (idle: $${idle.usd.toFixed(2)}${idle.usd > 0 ? ", dashed" : ", off the log axis"})`],
+    [SIM, `Cloudflare Queues (idle: $${idle.cq_usd.toFixed(2)}${idle.cq_usd > 0 ? "" : ", off the log axis"})`],
+  ]
+    .map(([color, label], i) => `<line x1="${left + 10}" y1="${42 + i * 14}" x2="${left + 34}" y2="${42 + i * 14}" stroke="${color}" stroke-width="2"/><text x="${left + 40}" y="${46 + i * 14}" font-size="11">${esc(/** @type {string} */ (label))}</text>`)
+    .join("");
+  return svg(
+    W,
+    H,
+    `<text x="10" y="16" font-size="13">${esc(title)}</text><text x="10" y="30" font-size="10">${esc(note)}</text>${grid}<line x1="${left}" y1="${bottom}" x2="${W - right}" y2="${bottom}" stroke="#999"/><line x1="${left}" y1="${top}" x2="${left}" y2="${bottom}" stroke="#999"/>` +
+      `<text x="${(W - right + left) / 2}" y="${bottom + 30}" font-size="11" text-anchor="middle">single send()s per second</text><text x="12" y="${(top + bottom) / 2}" font-size="11" transform="rotate(-90 12 ${(top + bottom) / 2})" text-anchor="middle">$ per queue-month</text>` +
+      `${idleLine}${series(SIM, (l) => l.cq_usd)}${series(SQ, (l) => l.usd)}${legend}`,
+  );
+}

@@ -4,6 +4,8 @@ import { COMPARE_HELP, compare } from "./compare.mjs";
 import { LOAD_HELP, load } from "./load.mjs";
 import { LONGPOLL_HELP, longPolling } from "./long-polling.mjs";
 import { PROFILE_HELP, profile } from "./profile.mjs";
+import { IDLE_HELP, TRAFFIC_HELP, idleCommand, trafficCommand } from "./traffic.mjs";
+import { WAKE_HELP, wakeCommand } from "./wake.mjs";
 
 const [command, ...rest] = process.argv.slice(2);
 try {
@@ -12,8 +14,11 @@ try {
   else if (command === "profile" && !rest.includes("--help")) await profile(rest);
   else if (command === "ceiling" && !rest.includes("--help")) await ceilingCommand(rest);
   else if (command === "longpoll" && !rest.includes("--help")) await longPolling(rest);
+  else if (command === "idle" && !rest.includes("--help")) await idleCommand(rest);
+  else if (command === "traffic" && !rest.includes("--help")) await trafficCommand(rest);
+  else if (command === "wake" && !rest.includes("--help")) await wakeCommand(rest);
   else {
-    console.log(`usage:\n${LOAD_HELP}\n\n${COMPARE_HELP}\n\n${CEILING_HELP}\n\n${PROFILE_HELP}\n\n${LONGPOLL_HELP}`);
+    console.log(`usage:\n${LOAD_HELP}\n\n${COMPARE_HELP}\n\n${CEILING_HELP}\n\n${PROFILE_HELP}\n\n${LONGPOLL_HELP}\n\n${IDLE_HELP}\n\n${TRAFFIC_HELP}\n\n${WAKE_HELP}`);
     if (command !== undefined && command !== "help" && command !== "--help") process.exitCode = 2;
   }
 } catch (err) {

@@ -11,13 +11,14 @@ const HEADERS = { authorization: "Bearer shardq-local-dev-token", "content-type"
 
 /**
  * Starts a shardq whose service config is written to `file` (gitignored) with `vars`, its state
- * under `work`/`name`.
- * @param {{ work: string, env: Record<string, string>, file: string, name: string, vars?: Record<string, string> }} o
+ * under `work`/`name`. `outside`: `file` is an absolute path outside shardq's root, where
+ * wrangler finds no .dev.vars beside it (the caller's `vars` are then all the service gets).
+ * @param {{ work: string, env: Record<string, string>, file: string, name: string, vars?: Record<string, string>, outside?: boolean }} o
  * @returns {Promise<Stack>}
  */
-export async function startShardq({ work, env, file, name, vars }) {
+export async function startShardq({ work, env, file, name, vars, outside = false }) {
   const port = await freePort();
-  const config = writeDevConfig({ file: join(ROOT, file), consumers: [{ binding: "CONSUMER_BENCH_SINK", service: "bench-sink" }], ...(vars ? { vars } : {}) });
+  const config = writeDevConfig({ file: outside ? file : join(ROOT, file), consumers: [{ binding: "CONSUMER_BENCH_SINK", service: "bench-sink" }], ...(vars ? { vars } : {}), ...(outside ? { outsideRoot: true } : {}) });
   const stack = await startWrangler({
     args: ["-c", "bench/workers/driver/wrangler.shardq.toml", "-c", config, "-c", "bench/workers/sink/wrangler.shardq.toml", "--port", String(port), "--ip", "127.0.0.1", "--persist-to", join(work, name), "--inspector-port", "0"],
     readyUrl: `http://127.0.0.1:${port}/ready`,
