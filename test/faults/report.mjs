@@ -50,6 +50,11 @@ export function summaryRows(r, meta) {
           ["moves", `${n(f.moves.redrives_ok)} of ${n(f.moves.redrives)} redrives ok (${n(f.moves.redrives_cut)} cut off), ${n(f.moves.moved_reported)} messages moved; ${n(f.moves.messages_back_after_dead_letter)} messages back in a queue after a dead-lettering, ${n(f.moves.messages_dead_lettered_twice)} dead-lettered twice or more (most stays: ${f.moves.most_stays})`],
         ])
       : []),
+    ...(f.ready
+      ? /** @type {Array<[string, string]>} */ ([
+          ["ready too long (> 10 s while asked for)", `${n(f.ready.too_long)} of ${n(f.ready.windows)} times a message was ready; the longest while a consumer asked ${secs({ median: f.ready.worst_asking_ms, max: f.ready.worst_asking_ms }).split(" / ")[0]}`],
+        ])
+      : []),
     ["poison messages", `${f.poison.dead_lettered} of ${f.poison.sent} dead-lettered after max_retries${f.poison.quarantined ? ` (${f.poison.quarantined} corrupted and quarantined first)` : ""}`],
     ["acks", `${n(f.acks.confirmed)} acks and ${n(f.acks.retriesConfirmed)} retries confirmed, ${n(f.acks.stale)} refused as stale, ${n(f.acks.unknown)} unknown, ${n(f.acks.failed)} failed`],
     ["ready after restart (median / max)", secs(k.ready_ms)],
