@@ -1,6 +1,7 @@
 // The fault checker's issue 29 rules on hand-made histories: no message ready longer than 10 s
 // while a consumer asked for messages (test/faults/ready-checker.mjs), each excuse taken out
-// precisely.
+// precisely, and the quiet phases' delayed messages delivered within their phase
+// (test/faults/quiet-phases.mjs).
 import { describe, expect, it } from "vitest";
 import { EXCUSE_GRACE_MS, READY_LIMIT_MS } from "../faults/ready-checker.mjs";
 import { Script } from "./fault-script.ts";
@@ -150,5 +151,32 @@ describe("the fault checker's ready-too-long rule", () => {
     busy.pushEnd(hung, { acked: ["b"] });
     busy.pushEnd(busy.pushStart([{ h: "a" }]), { acked: ["a"] });
     expect(busy.drained().failures).toEqual([]);
+  });
+});
+
+describe("the fault checker's quiet phases", () => {
+  const quietRun = ({ deliverAt, phases = 1 }: { deliverAt: "in" | "after"; phases?: number }) => {
+    const s = new Script();
+    s.plan({ quiet: { phases, ms: 40_000 } });
+    s.ops.push({ op: s.n++, p: "harness", type: "ok", f: "phase", t: (s.t += 10), value: { phase: "quiet", n: 1, ms: 40_000 } });
+    op(s, "quiet", "send", { q: "faults", hs: ["q1"], d: 28, quiet: 1 }, "ok", { ids: ["id-q1"] });
+    s.t += 28_000;
+    if (deliverAt === "in") s.pull([{ h: "q1", l: "L1" }]);
+    s.ops.push({ op: s.n++, p: "harness", type: "ok", f: "phase", t: (s.t += 11_000), value: { phase: "quiet-end", n: 1 } });
+    if (deliverAt === "after") s.pull([{ h: "q1", l: "L1" }]);
+    s.ack(["L1"]);
+    return s.drained();
+  };
+
+  it("passes a phase whose delayed message was delivered within it, and fails one delivered after it ended or a planned phase that never ran", () => {
+    const ok = quietRun({ deliverAt: "in" });
+    expect(ok.failures).toEqual([]);
+    expect(ok.figures.quiet).toMatchObject({ phases: 1, planned: 1, delayed: 1, delivered_in_phase: 1, not_in_phase: 0 });
+
+    const late = quietRun({ deliverAt: "after" });
+    expect(late.failures).toEqual(["1 messages due during a quiet phase not delivered within it"]);
+    expect(late.examples.quiet[0]).toMatchObject({ h: "q1", phase: 1 });
+
+    expect(quietRun({ deliverAt: "in", phases: 2 }).failures).toEqual(["1 of the 2 planned quiet phases ran"]);
   });
 });

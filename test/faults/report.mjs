@@ -55,6 +55,11 @@ export function summaryRows(r, meta) {
           ["ready too long (> 10 s while asked for)", `${n(f.ready.too_long)} of ${n(f.ready.windows)} times a message was ready; the longest while a consumer asked ${secs({ median: f.ready.worst_asking_ms, max: f.ready.worst_asking_ms }).split(" / ")[0]}`],
         ])
       : []),
+    ...(f.quiet?.planned
+      ? /** @type {Array<[string, string]>} */ ([
+          ["quiet phases", `${f.quiet.phases} of ${f.quiet.planned} ran; ${n(f.quiet.delivered_in_phase)} of ${n(f.quiet.delayed)} messages due during one delivered within it (at most ${(f.quiet.worst_due_to_delivery_ms / 1000).toFixed(1)} s after due)`],
+        ])
+      : []),
     ["poison messages", `${f.poison.dead_lettered} of ${f.poison.sent} dead-lettered after max_retries${f.poison.quarantined ? ` (${f.poison.quarantined} corrupted and quarantined first)` : ""}`],
     ["acks", `${n(f.acks.confirmed)} acks and ${n(f.acks.retriesConfirmed)} retries confirmed, ${n(f.acks.stale)} refused as stale, ${n(f.acks.unknown)} unknown, ${n(f.acks.failed)} failed`],
     ["ready after restart (median / max)", secs(k.ready_ms)],
