@@ -3,8 +3,9 @@
 // messages through HTTP producers, pull consumers and a Worker consumer while the service
 // is SIGKILLed three times and restarted on the same state, storage and consumer shards
 // are reset through the test hooks, the Coordinator is reset mid-autoscale, alarms
-// throw, a shard drains under a stale map and stored bodies are corrupted, the queues
-// drained and the history checked. The seed is random unless SHARDQ_FAULTS_SEED is set;
+// throw, a shard drains under a stale map and stored bodies are corrupted, with a 40 s
+// quiet phase (producers stopped, a kill, a shard reset at the wake-up of delayed
+// messages), the queues drained and the history checked. The seed is random unless SHARDQ_FAULTS_SEED is set;
 // a failure prints the command that replays it. `npm run test:faults` runs the full version.
 // Last, the short large-backlog run (`npm run test:faults -- --backlog --short`): 10,000
 // messages of up to 128 KB wait with delivery paused while workerd's memory is sampled
@@ -23,11 +24,16 @@ describe("hard kills, storage and consumer shard resets, and control-plane fault
     const replay = `replay: ${replayCommand(o)} (history and report in ${o.out})`;
     const { result, meta } = await runFaults(o);
     const f = result.figures;
-    expect(f.kills.count, replay).toBe(3);
+    // 3 kills under load, and one in the quiet phase (quiet-phases.mjs).
+    expect(f.kills.count, replay).toBe(4);
     // Every abort tried fired; one due after the producers were done is skipped (and counted).
     expect(f.aborts.by_kind["abort-ack"]?.fired, replay).toBe(f.aborts.by_kind["abort-ack"]?.count);
     expect(f.aborts.by_kind["abort-append"]?.fired, replay).toBe(f.aborts.by_kind["abort-append"]?.count);
-    expect(f.aborts.count + (f.operations.skipped?.ok ?? 0), replay).toBe(4);
+    expect(f.aborts.count + (f.operations.skipped?.ok ?? 0), replay).toBe(5);
+    // The quiet phase: traffic stopped, the service killed and a shard reset at the wake-up; what
+    // came due meanwhile was delivered within it, and no message stayed ready over 10 s while asked for.
+    expect(f.quiet, replay).toMatchObject({ phases: 1, planned: 1, delayed: 10, delivered_in_phase: 10, not_in_phase: 0 });
+    expect(f.ready.too_long, replay).toBe(0);
     expect(f.stored_twice_same_id, replay).toBe(0);
     // Corrupted at rest: quarantined and reported, never delivered, never garbled, not lost.
     expect(f.quarantine.corrupted, replay).toBeGreaterThan(0);

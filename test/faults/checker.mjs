@@ -23,6 +23,8 @@
 //                 answered as chosen, no acknowledged id delivered with another message's body
 //   purges        of the dead-letter queue during a redrive (purge-checker.mjs): what a purge
 //                 reported deleted is never delivered after it, and is counted apart from lost
+//   ready         no message ready longer than 10 s while a consumer asked (ready-checker.mjs),
+//                 and each quiet phase's delayed messages delivered within it (quiet-phases.mjs)
 //
 // Valid when: nothing lost, nothing unexpected, no wrong id, no message id stored twice,
 // no lease overlap while the service and the shard stayed up, no delivery after a
@@ -48,6 +50,8 @@ import { checkOrder } from "./order-checker.mjs";
 import { checkPausesAndDelays } from "./pause-delay.mjs";
 import { checkPush, pushDeliveries } from "./push-checker.mjs";
 import { checkPurges, purgesOf } from "./purge-checker.mjs";
+import { checkQuiet } from "./quiet-phases.mjs";
+import { checkReady } from "./ready-checker.mjs";
 
 /** How many examples of each anomaly a result keeps. */
 const EXAMPLES = 20;
@@ -334,6 +338,8 @@ export function check(ops, opts = {}) {
   const purgeCheck = purges.result();
   // Pauses of delivery while pulls wait, delayed and retried messages under long polls (pause-delay.mjs).
   const pauseCheck = checkPausesAndDelays(ops);
+  const readyCheck = checkReady(ops);
+  const quietCheck = checkQuiet(ops);
   const figures = {
     sent,
     delivered: {
@@ -374,6 +380,8 @@ export function check(ops, opts = {}) {
     ids: idCheck.figures,
     purges: purgeCheck.figures,
     pause_delay: pauseCheck.figures,
+    ready: readyCheck.figures,
+    quiet: quietCheck.figures,
     drained,
     plan,
   };
@@ -402,6 +410,8 @@ export function check(ops, opts = {}) {
   failures.push(...idCheck.failures);
   failures.push(...purgeCheck.failures);
   failures.push(...pauseCheck.failures);
+  failures.push(...readyCheck.failures);
+  failures.push(...quietCheck.failures);
   if (plan?.redrive && !redrives.some((r) => r.outcome === "ok")) failures.push("no redrive of the dead-letter queue succeeded: the run moved nothing");
   if (plan?.controls && (control.figures?.count ?? 0) !== plan.controls) failures.push(`${control.figures?.count ?? 0} of the ${plan.controls} planned control faults ran`);
 
@@ -424,6 +434,8 @@ export function check(ops, opts = {}) {
       ...idCheck.examples,
       ...purgeCheck.examples,
       pause_delay: pauseCheck.examples,
+      ready_too_long: readyCheck.examples,
+      quiet: quietCheck.examples,
     },
   };
 }

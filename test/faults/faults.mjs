@@ -187,13 +187,15 @@ export class Service {
  * the nemesis goes on while it plays out; it returns once every one has.
  * @param {{ history: import("./history.mjs").History, service: Service, schedule: FaultStep[], deadline: number,
  *   api: ReturnType<typeof import("./client.mjs").apiClient>, queue: string, corruptEach: number, corrupted: string[], loadDone: () => boolean,
- *   controlFaults: import("./control-faults.mjs").ControlContext, onEvent?: (line: string) => void }} o
+ *   controlFaults: import("./control-faults.mjs").ControlContext, onEvent?: (line: string) => void, quiet?: (step: FaultStep, n: number) => Promise<string> }} o
+ *   quiet: runs a quiet phase, a step of kind "quiet" (quiet-phases.mjs)
  * @returns {Promise<number>} the faults done
  */
 export async function runNemesis(o) {
   let done = 0;
   let kills = 0;
   let aborts = 0;
+  let quiets = 0;
   /** @type {Record<string, number>} */
   const controls = {};
   /** Control faults still playing out (an alarm's retries take minutes): awaited at the end. */
@@ -213,6 +215,11 @@ export async function runNemesis(o) {
       const r = await runControlFault(o.controlFaults, step, (controls[step.kind] = (controls[step.kind] ?? 0) + 1));
       o.onEvent?.(`fault ${i + 1}/${o.schedule.length}: ${r.line}`);
       recoveries.push(r.recovered.then(() => o.onEvent?.(`fault ${i + 1}/${o.schedule.length}: ${step.kind} played out`)));
+      done++;
+      continue;
+    }
+    if (step.kind === "quiet" && o.quiet) {
+      o.onEvent?.(`fault ${i + 1}/${o.schedule.length}: ${await o.quiet(step, ++quiets)}`);
       done++;
       continue;
     }

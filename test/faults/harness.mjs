@@ -2,8 +2,9 @@
 // an HTTP pull consumer, a queue with a Worker consumer (push-faults.mjs) and a
 // dead-letter queue, run producers and consumers while the nemesis hard-kills and
 // restarts the service and resets single storage shards and consumer shards at the
-// points the test hooks aim at (faults.mjs), stop the faults, drain the queues, then
-// check the history and report. Used by run.mjs (`npm run test:faults`) and by
+// points the test hooks aim at (faults.mjs), with quiet phases in between where the
+// producers stop and faults go on (quiet-phases.mjs), stop the faults, drain the queues,
+// then check the history and report. Used by run.mjs (`npm run test:faults`) and by
 // test/e2e/faults.test.ts (the short run in `npm test`).
 import { mkdirSync } from "node:fs";
 import { join, relative, resolve } from "node:path";
@@ -22,6 +23,7 @@ import { Budget, rateLimiter, runConsumer, runProducer, runRedriver, sleep } fro
 import { dlqPurger } from "./dlq-purger.mjs";
 import { keyedPoison } from "./keyed-poison.mjs";
 import { RETRY_DELAYS_S, runPauser } from "./pause-delay.mjs";
+import { quietGate, runQuietPhase, withQuietPhases } from "./quiet-phases.mjs";
 
 export const TOKEN = "shardq-local-dev-token";
 export const QUEUE = "faults";
@@ -60,6 +62,8 @@ const ABANDON_RATE = 0.1;
  * @property {[number, number]} abortUpMs  the service runs this long before each abort
  * @property {number[]} visibilityMs     visibility timeouts a pull picks from
  * @property {number} drainTimeoutMs
+ * @property {number} quietPhases  quiet phases (quiet-phases.mjs): traffic stops, consumers keep asking, faults go on
+ * @property {number} quietMs      how long each lasts
  * @property {string} out          directory for history.jsonl, service.log, report.json and report.md
  * @property {boolean} keepState   keep wrangler's state directory
  * @property {(line: string) => void} log
@@ -67,7 +71,8 @@ const ABANDON_RATE = 0.1;
 
 /** @param {"short" | "full"} mode @returns {Omit<FaultOptions, "out" | "log">} */
 export function defaults(mode) {
-  const common = { seed: randomSeed(), faults: [...FAULT_KINDS], producers: 4, consumers: 4, rate: 0, downMs: /** @type {[number, number]} */ ([0, 1000]), visibilityMs: [2000, 3000, 5000], keepState: false, pushRate: 0.3, orderedRate: 0.5, orderingKeys: 20, pushLeaseMs: 4000, consumerAborts: mode === "short" ? 2 : 10 };
+  // A quiet phase outlasts the 60 s after which an idle object sleeps; the short run's is shorter, to stay about 2.5 minutes.
+  const common = { quietPhases: mode === "short" ? 1 : 2, quietMs: mode === "short" ? 40_000 : 90_000, seed: randomSeed(), faults: [...FAULT_KINDS], producers: 4, consumers: 4, rate: 0, downMs: /** @type {[number, number]} */ ([0, 1000]), visibilityMs: [2000, 3000, 5000], keepState: false, pushRate: 0.3, orderedRate: 0.5, orderingKeys: 20, pushLeaseMs: 4000, consumerAborts: mode === "short" ? 2 : 10 };
   return mode === "short"
     ? { ...common, mode, messages: 3000, kills: 3, aborts: 4, corruptions: 1, corruptEach: 5, controls: 3, holdMapMs: 10_000, alarmThrows: [1, 2], keyRate: 0.2, upMs: [2000, 5000], abortUpMs: [1000, 2500], drainTimeoutMs: 60_000 }
     : { ...common, mode, messages: 200_000, kills: 20, aborts: 20, corruptions: 5, corruptEach: 10, controls: 15, holdMapMs: 60_000, alarmThrows: [1, 3, 7], keyRate: 0.2, upMs: [3000, 8000], abortUpMs: [1500, 4000], drainTimeoutMs: 300_000 };
@@ -75,7 +80,7 @@ export function defaults(mode) {
 
 /** The command that replays a run. @param {FaultOptions} o */
 export function replayCommand(o) {
-  return `npm run test:faults -- ${o.mode === "short" ? "--short " : ""}--seed ${o.seed} --messages ${o.messages} --faults ${o.faults.join(",")} --kills ${o.kills} --aborts ${o.aborts} --corruptions ${o.corruptions} --controls ${o.controls} --alarm-throws ${o.alarmThrows.join(",")}${o.rate ? ` --rate ${o.rate}` : ""}${o.orderedRate ? ` --ordered --ordered-rate ${o.orderedRate}` : " --unordered"}`;
+  return `npm run test:faults -- ${o.mode === "short" ? "--short " : ""}--seed ${o.seed} --messages ${o.messages} --faults ${o.faults.join(",")} --kills ${o.kills} --aborts ${o.aborts} --corruptions ${o.corruptions} --controls ${o.controls} --alarm-throws ${o.alarmThrows.join(",")}${o.rate ? ` --rate ${o.rate}` : ""}${o.orderedRate ? ` --ordered --ordered-rate ${o.orderedRate}` : " --unordered"} --quiet ${o.quietPhases} --quiet-ms ${o.quietMs}`;
 }
 
 /** A run's output directory under test-artifacts/faults. @param {FaultOptions["mode"]} mode @param {number} seed */
@@ -124,10 +129,12 @@ async function run(o, history, dog) {
   const api = apiClient({ base: service.base, token: TOKEN });
   // At the deadline nothing more is waited for: the service goes (and with it any call to it).
   dog.onExpire.push(() => service.kill());
-  const schedule = withConsumerAborts(faultSchedule(o.seed, o), o.seed, o);
+  const schedule = withQuietPhases(withConsumerAborts(faultSchedule(o.seed, o), o.seed, o), o.seed, o);
   const count = (/** @type {(kind: string) => boolean} */ f) => schedule.filter((s) => f(s.kind)).length;
-  const planned = { kills: count((k) => k === "kill"), aborts: count((k) => SHARD_ABORT_KINDS.includes(k)), corruptions: count((k) => k === "corrupt"), controls: count((k) => CONTROL_KINDS.includes(k)), consumerAborts: count((k) => k === "abort-consumer") };
-  o.log(`fault run: ${o.mode}, seed ${o.seed}, ${o.messages} messages, faults ${o.faults.join(",")}: ${planned.kills} kills, ${planned.aborts} aborts, ${planned.corruptions} corruptions of ${o.corruptEach}; replay: ${replayCommand(o)}`);
+  // Each quiet phase kills the service and resets a storage shard, when the run has those kinds.
+  const quiet = { phases: count((k) => k === "quiet"), ms: o.quietMs, kill: o.faults.includes("kill"), abort: o.faults.includes("abort-ack") };
+  const planned = { kills: count((k) => k === "kill") + (quiet.kill ? quiet.phases : 0), aborts: count((k) => SHARD_ABORT_KINDS.includes(k)) + (quiet.abort ? quiet.phases : 0), corruptions: count((k) => k === "corrupt"), controls: count((k) => CONTROL_KINDS.includes(k)), consumerAborts: count((k) => k === "abort-consumer") };
+  o.log(`fault run: ${o.mode}, seed ${o.seed}, ${o.messages} messages, faults ${o.faults.join(",")}: ${quiet.phases} quiet phases of ${o.quietMs / 1000} s, ${planned.kills} kills, ${planned.aborts} aborts, ${planned.corruptions} corruptions of ${o.corruptEach}; replay: ${replayCommand(o)}`);
   o.log(`output: ${o.out}`);
 
   /** @type {Array<Promise<void>>} */
@@ -150,11 +157,13 @@ async function run(o, history, dog) {
     // (a storage shard's: 2.5 s at the median; a consumer shard's, for the batch in its
     // consumer's hands: 5 s). Underestimated, the load ends before the last faults, and an
     // abort armed then may find no call to fire it.
-    const fault = (/** @type {string} */ kind) => (kind === "kill" ? 1.3 * firstStartMs : kind === "abort-consumer" ? 5000 : SHARD_ABORT_KINDS.includes(kind) ? 2500 : 1000);
+    const fault = (/** @type {string} */ kind) => (kind === "kill" ? 1.3 * firstStartMs : kind === "quiet" ? o.quietMs : kind === "abort-consumer" ? 5000 : SHARD_ABORT_KINDS.includes(kind) ? 2500 : 1000);
     const plannedMs = schedule.reduce((t, s) => t + s.upMs + s.downMs + fault(s.kind), 0);
-    const rate = o.rate || (schedule.length > 0 ? Math.ceil((o.messages * 1000) / plannedMs) : 0);
+    // The producers stand still through the quiet phases: the messages go in the rest of the time.
+    const sendingMs = plannedMs - quiet.phases * o.quietMs;
+    const rate = o.rate || (schedule.length > 0 ? Math.ceil((o.messages * 1000) / Math.max(sendingMs, 10_000)) : 0);
     const loadDeadline = Date.now() + Math.max(120_000, 3 * plannedMs + (o.messages / 500) * 1000);
-    history.note("harness", "phase", { phase: "load", seed: o.seed, messages: o.messages, faults: o.faults, ...planned, rate, schedule, pushQueue: PUSH_QUEUE, pushLeaseMs: o.pushLeaseMs, redrive: true, ordered: o.orderedRate ? { rate: o.orderedRate, keys_per_producer: o.orderingKeys } : null });
+    history.note("harness", "phase", { phase: "load", seed: o.seed, messages: o.messages, faults: o.faults, ...planned, rate, schedule, pushQueue: PUSH_QUEUE, pushLeaseMs: o.pushLeaseMs, redrive: true, quiet, ordered: o.orderedRate ? { rate: o.orderedRate, keys_per_producer: o.orderingKeys } : null });
     o.log(`service ready in ${firstStartMs} ms; sending at ${rate || "full speed"} msg/s; faults planned over ${Math.round(plannedMs / 1000)} s`);
 
     const tally = { okMessages: 0, delivered: 0, abandoned: 0, cancelled: 0 };
@@ -167,6 +176,7 @@ async function run(o, history, dog) {
     dog.deadline(consumerDeadline + Object.values(END_STEP_MS).reduce((a, b) => a + b, 0) + CHECK_MS);
     // The dead-letter queue's consumer pauses while the redriver lets messages gather there.
     const held = { paused: false };
+    const gate = quietGate();
     const consumer = (/** @type {string} */ name, /** @type {string} */ queue, /** @type {boolean} */ main) =>
       runConsumer({
         name, seed: o.seed, history, api, queue, control, deadline: consumerDeadline, late, tally, ...(main ? {} : { held }),
@@ -183,13 +193,14 @@ async function run(o, history, dog) {
     try {
       let producing = o.producers;
       producers = Array.from({ length: o.producers }, (_, index) =>
-        runProducer({ index, seed: o.seed, history, api, queue: QUEUE, pushQueue: PUSH_QUEUE, pushRate: o.pushRate, control, budget, limiter, deadline: loadDeadline, maxBatch: 100, burstRate: 0.25, poisonRate: 0.005, padMax: 200, keyRate: o.keyRate, delayRate: o.faults.includes("corrupt") ? 0.2 : 0.05, orderedRate: o.orderedRate, orderingKeys: o.orderingKeys, idRate: 0.25, keyedPoison: keyedPoison({ seed: o.seed, index, rate: 0.02 }), tally }).finally(() => producing--),
+        gate.track(`producer-${index}`, runProducer({ gate, index, seed: o.seed, history, api, queue: QUEUE, pushQueue: PUSH_QUEUE, pushRate: o.pushRate, control, budget, limiter, deadline: loadDeadline, maxBatch: 100, burstRate: 0.25, poisonRate: 0.005, padMax: 200, keyRate: o.keyRate, delayRate: o.faults.includes("corrupt") ? 0.2 : 0.05, orderedRate: o.orderedRate, orderingKeys: o.orderingKeys, idRate: 0.25, keyedPoison: keyedPoison({ seed: o.seed, index, rate: 0.02 }), tally })).finally(() => producing--),
       );
       const controlFaults = { history, api, queue: QUEUE, holdMapMs: o.holdMapMs, alarmThrows: o.alarmThrows, consumerQueue: PUSH_QUEUE };
-      const redriver = runRedriver({ seed: o.seed, history, api, dlq: DLQ, targets: [QUEUE, PUSH_QUEUE], control, deadline: loadDeadline, loadDone: () => producing === 0, held, tally: moves, purger: dlqPurger({ seed: o.seed, history, api, dlq: DLQ, deadLetterAfter: MAX_RETRIES + 1, tally: purges }) });
-      const nemesis = runNemesis({ history, service, schedule, deadline: loadDeadline, api, queue: QUEUE, corruptEach: o.corruptEach, corrupted, loadDone: () => producing === 0, controlFaults, onEvent: (line) => o.log(`  ${line}`) });
+      const redriver = gate.track("redriver", runRedriver({ gate, seed: o.seed, history, api, dlq: DLQ, targets: [QUEUE, PUSH_QUEUE], control, deadline: loadDeadline, loadDone: () => producing === 0, held, tally: moves, purger: dlqPurger({ seed: o.seed, history, api, dlq: DLQ, deadLetterAfter: MAX_RETRIES + 1, tally: purges }) }));
+      const nemesis = runNemesis({ history, service, schedule, deadline: loadDeadline, api, queue: QUEUE, corruptEach: o.corruptEach, corrupted, loadDone: () => producing === 0, controlFaults, onEvent: (line) => o.log(`  ${line}`),
+        quiet: (step, n) => runQuietPhase({ history, api, service, queue: QUEUE, pushQueue: PUSH_QUEUE, gate, quietMs: o.quietMs, kill: quiet.kill, abort: quiet.abort }, step, n) });
       // An operator pauses and resumes the pull queue's delivery while pulls wait (pause-delay.mjs).
-      const pauser = runPauser({ seed: o.seed, history, api, queue: QUEUE, control, deadline: loadDeadline, loadDone: () => producing === 0, tally: pauses });
+      const pauser = gate.track("pauser", runPauser({ gate, seed: o.seed, history, api, queue: QUEUE, control, deadline: loadDeadline, loadDone: () => producing === 0, tally: pauses }));
       dog.step("the producers, the nemesis, the redriver and the pauser");
       await Promise.all([...producers, nemesis, redriver, pauser]);
     } finally {

@@ -23,12 +23,13 @@ const sleep = (/** @type {number} */ ms) => new Promise((r) => setTimeout(r, Mat
  * Pauses delivery of `queue` for 1 to 3 s every 3 to 8 s while the producers send (until the
  * deadline at most), and always resumes (tried again until answered ok: a queue left paused
  * would never drain).
- * @param {{ seed: number, history: import("./history.mjs").History, api: ReturnType<typeof import("./client.mjs").apiClient>, queue: string, control: { stop: boolean }, deadline: number, loadDone: () => boolean, tally: { pauses: number } }} o
+ * @param {{ seed: number, history: import("./history.mjs").History, api: ReturnType<typeof import("./client.mjs").apiClient>, queue: string, control: { stop: boolean }, deadline: number, loadDone: () => boolean, tally: { pauses: number }, gate?: { pass: (name: string) => Promise<void> } }} o
  */
 export async function runPauser(o) {
   const rng = prng(o.seed, "pauser");
   const over = () => o.control.stop || o.loadDone() || Date.now() >= o.deadline;
   while (!over()) {
+    await o.gate?.pass("pauser");
     // Waits in short steps: the load may end meanwhile.
     for (const until = Date.now() + rng.int(3000, 8000); Date.now() < until && !over(); ) await sleep(200);
     if (over()) break;

@@ -50,6 +50,16 @@ export function summaryRows(r, meta) {
           ["moves", `${n(f.moves.redrives_ok)} of ${n(f.moves.redrives)} redrives ok (${n(f.moves.redrives_cut)} cut off), ${n(f.moves.moved_reported)} messages moved; ${n(f.moves.messages_back_after_dead_letter)} messages back in a queue after a dead-lettering, ${n(f.moves.messages_dead_lettered_twice)} dead-lettered twice or more (most stays: ${f.moves.most_stays})`],
         ])
       : []),
+    ...(f.ready
+      ? /** @type {Array<[string, string]>} */ ([
+          ["ready too long (> 10 s while asked for)", `${n(f.ready.too_long)} of ${n(f.ready.windows)} times a message was ready; the longest while a consumer asked ${secs({ median: f.ready.worst_asking_ms, max: f.ready.worst_asking_ms }).split(" / ")[0]}`],
+        ])
+      : []),
+    ...(f.quiet?.planned
+      ? /** @type {Array<[string, string]>} */ ([
+          ["quiet phases", `${f.quiet.phases} of ${f.quiet.planned} ran; ${n(f.quiet.delivered_in_phase)} of ${n(f.quiet.delayed)} messages due during one delivered within it (at most ${(f.quiet.worst_due_to_delivery_ms / 1000).toFixed(1)} s after due)`],
+        ])
+      : []),
     ["poison messages", `${f.poison.dead_lettered} of ${f.poison.sent} dead-lettered after max_retries${f.poison.quarantined ? ` (${f.poison.quarantined} corrupted and quarantined first)` : ""}`],
     ["acks", `${n(f.acks.confirmed)} acks and ${n(f.acks.retriesConfirmed)} retries confirmed, ${n(f.acks.stale)} refused as stale, ${n(f.acks.unknown)} unknown, ${n(f.acks.failed)} failed`],
     ["ready after restart (median / max)", secs(k.ready_ms)],

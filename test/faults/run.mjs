@@ -12,8 +12,8 @@ import { readHistory } from "./history.mjs";
 import { formatTable, writeReport } from "./report.mjs";
 
 const HELP = `npm run test:faults -- [options]
-  --short            the short run (3,000 messages, 3 kills, 4 aborts, 1 corruption of 5 bodies;
-                     what npm test runs)
+  --short            the short run (3,000 messages, 3 kills, 4 aborts, 1 corruption of 5 bodies,
+                     one quiet phase of 40 s with a kill and an abort of its own; what npm test runs)
   --seed N           the seed (default: a random one, printed); with the same options it replays
                      the same batch sizes, poison messages, consumer decisions and fault schedule
   --messages N       messages to send (default 200,000; short 3,000)
@@ -44,6 +44,10 @@ const HELP = `npm run test:faults -- [options]
   --unordered        no ordering keys: the traffic of runs before issue 18 (replays of their seeds)
   --ordered-rate F   with --ordered, the share of messages that carry a key (default 0.5; at most
                      one message of a key in a batch)
+  --quiet N          quiet phases (default 2; short 1): producers stop while consumers keep asking,
+                     messages sent delayed come due mid-phase, the service is killed and a storage
+                     shard reset at the wake-up (quiet-phases.mjs); 0 for none
+  --quiet-ms MS      how long each quiet phase lasts (default 90000; short 40000)
   --producers N      producers (default 4)
   --consumers N      pull consumers (default 4)
   --out DIR          where history.jsonl, service.log, report.json and report.md go
@@ -75,6 +79,8 @@ async function main(argv) {
       ordered: { type: "boolean", default: false },
       unordered: { type: "boolean", default: false },
       "ordered-rate": { type: "string" },
+      quiet: { type: "string" },
+      "quiet-ms": { type: "string" },
       producers: { type: "string" },
       consumers: { type: "string" },
       out: { type: "string" },
@@ -131,6 +137,8 @@ async function main(argv) {
     messages: int(v.messages, "messages", 1, 10_000_000, d.messages),
     kills: int(v.kills, "kills", 0, 1000, d.kills),
     rate: int(v.rate, "rate", 0, 1_000_000, d.rate),
+    quietPhases: int(v.quiet, "quiet", 0, 10, d.quietPhases),
+    quietMs: int(v["quiet-ms"], "quiet-ms", 30_000, 600_000, d.quietMs),
     producers: int(v.producers, "producers", 1, 64, d.producers),
     consumers: int(v.consumers, "consumers", 1, 64, d.consumers),
     keepState: v["keep-state"] ?? false,

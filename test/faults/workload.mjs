@@ -88,8 +88,8 @@ export function rateLimiter(perSecond) {
  * earlier (stolen for a new message, or the same message again) or its own (id-collisions.mjs).
  * @param {{ index: number, seed: number, history: History, api: Api, queue: string, pushQueue?: string, pushRate?: number, control: Control, budget: Budget,
  *   limiter: ReturnType<typeof rateLimiter>, deadline: number, maxBatch: number, burstRate: number, poisonRate: number, padMax: number, keyRate: number, delayRate: number,
- *   orderedRate?: number, orderingKeys?: number, idRate?: number, keyedPoison?: (messages: Message[]) => void, tally: { okMessages: number } }} o
- *   keyedPoison: makes some keyed messages poison too (keyed-poison.mjs)
+ *   orderedRate?: number, orderingKeys?: number, idRate?: number, keyedPoison?: (messages: Message[]) => void, tally: { okMessages: number }, gate?: { pass: (name: string) => Promise<void> } }} o
+ *   keyedPoison: makes some keyed messages poison too (keyed-poison.mjs); gate: where a quiet phase stops it (quiet-phases.mjs)
  */
 export async function runProducer(o) {
   const p = `producer-${o.index}`;
@@ -106,6 +106,8 @@ export async function runProducer(o) {
   };
   const collisions = idCollisions(o);
   while (!o.control.stop && Date.now() < o.deadline) {
+    // A quiet phase (quiet-phases.mjs) holds the producers here.
+    await o.gate?.pass(p);
     // Now and then a send under an id chosen to collide, or of its own (id-collisions.mjs).
     const chosen = collisions.due();
     for (let i = 0; i < chosen && !o.control.stop; i++) {
@@ -399,13 +401,14 @@ function harnessId(m) {
  * see every message that was moved end in an ack, never lost between two queues.
  * Runs until the producers are done, so the drain can empty the dead-letter queue.
  * @param {{ seed: number, history: History, api: Api, dlq: string, targets: [string, string], control: Control, deadline: number,
- *   loadDone: () => boolean, held: { paused: boolean }, tally: { redrives: number, moved: number }, purger?: { during: () => Promise<void> } }} o
+ *   loadDone: () => boolean, held: { paused: boolean }, tally: { redrives: number, moved: number }, purger?: { during: () => Promise<void> }, gate?: { pass: (name: string) => Promise<void> } }} o
  *   purger: an operator who may purge the dead-letter queue while the redrive runs (dlq-purger.mjs)
  */
 export async function runRedriver(o) {
   const rng = prng(o.seed, "redriver");
   try {
     while (!o.control.stop && Date.now() < o.deadline && !o.loadDone()) {
+      await o.gate?.pass("redriver");
       o.held.paused = true;
       await sleep(rng.int(1500, 4000));
       const to = rng.chance(0.3) ? o.targets[1] : o.targets[0];
