@@ -15,7 +15,7 @@
  * the shard for a report of its new figures. While a long-polling pull waits, the shard
  * also watches its due times (due-wakeups.ts) through the same alarm.
  */
-export type AlarmCause = "heartbeat" | "due";
+export type AlarmCause = "heartbeat" | "due" | "watch";
 
 export class ShardAlarm {
   /** Awake: when the next report is due. Null while asleep. */
@@ -25,7 +25,7 @@ export class ShardAlarm {
   /** When the one alarm is set for, as far as this instance knows. */
   private alarmAt: number | null = null;
   /** What the alarm was set for, when it was set (a test may run it early: it counts as that). */
-  private setFor: AlarmCause | "watch" | null = null;
+  private setFor: AlarmCause | null = null;
 
   constructor(
     private readonly intervalMs: number,
@@ -53,7 +53,10 @@ export class ShardAlarm {
     this.arm();
   }
 
-  /** At the alarm: what it is for. A report due, or run early for one, counts as the report. */
+  /**
+   * At the alarm: what it is for. A report due, or run early for one, counts as the report.
+   * None: an alarm this instance did not set (armed before a restart).
+   */
   fired(now: number): Set<AlarmCause> {
     const causes = new Set<AlarmCause>();
     const early = this.setFor;
@@ -67,6 +70,7 @@ export class ShardAlarm {
       this.dueAt = null;
       causes.add("due");
     }
+    if (early === "watch") causes.add("watch");
     return causes;
   }
 
