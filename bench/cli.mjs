@@ -2,6 +2,7 @@
 import { CEILING_HELP, ceilingCommand } from "./ceiling.mjs";
 import { COMPARE_HELP, compare } from "./compare.mjs";
 import { LOAD_HELP, load } from "./load.mjs";
+import { MANY_HELP, manyQueues } from "./many-queues.mjs";
 import { LONGPOLL_HELP, longPolling } from "./long-polling.mjs";
 import { PROFILE_HELP, profile } from "./profile.mjs";
 
@@ -12,8 +13,9 @@ try {
   else if (command === "profile" && !rest.includes("--help")) await profile(rest);
   else if (command === "ceiling" && !rest.includes("--help")) await ceilingCommand(rest);
   else if (command === "longpoll" && !rest.includes("--help")) await longPolling(rest);
+  else if (command === "many" && !rest.includes("--help")) await manyQueues(rest);
   else {
-    console.log(`usage:\n${LOAD_HELP}\n\n${COMPARE_HELP}\n\n${CEILING_HELP}\n\n${PROFILE_HELP}\n\n${LONGPOLL_HELP}`);
+    console.log(`usage:\n${LOAD_HELP}\n\n${COMPARE_HELP}\n\n${CEILING_HELP}\n\n${PROFILE_HELP}\n\n${LONGPOLL_HELP}\n\n${MANY_HELP}`);
     if (command !== undefined && command !== "help" && command !== "--help") process.exitCode = 2;
   }
 } catch (err) {
