@@ -100,7 +100,7 @@ export async function manyQueues(argv) {
 
     /** @type {Q[]} */
     const queues = Array.from({ length: n }, (_, i) => ({ name: `${PREFIX}${String(i).padStart(5, "0")}`, kind: i % 2 === 0 ? "push" : "pull", created: false, consumer: false, id: null, received: 0 }));
-    const call = (/** @type {string} */ method, /** @type {string} */ path, /** @type {unknown} */ body) => api(base, method, path, body);
+    const call = (/** @type {string} */ method, /** @type {string} */ path, /** @type {unknown} */ body = undefined) => api(base, method, path, body);
 
     // 1. Queues, then a consumer on each.
     phases.create = await phase(queues, concurrency, async (q) => {
