@@ -34,7 +34,7 @@ import { DeliveryState } from "./delivery-state";
 import { ConsumerWakeups } from "./consumer-wakeups";
 import { DueWakeups, nextDueAfter } from "./due-wakeups";
 import { coordinatorFor } from "../src/kernel/addressing";
-import { meteredSql, settleReads, type CostMeter } from "../src/kernel/sql-meter";
+import { meteredSql, newMeter, settleReads, type CostMeter } from "../src/kernel/sql-meter";
 import { cancelMessage, countMatching, findMessage, leaseMatching, peekReady, purgeSome, releaseLeases } from "./operations";
 import { migrate } from "./schema";
 import { appendBatch } from "./append";
@@ -95,7 +95,7 @@ export class StorageShard extends DurableObject<Env> {
   /** When the Coordinator hears that this shard has messages ready (consumer-wakeups.ts). */
   private readonly wakeups: ConsumerWakeups;
   /** RPCs served and SQLite rows written since this object started (the benchmark's cost figures). */
-  private readonly cost: CostMeter = { rpcs: 0, rowsWritten: 0, rowsRead: 0, alarms: 0 };
+  private readonly cost: CostMeter = newMeter();
   /** This shard's number in its queue, written into the ids it draws (segment.ts locatedId). */
   private get shardNo(): number {
     return shardNumber(this.identity?.name ?? "");

@@ -18,7 +18,7 @@ import { cancelMessage, lookupMessage, purgeQueue } from "./operations-api";
 import { redriveQueue } from "./redrive";
 import { listHeldKeys, releaseKey } from "./ordering-api";
 import { getSeries, peekMessages } from "./dashboard-api";
-import { testHook, testHookRoutes } from "./test-hooks-api";
+import { testHook, testHookRequests, testHookRoutes } from "./test-hooks-api";
 import { openApiJson } from "../openapi/document";
 
 type ApiRequest = IRequest & { principal: Principal };
@@ -92,6 +92,7 @@ router
   .delete(`${QUEUE}/consumers/:consumer_id`, (req, env) => deleteConsumer(env, req.principal.accountId, queueRef(req), param(req, "consumer_id")))
   // The fault harness's hooks: routed only when SHARDQ_TEST_HOOKS is "on" (broker/http/test-hooks-api.ts).
   .all(`${QUEUE}/test-hooks`, (req, env) => testHook(req, env, req.principal.accountId, queueRef(req)))
+  .get("/accounts/:account_id/test-hooks/requests", (req, env) => testHookRequests(req, env))
   // Listed in ROUTES yet taken by no handler above: the two disagree; answer rather than hang.
   .all("*", (req) => {
     throw new HttpError("not_found", `no route for ${req.method} ${new URL(req.url).pathname}`);

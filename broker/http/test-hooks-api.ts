@@ -10,6 +10,11 @@
  *   POST .../queues/:queue/test-hooks { consumer_shard: i, arm: point|null, times? }
  *   POST .../queues/:queue/test-hooks { coordinator: true, arm?, times?, action?: "scale-out"|"drain", drain_shard?, hold_map_ms? }
  *     -> { instance, armed, throws_left, alarms_thrown, alarm_ok_at, ... }
+ *   GET  .../accounts/:account/test-hooks/requests
+ *     -> { requests }: the Durable Object requests (RPCs and alarms) every object's cost
+ *        meter in this isolate has counted (src/kernel/sql-meter.ts requestsCounted), read
+ *        without a Durable Object: `npm run bench -- many` counts those of a quiet window,
+ *        and asking a DO would be one more. Every account's objects alike.
  *
  * It exists so test/faults can crash one object at an exact point, which a SIGKILL of
  * the whole service cannot aim at. Fenced twice: it is routed only when
@@ -24,6 +29,7 @@ import { z } from "zod";
 import { consumerShardFor, coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import type { Env } from "../../src/kernel/env";
 import { HttpError } from "../../src/kernel/errors";
+import { requestsCounted } from "../../src/kernel/sql-meter";
 import { ALL_FAULT_POINTS, MAX_ALARM_THROWS, testHooksEnabled, type BuildGlobals, type FaultPoint } from "../../src/kernel/test-hooks";
 import type { Scope } from "./auth";
 import { ok } from "./envelope";
@@ -32,10 +38,11 @@ import { findQueue, lookupQueue } from "../../src/routing/queue-lookup";
 import { parseWith } from "../../src/kernel/validate";
 
 const PATH = /^\/accounts\/[^/]+\/queues\/[^/]+\/test-hooks\/?$/;
+const REQUESTS_PATH = /^\/accounts\/[^/]+\/test-hooks\/requests\/?$/;
 
-/** The ROUTES entries of the hooks: none unless the var is on, so the path is as unknown as any other. */
+/** The ROUTES entries of the hooks: none unless the var is on, so the paths are as unknown as any other. */
 export function testHookRoutes(env: Env): Array<[RegExp, Partial<Record<string, readonly Scope[]>>]> {
-  return testHooksEnabled(env) ? [[PATH, { GET: ["admin"], POST: ["admin"] }]] : [];
+  return testHooksEnabled(env) ? [[PATH, { GET: ["admin"], POST: ["admin"] }], [REQUESTS_PATH, { GET: ["admin"] }]] : [];
 }
 
 /** A POST's body. Built when called, not at load, so a build without the handler has none of it. */
@@ -91,3 +98,13 @@ async function forwardToHook(request: Request, env: Env, accountId: string, queu
 /** GET or POST .../test-hooks: forwarded to the hook, or (a production build) 404 as any unknown path. */
 export const testHook: (request: Request, env: Env, accountId: string, queueRef: string) => Promise<Response> =
   (globalThis as BuildGlobals).process?.env?.NODE_ENV !== "production" ? forwardToHook : async (request) => unknownPath(request);
+
+/** GET .../test-hooks/requests, in a build that has the hooks: this isolate's count, no object asked. */
+function countedRequests(request: Request, env: Env): Response {
+  if (!testHooksEnabled(env)) unknownPath(request);
+  return ok({ requests: requestsCounted() });
+}
+
+/** GET .../test-hooks/requests: the count, or (a production build) 404 as any unknown path. */
+export const testHookRequests: (request: Request, env: Env) => Response | Promise<Response> =
+  (globalThis as BuildGlobals).process?.env?.NODE_ENV !== "production" ? countedRequests : async (request) => unknownPath(request);
