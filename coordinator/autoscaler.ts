@@ -66,6 +66,8 @@ export interface ShardView {
     leasedNow: number;
     refusals: number;
     receivedAt: number;
+    /** Of messagesIn, those sent from other regions, by region. */
+    inFrom?: Readonly<Record<string, number>>;
   } | null;
 }
 
@@ -105,6 +107,15 @@ export const CAPACITY_SHARE = 0.85;
  * at the target would otherwise add a shard on a high reading.
  */
 export const SCALE_OUT_TOLERANCE = 0.1;
+
+/**
+ * A region without a shard of its own gets one once the sends from it exceed this share of
+ * the target per shard in two readings in a row (docs/cost.md, "Regions"); its last shard is
+ * drained only below a tenth of that, so a region near the line does not gain and lose one
+ * over and over.
+ */
+export const OWN_SHARD_SHARE = 0.3;
+export const LAST_SHARD_SHARE = OWN_SHARD_SHARE / 10;
 
 /** The load per shard the autoscaler aims at: the configured target, and never above CAPACITY_SHARE of the capacity. */
 export function effectiveTarget(policy: Pick<ScalingPolicy, "targetPerShard" | "capacityPerShard">): number {
@@ -155,6 +166,27 @@ export function decide(
     }
 
     const min = typeof policy.minPerRegion === "number" ? policy.minPerRegion : (policy.minPerRegion[region] ?? 0);
+    if (active.length === 0 && min === 0) {
+      // Its sends go to other regions' shards: it gets one of its own when they are worth one.
+      const from = fromRegion(shards, region, fresh);
+      const reports = shards.filter((s) => s.state === "active" && fresh(s.beat)).map((s) => periodStart(s.beat!));
+      const changed = next.lastChange[region] ?? -Infinity;
+      if (from < target * OWN_SHARD_SHARE || reports.length === 0 || now - changed < policy.cooldownMs) {
+        delete high[region];
+        continue;
+      }
+      const first = high[region];
+      if (!first || first.since < changed) {
+        high[region] = { since: Math.max(...reports), load: from };
+        continue;
+      }
+      if (!reports.every((start) => start > first.since)) continue;
+      delete high[region];
+      const reason = `${Math.round(from)} msg/s sent from ${region}, which has no shard of its own, >= ${Math.round(target * OWN_SHARD_SHARE)} in two readings in a row`;
+      actions.push({ kind: "add_shards", region, count: 1, reason, figures: { ...figures, messagesPerSecond: Math.round(from) } });
+      next.lastChange[region] = now;
+      continue;
+    }
     if (active.length < min) {
       actions.push({ kind: "add_shards", region, count: min - active.length, reason: `below the minimum of ${min}`, figures });
       next.lastChange[region] = now;
@@ -194,7 +226,10 @@ export function decide(
       const since = (next.lowSince[region] ??= reports.length ? Math.min(now, Math.max(changed, ...reports)) : now);
       if (now - since >= policy.scaleInAfterMs) {
         // Enough shards for the load at half the target each: room to grow before the next scale-out.
-        const wanted = Math.max(min, Math.min(active.length - 1, Math.ceil(rate / (target / 2))));
+        // A region's last shard, kept at no minimum, goes only once its own sends are well below what gave it one.
+        const floor = min === 0 && rate >= target * LAST_SHARD_SHARE ? 1 : min;
+        const wanted = Math.max(floor, Math.min(active.length - 1, Math.ceil(rate / (target / 2))));
+        if (wanted >= active.length) continue;
         // The emptiest shards drain fastest; among equals, the newest go first.
         const victims = [...active].sort((a, b) => (a.beat?.backlog ?? 0) - (b.beat?.backlog ?? 0) || b.createdAt - a.createdAt).slice(0, active.length - wanted);
         const reason = `${Math.round(perShard)} msg/s per shard < ${Math.round(target * policy.scaleInBelow)} for ${Math.round((now - since) / 1000)} s: ${active.length} -> ${wanted} shards`;
@@ -209,4 +244,14 @@ export function decide(
     }
   }
   return { actions, memory: next, wakeAt };
+}
+
+/** Messages per second sent from `region` to shards of other regions, by their fresh reports. */
+function fromRegion(shards: readonly ShardView[], region: string, fresh: (b: ShardView["beat"]) => boolean): number {
+  let perSecond = 0;
+  for (const s of shards) {
+    if (s.state !== "active" || !fresh(s.beat) || !s.beat!.inFrom) continue;
+    perSecond += ((s.beat!.inFrom[region] ?? 0) * 1000) / s.beat!.periodMs;
+  }
+  return perSecond;
 }

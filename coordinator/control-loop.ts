@@ -58,7 +58,7 @@ export class ControlLoop {
         region: s.region,
         state: s.state,
         createdAt: s.created_at,
-        beat: b ? { state: b.state, messagesIn: b.messages_in, periodMs: b.period_ms, backlog: b.backlog_count, leasedNow: b.leased_now + (b.handoffs ?? 0) /* owed hand-offs keep a drained shard from retiring, as leases do */, refusals: b.refusals, receivedAt: b.received_at } : null,
+        beat: b ? { state: b.state, messagesIn: b.messages_in, periodMs: b.period_ms, backlog: b.backlog_count, leasedNow: b.leased_now + (b.handoffs ?? 0) /* owed hand-offs keep a drained shard from retiring, as leases do */, refusals: b.refusals, receivedAt: b.received_at, inFrom: b.in_from ?? undefined } : null,
       };
     });
     const policy = {

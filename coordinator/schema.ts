@@ -93,6 +93,8 @@ const MIGRATIONS: string[] = [
   // A shard state change told to its shard and not recorded yet (control-loop.ts changeState):
   // a Coordinator that starts and finds one knows a reset cut it short, and undoes it at once.
   `CREATE TABLE IF NOT EXISTS state_changes (name TEXT PRIMARY KEY, state TEXT NOT NULL);`,
+  // Sends a shard took from other regions (docs/cost.md, "Regions"), from its latest report.
+  `ALTER TABLE heartbeats ADD COLUMN in_from TEXT;`,
 ];
 
 export function migrateCoordinator(sql: SqlStorage): void {

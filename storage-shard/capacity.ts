@@ -32,11 +32,22 @@ export class TokenBucket {
   }
 }
 
+/** One heartbeat's period: what happened since the previous one. */
+export interface Period {
+  messagesIn: number;
+  messagesOut: number;
+  refusals: number;
+  periodMs: number;
+  inFrom?: Record<string, number>;
+}
+
 /** What one heartbeat reports about the period since the previous one. */
 export class ActivityMeter {
   messagesIn = 0;
   messagesOut = 0;
   refusals = 0;
+  /** Of messagesIn, those sent from other regions, by region. */
+  inFrom: Record<string, number> = {};
   periodStart: number;
 
   constructor(now: number) {
@@ -44,8 +55,10 @@ export class ActivityMeter {
   }
 
   /** Returns the period's figures and starts a new period. */
-  roll(now: number): { messagesIn: number; messagesOut: number; refusals: number; periodMs: number } {
-    const out = { messagesIn: this.messagesIn, messagesOut: this.messagesOut, refusals: this.refusals, periodMs: Math.max(0, now - this.periodStart) };
+  roll(now: number): Period {
+    const out: Period = { messagesIn: this.messagesIn, messagesOut: this.messagesOut, refusals: this.refusals, periodMs: Math.max(0, now - this.periodStart) };
+    if (Object.keys(this.inFrom).length > 0) out.inFrom = this.inFrom;
+    this.inFrom = {};
     this.messagesIn = 0;
     this.messagesOut = 0;
     this.refusals = 0;
@@ -54,7 +67,8 @@ export class ActivityMeter {
   }
 
   /** Takes back a period whose report failed, so the next report counts it. */
-  unroll(period: { messagesIn: number; messagesOut: number; refusals: number; periodMs: number }, now: number): void {
+  unroll(period: Period, now: number): void {
+    for (const [region, n] of Object.entries(period.inFrom ?? {})) this.inFrom[region] = (this.inFrom[region] ?? 0) + n;
     this.messagesIn += period.messagesIn;
     this.messagesOut += period.messagesOut;
     this.refusals += period.refusals;

@@ -260,6 +260,7 @@ export class StorageShard extends DurableObject<Env> {
     this.wakeups.afterAppend(stored, this.backlogCount - this.leasedNow);
     if (this.due.plan(now)) this.alarms.arm();
     this.activity.messagesIn += stored;
+    if (req.origin !== undefined && stored > 0) this.activity.inFrom[req.origin] = (this.activity.inFrom[req.origin] ?? 0) + stored;
     // The fault harness's reset once this is durable, before the reply: the sender cannot know.
     return this.hooks.afterDurable("abort-append", this.ctx, { ok: true, stored, duplicates: req.messages.length - stored, backlog: this.backlog(), ids });
   }

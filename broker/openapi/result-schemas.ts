@@ -327,6 +327,7 @@ const shardHeartbeat = z.strictObject({
   refusals: count(),
   leased_now: count(),
   handoffs: count().nullable().optional(),
+  in_from: z.record(z.string(), count()).nullable().optional(),
   period_ms: count(),
   received_at: epochMs(),
   totals: deliveryTotals,

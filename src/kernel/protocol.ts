@@ -85,6 +85,8 @@ export interface AppendRequest {
    * never skipped by id, only by their move.
    */
   remember?: boolean;
+  /** The sender's region, when it is not the shard's own: sends from a region without a shard of its own (docs/cost.md, "Regions"). */
+  origin?: string;
 }
 
 /**
@@ -214,6 +216,8 @@ export interface StorageHeartbeat extends ShardStats {
   epoch?: number;
   /** Whether a message here is ready for a consumer now (absent from shards older than sleeping). */
   readyNow?: boolean;
+  /** Messages stored since the previous heartbeat from senders in other regions, by region; absent when none. */
+  inFrom?: Record<string, number>;
 }
 
 /** The Coordinator's answer to a heartbeat. */
@@ -380,6 +384,8 @@ export interface ShardHeartbeat {
   leased_now: number;
   /** Hand-offs of ordering keys the shard still owes (StorageHeartbeat.handoffs). */
   handoffs?: number;
+  /** StorageHeartbeat.inFrom; null when the report had none. */
+  in_from?: Record<string, number> | null;
   period_ms: number;
   received_at: number;
   totals: DeliveryTotals;

@@ -221,7 +221,9 @@ async function storeOnOneShard(
       refreshed = true;
       continue;
     }
-    const result = await appendWithRetry(env, shard, { queueId: map.queueId, messages, ...flags });
+    // A send from a region without a shard of its own says so: the autoscaler gives the region one once it sends enough.
+    const origin = target.region !== undefined && target.region !== shard.region ? { origin: target.region } : {};
+    const result = await appendWithRetry(env, shard, { queueId: map.queueId, messages, ...flags, ...origin });
     if (result.ok) return { queueId: map.queueId, backlog: result.backlog, ids: result.ids };
     if (result.refused === "overloaded") {
       full.add(shard.name);

@@ -275,4 +275,34 @@ describe("storage-shard autoscaler on a model of the queue (capacity 100 msg/s a
     expect(first).toMatchObject({ actions: [], wakeAt: 10_000 });
     expect(decide(quiet(10_000), ["r"], w6, first.memory, 10_000).actions.map((a) => a.kind)).toEqual(["drain_shard", "drain_shard", "drain_shard"]);
   });
+
+  describe("a region without a shard of its own (docs/cost.md, Regions)", () => {
+    const home: ScalingPolicy = { ...policy, minPerRegion: { home: 1 } };
+    // One home shard taking `away` msg/s of its load from region "far".
+    const homeShard = (at: number, total: number, away: number): ShardView[] => shards(1, total, at, { inFrom: { far: away * 5 } }, "home");
+
+    it("gets one once its sends exceed 0.3 of the target in two readings in a row, and not on one reading or below", () => {
+      const below = twice((at) => homeShard(at, 50, 29), home, empty, 1000, 6000, ["home", "far"]);
+      expect(below.actions).toEqual([]);
+      const one = decide(homeShard(1000, 50, 40), ["home", "far"], home, empty, 1000);
+      expect(one.actions).toEqual([]);
+      const { actions } = twice((at) => homeShard(at, 50, 40), home, empty, 1000, 6000, ["home", "far"]);
+      expect(actions).toEqual([expect.objectContaining({ kind: "add_shards", region: "far", count: 1, reason: expect.stringContaining("40 msg/s sent from far") })]);
+    });
+
+    it("keeps its last shard while its own load stays above a tenth of that, drains it below, and never drains the home region's", () => {
+      const farShard = (at: number, rate: number) => [...shards(1, 0, at, {}, "home"), ...shards(1, rate, at, {}, "far")];
+      let memory = empty;
+      for (let t = 5000; t <= 60_000; t += 5000) memory = decide(farShard(t, 5), ["home", "far"], home, memory, t).memory;
+      expect(decide(farShard(65_000, 5), ["home", "far"], home, memory, 65_000).actions).toEqual([]);
+      memory = empty;
+      let drained: ScalingAction[] = [];
+      for (let t = 5000; t <= 60_000 && drained.length === 0; t += 5000) {
+        const out = decide(farShard(t, 1), ["home", "far"], home, memory, t);
+        memory = out.memory;
+        drained = out.actions;
+      }
+      expect(drained).toEqual([expect.objectContaining({ kind: "drain_shard", region: "far", shard: "far0" })]);
+    });
+  });
 });

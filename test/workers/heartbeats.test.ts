@@ -1,6 +1,7 @@
 import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { ManualClock } from "../../src/kernel/clock";
+import { crc32 } from "../../src/kernel/checksum";
 import { coordinatorFor } from "../../src/kernel/addressing";
 import type { Coordinator } from "../../coordinator/coordinator";
 import type { StorageShard } from "../../storage-shard/storage-shard";
@@ -175,6 +176,20 @@ describe("storage shard heartbeats", () => {
     clock.advance(5000);
     await runDurableObjectAlarm(shard);
     expect(await runInDurableObject(shard, async (_obj: StorageShard, state) => state.storage.getAlarm())).toBeNull();
+  });
+
+  it("report the messages sent from other regions by region, for a region without a shard of its own", async () => {
+    const { q, shard, shardName: name, clock } = await onlyShard("beats-origin");
+    const body = new TextEncoder().encode("x");
+    const message = { body, contentType: "text" as const, delayMs: 0, checksum: crc32(body) };
+    expect((await shard.append({ queueId: q.queue_id, messages: [message, message], origin: "weur" })).ok).toBe(true);
+    expect((await shard.append({ queueId: q.queue_id, messages: [message] })).ok).toBe(true);
+    clock.advance(5000);
+    await runDurableObjectAlarm(shard);
+    expect((await coordinatorFor(env, q.queue_id).heartbeats()).find((b) => b.name === name)).toMatchObject({ messages_in: 3, in_from: { weur: 2 } });
+    clock.advance(5000);
+    await runDurableObjectAlarm(shard);
+    expect((await coordinatorFor(env, q.queue_id).heartbeats()).find((b) => b.name === name)).toMatchObject({ messages_in: 0, in_from: null });
   });
 
   it("are dropped by a Coordinator that does not know the shard", async () => {
