@@ -1,0 +1,86 @@
+// An idle queue costs nothing (docs/cost.md), under `wrangler dev` as `npm start` runs it: a
+// new queue starts with one storage shard; once its traffic has ended and its objects have
+// reported their last, the stack makes no Durable Object request at all (counted across the
+// isolate by the test hooks' route, which asks no object); and the first send after the sleep
+// wakes what it needs: a waiting long poll answers with it, and the push consumer takes its message.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { applyConfig } from "../../scripts/apply-config.mjs";
+import { startDevService, type DevService } from "./dev-service.mjs";
+
+const TOKEN = "shardq-local-dev-token";
+const headers = { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" };
+/** Longest the stack may take to fall asleep after its last message: the issue's 60 s, and the Coordinator's last ticks. */
+const SLEEP_WITHIN_MS = 90_000;
+
+describe("an idle queue under wrangler dev", () => {
+  let service: DevService | undefined;
+  let base = "";
+  const api = async (method: string, path: string, body?: unknown) => {
+    const res = await fetch(`${base}/accounts/local${path}`, { method, headers, ...(body === undefined ? {} : { body: JSON.stringify(body) }) });
+    return { status: res.status, json: (await res.json()) as { result: any } };
+  };
+  const requests = async () => (await api("GET", "/test-hooks/requests")).json.result.requests as number;
+  const backlog = async (queue: string) => (await api("GET", `/queues/${queue}/metrics`)).json.result.backlog_count as number;
+  const waitFor = async (check: () => Promise<boolean>, ms: number, what: string) => {
+    const until = Date.now() + ms;
+    while (!(await check())) {
+      if (Date.now() > until) throw new Error(`${what}: not within ${ms} ms`);
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  };
+
+  beforeAll(async () => {
+    service = await startDevService("sleep", ["--var", "SHARDQ_TEST_HOOKS:on"]);
+    base = service.base;
+    await applyConfig(base, TOKEN);
+  });
+
+  afterAll(async () => {
+    await service?.stop();
+  });
+
+  it("starts with one storage shard, makes no Durable Object request once idle, and wakes on the next send", async () => {
+    expect((await api("POST", "/queues", { queue_name: "sleep-pull" })).status).toBe(201);
+    expect((await api("POST", "/queues/sleep-pull/consumers", { type: "http_pull" })).status).toBeLessThan(300);
+    for (const q of ["example", "sleep-pull"]) {
+      const shards = (await api("GET", `/queues/${q}/shards`)).json.result.shards as Array<{ state: string }>;
+      expect(shards.filter((s) => s.state === "active")).toHaveLength(1);
+    }
+
+    // Some traffic: three messages each, the pull consumer's acked, the push consumer's taken.
+    for (const q of ["example", "sleep-pull"]) {
+      expect((await api("POST", `/queues/${q}/messages/batch`, { messages: [{ body: 1 }, { body: 2 }, { body: 3 }] })).status).toBe(200);
+    }
+    const pulled = (await api("POST", "/queues/sleep-pull/messages/pull", { batch_size: 10 })).json.result.messages as Array<{ lease_id: string }>;
+    expect(pulled).toHaveLength(3);
+    await api("POST", "/queues/sleep-pull/messages/ack", { acks: pulled.map((m) => ({ lease_id: m.lease_id })) });
+    await waitFor(async () => (await backlog("example")) === 0, 20_000, "the push consumer takes its messages");
+
+    // Left alone, everything falls asleep: two readings 15 s apart that are equal.
+    const start = Date.now();
+    let last = await requests();
+    for (;;) {
+      await new Promise((r) => setTimeout(r, 15_000));
+      const now = await requests();
+      if (now === last) break;
+      if (Date.now() - start > SLEEP_WITHIN_MS) throw new Error(`still ${now - last} requests in 15 s after ${Date.now() - start} ms`);
+      last = now;
+    }
+    // Asleep: a further 20 s without a single request.
+    const before = await requests();
+    await new Promise((r) => setTimeout(r, 20_000));
+    expect((await requests()) - before).toBe(0);
+
+    // The first send after the sleep: a waiting long poll answers with it.
+    const poll = api("POST", "/queues/sleep-pull/messages/pull", { batch_size: 10, wait_time_ms: 20_000 });
+    await new Promise((r) => setTimeout(r, 1000));
+    const sentAt = Date.now();
+    expect((await api("POST", "/queues/sleep-pull/messages", { body: "after the sleep" })).status).toBe(200);
+    const answer = (await poll).json.result.messages as Array<{ body: string }>;
+    expect(answer.map((m) => m.body)).toEqual(["after the sleep"]);
+    expect(Date.now() - sentAt).toBeLessThan(5000);
+    // And the push consumer takes its own.
+    expect((await api("POST", "/queues/example/messages", { body: "after the sleep" })).status).toBe(200);
+    await waitFor(async () => (await backlog("example")) === 0, 10_000, "the push consumer takes the message sent after the sleep");
+  });
+});
