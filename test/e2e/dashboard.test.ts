@@ -69,9 +69,9 @@ describe("the dashboard in Chromium", () => {
     await page.locator("#create-queue-form button[type=submit]").click();
     await expect.poll(() => page.locator("#queue-title").textContent()).toBe(QUEUE);
     await expect.poll(() => backlogCell().textContent()).toBe("0");
-    // Four shards in the one local region (.dev.vars), drawn and listed, with the map version.
-    await expect.poll(() => page.locator("#shards tbody tr").count()).toBe(4);
-    expect(await page.locator("#shard-picture svg rect[rx='4']").count()).toBe(4);
+    // A new queue's one shard (docs/cost.md, "Start small"), drawn and listed, with the map version.
+    await expect.poll(() => page.locator("#shards tbody tr").count()).toBe(1);
+    expect(await page.locator("#shard-picture svg rect[rx='4']").count()).toBe(1);
     expect(await page.locator("#map-version").textContent()).toMatch(/^version \d+/);
     // A queue name the API refuses is reported, not swallowed.
     await page.locator("#create-queue summary").click();

@@ -23,7 +23,8 @@ describe("shardq under wrangler dev", () => {
 
   const startService = async () => {
     service = await startWrangler({
-      args: ["-c", "wrangler.toml", "--port", String(servicePort), "--ip", "127.0.0.1", "--persist-to", stateDir, "--inspector-port", "0"],
+      // Four shards pinned: the messages must be spread over several, and found on each after restarts.
+      args: ["-c", "wrangler.toml", "--port", String(servicePort), "--ip", "127.0.0.1", "--persist-to", stateDir, "--inspector-port", "0", "--var", "SHARDS_PER_REGION:4"],
       readyUrl: `http://127.0.0.1:${servicePort}/`,
       env: { WRANGLER_REGISTRY_PATH: registry },
     });

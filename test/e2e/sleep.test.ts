@@ -75,9 +75,10 @@ describe("an idle queue under wrangler dev", () => {
     const poll = api("POST", "/queues/sleep-pull/messages/pull", { batch_size: 10, wait_time_ms: 20_000 });
     await new Promise((r) => setTimeout(r, 1000));
     const sentAt = Date.now();
-    expect((await api("POST", "/queues/sleep-pull/messages", { body: "after the sleep" })).status).toBe(200);
-    const answer = (await poll).json.result.messages as Array<{ body: string }>;
-    expect(answer.map((m) => m.body)).toEqual(["after the sleep"]);
+    const sent = await api("POST", "/queues/sleep-pull/messages", { body: "after the sleep" });
+    expect(sent.status).toBe(200);
+    const answer = (await poll).json.result.messages as Array<{ id: string }>;
+    expect(answer.map((m) => m.id)).toEqual([sent.json.result.message_id]);
     expect(Date.now() - sentAt).toBeLessThan(5000);
     // And the push consumer takes its own.
     expect((await api("POST", "/queues/example/messages", { body: "after the sleep" })).status).toBe(200);
