@@ -1,0 +1,317 @@
+import { DurableObject } from "cloudflare:workers";
+import { systemClock, type Clock } from "../src/kernel/clock";
+import { serviceConfig } from "../src/kernel/config";
+import type { Env } from "../src/kernel/env";
+import type {
+  DeliveryTotals,
+  Epoch,
+  ShardIdentity,
+  ShardState,
+  ShardBacklog,
+  ShardRefusal,
+  ShardStats,
+  StorageHeartbeat,
+} from "../src/kernel/protocol";
+import { ShardAlarm } from "./shard-alarm";
+import { ActivityMeter, TokenBucket } from "./capacity";
+import { expireOld, lease, leasedCount, type BacklogDelta } from "./delivery";
+import { DeliveryState } from "./delivery-state";
+import { ConsumerWakeups } from "./consumer-wakeups";
+import { DueWakeups, nextDueAfter } from "./due-wakeups";
+import { coordinatorFor } from "../src/kernel/addressing";
+import { meteredSql, newMeter, settleReads, type CostMeter } from "../src/kernel/sql-meter";
+import { peekReady } from "./operations";
+import { migrate } from "./schema";
+import { loadEpoch, owedHandoffs } from "./handoff";
+import { HandoffOutbox } from "./handoff-outbox";
+import { laneFigures, leasedLaneCount, oldestLaneAt } from "./lane-operations";
+import { lanesInUse, lanesReadyAt } from "./lanes";
+import { shardNumber } from "./segment";
+import { testHooksFor } from "../src/kernel/test-hooks";
+
+/**
+ * Reports a shard sends, while a push consumer should be taking its ready messages and nobody
+ * does, before it sleeps anyway: each wakes consumers (a round lost to a reset), and a
+ * consumer that never comes (its Worker unbound) is a backlog waiting for a consumer.
+ */
+const STAY_AWAKE_REPORTS = 6;
+
+/**
+ * What every storage shard keeps and how it looks after itself: its identity, state and
+ * epoch, its backlog figures, its one alarm (shard-alarm.ts) and its reports to the
+ * Coordinator, and the helpers its RPCs write and read through. The RPCs are StorageShard's
+ * (storage-shard.ts).
+ */
+export abstract class ShardCore extends DurableObject<Env> {
+  protected readonly sql: SqlStorage;
+  protected identity: ShardIdentity | null;
+  protected state: ShardState;
+  /** The epoch the Coordinator last told this shard: which ordering keys it owns (handoff.ts). */
+  protected epoch: Epoch | null;
+  /** Its calls to other shards for the hand-off of ordering keys. */
+  protected readonly outbox: HandoffOutbox;
+  protected backlogCount: number;
+  protected backlogBytes: number;
+  /** What happened since the last heartbeat. */
+  protected readonly activity: ActivityMeter;
+  /** SHARD_CAPACITY_PER_SECOND as a token bucket; tests set their own. */
+  capacity: TokenBucket | null;
+  /** Messages leased and not yet settled (reset on restart: a lower bound after one). */
+  protected leasedNow = 0;
+  /** The one alarm: reports while awake, due work while asleep (shard-alarm.ts). */
+  protected readonly alarms: ShardAlarm;
+  /** The figures of the last report sent (in memory: a restart reports once more). */
+  protected lastReport: string | null = null;
+  /** Whether that report said messages were ready (null: none sent since this instance started). */
+  protected reportedReady: boolean | null = null;
+  /** The Coordinator asked for reports although nothing changes (HeartbeatReply.stayAwake); how many such reports in a row. */
+  protected stayAwake = false;
+  protected idleReports = 0;
+  /** The queue's retention as the Coordinator last said it (kept in meta: a sleeping shard's alarm needs it after a restart). */
+  protected retentionMs: number | null;
+  /** Messages becoming ready later, told to the Coordinator while pulls wait (due-wakeups.ts). */
+  protected readonly due: DueWakeups;
+  /** When the Coordinator hears that this shard has messages ready (consumer-wakeups.ts). */
+  protected readonly wakeups: ConsumerWakeups;
+  /** RPCs served and SQLite rows written since this object started (the benchmark's cost figures). */
+  protected readonly cost: CostMeter = newMeter();
+  /** This shard's number in its queue, written into the ids it draws (segment.ts locatedId). */
+  protected get shardNo(): number {
+    return shardNumber(this.identity?.name ?? "");
+  }
+  /** Memory leases, the scan cursor and the running totals (delivery-state.ts). */
+  protected readonly delivery: DeliveryState;
+  /** Tests replace this to drive time. */
+  clock: Clock = systemClock;
+  /** The fault harness's resets; inert unless SHARDQ_TEST_HOOKS is "on" (src/kernel/test-hooks.ts). */
+  protected readonly hooks = testHooksFor(this.env, "storage");
+
+  constructor(ctx: DurableObjectState, env: Env) {
+    super(ctx, env);
+    this.sql = meteredSql(ctx.storage.sql, this.cost);
+    migrate(this.sql);
+    // Lease ids from before segments name rows of segments that are gone once settled.
+    this.sql.exec("DELETE FROM legacy_rows WHERE seg NOT IN (SELECT seg FROM segments)");
+    const meta = new Map(this.sql.exec<{ key: string; value: string }>("SELECT key, value FROM meta").toArray().map((r) => [r.key, r.value]));
+    this.identity = meta.has("identity") ? (JSON.parse(meta.get("identity")!) as ShardIdentity) : null;
+    this.state = (meta.get("state") as ShardState | undefined) ?? "active";
+    this.retentionMs = meta.has("retention_ms") ? Number(meta.get("retention_ms")) : null;
+    // Counted once here rather than written with every batch: rows read are cheap, rows written are not.
+    const c = this.sql.exec<{ n: number; bytes: number }>("SELECT COALESCE(SUM(live), 0) AS n, COALESCE(SUM(live_bytes), 0) AS bytes FROM segments").one();
+    const lanes = this.sql.exec<{ n: number; bytes: number }>("SELECT COUNT(*) AS n, COALESCE(SUM(length(body)), 0) AS bytes FROM lane_messages").one();
+    this.backlogCount = c.n + lanes.n;
+    this.backlogBytes = c.bytes + lanes.bytes;
+    this.epoch = loadEpoch(this.sql);
+    this.outbox = new HandoffOutbox(ctx, env, this.sql);
+    this.delivery = new DeliveryState(this.sql);
+    this.due = new DueWakeups(this.sql, this.delivery);
+    this.wakeups = new ConsumerWakeups(ctx, env, () => this.identity, () => lanesReadyAt(this.sql, this.clock.now()), () => this.due.stop());
+    const now = this.clock.now();
+    this.activity = new ActivityMeter(now);
+    const perSecond = serviceConfig(env).shardCapacityPerSecond;
+    this.capacity = perSecond > 0 ? new TokenBucket(perSecond, now) : null;
+    this.alarms = new ShardAlarm(
+      serviceConfig(env).heartbeatIntervalMs,
+      (at) => {
+        // Billed as a row written.
+        this.cost.rowsWritten++;
+        void ctx.storage.setAlarm(at);
+      },
+      () => this.due.wakeAt,
+    );
+    // Nothing is armed here: an alarm set before a restart is durable, and finds this instance
+    // knowing nothing of it (alarm(): it then does the due work and reports).
+  }
+
+  /** Sends the releases of handed-off keys this shard owes (handoff-outbox.ts). */
+  protected flushReleases(): void {
+    if (this.identity) this.outbox.flush(this.identity.queueId, this.identity.name);
+  }
+
+  protected learnRetention(ms: number): void {
+    if (ms === this.retentionMs) return;
+    this.retentionMs = ms;
+    this.sql.exec("INSERT OR REPLACE INTO meta (key, value) VALUES ('retention_ms', ?)", String(ms));
+  }
+
+  /** This shard's backlog now, exact: the in-memory figures follow every committed write. */
+  protected backlog(): ShardBacklog {
+    return { shard: this.identity?.name ?? "", count: this.backlogCount, bytes: this.backlogBytes, oldestAt: this.oldestAt() };
+  }
+
+  /**
+   * When the oldest stored message arrived: the first segment's, or a scheduled one's (a
+   * rewritten message keeps its arrival time). Asked on every append and lease, so the
+   * scheduled segments are read only when a delete may have taken their oldest
+   * (DeliveryState.scheduledOldest); the first segment is one row by the primary key.
+   */
+  protected oldestAt(): number | null {
+    if (this.backlogCount === 0) return null;
+    const first = this.sql.exec<{ t: number }>("SELECT enqueued_at AS t FROM segments ORDER BY seg LIMIT 1").toArray()[0]?.t ?? null;
+    const ds = this.delivery;
+    if (ds.scheduledOldest === undefined) {
+      ds.scheduledOldest = this.sql.exec<{ t: number | null }>("SELECT MIN(enqueued_at) AS t FROM segments WHERE due_at IS NOT NULL AND due_at > -1").one().t;
+    }
+    const times = [first, ds.scheduledOldest, lanesInUse(this.sql) ? oldestLaneAt(this.sql) : null].filter((t): t is number => t !== null);
+    return times.length === 0 ? null : Math.min(...times);
+  }
+
+  protected afterRemoval(r: { delta: BacklogDelta; held: number }, now: number): void {
+    this.applyDelta(r.delta);
+    this.leasedNow = Math.max(0, this.leasedNow - r.held);
+    if (r.delta.count !== 0) this.alarms.wake(now);
+  }
+
+  protected figures(): ShardStats {
+    settleReads(this.cost);
+    const totals: DeliveryTotals = this.delivery.current();
+    return { backlogCount: this.backlogCount, backlogBytes: this.backlogBytes, oldestEnqueuedAt: this.oldestAt(), totals, cost: { ...this.cost }, ...(lanesInUse(this.sql) ? { ordering: laneFigures(this.sql, this.clock.now()) } : {}) };
+  }
+
+  /** A read-only RPC (or one that only extends leases): `none` when this shard is not the queue's. */
+  protected read<T>(queueId: string, none: T, fn: () => T): T {
+    this.cost.rpcs++;
+    return this.refuseRead(queueId) ? none : fn();
+  }
+
+  protected refuseRead(queueId: string): boolean {
+    return !this.identity || this.identity.queueId !== queueId || this.state === "retired";
+  }
+
+  /** Runs `fn` in one transaction, with the running totals written in it when a second has passed. */
+  protected write<T>(now: number, fn: () => T): T {
+    return this.ctx.storage.transactionSync(() => {
+      const r = fn();
+      this.delivery.flushTotals(now);
+      return r;
+    });
+  }
+
+  /** After the transaction committed: the in-memory figures follow the rows. */
+  protected applyDelta(delta: BacklogDelta): void {
+    this.backlogCount += delta.count;
+    this.backlogBytes += delta.bytes;
+  }
+
+  /**
+   * The one alarm (shard-alarm.ts): a report while awake, due work while asleep, a waiting
+   * pull's wake-up. Whatever fails, the next alarm is armed here and nothing is thrown: the
+   * platform retries a throwing alarm 6 times, then drops it, and a shard whose alarm was
+   * dropped would never report or do its due work again (the fault run's throw-alarm fault).
+   */
+  override async alarm(): Promise<void> {
+    this.cost.alarms++;
+    const now = this.clock.now();
+    const causes = this.alarms.fired(now);
+    // A scheduled message came due while a pull waits: tell the Coordinator first.
+    if (this.due.takeDue(now)) this.wakeups.notifyAgain();
+    // Due work, or an alarm this instance did not set (armed before a restart): leases held
+    // in memory were lost with it, and their messages are ready again.
+    if (causes.has("due") || (causes.size === 0 && this.identity && this.state !== "retired")) this.dueWork(now);
+    if (causes.has("heartbeat")) {
+      const again = await this.report(now).catch((err: unknown) => (console.error(`storage shard ${this.identity?.name}: heartbeat failed:`, err), true));
+      if (again) this.alarms.wake(now);
+      else this.alarms.sleep(this.nextDue(now));
+    }
+    this.due.plan(now);
+    this.alarms.arm();
+  }
+
+  /**
+   * Something came due while this shard slept: messages past retention are deleted, and if
+   * a message is ready (a delay or a lease ended), the Coordinator hears of it and wakes a
+   * consumer or a waiting pull. The shard wakes, so its next report carries the new figures.
+   */
+  protected dueWork(now: number): void {
+    if (!this.identity || this.state === "retired") return;
+    if (this.retentionMs !== null && this.backlogCount > 0) {
+      const retention = this.retentionMs;
+      this.applyDelta(this.ctx.storage.transactionSync(() => expireOld(this.sql, this.delivery, now, retention, true)));
+      this.flushReleases();
+    }
+    // Ready messages the last report already showed were there for anyone asking: a consumer was told then.
+    if (this.readyNow(now) && this.reportedReady !== true) this.wakeups.notifyAgain();
+    this.alarms.wake(now);
+  }
+
+  /** Whether a message here is ready for a consumer now: one read of the first ready message's header. */
+  protected readyNow(now: number): boolean {
+    return this.backlogCount > 0 && (peekReady(this.sql, this.delivery, now, 1).length > 0 || lanesReadyAt(this.sql, now));
+  }
+
+  /**
+   * When this shard next has work without a request: a message becoming ready (a delay, a
+   * retry delay, a lease running out, a held key's next message), or the oldest message
+   * reaching the queue's retention. Null when nothing comes due: it sleeps without an alarm.
+   */
+  protected nextDue(now: number): number | null {
+    if (!this.identity || this.state === "retired" || this.backlogCount === 0) return null;
+    const ready = nextDueAfter(this.sql, this.delivery, now);
+    const oldest = this.retentionMs !== null ? this.oldestAt() : null;
+    const expiry = oldest !== null ? Math.max(now + 1, oldest + this.retentionMs! + 1) : null;
+    const times = [ready, expiry].filter((t): t is number => t !== null);
+    return times.length === 0 ? null : Math.min(...times);
+  }
+
+  /**
+   * Reports this shard's figures, unless nothing changed since the last report: then it
+   * sleeps (answers false). Deletes messages past the queue's retention (the reply carries
+   * it). Answers whether to stay awake: it does while the period had activity, while it owes
+   * hand-offs of ordering keys (the report's alarm tries them again), and for a few reports
+   * while the Coordinator says its ready messages wait for a push consumer.
+   */
+  protected async report(now: number): Promise<boolean> {
+    this.hooks.alarmStarts();
+    if (!this.identity || this.state === "retired") return false;
+    const period = this.activity.roll(now);
+    // Reset to the truth: the running count drifts up (leases run out), and a draining shard reporting leases it does not hold is never retired.
+    this.leasedNow = leasedCount(this.delivery, now) + leasedLaneCount(this.sql);
+    this.flushReleases();
+    const beat: StorageHeartbeat = {
+      ...this.figures(),
+      ...period,
+      shard: this.identity.name,
+      state: this.state,
+      leasedNow: this.leasedNow,
+      sentAt: now,
+      handoffs: owedHandoffs(this.sql),
+      readyNow: this.readyNow(now),
+      ...(this.epoch ? { epoch: this.epoch.seq } : {}),
+    };
+    const { cost: _cost, periodMs: _period, sentAt: _sent, ...figures } = beat;
+    const signature = JSON.stringify(figures);
+    const owes = (beat.handoffs ?? 0) > 0;
+    if (signature === this.lastReport && !this.stayAwake && !owes) {
+      this.hooks.alarmEnds(now);
+      return false;
+    }
+    const reply = await coordinatorFor(this.env, this.identity.queueId)
+      .heartbeat(beat)
+      .catch((err: unknown) => {
+        this.activity.unroll(period, now);
+        throw err;
+      });
+    if (!reply.known) return false;
+    this.lastReport = signature;
+    this.reportedReady = beat.readyNow ?? null;
+    if (reply.retentionMs !== null) {
+      this.learnRetention(reply.retentionMs);
+      const delta = this.ctx.storage.transactionSync(() => expireOld(this.sql, this.delivery, now, reply.retentionMs!, true));
+      this.applyDelta(delta);
+      this.flushReleases();
+    }
+    // An idle shard's last report also writes the running totals that were waiting for a second to pass.
+    this.delivery.flushTotals(now, true);
+    this.hooks.alarmEnds(now);
+    const active = period.messagesIn + period.messagesOut + period.refusals > 0;
+    this.idleReports = active ? 0 : this.idleReports + 1;
+    this.stayAwake = reply.stayAwake === true && this.idleReports < STAY_AWAKE_REPORTS;
+    return active || this.stayAwake || owes;
+  }
+
+  protected refuse(reason: ShardRefusal): { ok: false; refused: ShardRefusal } {
+    this.activity.refusals++;
+    return { ok: false, refused: reason };
+  }
+
+}
