@@ -206,6 +206,11 @@ export class ControlLoop {
     }
     const target = shards.find((s) => s.name === shard && s.state === "active");
     if (!target) throw new Error(`${String(shard)} is not an active storage shard of this queue`);
+    // A queue at its one shard keeps taking sends: the drained shard's replacement comes first,
+    // as the autoscaler never drains below a region's minimum.
+    if (!shards.some((s) => s.state === "active" && s.region === target.region && s.name !== target.name)) {
+      await this.apply({ kind: "add_shards", region: target.region, count: 1, reason: "test hook: a replacement for the forced drain of the region's last active shard", figures }, now);
+    }
     return (await this.apply({ kind: "drain_shard", region: target.region, shard: target.name, reason: "test hook: forced drain", figures }, now))[0]!;
   }
 

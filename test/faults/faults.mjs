@@ -372,8 +372,12 @@ async function sendTargets(o) {
  * @param {{ api: ReturnType<typeof import("./client.mjs").apiClient>, queue: string }} o @param {FaultStep} step
  */
 async function pickShard(o, step) {
-  const names = await activeShards(o);
-  return /** @type {string} */ (names[Math.floor(step.pick * names.length)]);
+  // A queue may have no active shard for a moment (a forced drain cut short): its next tick adds one.
+  for (let tries = 0; ; tries++) {
+    const names = await activeShards(o);
+    if (names.length > 0 || tries >= 60) return /** @type {string} */ (names[Math.floor(step.pick * names.length)]);
+    await sleep(500);
+  }
 }
 
 /** The queue's active storage shards, by name. @param {{ api: ReturnType<typeof import("./client.mjs").apiClient>, queue: string }} o */

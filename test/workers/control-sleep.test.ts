@@ -83,6 +83,19 @@ describe("an idle queue's control loop", () => {
     expect(await alarmAt(q.queue_id)).toBe(retiredAt + 10 * 60_000);
   });
 
+  it("a forced drain of a queue's last active shard adds its replacement first: the queue keeps taking sends", async () => {
+    const q = await createQueue("sleep-last-shard");
+    const shards = (await coordinatorFor(env, q.queue_id).shardMap())!.shards;
+    for (const s of shards.slice(1)) await coordinatorFor(env, q.queue_id).setShardState(s.name, "draining");
+    const last = shards[0]!.name;
+    await runInDurableObject(env.COORDINATOR.get(env.COORDINATOR.idFromName(q.queue_id)), async (obj: Coordinator) => {
+      await (obj as unknown as { loop: { force(kind: "drain", now: number, shard: string): Promise<string> } }).loop.force("drain", Date.now(), last);
+    });
+    const after = (await coordinatorFor(env, q.queue_id).shardMap())!.shards;
+    expect(after.find((s) => s.name === last)?.state).toBe("draining");
+    expect(after.filter((s) => s.state === "active").map((s) => s.name)).toEqual([expect.not.stringMatching(new RegExp(`^${last}$`))]);
+  });
+
   it("fills the quiet time between two points, and after the last up to now, with the backlog kept and no traffic", () => {
     const p = (at: number, backlog: number, rate: number): SeriesPoint => ({ at_ms: at, backlog_count: backlog, backlog_bytes: backlog, messages_in_per_second: rate, messages_out_per_second: rate, active_shards: 1, consumer_shards_running: 1 });
     const step = SERIES_STEP_MS;
