@@ -294,11 +294,13 @@ export abstract class ShardCore extends DurableObject<Env> {
     if (!reply.known) return false;
     this.lastReport = signature;
     this.reportedReady = beat.readyNow ?? null;
+    let expired = false;
     if (reply.retentionMs !== null) {
       this.learnRetention(reply.retentionMs);
       const delta = this.ctx.storage.transactionSync(() => expireOld(this.sql, this.delivery, now, reply.retentionMs!, true));
       this.applyDelta(delta);
       this.flushReleases();
+      expired = delta.count !== 0;
     }
     // An idle shard's last report also writes the running totals that were waiting for a second to pass.
     this.delivery.flushTotals(now, true);
@@ -306,7 +308,8 @@ export abstract class ShardCore extends DurableObject<Env> {
     const active = period.messagesIn + period.messagesOut + period.refusals > 0;
     this.idleReports = active ? 0 : this.idleReports + 1;
     this.stayAwake = reply.stayAwake === true && this.idleReports < STAY_AWAKE_REPORTS;
-    return active || this.stayAwake || owes;
+    // Messages it expired after the report are not in it: one more report, so its last one is true.
+    return active || this.stayAwake || owes || expired;
   }
 
   protected refuse(reason: ShardRefusal): { ok: false; refused: ShardRefusal } {
