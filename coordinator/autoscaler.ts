@@ -32,7 +32,8 @@
  *   reports is waited for at most three heartbeat intervals past the cooldown.
  * It also says when a scale-in comes due, so the Coordinator can decide then rather than
  * at its next tick.
- * A draining shard is retired only once it reports, as draining, that it holds nothing.
+ * A draining shard is retired only once it reports, as draining, that it holds nothing (a report
+ * as old as the shard's sleep counts: it has not changed since).
  */
 
 export interface ScalingPolicy {
@@ -157,9 +158,11 @@ export function decide(
     const loadPerShard = active.length ? load / active.length : load;
     const figures: Figures = { activeShards: active.length, messagesPerSecond: Math.round(rate), perShard: Math.round(perShard), target: Math.round(target), refusals };
 
-    // Retire what has drained: the shard itself says it is draining and empty.
+    // Retire what has drained: the shard itself says it is draining and empty. That report may be
+    // old: a draining shard takes no new messages, and whatever changes it wakes it to report, so
+    // one that sleeps after saying it is empty is empty still.
     for (const s of inRegion) {
-      if (s.state !== "draining" || !fresh(s.beat)) continue;
+      if (s.state !== "draining" || !s.beat) continue;
       if (s.beat!.state === "draining" && s.beat!.backlog === 0 && s.beat!.leasedNow === 0) {
         actions.push({ kind: "retire_shard", region, shard: s.name, reason: "drained: no messages and no leases left", figures });
       }
