@@ -6,7 +6,7 @@
  * declares are written here.
  *
  * The vars, documented where they are set (wrangler.toml, .dev.vars): REGIONS, DEFAULT_REGION,
- * SHARDS_PER_REGION, HEARTBEAT_INTERVAL_MS, SHARD_CAPACITY_PER_SECOND (0: no limit),
+ * HEARTBEAT_INTERVAL_MS, SHARD_CAPACITY_PER_SECOND (0: no limit),
  * TARGET_MESSAGES_PER_SHARD, MAX_SHARDS_PER_REGION, SCALE_IN_AFTER_MS, SHARD_MAP_CACHE_TTL_MS,
  * DEFAULT_CONSUMER_TRANSPORT, RATE_LIMITS; the secrets AUTH_TOKENS (token -> { account }) and
  * LEASE_SIGNING_KEY (signs pull consumers' lease ids).
@@ -20,6 +20,8 @@ declare global {
       __STATIC_CONTENT?: KVNamespace;
       /** How long a consumer shard's lease on a pushed batch lasts (ms, default 30,000; renewed while the handler runs). */
       PUSH_LEASE_MS?: string;
+      /** Set: N storage shards in every region, kept at least (a pinned layout). Unset: a queue starts with one (src/kernel/config.ts minShardsIn). */
+      SHARDS_PER_REGION?: string;
       /**
        * JSON `{ "<script name>": ["<account id>", ...] }`: the accounts whose queues may use each
        * consumer Worker, named exactly (src/kernel/consumer-settings.ts workerServesAccount).
