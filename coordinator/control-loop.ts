@@ -247,6 +247,19 @@ export class ControlLoop {
     }
   }
 
+  /**
+   * Whether the autoscaler still waits for reports from after its last change in `region`
+   * (autoscaler.ts: every active shard must report a period that began an interval after the
+   * change, for at most the cooldown and three intervals). A shard new to the map has nothing
+   * to report until brokers send to it, and would sleep after its first report, leaving every
+   * next step of a growing queue to wait out that bound.
+   */
+  settling(region: string, now: number): boolean {
+    const interval = serviceConfig(this.env).heartbeatIntervalMs;
+    const changed = loadMemory(this.sql).lastChange[region];
+    return changed !== undefined && now - changed < 2 * interval /* the cooldown */ + 4 * interval;
+  }
+
   /** When the next retired shard is due to be forgotten (pruneRetired), or null. */
   nextPruneAt(): number | null {
     const first = this.store.firstRetiredAt();

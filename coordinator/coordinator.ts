@@ -277,8 +277,9 @@ export class Coordinator extends DurableObject<Env> {
     if (ready) this.ctx.waitUntil(this.loop.wakeConsumers("idle", now));
     if (queue.ready) this.ctx.waitUntil(armAlarm(this.storage, now + serviceConfig(this.env).heartbeatIntervalMs));
     const pushed = this.consumerList()[0]?.type === "worker" && !queue.settings.delivery_paused;
+    const region = this.store.shards().find((s) => s.name === beat.shard)!.region;
     // The shard learns the queue's retention here, so it can expire messages no consumer reads.
-    return { known: true, retentionMs: queue.settings.message_retention_period * 1000, stayAwake: ready && pushed };
+    return { known: true, retentionMs: queue.settings.message_retention_period * 1000, stayAwake: (ready && pushed) || this.loop.settling(region, now) };
   }
 
   /** A consumer shard's report after a round of delivery. */

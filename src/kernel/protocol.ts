@@ -228,7 +228,8 @@ export interface HeartbeatReply {
   retentionMs: number | null;
   /**
    * Report again in an interval even if nothing changes: the shard holds ready messages
-   * that a push consumer should be taking and nobody took (the report wakes consumers).
+   * that a push consumer should be taking and nobody took (the report wakes consumers), or
+   * the autoscaler waits for every shard's report from after its last change.
    */
   stayAwake?: boolean;
 }

@@ -96,6 +96,21 @@ describe("an idle queue's control loop", () => {
     expect(after.filter((s) => s.state === "active").map((s) => s.name)).toEqual([expect.not.stringMatching(new RegExp(`^${last}$`))]);
   });
 
+  it("asks a shard with nothing to report to keep reporting while the autoscaler waits for reports after its last change", async () => {
+    const q = await createQueue("sleep-settling");
+    const coordinator = env.COORDINATOR.get(env.COORDINATOR.idFromName(q.queue_id));
+    const clock = new ManualClock(FUTURE);
+    await runInDurableObject(coordinator, (obj: Coordinator, state) => {
+      obj.clock = clock;
+      // The autoscaler changed region "local" just now (as a scale-out records it).
+      state.storage.sql.exec("INSERT OR REPLACE INTO autoscale (one, memory) VALUES (1, ?)", JSON.stringify({ lowSince: {}, lastChange: { local: FUTURE }, high: {} }));
+    });
+    const shard = (await coordinatorFor(env, q.queue_id).shardMap())!.shards[0]!.name;
+    expect((await coordinatorFor(env, q.queue_id).heartbeat(beat(shard, 0, 0))).stayAwake).toBe(true);
+    clock.advance(6 * 5000);
+    expect((await coordinatorFor(env, q.queue_id).heartbeat(beat(shard, 0, 0))).stayAwake).toBe(false);
+  });
+
   it("fills the quiet time between two points, and after the last up to now, with the backlog kept and no traffic", () => {
     const p = (at: number, backlog: number, rate: number): SeriesPoint => ({ at_ms: at, backlog_count: backlog, backlog_bytes: backlog, messages_in_per_second: rate, messages_out_per_second: rate, active_shards: 1, consumer_shards_running: 1 });
     const step = SERIES_STEP_MS;
