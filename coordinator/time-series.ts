@@ -1,4 +1,4 @@
-import type { ShardHeartbeat } from "../src/kernel/protocol";
+import type { ShardHeartbeat } from "../src/kernel/heartbeat";
 /**
  * A queue's recent history for the dashboard: one point per SERIES_STEP_MS from the
  * shards' heartbeats (backlog, bytes, messages in and out per second, shards and

@@ -10,8 +10,8 @@ import type {
   ShardBacklog,
   ShardRefusal,
   ShardStats,
-  StorageHeartbeat,
 } from "../src/kernel/protocol";
+import type { StorageHeartbeat } from "../src/kernel/heartbeat";
 import { ShardAlarm } from "./shard-alarm";
 import { ActivityMeter, TokenBucket } from "./capacity";
 import { expireOld, lease, leasedCount, type BacklogDelta } from "./delivery";

@@ -1,5 +1,6 @@
 import type { Env } from "../kernel/env";
-import { notRetired, type ShardMap, type ShardHeartbeat } from "../kernel/protocol";
+import { notRetired, type ShardMap } from "../kernel/protocol";
+import type { ShardHeartbeat } from "../kernel/heartbeat";
 import type { QueueMetrics } from "../kernel/queue-info";
 import { coordinatorFor, storageShardFor } from "../kernel/addressing";
 

@@ -9,7 +9,7 @@ import type { Coordinator } from "../../coordinator/coordinator";
 import { fillQuiet, SERIES_STEP_MS, type SeriesPoint } from "../../coordinator/time-series";
 import { coordinatorFor } from "../../src/kernel/addressing";
 import { ManualClock } from "../../src/kernel/clock";
-import type { StorageHeartbeat } from "../../src/kernel/protocol";
+import type { StorageHeartbeat } from "../../src/kernel/heartbeat";
 import { api, createQueue, queuePath } from "./helpers";
 
 const FUTURE = Date.now() + 300_000_000_000;

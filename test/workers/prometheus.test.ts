@@ -7,7 +7,8 @@ import { carryForgottenShard, queueCounters } from "../../coordinator/counters";
 import { recordStorageBeat } from "../../coordinator/heartbeats";
 import { readSendLatency, recordSendLatency } from "../../coordinator/send-latency";
 import type { Env } from "../../src/kernel/env";
-import type { DeliveryTotals, StorageHeartbeat, SendLatencyCounts } from "../../src/kernel/protocol";
+import type { DeliveryTotals, SendLatencyCounts } from "../../src/kernel/protocol";
+import type { StorageHeartbeat } from "../../src/kernel/heartbeat";
 import { parseExposition, valueOf } from "./exposition";
 
 describe("the Prometheus text format writer", () => {
