@@ -2,7 +2,7 @@
 // open head segment with one row written each, a consumer's batch of them is settled with
 // one row, a push consumer's acks (deferrable) ride on the next write of their segment, and
 // the running totals are written at most once a minute while traffic flows.
-import { env, runInDurableObject } from "cloudflare:test";
+import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { crc32 } from "../../src/kernel/checksum";
 import { ManualClock } from "../../src/kernel/clock";
@@ -155,6 +155,19 @@ describe("deferred acks", () => {
     // At-least-once, as a lost lease: ready again, the lost delivery not counted as a retry.
     const again = (await restarted.lease({ ...leaseAll(), retentionMs: 1e15 })).messages;
     expect(again.map((m) => [m.id, m.attempts])).toEqual([[a!.id, 1]]);
+  });
+
+  it("writes every deferred ack, and the running totals, at the alarm after which the shard sleeps", async () => {
+    const { shard } = await shardAt("defer-sleep");
+    await shard.append({ queueId: QUEUE, messages: [fresh("a")] });
+    const [a] = (await shard.lease(leaseAll())).messages;
+    await shard.settle(acks([a!], true));
+    const counters = () => runInDurableObject(shard, (_o: StorageShard, state) => state.storage.sql.exec<{ acked: number }>("SELECT acked FROM counters").one().acked);
+    expect(await counters()).toBe(0);
+    expect(await runDurableObjectAlarm(shard)).toBe(true);
+    expect(await runInDurableObject(shard, (o: StorageShard) => (o as unknown as { alarms: { awake: boolean } }).alarms.awake)).toBe(false);
+    expect(await segments(shard)).toEqual([]);
+    expect(await counters()).toBe(1);
   });
 
   it("writes deferred acks alone once their segment is no longer the head, or they waited their most", async () => {
