@@ -7,7 +7,7 @@
  *   more attempt (delivery.ts); one that succeeds settles the slot.
  * - The scan cursor: every ready slot of a segment at or below the cursor is leased
  *   here or settled, so the next lease reads on from the cursor and never re-reads them.
- * - The number the next segment gets, and the headers of segments read lately (they
+ * - The number the next segment gets, and the headers of segments read lately (a slot's
  *   never change, and an ack soon after a lease needs them again).
  * - The open head segment, where small appends go (segment-rows.ts appendToHead).
  * - Deferred acks: acks nobody waits on, settled here at once and written with the next
@@ -101,7 +101,7 @@ export class DeliveryState {
     this.lastSeg = sql.exec<{ s: number | null }>("SELECT MAX(seg) AS s FROM segments").one().s ?? 0;
   }
 
-  /** A segment's headers, decoded once: they never change. */
+  /** A segment's headers, decoded once: a slot's never changes (an append into the open head replaces the list with a longer one). */
   headersOf(seg: number, text: string): Header[] {
     let h = this.headers.get(seg);
     if (!h) {
