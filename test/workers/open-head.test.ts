@@ -104,6 +104,19 @@ describe("the open head segment", () => {
     expect(await segments(shard)).toHaveLength(1);
   });
 
+  it("keeps a body corrupted at rest corrupted when an append rewrites the head: that message alone is quarantined", async () => {
+    const { shard } = await shardAt("head-corrupt");
+    await shard.append({ queueId: QUEUE, messages: [fresh("aa")] });
+    await shard.append({ queueId: QUEUE, messages: [fresh("bb")] });
+    await runInDurableObject(shard, (_o: StorageShard, state) => {
+      state.storage.sql.exec("UPDATE segments SET bodies = ?", utf8.encode("aaXb").buffer);
+    });
+    await shard.append({ queueId: QUEUE, messages: [fresh("cc")] });
+    const got = (await shard.lease(leaseAll())).messages;
+    expect(got.map((m) => new TextDecoder().decode(m.body))).toEqual(["aa", "cc"]);
+    expect((await shard.stats()).totals.quarantined).toBe(1);
+  });
+
   it("opens a new segment once the head holds its most messages or bytes, is old, or another segment was written", async () => {
     const { shard, clock } = await shardAt("head-bounds");
     await shard.append({ queueId: QUEUE, messages: Array.from({ length: HEAD_MAX_MESSAGES - 1 }, (_, i) => fresh(`f${i}`)) });
