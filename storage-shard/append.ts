@@ -6,7 +6,7 @@
 import type { AppendRequest, EncodedMessage } from "../src/kernel/protocol";
 import type { DeliveryState } from "./delivery-state";
 import { DEDUPE_SEGMENTS, knownIds, movesDone, rememberIds, rememberMoves } from "./remembered-ids";
-import { idsOfBatch, placement, writeSegments, type NewMessage } from "./segment-rows";
+import { appendToHead, idsOfBatch, placement, writeSegments, type NewMessage } from "./segment-rows";
 import { laneIdsOfBatch, writeLanes } from "./lanes";
 
 /**
@@ -53,7 +53,9 @@ export function appendBatch(sql: SqlStorage, ds: DeliveryState, shardNo: number,
   if (keyed) {
     writeLanes(sql, now, shardNo, writes.map((w, k) => ({ ...w, key: req.messages[at[k]!]!.orderingKey! })), req.batch ?? null, gen).forEach((id, k) => (ids[at[k]!] = id));
   } else {
-    writeSegments(sql, ds, shardNo, now, writes, req.batch ?? null).forEach((w, k) => (ids[at[k]!] = w.id));
+    // A small write of messages ready at once goes into the open head; anything else is new segments.
+    const written = appendToHead(sql, ds, shardNo, now, writes, req.batch ?? null) ?? writeSegments(sql, ds, shardNo, now, writes, req.batch ?? null, true);
+    written.forEach((w, k) => (ids[at[k]!] = w.id));
   }
   if (req.remember) rememberIds(sql, storedIds, now);
   rememberMoves(sql, storedMoves, now);

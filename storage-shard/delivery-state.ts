@@ -7,14 +7,19 @@
  *   more attempt (delivery.ts); one that succeeds settles the slot.
  * - The scan cursor: every ready slot of a segment at or below the cursor is leased
  *   here or settled, so the next lease reads on from the cursor and never re-reads them.
- * - The number the next segment gets, and the headers of segments read lately (they
+ * - The number the next segment gets, and the headers of segments read lately (a slot's
  *   never change, and an ack soon after a lease needs them again).
- * - The running totals, written to SQLite at most once a second (flushTotals).
+ * - The open head segment, where small appends go (segment-rows.ts appendToHead).
+ * - Deferred acks: acks nobody waits on, settled here at once and written with the next
+ *   write of their segment (docs/segments.md).
+ * - The running totals, written to SQLite at most once a minute while traffic flows and
+ *   when the shard goes to sleep (flushTotals).
  *
  * All of it is lost when the object restarts, and that is safe: the cursor starts again
  * at 0, so every unsettled slot is ready again (at-least-once: a message whose lease was
- * lost is delivered again, and that delivery is not counted as a retry); a late ack for
- * a lost lease still settles its slot; totals lose at most the last second.
+ * lost, or whose deferred ack was not written yet, is delivered again, and that delivery
+ * is not counted as a retry); a late ack for a lost lease still settles its slot; the
+ * next append opens a new head; totals lose what was counted since they were last written.
  */
 import type { DeliveryTotals } from "../src/kernel/protocol";
 import { decodeHeaders, type Header } from "./segment";
@@ -35,8 +40,21 @@ const HEADER_CACHE = 512;
 /** The running totals, by the column names of the `counters` table. */
 export type TotalName = "stored" | "leased" | "acked" | "retried" | "dead_lettered" | "dropped" | "expired" | "quarantined" | "purged" | "cancelled";
 const TOTAL_NAMES: readonly TotalName[] = ["stored", "leased", "acked", "retried", "dead_lettered", "dropped", "expired", "quarantined", "purged", "cancelled"];
-/** How often, at most, the running totals are written. */
-export const TOTALS_FLUSH_MS = 1000;
+/**
+ * How often, at most, the running totals are written while traffic flows: a row a
+ * second was a row per message at 1 msg/s. A shard going to sleep writes them at once.
+ */
+export const TOTALS_FLUSH_MS = 60_000;
+/** How long a deferred ack waits at most for a write of its segment before it is written alone. */
+export const DEFERRED_MAX_MS = 5000;
+
+/** The open head segment: the newest segment, written ready by an append, still taking small appends. */
+export interface Head {
+  seg: number;
+  count: number;
+  bytes: number;
+  openedAt: number;
+}
 
 /**
  * Where a message whose memory lease ran out was rewritten, by the slot it was leased
@@ -66,6 +84,10 @@ export class DeliveryState {
   scheduledOldest: number | null | undefined = undefined;
   /** The last segment number used: the next is above it and above the cursor (segment.ts nextSegment). */
   lastSeg: number;
+  /** Null when the next append writes a new segment (segment-rows.ts appendToHead). */
+  head: Head | null = null;
+  /** Acks applied here and not yet written, by segment: the slots, and when the first was deferred. */
+  readonly deferred = new Map<number, { slots: Set<number>; since: number }>();
   private readonly headers = new Map<number, Header[]>();
   private readonly totals: Record<TotalName, number>;
   private dirty = false;
@@ -79,7 +101,7 @@ export class DeliveryState {
     this.lastSeg = sql.exec<{ s: number | null }>("SELECT MAX(seg) AS s FROM segments").one().s ?? 0;
   }
 
-  /** A segment's headers, decoded once: they never change. */
+  /** A segment's headers, decoded once: a slot's never changes (an append into the open head replaces the list with a longer one). */
   headersOf(seg: number, text: string): Header[] {
     let h = this.headers.get(seg);
     if (!h) {
@@ -95,7 +117,7 @@ export class DeliveryState {
   }
 
   remember(seg: number, headers: Header[]): void {
-    if (this.headers.size >= HEADER_CACHE) this.headers.delete(this.headers.keys().next().value!);
+    if (!this.headers.has(seg) && this.headers.size >= HEADER_CACHE) this.headers.delete(this.headers.keys().next().value!);
     this.headers.set(seg, headers);
   }
 
@@ -107,6 +129,36 @@ export class DeliveryState {
   /** A deleted segment's headers are not kept (its number is never used again). */
   forget(seg: number): void {
     this.headers.delete(seg);
+    this.deferred.delete(seg);
+    if (this.head?.seg === seg) this.head = null;
+  }
+
+  /** An ack nobody waits on: settled here now, written with the next write of its segment. */
+  defer(seg: number, slot: number, now: number): void {
+    const d = this.deferred.get(seg);
+    if (d) d.slots.add(slot);
+    else this.deferred.set(seg, { slots: new Set([slot]), since: now });
+  }
+
+  /** The open head as it is now, to restore if the append's transaction rolls back. */
+  headSnapshot(): { head: Head | null; headers?: Header[]; deferred?: { slots: Set<number>; since: number } } {
+    const head = this.head;
+    if (!head) return { head };
+    const d = this.deferred.get(head.seg);
+    return { head: { ...head }, headers: this.headers.get(head.seg), ...(d ? { deferred: { slots: new Set(d.slots), since: d.since } } : {}) };
+  }
+
+  restoreHead(s: ReturnType<DeliveryState["headSnapshot"]>): void {
+    this.head = s.head;
+    if (!s.head) return;
+    if (s.headers) this.headers.set(s.head.seg, s.headers);
+    else this.headers.delete(s.head.seg);
+    if (s.deferred) this.deferred.set(s.head.seg, s.deferred);
+  }
+
+  /** Slots of `seg` acked here and not yet written. */
+  deferredSlots(seg: number): ReadonlySet<number> | undefined {
+    return this.deferred.get(seg)?.slots;
   }
 
   hold(key: string, lease: MemoryLease): void {
@@ -179,7 +231,7 @@ export class DeliveryState {
     };
   }
 
-  /** Writes the totals (one row) when they changed and the last write is a second old, or when `force`d. */
+  /** Writes the totals (one row) when they changed and the last write is TOTALS_FLUSH_MS old, or when `force`d. */
   flushTotals(now: number, force = false): void {
     if (!this.dirty || (!force && now - this.flushedAt < TOTALS_FLUSH_MS)) return;
     this.sql.exec(`UPDATE counters SET ${TOTAL_NAMES.map((n) => `${n} = ?`).join(", ")}`, ...TOTAL_NAMES.map((n) => this.totals[n]));
@@ -192,6 +244,8 @@ export class DeliveryState {
     this.leases.clear();
     this.lapsed.clear();
     this.headers.clear();
+    this.deferred.clear();
+    this.head = null;
     this.scheduledOldest = undefined;
     this.cursor = 0;
     this.lastSeg = 0;

@@ -16,8 +16,8 @@ import { crc32 } from "../src/kernel/checksum";
 import { randomHex } from "../src/kernel/ids";
 import type { LeasedMessage, LeaseRequest, LeaseResult } from "../src/kernel/protocol";
 import type { DeliveryState, MemoryLease } from "./delivery-state";
-import { copyOf, leaseIdOf, Settled, slotKey, type Header } from "./segment";
-import { Bodies, headersOf, readState, rewritten, SegmentEdit, STATE_COLUMNS, writeSegments, type NewMessage, type SegmentState } from "./segment-rows";
+import { copyOf, leaseIdOf, slotKey, type Header } from "./segment";
+import { Bodies, headersOf, readState, rewritten, SegmentEdit, settledOf, STATE_COLUMNS, writeSegments, type NewMessage, type SegmentState } from "./segment-rows";
 import { expireLaneLeases, lanesInUse, nextLaneVisible, readyLanes, takeLanes, type LaneCandidate } from "./lanes";
 import { expireOldLanes } from "./lane-operations";
 
@@ -62,7 +62,7 @@ export function expireOld(sql: SqlStorage, ds: DeliveryState, now: number, reten
     if (seen.has(state.seg) || state.enqueued_at >= cutoff) continue;
     seen.add(state.seg);
     const headers = headersOf(sql, ds, state.seg)!;
-    const edit = new SegmentEdit(state, headers);
+    const edit = new SegmentEdit(state, headers, ds);
     headers.forEach((h, slot) => {
       if (h.enqueuedAt >= cutoff || !edit.settle(slot)) return;
       ds.leases.delete(slotKey(state.seg, slot));
@@ -171,7 +171,7 @@ export function expireLeases(sql: SqlStorage, ds: DeliveryState, now: number): B
   for (const [seg, slots] of bySeg) {
     const state = readState(sql, seg);
     if (!state) continue;
-    const edit = new SegmentEdit(state, headersOf(sql, ds, seg)!);
+    const edit = new SegmentEdit(state, headersOf(sql, ds, seg)!, ds);
     const bodies = new Bodies(sql, seg, edit.headers);
     for (const { slot, lease } of slots) {
       if (edit.headers[slot]?.id !== lease.id || !edit.settle(slot)) continue;
@@ -198,7 +198,7 @@ function readScheduled(sql: SqlStorage, ds: DeliveryState, now: number, want: nu
     const rows = sql.exec(`SELECT ${STATE_COLUMNS} FROM segments WHERE due_at IS NOT NULL AND due_at <= ? ORDER BY due_at LIMIT ?`, now, want).toArray() as unknown as SegmentState[];
     for (const state of rows) {
       if (candidates.length >= want) break;
-      const edit = new SegmentEdit(state, headersOf(sql, ds, state.seg)!);
+      const edit = new SegmentEdit(state, headersOf(sql, ds, state.seg)!, ds);
       edits.set(state.seg, edit);
       edit.headers.forEach((header, slot) => {
         if (candidates.length >= want || edit.isSettled(slot) || header.dueAt > now || ds.leases.has(slotKey(state.seg, slot))) return;
@@ -247,7 +247,7 @@ function readFresh(sql: SqlStorage, ds: DeliveryState, want: number): { candidat
     for (const state of rows) {
       after = state.seg;
       const headers = headersOf(sql, ds, state.seg)!;
-      const settled = Settled.of(state.settled);
+      const settled = settledOf(ds, state.seg, state.settled);
       let whole = true;
       for (let slot = 0; slot < headers.length; slot++) {
         if (settled.has(slot) || ds.leases.has(slotKey(state.seg, slot))) continue;
@@ -294,7 +294,7 @@ export function leaseSlots(
     if (crc32(body) !== c.header.checksum) {
       sql.exec("INSERT OR REPLACE INTO quarantine (id, body, checksum, reason, detected_at) VALUES (?, ?, ?, 'checksum mismatch', ?)", c.header.id, body, c.header.checksum, now);
       let edit = edits.get(c.seg) ?? quarantined.get(c.seg);
-      if (!edit) quarantined.set(c.seg, (edit = new SegmentEdit(readState(sql, c.seg)!, headersOf(sql, ds, c.seg)!)));
+      if (!edit) quarantined.set(c.seg, (edit = new SegmentEdit(readState(sql, c.seg)!, headersOf(sql, ds, c.seg)!, ds)));
       if (edit.settle(c.slot)) {
         count++;
         bytes += c.header.size;

@@ -12,8 +12,8 @@ import type { LeasedMessage, LeaseRef, MessageFilter, MessageStatus } from "../s
 import { leaseSlots, timestampOf, type BacklogDelta } from "./delivery";
 import type { DeliveryState } from "./delivery-state";
 import { MAX_MATCHING_LEASE, PURGE_PER_CALL } from "../src/kernel/limits";
-import { offsetsOf, parseLeaseId, Settled, slotKey, type Header } from "./segment";
-import { findSlot, headersOf, readState, SegmentEdit, STATE_COLUMNS, type SegmentState } from "./segment-rows";
+import { offsetsOf, parseLeaseId, slotKey, type Header } from "./segment";
+import { findSlot, headersOf, readState, SegmentEdit, settledOf, STATE_COLUMNS, type SegmentState } from "./segment-rows";
 import { cancelLaneMessage } from "./lane-operations";
 import { countMatchingLanes, leaseMatchingLanes, peekLanes, purgeLanes, releaseLaneLeases } from "./lane-moves";
 
@@ -56,7 +56,7 @@ export function purgeSome(sql: SqlStorage, ds: DeliveryState, now: number, limit
 
 /** Settles live slots of a segment until `removed` counts `limit`, counting them into it. */
 function settleUpTo(sql: SqlStorage, ds: DeliveryState, now: number, state: SegmentState, removed: Removed, limit: number, ids: string[] | undefined): void {
-  const edit = new SegmentEdit(state, headersOf(sql, ds, state.seg)!);
+  const edit = new SegmentEdit(state, headersOf(sql, ds, state.seg)!, ds);
   edit.headers.forEach((h, slot) => {
     if (removed.count >= limit || moving(ds, now, state.seg, slot) || !edit.settle(slot)) return;
     removed.count++;
@@ -117,7 +117,7 @@ export function peekReady(sql: SqlStorage, ds: DeliveryState, now: number, limit
       after = state.seg;
       const headers = headersOf(sql, ds, state.seg)!;
       scanned += headers.length;
-      const settled = Settled.of(state.settled);
+      const settled = settledOf(ds, state.seg, state.settled);
       const offsets = offsetsOf(headers);
       headers.forEach((h, slot) => {
         if (out.length >= limit || settled.has(slot) || !isReady(ds, now, state, h, slot)) return;
@@ -152,7 +152,7 @@ export function cancelMessage(sql: SqlStorage, ds: DeliveryState, now: number, i
   const removed: Removed = { count: 0, bytes: 0, held: 0 };
   const found = findSlot(sql, ds, id);
   if (found) {
-    const edit = new SegmentEdit(found.state, found.headers);
+    const edit = new SegmentEdit(found.state, found.headers, ds);
     if (edit.settle(found.slot)) {
       removed.count++;
       removed.bytes += found.headers[found.slot]!.size;
@@ -186,7 +186,7 @@ export function leaseMatching(sql: SqlStorage, ds: DeliveryState, now: number, f
     for (const state of rows) {
       after = state.seg;
       const headers = headersOf(sql, ds, state.seg)!;
-      const settled = Settled.of(state.settled);
+      const settled = settledOf(ds, state.seg, state.settled);
       headers.forEach((h, slot) => {
         if (candidates.length < want && !settled.has(slot) && isReady(ds, now, state, h, slot) && matches(h)) candidates.push({ seg: state.seg, slot, header: h });
       });
@@ -228,7 +228,7 @@ export function countMatching(sql: SqlStorage, ds: DeliveryState, now: number, f
     if (rows.length === 0) return n;
     for (const r of rows) {
       after = r.seg;
-      const settled = Settled.of(r.settled);
+      const settled = settledOf(ds, r.seg, r.settled);
       ds.headersOf(r.seg, r.headers).forEach((h, slot) => {
         if (!settled.has(slot) && matches(h)) n++;
       });

@@ -5,7 +5,7 @@
  * headers and the bodies, so SQLite reads a large row's overflow pages only when a
  * caller asks for them.
  */
-import type { DeliveryState } from "./delivery-state";
+import { DEFERRED_MAX_MS, type DeliveryState } from "./delivery-state";
 import {
   bodyOf,
   copyOf,
@@ -46,8 +46,10 @@ export const STATE_COLUMNS = "seg, enqueued_at, due_at, count, live, live_bytes,
  * of bodies: those due at once as segments the cursor finds (due_at NULL), those due
  * later as scheduled ones (due_at their earliest, in the index). Returns each message's
  * id and place, in order. Ids the shard drew say where they live; given ids go in message_ids.
+ * With `openHead` (an append), a small segment written ready is the open head the next
+ * small appends go into; any other segment written closes it.
  */
-export function writeSegments(sql: SqlStorage, ds: DeliveryState, shardNo: number, now: number, messages: readonly NewMessage[], batch: string | null): Written[] {
+export function writeSegments(sql: SqlStorage, ds: DeliveryState, shardNo: number, now: number, messages: readonly NewMessage[], batch: string | null, openHead = false): Written[] {
   const out: Written[] = new Array<Written>(messages.length);
   for (const group of placement(messages)) {
     const seg = nextSegment(ds.lastSeg, now);
@@ -82,6 +84,7 @@ export function writeSegments(sql: SqlStorage, ds: DeliveryState, shardNo: numbe
       packBodies(group.map((i) => messages[i]!.body)),
     );
     ds.remember(seg, headers);
+    ds.head = openHead && dueAt === null && headers.length < HEAD_MAX_MESSAGES && bytes < HEAD_MAX_BYTES ? { seg, count: headers.length, bytes, openedAt: now } : null;
     if (dueAt !== null && ds.scheduledOldest !== undefined) ds.scheduledOldest = Math.min(ds.scheduledOldest ?? Infinity, oldest);
   }
   return out;
@@ -119,19 +122,139 @@ export function placement(messages: readonly Pick<NewMessage, "dueAt" | "body">[
   return groups;
 }
 
+/**
+ * Bounds of the open head segment. An append rewrites the whole row, so the head takes
+ * new slots only while it is small (a few rewrites of a few KB, never a large row over
+ * and over) and young (its ids still sort by the time they were made, to within this).
+ */
+export const HEAD_MAX_MESSAGES = 64;
+export const HEAD_MAX_BYTES = 64 * 1024;
+export const HEAD_MAX_AGE_MS = 60_000;
+
+/**
+ * Writes a small write of messages ready at once into the open head segment, after its
+ * last slot: one row written (its UPDATE), where a new segment would be one too, but a
+ * consumer then acks the head's messages with one write and deletes them with one. The
+ * UPDATE also writes the acks deferred on the head (DeliveryState.deferred). The write's
+ * token is added to the row's `batch` as `<token>@<first slot>`, so a write again after
+ * a lost reply still finds its ids (idsOfBatch). Null when the write does not fit: the
+ * caller writes new segments.
+ */
+export function appendToHead(sql: SqlStorage, ds: DeliveryState, shardNo: number, now: number, messages: readonly NewMessage[], batch: string | null): Written[] | null {
+  const head = ds.head;
+  if (!head || head.seg !== ds.lastSeg || messages.length === 0) return null;
+  let bytes = 0;
+  for (const m of messages) {
+    if (m.dueAt > 0) return null;
+    bytes += m.body.byteLength;
+  }
+  if (head.count + messages.length > HEAD_MAX_MESSAGES || head.bytes + bytes > HEAD_MAX_BYTES || now - head.openedAt >= HEAD_MAX_AGE_MS) return null;
+  const seg = head.seg;
+  const row = sql
+    .exec<{ due_at: number | null; count: number; settled: ArrayBuffer; batch: string | null; bodies: ArrayBuffer | string }>("SELECT due_at, count, settled, batch, bodies FROM segments WHERE seg = ?", seg)
+    .toArray()[0];
+  if (!row || row.due_at !== null || row.count !== head.count) {
+    ds.head = null;
+    return null;
+  }
+  const old = headersOf(sql, ds, seg)!;
+  const headers = [...old];
+  const settled = settledOf(ds, seg, row.settled).grown(old.length + messages.length);
+  let live = 0;
+  let liveBytes = 0;
+  let oldest = Infinity;
+  old.forEach((h, slot) => {
+    if (settled.has(slot)) return;
+    live++;
+    liveBytes += h.size;
+    oldest = Math.min(oldest, h.enqueuedAt);
+  });
+  const out: Written[] = messages.map((m) => {
+    const slot = headers.length;
+    const indexed = m.id !== undefined;
+    const id = m.id ?? locatedId(seg, shardNo, slot, randomHex(4));
+    headers.push({ id, contentType: m.contentType, size: m.body.byteLength, checksum: m.checksum, enqueuedAt: m.enqueuedAt, dueAt: 0, attempts: m.attempts, sentAt: m.sentAt, copy: m.copy, indexed });
+    live++;
+    liveBytes += m.body.byteLength;
+    oldest = Math.min(oldest, m.enqueuedAt);
+    if (indexed) sql.exec("INSERT OR REPLACE INTO message_ids (id, seg) VALUES (?, ?)", id, seg);
+    return { id, seg, slot };
+  });
+  const oldBodies = typeof row.bodies === "string" ? new Uint8Array(0) : new Uint8Array(row.bodies);
+  const entries = batch === null ? row.batch : row.batch === null && old.length === 0 ? batch : [row.batch ?? "", `${batch}@${old.length}`].join(" ").trim();
+  sql.exec(
+    "UPDATE segments SET enqueued_at = ?, count = ?, live = ?, live_bytes = ?, batch = ?, settled = ?, headers = ?, bodies = ? WHERE seg = ?",
+    oldest,
+    headers.length,
+    live,
+    liveBytes,
+    entries,
+    settled.blob(),
+    encodeHeaders(headers),
+    packBodies([oldBodies, ...messages.map((m) => m.body)]),
+    seg,
+  );
+  ds.remember(seg, headers);
+  ds.deferred.delete(seg);
+  ds.head = { ...head, count: headers.length, bytes: head.bytes + bytes };
+  // The cursor may have passed the head while it held fewer slots: its new ones are read from it on.
+  if (ds.cursor >= seg) ds.cursor = seg - 1;
+  return out;
+}
+
+/** Where the write with this token starts in a segment whose `batch` is `entries`, or null when it is not there. */
+function startOf(entries: string, token: string): number | null {
+  for (const e of entries.split(" ")) {
+    if (e === token) return 0;
+    if (e.startsWith(`${token}@`) && /^\d+$/.test(e.slice(token.length + 1))) return Number(e.slice(token.length + 1));
+  }
+  return null;
+}
+
 /** The ids of the segments an earlier write of this batch stored, in order, or null when none did. */
 export function idsOfBatch(sql: SqlStorage, ds: DeliveryState, batch: string, groups: number[][], count: number, window: number): string[] | null {
   // The token only of the newest segments: their headers are read for the ones that match.
-  const segs = sql
-    .exec<{ seg: number }>("SELECT seg FROM (SELECT seg, batch FROM segments ORDER BY seg DESC LIMIT ?) WHERE batch = ? ORDER BY seg", window, batch)
-    .toArray();
-  if (segs.length !== groups.length) return null;
+  const found = sql
+    .exec<{ seg: number; batch: string }>("SELECT seg, batch FROM (SELECT seg, batch FROM segments ORDER BY seg DESC LIMIT ?) WHERE batch = ? OR instr(batch, ?) > 0 ORDER BY seg", window, batch, batch)
+    .toArray()
+    .flatMap((r) => {
+      const start = startOf(r.batch, batch);
+      return start === null ? [] : [{ seg: r.seg, start }];
+    });
+  if (found.length !== groups.length) return null;
   const ids: string[] = new Array<string>(count);
   for (let g = 0; g < groups.length; g++) {
-    const headers = headersOf(sql, ds, segs[g]!.seg)!;
-    groups[g]!.forEach((i, slot) => (ids[i] = headers[slot]!.id));
+    const headers = headersOf(sql, ds, found[g]!.seg)!;
+    const start = found[g]!.start;
+    if (start + groups[g]!.length > headers.length) return null;
+    groups[g]!.forEach((i, k) => (ids[i] = headers[start + k]!.id));
   }
   return ids;
+}
+
+/** A segment's settled slots: the row's bitmap, and the acks deferred in memory (DeliveryState.deferred). */
+export function settledOf(ds: DeliveryState, seg: number, blob: ArrayBuffer): Settled {
+  const settled = Settled.of(blob);
+  for (const slot of ds.deferredSlots(seg) ?? []) settled.set(slot);
+  return settled;
+}
+
+/**
+ * Writes deferred acks: those of every segment but the open head (its next append writes
+ * them for nothing), and the head's too once they waited DEFERRED_MAX_MS, or with `all`
+ * (the shard goes to sleep, a test corrupts bodies). One row written per segment (its
+ * bitmap, or its delete when nothing is left).
+ */
+export function writeDeferred(sql: SqlStorage, ds: DeliveryState, now: number, all = false): void {
+  for (const [seg, d] of [...ds.deferred]) {
+    if (!all && seg === ds.head?.seg && now - d.since < DEFERRED_MAX_MS) continue;
+    const state = readState(sql, seg);
+    if (!state) {
+      ds.deferred.delete(seg);
+      continue;
+    }
+    new SegmentEdit(state, headersOf(sql, ds, seg)!, ds).commit(sql, ds);
+  }
 }
 
 /** A segment's small columns, or undefined when it is gone. */
@@ -164,14 +287,21 @@ export class SegmentEdit {
   private dueAt: number | null;
   private dueChanged = false;
 
+  /** The acks deferred on this segment when it was read: this edit writes them. */
+  private readonly deferred: boolean;
+
   constructor(
     readonly state: SegmentState,
     readonly headers: Header[],
+    ds: DeliveryState,
   ) {
     this.settled = Settled.of(state.settled);
     this.live = state.live;
     this.liveBytes = state.live_bytes;
     this.dueAt = state.due_at;
+    const deferred = ds.deferredSlots(state.seg);
+    this.deferred = deferred !== undefined;
+    for (const slot of deferred ?? []) this.settle(slot);
   }
 
   isSettled(slot: number): boolean {
@@ -202,6 +332,7 @@ export class SegmentEdit {
   /** Writes what changed: one row written (with its index entry when due_at moved), or the delete. */
   commit(sql: SqlStorage, ds: DeliveryState): void {
     const seg = this.state.seg;
+    if (this.deferred) ds.deferred.delete(seg);
     if (this.changed && this.live <= 0) {
       this.headers.forEach((h, slot) => {
         if (h.indexed && this.settled.has(slot)) sql.exec("DELETE FROM message_ids WHERE id = ? AND seg = ?", h.id, seg);
@@ -247,7 +378,7 @@ function unsettledWithId(sql: SqlStorage, ds: DeliveryState, seg: number, id: st
   const state = readState(sql, seg);
   if (!state) return null;
   const headers = headersOf(sql, ds, seg)!;
-  const settled = Settled.of(state.settled);
+  const settled = settledOf(ds, seg, state.settled);
   const slots = slot === undefined ? headers.map((_, i) => headers.length - 1 - i) : [slot];
   for (const s of slots) if (headers[s]?.id === id && !settled.has(s)) return { state, headers, slot: s };
   return null;

@@ -4,9 +4,10 @@
  * per-message headers, the packed bodies, the bitmap of settled slots, and the ids that
  * say where their message lives. docs/segments.md tells the life of a message in one.
  *
- * A slot is a message's place in its segment (0 to count - 1). Headers and bodies never
- * change once written; what changes is which slots are settled (acked, dead-lettered,
- * retried elsewhere, expired, ...), and the segment row is deleted when all are.
+ * A slot is a message's place in its segment (0 to count - 1). A slot's header and body
+ * never change once written (the open head segment takes new slots after its last, see
+ * segment-rows.ts appendToHead); what changes is which slots are settled (acked,
+ * dead-lettered, retried elsewhere, expired, ...), and the segment row is deleted when all are.
  */
 import type { ContentType } from "../src/kernel/protocol";
 export { locate, locatedId, shardNumber } from "../src/kernel/ids";
@@ -105,6 +106,13 @@ export class Settled {
 
   static of(blob: ArrayBuffer): Settled {
     return new Settled(new Uint8Array(blob.slice(0)));
+  }
+
+  /** The same bits in a bitmap of `count` slots (a head segment that took more). */
+  grown(count: number): Settled {
+    const out = Settled.none(count);
+    out.bits.set(this.bits.subarray(0, Math.min(this.bits.length, out.bits.length)));
+    return out;
   }
 
   has(slot: number): boolean {

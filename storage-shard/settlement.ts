@@ -12,8 +12,8 @@ import { crc32 } from "../src/kernel/checksum";
 import type { LeasedMessage, LeaseRef, SettleRequest, SettleResult } from "../src/kernel/protocol";
 import { timestampOf, type BacklogDelta } from "./delivery";
 import type { DeliveryState, MemoryLease } from "./delivery-state";
-import { copyOf, parseLeaseId, Settled, slotKey, type LeaseName } from "./segment";
-import { Bodies, headersOf, readState, rewritten, SegmentEdit, writeSegments, type NewMessage } from "./segment-rows";
+import { copyOf, parseLeaseId, slotKey, type LeaseName } from "./segment";
+import { Bodies, headersOf, readState, rewritten, SegmentEdit, settledOf, writeSegments, type NewMessage, type SegmentState } from "./segment-rows";
 import { isLaneLease } from "./lanes";
 import { extendLanes, readLeasedLanes, settleLanes, type LaneSettleKind } from "./lane-settlement";
 
@@ -115,7 +115,14 @@ export function settle(sql: SqlStorage, ds: DeliveryState, now: number, req: Set
       for (const r of list) stale.push(r.ref.id);
       continue;
     }
-    const edit = new SegmentEdit(state, headersOf(sql, ds, seg)!);
+    if (req.deferrable && list.every((r) => r.kind === ACK)) {
+      const acked = deferAcks(sql, ds, now, state, list, stale);
+      tally[ACK]! += acked.count;
+      count += acked.count;
+      bytes += acked.bytes;
+      continue;
+    }
+    const edit = new SegmentEdit(state, headersOf(sql, ds, seg)!, ds);
     const bodies = new Bodies(sql, seg, edit.headers);
     for (const r of list) {
       const h = edit.headers[r.name.slot];
@@ -145,6 +152,31 @@ export function settle(sql: SqlStorage, ds: DeliveryState, now: number, req: Set
   return { result: { acked, retried, deadLettered, dropped, stale }, delta: { count: -count, bytes: -bytes }, lanesReady: lanes.ready };
 }
 
+/**
+ * Acks nobody waits on, of one segment: settled in memory now (never leased again, counted
+ * at once) and written with the next write of the segment (DeliveryState.deferred).
+ */
+function deferAcks(sql: SqlStorage, ds: DeliveryState, now: number, state: SegmentState, list: ReadonlyArray<Resolved>, stale: string[]): { count: number; bytes: number } {
+  const headers = headersOf(sql, ds, state.seg)!;
+  const settled = settledOf(ds, state.seg, state.settled);
+  let count = 0;
+  let bytes = 0;
+  for (const r of list) {
+    const slot = r.name.slot;
+    const h = headers[slot];
+    if (!h || h.id !== r.ref.id || settled.has(slot)) {
+      stale.push(r.ref.id);
+      continue;
+    }
+    settled.set(slot);
+    ds.defer(state.seg, slot, now);
+    ds.leases.delete(slotKey(state.seg, slot));
+    count++;
+    bytes += h.size;
+  }
+  return { count, bytes };
+}
+
 /** Moves the end of still-held leases forward; returns the ids it extended. */
 export function extend(sql: SqlStorage, ds: DeliveryState, now: number, refs: LeaseRef[], leaseMs: number): string[] {
   const extended = extendLanes(sql, now, refs.filter((r) => isLaneLease(r.leaseId)), leaseMs);
@@ -168,7 +200,7 @@ export function readLeased(sql: SqlStorage, ds: DeliveryState, refs: LeaseRef[])
     const state = readState(sql, seg);
     if (!state) continue;
     const headers = headersOf(sql, ds, seg)!;
-    const settled = Settled.of(state.settled);
+    const settled = settledOf(ds, state.seg, state.settled);
     const bodies = new Bodies(sql, seg, headers);
     for (const r of list) {
       const h = headers[r.name.slot];

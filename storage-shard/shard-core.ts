@@ -21,6 +21,7 @@ import { DueWakeups, nextDueAfter } from "./due-wakeups";
 import { coordinatorFor } from "../src/kernel/addressing";
 import { meteredSql, newMeter, settleReads, type CostMeter } from "../src/kernel/sql-meter";
 import { peekReady } from "./operations";
+import { writeDeferred } from "./segment-rows";
 import { migrate } from "./schema";
 import { loadEpoch, owedHandoffs } from "./handoff";
 import { HandoffOutbox } from "./handoff-outbox";
@@ -178,12 +179,29 @@ export abstract class ShardCore extends DurableObject<Env> {
     return !this.identity || this.identity.queueId !== queueId || this.state === "retired";
   }
 
-  /** Runs `fn` in one transaction, with the running totals written in it when a second has passed. */
+  /**
+   * Runs `fn` in one transaction, with the deferred acks that are due (writeDeferred) and
+   * the running totals (when TOTALS_FLUSH_MS has passed) written in it.
+   */
   protected write<T>(now: number, fn: () => T): T {
     return this.ctx.storage.transactionSync(() => {
       const r = fn();
+      writeDeferred(this.sql, this.delivery, now);
       this.delivery.flushTotals(now);
       return r;
+    });
+  }
+
+  /**
+   * At an alarm: the deferred acks that waited long enough; every one, and the running
+   * totals, when the shard goes to sleep (nothing may wait in memory for a request that
+   * does not come).
+   */
+  protected persistDeferred(now: number, sleeping: boolean): void {
+    if (this.delivery.deferred.size === 0 && !sleeping) return;
+    this.ctx.storage.transactionSync(() => {
+      writeDeferred(this.sql, this.delivery, now, sleeping);
+      this.delivery.flushTotals(now, sleeping);
     });
   }
 
@@ -214,6 +232,7 @@ export abstract class ShardCore extends DurableObject<Env> {
       else this.alarms.sleep(this.nextDue(now));
     }
     this.due.plan(now);
+    this.persistDeferred(now, !this.alarms.awake);
     this.alarms.arm();
   }
 
@@ -302,8 +321,8 @@ export abstract class ShardCore extends DurableObject<Env> {
       this.flushReleases();
       expired = delta.count !== 0;
     }
-    // An idle shard's last report also writes the running totals that were waiting for a second to pass.
-    this.delivery.flushTotals(now, true);
+    // The running totals, when a minute passed; a shard going to sleep writes them at once (alarm(): persistDeferred).
+    this.delivery.flushTotals(now);
     this.hooks.alarmEnds(now);
     const active = period.messagesIn + period.messagesOut + period.refusals > 0;
     this.idleReports = active ? 0 : this.idleReports + 1;

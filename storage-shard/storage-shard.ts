@@ -23,6 +23,7 @@ import { extend, readLeased, settle } from "./settlement";
 import { cancelMessage, countMatching, findMessage, leaseMatching, peekReady, purgeSome, releaseLeases } from "./operations";
 import { migrate } from "./schema";
 import { appendBatch } from "./append";
+import { writeDeferred } from "./segment-rows";
 import { drawnIds } from "./drawn-ids";
 import { knownIds } from "./remembered-ids";
 import { acceptBridges, acceptReleases, enterEpoch, loadEpoch } from "./handoff";
@@ -132,11 +133,21 @@ export class StorageShard extends ShardCore {
     const now = this.clock.now();
     if (this.capacity && !this.capacity.take(req.messages.length, now)) return this.refuse("overloaded");
     this.alarms.wake(now);
-    const { stored, bytes, ids } = this.ctx.storage.transactionSync(() => {
-      const written = appendBatch(this.sql, this.delivery, this.shardNo, req, now, epoch?.seq ?? 0);
-      this.delivery.flushTotals(now);
-      return written;
-    });
+    const before = this.delivery.headSnapshot();
+    const { stored, bytes, ids } = (() => {
+      try {
+        return this.ctx.storage.transactionSync(() => {
+          const written = appendBatch(this.sql, this.delivery, this.shardNo, req, now, epoch?.seq ?? 0);
+          writeDeferred(this.sql, this.delivery, now);
+          this.delivery.flushTotals(now);
+          return written;
+        });
+      } catch (err) {
+        // Rolled back: the open head is as it was on disk.
+        this.delivery.restoreHead(before);
+        throw err;
+      }
+    })();
     this.backlogCount += stored;
     this.backlogBytes += bytes;
     // Counted once committed; written with the next write's totals (at most a second on).
@@ -320,6 +331,8 @@ export class StorageShard extends ShardCore {
    */
   testHook(req: { arm?: FaultPoint | null; times?: number; corrupt?: number } = {}): TestHookStatus & { corrupted?: Array<{ id: string; slot: string }> } {
     const status = this.hooks.control(req.arm, req.times);
+    // Deferred acks written first: a body corrupted now is one a consumer may still be given.
+    if (req.corrupt) this.persistDeferred(this.clock.now(), true);
     return req.corrupt ? { ...status, corrupted: corruptBodies(this.sql, this.delivery.leases, req.corrupt) } : status;
   }
 

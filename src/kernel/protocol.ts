@@ -269,6 +269,13 @@ export interface SettleRequest {
    * that settled a batch is about to lease again (an operator's release).
    */
   wakeAtOnce?: true;
+  /**
+   * Nobody waits on these acks (a push consumer's round): the shard may settle them in
+   * memory at once and write them with the next write of their segment, within a bound.
+   * A reset before that delivers them again (docs/guarantees.md). Retries, dead-letters
+   * and drops are written at once all the same.
+   */
+  deferrable?: boolean;
 }
 
 export interface SettleResult {
