@@ -36,6 +36,14 @@ export const REPORT_EVERY_MS = 30_000;
  * wake-up costs.
  */
 export const PLAN_REFRESH_MS = 5 * 60_000;
+/**
+ * A round visits the storage shards it has word of messages on (a wake-up naming one, a
+ * lease that left some, a partial batch); every shard only when woken without a name (the
+ * Coordinator's safety wake-ups, a plan change), after a restart, or this long after the
+ * last such sweep. A shard that gets messages after a lease found it empty wakes the
+ * consumer naming itself (storage-shard/consumer-wakeups.ts).
+ */
+export const SWEEP_EVERY_MS = 60_000;
 
 type PlannedShard = DeliveryPlan["shards"][number];
 /** A batch as leased: its messages by the storage shard that holds them, in the order they go out. */
@@ -85,6 +93,13 @@ export class ConsumerShard extends DurableObject<Env> {
   private planDoubted = false;
   /** Plans fetched from the Coordinator since this object started (tests read it). */
   planFetches = 0;
+  /** Storage shards a wake-up named as holding new messages, not leased from since. */
+  private readonly named = new Set<string>();
+  /** Storage shards this shard's last lease from found with nothing ready and no batch filling. */
+  private readonly foundEmpty = new Set<string>();
+  /** A wake-up named no shard: the next round visits every one. */
+  private sweepAsked = false;
+  private lastSweep = -Infinity;
 
   /** RPCs served, alarms run, rows written and read since this object started (src/kernel/sql-meter.ts), sent with every report. */
   private readonly cost = newMeter();
@@ -95,11 +110,14 @@ export class ConsumerShard extends DurableObject<Env> {
   /**
    * Makes sure a round runs now, unless one is already due. `planVersion` is the Coordinator's
    * delivery plan as of this wake-up (absent when a storage shard wakes it): a round under way
-   * with another plan ends after its batch, and the next one fetches it.
+   * with another plan ends after its batch, and the next one fetches it. `shard` names the
+   * storage shard with new messages, when the waker knows it (SWEEP_EVERY_MS).
    */
-  async wake(queueId: string, index: number, planVersion?: string): Promise<void> {
+  async wake(queueId: string, index: number, planVersion?: string, shard?: string): Promise<void> {
     this.cost.rpcs++;
     if (planVersion !== undefined && planVersion !== this.plan?.version) this.planWanted = planVersion;
+    if (shard !== undefined) this.named.add(shard);
+    else this.sweepAsked = true;
     if ((await this.storage.get<string>("queueId")) !== queueId) await this.storage.put("queueId", queueId);
     if ((await this.storage.get<number>("index")) !== index) await this.storage.put("index", index);
     const now = this.clock.now();
@@ -221,7 +239,14 @@ export class ConsumerShard extends DurableObject<Env> {
     for (const s of plan.shards) if (s.backlog) keepFresher(figures, s.backlog);
     for (const name of figures.keys()) if (!plan.shards.some((s) => s.name === name)) figures.delete(name);
     const weights = new Map(plan.shards.map((s) => [s.name, figures.get(s.name)?.count ?? null]));
-    const idle = new Set<string>();
+    const sweep = this.sweepAsked || started - this.lastSweep >= SWEEP_EVERY_MS;
+    if (sweep) {
+      this.sweepAsked = false;
+      this.lastSweep = started;
+    }
+    // Shards this shard's own lease found empty, and no wake-up named since, are passed over: that
+    // lease made the shard wake a consumer, naming itself, at its next arrival (consumer-wakeups.ts).
+    const idle = new Set<string>(sweep ? [] : plan.shards.filter((s) => this.foundEmpty.has(s.name) && !this.named.has(s.name)).map((s) => s.name));
     // Shards holding a partial batch that is not due yet (gather.ts), found in this round.
     const filling = new Map<string, FillingShard>();
     // The same, as last seen in any round: a remainder seen before joins the next full batch
@@ -233,11 +258,15 @@ export class ConsumerShard extends DurableObject<Env> {
       if (t !== null && (next === null || t < next)) next = t;
     };
     const leaseFrom = async (name: string, limit: number, waitMs: number) => {
+      this.named.delete(name);
       const lease = await storageShardFor(this.env, name).lease({ queueId, limit, leaseMs: this.leaseMs, maxWaitMs: waitMs, retentionMs: plan.retentionMs, consumerShard: index });
       // Retired or unknown: the plan kept is older than the map.
       if (lease.refused) this.planDoubted = true;
       else keepFresher(figures, { ...lease.backlog, at: lease.backlog.at ?? Date.now() });
       for (const b of lease.peers ?? []) if (weights.has(b.shard)) keepFresher(figures, b);
+      // Nothing here now or later (no delay, retry or lease to run out): passed over until named.
+      if (lease.messages.length === 0 && lease.waitUntil === null && lease.nextVisibleAt === null && !lease.refused) this.foundEmpty.add(name);
+      else this.foundEmpty.delete(name);
       weights.set(name, figures.get(name)?.count ?? lease.backlog.count);
       if (lease.messages.length === 0 && lease.waitUntil !== null) waiting.set(name, { name, ready: lease.ready ?? 1, waitUntil: lease.waitUntil });
       else waiting.delete(name);

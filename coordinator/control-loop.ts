@@ -83,9 +83,10 @@ export class ControlLoop {
 
   /**
    * Sizes the consumer shards to the backlog and wakes those the scaler names; nothing
-   * while the queue has no Worker consumer or its delivery is paused.
+   * while the queue has no Worker consumer or its delivery is paused. `shard`: the storage
+   * shard with new messages, when one is known (the woken shard visits it; without one, all).
    */
-  async wakeConsumers(wake: ConsumerWake, now: number): Promise<void> {
+  async wakeConsumers(wake: ConsumerWake, now: number, shard?: string): Promise<void> {
     const queue = this.store.queue();
     const consumer = queue ? readConsumers(this.sql, queue.queue_name)[0] : undefined;
     if (!queue || !consumer || consumer.type !== "worker" || queue.settings.delivery_paused) return;
@@ -104,7 +105,7 @@ export class ControlLoop {
     const change = scaling.change;
     if (change) this.store.setConsumerShardsWanted(scaling.wanted, () => logDecision(this.sql, { at: now, region: null, target: null, ...change }));
     const version = this.deps.planVersion();
-    await Promise.all(scaling.wake.map((i) => consumerShardFor(this.env, queue.queue_id, i).wake(queue.queue_id, i, version)));
+    await Promise.all(scaling.wake.map((i) => consumerShardFor(this.env, queue.queue_id, i).wake(queue.queue_id, i, version, shard)));
   }
 
   /**

@@ -198,7 +198,7 @@ export class Coordinator extends DurableObject<Env> {
     this.cost.rpcs++;
     if (!this.store.shards().some((s) => s.name === shard)) return false;
     const more = this.pullWaiters.wakeOne();
-    await this.loop.wakeConsumers("one", this.clock.now());
+    await this.loop.wakeConsumers("one", this.clock.now(), shard);
     return more;
   }
 
@@ -229,7 +229,7 @@ export class Coordinator extends DurableObject<Env> {
     this.pullWaiters.answered(waitId);
     if (fullFrom !== null && this.store.shards().some((s) => s.name === fullFrom)) {
       this.pullWaiters.wakeOne();
-      await this.loop.wakeConsumers("one", this.clock.now());
+      await this.loop.wakeConsumers("one", this.clock.now(), fullFrom);
     }
   }
 
@@ -325,7 +325,7 @@ export class Coordinator extends DurableObject<Env> {
   }
 
   private consumerStatus(): { running: number; shards: ConsumerShardStatus[] } {
-    const shards = readConsumerShards(this.sql);
+    const shards = readConsumerShards(this.sql, this.clock.now());
     return { running: deliveringNow(shards, this.clock.now(), serviceConfig(this.env).heartbeatIntervalMs).length, shards };
   }
 

@@ -55,7 +55,7 @@ export class ConsumerWakeups {
     if (leaser !== null) {
       this.ctx.waitUntil(
         consumerShardFor(this.env, shard.queueId, leaser)
-          .wake(shard.queueId, leaser)
+          .wake(shard.queueId, leaser, undefined, shard.name)
           .catch((err: unknown) => {
             console.error(`waking consumer shard ${leaser} failed, the Coordinator wakes one:`, err);
             if (this.leaser === leaser) this.leaser = null;

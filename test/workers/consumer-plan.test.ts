@@ -7,6 +7,8 @@
 import { env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it, onTestFinished } from "vitest";
 import { Coordinator } from "../../coordinator/coordinator";
+import { StorageShard } from "../../storage-shard/storage-shard";
+import type { LeaseRequest } from "../../src/kernel/protocol";
 import type { ConsumerShard } from "../../consumer-shard/consumer-shard";
 import { consumerShardFor, coordinatorFor } from "../../src/kernel/addressing";
 import { addConsumer, eventually, fakeConsumer } from "./push-helpers";
@@ -96,4 +98,38 @@ describe("a consumer shard's plan and reports", () => {
     await eventually(async () => delivered(), (n) => n === 2);
     expect(told).toEqual([]);
   });
+
+  it("visits only the storage shards it has word of messages on: one its own lease found empty is passed over until it names itself", async () => {
+    const q = await createQueue("plan-visits");
+    const deliveries = await fakeConsumer(q.queue_id, () => {});
+    await addConsumer("plan-visits", { settings: { batch_size: 5, max_wait_time_ms: 0 } });
+    const delivered = () => deliveries.reduce((n, d) => n + d.ids.length, 0);
+    const shards = (await coordinatorFor(env, q.queue_id).shardMap())!.shards.map((s) => s.name);
+    expect(shards.length).toBeGreaterThan(2);
+    await producer("plan-visits").send(0);
+    await eventually(async () => delivered(), (n) => n === 1);
+    // Its first round visited every shard (a sweep): each lease found its shard empty at last.
+    const leased: string[] = [];
+    const original = StorageShard.prototype.lease;
+    StorageShard.prototype.lease = function (this: StorageShard, req: LeaseRequest) {
+      // Other tests' consumer shards may still be at work: only this queue's shards count.
+      if (shards.includes(req.queueId === q.queue_id ? (this as unknown as { identity: { name: string } | null }).identity?.name ?? "" : "")) leased.push((this as unknown as { identity: { name: string } }).identity.name);
+      return original.call(this, req);
+    };
+    onTestFinished(() => {
+      StorageShard.prototype.lease = original;
+    });
+    await producer("plan-visits").send(1);
+    await eventually(async () => delivered(), (n) => n === 2);
+    await new Promise((r) => setTimeout(r, 200));
+    const visited = new Set(leased);
+    // The shard the message went to, leased until found empty again; no other.
+    expect(visited.size).toBe(1);
+    const [one] = [...visited];
+    expect((await storageShardStats(one!)).totals.leased).toBeGreaterThan(0);
+  });
 });
+
+async function storageShardStats(name: string) {
+  return env.STORAGE_SHARD.get(env.STORAGE_SHARD.idFromName(name)).stats();
+}
