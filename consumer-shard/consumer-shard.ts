@@ -332,8 +332,10 @@ export class ConsumerShard extends DurableObject<Env> {
       // Leased and not yet handed over: a reset here leaves the leases to expire.
       this.hooks.at("abort-leased", this.ctx);
       await this.deliverBatch(plan, consumer, batch, dispatch, { metrics: bindingMetrics(sumFigures([...figures.values()])) }, leasedAt);
-      // A long round still reports, so the Coordinator sees it working until its next report.
-      if (this.clock.now() - this.reported.at >= REPORT_EVERY_MS) await this.sendReport(queueId, this.clock.now() + REPORT_EVERY_MS + serviceConfig(this.env).heartbeatIntervalMs, true);
+      // A long round still reports, so the Coordinator sees it working until its next report
+      // (a short one reports at its end, when one is due).
+      const now = this.clock.now();
+      if (now - started >= serviceConfig(this.env).heartbeatIntervalMs && now - this.reported.at >= REPORT_EVERY_MS) await this.sendReport(queueId, this.clock.now() + REPORT_EVERY_MS + serviceConfig(this.env).heartbeatIntervalMs, true);
     }
     return this.clock.now();
   }
