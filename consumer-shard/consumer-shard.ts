@@ -264,8 +264,9 @@ export class ConsumerShard extends DurableObject<Env> {
       if (lease.refused) this.planDoubted = true;
       else keepFresher(figures, { ...lease.backlog, at: lease.backlog.at ?? Date.now() });
       for (const b of lease.peers ?? []) if (weights.has(b.shard)) keepFresher(figures, b);
-      // Nothing here now or later (no delay, retry or lease to run out): passed over until named.
-      if (lease.messages.length === 0 && lease.waitUntil === null && lease.nextVisibleAt === null && !lease.refused) this.foundEmpty.add(name);
+      // Nothing here now or later (no delay, retry or lease to run out, or nothing stored at all):
+      // passed over until named.
+      if (lease.messages.length === 0 && lease.waitUntil === null && (lease.nextVisibleAt === null || lease.backlog.count === 0) && !lease.refused) this.foundEmpty.add(name);
       else this.foundEmpty.delete(name);
       weights.set(name, figures.get(name)?.count ?? lease.backlog.count);
       if (lease.messages.length === 0 && lease.waitUntil !== null) waiting.set(name, { name, ready: lease.ready ?? 1, waitUntil: lease.waitUntil });
