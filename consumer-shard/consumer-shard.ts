@@ -77,12 +77,8 @@ export class ConsumerShard extends DurableObject<Env> {
 
   /** Delivered since the last report to the Coordinator. */
   private report = { delivered: 0, batches: 0, errors: 0 };
-  /**
-   * The last report sent: when, and until when it said this shard counts as delivering (null:
-   * stopped). `long`: said by a report in the middle of a round, for a whole report period,
-   * so the end of the round owes the Coordinator a report that it stopped.
-   */
-  private reported: { at: number; runningUntil: number | null; long: boolean } = { at: -Infinity, runningUntil: null, long: false };
+  /** The last report sent: when, and until when it said this shard counts as delivering (null: stopped). */
+  private reported: { at: number; runningUntil: number | null } = { at: -Infinity, runningUntil: null };
 
   /** The delivery plan kept from round to round (in memory: a restart asks again) and when it was fetched. */
   private plan: DeliveryPlan | null = null;
@@ -175,24 +171,28 @@ export class ConsumerShard extends DurableObject<Env> {
 
   /**
    * At the end of a round: a report when the last is REPORT_EVERY_MS old and there is news (a
-   * count, or a change between delivering and not), and at once when this shard stopped while
-   * its last report said it delivers for a while yet, or a round failed for the first time.
+   * count, or a change between delivering and not); at once when this shard stopped while its
+   * last report said it delivers for a while yet, or when a round failed for the first time.
    * `runningUntil`: when its next round is due plus a margin, or null when it stops.
    */
   private async reportIfDue(queueId: string, runningUntil: number | null, failed: boolean): Promise<void> {
     const now = this.clock.now();
     const last = this.reported;
     const news = this.report.delivered + this.report.batches + this.report.errors > 0 || (runningUntil === null) !== (last.runningUntil === null || last.runningUntil < now);
-    const stopped = runningUntil === null && last.long && last.runningUntil !== null && last.runningUntil > now;
-    if ((now - last.at >= REPORT_EVERY_MS && news) || stopped || (failed && last.at === -Infinity)) await this.sendReport(queueId, runningUntil, false);
+    const stopped = runningUntil === null && last.runningUntil !== null && last.runningUntil > now;
+    if ((now - last.at >= REPORT_EVERY_MS && news) || stopped || (failed && last.at === -Infinity)) await this.sendReport(queueId, runningUntil);
   }
 
   /** Tells the Coordinator what this shard delivered, and until when it counts as delivering (null: it stopped). */
-  private async sendReport(queueId: string, runningUntil: number | null, long: boolean): Promise<void> {
+  private async sendReport(queueId: string, runningUntil: number | null): Promise<void> {
     const index = (await this.storage.get<number>("index")) ?? 0;
     const { delivered, batches, errors } = this.report;
     this.report = { delivered: 0, batches: 0, errors: 0 };
-    this.reported = { at: this.clock.now(), runningUntil, long };
+    // Delivering: it counts as such until its next report is due (consumer scaling, the
+    // dashboard), unless it reports sooner that it stopped.
+    const now = this.clock.now();
+    if (runningUntil !== null) runningUntil = Math.max(runningUntil, now + REPORT_EVERY_MS + serviceConfig(this.env).heartbeatIntervalMs);
+    this.reported = { at: now, runningUntil };
     try {
       await coordinatorFor(this.env, queueId).consumerReport({ index, running: runningUntil !== null, runningUntil, delivered, batches, errors, cost: readMeter(this.cost, this.since) });
     } catch (err) {
@@ -336,7 +336,7 @@ export class ConsumerShard extends DurableObject<Env> {
       // A long round still reports, so the Coordinator sees it working until its next report
       // (a short one reports at its end, when one is due).
       const now = this.clock.now();
-      if (now - started >= serviceConfig(this.env).heartbeatIntervalMs && now - this.reported.at >= REPORT_EVERY_MS) await this.sendReport(queueId, this.clock.now() + REPORT_EVERY_MS + serviceConfig(this.env).heartbeatIntervalMs, true);
+      if (now - started >= serviceConfig(this.env).heartbeatIntervalMs && now - this.reported.at >= REPORT_EVERY_MS) await this.sendReport(queueId, now);
     }
     return this.clock.now();
   }
