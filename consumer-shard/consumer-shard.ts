@@ -87,6 +87,8 @@ export class ConsumerShard extends DurableObject<Env> {
   private planWanted: string | undefined;
   /** A storage shard refused this shard's lease (retired, unknown): the next round fetches the plan. */
   private planDoubted = false;
+  /** Messages the current (or last) round delivered. */
+  private roundDelivered = 0;
   /** Plans fetched from the Coordinator since this object started (tests read it). */
   planFetches = 0;
   /** Storage shards a wake-up named as holding new messages, not leased from since. */
@@ -144,8 +146,11 @@ export class ConsumerShard extends DurableObject<Env> {
     // heartbeat that sees backlog wakes it.
     const interval = serviceConfig(this.env).heartbeatIntervalMs;
     const now = this.clock.now();
-    const running = next !== null && next <= now + interval;
-    await this.reportIfDue(queueId, running ? next! + interval : null, failed);
+    // A round that delivered counts as delivering too: at a steady trickle every round ends for
+    // want of messages, and a shard delivering one round after another must not report stopping
+    // at each (a report per round); it stops at the first round that delivers nothing.
+    const running = (next !== null && next <= now + interval) || this.roundDelivered > 0;
+    await this.reportIfDue(queueId, running ? Math.max(next ?? now, now) + interval : null, failed);
     await this.armNext(next);
     if (!failed) this.hooks.alarmEnds(this.clock.now());
   }
@@ -172,7 +177,8 @@ export class ConsumerShard extends DurableObject<Env> {
   /**
    * At the end of a round: a report when the last is REPORT_EVERY_MS old and there is news (a
    * count, or a change between delivering and not); at once when this shard stopped while its
-   * last report said it delivers for a while yet, or when a round failed for the first time.
+   * last report said it delivers for a while yet, within an interval when it delivers again
+   * after saying it stopped, and when a round failed for the first time.
    * `runningUntil`: when its next round is due plus a margin, or null when it stops.
    */
   private async reportIfDue(queueId: string, runningUntil: number | null, failed: boolean): Promise<void> {
@@ -180,7 +186,9 @@ export class ConsumerShard extends DurableObject<Env> {
     const last = this.reported;
     const news = this.report.delivered + this.report.batches + this.report.errors > 0 || (runningUntil === null) !== (last.runningUntil === null || last.runningUntil < now);
     const stopped = runningUntil === null && last.runningUntil !== null && last.runningUntil > now;
-    if ((now - last.at >= REPORT_EVERY_MS && news) || stopped || (failed && last.at === -Infinity)) await this.sendReport(queueId, runningUntil);
+    // Delivering again after a report that it stopped (or whose claim ran out): said within an interval.
+    const resumed = runningUntil !== null && (last.runningUntil === null || last.runningUntil < now) && now - last.at >= serviceConfig(this.env).heartbeatIntervalMs;
+    if ((now - last.at >= REPORT_EVERY_MS && news) || stopped || resumed || (failed && last.at === -Infinity)) await this.sendReport(queueId, runningUntil);
   }
 
   /** Tells the Coordinator what this shard delivered, and until when it counts as delivering (null: it stopped). */
@@ -222,6 +230,7 @@ export class ConsumerShard extends DurableObject<Env> {
 
   /** Delivers batches until no storage shard has ready messages or the round's budget is spent. Returns when to run again. */
   async deliverRound(queueId: string): Promise<number | null> {
+    this.roundDelivered = 0;
     const index = (await this.storage.get<number>("index")) ?? 0;
     const plan = await this.currentPlan(queueId);
     const consumer = plan?.consumer;
@@ -361,6 +370,7 @@ export class ConsumerShard extends DurableObject<Env> {
     );
     this.report.batches++;
     this.report.delivered += count;
+    this.roundDelivered += count;
     if (outcome.outcome !== "ok") this.report.errors++;
     // The consumer is done with the batch and its acks are not applied: they come again.
     this.hooks.at("abort-dispatched", this.ctx);
