@@ -7,7 +7,7 @@ import type { DispatchMessage } from "../src/consumer/entrypoint";
 import { consumerBinding, consumerBindingName, type ConsumerRecord } from "../src/kernel/consumer-settings";
 import { decodeBody } from "../src/kernel/encoding";
 import type { Env } from "../src/kernel/env";
-import { leaseRefOf, type DeliveryPlan, type LeasedMessage, type DispatchOutcome } from "../src/kernel/protocol";
+import { leaseRefOf, type DeliveryPlan, type LeasedMessage, type DispatchOutcome, type ShardBacklog } from "../src/kernel/protocol";
 import { joinDispositions } from "../src/delivery/disposition";
 import { dispose, FAILED_DISPATCH } from "../src/delivery/outcome";
 import { applyDisposition } from "../src/delivery/settle";
@@ -24,8 +24,26 @@ const ROUND_BUDGET_MS = 30_000;
 const UNBOUND_RETRY_MS = 30_000;
 /** A round that failed (a storage shard or the Coordinator did not answer) runs again after this long. */
 const RETRY_AFTER_ERROR_MS = 2000;
-/** How often a consumer shard at work reports to its Coordinator. */
-const REPORT_EVERY_MS = 5000;
+/**
+ * How often a consumer shard at work reports to its Coordinator: its counts, and until when it
+ * counts as delivering. Not every round: at a message a second a report a round was a
+ * Coordinator request and row per message.
+ */
+export const REPORT_EVERY_MS = 30_000;
+/**
+ * How long a kept delivery plan serves without word from the Coordinator. Every change to the
+ * plan reaches the shard sooner, by a wake-up carrying its version; this bounds what a lost
+ * wake-up costs.
+ */
+export const PLAN_REFRESH_MS = 5 * 60_000;
+/**
+ * A round visits the storage shards it has word of messages on (a wake-up naming one, a
+ * lease that left some, a partial batch); every shard only when woken without a name (the
+ * Coordinator's safety wake-ups, a plan change), after a restart, or this long after the
+ * last such sweep. A shard that gets messages after a lease found it empty wakes the
+ * consumer naming itself (storage-shard/consumer-wakeups.ts).
+ */
+export const SWEEP_EVERY_MS = 60_000;
 
 type PlannedShard = DeliveryPlan["shards"][number];
 /** A batch as leased: its messages by the storage shard that holds them, in the order they go out. */
@@ -51,11 +69,35 @@ export class ConsumerShard extends DurableObject<Env> {
   /** The fault harness's aborts and alarm throws; inert unless SHARDQ_TEST_HOOKS is "on" (src/kernel/test-hooks.ts). */
   private readonly hooks = testHooksFor(this.env, "consumer");
 
+  /** The freshest figures of each storage shard of the plan (ShardBacklog.at), kept from round to round. */
+  private readonly figures = new Map<string, ShardBacklog>();
+
   /** Storage shards last seen holding a partial batch, kept from round to round (in memory: lost with the object, which only costs a wait). */
   private readonly waiting = new Map<string, FillingShard>();
 
   /** Delivered since the last report to the Coordinator. */
-  private report = { delivered: 0, batches: 0, errors: 0, at: 0 };
+  private report = { delivered: 0, batches: 0, errors: 0 };
+  /** The last report sent: when, and until when it said this shard counts as delivering (null: stopped). */
+  private reported: { at: number; runningUntil: number | null } = { at: -Infinity, runningUntil: null };
+
+  /** The delivery plan kept from round to round (in memory: a restart asks again) and when it was fetched. */
+  private plan: DeliveryPlan | null = null;
+  private planAt = -Infinity;
+  /** A wake-up named a plan version other than the one kept: fetch it before the next batch. */
+  private planWanted: string | undefined;
+  /** A storage shard refused this shard's lease (retired, unknown): the next round fetches the plan. */
+  private planDoubted = false;
+  /** Messages the current (or last) round delivered. */
+  private roundDelivered = 0;
+  /** Plans fetched from the Coordinator since this object started (tests read it). */
+  planFetches = 0;
+  /** Storage shards a wake-up named as holding new messages, not leased from since. */
+  private readonly named = new Set<string>();
+  /** Storage shards this shard's last lease from found with nothing ready and no batch filling. */
+  private readonly foundEmpty = new Set<string>();
+  /** A wake-up named no shard: the next round visits every one. */
+  private sweepAsked = false;
+  private lastSweep = -Infinity;
 
   /** RPCs served, alarms run, rows written and read since this object started (src/kernel/sql-meter.ts), sent with every report. */
   private readonly cost = newMeter();
@@ -63,9 +105,17 @@ export class ConsumerShard extends DurableObject<Env> {
   /** ctx.storage, metered: its key-value and alarm calls are billed as rows. */
   private readonly storage = meteredStorage(this.ctx.storage, this.cost);
 
-  /** Makes sure a round runs now, unless one is already due. */
-  async wake(queueId: string, index: number): Promise<void> {
+  /**
+   * Makes sure a round runs now, unless one is already due. `planVersion` is the Coordinator's
+   * delivery plan as of this wake-up (absent when a storage shard wakes it): a round under way
+   * with another plan ends after its batch, and the next one fetches it. `shard` names the
+   * storage shard with new messages, when the waker knows it (SWEEP_EVERY_MS).
+   */
+  async wake(queueId: string, index: number, planVersion?: string, shard?: string): Promise<void> {
     this.cost.rpcs++;
+    if (planVersion !== undefined && planVersion !== this.plan?.version) this.planWanted = planVersion;
+    if (shard !== undefined) this.named.add(shard);
+    else this.sweepAsked = true;
     if ((await this.storage.get<string>("queueId")) !== queueId) await this.storage.put("queueId", queueId);
     if ((await this.storage.get<number>("index")) !== index) await this.storage.put("index", index);
     const now = this.clock.now();
@@ -94,8 +144,13 @@ export class ConsumerShard extends DurableObject<Env> {
     // a batch is filling), so the Coordinator's heartbeat wake-ups leave it alone. One
     // with no round due, or only one far off (a lease ending in a minute), is idle: a
     // heartbeat that sees backlog wakes it.
-    const soon = this.clock.now() + serviceConfig(this.env).heartbeatIntervalMs;
-    await this.sendReport(queueId, next !== null && next <= soon);
+    const interval = serviceConfig(this.env).heartbeatIntervalMs;
+    const now = this.clock.now();
+    // A round that delivered counts as delivering too: at a steady trickle every round ends for
+    // want of messages, and a shard delivering one round after another must not report stopping
+    // at each (a report per round); it stops at the first round that delivers nothing.
+    const running = (next !== null && next <= now + interval) || this.roundDelivered > 0;
+    await this.reportIfDue(queueId, running ? Math.max(next ?? now, now) + interval : null, failed);
     await this.armNext(next);
     if (!failed) this.hooks.alarmEnds(this.clock.now());
   }
@@ -119,21 +174,65 @@ export class ConsumerShard extends DurableObject<Env> {
     return this.hooks.control(req.arm, req.times);
   }
 
-  /** Tells the Coordinator what this shard delivered, and whether it is still at work. */
-  private async sendReport(queueId: string, running: boolean): Promise<void> {
+  /**
+   * At the end of a round: a report when the last is REPORT_EVERY_MS old and there is news (a
+   * count, or a change between delivering and not); at once when this shard stopped while its
+   * last report said it delivers for a while yet, within an interval when it delivers again
+   * after saying it stopped, and when a round failed for the first time.
+   * `runningUntil`: when its next round is due plus a margin, or null when it stops.
+   */
+  private async reportIfDue(queueId: string, runningUntil: number | null, failed: boolean): Promise<void> {
+    const now = this.clock.now();
+    const last = this.reported;
+    const news = this.report.delivered + this.report.batches + this.report.errors > 0 || (runningUntil === null) !== (last.runningUntil === null || last.runningUntil < now);
+    const stopped = runningUntil === null && last.runningUntil !== null && last.runningUntil > now;
+    // Delivering again after a report that it stopped (or whose claim ran out): said within an interval.
+    const resumed = runningUntil !== null && (last.runningUntil === null || last.runningUntil < now) && now - last.at >= serviceConfig(this.env).heartbeatIntervalMs;
+    if ((now - last.at >= REPORT_EVERY_MS && news) || stopped || resumed || (failed && last.at === -Infinity)) await this.sendReport(queueId, runningUntil);
+  }
+
+  /** Tells the Coordinator what this shard delivered, and until when it counts as delivering (null: it stopped). */
+  private async sendReport(queueId: string, runningUntil: number | null): Promise<void> {
     const index = (await this.storage.get<number>("index")) ?? 0;
     const { delivered, batches, errors } = this.report;
-    this.report = { delivered: 0, batches: 0, errors: 0, at: this.clock.now() };
+    this.report = { delivered: 0, batches: 0, errors: 0 };
+    // Delivering: it counts as such until its next report is due (consumer scaling, the
+    // dashboard), unless it reports sooner that it stopped.
+    const now = this.clock.now();
+    if (runningUntil !== null) runningUntil = Math.max(runningUntil, now + REPORT_EVERY_MS + serviceConfig(this.env).heartbeatIntervalMs);
+    this.reported = { at: now, runningUntil };
     try {
-      await coordinatorFor(this.env, queueId).consumerReport({ index, running, delivered, batches, errors, cost: readMeter(this.cost, this.since) });
+      await coordinatorFor(this.env, queueId).consumerReport({ index, running: runningUntil !== null, runningUntil, delivered, batches, errors, cost: readMeter(this.cost, this.since) });
     } catch (err) {
       console.error("consumer shard report failed:", err);
     }
   }
 
+  /**
+   * The delivery plan: the one kept, unless a wake-up named another version, a storage shard
+   * refused a lease, or it is PLAN_REFRESH_MS old; then the Coordinator's.
+   */
+  private async currentPlan(queueId: string): Promise<DeliveryPlan | null> {
+    const now = this.clock.now();
+    const kept = this.plan;
+    if (kept && kept.queueId === queueId && this.planWanted === undefined && !this.planDoubted && now - this.planAt < PLAN_REFRESH_MS) return kept;
+    // Cleared first: a wake-up that comes while this fetch is under way names a version this may not have.
+    const wanted = this.planWanted;
+    this.planWanted = undefined;
+    this.planDoubted = false;
+    this.planFetches++;
+    const plan = await coordinatorFor(this.env, queueId).deliveryPlan();
+    if (this.planWanted === wanted || this.planWanted === plan?.version) this.planWanted = undefined;
+    this.plan = plan;
+    this.planAt = now;
+    return plan;
+  }
+
   /** Delivers batches until no storage shard has ready messages or the round's budget is spent. Returns when to run again. */
   async deliverRound(queueId: string): Promise<number | null> {
-    const plan = await coordinatorFor(this.env, queueId).deliveryPlan();
+    this.roundDelivered = 0;
+    const index = (await this.storage.get<number>("index")) ?? 0;
+    const plan = await this.currentPlan(queueId);
     const consumer = plan?.consumer;
     // Paused, deleted, or no push consumer: the Coordinator wakes us when that changes.
     if (!plan || !consumer || consumer.type !== "worker" || plan.paused) return null;
@@ -142,10 +241,21 @@ export class ConsumerShard extends DurableObject<Env> {
 
     const started = this.clock.now();
     const { batch_size: batchSize, max_wait_time_ms: maxWaitMs } = consumer.settings;
-    const weights = new Map(plan.shards.map((s) => [s.name, s.backlog?.count ?? null]));
-    // The queue's figures for each batch's metadata: heartbeats, then each shard's exact figures as it is leased from.
-    const figures = new Map(plan.shards.map((s) => [s.name, s.backlog]));
-    const idle = new Set<string>();
+    // The queue's figures for each batch's metadata, and the weights shards are picked by: the
+    // freshest of the plan's (heartbeats), each lease's exact figures of its shard and the
+    // figures of the others it hands on, kept from round to round.
+    const figures = this.figures;
+    for (const s of plan.shards) if (s.backlog) keepFresher(figures, s.backlog);
+    for (const name of figures.keys()) if (!plan.shards.some((s) => s.name === name)) figures.delete(name);
+    const weights = new Map(plan.shards.map((s) => [s.name, figures.get(s.name)?.count ?? null]));
+    const sweep = this.sweepAsked || started - this.lastSweep >= SWEEP_EVERY_MS;
+    if (sweep) {
+      this.sweepAsked = false;
+      this.lastSweep = started;
+    }
+    // Shards this shard's own lease found empty, and no wake-up named since, are passed over: that
+    // lease made the shard wake a consumer, naming itself, at its next arrival (consumer-wakeups.ts).
+    const idle = new Set<string>(sweep ? [] : plan.shards.filter((s) => this.foundEmpty.has(s.name) && !this.named.has(s.name)).map((s) => s.name));
     // Shards holding a partial batch that is not due yet (gather.ts), found in this round.
     const filling = new Map<string, FillingShard>();
     // The same, as last seen in any round: a remainder seen before joins the next full batch
@@ -157,14 +267,25 @@ export class ConsumerShard extends DurableObject<Env> {
       if (t !== null && (next === null || t < next)) next = t;
     };
     const leaseFrom = async (name: string, limit: number, waitMs: number) => {
-      const lease = await storageShardFor(this.env, name).lease({ queueId, limit, leaseMs: this.leaseMs, maxWaitMs: waitMs, retentionMs: plan.retentionMs });
-      weights.set(name, lease.backlog.count);
-      figures.set(name, lease.backlog);
+      this.named.delete(name);
+      const lease = await storageShardFor(this.env, name).lease({ queueId, limit, leaseMs: this.leaseMs, maxWaitMs: waitMs, retentionMs: plan.retentionMs, consumerShard: index });
+      // Retired or unknown: the plan kept is older than the map.
+      if (lease.refused) this.planDoubted = true;
+      else keepFresher(figures, { ...lease.backlog, at: lease.backlog.at ?? Date.now() });
+      for (const b of lease.peers ?? []) if (weights.has(b.shard)) keepFresher(figures, b);
+      // Nothing here now or later (no delay, retry or lease to run out, or nothing stored at all):
+      // passed over until named.
+      if (lease.messages.length === 0 && lease.waitUntil === null && (lease.nextVisibleAt === null || lease.backlog.count === 0) && !lease.refused) this.foundEmpty.add(name);
+      else this.foundEmpty.delete(name);
+      weights.set(name, figures.get(name)?.count ?? lease.backlog.count);
       if (lease.messages.length === 0 && lease.waitUntil !== null) waiting.set(name, { name, ready: lease.ready ?? 1, waitUntil: lease.waitUntil });
       else waiting.delete(name);
       return lease;
     };
     while (this.clock.now() - started < ROUND_BUDGET_MS) {
+      // The Coordinator woke this shard with another plan (a pause, a new consumer, a shard
+      // drained): the next round starts with it, now.
+      if (this.planWanted !== undefined && this.planWanted !== plan.version) return this.clock.now();
       let batch: LeasedBatch;
       let reserved = 0;
       // When this batch's first lease was taken: its leases run from then, not from the dispatch.
@@ -221,8 +342,10 @@ export class ConsumerShard extends DurableObject<Env> {
       // Leased and not yet handed over: a reset here leaves the leases to expire.
       this.hooks.at("abort-leased", this.ctx);
       await this.deliverBatch(plan, consumer, batch, dispatch, { metrics: bindingMetrics(sumFigures([...figures.values()])) }, leasedAt);
-      // A long round still reports every few seconds, so the Coordinator sees it working.
-      if (this.clock.now() - this.report.at >= Math.min(REPORT_EVERY_MS, serviceConfig(this.env).heartbeatIntervalMs)) await this.sendReport(queueId, true);
+      // A long round still reports, so the Coordinator sees it working until its next report
+      // (a short one reports at its end, when one is due).
+      const now = this.clock.now();
+      if (now - started >= serviceConfig(this.env).heartbeatIntervalMs && now - this.reported.at >= REPORT_EVERY_MS) await this.sendReport(queueId, now);
     }
     return this.clock.now();
   }
@@ -247,6 +370,7 @@ export class ConsumerShard extends DurableObject<Env> {
     );
     this.report.batches++;
     this.report.delivered += count;
+    this.roundDelivered += count;
     if (outcome.outcome !== "ok") this.report.errors++;
     // The consumer is done with the batch and its acks are not applied: they come again.
     this.hooks.at("abort-dispatched", this.ctx);
@@ -315,4 +439,10 @@ export function pickWeighted(shards: PlannedShard[], weights: Map<string, number
     if (r < 0) return shards[i];
   }
   return shards[shards.length - 1];
+}
+
+/** Keeps `b` unless fresher figures of its shard are kept (ShardBacklog.at; none counts as oldest). */
+function keepFresher(figures: Map<string, ShardBacklog>, b: ShardBacklog): void {
+  const had = figures.get(b.shard);
+  if (!had || (had.at ?? 0) <= (b.at ?? 0)) figures.set(b.shard, b);
 }

@@ -67,6 +67,8 @@ export interface ShardView {
     leasedNow: number;
     refusals: number;
     receivedAt: number;
+    /** When the shard said it reports next (on the slow cadence, minutes on); absent: an interval on. */
+    nextReportAt?: number;
     /** Of messagesIn, those sent from other regions, by region. */
     inFrom?: Readonly<Record<string, number>>;
   } | null;
@@ -135,7 +137,8 @@ export function decide(
   const actions: ScalingAction[] = [];
   let wakeAt: number | null = null;
   const target = effectiveTarget(policy);
-  const fresh = (b: ShardView["beat"]) => b !== null && b.receivedAt >= now - 2 * policy.heartbeatIntervalMs && b.periodMs > 0;
+  // A shard on the slow cadence (its traffic far below the target) stays fresh until its next report is late.
+  const fresh = (b: ShardView["beat"]) => b !== null && (b.receivedAt >= now - 2 * policy.heartbeatIntervalMs || (b.nextReportAt ?? 0) + policy.heartbeatIntervalMs >= now) && b.periodMs > 0;
   const periodStart = (b: NonNullable<ShardView["beat"]>) => b.receivedAt - b.periodMs;
 
   for (const region of regions) {

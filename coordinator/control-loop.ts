@@ -33,6 +33,8 @@ export interface ControlLoopDeps {
   env: Env;
   /** The fault harness's abort points (src/kernel/test-hooks.ts); a no-op unless armed. */
   faultPoint(point: FaultPoint): void;
+  /** The delivery plan's version (Coordinator.deliveryPlan), carried by every wake-up of a consumer shard. */
+  planVersion(): string;
 }
 
 export class ControlLoop {
@@ -59,7 +61,7 @@ export class ControlLoop {
         region: s.region,
         state: s.state,
         createdAt: s.created_at,
-        beat: b ? { state: b.state, messagesIn: b.messages_in, periodMs: b.period_ms, backlog: b.backlog_count, leasedNow: b.leased_now + (b.handoffs ?? 0) /* owed hand-offs keep a drained shard from retiring, as leases do */, refusals: b.refusals, receivedAt: b.received_at, inFrom: b.in_from ?? undefined } : null,
+        beat: b ? { state: b.state, messagesIn: b.messages_in, periodMs: b.period_ms, backlog: b.backlog_count, leasedNow: b.leased_now + (b.handoffs ?? 0) /* owed hand-offs keep a drained shard from retiring, as leases do */, refusals: b.refusals, receivedAt: b.received_at, inFrom: b.in_from ?? undefined, ...(b.next_report_at != null ? { nextReportAt: b.next_report_at } : {}) } : null,
       };
     });
     const policy = {
@@ -75,14 +77,16 @@ export class ControlLoop {
     const { actions, memory, wakeAt } = decide(views, config.regions, policy, loadMemory(this.sql), now);
     saveMemory(this.sql, memory);
     for (const action of actions) await this.apply(action, now);
+    if (actions.length > 0) await this.tellPlan(now);
     return wakeAt;
   }
 
   /**
    * Sizes the consumer shards to the backlog and wakes those the scaler names; nothing
-   * while the queue has no Worker consumer or its delivery is paused.
+   * while the queue has no Worker consumer or its delivery is paused. `shard`: the storage
+   * shard with new messages, when one is known (the woken shard visits it; without one, all).
    */
-  async wakeConsumers(wake: ConsumerWake, now: number): Promise<void> {
+  async wakeConsumers(wake: ConsumerWake, now: number, shard?: string): Promise<void> {
     const queue = this.store.queue();
     const consumer = queue ? readConsumers(this.sql, queue.queue_name)[0] : undefined;
     if (!queue || !consumer || consumer.type !== "worker" || queue.settings.delivery_paused) return;
@@ -100,7 +104,32 @@ export class ControlLoop {
     });
     const change = scaling.change;
     if (change) this.store.setConsumerShardsWanted(scaling.wanted, () => logDecision(this.sql, { at: now, region: null, target: null, ...change }));
-    await Promise.all(scaling.wake.map((i) => consumerShardFor(this.env, queue.queue_id, i).wake(queue.queue_id, i)));
+    const version = this.deps.planVersion();
+    await Promise.all(scaling.wake.map((i) => consumerShardFor(this.env, queue.queue_id, i).wake(queue.queue_id, i, version, shard)));
+  }
+
+  /**
+   * The delivery plan changed (settings, pause, consumer, dead-letter queue, shards): every
+   * consumer shard that may be at work or is wanted is woken with its new version, paused or
+   * not (consumer shards keep their plan, and a paused one must hear of it to stop). A shard
+   * that cannot be told now fetches the plan at its next refresh.
+   */
+  async tellPlan(now: number): Promise<void> {
+    const queue = this.store.queue();
+    if (!queue) return;
+    const consumer = readConsumers(this.sql, queue.queue_name)[0];
+    const pushing = consumer?.type === "worker" && !queue.settings.delivery_paused;
+    if (pushing) await this.wakeConsumers("all", now);
+    const version = this.deps.planVersion();
+    const wanted = pushing ? Math.max(1, queue.consumer_shards_wanted) : 0;
+    const others = readConsumerShards(this.sql).map((c) => c.index).filter((i) => i >= wanted);
+    await Promise.all(
+      others.map((i) =>
+        consumerShardFor(this.env, queue.queue_id, i)
+          .wake(queue.queue_id, i, version)
+          .catch((err: unknown) => console.error(`consumer shard ${i}: the plan's change was not told:`, err)),
+      ),
+    );
   }
 
   /**
@@ -212,7 +241,9 @@ export class ControlLoop {
     if (!shards.some((s) => s.state === "active" && s.region === target.region && s.name !== target.name)) {
       await this.apply({ kind: "add_shards", region: target.region, count: 1, reason: "test hook: a replacement for the forced drain of the region's last active shard", figures }, now);
     }
-    return (await this.apply({ kind: "drain_shard", region: target.region, shard: target.name, reason: "test hook: forced drain", figures }, now))[0]!;
+    const drained = (await this.apply({ kind: "drain_shard", region: target.region, shard: target.name, reason: "test hook: forced drain", figures }, now))[0]!;
+    await this.tellPlan(now);
+    return drained;
   }
 
   /** Tells each shard who it is (its queue, account and region), so it takes the sends a map naming it sends. */
@@ -231,6 +262,7 @@ export class ControlLoop {
     const seq = await this.pushEpoch([...active, ...pending.map((s) => s.name)], pending);
     this.store.markActive(pending.map((s) => s.name));
     commitEpoch(this.sql, seq);
+    await this.tellPlan(Date.now());
   }
 
   /**

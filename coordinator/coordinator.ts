@@ -5,6 +5,7 @@ import { minShardsIn, serviceConfig } from "../src/kernel/config";
 import { applyConsumerPatch, type ConsumerRecord, type ConsumerSettingsPatch } from "../src/kernel/consumer-settings";
 import type { Env } from "../src/kernel/env";
 import { randomHex } from "../src/kernel/ids";
+import { crc32 } from "../src/kernel/checksum";
 import { notRetired, type DeliveryPlan, type PullCancelAnswer, type PullWaitAnswer, type QueueCounters, type SendLatencyCounts, type ShardBacklog, type ShardMap, type ShardState } from "../src/kernel/protocol";
 import type { HeartbeatReply, ShardHeartbeat, StorageHeartbeat } from "../src/kernel/heartbeat";
 import type { QueueInfo } from "../src/kernel/queue-info";
@@ -60,7 +61,7 @@ export class Coordinator extends DurableObject<Env> {
     this.sql = this.storage.sql;
     migrateCoordinator(this.sql);
     this.store = new QueueStore(this.storage);
-    this.loop = new ControlLoop({ store: this.store, sql: this.sql, env, faultPoint: (point) => this.hooks.at(point, ctx) });
+    this.loop = new ControlLoop({ store: this.store, sql: this.sql, env, faultPoint: (point) => this.hooks.at(point, ctx), planVersion: () => this.planVersion() });
     this.publisher = new MapPublisher(this.store, this.storage, env.SHARD_MAPS, () => this.clock.now());
     // A change a reset cut short is finished or undone now, not at the next tick: keyed
     // sends of the keys it moves wait for it (docs/ordered-lanes.md).
@@ -131,7 +132,7 @@ export class Coordinator extends DurableObject<Env> {
     if (!this.store.readyQueue() || this.consumerList().length > 0) return null;
     const id = randomHex(16);
     insertConsumer(this.sql, id, c, this.clock.now());
-    await this.loop.wakeConsumers("all", this.clock.now());
+    await this.loop.tellPlan(this.clock.now());
     return this.consumerList().find((x) => x.consumer_id === id)!;
   }
 
@@ -141,30 +142,50 @@ export class Coordinator extends DurableObject<Env> {
     if (!current) return null;
     const settings = applyConsumerPatch(current.settings, patch);
     updateConsumer(this.sql, id, settings, deadLetterQueue === undefined ? current.dead_letter_queue : deadLetterQueue, this.clock.now());
-    await this.loop.wakeConsumers("all", this.clock.now());
+    await this.loop.tellPlan(this.clock.now());
     return this.consumerList().find((c) => c.consumer_id === id)!;
   }
 
-  removeConsumer(id: string): boolean {
+  async removeConsumer(id: string): Promise<boolean> {
     this.cost.rpcs++;
-    return deleteConsumer(this.sql, id);
+    const removed = deleteConsumer(this.sql, id);
+    // Consumer shards keep their plan: they stop pushing once told.
+    if (removed) await this.loop.tellPlan(this.clock.now());
+    return removed;
   }
 
-  /** Everything a consumer shard needs for one round of delivery. */
+  /** Everything a consumer shard needs for its rounds of delivery; it keeps it while wake-ups carry the same version. */
   deliveryPlan(): DeliveryPlan | null {
     this.cost.rpcs++;
+    const plan = this.plan();
+    if (!plan) return null;
+    const backlog = new Map(this.backlog().map((b) => [b.shard, b]));
+    return { ...plan, shards: plan.shards.map((s) => ({ ...s, backlog: backlog.get(s.name) ?? null })) };
+  }
+
+  /**
+   * The plan without its backlogs, and its version: a checksum of it, so whatever changes
+   * the plan (settings, the consumer, a pause, the dead-letter queue, a shard added, drained
+   * or retired) changes the version without a row written or a place that must remember to.
+   */
+  private plan(): (Omit<DeliveryPlan, "shards"> & { shards: Array<{ name: string; region: string; state: ShardState }> }) | null {
     const queue = this.store.readyQueue();
     if (!queue) return null;
-    const backlog = new Map(this.backlog().map((b) => [b.shard, b]));
-    return {
+    const plan = {
       accountId: queue.account_id,
       queueId: queue.queue_id,
       queueName: queue.queue_name,
       paused: queue.settings.delivery_paused,
       retentionMs: queue.settings.message_retention_period * 1000,
       consumer: this.consumerList()[0] ?? null,
-      shards: notRetired(this.store.shards()).map((s) => ({ ...s, backlog: backlog.get(s.name) ?? null })),
+      shards: notRetired(this.store.shards()).map((s) => ({ name: s.name, region: s.region, state: s.state })),
     };
+    return { version: crc32(new TextEncoder().encode(JSON.stringify(plan))).toString(16), ...plan };
+  }
+
+  /** The version a wake-up carries (deliveryPlan); "" while the queue is not ready. */
+  private planVersion(): string {
+    return this.plan()?.version ?? "";
   }
 
   /**
@@ -177,7 +198,7 @@ export class Coordinator extends DurableObject<Env> {
     this.cost.rpcs++;
     if (!this.store.shards().some((s) => s.name === shard)) return false;
     const more = this.pullWaiters.wakeOne();
-    await this.loop.wakeConsumers("one", this.clock.now());
+    await this.loop.wakeConsumers("one", this.clock.now(), shard);
     return more;
   }
 
@@ -208,7 +229,7 @@ export class Coordinator extends DurableObject<Env> {
     this.pullWaiters.answered(waitId);
     if (fullFrom !== null && this.store.shards().some((s) => s.name === fullFrom)) {
       this.pullWaiters.wakeOne();
-      await this.loop.wakeConsumers("one", this.clock.now());
+      await this.loop.wakeConsumers("one", this.clock.now(), fullFrom);
     }
   }
 
@@ -248,7 +269,7 @@ export class Coordinator extends DurableObject<Env> {
       await Promise.all(notRetired(this.store.shards()).map((s) => storageShardFor(this.env, s.name, s.region).setRetention(queue.queue_id, ms)));
     }
     await this.publisher.publish();
-    await this.loop.wakeConsumers("all", this.clock.now());
+    await this.loop.tellPlan(this.clock.now());
     return this.queueInfo();
   }
 
@@ -259,6 +280,7 @@ export class Coordinator extends DurableObject<Env> {
     if (!shard) return null;
     await this.loop.changeState(shard, state, this.clock.now());
     await this.publisher.publish();
+    await this.loop.tellPlan(this.clock.now());
     return this.store.shardMap(this.clock.now());
   }
 
@@ -276,11 +298,18 @@ export class Coordinator extends DurableObject<Env> {
     recordStorageBeat(this.sql, beat, now);
     const ready = beat.readyNow ?? beat.backlogCount > 0;
     if (ready) this.ctx.waitUntil(this.loop.wakeConsumers("idle", now));
-    if (queue.ready) this.ctx.waitUntil(armAlarm(this.storage, now + serviceConfig(this.env).heartbeatIntervalMs));
+    // A report on the slow cadence (traffic far below what the autoscaler acts on) has nothing for the control loop.
+    const interval = serviceConfig(this.env).heartbeatIntervalMs;
+    const slow = beat.nextReportAt !== undefined && beat.nextReportAt - beat.sentAt > 2 * interval;
+    if (queue.ready && !slow) this.ctx.waitUntil(armAlarm(this.storage, now + interval));
     const pushed = this.consumerList()[0]?.type === "worker" && !queue.settings.delivery_paused;
     const region = this.store.shards().find((s) => s.name === beat.shard)!.region;
-    // The shard learns the queue's retention here, so it can expire messages no consumer reads.
-    return { known: true, retentionMs: queue.settings.message_retention_period * 1000, stayAwake: (ready && pushed) || this.loop.settling(region, now) };
+    // The shard learns the queue's retention here, so it can expire messages no consumer reads,
+    // and its peers' figures, which it hands on to brokers and consumer shards.
+    const backlogs = this.backlog().filter((b) => b.shard !== beat.shard);
+    // Ready messages a consumer took some of in the period are being taken: no need to report sooner for them.
+    const untaken = ready && pushed && beat.messagesOut === 0;
+    return { known: true, retentionMs: queue.settings.message_retention_period * 1000, stayAwake: untaken || this.loop.settling(region, now), backlogs };
   }
 
   /** A consumer shard's report after a round of delivery. */
@@ -296,7 +325,7 @@ export class Coordinator extends DurableObject<Env> {
   }
 
   private consumerStatus(): { running: number; shards: ConsumerShardStatus[] } {
-    const shards = readConsumerShards(this.sql);
+    const shards = readConsumerShards(this.sql, this.clock.now());
     return { running: deliveringNow(shards, this.clock.now(), serviceConfig(this.env).heartbeatIntervalMs).length, shards };
   }
 
@@ -309,11 +338,13 @@ export class Coordinator extends DurableObject<Env> {
     return this.backlog();
   }
 
-  private backlog(): ShardBacklog[] {
+  /** Each figure is as of its report, or now for a sleeping shard: its last report stays true while it sleeps. */
+  private backlog(beats = this.beats()): ShardBacklog[] {
     const live = new Set(notRetired(this.store.shards()).map((s) => s.name));
-    return this.beats()
+    const now = this.clock.now();
+    return beats
       .filter((h) => live.has(h.name))
-      .map((h) => ({ shard: h.name, count: h.backlog_count, bytes: h.backlog_bytes, oldestAt: h.oldest_at }));
+      .map((h) => ({ shard: h.name, count: h.backlog_count, bytes: h.backlog_bytes, oldestAt: h.oldest_at, at: h.sleeping ? now : h.received_at }));
   }
 
   /** The latest heartbeat of every shard that has sent one. */
@@ -370,8 +401,9 @@ export class Coordinator extends DurableObject<Env> {
     this.loop.pruneRetired(now);
     const interval = serviceConfig(this.env).heartbeatIntervalMs;
     const beats = this.beats();
-    // Shards report while they are busy; once none has for two intervals, they all sleep, and so does this loop.
-    const awake = beats.some((b) => b.received_at >= now - 2 * interval) || this.loop.halfDone();
+    // Shards report while they are busy; once none has for two intervals, they all sleep, and so does
+    // this loop. Shards on the slow cadence (traffic far below what the autoscaler acts on) keep it asleep.
+    const awake = beats.some((b) => b.received_at >= now - 2 * interval && (b.next_report_at ?? 0) <= b.received_at + 2 * interval) || this.loop.halfDone();
     // The point before a sleep is written whatever the step: the series carries it through the quiet time (time-series.ts).
     recordPoint(this.sql, now, beats, this.store.shards().filter((s) => s.state === "active").length, this.consumerStatus().running, !awake);
     await this.publisher.publish();

@@ -9,6 +9,12 @@ import type { CostMeter, MeterReading } from "../src/kernel/sql-meter";
 export interface ConsumerShardReport {
   index: number;
   running: boolean;
+  /**
+   * Until when the shard counts as delivering (deliveringNow): it reports at most every ~30 s
+   * (consumer-shard.ts REPORT_EVERY_MS), and again when it stops before then. Null: stopped.
+   * Absent from shards older than it, which reported every round.
+   */
+  runningUntil?: number | null;
   delivered: number;
   batches: number;
   errors: number;
@@ -16,8 +22,10 @@ export interface ConsumerShardReport {
   cost?: MeterReading;
 }
 
-export interface ConsumerShardStatus extends Omit<ConsumerShardReport, "cost"> {
+export interface ConsumerShardStatus extends Omit<ConsumerShardReport, "cost" | "runningUntil"> {
   received_at: number;
+  /** ConsumerShardReport.runningUntil; null when stopped or from an older shard. */
+  running_until?: number | null;
   /** Everything the shard reported it was billed for, over its restarts; null before its first report with a cost. */
   cost?: CostMeter | null;
 }
@@ -26,19 +34,22 @@ export function recordStorageBeat(sql: SqlStorage, beat: StorageHeartbeat, now: 
   carryShardRestart(sql, beat.shard, beat.totals, beat.sentAt);
   sql.exec(
     `INSERT OR REPLACE INTO heartbeats
-       (name, backlog_count, backlog_bytes, oldest_at, messages_in, messages_out, refusals, leased_now, handoffs, state, period_ms, sent_at, received_at, totals, cost, in_from)
-     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+       (name, backlog_count, backlog_bytes, oldest_at, messages_in, messages_out, refusals, leased_now, handoffs, state, period_ms, sent_at, received_at, totals, cost, in_from, next_report_at)
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     beat.shard, beat.backlogCount, beat.backlogBytes, beat.oldestEnqueuedAt, beat.messagesIn, beat.messagesOut, beat.refusals, beat.leasedNow, beat.handoffs ?? 0,
     beat.state, beat.periodMs, beat.sentAt, now, JSON.stringify(beat.totals), JSON.stringify(beat.cost), beat.inFrom ? JSON.stringify(beat.inFrom) : null,
+    // Its own clock's time, moved onto this one's.
+    beat.nextReportAt !== undefined ? now + (beat.nextReportAt - beat.sentAt) : null,
   );
 }
 
 export function readStorageBeats(sql: SqlStorage, now: number, intervalMs: number): ShardHeartbeat[] {
   const rows = sql
-    .exec("SELECT name, state, backlog_count, backlog_bytes, oldest_at, messages_in, messages_out, refusals, leased_now, handoffs, period_ms, received_at, totals, cost, in_from FROM heartbeats ORDER BY name")
+    .exec("SELECT name, state, backlog_count, backlog_bytes, oldest_at, messages_in, messages_out, refusals, leased_now, handoffs, period_ms, received_at, totals, cost, in_from, next_report_at FROM heartbeats ORDER BY name")
     .toArray() as unknown as Array<Omit<ShardHeartbeat, "totals" | "cost" | "healthy" | "sleeping" | "in_from"> & { totals: string; cost: string; in_from: string | null }>;
-  const late = now - 3 * intervalMs;
   return rows.map((r) => {
+    // Late three intervals after the report it said was next (one interval on, unless it said later).
+    const late = now - 3 * intervalMs - Math.max(0, (r.next_report_at ?? 0) - r.received_at - intervalMs);
     // A shard whose last report showed no activity and that has not reported since is asleep
     // (storage-shard/shard-alarm.ts): it reports again when anything changes. One that was busy
     // and went quiet without that last report is late.
@@ -64,22 +75,24 @@ export function recordConsumerReport(sql: SqlStorage, r: ConsumerShardReport, no
     carried = before && before.since !== r.cost.since ? JSON.stringify(addCost(kept, before)) : (prev?.cost_carried ?? null);
   }
   sql.exec(
-    `INSERT INTO consumer_shards (idx, running, delivered, batches, errors, received_at, cost, cost_carried) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+    `INSERT INTO consumer_shards (idx, running, delivered, batches, errors, received_at, cost, cost_carried, running_until) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
      ON CONFLICT(idx) DO UPDATE SET running = excluded.running, delivered = delivered + excluded.delivered,
        batches = batches + excluded.batches, errors = errors + excluded.errors, received_at = excluded.received_at,
-       cost = COALESCE(excluded.cost, cost), cost_carried = COALESCE(excluded.cost_carried, cost_carried)`,
-    // Delivering now, or delivered since its last report: it counts toward concurrency.
-    r.index, r.running || r.delivered > 0 ? 1 : 0, r.delivered, r.batches, r.errors, now, r.cost ? JSON.stringify(r.cost) : null, carried,
+       cost = COALESCE(excluded.cost, cost), cost_carried = COALESCE(excluded.cost_carried, cost_carried), running_until = excluded.running_until`,
+    // An older shard's report: delivering now, or delivered since its last report, counts toward concurrency.
+    r.index, r.runningUntil !== undefined ? (r.runningUntil !== null ? 1 : 0) : r.running || r.delivered > 0 ? 1 : 0, r.delivered, r.batches, r.errors, now, r.cost ? JSON.stringify(r.cost) : null, carried, r.runningUntil ?? null,
   );
 }
 
-export function readConsumerShards(sql: SqlStorage): ConsumerShardStatus[] {
-  const rows = sql.exec("SELECT idx, running, delivered, batches, errors, received_at, cost, cost_carried FROM consumer_shards ORDER BY idx").toArray() as unknown as Array<{
-    idx: number; running: number; delivered: number; batches: number; errors: number; received_at: number; cost: string | null; cost_carried: string | null;
+/** Each consumer shard's latest report; `running` is false once the time it said it runs until is past (`now`). */
+export function readConsumerShards(sql: SqlStorage, now?: number): ConsumerShardStatus[] {
+  const rows = sql.exec("SELECT idx, running, delivered, batches, errors, received_at, cost, cost_carried, running_until FROM consumer_shards ORDER BY idx").toArray() as unknown as Array<{
+    idx: number; running: number; delivered: number; batches: number; errors: number; received_at: number; cost: string | null; cost_carried: string | null; running_until: number | null;
   }>;
   return rows.map((r) => ({
     index: r.idx,
-    running: r.running === 1,
+    running: r.running === 1 && (r.running_until === null || now === undefined || r.running_until >= now),
+    running_until: r.running_until,
     delivered: r.delivered,
     batches: r.batches,
     errors: r.errors,

@@ -5,8 +5,14 @@
  * send. Two exceptions: the arrival that fills a batch a consumer was told to wait for
  * wakes one at once, and while long-polling pulls still wait it says so again on the next
  * arrival (the Coordinator's answer tells).
+ *
+ * When a consumer shard leased here last and found it empty, the shard wakes that consumer
+ * shard itself: one request, where the Coordinator's hop cost one more and a row. The
+ * Coordinator stays the way for pulls (a pull leased here last) and the fallback (no
+ * consumer shard known since this object started, or its wake-up failed); it also scales
+ * the consumer shards, from the backlog the heartbeats show.
  */
-import { coordinatorFor } from "../src/kernel/addressing";
+import { consumerShardFor, coordinatorFor } from "../src/kernel/addressing";
 import type { Env } from "../src/kernel/env";
 import type { ShardIdentity } from "../src/kernel/protocol";
 import { sleep } from "../src/kernel/sleep";
@@ -28,6 +34,8 @@ export class ConsumerWakeups {
    * to wait out max_wait_time_ms, which a steady stream of sends would pay on every batch.
    */
   private fillingFor: number | null = null;
+  /** The consumer shard (its index) that leased here last; null after a pull's lease, or before any. */
+  private leaser: number | null = null;
 
   constructor(
     private readonly ctx: DurableObjectState,
@@ -43,6 +51,20 @@ export class ConsumerWakeups {
     const shard = this.identity();
     if (this.notified || !shard) return;
     this.notified = true;
+    const leaser = this.leaser;
+    if (leaser !== null) {
+      this.ctx.waitUntil(
+        consumerShardFor(this.env, shard.queueId, leaser)
+          .wake(shard.queueId, leaser, undefined, shard.name)
+          .catch((err: unknown) => {
+            console.error(`waking consumer shard ${leaser} failed, the Coordinator wakes one:`, err);
+            if (this.leaser === leaser) this.leaser = null;
+            this.notified = false;
+            this.notify();
+          }),
+      );
+      return;
+    }
     this.ctx.waitUntil(
       coordinatorFor(this.env, shard.queueId)
         .notifyReady(shard.name)
@@ -70,8 +92,12 @@ export class ConsumerWakeups {
     }
   }
 
-  /** A lease of `limit` took `taken` messages, and was told to wait for a batch (`waitUntil`) or not. */
-  afterLease(taken: number, waitUntil: number | null, limit: number): void {
+  /**
+   * A lease of `limit` took `taken` messages, and was told to wait for a batch (`waitUntil`) or
+   * not; `consumerShard` names the consumer shard that leased (undefined: a pull).
+   */
+  afterLease(taken: number, waitUntil: number | null, limit: number, consumerShard?: number): void {
+    this.leaser = consumerShard ?? null;
     // A consumer found nothing ready here: the next arrival must tell one.
     if (taken === 0 && waitUntil === null) this.notified = false;
     this.fillingFor = waitUntil === null ? null : limit;

@@ -14,6 +14,12 @@
  * Coordinator if messages are ready (a consumer or a waiting pull comes for them) and wakes
  * the shard for a report of its new figures. While a long-polling pull waits, the shard
  * also watches its due times (due-wakeups.ts) through the same alarm.
+ *
+ * Awake with traffic far below what the autoscaler acts on, it reports on a slow cadence
+ * (src/kernel/heartbeat.ts SLOW_REPORT_MS, its report saying when the next is due): at a message a second a report
+ * every interval was a Coordinator request and two rows written per few messages. Traffic
+ * that picks up (busy), a backlog that grows, or a change the Coordinator waits to see (a
+ * state, an epoch) brings the next report back to within an interval.
  */
 export type AlarmCause = "heartbeat" | "due" | "watch";
 
@@ -32,16 +38,34 @@ export class ShardAlarm {
     private readonly setAlarm: (at: number) => void,
     /** While a pull waits: the next due time it should hear of (due-wakeups.ts). */
     private readonly watchAt: () => number | null,
+    /** Whether traffic since the last report is enough for the autoscaler or consumer scaling to hear of it within an interval. */
+    private readonly busy: () => boolean = () => true,
   ) {}
 
   get awake(): boolean {
     return this.heartbeatAt !== null;
   }
 
-  /** Something changed: a report goes out within an interval. */
-  wake(now: number): void {
-    if (this.heartbeatAt !== null) return;
+  /**
+   * Something changed: a report goes out within an interval, or, awake on the slow cadence,
+   * when it is due unless the traffic is busy or the change is one to tell `promptly`.
+   */
+  wake(now: number, promptly = false): void {
+    if (this.heartbeatAt !== null) {
+      if (this.heartbeatAt > now + this.intervalMs && (promptly || this.busy())) {
+        this.heartbeatAt = now + this.intervalMs;
+        this.arm();
+      }
+      return;
+    }
     this.heartbeatAt = now + this.intervalMs;
+    this.dueAt = null;
+    this.arm();
+  }
+
+  /** After a report, awake: the next one at `at` (an interval on, or the slow cadence's). */
+  reportAt(at: number): void {
+    this.heartbeatAt = at;
     this.dueAt = null;
     this.arm();
   }

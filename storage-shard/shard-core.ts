@@ -11,7 +11,7 @@ import type {
   ShardRefusal,
   ShardStats,
 } from "../src/kernel/protocol";
-import type { StorageHeartbeat } from "../src/kernel/heartbeat";
+import { REPORT_BACKLOG_GROWTH, SLOW_BELOW_SHARE, SLOW_REPORT_MS, type StorageHeartbeat } from "../src/kernel/heartbeat";
 import { ShardAlarm } from "./shard-alarm";
 import { ActivityMeter, TokenBucket } from "./capacity";
 import { expireOld, lease, leasedCount, type BacklogDelta } from "./delivery";
@@ -61,6 +61,10 @@ export abstract class ShardCore extends DurableObject<Env> {
   protected leasedNow = 0;
   /** The one alarm: reports while awake, due work while asleep (shard-alarm.ts). */
   protected readonly alarms: ShardAlarm;
+  /** When the next report is due after the one under way: set by report(), null after a failure (an interval on). */
+  protected nextReportAt: number | null = null;
+  /** The backlog the last report showed (a slow shard reports sooner once it grows: busy). */
+  protected reportedBacklog = 0;
   /** The figures of the last report sent (in memory: a restart reports once more). */
   protected lastReport: string | null = null;
   /** Whether that report said messages were ready (null: none sent since this instance started). */
@@ -68,6 +72,8 @@ export abstract class ShardCore extends DurableObject<Env> {
   /** The Coordinator asked for reports although nothing changes (HeartbeatReply.stayAwake); how many such reports in a row. */
   protected stayAwake = false;
   protected idleReports = 0;
+  /** The queue's other shards' figures as the Coordinator's last heartbeat reply gave them, handed on with appends and leases. */
+  protected peers: ShardBacklog[] = [];
   /** The queue's retention as the Coordinator last said it (kept in meta: a sleeping shard's alarm needs it after a restart). */
   protected retentionMs: number | null;
   /** Messages becoming ready later, told to the Coordinator while pulls wait (due-wakeups.ts). */
@@ -119,6 +125,7 @@ export abstract class ShardCore extends DurableObject<Env> {
         void ctx.storage.setAlarm(at);
       },
       () => this.due.wakeAt,
+      () => this.busy(this.clock.now()),
     );
     // Nothing is armed here: an alarm set before a restart is durable, and finds this instance
     // knowing nothing of it (alarm(): it then does the due work and reports).
@@ -137,7 +144,7 @@ export abstract class ShardCore extends DurableObject<Env> {
 
   /** This shard's backlog now, exact: the in-memory figures follow every committed write. */
   protected backlog(): ShardBacklog {
-    return { shard: this.identity?.name ?? "", count: this.backlogCount, bytes: this.backlogBytes, oldestAt: this.oldestAt() };
+    return { shard: this.identity?.name ?? "", count: this.backlogCount, bytes: this.backlogBytes, oldestAt: this.oldestAt(), at: this.clock.now() };
   }
 
   /**
@@ -155,6 +162,11 @@ export abstract class ShardCore extends DurableObject<Env> {
     }
     const times = [first, ds.scheduledOldest, lanesInUse(this.sql) ? oldestLaneAt(this.sql) : null].filter((t): t is number => t !== null);
     return times.length === 0 ? null : Math.min(...times);
+  }
+
+  /** The peers' figures for an append or lease answer; nothing on a queue of one shard. */
+  protected peerFigures(): { peers?: ShardBacklog[] } {
+    return this.peers.length > 0 ? { peers: this.peers } : {};
   }
 
   protected afterRemoval(r: { delta: BacklogDelta; held: number }, now: number): void {
@@ -227,8 +239,9 @@ export abstract class ShardCore extends DurableObject<Env> {
     // in memory were lost with it, and their messages are ready again.
     if (causes.has("due") || (causes.size === 0 && this.identity && this.state !== "retired")) this.dueWork(now);
     if (causes.has("heartbeat")) {
+      this.nextReportAt = null;
       const again = await this.report(now).catch((err: unknown) => (console.error(`storage shard ${this.identity?.name}: heartbeat failed:`, err), true));
-      if (again) this.alarms.wake(now);
+      if (again) this.alarms.reportAt(this.nextReportAt ?? now + serviceConfig(this.env).heartbeatIntervalMs);
       else this.alarms.sleep(this.nextDue(now));
     }
     this.due.plan(now);
@@ -297,7 +310,12 @@ export abstract class ShardCore extends DurableObject<Env> {
       readyNow: this.readyNow(now),
       ...(this.epoch ? { epoch: this.epoch.seq } : {}),
     };
-    const { cost: _cost, periodMs: _period, sentAt: _sent, ...figures } = beat;
+    // Far below what the autoscaler acts on, an active shard reports on the slow cadence, and says so.
+    const config = serviceConfig(this.env);
+    const slow = this.state === "active" && !this.stayAwake && (beat.handoffs ?? 0) === 0 && !this.busyPeriod(period);
+    const nextReportAt = now + (slow ? Math.max(SLOW_REPORT_MS, config.heartbeatIntervalMs) : config.heartbeatIntervalMs);
+    beat.nextReportAt = nextReportAt;
+    const { cost: _cost, periodMs: _period, sentAt: _sent, nextReportAt: _next, ...figures } = beat;
     const signature = JSON.stringify(figures);
     const owes = (beat.handoffs ?? 0) > 0;
     if (signature === this.lastReport && !this.stayAwake && !owes) {
@@ -313,6 +331,10 @@ export abstract class ShardCore extends DurableObject<Env> {
     if (!reply.known) return false;
     this.lastReport = signature;
     this.reportedReady = beat.readyNow ?? null;
+    this.reportedBacklog = beat.backlogCount;
+    // Asked to stay awake (ready messages nobody took, or the autoscaler waiting): within an interval.
+    this.nextReportAt = reply.stayAwake ? now + config.heartbeatIntervalMs : nextReportAt;
+    if (reply.backlogs) this.peers = reply.backlogs.filter((b) => b.shard !== beat.shard);
     let expired = false;
     if (reply.retentionMs !== null) {
       this.learnRetention(reply.retentionMs);
@@ -329,6 +351,19 @@ export abstract class ShardCore extends DurableObject<Env> {
     this.stayAwake = reply.stayAwake === true && this.idleReports < STAY_AWAKE_REPORTS;
     // Messages it expired after the report are not in it: one more report, so its last one is true.
     return active || this.stayAwake || owes || expired;
+  }
+
+  /** Whether a period's traffic (in, out, refused) reaches SLOW_BELOW_SHARE of what the autoscaler aims a shard at. */
+  private busyPeriod(p: { messagesIn: number; messagesOut: number; refusals: number; periodMs: number }): boolean {
+    if (p.refusals > 0) return true;
+    const target = serviceConfig(this.env).targetPerShard * SLOW_BELOW_SHARE;
+    return ((p.messagesIn + p.messagesOut) * 1000) / Math.max(p.periodMs, serviceConfig(this.env).heartbeatIntervalMs) >= target;
+  }
+
+  /** Traffic since the last report that the Coordinator should hear of within an interval (shard-alarm.ts). */
+  protected busy(now: number): boolean {
+    const a = this.activity;
+    return this.backlogCount - this.reportedBacklog >= REPORT_BACKLOG_GROWTH || this.busyPeriod({ messagesIn: a.messagesIn, messagesOut: a.messagesOut, refusals: a.refusals, periodMs: now - a.periodStart });
   }
 
   protected refuse(reason: ShardRefusal): { ok: false; refused: ShardRefusal } {

@@ -52,7 +52,7 @@ export class StorageShard extends ShardCore {
     });
     this.identity = identity;
     this.state = "active";
-    this.alarms.wake(this.clock.now());
+    this.alarms.wake(this.clock.now(), true);
   }
 
   /**
@@ -68,7 +68,7 @@ export class StorageShard extends ShardCore {
     const self = this.identity.name;
     const { registrations } = this.ctx.storage.transactionSync(() => enterEpoch(this.sql, self, epoch));
     this.epoch = loadEpoch(this.sql);
-    this.alarms.wake(this.clock.now());
+    this.alarms.wake(this.clock.now(), true);
     await this.outbox.register(queueId, self, registrations);
     this.flushReleases();
     return this.epoch!.seq;
@@ -80,7 +80,7 @@ export class StorageShard extends ShardCore {
     if (this.refuseRead(queueId)) throw new Error(`shard ${this.identity?.name ?? "(unknown)"} does not serve queue ${queueId}`);
     const now = this.clock.now();
     this.ctx.storage.transactionSync(() => acceptBridges(this.sql, now, holder, gen, keys));
-    this.alarms.wake(now);
+    this.alarms.wake(now, true);
   }
 
   /** At a key's owner: `holder` holds nothing of these keys older than epoch `gen` any more. */
@@ -89,7 +89,7 @@ export class StorageShard extends ShardCore {
     if (this.refuseRead(queueId)) return;
     const now = this.clock.now();
     this.ctx.storage.transactionSync(() => acceptReleases(this.sql, now, holder, gen, keys));
-    this.alarms.wake(now);
+    this.alarms.wake(now, true);
     // The keys it freed may be ready now: consumers must come.
     this.wakeups.notifyAgain();
   }
@@ -100,7 +100,7 @@ export class StorageShard extends ShardCore {
     this.sql.exec("INSERT OR REPLACE INTO meta (key, value) VALUES ('state', ?)", state);
     this.state = state;
     // The Coordinator waits for this shard's report in its new state (a drained shard is retired on it).
-    if (state !== "retired") this.alarms.wake(this.clock.now());
+    if (state !== "retired") this.alarms.wake(this.clock.now(), true);
   }
 
   /** The queue's retention changed: a sleeping shard's due alarm moves with it. */
@@ -157,7 +157,7 @@ export class StorageShard extends ShardCore {
     this.activity.messagesIn += stored;
     if (req.origin !== undefined && stored > 0) this.activity.inFrom[req.origin] = (this.activity.inFrom[req.origin] ?? 0) + stored;
     // The fault harness's reset once this is durable, before the reply: the sender cannot know.
-    return this.hooks.afterDurable("abort-append", this.ctx, { ok: true, stored, duplicates: req.messages.length - stored, backlog: this.backlog(), ids });
+    return this.hooks.afterDurable("abort-append", this.ctx, { ok: true, stored, duplicates: req.messages.length - stored, backlog: this.backlog(), ids, ...this.peerFigures() });
   }
 
   /**
@@ -168,7 +168,7 @@ export class StorageShard extends ShardCore {
   lease(req: LeaseRequest): LeaseResult {
     this.cost.rpcs++;
     const refused = this.refuseRead(req.queueId);
-    if (refused) return { messages: [], waitUntil: null, more: false, nextVisibleAt: null, backlog: { shard: this.identity?.name ?? "", count: 0, bytes: 0, oldestAt: null } };
+    if (refused) return { messages: [], waitUntil: null, more: false, nextVisibleAt: null, backlog: { shard: this.identity?.name ?? "", count: 0, bytes: 0, oldestAt: null }, refused: true };
     const now = this.clock.now();
     const { result, delta } = this.write(now, () => {
       const expired = expireOld(this.sql, this.delivery, now, req.retentionMs);
@@ -181,10 +181,10 @@ export class StorageShard extends ShardCore {
     if (result.messages.length > 0 || delta.count !== 0) this.alarms.wake(now);
     this.activity.messagesOut += result.messages.length;
     this.leasedNow += result.messages.length;
-    this.wakeups.afterLease(result.messages.length, result.waitUntil, req.limit);
+    this.wakeups.afterLease(result.messages.length, result.waitUntil, req.limit, req.consumerShard);
     if (req.watchUntil !== undefined && result.messages.length === 0) this.due.watch(req.watchUntil);
     if (this.due.plan(now)) this.alarms.arm();
-    return { ...result, backlog: this.backlog() };
+    return { ...result, backlog: this.backlog(), ...this.peerFigures() };
   }
 
   /** Applies a batch's outcome: deletes acked and dead-lettered messages, schedules retries. */

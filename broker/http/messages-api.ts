@@ -49,7 +49,7 @@ export async function sendBatch(request: Request, env: Env, ctx: ExecutionContex
 
 /** The REST answers' `metadata`: the queue's figures after the send (src/routing/queue-figures.ts). */
 async function metadataAfter(env: Env, stored: Stored) {
-  return { metrics: restMetrics(await figuresAfterSend(env, stored.queueId, stored.backlogs)) };
+  return { metrics: restMetrics(await figuresAfterSend(env, stored.queueId, stored.backlogs, stored)) };
 }
 
 /** GET .../metrics: backlog figures summed over the queue's shards, and per shard. */

@@ -330,6 +330,8 @@ const shardHeartbeat = z.strictObject({
   in_from: z.record(z.string(), count()).nullable().optional(),
   period_ms: count(),
   received_at: epochMs(),
+  // When the shard said it reports next: minutes on while its traffic is far below what the autoscaler acts on.
+  next_report_at: epochMs().nullable().optional(),
   totals: deliveryTotals,
   cost: costFigures,
   sleeping: z.boolean(),
@@ -352,6 +354,8 @@ export const shardsResult = named(
           batches: count(),
           errors: count(),
           received_at: epochMs(),
+          // Until when its report said it counts as delivering (it reports every ~30 s while it does); null once stopped.
+          running_until: epochMs().nullable().optional(),
           cost: z.strictObject({ rpcs: count(), rowsWritten: count(), rowsRead: count(), alarms: count() }).nullable().optional(),
         }),
       ),

@@ -58,7 +58,7 @@ export class QueueProducer extends WorkerEntrypoint<Env, ProducerProps> {
       await enforceRateLimits(this.env, target.accountId, target.queueRef);
       const { id, stored } = await sendCoalesced(this.env, target, message);
       noteSendLatency(this.env, this.ctx, target, started);
-      return { metadata: { metrics: bindingMetrics(await figuresAfterSend(this.env, stored.queueId, stored.backlogs)) }, messageId: id };
+      return { metadata: { metrics: bindingMetrics(await figuresAfterSend(this.env, stored.queueId, stored.backlogs, stored)) }, messageId: id };
     });
   }
 
@@ -70,7 +70,7 @@ export class QueueProducer extends WorkerEntrypoint<Env, ProducerProps> {
       await enforceRateLimits(this.env, target.accountId, target.queueRef);
       const stored = await storeMessages(this.env, target, batch.messages, batch.delaySeconds);
       noteSendLatency(this.env, this.ctx, target, started);
-      return { metadata: { metrics: bindingMetrics(await figuresAfterSend(this.env, stored.queueId, stored.backlogs)) }, messageIds: stored.ids };
+      return { metadata: { metrics: bindingMetrics(await figuresAfterSend(this.env, stored.queueId, stored.backlogs, stored)) }, messageIds: stored.ids };
     });
   }
 

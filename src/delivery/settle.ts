@@ -22,7 +22,7 @@ const DEAD_LETTER_RETRY_MS = 30_000;
 export async function applyDisposition(
   env: Env,
   queue: { accountId: string; queueId: string },
-  consumer: Pick<ConsumerRecord, "dead_letter_queue">,
+  consumer: Pick<ConsumerRecord, "dead_letter_queue"> & { type?: ConsumerRecord["type"] },
   shardName: string,
   d: Disposition,
   held: readonly LeasedMessage[],
@@ -51,6 +51,8 @@ export async function applyDisposition(
     retries,
     deadLettered: deadLettered.map(leaseRefOf),
     dropped: dropped.map(leaseRefOf),
+    // A push consumer's acks: nobody waits on them, so the shard may write them with its next write.
+    ...(consumer.type === "worker" ? { deferrable: true } : {}),
   });
 }
 

@@ -3,7 +3,17 @@
  * and the report as the Coordinator keeps it (coordinator/heartbeats.ts). Split from
  * protocol.ts, which holds the rest of what crosses RPC between the parts.
  */
-import type { CostFigures, DeliveryTotals, ShardState, ShardStats } from "./protocol";
+import type { CostFigures, DeliveryTotals, ShardBacklog, ShardState, ShardStats } from "./protocol";
+
+/**
+ * How often a storage shard awake with traffic far below what the autoscaler acts on
+ * reports (storage-shard/shard-alarm.ts): a shard busier than SLOW_BELOW_SHARE of
+ * TARGET_MESSAGES_PER_SHARD reports every HEARTBEAT_INTERVAL_MS.
+ */
+export const SLOW_REPORT_MS = 5 * 60_000;
+export const SLOW_BELOW_SHARE = 0.05;
+/** Backlog growth since its last report that brings a slow shard's next report forward (consumer scaling reads the backlog). */
+export const REPORT_BACKLOG_GROWTH = 100;
 
 /**
  * What a storage shard reports to its Coordinator every HEARTBEAT_INTERVAL_MS while it is
@@ -36,6 +46,12 @@ export interface StorageHeartbeat extends ShardStats {
   readyNow?: boolean;
   /** Messages stored since the previous heartbeat from senders in other regions, by region; absent when none. */
   inFrom?: Record<string, number>;
+  /**
+   * When this shard reports next if it stays awake. A shard whose traffic is far below what
+   * the autoscaler acts on reports less often (storage-shard/shard-alarm.ts); the Coordinator
+   * counts it late only past this. Absent: one heartbeat interval on.
+   */
+  nextReportAt?: number;
 }
 
 /** The Coordinator's answer to a heartbeat. */
@@ -50,6 +66,12 @@ export interface HeartbeatReply {
    * the autoscaler waits for every shard's report from after its last change.
    */
   stayAwake?: boolean;
+  /**
+   * The figures of the queue's other shards not retired, as their latest reports gave them:
+   * the shard hands them on with its append and lease answers, so brokers and consumer
+   * shards need not ask the Coordinator for them (src/routing/queue-figures.ts).
+   */
+  backlogs?: ShardBacklog[];
 }
 
 export interface ShardHeartbeat {
@@ -68,6 +90,8 @@ export interface ShardHeartbeat {
   in_from?: Record<string, number> | null;
   period_ms: number;
   received_at: number;
+  /** When the shard said it reports next (StorageHeartbeat.nextReportAt); null: an interval after received_at. */
+  next_report_at?: number | null;
   totals: DeliveryTotals;
   /** What the shard object was billed for since it last started (sql-meter.ts). */
   cost: CostFigures;

@@ -116,10 +116,25 @@ export interface ShardBacklog {
   bytes: number;
   /** When its oldest message arrived, or null when it is empty or this is not known. */
   oldestAt: number | null;
+  /**
+   * When these figures were last known true (a shard's own figures: when it answered; a
+   * heartbeat's: when it came, or when it was asked for a sleeping shard, whose figures stay
+   * true). Absent from answers older than it. Whoever gathers figures keeps the freshest.
+   */
+  at?: number;
 }
 
 export type AppendResult =
-  | { ok: true; stored: number; duplicates: number; backlog: ShardBacklog; /** Every message's id, in the request's order. */ ids: string[] }
+  | {
+      ok: true;
+      stored: number;
+      duplicates: number;
+      backlog: ShardBacklog;
+      /** Every message's id, in the request's order. */
+      ids: string[];
+      /** The queue's other shards' figures as this shard last heard them from its Coordinator (src/routing/queue-figures.ts). */
+      peers?: ShardBacklog[];
+    }
   | { ok: false; refused: ShardRefusal; detail?: string };
 
 /**
@@ -214,6 +229,11 @@ export interface LeaseRequest {
    * Coordinator when a message becomes ready before that (consumer-wakeups.ts).
    */
   watchUntil?: number;
+  /**
+   * The consumer shard leasing (its index): the storage shard wakes it directly when new
+   * messages arrive after it found the shard empty (storage-shard/consumer-wakeups.ts). Absent for pulls.
+   */
+  consumerShard?: number;
 }
 
 export interface LeasedMessage {
@@ -245,6 +265,10 @@ export interface LeaseResult {
   nextVisibleAt: number | null;
   /** This shard's backlog after the lease (leased messages included: they are not acked yet). */
   backlog: ShardBacklog;
+  /** The queue's other shards' figures as this shard last heard them (as AppendResult's). */
+  peers?: ShardBacklog[];
+  /** The shard is not (or no longer) one of the queue's: retired, or unknown. A consumer shard's plan is out of date. */
+  refused?: boolean;
 }
 
 /** A message named by the lease it was handed out under: acts on it only while that lease is current. */
@@ -289,6 +313,11 @@ export interface SettleResult {
 
 /** What a consumer shard needs from the Coordinator to deliver a queue's messages. */
 export interface DeliveryPlan {
+  /**
+   * Names everything below but the backlogs: a consumer shard keeps its plan while the
+   * Coordinator's wake-ups carry this same version (coordinator/coordinator.ts planVersion).
+   */
+  version: string;
   accountId: string;
   queueId: string;
   queueName: string;

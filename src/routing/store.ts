@@ -2,7 +2,7 @@ import { serviceConfig } from "../kernel/config";
 import type { Env } from "../kernel/env";
 import { unavailable } from "../kernel/errors";
 import { randomHex } from "../kernel/ids";
-import type { AppendRequest, AppendResult, EncodedMessage, ShardBacklog, ShardEntry, ShardMap } from "../kernel/protocol";
+import { notRetired, type AppendRequest, type AppendResult, type EncodedMessage, type ShardBacklog, type ShardEntry, type ShardMap } from "../kernel/protocol";
 import { storageShardFor } from "../kernel/addressing";
 import { sleep } from "../kernel/sleep";
 import type { PendingMessage } from "./pending-messages";
@@ -39,6 +39,10 @@ export interface Stored {
   ids: string[];
   queueId: string;
   backlogs: ShardBacklog[];
+  /** The other shards' figures as the shards written to last heard them (src/routing/queue-figures.ts). */
+  peers?: ShardBacklog[];
+  /** The shards not retired in the latest map the send went by. */
+  live?: string[];
 }
 
 export interface SendTarget {
@@ -85,11 +89,11 @@ export async function storeMessages(
     // Fresh messages get their ids from the shard that stores them: ids that say where they live.
     // A write again after a lost reply is recognised by its batch token and answered with the same ids.
     const batch = randomHex(8);
-    const { queueId, backlog, ids } = await storeOnOneShard(env, target, map, messages, { ...flags, batch }, (m, exclude) => stickyShard(m, region, exclude, messages.length, Date.now()));
-    return { ids, queueId, backlogs: [backlog] };
+    const { queueId, backlog, ids, peers, live } = await storeOnOneShard(env, target, map, messages, { ...flags, batch }, (m, exclude) => stickyShard(m, region, exclude, messages.length, Date.now()));
+    return { ids, queueId, backlogs: [backlog], peers, live };
   }
   const ids: string[] = keepIds ? [...keepIds] : new Array<string>(messages.length);
-  const storeGroups = async (current: ShardMap, groups: Placed[]): Promise<Array<{ queueId: string; backlog: ShardBacklog }>> => {
+  const storeGroups = async (current: ShardMap, groups: Placed[]): Promise<OneShard[]> => {
     const settled = await Promise.allSettled(
       groups.map(async ({ indexes, choose }) => {
         const group = indexes.map((i) => messages[i]!);
@@ -112,10 +116,19 @@ export async function storeMessages(
     // attempt is still waiting for room, or it could look for these ids before they land.
     const failed = settled.find((s) => s.status === "rejected");
     if (failed) throw failed.reason;
-    return settled.flatMap((s) => (s as PromiseFulfilledResult<Array<{ queueId: string; backlog: ShardBacklog }>>).value);
+    return settled.flatMap((s) => (s as PromiseFulfilledResult<OneShard[]>).value);
   };
   const stored = await storeGroups(map, placeEach(map, region, messages, keepIds));
-  return { ids, queueId: stored[0]?.queueId ?? map.queueId, backlogs: stored.map((s) => s.backlog) };
+  return { ids, queueId: stored[0]?.queueId ?? map.queueId, backlogs: stored.map((s) => s.backlog), peers: stored.flatMap((s) => s.peers ?? []), ...(stored[0] ? { live: stored[0].live } : {}) };
+}
+
+/** One shard's write: its exact figures and what it knew of the others. */
+interface OneShard {
+  queueId: string;
+  backlog: ShardBacklog;
+  ids: string[];
+  peers: ShardBacklog[] | undefined;
+  live: string[];
 }
 
 /** A keyed write's keys have different shards in the current map `map`: it is placed again by it. */
@@ -191,7 +204,7 @@ async function storeOnOneShard(
   messages: EncodedMessage[],
   flags: Pick<AppendRequest, "dedupe" | "remember" | "batch">,
   choose: (map: ShardMap, exclude: ReadonlySet<string>) => ShardEntry | undefined,
-): Promise<{ queueId: string; backlog: ShardBacklog; ids: string[] }> {
+): Promise<OneShard> {
   let map = firstMap;
   /** Shards that will not take this batch: draining, retired, unknown, corrupt. */
   const refused = new Set<string>();
@@ -224,7 +237,7 @@ async function storeOnOneShard(
     // A send from a region without a shard of its own says so: the autoscaler gives the region one once it sends enough.
     const origin = target.region !== undefined && target.region !== shard.region ? { origin: target.region } : {};
     const result = await appendWithRetry(env, shard, { queueId: map.queueId, messages, ...flags, ...origin });
-    if (result.ok) return { queueId: map.queueId, backlog: result.backlog, ids: result.ids };
+    if (result.ok) return { queueId: map.queueId, backlog: result.backlog, ids: result.ids, peers: result.peers, live: notRetired(map.shards).map((s) => s.name) };
     if (result.refused === "overloaded") {
       full.add(shard.name);
       continue;

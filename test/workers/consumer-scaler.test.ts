@@ -72,6 +72,16 @@ describe("consumer-shard scaler", () => {
     expect(deliveringNow(reports, NOW, INTERVAL).map((r) => r.index)).toEqual([0, 2]);
   });
 
+  it("counts a shard that says until when it runs as delivering until then, however old its report (it reports every ~30 s)", () => {
+    const old = 10 * INTERVAL;
+    const reports = [
+      { ...report(0, true, old), running_until: NOW + 1 },
+      { ...report(1, true, old), running_until: NOW - 1 },
+      { ...report(2, false, 0), running_until: null },
+    ];
+    expect(deliveringNow(reports, NOW, INTERVAL).map((r) => r.index)).toEqual([0]);
+  });
+
   it("follows a backlog up and back down, one decision per change", () => {
     let previous = 0;
     const log: string[] = [];

@@ -236,12 +236,16 @@ describe("push delivery to a queue() handler", () => {
     await eventually(() => consumerStats("push-resume"), (s) => s.distinct === 2, 3000);
   });
 
-  it("reports a consumer shard idle, not running, when its round ends for want of messages", async () => {
+  it("reports a consumer shard delivering while its rounds deliver, and idle at once when a round finds nothing", async () => {
     const q = await createQueue("push-idle");
     await addConsumer("push-idle", { settings: { max_wait_time_ms: 0 } });
     await producer("push-idle").send("one");
     await eventually(() => consumerStats("push-idle"), (s) => s.distinct === 1);
-    await eventually(() => coordinatorFor(env, q.queue_id).consumerShards(), (c) => c.shards.length > 0 && c.running === 0, 5000);
+    // Its round delivered: it counts as delivering until its next report is due (~30 s), not per round.
+    await eventually(() => coordinatorFor(env, q.queue_id).consumerShards(), (c) => c.shards.length > 0 && c.running === 1, 5000);
+    // A round that finds nothing: stopped, said at once.
+    await consumerShardFor(env, q.queue_id, 0).wake(q.queue_id, 0);
+    await eventually(() => coordinatorFor(env, q.queue_id).consumerShards(), (c) => c.running === 0, 5000);
   });
 
   it("delivers a delayed message when its delay has passed, not before", async () => {

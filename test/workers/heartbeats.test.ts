@@ -3,6 +3,7 @@ import { describe, expect, it } from "vitest";
 import { ManualClock } from "../../src/kernel/clock";
 import { crc32 } from "../../src/kernel/checksum";
 import { coordinatorFor } from "../../src/kernel/addressing";
+import { SLOW_REPORT_MS } from "../../src/kernel/heartbeat";
 import type { Coordinator } from "../../coordinator/coordinator";
 import type { StorageShard } from "../../storage-shard/storage-shard";
 import { api, createQueue, producer, queuePath } from "./helpers";
@@ -43,9 +44,10 @@ describe("storage shard heartbeats", () => {
     const mine = metrics.json.result.shards.find((s: { name: string }) => s.name === name);
     expect(mine.heartbeat).toMatchObject({ received_at_ms: expect.any(Number), healthy: true, messages_in_per_second: 5, messages_out_per_second: 0, leased: 0 });
 
-    // Always re-armed, busy or not: a Coordinator notices a shard that stops reporting.
+    // Always re-armed, busy or not: a Coordinator notices a shard that stops reporting. Five
+    // messages a second is far below what the autoscaler acts on: the slow cadence, said in the report.
     await runInDurableObject(shard, async (_obj: StorageShard, state) => {
-      expect(await state.storage.getAlarm()).toBe(FUTURE + 4000 + 5000);
+      expect(await state.storage.getAlarm()).toBe(FUTURE + 4000 + SLOW_REPORT_MS);
     });
     const leased = await shard.lease({ queueId: q.queue_id, limit: 5, leaseMs: 60_000, maxWaitMs: 0, retentionMs: 1e12 });
     clock.advance(5000);
@@ -93,8 +95,8 @@ describe("storage shard heartbeats", () => {
     const rpcs = async () => (await coordinator.costFigures()).rpcs;
     clock.advance(5000);
     expect(await runDurableObjectAlarm(shard)).toBe(true);
-    // A period with activity: awake, the next report an interval on.
-    await runInDurableObject(shard, async (_obj: StorageShard, state) => expect(await state.storage.getAlarm()).toBe(clock.now() + 5000));
+    // A period with activity: awake, the next report on the slow cadence (three messages are far below the autoscaler's target).
+    await runInDurableObject(shard, async (_obj: StorageShard, state) => expect(await state.storage.getAlarm()).toBe(clock.now() + SLOW_REPORT_MS));
     clock.advance(5000);
     const before = await rpcs();
     expect(await runDurableObjectAlarm(shard)).toBe(true);
@@ -118,6 +120,27 @@ describe("storage shard heartbeats", () => {
     expect(beat).toMatchObject({ sleeping: true, healthy: true, backlog_count: 3, messages_in: 0, messages_out: 0 });
     const metrics = await api("GET", `${queuePath("beats-sleep")}/metrics`);
     expect(metrics.json.result.shards.find((s: { name: string }) => s.name === name).heartbeat).toMatchObject({ sleeping: true, healthy: true, messages_in_per_second: 0 });
+  });
+
+  it("report on a slow cadence while traffic is far below the autoscaler's target, saying when, healthy meanwhile; a growing backlog brings the next report within an interval", async () => {
+    const { q, shard, shardName: name, clock } = await onlyShard("beats-slow");
+    const coordinator = coordinatorFor(env, q.queue_id);
+    await producer("beats-slow").send(1);
+    clock.advance(5000);
+    expect(await runDurableObjectAlarm(shard)).toBe(true);
+    const alarm = () => runInDurableObject(shard, async (_obj: StorageShard, state) => state.storage.getAlarm());
+    expect(await alarm()).toBe(clock.now() + SLOW_REPORT_MS);
+    // The Coordinator knows when the next report is due: three intervals on, it is not late.
+    await runInDurableObject(env.COORDINATOR.get(env.COORDINATOR.idFromName(q.queue_id)), (obj: Coordinator) => {
+      obj.clock = new ManualClock(Date.now() + 3 * 5000 + 1000);
+    });
+    const beat = (await coordinator.heartbeats()).find((b) => b.name === name)!;
+    expect(beat).toMatchObject({ healthy: true, sleeping: false, messages_in: 1 });
+    expect(beat.next_report_at).toBeGreaterThan(beat.received_at + 60_000);
+    // A backlog that grows by a hundred: consumer scaling must hear of it within an interval.
+    await producer("beats-slow").sendBatch(Array.from({ length: 100 }, (_, i) => ({ body: i })));
+    await producer("beats-slow").send("one more");
+    expect(await alarm()).toBe(clock.now() + 5000);
   });
 
   it("mark a shard unhealthy once it has missed three heartbeats after a busy report (it had not sent its last one)", async () => {
