@@ -2,13 +2,16 @@
  * Send latency, measured by the broker: from a send or sendBatch arriving (HTTP or the
  * producer binding) to its messages stored. Production runs many broker isolates, and
  * an isolate's memory is lost when it is evicted, so each isolate counts sends per queue
- * in memory and adds the counts to the queue's Coordinator (coordinator/send-latency.ts)
- * at most once per FLUSH_INTERVAL_MS per queue, where GET /metrics reads them.
+ * in memory and adds the counts to the queue's Coordinator (coordinator/send-latency.ts),
+ * where GET /metrics reads them: at the first send after FLUSH_INTERVAL_MS without a
+ * write, and QUIET_MS after sending stops. Not every few seconds: at a message a second a
+ * write every 5 s was a fifth of a Coordinator request per message (issue 30).
  *
- * The flush never delays or fails a send: it runs in ctx.waitUntil after a timer, its
- * errors are logged, and counts that could not be written are kept for the next flush
- * (a failure after the Coordinator had added them counts those sends twice; an isolate
- * evicted before its flush loses its last few seconds of counts).
+ * The flush never delays or fails a send: it runs in ctx.waitUntil, its errors are
+ * logged, and counts that could not be written are kept for the next flush (a failure
+ * after the Coordinator had added them counts those sends twice; an isolate evicted
+ * before its flush loses the counts since its last one). A scrape writes its own
+ * isolate's counts first, so what it reads lags only other isolates' sends.
  */
 import { coordinatorFor } from "../../src/kernel/addressing";
 import type { Env } from "../../src/kernel/env";
@@ -19,8 +22,13 @@ import { sleep } from "../../src/kernel/sleep";
 
 /** Bucket upper bounds, in seconds; +Inf is implied. */
 export const SEND_LATENCY_BOUNDS: readonly number[] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
-/** At most one write per queue per isolate this often. */
-export const FLUSH_INTERVAL_MS = 5000;
+/** While sends go on, at most one write per queue per isolate this often. */
+export const FLUSH_INTERVAL_MS = 60_000;
+/**
+ * Sending stopped this long ago: the counts since the last write are written. Short enough for
+ * a timer in a send's waitUntil (which the platform ends 30 s after the response).
+ */
+export const QUIET_MS = 10_000;
 /** How long a scrape waits for writes other requests of this isolate have under way. */
 const FLUSH_WAIT_MS = 2000;
 
@@ -75,8 +83,14 @@ interface Lane {
   queueRef: string;
   env: Env;
   pending: SendLatencyCounts;
-  /** A flush is due on a timer, in the waitUntil of the request that set it. */
-  scheduled: boolean;
+  /** A write is queued for the next turn (a burst of sends in one turn shares it). */
+  queued: boolean;
+  /**
+   * When the newest quiet timer started (null: none). Each runs in the waitUntil of the send
+   * that started it; a send starts a new one once the newest is half a quiet period old, so a
+   * timer that fires while it is still the newest comes a quiet period after the last sends.
+   */
+  timerAt: number | null;
   lastFlushAt: number;
   /** Writes under way. */
   writing: number;
@@ -86,22 +100,39 @@ interface Lane {
 export class SendLatencyBuffer {
   private readonly lanes = new Map<string, Lane>();
 
-  constructor(private readonly opts: { intervalMs: number; write: LatencySink; now?: () => number }) {}
+  constructor(private readonly opts: { intervalMs: number; quietMs?: number; write: LatencySink; now?: () => number }) {}
 
-  /** Counts a send; never throws, never waits. The first send after a quiet interval is flushed at once. */
+  /**
+   * Counts a send; never throws, never waits. The first send after an interval without a
+   * write queues one; the others leave a timer that writes once sending has been quiet.
+   */
   observe(env: Env, ctx: WaitUntil, target: { accountId: string; queueRef: string }, seconds: number): void {
     try {
       const lane = this.lane(env, target.accountId, target.queueRef);
       observe(lane.pending, seconds);
-      if (lane.scheduled) return;
-      const wait = Math.max(0, lane.lastFlushAt + this.opts.intervalMs - this.now());
+      if (lane.queued) return;
+      const now = this.now();
+      if (now - lane.lastFlushAt >= this.opts.intervalMs) {
+        ctx.waitUntil(
+          sleep(0).then(() => {
+            lane.queued = false;
+            return this.flushLane(lane);
+          }),
+        );
+        lane.queued = true; // only once waitUntil took it: a write that never runs must not block the next
+        return;
+      }
+      const quiet = this.opts.quietMs ?? QUIET_MS;
+      if (lane.timerAt !== null && now - lane.timerAt < quiet / 2) return;
       ctx.waitUntil(
-        sleep(wait).then(() => {
-          lane.scheduled = false;
+        sleep(quiet).then(() => {
+          // A send started a newer timer since: sending goes on, and that one writes if it stops.
+          if (lane.timerAt !== now) return;
+          lane.timerAt = null;
           return this.flushLane(lane);
         }),
       );
-      lane.scheduled = true; // only once waitUntil took it: a flush that never runs must not block the next
+      lane.timerAt = now;
     } catch (err) {
       console.error("send latency: counting or scheduling its flush failed:", err);
     }
@@ -147,9 +178,9 @@ export class SendLatencyBuffer {
     if (!lane) {
       // One lane per queue this isolate sent to; forget idle ones now and then.
       if (this.lanes.size >= 1000) {
-        for (const [k, l] of this.lanes) if (l.pending.count === 0 && !l.scheduled && l.writing === 0) this.lanes.delete(k);
+        for (const [k, l] of this.lanes) if (l.pending.count === 0 && !l.queued && l.timerAt === null && l.writing === 0) this.lanes.delete(k);
       }
-      lane = { accountId, queueRef, env, pending: emptyCounts(), scheduled: false, lastFlushAt: 0, writing: 0 };
+      lane = { accountId, queueRef, env, pending: emptyCounts(), queued: false, timerAt: null, lastFlushAt: -Infinity, writing: 0 };
       this.lanes.set(key, lane);
     }
     lane.env = env;

@@ -103,6 +103,7 @@ describe("send latency counts", () => {
     let fail = false;
     const buffer = new SendLatencyBuffer({
       intervalMs: 20,
+      quietMs: 10,
       write: async (_env, _account, _queue, counts) => {
         if (fail) throw new Error("coordinator unavailable");
         writes.push(counts);
@@ -137,6 +138,31 @@ describe("send latency counts", () => {
     expect(buffer.pending("acct", "q")?.count).toBe(0);
     await Promise.all(waited);
     expect(writes).toHaveLength(2);
+  });
+
+  it("are written once an interval while sends go on and once when they stop, not every few sends", async () => {
+    const writes: SendLatencyCounts[] = [];
+    let t = 0;
+    const buffer = new SendLatencyBuffer({ intervalMs: 60_000, quietMs: 20, now: () => t, write: async (_env, _account, _queue, counts) => void writes.push(counts) });
+    const waited: Array<Promise<unknown>> = [];
+    const ctx: WaitUntil = { waitUntil: (p) => void waited.push(p) };
+    const target = { accountId: "acct", queueRef: "q" };
+    // The first send is written at once; then a send every 2 ms (of this clock) for 50 ms.
+    buffer.observe({} as Env, ctx, target, 0.01);
+    await waited[0];
+    expect(writes).toHaveLength(1);
+    for (t = 2; t <= 50; t += 2) buffer.observe({} as Env, ctx, target, 0.01);
+    // A quiet timer every half quiet period, of which only the newest writes once it fires.
+    expect(waited.length).toBeLessThanOrEqual(1 + 50 / 10 + 1);
+    await Promise.all(waited);
+    expect(writes).toHaveLength(2);
+    expect(writes[1]!.count).toBe(25);
+    // An interval on, the next send is written at once.
+    t = 60_050;
+    buffer.observe({} as Env, ctx, target, 0.01);
+    await Promise.all(waited);
+    expect(writes).toHaveLength(3);
+    expect(writes[2]!.count).toBe(1);
   });
 });
 
