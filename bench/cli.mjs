@@ -5,6 +5,7 @@ import { LOAD_HELP, load } from "./load.mjs";
 import { MANY_HELP, manyQueues } from "./many-queues.mjs";
 import { LONGPOLL_HELP, longPolling } from "./long-polling.mjs";
 import { PROFILE_HELP, profile } from "./profile.mjs";
+import { RATES_HELP, ratesCommand } from "./rates.mjs";
 import { IDLE_HELP, TRAFFIC_HELP, idleCommand, trafficCommand } from "./traffic.mjs";
 import { WAKE_HELP, wakeCommand } from "./wake.mjs";
 
@@ -19,8 +20,9 @@ try {
   else if (command === "traffic" && !rest.includes("--help")) await trafficCommand(rest);
   else if (command === "wake" && !rest.includes("--help")) await wakeCommand(rest);
   else if (command === "many" && !rest.includes("--help")) await manyQueues(rest);
+  else if (command === "rates" && !rest.includes("--help")) await ratesCommand(rest);
   else {
-    console.log(`usage:\n${LOAD_HELP}\n\n${COMPARE_HELP}\n\n${CEILING_HELP}\n\n${PROFILE_HELP}\n\n${LONGPOLL_HELP}\n\n${IDLE_HELP}\n\n${TRAFFIC_HELP}\n\n${WAKE_HELP}\n\n${MANY_HELP}`);
+    console.log(`usage:\n${LOAD_HELP}\n\n${COMPARE_HELP}\n\n${CEILING_HELP}\n\n${PROFILE_HELP}\n\n${LONGPOLL_HELP}\n\n${IDLE_HELP}\n\n${TRAFFIC_HELP}\n\n${WAKE_HELP}\n\n${MANY_HELP}\n\n${RATES_HELP}`);
     if (command !== undefined && command !== "help" && command !== "--help") process.exitCode = 2;
   }
 } catch (err) {

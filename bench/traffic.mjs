@@ -208,10 +208,11 @@ async function idleWindow(stack, settle, seconds) {
  * Single send()s at `rate` a second through the driver Worker (a call of a second's worth each
  * second, each message paced within it, at most MAX_CALLS calls outstanding: what could not be
  * offered is counted, not caught up), `warm` s before the window and through it; then sending
- * stops and everything sent is waited for.
- * @param {import("./stacks.mjs").Stack} stack @param {number} rate @param {number} warm @param {number} seconds
+ * stops and everything sent is waited for. `params` adds to the driver's /run query: its
+ * batching producer (`producer=batching`), ordering keys (`keys=N`).
+ * @param {import("./stacks.mjs").Stack} stack @param {number} rate @param {number} warm @param {number} seconds @param {string} [params]
  */
-async function rateWindow(stack, rate, warm, seconds) {
+export async function rateWindow(stack, rate, warm, seconds, params = "") {
   await fetch(`${stack.base}/sink/reset`, { method: "POST" });
   const tally = { offered: 0, sent: 0, failed: 0, skipped: 0 };
   const stop = new AbortController();
@@ -230,7 +231,7 @@ async function rateWindow(stack, rate, warm, seconds) {
         tally.skipped += rate;
         continue;
       }
-      const call = fetch(`${stack.base}/run?count=${rate}&concurrency=${concurrency}&batch=1&rate=${rate}&continue=1`, { method: "POST" })
+      const call = fetch(`${stack.base}/run?count=${rate}&concurrency=${concurrency}&batch=1&rate=${rate}&continue=1${params}`, { method: "POST" })
         .then(async (res) => {
           const r = /** @type {any} */ (await res.json());
           tally.sent += r.sent ?? 0;

@@ -1,7 +1,7 @@
 /**
  * The benchmark's producer: the same code drives Cloudflare Queues (miniflare's
  * simulator, through a [[queues.producers]] binding) and shardq (through a service
- * binding to QueueProducer). POST /run?count&concurrency&batch[&rate][&producer=batching][&continue=1]
+ * binding to QueueProducer). POST /run?count&concurrency&batch[&rate][&producer=batching[&linger=ms]][&continue=1]
  * [&keys=K[&ordered=1][&offset=N]] sends `count` messages with `concurrency` send() or
  * sendBatch() calls in flight (or at `rate` messages/s) and reports each call's duration;
  * with producer=batching, the send()s go through shardq/producer's batchingQueue (w1b), one
@@ -63,8 +63,14 @@ async function costOf(env: CostEnv, account: string, queueId: string) {
   };
 }
 
-/** The isolate's batching producer over env.QUEUE, made on first use (env arrives with a request). */
-let batching: Queue<unknown> | undefined;
+/** The isolate's batching producers over env.QUEUE, by linger, made on first use (env arrives with a request). */
+const batching = new Map<number, Queue<unknown>>();
+
+function batchingFor(queue: Queue<unknown>, lingerMs: number): Queue<unknown> {
+  let q = batching.get(lingerMs);
+  if (!q) batching.set(lingerMs, (q = batchingQueue(queue, { maxBatch: 100, lingerMs })));
+  return q;
+}
 
 export default {
   async fetch(request: Request, env: Env): Promise<Response> {
@@ -85,7 +91,9 @@ export default {
     const batch = Number(url.searchParams.get("batch") ?? 1);
     // With a rate, call k leaves at start + k * batch / rate (an open-loop load).
     const rate = Number(url.searchParams.get("rate") ?? 0);
-    const queue = url.searchParams.get("producer") === "batching" ? (batching ??= batchingQueue(env.QUEUE, { maxBatch: 100, lingerMs: 2 })) : env.QUEUE;
+    // shardq/producer at its default linger unless `linger` (ms) says otherwise.
+    const linger = Number(url.searchParams.get("linger") ?? 2);
+    const queue = url.searchParams.get("producer") === "batching" ? batchingFor(env.QUEUE, linger) : env.QUEUE;
     const keepGoing = url.searchParams.get("continue") === "1";
     const keys = Number(url.searchParams.get("keys") ?? 0);
     const keyed = keys > 0 ? new KeyedSender(queue, keys, url.searchParams.get("ordered") === "1", Number(url.searchParams.get("offset") ?? 0)) : undefined;
