@@ -7,7 +7,7 @@ import type { DispatchMessage } from "../src/consumer/entrypoint";
 import { consumerBinding, consumerBindingName, type ConsumerRecord } from "../src/kernel/consumer-settings";
 import { decodeBody } from "../src/kernel/encoding";
 import type { Env } from "../src/kernel/env";
-import { leaseRefOf, type DeliveryPlan, type LeasedMessage, type DispatchOutcome, type ShardBacklog } from "../src/kernel/protocol";
+import { leaseRefOf, type DeliveryPlan, type LeasedMessage, type DispatchOutcome, type SettleRequest, type SettleResult, type ShardBacklog } from "../src/kernel/protocol";
 import { joinDispositions } from "../src/delivery/disposition";
 import { dispose, FAILED_DISPATCH } from "../src/delivery/outcome";
 import { applyDisposition } from "../src/delivery/settle";
@@ -109,9 +109,11 @@ export class ConsumerShard extends DurableObject<Env> {
    * Makes sure a round runs now, unless one is already due. `planVersion` is the Coordinator's
    * delivery plan as of this wake-up (absent when a storage shard wakes it): a round under way
    * with another plan ends after its batch, and the next one fetches it. `shard` names the
-   * storage shard with new messages, when the waker knows it (SWEEP_EVERY_MS).
+   * storage shard with new messages, when the waker knows it (SWEEP_EVERY_MS); `dueAt`, when
+   * the batch filling there is due (its oldest message will have waited max_wait_time_ms): the
+   * round runs then, not now, so a partial batch costs one alarm and one lease, not two of each.
    */
-  async wake(queueId: string, index: number, planVersion?: string, shard?: string): Promise<void> {
+  async wake(queueId: string, index: number, planVersion?: string, shard?: string, dueAt?: number): Promise<void> {
     this.cost.rpcs++;
     if (planVersion !== undefined && planVersion !== this.plan?.version) this.planWanted = planVersion;
     if (shard !== undefined) this.named.add(shard);
@@ -119,8 +121,9 @@ export class ConsumerShard extends DurableObject<Env> {
     if ((await this.storage.get<string>("queueId")) !== queueId) await this.storage.put("queueId", queueId);
     if ((await this.storage.get<number>("index")) !== index) await this.storage.put("index", index);
     const now = this.clock.now();
+    const at = dueAt === undefined ? now : Math.max(now, dueAt);
     const alarm = await this.storage.getAlarm();
-    if (alarm === null || alarm > now) await this.storage.setAlarm(now);
+    if (alarm === null || alarm > at) await this.storage.setAlarm(at);
   }
 
   override async alarm(): Promise<void> {
@@ -341,7 +344,16 @@ export class ConsumerShard extends DurableObject<Env> {
       if (batch.length === 0) continue;
       // Leased and not yet handed over: a reset here leaves the leases to expire.
       this.hooks.at("abort-leased", this.ctx);
-      await this.deliverBatch(plan, consumer, batch, dispatch, { metrics: bindingMetrics(sumFigures([...figures.values()])) }, leasedAt);
+      const settled = await this.deliverBatch(plan, consumer, batch, dispatch, { metrics: bindingMetrics(sumFigures([...figures.values()])) }, leasedAt, { shard: index, limit: batchSize, maxWaitMs });
+      // A shard its settle left with nothing ready is passed over, as an empty lease would have
+      // found it (and it wakes this shard at its next arrival): no lease to find out.
+      for (const { shard: name, after } of settled) {
+        if (!after || after.ready) continue;
+        idle.add(name);
+        waiting.delete(name);
+        later(after.nextVisibleAt);
+        if (after.nextVisibleAt === null) this.foundEmpty.add(name);
+      }
       // A long round still reports, so the Coordinator sees it working until its next report
       // (a short one reports at its end, when one is due).
       const now = this.clock.now();
@@ -351,7 +363,15 @@ export class ConsumerShard extends DurableObject<Env> {
   }
 
   /** Hands one batch (leased from one shard or gathered from several) to the consumer and settles it on each shard. */
-  private async deliverBatch(plan: DeliveryPlan, consumer: ConsumerRecord, batch: LeasedBatch, dispatch: Dispatch, metadata: MessageBatchMetadata, leasedAt: number): Promise<void> {
+  private async deliverBatch(
+    plan: DeliveryPlan,
+    consumer: ConsumerRecord,
+    batch: LeasedBatch,
+    dispatch: Dispatch,
+    metadata: MessageBatchMetadata,
+    leasedAt: number,
+    settler: NonNullable<SettleRequest["consumer"]>,
+  ): Promise<Array<{ shard: string; after?: SettleResult["after"] }>> {
     const parts = batch.map(({ shard, messages }) => {
       const readable: Array<{ leased: LeasedMessage; message: DispatchMessage }> = [];
       const unreadable: LeasedMessage[] = [];
@@ -375,13 +395,14 @@ export class ConsumerShard extends DurableObject<Env> {
     // The consumer is done with the batch and its acks are not applied: they come again.
     this.hooks.at("abort-dispatched", this.ctx);
     // Each shard settles its own messages; the handler's calls name messages by id, so a part's verdicts are the batch's.
-    await Promise.all(
-      parts.map((p) => {
+    return Promise.all(
+      parts.map(async (p) => {
         const d = dispose(p.readable.map((r) => r.leased), outcome, consumer.settings);
         // A body that cannot be decoded fails its delivery, and so ends in the dead-letter queue.
         const u = dispose(p.unreadable, FAILED_DISPATCH, consumer.settings);
         // The batch is in hand, so the dead-letter queue gets its messages without a read.
-        return applyDisposition(this.env, plan, consumer, p.shard, joinDispositions(d, u), p.messages);
+        const r = await applyDisposition(this.env, plan, consumer, p.shard, joinDispositions(d, u), p.messages, settler);
+        return { shard: p.shard, after: r.after };
       }),
     );
   }

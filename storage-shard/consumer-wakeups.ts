@@ -36,6 +36,12 @@ export class ConsumerWakeups {
   private fillingFor: number | null = null;
   /** The consumer shard (its index) that leased here last; null after a pull's lease, or before any. */
   private leaser: number | null = null;
+  /**
+   * That consumer shard's batch: its size and how long it lets one fill (max_wait_time_ms). The
+   * first arrival after it found this shard empty wakes it for when that batch is due, not for
+   * now: a wake-up for now cost it a round that found a partial batch and a second alarm.
+   */
+  private leaserBatch: { limit: number; maxWaitMs: number } | null = null;
 
   constructor(
     private readonly ctx: DurableObjectState,
@@ -46,8 +52,11 @@ export class ConsumerWakeups {
     private readonly noPullWaits: () => void = () => {},
   ) {}
 
-  /** Tells the Coordinator this shard has messages ready, unless it did since a consumer last found it empty. */
-  notify(): void {
+  /**
+   * Tells the Coordinator this shard has messages ready, unless it did since a consumer last
+   * found it empty. `dueAt`: when the leaser's batch is due here (absent: now).
+   */
+  notify(dueAt?: number): void {
     const shard = this.identity();
     if (this.notified || !shard) return;
     this.notified = true;
@@ -55,7 +64,7 @@ export class ConsumerWakeups {
     if (leaser !== null) {
       this.ctx.waitUntil(
         consumerShardFor(this.env, shard.queueId, leaser)
-          .wake(shard.queueId, leaser, undefined, shard.name)
+          .wake(shard.queueId, leaser, undefined, shard.name, dueAt)
           .catch((err: unknown) => {
             console.error(`waking consumer shard ${leaser} failed, the Coordinator wakes one:`, err);
             if (this.leaser === leaser) this.leaser = null;
@@ -80,24 +89,31 @@ export class ConsumerWakeups {
     );
   }
 
-  /** Messages were stored; `ready` is how many this shard holds unleased now. */
-  afterAppend(stored: number, ready: number): void {
+  /** Messages were stored at `now`; `ready` is how many this shard holds unleased now. */
+  afterAppend(stored: number, ready: number, now: number): void {
     const filled = this.fillingFor !== null && ready >= this.fillingFor;
     if (stored > 0 && (!this.notified || filled)) {
       // The first arrival since a consumer last found this shard empty, or the one that
-      // fills the batch a consumer is waiting for: make sure one runs now.
+      // fills the batch a consumer is waiting for: make sure one runs, when its batch is due.
       this.fillingFor = null;
       this.notified = false;
-      this.notify();
+      const batch = this.leaser !== null && !filled ? this.leaserBatch : null;
+      if (batch && ready < batch.limit && batch.maxWaitMs > 0) {
+        // The arrival that fills the batch before then wakes it again, for now.
+        this.fillingFor = batch.limit;
+        this.notify(now + batch.maxWaitMs);
+      } else this.notify();
     }
   }
 
   /**
    * A lease of `limit` took `taken` messages, and was told to wait for a batch (`waitUntil`) or
-   * not; `consumerShard` names the consumer shard that leased (undefined: a pull).
+   * not; `consumerShard` names the consumer shard that leased (undefined: a pull), `maxWaitMs`
+   * how long its batch may take to fill.
    */
-  afterLease(taken: number, waitUntil: number | null, limit: number, consumerShard?: number): void {
+  afterLease(taken: number, waitUntil: number | null, limit: number, consumerShard?: number, maxWaitMs = 0): void {
     this.leaser = consumerShard ?? null;
+    this.leaserBatch = consumerShard === undefined ? null : { limit, maxWaitMs };
     // A consumer found nothing ready here: the next arrival must tell one.
     if (taken === 0 && waitUntil === null) this.notified = false;
     this.fillingFor = waitUntil === null ? null : limit;

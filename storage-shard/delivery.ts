@@ -321,7 +321,7 @@ export function leaseSlots(
 
 
 /** When something not ready now becomes ready: a scheduled segment, a memory lease running out, or a held lane. */
-function nextVisible(sql: SqlStorage, ds: DeliveryState, now: number): number | null {
+export function nextVisible(sql: SqlStorage, ds: DeliveryState, now: number): number | null {
   const row = sql.exec<{ t: number | null }>("SELECT MIN(due_at) AS t FROM segments WHERE due_at IS NOT NULL AND due_at > ?", now).one();
   const times = [row.t, ds.earliestExpiry(), lanesInUse(sql) ? nextLaneVisible(sql, now) : null].filter((t): t is number => t !== null);
   return times.length === 0 ? null : Math.min(...times);

@@ -18,7 +18,7 @@ import type {
   SettleResult,
   ShardStats,
 } from "../src/kernel/protocol";
-import { expireOld, lease } from "./delivery";
+import { expireOld, lease, nextVisible } from "./delivery";
 import { extend, readLeased, settle } from "./settlement";
 import { cancelMessage, countMatching, findMessage, leaseMatching, peekReady, purgeSome, releaseLeases } from "./operations";
 import { migrate } from "./schema";
@@ -152,7 +152,7 @@ export class StorageShard extends ShardCore {
     this.backlogBytes += bytes;
     // Counted once committed; written with the next write's totals (at most a second on).
     this.delivery.bump("stored", stored);
-    this.wakeups.afterAppend(stored, this.backlogCount - this.leasedNow);
+    this.wakeups.afterAppend(stored, this.backlogCount - this.leasedNow, now);
     if (this.due.plan(now)) this.alarms.arm();
     this.activity.messagesIn += stored;
     if (req.origin !== undefined && stored > 0) this.activity.inFrom[req.origin] = (this.activity.inFrom[req.origin] ?? 0) + stored;
@@ -181,7 +181,7 @@ export class StorageShard extends ShardCore {
     if (result.messages.length > 0 || delta.count !== 0) this.alarms.wake(now);
     this.activity.messagesOut += result.messages.length;
     this.leasedNow += result.messages.length;
-    this.wakeups.afterLease(result.messages.length, result.waitUntil, req.limit, req.consumerShard);
+    this.wakeups.afterLease(result.messages.length, result.waitUntil, req.limit, req.consumerShard, req.maxWaitMs);
     if (req.watchUntil !== undefined && result.messages.length === 0) this.due.watch(req.watchUntil);
     if (this.due.plan(now)) this.alarms.arm();
     return { ...result, backlog: this.backlog(), ...this.peerFigures() };
@@ -208,7 +208,14 @@ export class StorageShard extends ShardCore {
     }
     if (this.due.plan(now)) this.alarms.arm();
     this.leasedNow = Math.max(0, this.leasedNow - (result.acked + result.retried + result.deadLettered + result.dropped));
-    return result;
+    if (!req.consumer) return result;
+    // The consumer shard that settled learns here whether to lease again: a lease that finds
+    // nothing is a request per batch at low rates. Left with nothing ready, this shard wakes
+    // it at the next arrival, as after that empty lease.
+    const ready = this.readyNow(now);
+    if (!ready) this.wakeups.afterLease(0, null, req.consumer.limit, req.consumer.shard, req.consumer.maxWaitMs);
+    // Nothing stored at all: nothing becomes ready later either (a lease end of an acked message is no news).
+    return { ...result, after: { ready, nextVisibleAt: ready || this.backlogCount === 0 ? null : nextVisible(this.sql, this.delivery, now) } };
   }
 
   /** Keeps leases alive for a consumer still working (QuiCK's lease extension). */

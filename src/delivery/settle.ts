@@ -8,7 +8,7 @@ import { moveMessages } from "../routing/move-messages";
 import { storageShardFor } from "../kernel/addressing";
 import type { ConsumerRecord } from "../kernel/consumer-settings";
 import type { Env } from "../kernel/env";
-import { leaseRefOf, type LeasedMessage, type LeaseRef, type SettleResult } from "../kernel/protocol";
+import { leaseRefOf, type LeasedMessage, type LeaseRef, type SettleRequest, type SettleResult } from "../kernel/protocol";
 import type { Disposition } from "./disposition";
 
 /** How long a message waits before another try when its dead-letter queue could not be written. */
@@ -26,6 +26,8 @@ export async function applyDisposition(
   shardName: string,
   d: Disposition,
   held: readonly LeasedMessage[],
+  /** A consumer shard settling its round's batch: the answer says whether to lease again (SettleRequest.consumer). */
+  settler?: SettleRequest["consumer"],
 ): Promise<SettleResult> {
   const retries = d.retries.map((r) => ({ ...leaseRefOf(r.ref), delayMs: r.delayMs }));
   let deadLettered: LeaseRef[] = [];
@@ -53,6 +55,7 @@ export async function applyDisposition(
     dropped: dropped.map(leaseRefOf),
     // A push consumer's acks: nobody waits on them, so the shard may write them with its next write.
     ...(consumer.type === "worker" ? { deferrable: true } : {}),
+    ...(settler ? { consumer: settler } : {}),
   });
 }
 

@@ -300,6 +300,12 @@ export interface SettleRequest {
    * and drops are written at once all the same.
    */
   deferrable?: boolean;
+  /**
+   * The consumer shard settling (its index) and its batch (size, max_wait_time_ms): the answer
+   * then says whether anything is left to lease (SettleResult.after), so the consumer shard
+   * need not lease to find out, and a shard left empty wakes it, as after an empty lease.
+   */
+  consumer?: { shard: number; limit: number; maxWaitMs: number };
 }
 
 export interface SettleResult {
@@ -309,6 +315,11 @@ export interface SettleResult {
   dropped: number;
   /** Ids whose lease had been taken over (or that were gone): nothing was done to them. */
   stale: string[];
+  /**
+   * With SettleRequest.consumer: whether a message is ready here now, and if not, when one
+   * next becomes ready (a delay, a retry delay, a lease running out), as an empty lease says.
+   */
+  after?: { ready: boolean; nextVisibleAt: number | null };
 }
 
 /** What a consumer shard needs from the Coordinator to deliver a queue's messages. */

@@ -9,7 +9,8 @@ import { describe, expect, it, onTestFinished } from "vitest";
 import { Coordinator } from "../../coordinator/coordinator";
 import { StorageShard } from "../../storage-shard/storage-shard";
 import type { LeaseRequest } from "../../src/kernel/protocol";
-import type { ConsumerShard } from "../../consumer-shard/consumer-shard";
+import { ConsumerShard as ConsumerShardClass } from "../../consumer-shard/consumer-shard";
+type ConsumerShard = ConsumerShardClass;
 import { consumerShardFor, coordinatorFor } from "../../src/kernel/addressing";
 import { addConsumer, eventually, fakeConsumer } from "./push-helpers";
 import { api, createQueue, producer, queuePath } from "./helpers";
@@ -127,6 +128,77 @@ describe("a consumer shard's plan and reports", () => {
     expect(visited.size).toBe(1);
     const [one] = [...visited];
     expect((await storageShardStats(one!)).totals.leased).toBeGreaterThan(0);
+  });
+});
+
+describe("a consumer round's requests per batch", () => {
+  /** Counts the leases of one storage shard from now on. */
+  function countLeases(shardName: string): () => number {
+    let n = 0;
+    const original = StorageShard.prototype.lease;
+    StorageShard.prototype.lease = function (this: StorageShard, req: LeaseRequest) {
+      if ((this as unknown as { identity: { name: string } | null }).identity?.name === shardName) n++;
+      return original.call(this, req);
+    };
+    onTestFinished(() => {
+      StorageShard.prototype.lease = original;
+    });
+    return () => n;
+  }
+
+  it("leases a lone message once: the settle says the shard is left empty, so no lease goes to find out", async () => {
+    const { active, delivered } = await oneShardQueue("round-settle-empty", { batch_size: 5, max_wait_time_ms: 0 });
+    await producer("round-settle-empty").send(0);
+    await eventually(async () => delivered(), (n) => n === 1);
+    await new Promise((r) => setTimeout(r, 100));
+    const leases = countLeases(active);
+    for (let i = 1; i <= 3; i++) {
+      await producer("round-settle-empty").send(i);
+      await eventually(async () => delivered(), (n) => n === 1 + i);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    // And the shard, left empty by each settle, still wakes the consumer at the next arrival.
+    expect(leases()).toBe(3);
+  });
+
+  it("is woken for when a lone message's batch is due, not at once, and delivers it then", async () => {
+    const { q, delivered, deliveries } = await oneShardQueue("round-due-wake", { batch_size: 5, max_wait_time_ms: 400 });
+    await producer("round-due-wake").send(0);
+    await eventually(async () => delivered(), (n) => n === 1);
+    await new Promise((r) => setTimeout(r, 100));
+    // The storage shard's wake-ups of this queue's consumer shard, with the time each asks for.
+    const wakes: Array<number | undefined> = [];
+    const original = ConsumerShardClass.prototype.wake;
+    ConsumerShardClass.prototype.wake = function (this: ConsumerShard, queueId: string, index: number, planVersion?: string, shard?: string, dueAt?: number) {
+      // A storage shard's wake-up names itself (the Coordinator's does not).
+      if (shard !== undefined && queueId === q.queue_id) wakes.push(dueAt);
+      return original.call(this, queueId, index, planVersion, shard, dueAt);
+    };
+    onTestFinished(() => {
+      ConsumerShardClass.prototype.wake = original;
+    });
+    const sentAt = Date.now();
+    await producer("round-due-wake").send(1);
+    await eventually(async () => delivered(), (n) => n === 2);
+    const took = Date.now() - sentAt;
+    expect(wakes).toHaveLength(1);
+    expect(wakes[0]).toBeGreaterThanOrEqual(sentAt + 400);
+    expect(wakes[0]).toBeLessThanOrEqual(sentAt + took);
+    // It waited for its batch to fill, as the consumer asked.
+    expect(took).toBeGreaterThanOrEqual(350);
+    expect(deliveries.at(-1)!.ids).toHaveLength(1);
+  });
+
+  it("is woken at once by the arrival that fills the batch it was woken for later", async () => {
+    const { delivered, deliveries } = await oneShardQueue("round-due-filled", { batch_size: 3, max_wait_time_ms: 30_000 });
+    await producer("round-due-filled").sendBatch([{ body: 0 }, { body: 1 }, { body: 2 }]);
+    await eventually(async () => delivered(), (n) => n === 3);
+    await new Promise((r) => setTimeout(r, 100));
+    const sentAt = Date.now();
+    for (let i = 0; i < 3; i++) await producer("round-due-filled").send(i);
+    await eventually(async () => delivered(), (n) => n === 6);
+    expect(Date.now() - sentAt).toBeLessThan(10_000);
+    expect(deliveries.at(-1)!.ids).toHaveLength(3);
   });
 });
 
