@@ -64,4 +64,22 @@ describe("the fault checker on pauses and delays under long polls", () => {
     ok.ack(["L1", "L3", "L5"]);
     expect(ok.drained().failures).toEqual([]);
   });
+
+  it("dates a delayed send tried again from the attempt that may have stored it: the first, whose answer was lost", () => {
+    const s = new Script();
+    // The first attempt stored the messages and lost its answer (a reset); the second, 600 ms on, found them stored.
+    op(s, "producer-0", "send", { q: "faults", hs: ["d"], d: 3, key: "k", try: 1 }, "unknown", { status: 503 });
+    op(s, "producer-0", "send", { q: "faults", hs: ["d"], d: 3, key: "k", try: 2 }, "ok", { ids: ["id-d"] }, 600);
+    // Due 3 s after the first attempt: pulled after that, before 3 s after the second.
+    s.pull([{ h: "d", l: "L1" }], { dt: 2600 });
+    s.ack(["L1"]);
+    expect(s.drained().failures).toEqual([]);
+
+    const early = new Script();
+    op(early, "producer-0", "send", { q: "faults", hs: ["d"], d: 3, key: "k", try: 1 }, "unknown", { status: 503 });
+    op(early, "producer-0", "send", { q: "faults", hs: ["d"], d: 3, key: "k", try: 2 }, "ok", { ids: ["id-d"] }, 600);
+    early.pull([{ h: "d", l: "L1" }], { dt: 1000 });
+    early.ack(["L1"]);
+    expect(early.drained().failures).toEqual(["1 delayed messages delivered before their delay"]);
+  });
 });

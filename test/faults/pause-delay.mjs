@@ -87,7 +87,11 @@ export function checkPausesAndDelays(ops) {
     invokes.delete(o.op);
     if (!inv) continue;
     if (o.f === "pause" && o.type === "ok") openPause.set(inv.value?.q, o.t);
-    else if (o.f === "send" && inv.value?.d) for (const h of inv.value?.hs ?? []) dueAt.set(h, inv.t + inv.value.d * 1000);
+    else if (o.f === "send" && inv.value?.d && o.type !== "fail") {
+      // A send tried again (its first answer lost) may have been stored by an earlier attempt:
+      // the message is due from the earliest attempt that may have stored it.
+      for (const h of inv.value?.hs ?? []) dueAt.set(h, Math.min(dueAt.get(h) ?? Infinity, inv.t + inv.value.d * 1000));
+    }
     else if (o.f === "ack" && o.type === "ok" && inv.value?.rd) {
       for (const l of o.value?.retried ?? []) {
         const d = byLease.get(l);
