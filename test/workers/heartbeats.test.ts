@@ -136,26 +136,11 @@ describe("storage shard heartbeats", () => {
     });
     const beat = (await coordinator.heartbeats()).find((b) => b.name === name)!;
     expect(beat).toMatchObject({ healthy: true, sleeping: false, messages_in: 1 });
-    expect(beat.next_report_at).toBeGreaterThan(beat.received_at + 3 * 5000);
+    expect(beat.next_report_at).toBeGreaterThan(beat.received_at + 60_000);
     // A backlog that grows by a hundred: consumer scaling must hear of it within an interval.
     await producer("beats-slow").sendBatch(Array.from({ length: 100 }, (_, i) => ({ body: i })));
     await producer("beats-slow").send("one more");
     expect(await alarm()).toBe(clock.now() + 5000);
-  });
-
-  it("on the slow cadence, sleep within 60 s of the last send: its busy period reported, the next report finds nothing changed", async () => {
-    const { shard, clock } = await onlyShard("beats-slow-stop");
-    await producer("beats-slow-stop").send(1);
-    const sentAt = clock.now();
-    clock.advance(5000);
-    expect(await runDurableObjectAlarm(shard)).toBe(true);
-    const alarm = () => runInDurableObject(shard, async (_obj: StorageShard, state) => state.storage.getAlarm());
-    expect(await alarm()).toBe(clock.now() + SLOW_REPORT_MS);
-    clock.set((await alarm())!);
-    expect(await runDurableObjectAlarm(shard)).toBe(true);
-    // Asleep, within 60 s of the send: the one alarm left is the message's retention (4 days), not a report.
-    expect(clock.now() - sentAt).toBeLessThanOrEqual(60_000);
-    expect(await alarm()).toBeGreaterThan(clock.now() + 24 * 3600 * 1000);
   });
 
   it("mark a shard unhealthy once it has missed three heartbeats after a busy report (it had not sent its last one)", async () => {
