@@ -5,7 +5,6 @@ import { minShardsIn, serviceConfig } from "../src/kernel/config";
 import { applyConsumerPatch, type ConsumerRecord, type ConsumerSettingsPatch } from "../src/kernel/consumer-settings";
 import type { Env } from "../src/kernel/env";
 import { randomHex } from "../src/kernel/ids";
-import { crc32 } from "../src/kernel/checksum";
 import { notRetired, type DeliveryPlan, type PullCancelAnswer, type PullWaitAnswer, type QueueCounters, type SendLatencyCounts, type ShardBacklog, type ShardMap, type ShardState } from "../src/kernel/protocol";
 import type { HeartbeatReply, ShardHeartbeat, StorageHeartbeat } from "../src/kernel/heartbeat";
 import type { QueueInfo } from "../src/kernel/queue-info";
@@ -13,6 +12,7 @@ import { applySettingsPatch, type QueueSettingsPatch } from "../src/kernel/setti
 import { meteredStorage, newMeter, readMeter, type CostMeter, type MeterReading } from "../src/kernel/sql-meter";
 import { testHooksFor, type FaultPoint, type TestHookStatus } from "../src/kernel/test-hooks";
 import { deliveringNow } from "./consumer-scaler";
+import { versionedPlan, type VersionedPlan } from "./delivery-plan";
 import { deleteConsumer, insertConsumer, readConsumers, updateConsumer, type NewConsumer } from "./consumers";
 import { ControlLoop } from "./control-loop";
 import { queueCounters } from "./counters";
@@ -61,7 +61,7 @@ export class Coordinator extends DurableObject<Env> {
     this.sql = this.storage.sql;
     migrateCoordinator(this.sql);
     this.store = new QueueStore(this.storage);
-    this.loop = new ControlLoop({ store: this.store, sql: this.sql, env, faultPoint: (point) => this.hooks.at(point, ctx), planVersion: () => this.planVersion() });
+    this.loop = new ControlLoop({ store: this.store, sql: this.sql, env, faultPoint: (point) => this.hooks.at(point, ctx), planVersion: () => this.plan()?.version ?? "" });
     this.publisher = new MapPublisher(this.store, this.storage, env.SHARD_MAPS, () => this.clock.now());
     // A change a reset cut short is finished or undone now, not at the next tick: keyed
     // sends of the keys it moves wait for it (docs/ordered-lanes.md).
@@ -158,34 +158,14 @@ export class Coordinator extends DurableObject<Env> {
   deliveryPlan(): DeliveryPlan | null {
     this.cost.rpcs++;
     const plan = this.plan();
-    if (!plan) return null;
     const backlog = new Map(this.backlog().map((b) => [b.shard, b]));
-    return { ...plan, shards: plan.shards.map((s) => ({ ...s, backlog: backlog.get(s.name) ?? null })) };
+    return plan && { ...plan, shards: plan.shards.map((s) => ({ ...s, backlog: backlog.get(s.name) ?? null })) };
   }
 
-  /**
-   * The plan without its backlogs, and its version: a checksum of it, so whatever changes
-   * the plan (settings, the consumer, a pause, the dead-letter queue, a shard added, drained
-   * or retired) changes the version without a row written or a place that must remember to.
-   */
-  private plan(): (Omit<DeliveryPlan, "shards"> & { shards: Array<{ name: string; region: string; state: ShardState }> }) | null {
+  /** The plan without its backlogs, and its version (delivery-plan.ts). */
+  private plan(): VersionedPlan | null {
     const queue = this.store.readyQueue();
-    if (!queue) return null;
-    const plan = {
-      accountId: queue.account_id,
-      queueId: queue.queue_id,
-      queueName: queue.queue_name,
-      paused: queue.settings.delivery_paused,
-      retentionMs: queue.settings.message_retention_period * 1000,
-      consumer: this.consumerList()[0] ?? null,
-      shards: notRetired(this.store.shards()).map((s) => ({ name: s.name, region: s.region, state: s.state })),
-    };
-    return { version: crc32(new TextEncoder().encode(JSON.stringify(plan))).toString(16), ...plan };
-  }
-
-  /** The version a wake-up carries (deliveryPlan); "" while the queue is not ready. */
-  private planVersion(): string {
-    return this.plan()?.version ?? "";
+    return queue ? versionedPlan(queue, this.consumerList()[0] ?? null, this.store.shards()) : null;
   }
 
   /**

@@ -41,8 +41,9 @@ const HEADER_CACHE = 512;
 export type TotalName = "stored" | "leased" | "acked" | "retried" | "dead_lettered" | "dropped" | "expired" | "quarantined" | "purged" | "cancelled";
 const TOTAL_NAMES: readonly TotalName[] = ["stored", "leased", "acked", "retried", "dead_lettered", "dropped", "expired", "quarantined", "purged", "cancelled"];
 /**
- * How often, at most, the running totals are written while traffic flows: a row a
- * second was a row per message at 1 msg/s. A shard going to sleep writes them at once.
+ * How often, at most, the running totals are written while traffic flows: a row each
+ * second would be a row per message for a queue of slow, steady sends. A shard going to
+ * sleep writes them at once.
  */
 export const TOTALS_FLUSH_MS = 60_000;
 /** How long a deferred ack waits at most for a write of its segment before it is written alone. */
