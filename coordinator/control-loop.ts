@@ -61,7 +61,8 @@ export class ControlLoop {
         region: s.region,
         state: s.state,
         createdAt: s.created_at,
-        beat: b ? { state: b.state, messagesIn: b.messages_in, periodMs: b.period_ms, backlog: b.backlog_count, leasedNow: b.leased_now + (b.handoffs ?? 0) /* owed hand-offs keep a drained shard from retiring, as leases do */, refusals: b.refusals, receivedAt: b.received_at, inFrom: b.in_from ?? undefined, ...(b.next_report_at != null ? { nextReportAt: b.next_report_at } : {}) } : null,
+        // A sleeping shard's activity is of a period that is over: it takes no traffic now.
+        beat: b ? { state: b.state, messagesIn: b.sleeping ? 0 : b.messages_in, periodMs: b.period_ms, backlog: b.backlog_count, leasedNow: b.leased_now + (b.handoffs ?? 0) /* owed hand-offs keep a drained shard from retiring, as leases do */, refusals: b.sleeping ? 0 : b.refusals, receivedAt: b.received_at, inFrom: b.sleeping ? undefined : (b.in_from ?? undefined), ...(b.next_report_at != null ? { nextReportAt: b.next_report_at } : {}) } : null,
       };
     });
     const policy = {

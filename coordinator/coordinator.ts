@@ -382,8 +382,9 @@ export class Coordinator extends DurableObject<Env> {
     const interval = serviceConfig(this.env).heartbeatIntervalMs;
     const beats = this.beats();
     // Shards report while they are busy; once none has for two intervals, they all sleep, and so does
-    // this loop. Shards on the slow cadence (traffic far below what the autoscaler acts on) keep it asleep.
-    const awake = beats.some((b) => b.received_at >= now - 2 * interval && (b.next_report_at ?? 0) <= b.received_at + 2 * interval) || this.loop.halfDone();
+    // this loop. Shards on the slow cadence (traffic far below what the autoscaler acts on) and
+    // shards whose report was their last keep it asleep.
+    const awake = beats.some((b) => !b.sleeping && b.received_at >= now - 2 * interval && (b.next_report_at ?? 0) <= b.received_at + 2 * interval) || this.loop.halfDone();
     // The point before a sleep is written whatever the step: the series carries it through the quiet time (time-series.ts).
     recordPoint(this.sql, now, beats, this.store.shards().filter((s) => s.state === "active").length, this.consumerStatus().running, !awake);
     await this.publisher.publish();

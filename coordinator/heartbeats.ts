@@ -34,26 +34,28 @@ export function recordStorageBeat(sql: SqlStorage, beat: StorageHeartbeat, now: 
   carryShardRestart(sql, beat.shard, beat.totals, beat.sentAt);
   sql.exec(
     `INSERT OR REPLACE INTO heartbeats
-       (name, backlog_count, backlog_bytes, oldest_at, messages_in, messages_out, refusals, leased_now, handoffs, state, period_ms, sent_at, received_at, totals, cost, in_from, next_report_at)
-     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+       (name, backlog_count, backlog_bytes, oldest_at, messages_in, messages_out, refusals, leased_now, handoffs, state, period_ms, sent_at, received_at, totals, cost, in_from, next_report_at, last)
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     beat.shard, beat.backlogCount, beat.backlogBytes, beat.oldestEnqueuedAt, beat.messagesIn, beat.messagesOut, beat.refusals, beat.leasedNow, beat.handoffs ?? 0,
     beat.state, beat.periodMs, beat.sentAt, now, JSON.stringify(beat.totals), JSON.stringify(beat.cost), beat.inFrom ? JSON.stringify(beat.inFrom) : null,
     // Its own clock's time, moved onto this one's.
     beat.nextReportAt !== undefined ? now + (beat.nextReportAt - beat.sentAt) : null,
+    beat.last ? 1 : 0,
   );
 }
 
 export function readStorageBeats(sql: SqlStorage, now: number, intervalMs: number): ShardHeartbeat[] {
   const rows = sql
-    .exec("SELECT name, state, backlog_count, backlog_bytes, oldest_at, messages_in, messages_out, refusals, leased_now, handoffs, period_ms, received_at, totals, cost, in_from, next_report_at FROM heartbeats ORDER BY name")
-    .toArray() as unknown as Array<Omit<ShardHeartbeat, "totals" | "cost" | "healthy" | "sleeping" | "in_from"> & { totals: string; cost: string; in_from: string | null }>;
-  return rows.map((r) => {
+    .exec("SELECT name, state, backlog_count, backlog_bytes, oldest_at, messages_in, messages_out, refusals, leased_now, handoffs, period_ms, received_at, totals, cost, in_from, next_report_at, last FROM heartbeats ORDER BY name")
+    .toArray() as unknown as Array<Omit<ShardHeartbeat, "totals" | "cost" | "healthy" | "sleeping" | "in_from"> & { totals: string; cost: string; in_from: string | null; last: number }>;
+  return rows.map(({ last, ...r }) => {
     // Late three intervals after the report it said was next (one interval on, unless it said later).
     const late = now - 3 * intervalMs - Math.max(0, (r.next_report_at ?? 0) - r.received_at - intervalMs);
-    // A shard whose last report showed no activity and that has not reported since is asleep
-    // (storage-shard/shard-alarm.ts): it reports again when anything changes. One that was busy
-    // and went quiet without that last report is late.
-    const sleeping = r.received_at < now - 2 * intervalMs && r.messages_in === 0 && r.messages_out === 0 && r.refusals === 0;
+    // A shard whose report said it was its last (its traffic stopped), or whose last report
+    // showed no activity and that has not reported since, is asleep (storage-shard/shard-alarm.ts):
+    // it reports again when anything changes. One that was busy and went quiet without that
+    // last report is late.
+    const sleeping = last === 1 || (r.received_at < now - 2 * intervalMs && r.messages_in === 0 && r.messages_out === 0 && r.refusals === 0);
     const in_from = r.in_from ? (JSON.parse(r.in_from) as Record<string, number>) : null;
     return { ...r, in_from, totals: JSON.parse(r.totals) as DeliveryTotals, cost: JSON.parse(r.cost) as ShardHeartbeat["cost"], sleeping, healthy: r.received_at >= late || sleeping };
   });

@@ -25,17 +25,10 @@
  */
 import { MAX_WAITING_PULLS_PER_QUEUE, MAX_WAITING_PULLS_PER_TOKEN } from "../src/kernel/limits";
 import type { WaitCap } from "../src/kernel/protocol";
+import { systemTimers, type Timers } from "../src/kernel/clock";
 
 /** The timers waits run on: the system's, or a test's. */
-export interface WaitTimers {
-  set(fn: () => void, ms: number): unknown;
-  clear(handle: unknown): void;
-}
-
-export const systemTimers: WaitTimers = {
-  set: (fn, ms) => setTimeout(fn, ms),
-  clear: (handle) => clearTimeout(handle as ReturnType<typeof setTimeout>),
-};
+export type WaitTimers = Timers;
 
 /** How long a notification that found nobody waiting still wakes the next pull that comes. */
 export const UNCLAIMED_WAKE_MS = 1000;

@@ -99,6 +99,8 @@ const MIGRATIONS: string[] = [
   // consumer shard reporting every ~30 s says until when it counts as delivering.
   `ALTER TABLE heartbeats ADD COLUMN next_report_at INTEGER;
    ALTER TABLE consumer_shards ADD COLUMN running_until INTEGER;`,
+  // A shard's report that it sleeps after it (StorageHeartbeat.last): its traffic stopped.
+  `ALTER TABLE heartbeats ADD COLUMN last INTEGER NOT NULL DEFAULT 0;`,
 ];
 
 export function migrateCoordinator(sql: SqlStorage): void {

@@ -34,7 +34,7 @@ export function recordPoint(sql: SqlStorage, now: number, beats: ShardHeartbeat[
   for (const b of beats) {
     count += b.backlog_count;
     bytes += b.backlog_bytes;
-    if (!b.healthy || b.period_ms <= 0) continue;
+    if (!b.healthy || b.sleeping || b.period_ms <= 0) continue;
     inPerS += (b.messages_in * 1000) / b.period_ms;
     outPerS += (b.messages_out * 1000) / b.period_ms;
   }

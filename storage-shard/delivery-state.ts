@@ -93,6 +93,12 @@ export class DeliveryState {
   private readonly totals: Record<TotalName, number>;
   private dirty = false;
   private flushedAt = 0;
+  /**
+   * A rare total moved since the last report (dead-lettered, dropped, expired, quarantined,
+   * purged, cancelled): what operators alert on, reported within an interval even on the
+   * slow cadence (shard-core.ts busy). Cleared by the report.
+   */
+  notable = false;
   /** The earliest `until` among memory leases (a lower bound): when to look for expired ones. */
   private earliestUntil = Infinity;
 
@@ -219,6 +225,7 @@ export class DeliveryState {
     if (n === 0) return;
     this.totals[name] += n;
     this.dirty = true;
+    if (name !== "stored" && name !== "leased" && name !== "acked" && name !== "retried") this.notable = true;
     // A quarantine is rare and is what operators alert on: written with the transaction
     // that moved the row, so a crash in the next second cannot drop it from the total.
     if (name === "quarantined") this.flushedAt = -Infinity;

@@ -4,9 +4,10 @@
  * Awake, the shard reports to its Coordinator every heartbeat interval (a row written for the
  * alarm, an RPC). It wakes on anything that changes its figures (a send, a lease that took
  * messages, a settle, a purge, a state or epoch change) and goes back to sleep at the first
- * report that finds nothing changed since the last one sent: a shard whose traffic stopped
- * sends one last report (no activity, its figures exact) and then nothing, so an idle queue
- * costs no request, no alarm and no row written.
+ * report that finds nothing changed since the last one sent, or sooner: 3 s after its last
+ * request its quiet work (quiet-timer.ts) sends a report marked as its last and puts it to
+ * sleep. Either way its last report's figures are exact, so an idle queue costs no request,
+ * no alarm and no row written.
  *
  * Asleep, it keeps one alarm at the earliest time something here comes due without a
  * request: a delayed or retried message becoming ready, a lease running out, a held key's
@@ -40,6 +41,9 @@ export class ShardAlarm {
     private readonly watchAt: () => number | null,
     /** Whether traffic since the last report is enough for the autoscaler or consumer scaling to hear of it within an interval. */
     private readonly busy: () => boolean = () => true,
+    /** Called at every change: the shard's quiet work runs once they stop (quiet-timer.ts). */
+    private readonly changed: () => void = () => {},
+    private readonly deleteAlarm: () => void = () => {},
   ) {}
 
   get awake(): boolean {
@@ -51,6 +55,7 @@ export class ShardAlarm {
    * when it is due unless the traffic is busy or the change is one to tell `promptly`.
    */
   wake(now: number, promptly = false): void {
+    this.changed();
     if (this.heartbeatAt !== null) {
       if (this.heartbeatAt > now + this.intervalMs && (promptly || this.busy())) {
         this.heartbeatAt = now + this.intervalMs;
@@ -70,10 +75,20 @@ export class ShardAlarm {
     this.arm();
   }
 
-  /** Nothing changed since the last report: no more reports, one alarm at `dueAt` if anything comes due. */
+  /**
+   * Nothing changed since the last report: no more reports, one alarm at `dueAt` if anything
+   * comes due. An alarm still set for a report (the quiet work sleeps between alarms) is moved
+   * there, or deleted: left, it would wake the shard for nothing.
+   */
   sleep(dueAt: number | null): void {
     this.heartbeatAt = null;
     this.dueAt = dueAt;
+    const at = Math.min(dueAt ?? Infinity, this.watchAt() ?? Infinity);
+    if (this.alarmAt !== null && this.alarmAt < at) {
+      this.alarmAt = null;
+      this.setFor = null;
+      if (at === Infinity) this.deleteAlarm();
+    }
     this.arm();
   }
 

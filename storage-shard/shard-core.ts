@@ -1,5 +1,5 @@
 import { DurableObject } from "cloudflare:workers";
-import { systemClock, type Clock } from "../src/kernel/clock";
+import { systemClock, systemTimers, type Clock, type Timers } from "../src/kernel/clock";
 import { serviceConfig } from "../src/kernel/config";
 import type { Env } from "../src/kernel/env";
 import type {
@@ -13,6 +13,7 @@ import type {
 } from "../src/kernel/protocol";
 import { REPORT_BACKLOG_GROWTH, SLOW_BELOW_SHARE, SLOW_REPORT_MS, type StorageHeartbeat } from "../src/kernel/heartbeat";
 import { ShardAlarm } from "./shard-alarm";
+import { QuietTimer } from "./quiet-timer";
 import { ActivityMeter, TokenBucket } from "./capacity";
 import { expireOld, lease, leasedCount, type BacklogDelta } from "./delivery";
 import { DeliveryState } from "./delivery-state";
@@ -90,6 +91,15 @@ export abstract class ShardCore extends DurableObject<Env> {
   protected readonly delivery: DeliveryState;
   /** Tests replace this to drive time. */
   clock: Clock = systemClock;
+  /** The timers the quiet work runs on; a test that drives time with its own clock runs it itself (quietNow). */
+  timers: Timers = systemTimers;
+  /** The work done once requests stop, before the platform can drop this instance's memory (quiet-timer.ts). */
+  protected readonly quiet = new QuietTimer(
+    () => (this.clock === systemClock ? this.timers : null),
+    () => this.quietNow(),
+  );
+  /** The report under way: the alarm's and the quiet work's never run side by side. */
+  private reporting: Promise<boolean> | null = null;
   /** The fault harness's resets; inert unless SHARDQ_TEST_HOOKS is "on" (src/kernel/test-hooks.ts). */
   protected readonly hooks = testHooksFor(this.env, "storage");
 
@@ -126,6 +136,12 @@ export abstract class ShardCore extends DurableObject<Env> {
       },
       () => this.due.wakeAt,
       () => this.busy(this.clock.now()),
+      () => this.quiet.touch(),
+      () => {
+        // Billed as a row written, as setting one is.
+        this.cost.rowsWritten++;
+        void ctx.storage.deleteAlarm();
+      },
     );
     // Nothing is armed here: an alarm set before a restart is durable, and finds this instance
     // knowing nothing of it (alarm(): it then does the due work and reports).
@@ -196,12 +212,14 @@ export abstract class ShardCore extends DurableObject<Env> {
    * the running totals (when TOTALS_FLUSH_MS has passed) written in it.
    */
   protected write<T>(now: number, fn: () => T): T {
-    return this.ctx.storage.transactionSync(() => {
+    const r = this.ctx.storage.transactionSync(() => {
       const r = fn();
       writeDeferred(this.sql, this.delivery, now);
       this.delivery.flushTotals(now);
       return r;
     });
+    this.quiet.touch();
+    return r;
   }
 
   /**
@@ -246,6 +264,23 @@ export abstract class ShardCore extends DurableObject<Env> {
     }
     this.due.plan(now);
     this.persistDeferred(now, !this.alarms.awake);
+    this.alarms.arm();
+    this.quiet.touch();
+  }
+
+  /**
+   * No request for QUIET_MS (quiet-timer.ts): a shard awake sends its last report now and
+   * sleeps (unless it has reason to stay awake: a state the Coordinator waits on, hand-offs
+   * owed, ready messages nobody takes), and everything held in memory is written.
+   */
+  async quietNow(): Promise<void> {
+    const now = this.clock.now();
+    if (this.alarms.awake) {
+      const again = await this.report(now, true).catch((err: unknown) => (console.error(`storage shard ${this.identity?.name}: heartbeat failed:`, err), true));
+      if (!again) this.alarms.sleep(this.nextDue(now));
+      else if (this.nextReportAt !== null) this.alarms.reportAt(this.nextReportAt);
+    }
+    this.persistDeferred(now, true);
     this.alarms.arm();
   }
 
@@ -292,7 +327,14 @@ export abstract class ShardCore extends DurableObject<Env> {
    * hand-offs of ordering keys (the report's alarm tries them again), and for a few reports
    * while the Coordinator says its ready messages wait for a push consumer.
    */
-  protected async report(now: number): Promise<boolean> {
+  protected report(now: number, quiet = false): Promise<boolean> {
+    if (this.reporting) return this.reporting;
+    this.reporting = this.sendReport(now, quiet).finally(() => (this.reporting = null));
+    return this.reporting;
+  }
+
+  /** report(): `quiet`, its requests stopped, so this report is its last unless it has reason to stay awake. */
+  private async sendReport(now: number, quiet: boolean): Promise<boolean> {
     this.hooks.alarmStarts();
     if (!this.identity || this.state === "retired") return false;
     const period = this.activity.roll(now);
@@ -314,18 +356,23 @@ export abstract class ShardCore extends DurableObject<Env> {
     const config = serviceConfig(this.env);
     const slow = this.state === "active" && !this.stayAwake && (beat.handoffs ?? 0) === 0 && !this.busyPeriod(period);
     const nextReportAt = now + (slow ? Math.max(SLOW_REPORT_MS, config.heartbeatIntervalMs) : config.heartbeatIntervalMs);
-    beat.nextReportAt = nextReportAt;
-    const { cost: _cost, periodMs: _period, sentAt: _sent, nextReportAt: _next, ...figures } = beat;
-    const signature = JSON.stringify(figures);
     const owes = (beat.handoffs ?? 0) > 0;
+    const last = quiet && this.state === "active" && !this.stayAwake && !owes;
+    if (last) beat.last = true;
+    else beat.nextReportAt = nextReportAt;
+    const { cost: _cost, periodMs: _period, sentAt: _sent, nextReportAt: _next, last: _last, ...figures } = beat;
+    const signature = JSON.stringify(figures);
     if (signature === this.lastReport && !this.stayAwake && !owes) {
       this.hooks.alarmEnds(now);
       return false;
     }
+    const notable = this.delivery.notable;
+    this.delivery.notable = false;
     const reply = await coordinatorFor(this.env, this.identity.queueId)
       .heartbeat(beat)
       .catch((err: unknown) => {
         this.activity.unroll(period, now);
+        this.delivery.notable ||= notable;
         throw err;
       });
     if (!reply.known) return false;
@@ -350,7 +397,7 @@ export abstract class ShardCore extends DurableObject<Env> {
     this.idleReports = active ? 0 : this.idleReports + 1;
     this.stayAwake = reply.stayAwake === true && this.idleReports < STAY_AWAKE_REPORTS;
     // Messages it expired after the report are not in it: one more report, so its last one is true.
-    return active || this.stayAwake || owes || expired;
+    return (active && !last) || this.stayAwake || owes || expired;
   }
 
   /** Whether a period's traffic (in, out, refused) reaches SLOW_BELOW_SHARE of what the autoscaler aims a shard at. */
@@ -363,7 +410,7 @@ export abstract class ShardCore extends DurableObject<Env> {
   /** Traffic since the last report that the Coordinator should hear of within an interval (shard-alarm.ts). */
   protected busy(now: number): boolean {
     const a = this.activity;
-    return this.backlogCount - this.reportedBacklog >= REPORT_BACKLOG_GROWTH || this.busyPeriod({ messagesIn: a.messagesIn, messagesOut: a.messagesOut, refusals: a.refusals, periodMs: now - a.periodStart });
+    return this.delivery.notable || this.backlogCount - this.reportedBacklog >= REPORT_BACKLOG_GROWTH || this.busyPeriod({ messagesIn: a.messagesIn, messagesOut: a.messagesOut, refusals: a.refusals, periodMs: now - a.periodStart });
   }
 
   protected refuse(reason: ShardRefusal): { ok: false; refused: ShardRefusal } {

@@ -25,3 +25,14 @@ export class ManualClock implements Clock {
     this.t = t;
   }
 }
+
+/** Timers an object runs work on later in memory: the system's, or a test's. */
+export interface Timers {
+  set(fn: () => void, ms: number): unknown;
+  clear(handle: unknown): void;
+}
+
+export const systemTimers: Timers = {
+  set: (fn, ms) => setTimeout(fn, ms),
+  clear: (handle) => clearTimeout(handle as ReturnType<typeof setTimeout>),
+};

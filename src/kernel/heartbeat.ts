@@ -52,6 +52,12 @@ export interface StorageHeartbeat extends ShardStats {
    * counts it late only past this. Absent: one heartbeat interval on.
    */
   nextReportAt?: number;
+  /**
+   * The shard sleeps after this report (storage-shard/quiet-timer.ts): no request came for a
+   * while, so its traffic stopped, and its figures stay true until it reports again. The
+   * activity it carries is its last period's; the Coordinator counts no traffic from it now.
+   */
+  last?: boolean;
 }
 
 /** The Coordinator's answer to a heartbeat. */
@@ -96,8 +102,9 @@ export interface ShardHeartbeat {
   /** What the shard object was billed for since it last started (sql-meter.ts). */
   cost: CostFigures;
   /**
-   * Asleep: its last report showed no activity, and it has not reported since because
-   * nothing changed (storage-shard/shard-alarm.ts). Its figures are still exact.
+   * Asleep: its last report said so (StorageHeartbeat.last) or showed no activity, and it has
+   * not reported since because nothing changed (storage-shard/shard-alarm.ts). Its figures
+   * are still exact; its activity is of a period that is over.
    */
   sleeping: boolean;
   /** False once a shard that was busy at its last report has missed three heartbeats; a sleeping shard is healthy. */

@@ -70,6 +70,16 @@ describe("an idle queue under wrangler dev", () => {
     const before = await requests();
     await new Promise((r) => setTimeout(r, 20_000));
     expect((await requests()) - before).toBe(0);
+    // Each shard said so in its last report, the one its quiet work sent once its requests
+    // stopped: none is left awake on a slow cadence, its figures are exact, and the push
+    // consumer's acks (held in memory to ride on a later write) were written before the
+    // platform could evict the object: nothing was delivered twice.
+    for (const q of ["example", "sleep-pull"]) {
+      const shards = (await api("GET", `/queues/${q}/metrics`)).json.result.shards as Array<{ name: string; state: string; heartbeat: { sleeping: boolean; totals: Record<string, number> } }>;
+      for (const s of shards.filter((x) => x.state === "active")) {
+        expect(s.heartbeat, `${q} ${s.name}`).toMatchObject({ sleeping: true, totals: { stored: 3, leased: 3, acked: 3 } });
+      }
+    }
 
     // The first send after the sleep: a waiting long poll answers with it.
     const poll = api("POST", "/queues/sleep-pull/messages/pull", { batch_size: 10, wait_time_ms: 20_000 });

@@ -7,6 +7,7 @@ import { SLOW_REPORT_MS } from "../../src/kernel/heartbeat";
 import type { Coordinator } from "../../coordinator/coordinator";
 import type { StorageShard } from "../../storage-shard/storage-shard";
 import { api, createQueue, producer, queuePath } from "./helpers";
+import { QUIET_MS } from "../../storage-shard/quiet-timer";
 
 /**
  * Fake time far ahead of real time: alarms the shard sets for fake times then lie in
@@ -140,6 +141,53 @@ describe("storage shard heartbeats", () => {
     // A backlog that grows by a hundred: consumer scaling must hear of it within an interval.
     await producer("beats-slow").sendBatch(Array.from({ length: 100 }, (_, i) => ({ body: i })));
     await producer("beats-slow").send("one more");
+    expect(await alarm()).toBe(clock.now() + 5000);
+  });
+
+  it("once its requests stop, send its last report at once and sleep: its figures exact, its deferred acks and totals written, no alarm left", async () => {
+    const { q, shard, shardName: name, clock } = await onlyShard("beats-quiet");
+    const coordinator = coordinatorFor(env, q.queue_id);
+    await producer("beats-quiet").send(1);
+    clock.advance(5000);
+    expect(await runDurableObjectAlarm(shard)).toBe(true);
+    const alarm = () => runInDurableObject(shard, async (_obj: StorageShard, state) => state.storage.getAlarm());
+    // Awake on the slow cadence: without the quiet work, its last report would wait minutes.
+    expect(await alarm()).toBe(clock.now() + SLOW_REPORT_MS);
+    await producer("beats-quiet").send(2);
+    const leased = await shard.lease({ queueId: q.queue_id, limit: 10, leaseMs: 30_000, maxWaitMs: 0, retentionMs: 1e12 });
+    expect(leased.messages).toHaveLength(2);
+    await shard.settle({ queueId: q.queue_id, acks: leased.messages.map((m) => ({ id: m.id, leaseId: m.leaseId })), retries: [], deadLettered: [], dropped: [], deferrable: true });
+    const rowsLeft = () => runInDurableObject(shard, (_o: StorageShard, state) => state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM segments").one().n);
+    // The push consumer's acks wait in memory for a write to ride on.
+    expect(await rowsLeft()).toBe(1);
+    clock.advance(QUIET_MS);
+    await runInDurableObject(shard, (obj: StorageShard) => obj.quietNow());
+    const beat = (await coordinator.heartbeats()).find((b) => b.name === name)!;
+    expect(beat).toMatchObject({ sleeping: true, healthy: true, backlog_count: 0, messages_in: 1, messages_out: 2 });
+    expect(beat.totals).toMatchObject({ stored: 2, leased: 2, acked: 2 });
+    expect(await rowsLeft()).toBe(0);
+    const totals = await runInDurableObject(shard, (_o: StorageShard, state) => state.storage.sql.exec("SELECT stored, leased, acked FROM counters").one());
+    expect(totals).toEqual({ stored: 2, leased: 2, acked: 2 });
+    // Asleep with nothing due: no alarm, and the quiet work again sends nothing.
+    expect(await alarm()).toBeNull();
+    const rpcs = async () => (await coordinator.costFigures()).rpcs;
+    const before = await rpcs();
+    await runInDurableObject(shard, (obj: StorageShard) => obj.quietNow());
+    expect(await rpcs()).toBe(before);
+  });
+
+  it("report a quarantine within an interval, even on the slow cadence", async () => {
+    const { q, shard, clock } = await onlyShard("beats-quarantine");
+    await producer("beats-quarantine").sendBatch([{ body: "aa" }, { body: "bb" }]);
+    clock.advance(5000);
+    expect(await runDurableObjectAlarm(shard)).toBe(true);
+    const alarm = () => runInDurableObject(shard, async (_obj: StorageShard, state) => state.storage.getAlarm());
+    expect(await alarm()).toBe(clock.now() + SLOW_REPORT_MS);
+    await runInDurableObject(shard, (_o: StorageShard, state) => {
+      state.storage.sql.exec("UPDATE segments SET bodies = zeroblob(length(bodies))");
+    });
+    await shard.lease({ queueId: q.queue_id, limit: 10, leaseMs: 30_000, maxWaitMs: 0, retentionMs: 1e12 });
+    expect((await shard.stats()).totals.quarantined).toBe(2);
     expect(await alarm()).toBe(clock.now() + 5000);
   });
 
