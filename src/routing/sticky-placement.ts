@@ -7,15 +7,22 @@
  * lease whole batches instead of gathering fragments (consumer-shard/gather.ts). Over
  * time every shard still gets its share: the shard changes, at random, after
  * STICKY_MESSAGES or STICKY_MS, whichever comes first, and whenever it stops taking
- * sends (not in the map, not active, refused).
+ * sends (not in the map, not active, refused). A slow stream stays on one shard and lets
+ * the others sleep.
  */
 import type { ShardEntry, ShardMap } from "../kernel/protocol";
 import { pickShard, shardsTakingSends } from "./placement";
 
 /** As many as the largest consumer batch: a shard keeps the stream until it could fill one. */
 export const STICKY_MESSAGES = 100;
-/** A slow stream moves on after this, so a shard added by the autoscaler gets its share soon. */
-export const STICKY_MS = 1000;
+/**
+ * A slow stream moves on after this. Long: each move at a low rate lands on a shard that
+ * sleeps, and waking it costs its first report and a consumer's wake-up (issue 30: at a
+ * message a second, moving every second made each message wake a shard). A shard the
+ * autoscaler adds gets its share soon all the same: it adds shards only under load, where
+ * STICKY_MESSAGES moves the stream on many times a second.
+ */
+export const STICKY_MS = 30_000;
 
 interface Stick {
   shard: string;

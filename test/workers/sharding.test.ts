@@ -154,7 +154,7 @@ describe("shard choice", () => {
     expect(pickShard(map, "wnam", new Set(["w0", "e0"]))).toBeUndefined();
   });
 
-  it("keeps one isolate's fresh sends on one shard for a batch's worth or a second, then draws another at random", () => {
+  it("keeps one isolate's fresh sends on one shard for a batch's worth or STICKY_MS, then draws another at random", () => {
     forgetSticks();
     const map = fakeMap(["a", "b", "c", "d"]);
     const draws = [0.1, 0.9, 0.6];
@@ -167,6 +167,14 @@ describe("shard choice", () => {
     expect(stickyShard(map, "local", new Set(), 1, t + 200, random)!.name).toBe("d");
     // Too long on one shard, however few it took: drawn again.
     expect(stickyShard(map, "local", new Set(), 1, t + 200 + STICKY_MS, random)!.name).toBe("c");
+  });
+
+  it("keeps a stream of one send a second on one shard for half a minute, so the others sleep", () => {
+    forgetSticks();
+    const map = fakeMap(["a", "b", "c", "d"]);
+    const t = 1_000_000;
+    const picks = Array.from({ length: 30 }, (_, i) => stickyShard(map, "local", new Set(), 1, t + i * 1000)!.name);
+    expect(new Set(picks).size).toBe(1);
   });
 
   it("leaves the sticky shard at once when it refuses a send or stops being active in the map", () => {
