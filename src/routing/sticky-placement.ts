@@ -17,8 +17,8 @@ import { pickShard, shardsTakingSends } from "./placement";
 export const STICKY_MESSAGES = 100;
 /**
  * A slow stream moves on after this. Long: each move at a low rate lands on a shard that
- * sleeps, and waking it costs its first report and a consumer's wake-up (issue 30: at a
- * message a second, moving every second made each message wake a shard). A shard the
+ * sleeps, and waking it costs its first report and a consumer's wake-up (moving every
+ * second, a stream of a message a second woke a shard with each message). A shard the
  * autoscaler adds gets its share soon all the same: it adds shards only under load, where
  * STICKY_MESSAGES moves the stream on many times a second.
  */
