@@ -231,14 +231,25 @@ export class ControlLoop {
   async force(kind: "scale-out" | "drain", now: number, shard?: string): Promise<string> {
     const shards = this.store.shards();
     const figures = { activeShards: shards.filter((s) => s.state === "active").length, messagesPerSecond: 0, perShard: 0, target: 0, refusals: 0 };
+    // Remembered before it is carried out, as the autoscaler's own changes are: the cooldown
+    // and the scale-in wait count from it, so the tick that finishes a scale-out a reset cut
+    // short does not drain the new shard at once for a load that was low before it.
+    const remember = (region: string) => {
+      const memory = loadMemory(this.sql);
+      memory.lastChange[region] = now;
+      delete memory.lowSince[region];
+      saveMemory(this.sql, memory);
+    };
     if (kind === "scale-out") {
       const region = serviceConfig(this.env).defaultRegion;
+      remember(region);
       return (await this.apply({ kind: "add_shards", region, count: 1, reason: "test hook: forced scale-out", figures }, now))[0]!;
     }
     const target = shards.find((s) => s.name === shard && s.state === "active");
     if (!target) throw new Error(`${String(shard)} is not an active storage shard of this queue`);
     // A queue at its one shard keeps taking sends: the drained shard's replacement comes first,
     // as the autoscaler never drains below a region's minimum.
+    remember(target.region);
     if (!shards.some((s) => s.state === "active" && s.region === target.region && s.name !== target.name)) {
       await this.apply({ kind: "add_shards", region: target.region, count: 1, reason: "test hook: a replacement for the forced drain of the region's last active shard", figures }, now);
     }

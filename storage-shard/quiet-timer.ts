@@ -15,6 +15,11 @@
  * write of everything deferred. The timer costs no request, no alarm and no row: it runs
  * in the instance the last request kept alive, within the time the platform keeps it
  * anyway. Traffic with no gap of QUIET_MS never runs it.
+ *
+ * One timer at a time, never cleared: a timer belongs to the request that set it, and
+ * clearTimeout() from another request of the object does not reach it (workerd). When it
+ * fires and a request came since, it waits out the rest of the quiet time again; one that
+ * never fired (its request's context gone) is replaced at the next request.
  */
 import type { Timers } from "../src/kernel/clock";
 
@@ -22,8 +27,10 @@ import type { Timers } from "../src/kernel/clock";
 export const QUIET_MS = 3000;
 
 export class QuietTimer {
-  private handle: unknown = null;
-  private armedOn: Timers | null = null;
+  /** When the last request came (Date.now(): the timers run on real time). */
+  private lastTouch = 0;
+  /** When the pending timer should fire; null when none is pending. */
+  private firesAt: number | null = null;
 
   constructor(
     /** The timers to run on now: none while a test drives fake time (it runs the quiet work itself). */
@@ -33,20 +40,22 @@ export class QuietTimer {
 
   /** A request came: the quiet work runs QUIET_MS after the last one. */
   touch(): void {
-    this.cancel();
     const timers = this.timers();
     if (!timers) return;
-    this.armedOn = timers;
-    this.handle = timers.set(() => {
-      this.handle = null;
-      this.armedOn = null;
-      this.run().catch((err: unknown) => console.error("storage shard: quiet work failed (the next request or alarm does it):", err));
-    }, QUIET_MS);
+    const now = Date.now();
+    this.lastTouch = now;
+    // A timer past due by a quiet time never fired: its context is gone; a new one.
+    if (this.firesAt !== null && now < this.firesAt + QUIET_MS) return;
+    this.arm(timers, QUIET_MS);
   }
 
-  cancel(): void {
-    if (this.handle !== null) this.armedOn?.clear(this.handle);
-    this.handle = null;
-    this.armedOn = null;
+  private arm(timers: Timers, ms: number): void {
+    this.firesAt = Date.now() + ms;
+    timers.set(() => {
+      this.firesAt = null;
+      const quietFor = Date.now() - this.lastTouch;
+      if (quietFor < QUIET_MS) return this.arm(timers, QUIET_MS - quietFor);
+      this.run().catch((err: unknown) => console.error("storage shard: quiet work failed (the next request or alarm does it):", err));
+    }, ms);
   }
 }
