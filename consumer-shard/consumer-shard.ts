@@ -1,7 +1,8 @@
 import { DurableObject } from "cloudflare:workers";
 import { coordinatorFor, storageShardFor } from "../src/kernel/addressing";
 import { bindingMetrics, sumFigures } from "../src/routing/queue-figures";
-import { systemClock, type Clock } from "../src/kernel/clock";
+import { systemClock, systemTimers, type Clock, type Timers } from "../src/kernel/clock";
+import { RoundSchedule } from "./round-schedule";
 import { serviceConfig } from "../src/kernel/config";
 import type { DispatchMessage } from "../src/consumer/entrypoint";
 import { consumerBinding, consumerBindingName, type ConsumerRecord } from "../src/kernel/consumer-settings";
@@ -51,13 +52,13 @@ type PlannedShard = DeliveryPlan["shards"][number];
 type LeasedBatch = Array<{ shard: string; messages: LeasedMessage[] }>;
 
 /**
- * A consumer shard of one queue, alarm-driven. Woken by the Coordinator when messages
- * are ready (and by its own alarm), it leases a batch from a storage shard picked at
- * random weighted by backlog, or gathers one from several shards none of which fills a
- * batch alone (gather.ts), hands it to the consumer, applies the outcome on each shard,
- * and goes on while any shard has ready messages; then it sets its alarm for the next
- * message that becomes visible or the batch that should have filled. A crash anywhere loses nothing: unacked leases expire and the
- * messages are delivered again.
+ * A consumer shard of one queue. Woken by a storage shard or the Coordinator when messages are
+ * ready (and by its own timer or alarm: round-schedule.ts), it leases a batch from a storage
+ * shard picked at random weighted by backlog, or gathers one from several shards none of
+ * which fills a batch alone (gather.ts), hands it to the consumer, applies the outcome on each
+ * shard, and goes on while any shard has ready messages; then it schedules its next round for
+ * the next message that becomes visible or the batch that should have filled. A crash
+ * anywhere loses nothing: unacked leases expire and the messages are delivered again.
  */
 export class ConsumerShard extends DurableObject<Env> {
   /** Tests drive time and stand in for the consumer Worker through these. */
@@ -66,6 +67,8 @@ export class ConsumerShard extends DurableObject<Env> {
   /** A push lease (PUSH_LEASE_MS, 30 s unless set); renewed every third of it while the handler runs. */
   leaseMs = serviceConfig(this.env).pushLeaseMs;
   maxExecutionMs = MAX_EXECUTION_MS;
+  /** The timers short waits run on (round-schedule.ts); a test with its own clock gets alarms. */
+  timers: Timers = systemTimers;
 
   /** The fault harness's aborts and alarm throws; inert unless SHARDQ_TEST_HOOKS is "on" (src/kernel/test-hooks.ts). */
   private readonly hooks = testHooksFor(this.env, "consumer");
@@ -105,6 +108,8 @@ export class ConsumerShard extends DurableObject<Env> {
   private readonly since = Date.now();
   /** ctx.storage, metered: its key-value and alarm calls are billed as rows. */
   private readonly storage = meteredStorage(this.ctx.storage, this.cost);
+  /** When rounds run: on a timer for a short wait, else on the alarm, never two at once (round-schedule.ts). */
+  private readonly rounds = new RoundSchedule(this.storage, () => (this.clock === systemClock ? this.timers : null), () => this.clock.now(), () => this.roundOnce());
 
   /**
    * Makes sure a round runs now, unless one is already due. `planVersion` is the Coordinator's
@@ -112,7 +117,7 @@ export class ConsumerShard extends DurableObject<Env> {
    * with another plan ends after its batch, and the next one fetches it. `shard` names the
    * storage shard with new messages, when the waker knows it (SWEEP_EVERY_MS); `dueAt`, when
    * the batch filling there is due (its oldest message will have waited max_wait_time_ms): the
-   * round runs then, not now, so a partial batch costs one alarm and one lease, not two of each.
+   * round runs then, not now, so a partial batch costs one lease, not two.
    */
   async wake(queueId: string, index: number, planVersion?: string, shard?: string, dueAt?: number): Promise<void> {
     this.cost.rpcs++;
@@ -122,13 +127,15 @@ export class ConsumerShard extends DurableObject<Env> {
     if ((await this.storage.get<string>("queueId")) !== queueId) await this.storage.put("queueId", queueId);
     if ((await this.storage.get<number>("index")) !== index) await this.storage.put("index", index);
     const now = this.clock.now();
-    const at = dueAt === undefined ? now : Math.max(now, dueAt);
-    const alarm = await this.storage.getAlarm();
-    if (alarm === null || alarm > at) await this.storage.setAlarm(at);
+    await this.schedule(dueAt === undefined ? now : Math.max(now, dueAt));
   }
 
   override async alarm(): Promise<void> {
     this.cost.alarms++;
+    await this.rounds.alarmFired();
+  }
+
+  private async roundOnce(): Promise<void> {
     const queueId = await this.storage.get<string>("queueId");
     if (!queueId) return;
     let next: number | null;
@@ -155,22 +162,13 @@ export class ConsumerShard extends DurableObject<Env> {
     // at each (a report per round); it stops at the first round that delivers nothing.
     const running = (next !== null && next <= now + interval) || this.roundDelivered > 0;
     await this.reportIfDue(queueId, running ? Math.max(next ?? now, now) + interval : null, failed);
-    await this.armNext(next);
+    await this.schedule(next);
     if (!failed) this.hooks.alarmEnds(this.clock.now());
   }
 
-  /**
-   * Sets the alarm for the next round, unless one is already due sooner. A wake() that
-   * came during this round set an alarm for now (inside a running alarm, getAlarm() sees
-   * only alarms set since it began); overwriting it with this round's later `next` lost
-   * that wake-up, and the Coordinator, told this shard was running, left it alone until
-   * its report went stale, heartbeat intervals later: a message sent meanwhile waited
-   * all that time instead of going out at once.
-   */
-  async armNext(next: number | null): Promise<void> {
-    if (next === null) return;
-    const pending = await this.storage.getAlarm();
-    if (pending === null || pending > next) await this.storage.setAlarm(next);
+  /** Makes sure a round runs at `at` (round-schedule.ts); null: nothing is due. */
+  schedule(at: number | null): Promise<void> {
+    return this.rounds.schedule(at);
   }
 
   /** The fault harness's hook (src/kernel/test-hooks.ts): throws unless SHARDQ_TEST_HOOKS is "on". */

@@ -121,8 +121,8 @@ export function readMeter(meter: CostMeter, since: number): MeterReading {
  * The same DurableObjectStorage, with its SQL metered (meteredSql) and its key-value and
  * alarm calls counted as Cloudflare bills them on a SQLite-backed object: get() a row read
  * per key asked (found or not, so an upper bound), put() and delete() a row written per key,
- * setAlarm() one row written. getAlarm() is not billed as a row; transactionSync() and the
- * rest pass through.
+ * setAlarm() and deleteAlarm() one row written each (deleteAlarm's an upper bound). getAlarm()
+ * is not billed as a row; transactionSync() and the rest pass through.
  */
 export function meteredStorage(storage: DurableObjectStorage, meter: CostMeter): DurableObjectStorage {
   const sql = meteredSql(storage.sql, meter);
@@ -148,9 +148,10 @@ export function meteredStorage(storage: DurableObjectStorage, meter: CostMeter):
             return (target.delete as (...a: unknown[]) => unknown).call(target, k, ...rest);
           };
         case "setAlarm":
+        case "deleteAlarm":
           return (...a: unknown[]) => {
             meter.rowsWritten++;
-            return (target.setAlarm as (...a: unknown[]) => unknown).call(target, ...a);
+            return (target[prop] as (...a: unknown[]) => unknown).call(target, ...a);
           };
       }
       const value = Reflect.get(target, prop, target) as unknown;

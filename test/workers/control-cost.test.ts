@@ -11,7 +11,7 @@ import { meteredStorage, newMeter, readMeter } from "../../src/kernel/sql-meter"
 import { ACCOUNT, createQueue } from "./helpers";
 
 describe("cost figures of the control objects", () => {
-  it("meteredStorage bills key-value calls and setAlarm() as rows", async () => {
+  it("meteredStorage bills key-value calls, setAlarm() and deleteAlarm() as rows", async () => {
     const id = env.IDEMPOTENCY_KEYS.idFromName("metered-storage");
     await runInDurableObject(env.IDEMPOTENCY_KEYS.get(id), async (_obj, state) => {
       state.storage.sql.exec("CREATE TABLE IF NOT EXISTS t (x INTEGER)");
@@ -25,11 +25,11 @@ describe("cost figures of the control objects", () => {
       await storage.getAlarm();
       await storage.deleteAlarm();
       storage.sql.exec("INSERT INTO t (x) VALUES (1), (2)");
-      // put: 1 + 2, delete: 1, setAlarm: 1, INSERT: 2.
-      expect(meter.rowsWritten).toBe(7);
+      // put: 1 + 2, delete: 1, setAlarm: 1, deleteAlarm: 1, INSERT: 2.
+      expect(meter.rowsWritten).toBe(8);
       // get: one per key asked, found or not.
       expect(meter.rowsRead).toBeGreaterThanOrEqual(3);
-      expect(readMeter(meter, 5)).toMatchObject({ rowsWritten: 7, since: 5 });
+      expect(readMeter(meter, 5)).toMatchObject({ rowsWritten: 8, since: 5 });
     });
   });
 

@@ -1,6 +1,7 @@
 import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import type { ConsumerShard } from "../../consumer-shard/consumer-shard";
+import { BACKSTOP_MS } from "../../consumer-shard/round-schedule";
 import { consumerShardFor, coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import { addConsumer, eventually, fakeConsumer } from "./push-helpers";
 import { api, backlog, createQueue, producer, queuePath, storedMessages } from "./helpers";
@@ -60,16 +61,38 @@ describe("push delivery to a queue() handler", () => {
       // due now: that one fires mid-test, after which workerd at times stores the next alarm a
       // millisecond later than asked, and the exact checks below failed one run in three.)
       await state.storage.setAlarm(now + 30_000);
-      await obj.armNext(now + 60_000);
+      await obj.schedule(now + 60_000);
       expect(await state.storage.getAlarm()).toBe(now + 30_000);
       // Nothing pending (the usual end of a round): the round's own alarm is set, and a sooner one replaces a later one.
       await state.storage.deleteAlarm();
-      await obj.armNext(now + 60_000);
+      await obj.schedule(now + 60_000);
       expect(await state.storage.getAlarm()).toBe(now + 60_000);
-      await obj.armNext(now + 1000);
-      expect(await state.storage.getAlarm()).toBe(now + 1000);
+      // (Beyond TIMER_WAIT_MS: sooner, a round waits on a timer; the next test.)
+      await obj.schedule(now + 10_000);
+      expect(await state.storage.getAlarm()).toBe(now + 10_000);
       await state.storage.deleteAlarm();
     });
+  });
+
+  it("waits for a round due soon on a timer, not an alarm: one backstop alarm behind the timers, deleted once the shard goes idle", async () => {
+    const shard = consumerShardFor(env, "no-such-queue-timer", 0);
+    const timers: Array<{ fn: () => void; ms: number }> = [];
+    const now = Date.now();
+    await runInDurableObject(shard, async (obj: ConsumerShard, state) => {
+      obj.timers = { set: (fn, ms) => timers.push({ fn, ms }), clear: () => {} };
+      // A queue the Coordinator does not know: its round finds no plan and ends idle.
+      await state.storage.put("queueId", "0".repeat(32));
+      await obj.schedule(now + 1000);
+      expect(timers.map((t) => t.ms)).toEqual([expect.any(Number)]);
+      expect(timers[0]!.ms).toBeLessThanOrEqual(1000);
+      expect(await state.storage.getAlarm()).toBe(now + 1000 + BACKSTOP_MS);
+      // Another round due soon: a timer, and no alarm of its own (the backstop stays, sooner than its own would be).
+      await obj.schedule(now + 500);
+      expect(timers).toHaveLength(2);
+      expect(await state.storage.getAlarm()).toBe(now + 1000 + BACKSTOP_MS);
+    });
+    await runInDurableObject(shard, () => timers[1]!.fn());
+    await eventually(() => runInDurableObject(shard, (_obj: ConsumerShard, state) => state.storage.getAlarm()), (a) => a === null);
   });
 
   it("delivers through the ShardqConsumer RPC entrypoint (the transport that deploys) the same way", async () => {
