@@ -72,6 +72,8 @@ export class RoundSchedule {
   async schedule(at: number | null): Promise<void> {
     const now = this.now();
     const timers = this.timers();
+    // A timer long past its time never fired (its request's context is gone): forgotten.
+    if (this.timer !== null && now > this.timer.at + TIMER_WAIT_MS) this.timer = null;
     if (at === null) {
       // Not while a timer waits, or a wake-up came during this round: their round needs it.
       if (this.timer === null && !this.again && this.alarmSet?.backstop) {
@@ -83,11 +85,15 @@ export class RoundSchedule {
     if (timers && at - now <= TIMER_WAIT_MS) {
       if (this.timer === null || this.timer.at > at) {
         if (this.timer) timers.clear(this.timer.handle);
-        const handle = timers.set(() => {
+        const timer: { at: number; handle: unknown } = { at, handle: null };
+        timer.handle = timers.set(() => {
+          // One replaced by a sooner timer and not cleared (clearTimeout() from another request
+          // of the object may not reach it): that one's round was this one's.
+          if (this.timer !== timer) return;
           this.timer = null;
           this.round().catch((err: unknown) => console.error("consumer shard: round failed:", err));
         }, Math.max(0, at - now));
-        this.timer = { at, handle };
+        this.timer = timer;
       }
       if ((await this.storage.getAlarm()) === null) {
         this.alarmSet = { at: at + BACKSTOP_MS, backstop: true };
