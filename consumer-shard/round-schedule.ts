@@ -6,8 +6,8 @@
  * max_wait_time_ms, so a round per alarm was an alarm per message; a wait of TIMER_WAIT_MS or
  * less runs on a timer instead, which costs neither. A timer is lost with the object (a crash,
  * a deploy), so while rounds run on timers an alarm stays set behind them (BACKSTOP_MS): one
- * alarm per that long while messages flow, deleted when the shard goes idle, so an idle shard
- * keeps no alarm.
+ * alarm per that long while messages flow, deleted once the shard stays idle IDLE_MS, so an
+ * idle shard keeps no alarm.
  */
 import type { Timers } from "../src/kernel/clock";
 
@@ -19,6 +19,8 @@ import type { Timers } from "../src/kernel/clock";
 export const TIMER_WAIT_MS = 5000;
 /** The backstop alarm's distance behind the round a timer waits for: what a lost timer delays that round by, at worst. */
 export const BACKSTOP_MS = 30_000;
+/** A shard idle this long (no round due) deletes its backstop alarm. */
+export const IDLE_MS = 3000;
 
 export class RoundSchedule {
   /** The round waiting on a timer, and when it is due. */
@@ -29,6 +31,8 @@ export class RoundSchedule {
   private running: Promise<void> | null = null;
   /** A round was asked for while one ran: another follows it. */
   private again = false;
+  /** When the last round found nothing due (null: something is due since). */
+  private idleSince: number | null = null;
 
   constructor(
     private readonly storage: DurableObjectStorage,
@@ -37,6 +41,12 @@ export class RoundSchedule {
     private readonly now: () => number,
     private readonly runOnce: () => Promise<void>,
   ) {}
+
+  private async dropBackstop(): Promise<void> {
+    if (!this.alarmSet?.backstop) return;
+    this.alarmSet = null;
+    await this.storage.deleteAlarm();
+  }
 
   /** The alarm fired: a round, whatever it was set for (a backstop's finds what a lost timer left). */
   alarmFired(): Promise<void> {
@@ -76,12 +86,17 @@ export class RoundSchedule {
     if (this.timer !== null && now > this.timer.at + TIMER_WAIT_MS) this.timer = null;
     if (at === null) {
       // Not while a timer waits, or a wake-up came during this round: their round needs it.
-      if (this.timer === null && !this.again && this.alarmSet?.backstop) {
-        this.alarmSet = null;
-        await this.storage.deleteAlarm();
-      }
+      if (this.timer !== null || this.again || !this.alarmSet?.backstop) return;
+      // Nor at once: at a trickle the next message comes within a second, and deleting the
+      // backstop to set it again is two rows a message. Once the shard stayed idle IDLE_MS.
+      if (!timers) return this.dropBackstop();
+      const since = (this.idleSince = now);
+      timers.set(() => {
+        if (this.idleSince === since && this.timer === null && this.running === null) this.dropBackstop().catch((err: unknown) => console.error("consumer shard: backstop alarm not deleted:", err));
+      }, IDLE_MS);
       return;
     }
+    this.idleSince = null;
     if (timers && at - now <= TIMER_WAIT_MS) {
       if (this.timer === null || this.timer.at > at) {
         if (this.timer) timers.clear(this.timer.handle);

@@ -1,7 +1,7 @@
 import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import type { ConsumerShard } from "../../consumer-shard/consumer-shard";
-import { BACKSTOP_MS } from "../../consumer-shard/round-schedule";
+import { BACKSTOP_MS, IDLE_MS } from "../../consumer-shard/round-schedule";
 import { consumerShardFor, coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import { addConsumer, eventually, fakeConsumer } from "./push-helpers";
 import { api, backlog, createQueue, producer, queuePath, storedMessages } from "./helpers";
@@ -74,7 +74,7 @@ describe("push delivery to a queue() handler", () => {
     });
   });
 
-  it("waits for a round due soon on a timer, not an alarm: one backstop alarm behind the timers, deleted once the shard goes idle", async () => {
+  it("waits for a round due soon on a timer, not an alarm: one backstop alarm behind the timers, deleted once the shard stays idle", async () => {
     const shard = consumerShardFor(env, "no-such-queue-timer", 0);
     const timers: Array<{ fn: () => void; ms: number }> = [];
     const now = Date.now();
@@ -92,6 +92,12 @@ describe("push delivery to a queue() handler", () => {
       expect(await state.storage.getAlarm()).toBe(now + 1000 + BACKSTOP_MS);
     });
     await runInDurableObject(shard, () => timers[1]!.fn());
+    // The round ends idle: the backstop goes once the shard stays idle IDLE_MS (at a trickle
+    // the next wake-up comes sooner, and the backstop stays).
+    const idle = await eventually(async () => timers.length, (n) => n === 3);
+    expect(timers[idle - 1]!.ms).toBe(IDLE_MS);
+    expect(await runInDurableObject(shard, (_obj: ConsumerShard, state) => state.storage.getAlarm())).toBe(now + 1000 + BACKSTOP_MS);
+    await runInDurableObject(shard, () => timers[idle - 1]!.fn());
     await eventually(() => runInDurableObject(shard, (_obj: ConsumerShard, state) => state.storage.getAlarm()), (a) => a === null);
   });
 
