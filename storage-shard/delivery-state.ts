@@ -15,7 +15,9 @@
  * - The running totals, written to SQLite at most once a minute while traffic flows and
  *   when the shard goes to sleep (flushTotals).
  *
- * All of it is lost when the object restarts, and that is safe: the cursor starts again
+ * Before an idle object can be evicted, the quiet work writes the deferred acks, the totals
+ * and the leases still running (quiet-timer.ts, held-leases.ts), and the next instance holds
+ * those leases again. The rest, and all of it in a crash, is lost, and that is safe: the cursor starts again
  * at 0, so every unsettled slot is ready again (at-least-once: a message whose lease was
  * lost, or whose deferred ack was not written yet, is delivered again, and that delivery
  * is not counted as a retry); a late ack for a lost lease still settles its slot; the

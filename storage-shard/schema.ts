@@ -3,6 +3,7 @@ import { runMigrations, type MigrationStep } from "../src/kernel/sqlite-migratio
 import { encodeHeaders, nextSegment, packBodies, SEGMENT_MAX_BYTES, Settled, type Header } from "./segment";
 import type { NewMessage } from "./segment-rows";
 import { LANE_LEASES_V16, LANES_SCHEMA, LOCATED_LANE_IDS, neverReuseLseq } from "./lanes-schema";
+import { HELD_LEASES_SCHEMA } from "./held-leases";
 import { HANDOFF_SCHEMA } from "./handoff-schema";
 
 /** A row of the messages table of schema versions 4 to 9, as the conversion to segments reads it. */
@@ -136,6 +137,8 @@ export const MIGRATIONS: readonly MigrationStep[] = [
   LOCATED_LANE_IDS,
   // A lane's lease names the last message it took, so its queries read only what it holds; its end is not indexed (lanes.ts).
   LANE_LEASES_V16,
+  // Memory leases written by a shard going quiet, for the instance after an eviction (held-leases.ts).
+  HELD_LEASES_SCHEMA,
 ];
 
 /** Old rows converted per segment: a batch's worth, as a broker writes them. */

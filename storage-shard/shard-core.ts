@@ -14,6 +14,7 @@ import type {
 import { REPORT_BACKLOG_GROWTH, SLOW_BELOW_SHARE, SLOW_REPORT_MS, type StorageHeartbeat } from "../src/kernel/heartbeat";
 import { ShardAlarm } from "./shard-alarm";
 import { QuietTimer } from "./quiet-timer";
+import { restoreHeldLeases, writeHeldLeases } from "./held-leases";
 import { ActivityMeter, TokenBucket } from "./capacity";
 import { expireOld, lease, leasedCount, type BacklogDelta } from "./delivery";
 import { DeliveryState } from "./delivery-state";
@@ -98,6 +99,8 @@ export abstract class ShardCore extends DurableObject<Env> {
     () => (this.clock === systemClock ? this.timers : null),
     () => this.quietNow(),
   );
+  /** Whether held_leases has rows this instance wrote (held-leases.ts). */
+  private leasesWritten = false;
   /** The report under way: the alarm's and the quiet work's never run side by side. */
   private reporting: Promise<boolean> | null = null;
   /** The fault harness's resets; inert unless SHARDQ_TEST_HOOKS is "on" (src/kernel/test-hooks.ts). */
@@ -121,6 +124,8 @@ export abstract class ShardCore extends DurableObject<Env> {
     this.epoch = loadEpoch(this.sql);
     this.outbox = new HandoffOutbox(ctx, env, this.sql);
     this.delivery = new DeliveryState(this.sql);
+    // Leases an instance that went quiet wrote before it was evicted: still running.
+    if (restoreHeldLeases(this.sql, this.delivery, this.clock.now()) > 0) this.leasedNow = leasedCount(this.delivery, this.clock.now());
     this.due = new DueWakeups(this.sql, this.delivery);
     this.wakeups = new ConsumerWakeups(ctx, env, () => this.identity, () => lanesReadyAt(this.sql, this.clock.now()), () => this.due.stop());
     const now = this.clock.now();
@@ -281,6 +286,7 @@ export abstract class ShardCore extends DurableObject<Env> {
       else if (this.nextReportAt !== null) this.alarms.reportAt(this.nextReportAt);
     }
     this.persistDeferred(now, true);
+    this.leasesWritten = this.ctx.storage.transactionSync(() => writeHeldLeases(this.sql, this.delivery, now, this.leasesWritten));
     this.alarms.arm();
   }
 

@@ -174,6 +174,26 @@ describe("leases (vesting times)", () => {
     expect((await restarted.stats()).backlogCount).toBe(0);
   });
 
+  it("keeps the leases a quiet shard wrote across its eviction; an ack after the write is not undone by it", async () => {
+    const shard = env.STORAGE_SHARD.get(env.STORAGE_SHARD.idFromName("quiet-leases"));
+    await shard.activate({ name: "quiet-leases", queueId: QUEUE, accountId: "local", region: "local" });
+    // On the system clock: the instance after the eviction runs on it.
+    const live = { ...req({ maxWaitMs: 0, retentionMs: 1e15 }), leaseMs: 600_000 };
+    await shard.append({ queueId: QUEUE, messages: [msg("a"), msg("b"), msg("c")] });
+    const [a, b, c] = (await shard.lease(live)).messages;
+    // Its requests stopped: the quiet work writes the three leases (quiet-timer.ts, held-leases.ts).
+    await runInDurableObject(shard, (obj: StorageShard) => obj.quietNow());
+    // An ack after that write: the written lease on c must not bring c back.
+    expect(await shard.settle({ queueId: QUEUE, acks: [{ id: c!.id, leaseId: c!.leaseId }], retries: [], deadLettered: [], dropped: [] })).toMatchObject({ acked: 1 });
+    await runInDurableObject(shard, (_o: StorageShard, state) => state.abort("evicted while leased")).catch(() => {});
+    const after = env.STORAGE_SHARD.get(env.STORAGE_SHARD.idFromName("quiet-leases"));
+    // a and b are still leased, c is gone: nothing to hand out, and the consumer's acks land.
+    expect((await after.lease(live)).messages).toEqual([]);
+    expect(await after.settle({ queueId: QUEUE, acks: [a!, b!].map((m) => ({ id: m.id, leaseId: m.leaseId })), retries: [], deadLettered: [], dropped: [] })).toMatchObject({ acked: 2 });
+    expect((await after.stats()).backlogCount).toBe(0);
+    expect(await runInDurableObject(after, (_o: StorageShard, state) => state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM held_leases").one().n)).toBe(0);
+  });
+
   it("honours a lane's stored lease across a restart to its end, then delivers the key again in order", async () => {
     const { shard } = await shardAt("restart-lane");
     await shard.append({ queueId: QUEUE, messages: [{ ...msg("k1"), orderingKey: "k" }, { ...msg("k2"), orderingKey: "k" }] });
