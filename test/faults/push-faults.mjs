@@ -150,8 +150,9 @@ export async function abortConsumerShard(o, i) {
  * A consumer shard of PUSH_QUEUE to aim at, one the Coordinator keeps waking: a seeded pick
  * among those below the count it last wanted (GET .../shards, its latest add_consumers or
  * remove_consumers decision; shards past it finish their round and are not woken again)
- * whose last report, a few seconds old at most, said a round was running; else shard 0,
- * which is always woken. (A shard's last report outlives a kill, and a shard past the count
+ * whose last report says it delivers still (until its running_until); else shard 0, which a
+ * wake-up reaches first. With several consumer shards, shard 0 may deliver nothing for a while:
+ * storage shards wake the consumer shard that leased from them last. (A shard's last report outlives a kill, and a shard past the count
  * may never run again: armed, it would never fire.) One whose alarms another fault makes
  * throw (throw-alarm, control-faults.mjs) is passed over while another will do: it leases
  * nothing until they stop (and disarming it after a timeout would end that fault too).
@@ -159,11 +160,13 @@ export async function abortConsumerShard(o, i) {
  */
 async function pickConsumerShard(api, pick) {
   const r = await retrying(() => api.call("GET", `/${PUSH_QUEUE}/shards`));
-  const all = /** @type {Array<{ index: number, running: boolean, received_at: number }>} */ (r.result.consumer_shards?.shards ?? []);
+  const all = /** @type {Array<{ index: number, running: boolean, received_at: number, running_until?: number | null }>} */ (r.result.consumer_shards?.shards ?? []);
   const sizing = /** @type {Array<{ kind: string, figures?: { consumerShards?: number } }>} */ (r.result.decisions ?? []).find((d) => d.kind === "add_consumers" || d.kind === "remove_consumers");
   const wanted = sizing?.figures?.consumerShards ?? 1;
-  const running = all.filter((s) => s.index < wanted && s.running && Date.now() - s.received_at < 6000).map((s) => s.index);
-  const among = [...new Set([0, ...running])].sort((a, b) => a - b);
+  // A shard reports every 30 s or so, saying until when it counts as delivering (running_until);
+  // a report without it counts for a few seconds.
+  const running = all.filter((s) => s.index < wanted && s.running && (s.running_until ?? s.received_at + 6000) > Date.now()).map((s) => s.index);
+  const among = running.length ? running.sort((a, b) => a - b) : [0];
   const free = [];
   for (const index of among) {
     const status = await api.call("GET", `/${PUSH_QUEUE}/test-hooks?consumer_shard=${index}`);
