@@ -150,9 +150,9 @@ export async function abortConsumerShard(o, i) {
  * A consumer shard of PUSH_QUEUE to aim at, one the Coordinator keeps waking: a seeded pick
  * among those below the count it last wanted (GET .../shards, its latest add_consumers or
  * remove_consumers decision; shards past it finish their round and are not woken again)
- * whose last report says it delivers still (until its running_until); else shard 0, which a
- * wake-up reaches first. With several consumer shards, shard 0 may deliver nothing for a while:
- * storage shards wake the consumer shard that leased from them last. (A shard's last report outlives a kill, and a shard past the count
+ * whose last report says it delivers still (until its running_until); else shard 0. Not
+ * shard 0 whatever the reports say: with several consumer shards it may deliver nothing for a
+ * while, as storage shards wake the consumer shard that leased from them last. (A shard's last report outlives a kill, and a shard past the count
  * may never run again: armed, it would never fire.) One whose alarms another fault makes
  * throw (throw-alarm, control-faults.mjs) is passed over while another will do: it leases
  * nothing until they stop (and disarming it after a timeout would end that fault too).
