@@ -31,6 +31,17 @@ describe("storage shard heartbeats", () => {
     return { q, shard, shardName, clock };
   }
 
+  /** A shard that took a send and reported once on the slow cadence: its next report minutes away. */
+  async function onSlowCadence(name: string, send: () => Promise<unknown>) {
+    const only = await onlyShard(name);
+    await send();
+    only.clock.advance(5000);
+    expect(await runDurableObjectAlarm(only.shard)).toBe(true);
+    const alarm = () => runInDurableObject(only.shard, async (_obj: StorageShard, state) => state.storage.getAlarm());
+    expect(await alarm()).toBe(only.clock.now() + SLOW_REPORT_MS);
+    return { ...only, alarm };
+  }
+
   it("report backlog, arrivals, departures and leases to the Coordinator every interval", async () => {
     const { q, shard, shardName: name, clock } = await onlyShard("beats");
     // 20 JSON strings of 0 to 9 characters: 90 characters and 40 quotes.
@@ -124,13 +135,8 @@ describe("storage shard heartbeats", () => {
   });
 
   it("report on a slow cadence while traffic is far below the autoscaler's target, saying when, healthy meanwhile; a growing backlog brings the next report within an interval", async () => {
-    const { q, shard, shardName: name, clock } = await onlyShard("beats-slow");
+    const { q, shardName: name, clock, alarm } = await onSlowCadence("beats-slow", () => producer("beats-slow").send(1));
     const coordinator = coordinatorFor(env, q.queue_id);
-    await producer("beats-slow").send(1);
-    clock.advance(5000);
-    expect(await runDurableObjectAlarm(shard)).toBe(true);
-    const alarm = () => runInDurableObject(shard, async (_obj: StorageShard, state) => state.storage.getAlarm());
-    expect(await alarm()).toBe(clock.now() + SLOW_REPORT_MS);
     // The Coordinator knows when the next report is due: three intervals on, it is not late.
     await runInDurableObject(env.COORDINATOR.get(env.COORDINATOR.idFromName(q.queue_id)), (obj: Coordinator) => {
       obj.clock = new ManualClock(Date.now() + 3 * 5000 + 1000);
@@ -145,14 +151,9 @@ describe("storage shard heartbeats", () => {
   });
 
   it("once its requests stop, send its last report at once and sleep: its figures exact, its deferred acks and totals written, no alarm left", async () => {
-    const { q, shard, shardName: name, clock } = await onlyShard("beats-quiet");
-    const coordinator = coordinatorFor(env, q.queue_id);
-    await producer("beats-quiet").send(1);
-    clock.advance(5000);
-    expect(await runDurableObjectAlarm(shard)).toBe(true);
-    const alarm = () => runInDurableObject(shard, async (_obj: StorageShard, state) => state.storage.getAlarm());
     // Awake on the slow cadence: without the quiet work, its last report would wait minutes.
-    expect(await alarm()).toBe(clock.now() + SLOW_REPORT_MS);
+    const { q, shard, shardName: name, clock, alarm } = await onSlowCadence("beats-quiet", () => producer("beats-quiet").send(1));
+    const coordinator = coordinatorFor(env, q.queue_id);
     await producer("beats-quiet").send(2);
     const leased = await shard.lease({ queueId: q.queue_id, limit: 10, leaseMs: 30_000, maxWaitMs: 0, retentionMs: 1e12 });
     expect(leased.messages).toHaveLength(2);
@@ -177,12 +178,7 @@ describe("storage shard heartbeats", () => {
   });
 
   it("report a quarantine within an interval, even on the slow cadence", async () => {
-    const { q, shard, clock } = await onlyShard("beats-quarantine");
-    await producer("beats-quarantine").sendBatch([{ body: "aa" }, { body: "bb" }]);
-    clock.advance(5000);
-    expect(await runDurableObjectAlarm(shard)).toBe(true);
-    const alarm = () => runInDurableObject(shard, async (_obj: StorageShard, state) => state.storage.getAlarm());
-    expect(await alarm()).toBe(clock.now() + SLOW_REPORT_MS);
+    const { q, shard, clock, alarm } = await onSlowCadence("beats-quarantine", () => producer("beats-quarantine").sendBatch([{ body: "aa" }, { body: "bb" }]));
     await runInDurableObject(shard, (_o: StorageShard, state) => {
       state.storage.sql.exec("UPDATE segments SET bodies = zeroblob(length(bodies))");
     });
