@@ -3,11 +3,10 @@
  * Under load, single `send()`s and `POST .../messages` that arrive while a queue's
  * writes are in flight join one open batch, stored with one storage-shard RPC and one
  * SQLite transaction; when the queue is idle a send goes out at once, alone, so it
- * waits for nothing. Under a steady stream of independent sends (the previous batch
- * began under STEADY_GAP_MS ago, and sends often arrive while another is being
- * written) a new batch lingers LINGER_MS for company: sends paced evenly
- * never overlap a write, and one write each (an RPC and an fsync'd commit) costs more
- * CPU than a paced stream leaves room for (bench/README.md, "Why the coalescer's constants").
+ * waits for nothing. In a steady stream where waiting gathers company (LingerPolicy) a
+ * new batch lingers LINGER_MS: sends paced evenly never overlap a write, and one write
+ * each (an RPC and an fsync'd commit) costs more CPU and rows than a paced stream
+ * leaves room for (bench/README.md, "Why the coalescer's constants").
  *
  * Each batch has a leader: the request that opened it. Only the leader performs the
  * write, in its own request context, and it stays alive until the write is done
@@ -23,6 +22,7 @@ import type { Env } from "../kernel/env";
 import { unavailable } from "../kernel/errors";
 import { LIMITS } from "../kernel/limits";
 import { sleep } from "../kernel/sleep";
+import { LingerPolicy } from "./linger-policy";
 import type { PendingMessage } from "./pending-messages";
 import { storeMessages, type SendTarget, type Stored } from "./store";
 
@@ -68,12 +68,9 @@ interface Lane {
  * How long a batch opened in a steady stream waits for joiners: evenly paced sends never
  * overlap a write, so without a short wait each is a write of its own; a turn of the event
  * loop is too short to gather them (bench/README.md, "Why the coalescer's constants").
+ * Whether it waits is LingerPolicy's call.
  */
 const LINGER_MS = 1;
-const STEADY_GAP_MS = 2;
-
-/** Share of overlapping sends above which a stream is many producers, not one awaiting each send. */
-const MIN_OVERLAP = 0.25;
 
 const lanes = new Map<string, Lane>();
 
@@ -87,7 +84,8 @@ export async function sendCoalesced(env: Env, target: SendTarget, message: Pendi
   let lane = lanes.get(key);
   if (!lane) lanes.set(key, (lane = { open: null, waiting: [], writes: new Map() }));
 
-  noteArrival(key, lane.open !== null || lane.writes.size > 0);
+  const policy = policyOf(key);
+  policy.noteArrival(lane.open !== null || lane.writes.size > 0);
   const size = message.body.byteLength;
   const joinable = lane.open && !lane.open.closed && lane.open.messages.length < LIMITS.maxBatchMessages && lane.open.bytes + size <= LIMITS.maxBatchBytes;
   if (joinable) {
@@ -104,9 +102,10 @@ export async function sendCoalesced(env: Env, target: SendTarget, message: Pendi
   // Lead a new batch: its own message first, then whoever joins while it waits for a slot.
   const batch: Batch = { messages: [message], bytes: size, closed: false };
   lane.open = batch;
-  if (steadyStream(key) && inFlight(lane) < MAX_IN_FLIGHT && lane.waiting.length === 0) {
+  if (policy.noteLead(Date.now()) && inFlight(lane) < MAX_IN_FLIGHT && lane.waiting.length === 0) {
     coalesceStats.lingers++;
     await sleep(LINGER_MS);
+    policy.noteWaited(batch.messages.length);
   }
   if (inFlight(lane) >= MAX_IN_FLIGHT || lane.waiting.length > 0) {
     const ticket = { since: Date.now() };
@@ -134,40 +133,17 @@ export async function sendCoalesced(env: Env, target: SendTarget, message: Pendi
   }
 }
 
-interface Stream {
-  lastLead: number;
-  /** Moving share of this queue's sends that arrived while another was being written. */
-  overlap: number;
-}
-/** Per queue: a steady stream of independent sends, or one producer awaiting each send. */
-const streams = new Map<string, Stream>();
+/** Per queue: whether its batches wait for company. */
+const policies = new Map<string, LingerPolicy>();
 
-function streamOf(key: string): Stream {
-  let s = streams.get(key);
-  if (!s) {
-    streams.set(key, (s = { lastLead: 0, overlap: 0 }));
+function policyOf(key: string): LingerPolicy {
+  let p = policies.get(key);
+  if (!p) {
+    policies.set(key, (p = new LingerPolicy()));
     // One entry per queue this isolate sent to; forget the quiet ones now and then.
-    if (streams.size > 1000) for (const [k, v] of streams) if (Date.now() - v.lastLead > 1000) streams.delete(k);
+    if (policies.size > 1000) for (const [k, v] of policies) if (Date.now() - v.lastLeadAt > 1000) policies.delete(k);
   }
-  return s;
-}
-
-function noteArrival(key: string, busy: boolean): void {
-  const s = streamOf(key);
-  s.overlap = s.overlap * 0.9 + (busy ? 0.1 : 0);
-}
-
-/**
- * Notes a batch opened on `key`; true when the one before opened just now and sends
- * often overlap others' writes. A producer that awaits each send also opens batches
- * back to back, but its sends never overlap: nothing would join, so it never waits.
- */
-function steadyStream(key: string): boolean {
-  const s = streamOf(key);
-  const now = Date.now();
-  const steady = now - s.lastLead <= STEADY_GAP_MS && s.overlap >= MIN_OVERLAP;
-  s.lastLead = now;
-  return steady;
+  return p;
 }
 
 /** The longest-waiting leader still alive (one whose request was cancelled stops counting after MAX_WAIT_MS). */
