@@ -1,6 +1,7 @@
 // `npm run bench -- <command> [options]`.
 import { CEILING_HELP, ceilingCommand } from "./ceiling.mjs";
 import { COMPARE_HELP, compare } from "./compare.mjs";
+import { HEAP_HELP, heapCommand } from "./heap.mjs";
 import { LOAD_HELP, load } from "./load.mjs";
 import { MANY_HELP, manyQueues } from "./many-queues.mjs";
 import { LONGPOLL_HELP, longPolling } from "./long-polling.mjs";
@@ -21,8 +22,9 @@ try {
   else if (command === "wake" && !rest.includes("--help")) await wakeCommand(rest);
   else if (command === "many" && !rest.includes("--help")) await manyQueues(rest);
   else if (command === "rates" && !rest.includes("--help")) await ratesCommand(rest);
+  else if (command === "heap" && !rest.includes("--help")) await heapCommand(rest);
   else {
-    console.log(`usage:\n${LOAD_HELP}\n\n${COMPARE_HELP}\n\n${CEILING_HELP}\n\n${PROFILE_HELP}\n\n${LONGPOLL_HELP}\n\n${IDLE_HELP}\n\n${TRAFFIC_HELP}\n\n${WAKE_HELP}\n\n${MANY_HELP}\n\n${RATES_HELP}`);
+    console.log(`usage:\n${LOAD_HELP}\n\n${COMPARE_HELP}\n\n${CEILING_HELP}\n\n${PROFILE_HELP}\n\n${LONGPOLL_HELP}\n\n${IDLE_HELP}\n\n${TRAFFIC_HELP}\n\n${WAKE_HELP}\n\n${MANY_HELP}\n\n${RATES_HELP}\n\n${HEAP_HELP}`);
     if (command !== undefined && command !== "help" && command !== "--help") process.exitCode = 2;
   }
 } catch (err) {

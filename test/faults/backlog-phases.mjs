@@ -63,11 +63,12 @@ export async function drainQueues(api, late, deadline, now, gauge) {
  * a restart on the same state, logged as the nemesis' kill and start: how long until
  * wrangler answers, and until every storage shard has (GET .../metrics asks each one,
  * and a storage shard counts its rows when it starts), the backlog it then reports, and
- * workerd's RSS before the kill, once ready, with every shard awake, and after `probe`.
+ * workerd's RSS before the kill, once ready, with every shard awake, and after `probe`, and
+ * the JS heap then.
  * A fresh workerd holds only what it needs to serve: memory kept in proportion to the
  * backlog would be back at once, whatever the allocator kept from the fill.
  * @param {{ service: import("./faults.mjs").Service, history: import("./history.mjs").History, api: Api,
- *   sample: () => RssSample | null, probe: () => Promise<import("./backlog-load.mjs").Probe[]> }} o
+ *   sample: () => RssSample | null, probe: () => Promise<import("./backlog-load.mjs").Probe[]>, heap: () => Promise<number> }} o
  */
 export async function restartOverBacklog(o) {
   const before = o.sample();
@@ -95,6 +96,7 @@ export async function restartOverBacklog(o) {
   const awake = o.sample();
   const probes = await o.probe();
   const probed = o.sample();
+  const heap = await o.heap();
   const rss = (/** @type {RssSample | null} */ s) => s?.workerd.rss ?? null;
   return {
     ready_ms: readyMs,
@@ -102,6 +104,8 @@ export async function restartOverBacklog(o) {
     backlog: /** @type {number} */ (metrics.result.backlog_count),
     bytes: /** @type {number} */ (metrics.result.backlog_bytes),
     rss: { before_kill: rss(before), ready: rss(ready), shards_awake: rss(awake), after_probes: rss(probed) },
+    /** The JS heap after the reads, every storage shard loaded again. */
+    heap,
     probes,
   };
 }

@@ -24,6 +24,12 @@ import { SIZE_CLASSES } from "./backlog-load.mjs";
 import { summaryRows } from "./report.mjs";
 
 export const RSS_CAP = 1.5e9;
+/**
+ * The JS heap a storage shard may take, of the 128 MB an isolate has on Cloudflare: a shard
+ * keeps its messages in SQLite, not in memory. Locally every shard runs in one isolate, so
+ * the isolate's heap, which must stay under it, bounds each shard's.
+ */
+export const HEAP_CAP = 32e6;
 export const GROWTH_SHARE = 0.25;
 export const GROWTH_FLOOR = 384e6;
 /** A message in an answer: its body base64 (128,000 bytes at most: 170,668) and its fields (id, lease id, metadata). */
@@ -38,7 +44,7 @@ const TIME_WINDOWED = new Set(["series"]);
 /**
  * @typedef {import("./backlog-load.mjs").Probe} Probe
  * @typedef {import("./backlog-load.mjs").RssSample} RssSample
- * @typedef {{ level: number, sentOk: number, sentBytes: number, stored: { count: number, bytes: number, shards: number } | null, rss: RssSample, fillMs: number, probes: Probe[] }} Level
+ * @typedef {{ level: number, sentOk: number, sentBytes: number, stored: { count: number, bytes: number, shards: number } | null, rss: RssSample, heap: number, fillMs: number, probes: Probe[] }} Level
  * @typedef {Awaited<ReturnType<typeof import("./backlog-phases.mjs").restartOverBacklog>>} Restart
  * @typedef {ReturnType<typeof backlogFigures>} BacklogFigures
  */
@@ -62,7 +68,7 @@ export function backlogFigures(o) {
       size_classes: SIZE_CLASSES,
     },
     memory: memory(o.levels, o.samples, first, full),
-    restart: o.restart && { ready_ms: o.restart.ready_ms, first_metrics_ms: o.restart.first_metrics_ms, backlog: o.restart.backlog, bytes: o.restart.bytes, rss: o.restart.rss },
+    restart: o.restart && { ready_ms: o.restart.ready_ms, first_metrics_ms: o.restart.first_metrics_ms, backlog: o.restart.backlog, bytes: o.restart.bytes, rss: o.restart.rss, heap: o.restart.heap },
     paging: paging(o.levels, o.restart, o.pulls, count),
     drain: drain(o.pulls, o.resumedAt, o.emptyAt, count, bytes),
   };
@@ -77,6 +83,7 @@ function memory(levels, samples, first, full) {
   const failures = [];
   if (samples.length === 0) failures.push("no memory sample: workerd was not found under wrangler's pid");
   if (peak > RSS_CAP) failures.push(`workerd's RSS peaked at ${mb(peak)}, past the ${mb(RSS_CAP)} cap`);
+  for (const l of levels) if (l.heap > HEAP_CAP) failures.push(`the service isolate's JS heap was ${mb(l.heap)} at the ${pct(l.level)} fill level, past the ${mb(HEAP_CAP)} a storage shard may take`);
   const growths = levels.slice(0, -1).map((l) => {
     const added = (full?.rss.bytes ?? 0) - l.rss.bytes;
     const growth = (full?.rss.workerd.rss ?? 0) - l.rss.workerd.rss;
@@ -85,7 +92,7 @@ function memory(levels, samples, first, full) {
     return { from: l.level, growth, allowed, added };
   });
   return {
-    at_levels: levels.map((l) => ({ level: l.level, backlog: l.rss.backlog, bytes: l.rss.bytes, rss: l.rss.workerd.rss, anon: l.rss.workerd.anon, file: l.rss.workerd.file })),
+    at_levels: levels.map((l) => ({ level: l.level, backlog: l.rss.backlog, bytes: l.rss.bytes, rss: l.rss.workerd.rss, anon: l.rss.workerd.anon, file: l.rss.workerd.file, heap: l.heap })),
     max_filling: max(fill),
     max_draining: max(samples.filter((s) => s.phase === "drain")),
     peak_hwm: peak,
@@ -201,11 +208,12 @@ export function backlogRows(r, b, meta, ok) {
     ["body sizes", SIZE_CLASSES.map((c) => `${Math.round(c.share * 100)} % ${kb(c.min)}-${kb(c.max)}`).join(", ")],
     ["workerd RSS at fill levels", m.at_levels.map((l) => `${mb(l.rss)} at ${pct(l.level)} (${n(l.backlog)} msgs, ${mb(l.bytes)})`).join("; ")],
     ["workerd RSS max", `${mb(m.max_filling)} filling, ${mb(m.max_draining)} draining, peak (VmHWM) ${mb(m.peak_hwm)}; ${(m.slope_per_byte_stored * 1e3).toFixed(1)} MB per GB stored; wrangler (node) at most ${mb(m.wrangler_max)}`],
-    ["memory bound", `${m.ok ? "held" : "BROKEN"}: peak ≤ ${mb(RSS_CAP)}; growth to 100 % ${m.growths.map((g) => `from ${pct(g.from)} ${mb(g.growth)} (≤ ${mb(g.allowed)})`).join(", ")}`],
+    ["JS heap at fill levels", `${m.at_levels.map((l) => `${mb(l.heap)} at ${pct(l.level)}`).join("; ")} (the isolate all storage shards run in, after garbage collection; ≤ ${mb(HEAP_CAP)})`],
+    ["memory bound", `${m.ok ? "held" : "BROKEN"}: peak ≤ ${mb(RSS_CAP)}, JS heap ≤ ${mb(HEAP_CAP)}; growth to 100 % ${m.growths.map((g) => `from ${pct(g.from)} ${mb(g.growth)} (≤ ${mb(g.allowed)})`).join(", ")}`],
     [
       "SIGKILL and restart over it",
       rs
-        ? `ready ${(rs.ready_ms / 1000).toFixed(1)} s after the restart; every storage shard answered ${(rs.first_metrics_ms / 1000).toFixed(1)} s later, ${n(rs.backlog)} messages (${mb(rs.bytes)}) stored; workerd RSS ${mb(rs.rss.before_kill ?? 0)} before the kill, ${mb(rs.rss.ready ?? 0)} ready, ${mb(rs.rss.shards_awake ?? 0)} with every shard awake, ${mb(rs.rss.after_probes ?? 0)} after the reads`
+        ? `ready ${(rs.ready_ms / 1000).toFixed(1)} s after the restart; every storage shard answered ${(rs.first_metrics_ms / 1000).toFixed(1)} s later, ${n(rs.backlog)} messages (${mb(rs.bytes)}) stored; workerd RSS ${mb(rs.rss.before_kill ?? 0)} before the kill, ${mb(rs.rss.ready ?? 0)} ready, ${mb(rs.rss.shards_awake ?? 0)} with every shard awake, ${mb(rs.rss.after_probes ?? 0)} after the reads, JS heap ${mb(rs.heap)}`
         : "not reached",
     ],
     ...b.paging.probes.map((x) => /** @type {[string, string]} */ ([`${x.name}`, `HTTP ${[...new Set(x.status)].join("/")}, ${x.bytes.map((y) => bytesOf(y)).join(" / ")}${x.count.some((c) => c !== null) ? ` (${x.count.join(" / ")} msgs)` : ""}, median ${x.median_ms.map((y) => Math.round(y)).join(" / ")} ms`])),
@@ -251,9 +259,9 @@ export function writeBacklogReport(r, b, meta, ok) {
     "",
     "## Memory",
     "",
-    "| fill level | backlog (messages) | stored (MB) | workerd RSS (MB) | anon (MB) | file (MB) |",
-    "| --- | --- | --- | --- | --- | --- |",
-    ...b.memory.at_levels.map((l) => `| ${pct(l.level)} | ${n(l.backlog)} | ${(l.bytes / 1e6).toFixed(1)} | ${(l.rss / 1e6).toFixed(1)} | ${(l.anon / 1e6).toFixed(1)} | ${(l.file / 1e6).toFixed(1)} |`),
+    "| fill level | backlog (messages) | stored (MB) | workerd RSS (MB) | anon (MB) | file (MB) | JS heap (MB) |",
+    "| --- | --- | --- | --- | --- | --- | --- |",
+    ...b.memory.at_levels.map((l) => `| ${pct(l.level)} | ${n(l.backlog)} | ${(l.bytes / 1e6).toFixed(1)} | ${(l.rss / 1e6).toFixed(1)} | ${(l.anon / 1e6).toFixed(1)} | ${(l.file / 1e6).toFixed(1)} | ${(l.heap / 1e6).toFixed(1)} |`),
     "",
     `RSS sampled every second (${b.memory.samples} samples, in report.json with the backlog at each).`,
     "",

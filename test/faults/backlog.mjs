@@ -11,6 +11,7 @@
 import { mkdirSync } from "node:fs";
 import { join, relative, resolve } from "node:path";
 import { freePort, ROOT } from "../../scripts/dev-server.mjs";
+import { isolateHeapUsed } from "../../scripts/v8-inspector.mjs";
 import { FillProducer, measuredPulls, probeReads, RssSampler } from "./backlog-load.mjs";
 import { DLQ, drainQueues, QUEUE, restartOverBacklog, setUp } from "./backlog-phases.mjs";
 import { backlogFigures, formatBacklogTable, writeBacklogReport } from "./backlog-report.mjs";
@@ -92,7 +93,10 @@ export async function runBacklog(o) {
   const dirs = runDirs("backlog");
   const { stateDir, registry, sourceDir } = dirs;
   const port = await freePort();
-  const service = new Service({ port, sourceDir, stateDir, registry, logFile: join(o.out, "service.log") });
+  const inspectorPort = await freePort();
+  const service = new Service({ port, sourceDir, stateDir, registry, logFile: join(o.out, "service.log"), inspectorPort });
+  // The JS heap of the isolate every storage shard runs in, so a bound on it bounds each shard's.
+  const heap = () => isolateHeapUsed(inspectorPort, service.base);
   const historyFile = join(o.out, "history.jsonl");
   const history = new History(historyFile);
   const api = apiClient({ base: service.base, token: TOKEN, timeoutMs: 60_000 });
@@ -148,8 +152,9 @@ export async function runBacklog(o) {
         const metrics = await api.call("GET", `/${QUEUE}/metrics`);
         const stored = metrics.outcome === "ok" ? { count: metrics.result.backlog_count, bytes: metrics.result.backlog_bytes, shards: metrics.result.shards.length } : null;
         const probes = await probeReads({ base: service.base, token: TOKEN, queue: QUEUE, ids: { first: tally.firstId, last: tally.lastId, middle: tally.sampledIds?.[Math.floor(tally.sampledIds.length / 2)] ?? null } });
-        levels.push({ level, sentOk: tally.okMessages, sentBytes: tally.okBytes, stored, rss, fillMs, probes });
-        o.log(`  ${level * 100} %: ${tally.okMessages} stored (${mb(tally.okBytes)}) in ${Math.round(fillMs / 1000)} s, workerd RSS ${mb(rss.workerd.rss)}; slowest read ${slowest(probes)}`);
+        const heapUsed = await heap();
+        levels.push({ level, sentOk: tally.okMessages, sentBytes: tally.okBytes, stored, rss, heap: heapUsed, fillMs, probes });
+        o.log(`  ${level * 100} %: ${tally.okMessages} stored (${mb(tally.okBytes)}) in ${Math.round(fillMs / 1000)} s, workerd RSS ${mb(rss.workerd.rss)}, JS heap ${mb(heapUsed)}; slowest read ${slowest(probes)}`);
       }
     } finally {
       clearInterval(progress);
@@ -159,7 +164,7 @@ export async function runBacklog(o) {
     gauge.backlog = levels[levels.length - 1]?.stored?.count ?? tally.okMessages;
     gauge.bytes = levels[levels.length - 1]?.stored?.bytes ?? tally.okBytes;
     const probe = () => probeReads({ base: service.base, token: TOKEN, queue: QUEUE, ids: { first: tally.firstId, last: tally.lastId, middle: tally.sampledIds?.[Math.floor(tally.sampledIds.length / 2)] ?? null } });
-    restart = await restartOverBacklog({ service, history, api, sample: () => sampler.sample(), probe });
+    restart = await restartOverBacklog({ service, history, api, sample: () => sampler.sample(), probe, heap });
     o.log(`  SIGKILL and restart over the full backlog: ready in ${restart.ready_ms} ms, every storage shard answered ${restart.first_metrics_ms} ms later with ${restart.backlog} messages; workerd RSS ${mb(restart.rss.before_kill ?? 0)} before, ${mb(restart.rss.after_probes ?? 0)} after the reads; slowest read ${slowest(restart.probes)}`);
 
     gauge.phase = "drain";

@@ -115,9 +115,10 @@ export function runDirs(kind) {
 export class Service {
   /**
    * @param {{ port: number, sourceDir: string, stateDir: string, registry: string, logFile: string,
-   *   workers?: Array<{ config: string, binding: string, service: string }>, vars?: Record<string, string> }} o
+   *   workers?: Array<{ config: string, binding: string, service: string }>, vars?: Record<string, string>, inspectorPort?: number }} o
    *   workers: consumer Workers run in the same wrangler dev (a service binding must stay in-process), bound
-   *   to shardq, killed and restarted with it; vars: more vars for shardq
+   *   to shardq, killed and restarted with it; vars: more vars for shardq; inspectorPort: where
+   *   wrangler serves shardq's V8 inspector (default none)
    */
   constructor(o) {
     this.o = o;
@@ -137,7 +138,7 @@ export class Service {
       this.log.write(`--- start ${++this.starts} (attempt ${attempt}) at ${new Date().toISOString()}\n`);
       try {
         this.server = await startWrangler({
-          args: ["-c", this.config(), ...(this.o.workers ?? []).flatMap((w) => ["-c", w.config]), "--port", String(this.o.port), "--ip", "127.0.0.1", "--persist-to", this.o.stateDir, "--inspector-port", "0"],
+          args: ["-c", this.config(), ...(this.o.workers ?? []).flatMap((w) => ["-c", w.config]), "--port", String(this.o.port), "--ip", "127.0.0.1", "--persist-to", this.o.stateDir, "--inspector-port", String(this.o.inspectorPort ?? 0)],
           readyUrl: `${this.base}/`,
           env: { WRANGLER_REGISTRY_PATH: this.o.registry },
           log: (line) => this.log.write(`${line}\n`),
