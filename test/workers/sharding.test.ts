@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import { callerRegion } from "../../src/routing/region";
 import { pickShard, shardForId, shardForKey } from "../../src/routing/placement";
 import { ownerOfKey } from "../../src/kernel/ordering";
-import { forgetSticks, stickyShard, STICKY_MESSAGES, STICKY_MS } from "../../src/routing/sticky-placement";
+import { forgetSticks, SPREAD_RATE, stickyShard, STICKY_MESSAGES, STICKY_MS } from "../../src/routing/sticky-placement";
 import { storeMessages } from "../../src/routing/store";
 import { serviceConfig } from "../../src/kernel/config";
 import { crc32 } from "../../src/kernel/checksum";
@@ -169,12 +169,29 @@ describe("shard choice", () => {
     expect(stickyShard(map, "local", new Set(), 1, t + 200 + STICKY_MS, random)!.name).toBe("c");
   });
 
-  it("keeps a stream of one send a second on one shard for half a minute, so the others sleep", () => {
+  it("keeps a stream of one send a second on one shard for STICKY_MS, so the others sleep", () => {
     forgetSticks();
     const map = fakeMap(["a", "b", "c", "d"]);
     const t = 1_000_000;
-    const picks = Array.from({ length: 30 }, (_, i) => stickyShard(map, "local", new Set(), 1, t + i * 1000)!.name);
+    const picks = Array.from({ length: STICKY_MS / 1000 }, (_, i) => stickyShard(map, "local", new Set(), 1, t + i * 1000)!.name);
     expect(new Set(picks).size).toBe(1);
+  });
+
+  it("keeps a stream slower than SPREAD_RATE on one shard past a batch's worth, and spreads a faster one", () => {
+    forgetSticks();
+    const map = fakeMap(["a", "b", "c", "d"]);
+    const t = 1_000_000;
+    const slowGap = 2000 / SPREAD_RATE; // half the rate
+    const slow = Array.from({ length: 5 * STICKY_MESSAGES }, (_, i) => stickyShard(map, "local", new Set(), 1, t + i * slowGap)!.name);
+    expect(slow.length * slowGap).toBeLessThan(STICKY_MS);
+    expect(new Set(slow).size).toBe(1);
+    forgetSticks();
+    const fastGap = 500 / SPREAD_RATE; // twice the rate
+    const draws = [0.1, 0.9, 0.6, 0.3];
+    const fast = Array.from({ length: 3 * STICKY_MESSAGES }, (_, i) => stickyShard(map, "local", new Set(), 1, t + i * fastGap, () => draws.shift()!)!.name);
+    expect(fast.slice(0, STICKY_MESSAGES).every((s) => s === "a")).toBe(true);
+    expect(fast[STICKY_MESSAGES]).toBe("d");
+    expect(fast[2 * STICKY_MESSAGES]).toBe("c");
   });
 
   it("leaves the sticky shard at once when it refuses a send or stops being active in the map", () => {
