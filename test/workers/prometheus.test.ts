@@ -5,7 +5,10 @@ import { Exposition, EXPOSITION_CONTENT_TYPE } from "../../broker/metrics/promet
 import type { Coordinator } from "../../coordinator/coordinator";
 import { carryForgottenShard, queueCounters } from "../../coordinator/counters";
 import { recordStorageBeat } from "../../coordinator/heartbeats";
+import { MIGRATIONS } from "../../coordinator/schema";
 import { readSendLatency, recordSendLatency } from "../../coordinator/send-latency";
+import { meteredSql, newMeter, settleReads } from "../../src/kernel/sql-meter";
+import { runMigrations } from "../../src/kernel/sqlite-migrations";
 import type { Env } from "../../src/kernel/env";
 import type { DeliveryTotals, SendLatencyCounts } from "../../src/kernel/protocol";
 import type { StorageHeartbeat } from "../../src/kernel/heartbeat";
@@ -212,6 +215,27 @@ describe("a queue's cumulative figures in its Coordinator", () => {
       expect(read).toMatchObject({ buckets: { "0.005": 3, "+Inf": 1 }, count: 4 });
       expect(Object.keys(read.buckets)).toHaveLength(2);
       expect(read.sumSeconds).toBeCloseTo(12.504, 9);
+      // A report of many buckets is one row written, not one a bucket.
+      const meter = newMeter();
+      recordSendLatency(meteredSql(sql, meter), { buckets: { "0.001": 1, "0.005": 1, "0.01": 1, "0.05": 1, "+Inf": 1 }, sumSeconds: 0.1, count: 5 });
+      settleReads(meter);
+      expect(meter.rowsWritten).toBe(1);
+      expect(readSendLatency(sql).count).toBe(9);
+    });
+  });
+
+  it("keeps the send latency a Coordinator recorded a row per bucket, across the step that makes it one row", async () => {
+    const coordinator = env.COORDINATOR.get(env.COORDINATOR.idFromName("latency-upgrade"));
+    await runInDurableObject(coordinator, (_obj: Coordinator, state) => {
+      const sql = state.storage.sql;
+      // The Coordinator as the step before left it: the table of a row per bucket.
+      sql.exec("DROP TABLE send_latency_histogram");
+      sql.exec("CREATE TABLE send_latency (le TEXT PRIMARY KEY, n REAL NOT NULL)");
+      sql.exec("INSERT INTO send_latency (le, n) VALUES ('0.005', 3), ('+Inf', 1), ('_sum', 12.5)");
+      sql.exec("UPDATE schema_version SET version = ?", MIGRATIONS.length - 1);
+      runMigrations(sql, MIGRATIONS);
+      expect(readSendLatency(sql)).toEqual({ buckets: { "0.005": 3, "+Inf": 1 }, sumSeconds: 12.5, count: 4 });
+      expect(sql.exec("SELECT name FROM sqlite_master WHERE name = 'send_latency'").toArray()).toEqual([]);
     });
   });
 });
