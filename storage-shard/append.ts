@@ -6,14 +6,14 @@
 import type { AppendRequest, EncodedMessage } from "../src/kernel/protocol";
 import type { DeliveryState } from "./delivery-state";
 import { DEDUPE_SEGMENTS, knownIds, movesDone, rememberIds, rememberMoves } from "./remembered-ids";
-import { appendToHead, idsOfBatch, placement, writeSegments, type NewMessage } from "./segment-rows";
-import { laneIdsOfBatch, writeLanes } from "./lanes";
+import { appendToHead, findSlot, idsOfBatch, placement, writeSegments, type NewMessage } from "./segment-rows";
+import { laneIdsOfBatch, laneOfId, writeLanes } from "./lanes";
 
 /**
  * The batch's new segments, inside append's transaction. A batch of fresh messages
  * written again (`dedupe`, after a lost reply) is answered with the ids its first
  * write stored, if it was stored; messages given ids are skipped when this shard
- * holds or remembers them, moves when it carried them out.
+ * holds or remembers them, moves when it carried them out or holds the message still.
  */
 export function appendBatch(sql: SqlStorage, ds: DeliveryState, shardNo: number, req: AppendRequest, now: number, gen = 0): { stored: number; bytes: number; ids: string[] } {
   const fresh = req.messages.every((m) => m.id === undefined);
@@ -42,6 +42,9 @@ export function appendBatch(sql: SqlStorage, ds: DeliveryState, shardNo: number,
       if (moved.has(m.moveKey)) return void (ids[i] = m.id!);
       moved.add(m.moveKey);
       storedMoves.push(m.moveKey);
+      // A move that cut off before its source let go leaves the message in both queues; moved
+      // back while its first copy is still here, it would be here twice under one id.
+      if (m.id !== undefined && holdsLive(sql, ds, m.id)) return void (ids[i] = m.id);
     } else if (m.id !== undefined) {
       if (known.has(m.id)) return void (ids[i] = m.id);
       known.add(m.id);
@@ -60,6 +63,11 @@ export function appendBatch(sql: SqlStorage, ds: DeliveryState, shardNo: number,
   if (req.remember) rememberIds(sql, storedIds, now);
   rememberMoves(sql, storedMoves, now);
   return { stored: writes.length, bytes: writes.reduce((n, w) => n + w.body.byteLength, 0), ids };
+}
+
+/** Whether this shard holds an unsettled copy of the message with this id. */
+function holdsLive(sql: SqlStorage, ds: DeliveryState, id: string): boolean {
+  return findSlot(sql, ds, id) !== null || laneOfId(sql, id) !== null;
 }
 
 /** A message as sent, to be written as a new one: arrived now, due after its delay. */

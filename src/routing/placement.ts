@@ -3,7 +3,7 @@
  * send) goes to a random active shard of the caller's region: random choice spreads load
  * without coordination between broker isolates. A message whose id is fixed before it is
  * stored (an idempotent send, a move to another queue) goes to the shard its own id
- * picks, whatever batch it travels in: writing it again after a lost reply or a crash,
+ * picks (the shard that drew it, if it did and takes sends), whatever batch it travels in: writing it again after a lost reply or a crash,
  * alone or in other company, lands on the shard that has it, which recognises it (by
  * remembered id, or by move key) and stores nothing new. If the map changed in between,
  * a move written again may land elsewhere and store a copy: at least once, never lost
@@ -11,6 +11,7 @@
  * (idempotent-send.ts), so it does not count on this.
  */
 import type { ShardEntry, ShardMap } from "../kernel/protocol";
+import { locate, shardNumber } from "../kernel/ids";
 import { ownerOfKey } from "../kernel/ordering";
 
 const NONE: ReadonlySet<string> = new Set();
@@ -33,7 +34,12 @@ export function shardsTakingSends(map: ShardMap, region: string, exclude: Readon
 
 /** The shard a message whose id is fixed is stored on; undefined when no shard (outside `exclude`) takes sends. */
 export function shardForId(map: ShardMap, region: string, id: string, exclude: ReadonlySet<string> = NONE): ShardEntry | undefined {
-  return pickShard(map, region, exclude, seededRandom(id));
+  // An id a shard drew names that shard: a message moved back to its queue goes where it
+  // lived, which skips it if its first copy is still there (a move cut off before its
+  // source let go), instead of a second shard storing it beside that copy.
+  const named = locate(id)?.shard;
+  const drew = named === undefined ? undefined : shardsTakingSends(map, region, exclude).find((s) => shardNumber(s.name) === named);
+  return drew ?? pickShard(map, region, exclude, seededRandom(id));
 }
 
 /**
