@@ -2,10 +2,11 @@
  * Which storage shard of a queue takes a message. A fresh message (an id drawn at the
  * send) goes to a random active shard of the caller's region: random choice spreads load
  * without coordination between broker isolates. A message whose id is fixed before it is
- * stored (an idempotent send, a move to another queue) goes to the shard its own id
- * picks (the shard that drew it, if it did and takes sends), whatever batch it travels in: writing it again after a lost reply or a crash,
- * alone or in other company, lands on the shard that has it, which recognises it (by
- * remembered id, or by move key) and stores nothing new. If the map changed in between,
+ * stored (an idempotent send, a move to another queue) goes to the shard its own id picks
+ * (the shard that drew it, if one did and it takes sends), whatever batch it travels in:
+ * writing it again after a lost reply or a crash, alone or in other company, lands on the
+ * shard that has it, which recognises it (by remembered id, by move key, or holding it
+ * still) and stores nothing new. If the map changed in between,
  * a move written again may land elsewhere and store a copy: at least once, never lost
  * (docs/guarantees.md, "Moves"). An idempotent send tried again asks every shard first
  * (idempotent-send.ts), so it does not count on this.
