@@ -131,6 +131,7 @@ export async function abortConsumerShard(o, i) {
     const fresh = await changed();
     if (fresh !== null) {
       o.history.complete(op, "ok", { fired: true, instance: fresh });
+      resetAt.set(index, Date.now());
       return `abort-consumer ${n} (${point}) of consumer shard ${index}: reset ${Date.now() - t0} ms after arming`;
     }
   }
@@ -139,6 +140,7 @@ export async function abortConsumerShard(o, i) {
   const late = await changed();
   if (late !== null) {
     o.history.complete(op, "ok", { fired: true, instance: late });
+    resetAt.set(index, Date.now());
     return `abort-consumer ${n} (${point}) of consumer shard ${index}: reset ${Date.now() - t0} ms after arming`;
   }
   const error = `not reset within ${CONSUMER_ABORT_FIRE_TIMEOUT_MS} ms of arming`;
@@ -146,13 +148,17 @@ export async function abortConsumerShard(o, i) {
   return `abort-consumer ${n} (${point}) of consumer shard ${index}: NOT fired (${error})`;
 }
 
+/** When an abort of this run last reset each consumer shard (by index). */
+const resetAt = new Map();
+
 /**
  * A consumer shard of PUSH_QUEUE to aim at, one the Coordinator keeps waking: a seeded pick
  * among those below the count it last wanted (GET .../shards, its latest add_consumers or
  * remove_consumers decision; shards past it finish their round and are not woken again)
- * whose last report says it delivers still (until its running_until); else shard 0. Not
- * shard 0 whatever the reports say: with several consumer shards it may deliver nothing for a
- * while, as storage shards wake the consumer shard that leased from them last. (A shard's last report outlives a kill, and a shard past the count
+ * whose last report, made since this run last aborted it, says it delivers still (until its
+ * running_until); else shard 0. Not shard 0 whatever the reports say: with several consumer
+ * shards it may deliver nothing for a while, as storage shards wake the consumer shard that
+ * leased from them last. (A shard's last report outlives a kill, and a shard past the count
  * may never run again: armed, it would never fire.) One whose alarms another fault makes
  * throw (throw-alarm, control-faults.mjs) is passed over while another will do: it leases
  * nothing until they stop (and disarming it after a timeout would end that fault too).
@@ -165,7 +171,9 @@ async function pickConsumerShard(api, pick) {
   const wanted = sizing?.figures?.consumerShards ?? 1;
   // A shard reports every 30 s or so, saying until when it counts as delivering (running_until);
   // a report without it counts for a few seconds.
-  const running = all.filter((s) => s.index < wanted && s.running && (s.running_until ?? s.received_at + 6000) > Date.now()).map((s) => s.index);
+  // A report from before the shard's own reset (an abort here) speaks for the instance the reset ended.
+  const fresh = (/** @type {{ index: number, received_at: number }} */ s) => (resetAt.get(s.index) ?? 0) < s.received_at;
+  const running = all.filter((s) => s.index < wanted && s.running && fresh(s) && (s.running_until ?? s.received_at + 6000) > Date.now()).map((s) => s.index);
   const among = running.length ? running.sort((a, b) => a - b) : [0];
   const free = [];
   for (const index of among) {
