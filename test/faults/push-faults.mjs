@@ -23,6 +23,12 @@ const MAX_RETRIES = 2;
  * at a time, and the one in its consumer's hands may hang for 2 push leases (8 s) first.
  */
 const CONSUMER_ABORT_FIRE_TIMEOUT_MS = 20_000;
+/**
+ * Armed this long without firing, the abort moves to another consumer shard that delivers, if
+ * there is one: reports are 30 s apart, and a shard that said it delivers may have gone quiet
+ * since (the storage shards wake the consumer shard that leased from them last).
+ */
+const CONSUMER_ABORT_RETARGET_MS = 10_000;
 
 /**
  * @typedef {import("./faults.mjs").FaultStep} FaultStep
@@ -99,7 +105,9 @@ export function withConsumerAborts(schedule, seed, o) {
  * consumer shard of PUSH_QUEUE (a seeded pick among those that last reported a round
  * running) and polls until its instance id changes (it reset between the invoke and the
  * completion logged, as "consumer-abort" of the nemesis) or the timeout passes (disarmed,
- * logged as failed: the checker fails the run). Once the load is over no new batch may
+ * logged as failed: the checker fails the run). Armed CONSUMER_ABORT_RETARGET_MS without
+ * firing, it moves once to another shard that delivers, within the same logged operation
+ * (the checkers excuse what an abort does by its time, not its shard). Once the load is over no new batch may
  * come to fire it, so with nothing left in the queue it is skipped (logged as such).
  * @param {{ history: import("./history.mjs").History, api: Api, schedule: FaultStep[], loadDone: () => boolean }} o
  * @param {number} i
@@ -116,33 +124,41 @@ export async function abortConsumerShard(o, i) {
       return `abort-consumer ${n} (${point}) skipped: the load was over and the push queue empty`;
     }
   }
-  const index = await pickConsumerShard(o.api, step.pick);
+  let index = /** @type {number} */ (await pickConsumerShard(o.api, step.pick));
+  const first = index;
   const hooks = `/${PUSH_QUEUE}/test-hooks`;
   const t0 = Date.now();
   const op = o.history.invoke("nemesis", "consumer-abort", { n, kind: point, q: PUSH_QUEUE, consumer_shard: index });
-  const armed = await retrying(() => o.api.call("POST", hooks, { consumer_shard: index, arm: point }));
-  const instance = armed.result.instance;
+  let instance = (await retrying(() => o.api.call("POST", hooks, { consumer_shard: index, arm: point }))).result.instance;
   const changed = async () => {
     const now = await o.api.call("GET", `${hooks}?consumer_shard=${index}`);
     return now.outcome === "ok" && now.result.instance !== instance ? /** @type {string} */ (now.result.instance) : null;
   };
+  const fired = (/** @type {string} */ fresh) => {
+    o.history.complete(op, "ok", { fired: true, instance: fresh, ...(index !== first ? { consumer_shard: index, retargeted_from: first } : {}) });
+    resetAt.set(index, Date.now());
+    return `abort-consumer ${n} (${point}) of consumer shard ${index}${index !== first ? ` (moved from ${first})` : ""}: reset ${Date.now() - t0} ms after arming`;
+  };
+  let moved = false;
   while (Date.now() - t0 < CONSUMER_ABORT_FIRE_TIMEOUT_MS) {
     await sleep(50);
     const fresh = await changed();
-    if (fresh !== null) {
-      o.history.complete(op, "ok", { fired: true, instance: fresh });
-      resetAt.set(index, Date.now());
-      return `abort-consumer ${n} (${point}) of consumer shard ${index}: reset ${Date.now() - t0} ms after arming`;
+    if (fresh !== null) return fired(fresh);
+    if (!moved && Date.now() - t0 >= CONSUMER_ABORT_RETARGET_MS) {
+      moved = true;
+      const other = await pickConsumerShard(o.api, step.pick, new Set([index]));
+      if (other === null) continue;
+      await retrying(() => o.api.call("POST", hooks, { consumer_shard: index, arm: null }));
+      const late = await changed();
+      if (late !== null) return fired(late);
+      index = other;
+      instance = (await retrying(() => o.api.call("POST", hooks, { consumer_shard: index, arm: point }))).result.instance;
     }
   }
   await retrying(() => o.api.call("POST", hooks, { consumer_shard: index, arm: null }));
   // It may have fired between the last look and the disarming.
   const late = await changed();
-  if (late !== null) {
-    o.history.complete(op, "ok", { fired: true, instance: late });
-    resetAt.set(index, Date.now());
-    return `abort-consumer ${n} (${point}) of consumer shard ${index}: reset ${Date.now() - t0} ms after arming`;
-  }
+  if (late !== null) return fired(late);
   const error = `not reset within ${CONSUMER_ABORT_FIRE_TIMEOUT_MS} ms of arming`;
   o.history.complete(op, "fail", { fired: false, error });
   return `abort-consumer ${n} (${point}) of consumer shard ${index}: NOT fired (${error})`;
@@ -162,9 +178,11 @@ const resetAt = new Map();
  * may never run again: armed, it would never fire.) One whose alarms another fault makes
  * throw (throw-alarm, control-faults.mjs) is passed over while another will do: it leases
  * nothing until they stop (and disarming it after a timeout would end that fault too).
- * @param {Api} api @param {number} pick
+ * With `exclude`, only a delivering shard outside it, or null.
+ * @param {Api} api @param {number} pick @param {Set<number> | null} [exclude]
+ * @returns {Promise<number | null>}
  */
-async function pickConsumerShard(api, pick) {
+async function pickConsumerShard(api, pick, exclude = /** @type {Set<number> | null} */ (null)) {
   const r = await retrying(() => api.call("GET", `/${PUSH_QUEUE}/shards`));
   const all = /** @type {Array<{ index: number, running: boolean, received_at: number, running_until?: number | null }>} */ (r.result.consumer_shards?.shards ?? []);
   const sizing = /** @type {Array<{ kind: string, figures?: { consumerShards?: number } }>} */ (r.result.decisions ?? []).find((d) => d.kind === "add_consumers" || d.kind === "remove_consumers");
@@ -174,6 +192,11 @@ async function pickConsumerShard(api, pick) {
   // A report from before the shard's own reset (an abort here) speaks for the instance the reset ended.
   const fresh = (/** @type {{ index: number, received_at: number }} */ s) => (resetAt.get(s.index) ?? 0) < s.received_at;
   const running = all.filter((s) => s.index < wanted && s.running && fresh(s) && (s.running_until ?? s.received_at + 6000) > Date.now()).map((s) => s.index);
+  if (exclude) {
+    const others = running.filter((i) => !exclude.has(i));
+    if (others.length === 0) return null;
+    running.splice(0, running.length, ...others);
+  }
   const among = running.length ? running.sort((a, b) => a - b) : [0];
   const free = [];
   for (const index of among) {
