@@ -178,7 +178,7 @@ const resetAt = new Map();
  * may never run again: armed, it would never fire.) One whose alarms another fault makes
  * throw (throw-alarm, control-faults.mjs) is passed over while another will do: it leases
  * nothing until they stop (and disarming it after a timeout would end that fault too).
- * With `exclude`, only a delivering shard outside it, or null.
+ * With `exclude`, a shard outside it: one that delivers, else the one that reported last, else null.
  * @param {Api} api @param {number} pick @param {Set<number> | null} [exclude]
  * @returns {Promise<number | null>}
  */
@@ -193,8 +193,10 @@ async function pickConsumerShard(api, pick, exclude = /** @type {Set<number> | n
   const fresh = (/** @type {{ index: number, received_at: number }} */ s) => (resetAt.get(s.index) ?? 0) < s.received_at;
   const running = all.filter((s) => s.index < wanted && s.running && fresh(s) && (s.running_until ?? s.received_at + 6000) > Date.now()).map((s) => s.index);
   if (exclude) {
+    // No other shard says it delivers (a report comes only every 30 s): the one that reported last.
     const others = running.filter((i) => !exclude.has(i));
-    if (others.length === 0) return null;
+    const latest = all.filter((s) => !exclude.has(s.index)).sort((a, b) => b.received_at - a.received_at)[0];
+    if (others.length === 0) return latest ? latest.index : null;
     running.splice(0, running.length, ...others);
   }
   const among = running.length ? running.sort((a, b) => a - b) : [0];
