@@ -16,6 +16,7 @@ import { pathToFileURL } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ROOT } from "../../scripts/dev-server.mjs";
 import { startDevService, type DevService } from "./dev-service.mjs";
+import type { Lookup } from "./message-lookup.js";
 
 const OLD = "381a549";
 const QUEUE = "upgrade-381a549";
@@ -44,15 +45,6 @@ interface Planned {
   lease_id?: string;
   /** Its lookup by the old code just before it stopped. */
   old?: Lookup;
-}
-interface Lookup {
-  id: string;
-  state: string;
-  attempts: number;
-  timestamp_ms: number;
-  visible_at_ms: number;
-  size: number;
-  content_type: string;
 }
 interface Pulled {
   id: string;

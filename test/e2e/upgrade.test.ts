@@ -18,6 +18,7 @@ import { DatabaseSync } from "node:sqlite";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ROOT } from "../../scripts/dev-server.mjs";
 import { startDevService, type DevService } from "./dev-service.mjs";
+import type { Lookup } from "./message-lookup.js";
 
 const FIXTURE = join(ROOT, "test", "fixtures", "upgrade-v4");
 const TOKEN = "shardq-local-dev-token";
@@ -51,15 +52,6 @@ interface Pulled {
   lease_id: string;
   timestamp_ms: number;
   metadata: Record<string, string>;
-}
-interface Lookup {
-  id: string;
-  state: string;
-  attempts: number;
-  timestamp_ms: number;
-  visible_at_ms: number;
-  size: number;
-  content_type: string;
 }
 
 const fixture = JSON.parse(readFileSync(join(FIXTURE, "expected.json"), "utf8")) as Fixture;
