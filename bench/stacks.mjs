@@ -3,7 +3,7 @@
 // port, with the benchmark's queue and its consumer created.
 import { join } from "node:path";
 import { writeDevConfig } from "../scripts/dev-config.mjs";
-import { freePort, ROOT, startWrangler } from "../scripts/dev-server.mjs";
+import { ROOT, startWranglerOnFreePort } from "../scripts/dev-server.mjs";
 
 const HEADERS = { authorization: "Bearer shardq-local-dev-token", "content-type": "application/json" };
 
@@ -17,14 +17,13 @@ const HEADERS = { authorization: "Bearer shardq-local-dev-token", "content-type"
  * @returns {Promise<Stack>}
  */
 export async function startShardq({ work, env, file, name, vars, outside = false }) {
-  const port = await freePort();
   const config = writeDevConfig({ file: outside ? file : join(ROOT, file), consumers: [{ binding: "CONSUMER_BENCH_SINK", service: "bench-sink" }], ...(vars ? { vars } : {}), ...(outside ? { outsideRoot: true } : {}) });
-  const stack = await startWrangler({
+  const stack = await startWranglerOnFreePort((port) => ({
     args: ["-c", "bench/workers/driver/wrangler.shardq.toml", "-c", config, "-c", "bench/workers/sink/wrangler.shardq.toml", "--port", String(port), "--ip", "127.0.0.1", "--persist-to", join(work, name), "--inspector-port", "0"],
     readyUrl: `http://127.0.0.1:${port}/ready`,
     env,
-  });
-  const base = `http://127.0.0.1:${port}`;
+  }));
+  const base = `http://127.0.0.1:${stack.port}`;
   const queueId = await setUpShardq(base);
   return { base, pid: /** @type {number} */ (stack.pid), queueId, stop: () => stack.stop() };
 }

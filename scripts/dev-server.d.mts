@@ -17,3 +17,7 @@ export function startWrangler(opts: {
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
   stop: (signal?: NodeJS.Signals) => Promise<void>;
 }>;
+export function startWranglerOnFreePort(
+  opts: (port: number) => Parameters<typeof startWrangler>[0],
+  attempts?: number,
+): Promise<Awaited<ReturnType<typeof startWrangler>> & { port: number }>;

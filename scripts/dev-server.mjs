@@ -49,9 +49,11 @@ export async function startWrangler({ args, readyUrl, readyLine, log, timeoutMs 
     env: { ...process.env, WRANGLER_SEND_METRICS: "false", X_LOCAL_OBSERVABILITY: process.env.X_LOCAL_OBSERVABILITY ?? "false", ...env },
   });
   let output = "";
+  let announced = false;
   const onData = (chunk) => {
     const text = chunk.toString();
     output = (output + text).slice(-20_000);
+    announced ||= listensOn(output, readyUrl);
     if (log) for (const line of text.split("\n")) if (line.trim()) log(line);
   };
   child.stdout.on("data", onData);
@@ -68,7 +70,10 @@ export async function startWrangler({ args, readyUrl, readyLine, log, timeoutMs 
 
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    if (exited) throw new Error(`wrangler dev exited (${JSON.stringify(exited)}) before it was ready:\n${output}`);
+    if (exited) {
+      const error = new Error(`wrangler dev exited (${JSON.stringify(exited)}) before it was ready:\n${output}`);
+      throw /ERROR.*Address already in use/.test(output) ? Object.assign(error, { code: "EADDRINUSE" }) : error;
+    }
     if (signal?.aborted) {
       await stop(child);
       throw new Error("wrangler dev was stopped before it was ready");
@@ -79,6 +84,13 @@ export async function startWrangler({ args, readyUrl, readyLine, log, timeoutMs 
     }
     if (readyLine) {
       if (readyLine.test(output)) break;
+      await new Promise((r) => setTimeout(r, 250));
+      continue;
+    }
+    // Probed only once wrangler says it listens on readyUrl's port: between freePort() and
+    // wrangler's bind another process can take the port (a pool's workerd, an inspector), and
+    // its answer, a 403 from an inspector say, would pass for ours.
+    if (!announced) {
       await new Promise((r) => setTimeout(r, 250));
       continue;
     }
@@ -97,6 +109,32 @@ export async function startWrangler({ args, readyUrl, readyLine, log, timeoutMs 
     /** Stops wrangler and workerd by process group; `signal` SIGKILL makes it a hard kill. */
     stop: (signal = "SIGTERM") => stop(child, signal),
   };
+}
+
+/**
+ * startWrangler on a port freePort() found, which `opts` builds the arguments from; when another
+ * process took the port before wrangler bound it, again on another, up to `attempts` times.
+ * @param {(port: number) => Parameters<typeof startWrangler>[0]} opts
+ * @returns {Promise<Awaited<ReturnType<typeof startWrangler>> & { port: number }>}
+ */
+export async function startWranglerOnFreePort(opts, attempts = 3) {
+  for (let i = 1; ; i++) {
+    const port = /** @type {number} */ (await freePort());
+    try {
+      return { ...(await startWrangler(opts(port))), port };
+    } catch (e) {
+      if (/** @type {{ code?: string }} */ (e).code !== "EADDRINUSE" || i >= attempts) throw e;
+    }
+  }
+}
+
+/** Whether wrangler's output says it is ready on `url`'s port. @param {string} output @param {string} url */
+function listensOn(output, url) {
+  const port = new URL(url).port;
+  // eslint-disable-next-line no-control-regex
+  const plain = output.replace(/\x1b\[[0-9;]*m/g, "");
+  for (const m of plain.matchAll(/Ready on https?:\/\/[^\s/]*:(\d+)/g)) if (m[1] === port) return true;
+  return false;
 }
 
 async function stop(child, signal = "SIGTERM") {

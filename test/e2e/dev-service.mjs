@@ -5,7 +5,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { writeDevConfig } from "../../scripts/dev-config.mjs";
-import { freePort, startWrangler } from "../../scripts/dev-server.mjs";
+import { startWranglerOnFreePort } from "../../scripts/dev-server.mjs";
 
 /** Ports tried before a start that found its port taken gives up. */
 const PORT_ATTEMPTS = 3;
@@ -28,26 +28,21 @@ export async function startDevService(name, extraArgs = [], opts = {}) {
     if (opts.stateDir === undefined) rmSync(stateDir, { recursive: true, force: true });
     rmSync(registry, { recursive: true, force: true });
   };
-  let base = "";
   let server;
-  // A port found free may be taken before wrangler binds it (e2e files start their services
-  // in parallel): then another one, a few times.
-  for (let attempt = 1; ; attempt++) {
-    const port = await freePort();
-    base = `http://127.0.0.1:${port}`;
-    try {
-      server = await startWrangler({
+  try {
+    server = await startWranglerOnFreePort(
+      (port) => ({
         args: ["-c", writeDevConfig(), "-c", "examples/consumer/wrangler.toml", "--port", String(port), "--ip", "127.0.0.1", "--persist-to", stateDir, "--inspector-port", "0", ...extraArgs],
-        readyUrl: `${base}/`,
+        readyUrl: `http://127.0.0.1:${port}/`,
         env: { WRANGLER_REGISTRY_PATH: registry },
-      });
-      break;
-    } catch (err) {
-      if (attempt < PORT_ATTEMPTS && String(err).includes("Address already in use")) continue;
-      cleanUp();
-      throw err;
-    }
+      }),
+      PORT_ATTEMPTS,
+    );
+  } catch (err) {
+    cleanUp();
+    throw err;
   }
+  const base = `http://127.0.0.1:${server.port}`;
   return {
     base,
     pid: server.pid,
