@@ -200,6 +200,22 @@ export class DeliveryState {
     return out;
   }
 
+  /**
+   * Whether a memory lease ran out at or before `now` and is still held (only a lease or
+   * expireLeases() removes it). One comparison while none can have; a look that finds none
+   * moves the lower bound up, so the next look is one comparison again.
+   */
+  hasLapsed(now: number): boolean {
+    if (now < this.earliestUntil) return false;
+    let earliest = Infinity;
+    for (const l of this.leases.values()) {
+      if (l.until <= now) return true;
+      if (l.until < earliest) earliest = l.until;
+    }
+    this.earliestUntil = earliest;
+    return false;
+  }
+
   /** Memory leases still running at `now` (one that ran out is only removed at the next lease). */
   liveLeases(now: number): number {
     let n = 0;

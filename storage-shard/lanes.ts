@@ -303,6 +303,12 @@ function earliestLeaseEnd(sql: SqlStorage): number | null {
   return end;
 }
 
+/** Whether a lane lease may have run out by `now` (a lower bound: one settled since may be the earliest). */
+export function laneLeaseMayHaveLapsed(sql: SqlStorage, now: number): boolean {
+  const end = earliestLeaseEnd(sql);
+  return end !== null && end <= now;
+}
+
 /** A lane lease taken, running to `until`. */
 export function laneLeaseTaken(sql: SqlStorage, until: number): void {
   const end = earliestLeaseEnd(sql);

@@ -16,7 +16,7 @@ import { ShardAlarm } from "./shard-alarm";
 import { QuietTimer } from "./quiet-timer";
 import { restoreHeldLeases, writeHeldLeases } from "./held-leases";
 import { ActivityMeter, TokenBucket } from "./capacity";
-import { expireOld, lease, leasedCount, type BacklogDelta } from "./delivery";
+import { expireLeases, expireOld, lease, leasedCount, type BacklogDelta } from "./delivery";
 import { DeliveryState } from "./delivery-state";
 import { ConsumerWakeups } from "./consumer-wakeups";
 import { DueWakeups, nextDueAfter } from "./due-wakeups";
@@ -28,7 +28,7 @@ import { migrate } from "./schema";
 import { loadEpoch, owedHandoffs } from "./handoff";
 import { HandoffOutbox } from "./handoff-outbox";
 import { laneFigures, leasedLaneCount, oldestLaneAt } from "./lane-operations";
-import { lanesInUse, lanesReadyAt } from "./lanes";
+import { expireLaneLeases, laneLeaseMayHaveLapsed, lanesInUse, lanesReadyAt } from "./lanes";
 import { shardNumber } from "./segment";
 import { testHooksFor } from "../src/kernel/test-hooks";
 
@@ -302,9 +302,31 @@ export abstract class ShardCore extends DurableObject<Env> {
       this.applyDelta(this.ctx.storage.transactionSync(() => expireOld(this.sql, this.delivery, now, retention, true)));
       this.flushReleases();
     }
-    // Ready messages the last report already showed were there for anyone asking: a consumer was told then.
-    if (this.readyNow(now) && this.reportedReady !== true) this.wakeups.notifyAgain();
+    // Ready messages the last report already showed were there for anyone asking: a consumer was
+    // told then. Not of those whose lease ran out since: the lapse tells.
+    if (!this.takeLapsedLeases(now) && this.readyNow(now) && this.reportedReady !== true) this.wakeups.notifyAgain();
     this.alarms.wake(now);
+  }
+
+  /**
+   * Leases that ran out unsettled, dropped by their holder (a consumer shard reset, a pull never
+   * acking): their messages are ready again, and the consumer shard that leased here last (else
+   * the Coordinator) is told at once. Nobody else tells it: this shard told consumers already, and
+   * the Coordinator counts a consumer shard delivering for a while after its last report, which a
+   * reset instance cannot take back. Answers whether any had.
+   */
+  protected takeLapsedLeases(now: number): boolean {
+    const memory = this.delivery.hasLapsed(now);
+    if (!memory && !laneLeaseMayHaveLapsed(this.sql, now)) return false;
+    const lanes = this.ctx.storage.transactionSync(() => {
+      if (memory) expireLeases(this.sql, this.delivery, now);
+      return expireLaneLeases(this.sql, now);
+    });
+    // The lanes' bound may have been a lease settled since: then nothing lapsed.
+    if (!memory && lanes === 0) return false;
+    this.leasedNow = leasedCount(this.delivery, now) + leasedLaneCount(this.sql);
+    this.wakeups.notifyAgain();
+    return true;
   }
 
   /** Whether a message here is ready for a consumer now: one read of the first ready message's header. */
@@ -343,6 +365,7 @@ export abstract class ShardCore extends DurableObject<Env> {
   private async sendReport(now: number, quiet: boolean): Promise<boolean> {
     this.hooks.alarmStarts();
     if (!this.identity || this.state === "retired") return false;
+    this.takeLapsedLeases(now);
     const period = this.activity.roll(now);
     // Reset to the truth: the running count drifts up (leases run out), and a draining shard reporting leases it does not hold is never retired.
     this.leasedNow = leasedCount(this.delivery, now) + leasedLaneCount(this.sql);

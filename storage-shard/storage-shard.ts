@@ -152,6 +152,7 @@ export class StorageShard extends ShardCore {
     this.backlogBytes += bytes;
     // Counted once committed; written with the next write's totals (at most a second on).
     this.delivery.bump("stored", stored);
+    this.takeLapsedLeases(now);
     this.wakeups.afterAppend(stored, this.backlogCount - this.leasedNow, now);
     if (this.due.plan(now)) this.alarms.arm();
     this.activity.messagesIn += stored;

@@ -4,6 +4,7 @@ import { crc32 } from "../../src/kernel/checksum";
 import { ManualClock } from "../../src/kernel/clock";
 import type { EncodedMessage, LeaseRequest } from "../../src/kernel/protocol";
 import type { StorageShard } from "../../storage-shard/storage-shard";
+import { ConsumerShard } from "../../consumer-shard/consumer-shard";
 import { Coordinator } from "../../coordinator/coordinator";
 
 const QUEUE = "l".padEnd(32, "0");
@@ -278,6 +279,38 @@ describe("leases (vesting times)", () => {
     await shard.append({ queueId: QUEUE, messages: [msg(), msg(), msg(), msg()] });
     expect(await settled(2)).toBe(2); // 10 of 10: told at once
     expect(told).toEqual(["fill-wakes", "fill-wakes"]);
+  });
+
+  it("wakes the consumer shard that leased last when a lease of its runs out unsettled, at the next arrival, once", async () => {
+    const { shard, clock } = await shardAt("lapse-wakes");
+    const woken: Array<{ index: number; shard?: string; dueAt?: number }> = [];
+    // RPC reaches class methods only: listen on the prototype for this test.
+    const original = ConsumerShard.prototype.wake;
+    ConsumerShard.prototype.wake = async (_q: string, index: number, _v?: string, shard?: string, dueAt?: number) => void woken.push({ index, shard, dueAt });
+    onTestFinished(() => {
+      ConsumerShard.prototype.wake = original;
+    });
+    const settled = async () => {
+      await new Promise((r) => setTimeout(r, 100));
+      return woken.length;
+    };
+    await shard.append({ queueId: QUEUE, messages: [msg(), msg(), msg()] });
+    const first = await shard.lease(req({ maxWaitMs: 0, leaseMs: 1000, consumerShard: 3 }));
+    expect(first.messages).toHaveLength(3);
+    // Consumers were told of this shard's messages, and one is taking them: an arrival tells nobody.
+    await shard.append({ queueId: QUEUE, messages: [msg()] });
+    expect(await settled()).toBe(0);
+    // Its holder dropped the lease (a consumer shard reset): the next arrival wakes that shard for now.
+    clock.advance(1000);
+    await shard.append({ queueId: QUEUE, messages: [msg()] });
+    expect(await settled()).toBe(1);
+    expect(woken[0]).toEqual({ index: 3, shard: "lapse-wakes", dueAt: undefined });
+    // Once: the lapsed messages are ready again, and the next arrival tells nobody.
+    await shard.append({ queueId: QUEUE, messages: [msg()] });
+    expect(await settled()).toBe(1);
+    const again = await shard.lease(req({ maxWaitMs: 0, consumerShard: 3 }));
+    expect(again.messages.filter((m) => m.attempts === 2).map((m) => m.id).sort()).toEqual(first.messages.map((m) => m.id).sort());
+    expect(again.messages).toHaveLength(6);
   });
 
   it("keeps leases across a restart of the storage shard: an ack after the restart still lands", async () => {
