@@ -342,6 +342,23 @@ describe("the fault checker", () => {
     expect(r.examples.lost).toEqual(["a"]);
   });
 
+  it("takes a copy dead-lettered again, its lease lost to a kill, for the move already delivered from the dead-letter queue; not one whose attempts moved on", () => {
+    const s = new Script();
+    s.send(["a", "b"]);
+    const d1 = s.pushStart([{ h: "a", a: 3 }, { h: "b", a: 3 }]);
+    s.pushEnd(d1, { retried: ["a", "b"] });
+    // Killed before the source heard of the dead-lettering: both copies come again, attempts as they were (b's counted on).
+    s.kill();
+    s.pull([{ h: "a", l: "L1" }, { h: "b", l: "L2" }], { q: "faults-dlq", p: "dlq-consumer-0" });
+    s.ack(["L1", "L2"]);
+    const d2 = s.pushStart([{ h: "a", a: 3 }, { h: "b", a: 4 }], 100);
+    s.pushEnd(d2, { retried: ["a", "b"] });
+    const r = s.drained();
+    expect(r.figures.push).toMatchObject({ not_again: 1, dead_lettered_again: 1 });
+    expect(r.examples.push_not_again).toEqual([expect.objectContaining({ h: "b" })]);
+    expect(r.failures).toEqual(["1 push messages not acked at their last delivery and never delivered again"]);
+  });
+
   it("fails a run whose consumer shard abort never fired", () => {
     const s = new Script();
     s.plan({ consumerAborts: 1 });

@@ -199,6 +199,7 @@ export function checkPush(ops, pushed, pulled, opts = {}) {
   const afterAck = [];
   /** @type {Array<{ q: string, id: string, h: string | null, last: object }>} */
   const notAgain = [];
+  let deadLetteredAgain = 0;
   /** Consecutive deliveries of one message (the next push one, or its dead-letter queue's), for the causes. */
   /** @type {Array<{ a: PushDelivery, b: PushDelivery | null, bStart: number, excuse: Excuse | null }>} */
   const pairs = [];
@@ -225,7 +226,12 @@ export function checkPush(ops, pushed, pulled, opts = {}) {
       // The last push delivery: it acked, or the message comes again elsewhere (dead-lettered).
       const later = (pulledAt.get(a.id) ?? []).filter((t) => t > a.start);
       if (later.length) pairs.push({ a, b: null, bStart: Math.min(...later), excuse: null });
-      else if (a.outcome !== "acked" && !opts.purged?.(a.id, { start: a.start, attempts: a.a, outcome: a.outcome })) notAgain.push({ q: a.q, id: a.id, h: a.h, last: brief(a) });
+      else if (a.outcome === "acked" || opts.purged?.(a.id, { start: a.start, attempts: a.a, outcome: a.outcome })) continue;
+      // The same stored copy (its attempts as they were: a kill or reset lost the lease that would
+      // have counted) delivered before, and that delivery's dead-lettering came out of the
+      // dead-letter queue: this one's is the same move, which the dead-letter queue stores once.
+      else if (ds.slice(0, i).some((p) => p.q === a.q && p.a === a.a && p.outcome !== "acked" && (pulledAt.get(a.id) ?? []).some((t) => t > p.start))) deadLetteredAgain++;
+      else notAgain.push({ q: a.q, id: a.id, h: a.h, last: brief(a) });
     }
   }
 
@@ -242,7 +248,7 @@ export function checkPush(ops, pushed, pulled, opts = {}) {
 
   return {
     failures,
-    figures: pushFigures({ pushed, sent, pairs, aborts, kills, overlaps, excused, afterAck, notAgain: notAgain.length, planned, skipped, leaseMs: opts.leaseMs ?? plan?.pushLeaseMs ?? null }),
+    figures: pushFigures({ pushed, sent, pairs, aborts, kills, overlaps, excused, afterAck, notAgain: notAgain.length, deadLetteredAgain, planned, skipped, leaseMs: opts.leaseMs ?? plan?.pushLeaseMs ?? null }),
     examples: {
       push_overlaps: overlaps.slice(0, EXAMPLES),
       push_after_ack: afterAck.slice(0, EXAMPLES),

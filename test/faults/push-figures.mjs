@@ -17,7 +17,7 @@ const stat = (xs) => statOf(xs.map((x) => Math.round(x)));
  * @param {{ pushed: PushDelivery[], sent: { attempted: number, ok: number },
  *   pairs: Array<{ a: PushDelivery, b: PushDelivery | null, bStart: number, excuse: Excuse | null }>,
  *   aborts: ConsumerAbort[], kills: number[], overlaps: Array<{ first: any }>, excused: Record<string, number>,
- *   afterAck: Array<{ acked: any }>, notAgain: number, planned: number | null, skipped: number, leaseMs: number | null }} x
+ *   afterAck: Array<{ acked: any }>, notAgain: number, deadLetteredAgain: number, planned: number | null, skipped: number, leaseMs: number | null }} x
  */
 export function pushFigures(x) {
   const invocations = new Map(x.pushed.map((d) => [d.d, d]));
@@ -119,6 +119,7 @@ export function pushFigures(x) {
     overlaps_across: x.excused,
     after_ack: x.afterAck.length,
     not_again: x.notAgain,
+    dead_lettered_again: x.deadLetteredAgain,
     consumer_aborts: {
       planned: x.planned,
       count: x.aborts.length,
@@ -150,7 +151,7 @@ export function pushSummaryRows(f) {
   return [
     ["push deliveries", `${n(f.sent.ok)} messages sent ok to the push queue; ${n(f.distinct)} distinct in ${n(f.deliveries)} deliveries to queue() in ${n(f.invocations)} invocations (${n(f.invocations_cut_off)} cut off by a kill)`],
     ["push overlaps", `${n(f.overlaps_while_up)} while up (two handlers holding one message); ${n(f.overlaps_across.kill)} across a kill, ${n(f.overlaps_across["abort-consumer"])} across a consumer shard abort, ${n(f.overlaps_across["storage-reset"])} across a storage shard reset`],
-    ["push: delivered after the consumer acked", `${n(f.after_ack)} with no fault between; ${n(f.not_again)} not acked at their last delivery and never delivered again`],
+    ["push: delivered after the consumer acked", `${n(f.after_ack)} with no fault between; ${n(f.not_again)} not acked at their last delivery and never delivered again (${n(f.dead_lettered_again ?? 0)} more were a copy dead-lettered again after a kill or reset, whose first dead-lettering came out of the dead-letter queue)`],
     ["push consumer misbehaving", `${n(f.throws.invocations)} throws (${n(f.throws.acked_before)} explicit acks before them stood), ${n(f.hangs.invocations)} hangs past the lease (${secs(f.hangs.hang_ms)}, lease ${f.lease_ms ?? "?"} ms), ${n(f.late.invocations)} late settles from waitUntil (${n(f.late.acks)} acks, ${n(f.late.retries)} retries)`],
     ["push duplicates", `${n(f.duplicates.extra_deliveries)} extra deliveries (causes: ${c.retried} retry, ${c.retry_all} retryAll(), ${c.threw} throw, ${c.late_retry} late retry, ${c.dead_lettered} dead-lettered, ${c.kill} kill, ${c.abort_consumer} consumer shard abort, ${c.storage_reset} storage shard reset, ${c.acked_then_again} after an ack, ${c.cut_off} other)`],
     ...(ca.count || ca.planned
