@@ -4,14 +4,11 @@ import { bindingMetrics, sumFigures } from "../src/routing/queue-figures";
 import { systemClock, systemTimers, type Clock, type Timers } from "../src/kernel/clock";
 import { RoundSchedule } from "./round-schedule";
 import { serviceConfig } from "../src/kernel/config";
-import type { DispatchMessage } from "../src/consumer/entrypoint";
 import { consumerBinding, consumerBindingName, type ConsumerRecord } from "../src/kernel/consumer-settings";
-import { decodeBody } from "../src/kernel/encoding";
 import type { Env } from "../src/kernel/env";
-import { leaseRefOf, type DeliveryPlan, type LeasedMessage, type DispatchOutcome, type SettleRequest, type SettleResult, type ShardBacklog } from "../src/kernel/protocol";
-import { joinDispositions } from "../src/delivery/disposition";
-import { dispose, FAILED_DISPATCH } from "../src/delivery/outcome";
-import { applyDisposition } from "../src/delivery/settle";
+import type { DeliveryPlan, LeasedMessage, PushReply, SettleRequest, SettleResult, ShardBacklog } from "../src/kernel/protocol";
+import { applyDisposition, settleRequestFor } from "../src/delivery/settle";
+import { handOver, type LeasedBatch, type PartOutcome } from "./batch-delivery";
 import { transportFor, type Dispatch } from "./transports";
 import { decideGather, oldestFirst, reserveFor, type FillingShard } from "./gather";
 import { keepFresher, pickWeighted } from "./shard-choice";
@@ -48,17 +45,14 @@ export const PLAN_REFRESH_MS = 5 * 60_000;
 export const SWEEP_EVERY_MS = 60_000;
 
 type PlannedShard = DeliveryPlan["shards"][number];
-/** A batch as leased: its messages by the storage shard that holds them, in the order they go out. */
-type LeasedBatch = Array<{ shard: string; messages: LeasedMessage[] }>;
 
 /**
  * A consumer shard of one queue. Woken by a storage shard or the Coordinator when messages are
- * ready (and by its own timer or alarm: round-schedule.ts), it leases a batch from a storage
- * shard picked at random weighted by backlog, or gathers one from several shards none of
- * which fills a batch alone (gather.ts), hands it to the consumer, applies the outcome on each
- * shard, and goes on while any shard has ready messages; then it schedules its next round for
- * the next message that becomes visible or the batch that should have filled. A crash
- * anywhere loses nothing: unacked leases expire and the messages are delivered again.
+ * ready (and by its own timer or alarm: round-schedule.ts), it leases a batch from a shard picked
+ * at random weighted by backlog, or gathers one from several none of which fills a batch alone
+ * (gather.ts), hands it to the consumer, settles it on each shard, and goes on while any shard
+ * has ready messages; then it schedules its next round. A trickle's batches come pushed instead
+ * (takePushed). A crash anywhere loses nothing: unacked leases expire and come again.
  */
 export class ConsumerShard extends DurableObject<Env> {
   /** Tests drive time and stand in for the consumer Worker through these. */
@@ -99,6 +93,10 @@ export class ConsumerShard extends DurableObject<Env> {
   private readonly named = new Set<string>();
   /** Storage shards this shard's last lease from found with nothing ready and no batch filling. */
   private readonly foundEmpty = new Set<string>();
+  /** A pushed batch under way (takePushed): rounds wait for it. */
+  private pushing: Promise<void> | null = null;
+  /** Storage shards that pushed here since the last alarm: a push lost with a restart of one is looked for then. */
+  private readonly pushers = new Set<string>();
   /** A wake-up named no shard: the next round visits every one. */
   private sweepAsked = false;
   private lastSweep = -Infinity;
@@ -124,18 +122,68 @@ export class ConsumerShard extends DurableObject<Env> {
     if (planVersion !== undefined && planVersion !== this.plan?.version) this.planWanted = planVersion;
     if (shard !== undefined) this.named.add(shard);
     else this.sweepAsked = true;
-    if ((await this.storage.get<string>("queueId")) !== queueId) await this.storage.put("queueId", queueId);
-    if ((await this.storage.get<number>("index")) !== index) await this.storage.put("index", index);
+    await this.remember(queueId, index);
     const now = this.clock.now();
     await this.schedule(dueAt === undefined ? now : Math.max(now, dueAt));
   }
 
+  /**
+   * A batch a storage shard pushed (storage-shard/batch-push.ts), delivered now; the reply is its
+   * outcome (dead-letter writes done), settled there. Not taken while busy (the next round leases
+   * from that shard), paused, or with no Worker bound.
+   */
+  async takePushed(queueId: string, index: number, shard: string, messages: LeasedMessage[], figures: ShardBacklog[]): Promise<PushReply> {
+    this.cost.rpcs++;
+    await this.remember(queueId, index);
+    // A Coordinator that does not answer: not taken, and a round tries again.
+    const plan = this.busy() ? null : await this.currentPlan(queueId).catch(() => undefined);
+    const consumer = plan?.consumer;
+    if (this.busy() || plan === undefined) {
+      this.named.add(shard);
+      await this.schedule(this.clock.now() + (plan === undefined ? RETRY_AFTER_ERROR_MS : 0));
+      return { taken: false };
+    }
+    if (!plan || consumer?.type !== "worker" || plan.paused) return { taken: false };
+    const dispatch = this.dispatchOverride ?? this.transport(consumer, plan.accountId);
+    if (!dispatch) return (await this.schedule(this.clock.now() + UNBOUND_RETRY_MS), { taken: false });
+    for (const f of figures) keepFresher(this.figures, f);
+    this.pushers.add(shard);
+    let done!: () => void;
+    this.pushing = new Promise<void>((r) => (done = r));
+    try {
+      // Leased and not yet handed over: a reset here leaves the leases to expire.
+      this.hooks.at("abort-leased", this.ctx);
+      const [part] = await this.handOver(plan, consumer, [{ shard, messages }], dispatch, { metrics: bindingMetrics(sumFigures([...this.figures.values()])) }, Date.now());
+      const settle = await settleRequestFor(this.env, plan, consumer, shard, part!.disposition, messages);
+      await this.reportIfDue(queueId, this.clock.now() + serviceConfig(this.env).heartbeatIntervalMs, false);
+      await this.rounds.backstop().catch((err: unknown) => console.error("consumer shard: backstop alarm not set:", err));
+      return { taken: true, settle };
+    } finally {
+      this.pushing = null;
+      done();
+    }
+  }
+
+  /** A round or a pushed batch is under way. */
+  private readonly busy = (): boolean => this.rounds.busy || this.pushing !== null;
+
+  /** Which queue and index this object is, for its rounds. */
+  private async remember(queueId: string, index: number): Promise<void> {
+    if ((await this.storage.get<string>("queueId")) !== queueId) await this.storage.put("queueId", queueId);
+    if ((await this.storage.get<number>("index")) !== index) await this.storage.put("index", index);
+  }
+
   override async alarm(): Promise<void> {
     this.cost.alarms++;
+    // A backstop: a storage shard that pushed batches here may have lost the next with a restart.
+    for (const s of this.pushers) this.named.add(s);
+    this.pushers.clear();
     await this.rounds.alarmFired();
   }
 
   private async roundOnce(): Promise<void> {
+    // One batch at a time: a pushed one under way goes first.
+    while (this.pushing) await this.pushing;
     const queueId = await this.storage.get<string>("queueId");
     if (!queueId) return;
     let next: number | null;
@@ -343,7 +391,7 @@ export class ConsumerShard extends DurableObject<Env> {
       if (batch.length === 0) continue;
       // Leased and not yet handed over: a reset here leaves the leases to expire.
       this.hooks.at("abort-leased", this.ctx);
-      const settled = await this.deliverBatch(plan, consumer, batch, dispatch, { metrics: bindingMetrics(sumFigures([...figures.values()])) }, leasedAt, { shard: index, limit: batchSize, maxWaitMs });
+      const settled = await this.deliverBatch(plan, consumer, batch, dispatch, { metrics: bindingMetrics(sumFigures([...figures.values()])) }, leasedAt, { shard: index, limit: batchSize, maxWaitMs, leaseMs: this.leaseMs });
       // A shard its settle left with nothing ready is passed over, as an empty lease would have
       // found it (and it wakes this shard at its next arrival): no lease to find out.
       for (const { shard: name, after } of settled) {
@@ -371,67 +419,22 @@ export class ConsumerShard extends DurableObject<Env> {
     leasedAt: number,
     settler: NonNullable<SettleRequest["consumer"]>,
   ): Promise<Array<{ shard: string; after?: SettleResult["after"] }>> {
-    const parts = batch.map(({ shard, messages }) => {
-      const readable: Array<{ leased: LeasedMessage; message: DispatchMessage }> = [];
-      const unreadable: LeasedMessage[] = [];
-      for (const m of messages) {
-        try {
-          readable.push({ leased: m, message: { id: m.id, timestamp: new Date(m.enqueuedAt), body: decodeBody(m.body, m.contentType), attempts: m.attempts } });
-        } catch {
-          unreadable.push(m);
-        }
-      }
-      return { shard, messages, readable, unreadable };
-    });
+    const parts = await this.handOver(plan, consumer, batch, dispatch, metadata, leasedAt);
+    // Each shard settles its own messages; the batch is in hand, so the dead-letter queue gets its messages without a read.
+    return Promise.all(parts.map(async (p) => ({ shard: p.shard, after: (await applyDisposition(this.env, plan, consumer, p.shard, p.disposition, p.messages, settler)).after })));
+  }
+
+  /** The handler run on a batch (batch-delivery.ts), counted for the next report. */
+  private async handOver(plan: DeliveryPlan, consumer: ConsumerRecord, batch: LeasedBatch, dispatch: Dispatch, metadata: MessageBatchMetadata, leasedAt: number): Promise<PartOutcome[]> {
+    const { outcome, parts } = await handOver({ env: this.env, queueId: plan.queueId, queueName: plan.queueName, consumer, dispatch, metadata, leasedAt, leaseMs: this.leaseMs, maxExecutionMs: this.maxExecutionMs }, batch);
     const count = batch.reduce((n, p) => n + p.messages.length, 0);
-    const outcome = await this.withLeasesHeld(plan.queueId, batch, leasedAt, () =>
-      dispatch(plan.queueName, parts.flatMap((p) => p.readable.map((r) => r.message)), metadata),
-    );
     this.report.batches++;
     this.report.delivered += count;
     this.roundDelivered += count;
     if (outcome.outcome !== "ok") this.report.errors++;
     // The consumer is done with the batch and its acks are not applied: they come again.
     this.hooks.at("abort-dispatched", this.ctx);
-    // Each shard settles its own messages; the handler's calls name messages by id, so a part's verdicts are the batch's.
-    return Promise.all(
-      parts.map(async (p) => {
-        const d = dispose(p.readable.map((r) => r.leased), outcome, consumer.settings);
-        // A body that cannot be decoded fails its delivery, and so ends in the dead-letter queue.
-        const u = dispose(p.unreadable, FAILED_DISPATCH, consumer.settings);
-        // The batch is in hand, so the dead-letter queue gets its messages without a read.
-        const r = await applyDisposition(this.env, plan, consumer, p.shard, joinDispositions(d, u), p.messages, settler);
-        return { shard: p.shard, after: r.after };
-      }),
-    );
-  }
-
-  /**
-   * Runs the handler while renewing the batch's leases (QuiCK's Algorithm 3), so a slow
-   * handler is not raced by a second delivery, up to the maximum execution time. A
-   * dispatch that fails outright counts as a handler that threw.
-   */
-  private async withLeasesHeld(queueId: string, batch: LeasedBatch, leasedAt: number, run: () => Promise<DispatchOutcome>): Promise<DispatchOutcome> {
-    const held = batch.map((p) => ({ shard: storageShardFor(this.env, p.shard), refs: p.messages.map(leaseRefOf) }));
-    const count = batch.reduce((n, p) => n + p.messages.length, 0);
-    const started = Date.now();
-    const extend = () => {
-      for (const { shard, refs } of held) shard.extendLeases(queueId, refs, this.leaseMs).catch((err) => console.error("lease extension failed:", err));
-    };
-    // A batch gathered from several shards took a while: its first leases are renewed now, not a third of a lease from now.
-    if (started - leasedAt >= this.leaseMs / 3) extend();
-    const timer = setInterval(() => {
-      if (Date.now() - started + this.leaseMs > this.maxExecutionMs) return clearInterval(timer);
-      extend();
-    }, Math.max(1, Math.floor(this.leaseMs / 3)));
-    try {
-      return await run();
-    } catch (err) {
-      console.error(`dispatch of ${count} message(s) failed:`, err);
-      return FAILED_DISPATCH;
-    } finally {
-      clearInterval(timer);
-    }
+    return parts;
   }
 
   private transport(consumer: ConsumerRecord, accountId: string): Dispatch | null {

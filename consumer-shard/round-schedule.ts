@@ -48,6 +48,24 @@ export class RoundSchedule {
     await this.storage.deleteAlarm();
   }
 
+  /** A round is under way. */
+  get busy(): boolean {
+    return this.running !== null;
+  }
+
+  /**
+   * An alarm BACKSTOP_MS from now unless one is set: a batch pushed by a storage shard came
+   * without a round, and the next one is lost if that shard restarts meanwhile. One alarm per
+   * BACKSTOP_MS while pushes come, as behind timers.
+   */
+  async backstop(): Promise<void> {
+    if (this.alarmSet !== null || !this.timers()) return;
+    if ((await this.storage.getAlarm()) !== null) return;
+    const at = this.now() + BACKSTOP_MS;
+    this.alarmSet = { at, backstop: true };
+    await this.storage.setAlarm(at);
+  }
+
   /** The alarm fired: a round, whatever it was set for (a backstop's finds what a lost timer left). */
   alarmFired(): Promise<void> {
     this.alarmSet = null;

@@ -16,6 +16,7 @@ import { consumerShardFor, coordinatorFor } from "../src/kernel/addressing";
 import type { Env } from "../src/kernel/env";
 import type { ShardIdentity } from "../src/kernel/protocol";
 import { sleep } from "../src/kernel/sleep";
+import type { PushTarget } from "./batch-push";
 
 /**
  * How long after a settle that made lanes ready the shard looks whether anyone leased
@@ -41,7 +42,12 @@ export class ConsumerWakeups {
    * first arrival after it found this shard empty wakes it for when that batch is due, not for
    * now: a wake-up for now cost it a round that found a partial batch and a second alarm.
    */
-  private leaserBatch: { limit: number; maxWaitMs: number } | null = null;
+  private leaserBatch: { limit: number; maxWaitMs: number; leaseMs?: number } | null = null;
+  /**
+   * Pushes that consumer shard's batch when it is due, instead of waking it for it
+   * (batch-push.ts); false when it does not carry this one. `at` absent: now.
+   */
+  push: ((target: PushTarget, at: number | undefined) => boolean) | null = null;
 
   constructor(
     private readonly ctx: DurableObjectState,
@@ -61,6 +67,8 @@ export class ConsumerWakeups {
     if (this.notified || !shard) return;
     this.notified = true;
     const leaser = this.leaser;
+    const batch = this.leaserBatch;
+    if (leaser !== null && batch?.leaseMs !== undefined && this.push?.({ shard: leaser, limit: batch.limit, maxWaitMs: batch.maxWaitMs, leaseMs: batch.leaseMs }, dueAt)) return;
     if (leaser !== null) {
       this.ctx.waitUntil(
         consumerShardFor(this.env, shard.queueId, leaser)
@@ -111,9 +119,9 @@ export class ConsumerWakeups {
    * not; `consumerShard` names the consumer shard that leased (undefined: a pull), `maxWaitMs`
    * how long its batch may take to fill.
    */
-  afterLease(taken: number, waitUntil: number | null, limit: number, consumerShard?: number, maxWaitMs = 0): void {
+  afterLease(taken: number, waitUntil: number | null, limit: number, consumerShard?: number, maxWaitMs = 0, leaseMs?: number): void {
     this.leaser = consumerShard ?? null;
-    this.leaserBatch = consumerShard === undefined ? null : { limit, maxWaitMs };
+    this.leaserBatch = consumerShard === undefined ? null : { limit, maxWaitMs, ...(leaseMs !== undefined ? { leaseMs } : {}) };
     // A consumer found nothing ready here: the next arrival must tell one.
     if (taken === 0 && waitUntil === null) this.notified = false;
     this.fillingFor = waitUntil === null ? null : limit;

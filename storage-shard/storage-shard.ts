@@ -33,6 +33,10 @@ import { type FaultPoint, type TestHookStatus } from "../src/kernel/test-hooks";
 import { corruptBodies } from "./corrupt-bodies";
 import { PURGE_PER_CALL } from "../src/kernel/limits";
 import { ShardCore } from "./shard-core";
+import { BatchPush } from "./batch-push";
+import { systemClock } from "../src/kernel/clock";
+import type { Env } from "../src/kernel/env";
+import { consumerShardFor } from "../src/kernel/addressing";
 
 /**
  * One storage shard of one queue. Persists every batch in a single transaction
@@ -40,6 +44,36 @@ import { ShardCore } from "./shard-core";
  * durable, so an acknowledged send is never lost. Never uses allowUnconfirmed.
  */
 export class StorageShard extends ShardCore {
+  /** Due batches pushed to their consumer shard, outcome in the reply (batch-push.ts). */
+  readonly pushes = new BatchPush({
+    timers: () => (this.clock === systemClock ? this.timers : null),
+    now: () => this.clock.now(),
+    lease: (t) => {
+      const r = this.leaseHere({ queueId: this.identity?.queueId ?? "", limit: t.limit, leaseMs: t.leaseMs, maxWaitMs: t.maxWaitMs, retentionMs: this.retentionMs ?? this.leasedRetentionMs ?? Number.MAX_SAFE_INTEGER, consumerShard: t.shard });
+      return { messages: r.messages, waitUntil: r.waitUntil, figures: [r.backlog, ...(r.peers ?? [])] };
+    },
+    deliver: (t, messages, figures) => consumerShardFor(this.env, this.identity!.queueId, t.shard).takePushed(this.identity!.queueId, t.shard, this.identity!.name, messages, figures),
+    settle: (t, req) => this.settleHere({ ...req, queueId: this.identity?.queueId ?? "", consumer: { shard: t.shard, limit: t.limit, maxWaitMs: t.maxWaitMs, leaseMs: t.leaseMs } }).after?.ready === true,
+    release: (refs) => {
+      const released = this.ctx.storage.transactionSync(() => releaseLeases(this.sql, this.delivery, this.clock.now(), refs));
+      this.leasedNow = Math.max(0, this.leasedNow - released);
+    },
+    wakeConsumers: () => this.wakeups.notifyAgain(),
+    waitUntil: (p) => this.ctx.waitUntil(p),
+  });
+
+  constructor(ctx: DurableObjectState, env: Env) {
+    super(ctx, env);
+    // Not with the queue's retention unknown: the lease would keep what it should delete.
+    this.wakeups.push = (t, at) => this.pushBatches && (this.retentionMs ?? this.leasedRetentionMs) !== null && this.pushes.arm(t, at ?? this.clock.now());
+  }
+
+  /** Tests of a consumer shard's own rounds turn pushed batches off. */
+  pushBatches = true;
+
+  /** The queue's retention as the last consumer lease gave it, for a shard that has not heard it from the Coordinator yet. */
+  private leasedRetentionMs: number | null = null;
+
   /** Called by the Coordinator when it creates this shard. Idempotent. */
   activate(identity: ShardIdentity): void {
     this.cost.rpcs++;
@@ -168,6 +202,11 @@ export class StorageShard extends ShardCore {
    */
   lease(req: LeaseRequest): LeaseResult {
     this.cost.rpcs++;
+    return this.leaseHere(req);
+  }
+
+  private leaseHere(req: LeaseRequest): LeaseResult {
+    if (req.consumerShard !== undefined) this.leasedRetentionMs = req.retentionMs;
     const refused = this.refuseRead(req.queueId);
     if (refused) return { messages: [], waitUntil: null, more: false, nextVisibleAt: null, backlog: { shard: this.identity?.name ?? "", count: 0, bytes: 0, oldestAt: null }, refused: true };
     const now = this.clock.now();
@@ -182,7 +221,7 @@ export class StorageShard extends ShardCore {
     if (result.messages.length > 0 || delta.count !== 0) this.alarms.wake(now);
     this.activity.messagesOut += result.messages.length;
     this.leasedNow += result.messages.length;
-    this.wakeups.afterLease(result.messages.length, result.waitUntil, req.limit, req.consumerShard, req.maxWaitMs);
+    this.wakeups.afterLease(result.messages.length, result.waitUntil, req.limit, req.consumerShard, req.maxWaitMs, req.leaseMs);
     if (req.watchUntil !== undefined && result.messages.length === 0) this.due.watch(req.watchUntil);
     if (this.due.plan(now)) this.alarms.arm();
     return { ...result, backlog: this.backlog(), ...this.peerFigures() };
@@ -191,6 +230,10 @@ export class StorageShard extends ShardCore {
   /** Applies a batch's outcome: deletes acked and dead-lettered messages, schedules retries. */
   settle(req: SettleRequest): SettleResult {
     this.cost.rpcs++;
+    return this.settleHere(req);
+  }
+
+  private settleHere(req: SettleRequest): SettleResult {
     if (this.refuseRead(req.queueId)) {
       const all = [...req.acks, ...req.retries, ...req.deadLettered, ...req.dropped].map((r) => r.id);
       return { acked: 0, retried: 0, deadLettered: 0, dropped: 0, stale: all };
@@ -214,7 +257,7 @@ export class StorageShard extends ShardCore {
     // nothing is a request per batch at low rates. Left with nothing ready, this shard wakes
     // it at the next arrival, as after that empty lease.
     const ready = this.readyNow(now);
-    if (!ready) this.wakeups.afterLease(0, null, req.consumer.limit, req.consumer.shard, req.consumer.maxWaitMs);
+    if (!ready) this.wakeups.afterLease(0, null, req.consumer.limit, req.consumer.shard, req.consumer.maxWaitMs, req.consumer.leaseMs);
     // Nothing stored at all: nothing becomes ready later either (a lease end of an acked message is no news).
     return { ...result, after: { ready, nextVisibleAt: ready || this.backlogCount === 0 ? null : nextVisible(this.sql, this.delivery, now) } };
   }

@@ -29,6 +29,22 @@ export async function applyDisposition(
   /** A consumer shard settling its round's batch: the answer says whether to lease again (SettleRequest.consumer). */
   settler?: SettleRequest["consumer"],
 ): Promise<SettleResult> {
+  const req = await settleRequestFor(env, queue, consumer, shardName, d, held);
+  return storageShardFor(env, shardName).settle({ queueId: queue.queueId, ...req, ...(settler ? { consumer: settler } : {}) });
+}
+
+/**
+ * The settle a disposition asks of its storage shard, the dead-letter queue written first: what
+ * applyDisposition sends, and what a consumer shard answers a pushed batch with.
+ */
+export async function settleRequestFor(
+  env: Env,
+  queue: { accountId: string; queueId: string },
+  consumer: Pick<ConsumerRecord, "dead_letter_queue"> & { type?: ConsumerRecord["type"] },
+  shardName: string,
+  d: Disposition,
+  held: readonly LeasedMessage[],
+): Promise<Omit<SettleRequest, "queueId" | "consumer">> {
   const retries = d.retries.map((r) => ({ ...leaseRefOf(r.ref), delayMs: r.delayMs }));
   let deadLettered: LeaseRef[] = [];
   let dropped: LeaseRef[] = [];
@@ -47,16 +63,14 @@ export async function applyDisposition(
       dropped = d.outOfRetries;
     }
   }
-  return storageShardFor(env, shardName).settle({
-    queueId: queue.queueId,
+  return {
     acks: d.acks.map(leaseRefOf),
     retries,
     deadLettered: deadLettered.map(leaseRefOf),
     dropped: dropped.map(leaseRefOf),
     // A push consumer's acks: nobody waits on them, so the shard may write them with its next write.
-    ...(consumer.type === "worker" ? { deferrable: true } : {}),
-    ...(settler ? { consumer: settler } : {}),
-  });
+    ...(consumer.type === "worker" ? { deferrable: true as const } : {}),
+  };
 }
 
 /** The held message under each ref, in the refs' order; a missing one would be settled without being moved, so it is refused. */

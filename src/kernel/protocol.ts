@@ -305,8 +305,15 @@ export interface SettleRequest {
    * then says whether anything is left to lease (SettleResult.after), so the consumer shard
    * need not lease to find out, and a shard left empty wakes it, as after an empty lease.
    */
-  consumer?: { shard: number; limit: number; maxWaitMs: number };
+  consumer?: { shard: number; limit: number; maxWaitMs: number; leaseMs?: number };
 }
+
+/**
+ * A consumer shard's answer to a batch a storage shard pushed to it (storage-shard/batch-push.ts):
+ * the outcome to settle there (dead-letter writes already done), or not taken (busy, paused,
+ * no Worker bound): the leases are given back.
+ */
+export type PushReply = { taken: true; settle: Omit<SettleRequest, "queueId" | "consumer"> } | { taken: false };
 
 export interface SettleResult {
   acked: number;

@@ -28,6 +28,14 @@ async function oneShardQueue(name: string, settings: Record<string, unknown>) {
   return { q, consumer, shard, deliveries, fetches, delivered, active: map.shards[0]!.name };
 }
 
+/** A storage shard that wakes its consumer shard for its own round instead of pushing batches to it: the tests of rounds. */
+async function noPushes(...names: string[]) {
+  for (const name of names)
+    await runInDurableObject(env.STORAGE_SHARD.get(env.STORAGE_SHARD.idFromName(name)), (obj: StorageShard) => {
+      obj.pushBatches = false;
+    });
+}
+
 describe("a consumer shard's plan and reports", () => {
   it("delivers 20 batches on the plan it asked for once, and reports them once, not every round", async () => {
     const { q, fetches, deliveries, delivered } = await oneShardQueue("plan-kept", { batch_size: 5, max_wait_time_ms: 0 });
@@ -68,7 +76,8 @@ describe("a consumer shard's plan and reports", () => {
   });
 
   it("asks for the plan again when a storage shard refuses its lease (retired or unknown: its plan is older than the map)", async () => {
-    const { shard, fetches, delivered } = await oneShardQueue("plan-refused", { batch_size: 5, max_wait_time_ms: 0 });
+    const { shard, fetches, delivered, active } = await oneShardQueue("plan-refused", { batch_size: 5, max_wait_time_ms: 0 });
+    await noPushes(active);
     await producer("plan-refused").send(1);
     await eventually(async () => delivered(), (n) => n === 1);
     expect(await fetches()).toBe(1);
@@ -107,6 +116,7 @@ describe("a consumer shard's plan and reports", () => {
     const delivered = () => deliveries.reduce((n, d) => n + d.ids.length, 0);
     const shards = (await coordinatorFor(env, q.queue_id).shardMap())!.shards.map((s) => s.name);
     expect(shards.length).toBeGreaterThan(2);
+    await noPushes(...shards);
     await producer("plan-visits").send(0);
     await eventually(async () => delivered(), (n) => n === 1);
     // Its first round visited every shard (a sweep): each lease found its shard empty at last.
@@ -148,6 +158,7 @@ describe("a consumer round's requests per batch", () => {
 
   it("leases a lone message once: the settle says the shard is left empty, so no lease goes to find out", async () => {
     const { active, delivered } = await oneShardQueue("round-settle-empty", { batch_size: 5, max_wait_time_ms: 0 });
+    await noPushes(active);
     await producer("round-settle-empty").send(0);
     await eventually(async () => delivered(), (n) => n === 1);
     await new Promise((r) => setTimeout(r, 100));
@@ -162,7 +173,8 @@ describe("a consumer round's requests per batch", () => {
   });
 
   it("is woken for when a lone message's batch is due, not at once, and delivers it then", async () => {
-    const { q, delivered, deliveries } = await oneShardQueue("round-due-wake", { batch_size: 5, max_wait_time_ms: 400 });
+    const { q, delivered, deliveries, active } = await oneShardQueue("round-due-wake", { batch_size: 5, max_wait_time_ms: 400 });
+    await noPushes(active);
     await producer("round-due-wake").send(0);
     await eventually(async () => delivered(), (n) => n === 1);
     await new Promise((r) => setTimeout(r, 100));
@@ -205,3 +217,86 @@ describe("a consumer round's requests per batch", () => {
 async function storageShardStats(name: string) {
   return env.STORAGE_SHARD.get(env.STORAGE_SHARD.idFromName(name)).stats();
 }
+
+describe("batches a storage shard pushes to its consumer shard", () => {
+  /**
+   * Counts one storage shard's lease and settle calls, and this queue's pushes and storage-shard
+   * wake-ups, from now on. The Coordinator's wake-ups of this queue's consumer shards (the drained
+   * shards retiring change the plan, at a time of their own) are dropped: each would be a round.
+   */
+  function watch(queueId: string, shardName: string) {
+    const seen = { leases: 0, settles: 0, wakes: 0, pushes: [] as number[] };
+    const lease = StorageShard.prototype.lease;
+    const settle = StorageShard.prototype.settle;
+    const wake = ConsumerShardClass.prototype.wake;
+    const takePushed = ConsumerShardClass.prototype.takePushed;
+    const mine = (o: StorageShard) => (o as unknown as { identity: { name: string } | null }).identity?.name === shardName;
+    StorageShard.prototype.lease = function (this: StorageShard, req) {
+      if (mine(this)) seen.leases++;
+      return lease.call(this, req);
+    };
+    StorageShard.prototype.settle = function (this: StorageShard, req) {
+      if (mine(this)) seen.settles++;
+      return settle.call(this, req);
+    };
+    ConsumerShardClass.prototype.wake = function (this: ConsumerShard, q: string, index: number, version?: string, shard?: string, dueAt?: number) {
+      if (q === queueId && shard === undefined) return Promise.resolve();
+      if (q === queueId) seen.wakes++;
+      return wake.call(this, q, index, version, shard, dueAt);
+    };
+    ConsumerShardClass.prototype.takePushed = function (this: ConsumerShard, q, index, shard, messages, figures) {
+      if (q === queueId) seen.pushes.push(Date.now());
+      return takePushed.call(this, q, index, shard, messages, figures);
+    };
+    onTestFinished(() => {
+      StorageShard.prototype.lease = lease;
+      StorageShard.prototype.settle = settle;
+      ConsumerShardClass.prototype.wake = wake;
+      ConsumerShardClass.prototype.takePushed = takePushed;
+    });
+    return seen;
+  }
+
+  it("sends a lone message's batch with the wake-up when it is due, its outcome settled from the reply: no lease, no settle", async () => {
+    const { q, active, delivered, deliveries } = await oneShardQueue("push-lone", { batch_size: 5, max_wait_time_ms: 300 });
+    await producer("push-lone").send(0);
+    await eventually(async () => delivered(), (n) => n === 1);
+    await new Promise((r) => setTimeout(r, 100));
+    const seen = watch(q.queue_id, active);
+    for (let i = 1; i <= 3; i++) {
+      const sentAt = Date.now();
+      await producer("push-lone").send(i);
+      await eventually(async () => delivered(), (n) => n === 1 + i);
+      // When its batch was due (it waited max_wait_time_ms to fill), not at once.
+      expect(seen.pushes.at(-1)!).toBeGreaterThanOrEqual(sentAt + 300);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(seen).toMatchObject({ leases: 0, settles: 0, wakes: 0 });
+    expect(seen.pushes).toHaveLength(3);
+    expect(deliveries.slice(1).map((d) => d.ids.length)).toEqual([1, 1, 1]);
+    // Acked, and the ack applied at the storage shard.
+    expect(await eventually(() => storageShardStats(active), (s) => s.backlogCount === 0)).toMatchObject({ backlogCount: 0 });
+  });
+
+  it("settles a pushed batch's retry at the storage shard: the message comes again, attempts counted, until acked", async () => {
+    const q = await createQueue("push-retry");
+    const map = (await coordinatorFor(env, q.queue_id).shardMap())!;
+    for (const s of map.shards.slice(1)) await coordinatorFor(env, q.queue_id).setShardState(s.name, "draining");
+    let calls = 0;
+    const deliveries = await fakeConsumer(q.queue_id, (batch) => {
+      // The first delivery of each message after the first is retried once.
+      for (const m of batch.messages) if (m.body !== 0 && m.attempts === 1 && calls++ >= 0) m.retry();
+    });
+    await addConsumer("push-retry", { settings: { batch_size: 5, max_wait_time_ms: 200, retry_delay: 0 } });
+    await producer("push-retry").send(0);
+    await eventually(async () => deliveries.length, (n) => n === 1);
+    await new Promise((r) => setTimeout(r, 100));
+    const seen = watch(q.queue_id, map.shards[0]!.name);
+    await producer("push-retry").send(1);
+    await eventually(async () => deliveries.length, (n) => n === 3);
+    expect(deliveries.slice(1).map((d) => d.attempts)).toEqual([[1], [2]]);
+    expect(seen.leases + seen.settles).toBeLessThanOrEqual(1);
+    expect(await eventually(() => storageShardStats(map.shards[0]!.name), (s) => s.backlogCount === 0)).toMatchObject({ backlogCount: 0 });
+  });
+});
+
