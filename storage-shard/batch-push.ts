@@ -38,7 +38,9 @@ export interface BatchPushDeps {
   settle: (t: PushTarget, req: Omit<SettleRequest, "queueId" | "consumer">) => boolean;
   /** Ends the leases untouched: the messages are ready again, their attempts as they were. */
   release: (refs: LeaseRef[]) => void;
-  /** Messages are (still) ready and no batch goes out from here: wake consumers as before. */
+  /** How many messages are here and not leased (delayed ones too: an upper bound of the ready). */
+  unleased: () => number;
+  /** A batch's worth still ready after a pushed batch (a backlog, not a trickle): the consumer shard's own round takes it. */
   wakeConsumers: () => void;
   waitUntil: (p: Promise<unknown>) => void;
 }
@@ -106,7 +108,10 @@ export class BatchPush {
     } finally {
       this.out = false;
     }
-    // More arrived while the batch was out: the consumer shard's own round takes them.
-    if (still) this.deps.wakeConsumers();
+    // More is ready (arrivals while the batch was out, a retry without delay): the next push
+    // takes less than a batch, when due; a batch's worth or more is a backlog for the rounds.
+    if (!still) return;
+    if (this.deps.unleased() >= target.limit) this.deps.wakeConsumers();
+    else this.arm(target, this.deps.now());
   }
 }

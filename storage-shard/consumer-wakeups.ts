@@ -62,13 +62,13 @@ export class ConsumerWakeups {
    * Tells the Coordinator this shard has messages ready, unless it did since a consumer last
    * found it empty. `dueAt`: when the leaser's batch is due here (absent: now).
    */
-  notify(dueAt?: number): void {
+  notify(dueAt?: number, pushable = true): void {
     const shard = this.identity();
     if (this.notified || !shard) return;
     this.notified = true;
     const leaser = this.leaser;
     const batch = this.leaserBatch;
-    if (leaser !== null && batch?.leaseMs !== undefined && this.push?.({ shard: leaser, limit: batch.limit, maxWaitMs: batch.maxWaitMs, leaseMs: batch.leaseMs }, dueAt)) return;
+    if (pushable && leaser !== null && batch?.leaseMs !== undefined && this.push?.({ shard: leaser, limit: batch.limit, maxWaitMs: batch.maxWaitMs, leaseMs: batch.leaseMs }, dueAt)) return;
     if (leaser !== null) {
       this.ctx.waitUntil(
         consumerShardFor(this.env, shard.queueId, leaser)
@@ -133,9 +133,10 @@ export class ConsumerWakeups {
   }
 
   /** Messages became ready outside an append (keys released to this shard): tell now. */
-  notifyAgain(): void {
+  /** `pushable` false: a wake-up for the consumer shard's own round (a backlog, not a trickle's batch). */
+  notifyAgain(pushable = true): void {
     this.notified = false;
-    this.notify();
+    this.notify(undefined, pushable);
   }
 
   /**

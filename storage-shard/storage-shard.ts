@@ -58,7 +58,8 @@ export class StorageShard extends ShardCore {
       const released = this.ctx.storage.transactionSync(() => releaseLeases(this.sql, this.delivery, this.clock.now(), refs));
       this.leasedNow = Math.max(0, this.leasedNow - released);
     },
-    wakeConsumers: () => this.wakeups.notifyAgain(),
+    unleased: () => this.backlogCount - this.leasedNow,
+    wakeConsumers: () => this.wakeups.notifyAgain(false),
     waitUntil: (p) => this.ctx.waitUntil(p),
   });
 

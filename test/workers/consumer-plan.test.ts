@@ -278,6 +278,32 @@ describe("batches a storage shard pushes to its consumer shard", () => {
     expect(await eventually(() => storageShardStats(active), (s) => s.backlogCount === 0)).toMatchObject({ backlogCount: 0 });
   });
 
+  it("leaves a batch's worth that arrived while a pushed batch was out to the consumer shard's own round", async () => {
+    let slow = false;
+    const q = await createQueue("push-backlog");
+    const map = (await coordinatorFor(env, q.queue_id).shardMap())!;
+    for (const s of map.shards.slice(1)) await coordinatorFor(env, q.queue_id).setShardState(s.name, "draining");
+    const deliveries = await fakeConsumer(q.queue_id, async () => {
+      if (slow) await new Promise((r) => setTimeout(r, 400));
+    });
+    await addConsumer("push-backlog", { settings: { batch_size: 5, max_wait_time_ms: 200 } });
+    const delivered = () => deliveries.reduce((n, d) => n + d.ids.length, 0);
+    await producer("push-backlog").send(0);
+    await eventually(async () => delivered(), (n) => n === 1);
+    await new Promise((r) => setTimeout(r, 100));
+    const seen = watch(q.queue_id, map.shards[0]!.name);
+    slow = true;
+    await producer("push-backlog").send(1);
+    await eventually(async () => deliveries.length, (n) => n === 2);
+    await producer("push-backlog").sendBatch(Array.from({ length: 7 }, (_, i) => ({ body: i })));
+    await eventually(async () => delivered(), (n) => n === 9);
+    expect(seen.pushes).toHaveLength(1);
+    // Woken by the storage shard, naming itself, for its own round, which leased them.
+    expect(seen.wakes).toBeGreaterThanOrEqual(1);
+    expect(seen.leases).toBeGreaterThanOrEqual(1);
+    expect(deliveries.slice(2).map((d) => d.ids.length)).toEqual([5, 2]);
+  });
+
   it("settles a pushed batch's retry at the storage shard: the message comes again, attempts counted, until acked", async () => {
     const q = await createQueue("push-retry");
     const map = (await coordinatorFor(env, q.queue_id).shardMap())!;
