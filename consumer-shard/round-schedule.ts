@@ -59,6 +59,8 @@ export class RoundSchedule {
    * BACKSTOP_MS while pushes come, as behind timers.
    */
   async backstop(): Promise<void> {
+    // Not idle: a backstop set for rounds is kept while batches come pushed, not deleted to be set again.
+    this.idleSince = null;
     if (this.alarmSet !== null || !this.timers()) return;
     if ((await this.storage.getAlarm()) !== null) return;
     const at = this.now() + BACKSTOP_MS;

@@ -132,8 +132,10 @@ export class ConsumerWakeups {
     this.notified = false;
   }
 
-  /** Messages became ready outside an append (keys released to this shard): tell now. */
-  /** `pushable` false: a wake-up for the consumer shard's own round (a backlog, not a trickle's batch). */
+  /**
+   * Messages became ready outside an append (keys released to this shard, a lease ran out): tell
+   * now. `pushable` false: a wake-up for the consumer shard's own round (a backlog, not a trickle).
+   */
   notifyAgain(pushable = true): void {
     this.notified = false;
     this.notify(undefined, pushable);
