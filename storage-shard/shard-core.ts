@@ -318,12 +318,12 @@ export abstract class ShardCore extends DurableObject<Env> {
   protected takeLapsedLeases(now: number): boolean {
     const memory = this.delivery.hasLapsed(now);
     if (!memory && !laneLeaseMayHaveLapsed(this.sql, now)) return false;
-    const lanes = this.ctx.storage.transactionSync(() => {
+    // As a lease's write: the rewrites may close the open head, whose deferred acks go with it.
+    const lanes = this.write(now, () => {
       if (memory) expireLeases(this.sql, this.delivery, now);
       return expireLaneLeases(this.sql, now);
     });
-    // The lanes' bound may have been a lease settled since: then nothing lapsed.
-    if (!memory && lanes === 0) return false;
+    if (!memory && lanes === 0) return false; // the lanes' bound was a lease settled since
     this.leasedNow = leasedCount(this.delivery, now) + leasedLaneCount(this.sql);
     this.wakeups.notifyAgain();
     return true;
