@@ -43,10 +43,12 @@ export function findLaneMessage(sql: SqlStorage, now: number, id: string): (Mess
   const r = lseq === null ? undefined : sql.exec<Row & { size: number }>("SELECT lseq, key, id, content_type, enqueued_at, due_at, attempts, sent_at, leased, length(body) AS size FROM lane_messages WHERE lseq = ?", lseq).toArray()[0];
   if (!r) return null;
   const lane = sql.exec<Lane>("SELECT key, ready_at, lease, lease_until FROM lanes WHERE key = ?", r.key).toArray()[0];
-  const leased = r.leased === 1 && lane?.lease !== null;
-  const state = leased ? "leased" : r.due_at > now ? "delayed" : "ready";
-  const visibleAt = leased ? (lane?.lease_until ?? now) : Math.max(r.due_at || r.enqueued_at, lane?.ready_at ?? 0);
-  return { id: r.id, state, attempts: r.attempts, enqueuedAt: r.sent_at || r.enqueued_at, visibleAt, size: r.size, contentType: r.content_type as ContentType, orderingKey: r.key };
+  const held = r.leased === 1 && lane !== undefined && lane.lease !== null;
+  // A lease that ran out and is not expired yet: ready, that delivery counted, as expireLaneLeases will write it.
+  const lapsed = held && (lane.lease_until ?? now) <= now;
+  const state = held && !lapsed ? "leased" : r.due_at > now && !lapsed ? "delayed" : "ready";
+  const visibleAt = held ? (lane.lease_until ?? now) : Math.max(r.due_at || r.enqueued_at, lane?.ready_at ?? 0);
+  return { id: r.id, state, attempts: r.attempts + (lapsed ? 1 : 0), enqueuedAt: r.sent_at || r.enqueued_at, visibleAt, size: r.size, contentType: r.content_type as ContentType, orderingKey: r.key };
 }
 
 /** Deletes a lane message by id wherever it stands, as a segment's cancel does; its lane goes on. */
