@@ -61,30 +61,8 @@ const SHORT_LEASE_MS = 1000;
 /** The storage shard's schema_version while its messages table has the v4 layout (one row per message). */
 const V4_SCHEMA_VERSION = 9;
 
-/**
- * The fixture's own producer Worker: one `send()` per request, as a user's Worker would
- * call it. `type=bytes` sends the request body's bytes; `type=v8` a structured value JSON
- * cannot hold. Answers with the message id shardq adds to the response.
- */
-const PRODUCER_SOURCE = `export default {
-  async fetch(request, env) {
-    const url = new URL(request.url);
-    if (url.pathname !== "/send" || request.method !== "POST") return new Response("POST /send?type=bytes|v8&delay=s", { status: 404 });
-    const delaySeconds = Number(url.searchParams.get("delay") ?? 0);
-    const type = url.searchParams.get("type");
-    const body =
-      type === "bytes"
-        ? await request.arrayBuffer()
-        : { at: new Date(Date.UTC(2026, 0, 2, 3, 4, 5)), tags: new Set(["a", "b"]), map: new Map([["k", 1], ["l", [2, 3]]]), big: 2n ** 70n, nothing: undefined, bytes: new Uint8Array([0, 1, 255]), nan: NaN };
-    try {
-      const sent = await env.QUEUE.send(body, { contentType: type, delaySeconds });
-      return Response.json({ id: sent.messageId });
-    } catch (err) {
-      return Response.json({ error: String(err) }, { status: 503 });
-    }
-  },
-};
-`;
+/** The fixture's own producer Worker (one `send()` per request; bytes and v8 bodies HTTP cannot send). */
+const PRODUCER_SOURCE = join(ROOT, "scripts", "upgrade-fixture-producer", "index.js");
 
 /**
  * @typedef {"ready" | "delayed" | "retried_ready" | "retry_scheduled" | "retry_pending" | "leased" | "leased_long" | "lease_expired" | "acked"} FixtureState
@@ -160,7 +138,7 @@ try {
   // --- Sends through a producer binding: bytes and v8, which HTTP does not carry.
   const producerDir = join(work, "producer");
   mkdirSync(producerDir);
-  writeFileSync(join(producerDir, "index.js"), PRODUCER_SOURCE);
+  cpSync(PRODUCER_SOURCE, join(producerDir, "index.js"));
   writeFileSync(
     join(producerDir, "wrangler.toml"),
     `name = "shardq-upgrade-fixture-producer"\nmain = "index.js"\ncompatibility_date = "2026-11-01"\n\n[[services]]\nbinding = "QUEUE"\nservice = "shardq"\nentrypoint = "QueueProducer"\nprops = { account = "local", queue = "${QUEUE}" }\n`,

@@ -403,15 +403,8 @@ export function check(ops, opts = {}) {
   // Every abort tried must fire; one skipped because the load was over is counted, not failed.
   const skipped = ops.filter((o) => o.f === "skipped").length;
   if (plan && (fired.length !== aborts.length || aborts.length + skipped !== (plan.aborts ?? 0))) failures.push(`${fired.length} of the ${plan.aborts ?? 0} planned aborts fired${skipped ? ` (${skipped} skipped: the load was over)` : ""}`);
-  // The control-plane faults: each fired (or was skipped for a stated reason) and the service recovered.
-  failures.push(...control.failures);
-  failures.push(...pushCheck.failures);
-  failures.push(...orderCheck.failures);
-  failures.push(...idCheck.failures);
-  failures.push(...purgeCheck.failures);
-  failures.push(...pauseCheck.failures);
-  failures.push(...readyCheck.failures);
-  failures.push(...quietCheck.failures);
+  // Each rule kept in its own module (the control-plane faults: each fired, or was skipped for a stated reason, and the service recovered).
+  for (const c of [control, pushCheck, orderCheck, idCheck, purgeCheck, pauseCheck, readyCheck, quietCheck]) failures.push(...c.failures);
   if (plan?.redrive && !redrives.some((r) => r.outcome === "ok")) failures.push("no redrive of the dead-letter queue succeeded: the run moved nothing");
   if (plan?.controls && (control.figures?.count ?? 0) !== plan.controls) failures.push(`${control.figures?.count ?? 0} of the ${plan.controls} planned control faults ran`);
 
