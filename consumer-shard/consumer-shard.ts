@@ -40,9 +40,12 @@ export const PLAN_REFRESH_MS = 5 * 60_000;
  * lease that left some, a partial batch); every shard only when woken without a name (the
  * Coordinator's safety wake-ups, a plan change), after a restart, or this long after the
  * last such sweep. A shard that gets messages after a lease found it empty wakes the
- * consumer naming itself (storage-shard/consumer-wakeups.ts).
+ * consumer naming itself (storage-shard/consumer-wakeups.ts), and one whose wake-up or push
+ * fails tells the Coordinator instead, so the sweep is a backstop: as slow as a storage shard's
+ * report on the slow cadence (src/kernel/heartbeat.ts), whose ready messages wake consumers too.
+ * Each sweep is a request to every storage shard of the queue.
  */
-export const SWEEP_EVERY_MS = 60_000;
+export const SWEEP_EVERY_MS = 5 * 60_000;
 
 type PlannedShard = DeliveryPlan["shards"][number];
 
@@ -85,7 +88,7 @@ export class ConsumerShard extends DurableObject<Env> {
   private planWanted: string | undefined;
   /** A storage shard refused this shard's lease (retired, unknown): the next round fetches the plan. */
   private planDoubted = false;
-  /** Messages the current (or last) round delivered. */
+  /** Messages delivered since the last round ended: the round's and pushed batches'. */
   private roundDelivered = 0;
   /** Plans fetched from the Coordinator since this object started (tests read it). */
   planFetches = 0;
@@ -207,8 +210,11 @@ export class ConsumerShard extends DurableObject<Env> {
     const now = this.clock.now();
     // A round that delivered counts as delivering too: at a steady trickle every round ends for
     // want of messages, and a shard delivering one round after another must not report stopping
-    // at each (a report per round); it stops at the first round that delivers nothing.
+    // at each (a report per round); it stops at the first round that delivers nothing. Batches
+    // pushed since the last round count: the backstop's round behind pushes finds nothing to
+    // lease, and it reported a stop, and the next push a start, two reports and rows each time.
     const running = (next !== null && next <= now + interval) || this.roundDelivered > 0;
+    this.roundDelivered = 0;
     await this.reportIfDue(queueId, running ? Math.max(next ?? now, now) + interval : null, failed);
     await this.schedule(next);
     if (!failed) this.hooks.alarmEnds(this.clock.now());
@@ -280,7 +286,6 @@ export class ConsumerShard extends DurableObject<Env> {
 
   /** Delivers batches until no storage shard has ready messages or the round's budget is spent. Returns when to run again. */
   async deliverRound(queueId: string): Promise<number | null> {
-    this.roundDelivered = 0;
     const index = (await this.storage.get<number>("index")) ?? 0;
     const plan = await this.currentPlan(queueId);
     const consumer = plan?.consumer;

@@ -33,9 +33,11 @@ export interface ConsumerShardStatus extends Omit<ConsumerShardReport, "cost" | 
 export function recordStorageBeat(sql: SqlStorage, beat: StorageHeartbeat, now: number): void {
   carryShardRestart(sql, beat.shard, beat.totals, beat.sentAt);
   sql.exec(
-    `INSERT OR REPLACE INTO heartbeats
+    // An upsert: OR REPLACE deletes the old row and inserts another, two rows written a report.
+    `INSERT INTO heartbeats
        (name, backlog_count, backlog_bytes, oldest_at, messages_in, messages_out, refusals, leased_now, handoffs, state, period_ms, sent_at, received_at, totals, cost, in_from, next_report_at, last)
-     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+     ON CONFLICT(name) DO UPDATE SET backlog_count = excluded.backlog_count, backlog_bytes = excluded.backlog_bytes, oldest_at = excluded.oldest_at, messages_in = excluded.messages_in, messages_out = excluded.messages_out, refusals = excluded.refusals, leased_now = excluded.leased_now, handoffs = excluded.handoffs, state = excluded.state, period_ms = excluded.period_ms, sent_at = excluded.sent_at, received_at = excluded.received_at, totals = excluded.totals, cost = excluded.cost, in_from = excluded.in_from, next_report_at = excluded.next_report_at, last = excluded.last`,
     beat.shard, beat.backlogCount, beat.backlogBytes, beat.oldestEnqueuedAt, beat.messagesIn, beat.messagesOut, beat.refusals, beat.leasedNow, beat.handoffs ?? 0,
     beat.state, beat.periodMs, beat.sentAt, now, JSON.stringify(beat.totals), JSON.stringify(beat.cost), beat.inFrom ? JSON.stringify(beat.inFrom) : null,
     // Its own clock's time, moved onto this one's.

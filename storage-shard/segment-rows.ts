@@ -124,10 +124,12 @@ export function placement(messages: readonly Pick<NewMessage, "dueAt" | "body">[
 
 /**
  * Bounds of the open head segment. An append rewrites the whole row, so the head takes
- * new slots only while it is small (a few rewrites of a few KB, never a large row over
- * and over) and young (its ids still sort by the time they were made, to within this).
+ * new slots only while it is small (rewrites of tens of KB, never a large row over and
+ * over) and young (its ids still sort by the time they were made, to within this). Each
+ * head closed is a row written and deleted, which a stream of lone sends pays once per
+ * HEAD_MAX_MESSAGES of them.
  */
-export const HEAD_MAX_MESSAGES = 64;
+export const HEAD_MAX_MESSAGES = 256;
 export const HEAD_MAX_BYTES = 64 * 1024;
 export const HEAD_MAX_AGE_MS = 60_000;
 

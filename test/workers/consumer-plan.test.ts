@@ -4,7 +4,7 @@
  * or a long refresh makes it ask again), reports at most every REPORT_EVERY_MS while it
  * delivers, and is woken by the storage shard it leased from, not through the Coordinator.
  */
-import { env, runInDurableObject } from "cloudflare:test";
+import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it, onTestFinished } from "vitest";
 import { Coordinator } from "../../coordinator/coordinator";
 import { StorageShard } from "../../storage-shard/storage-shard";
@@ -276,6 +276,31 @@ describe("batches a storage shard pushes to its consumer shard", () => {
     expect(deliveries.slice(1).map((d) => d.ids.length)).toEqual([1, 1, 1]);
     // Acked, and the ack applied at the storage shard.
     expect(await eventually(() => storageShardStats(active), (s) => s.backlogCount === 0)).toMatchObject({ backlogCount: 0 });
+  });
+
+  it("counts as delivering while batches come pushed: the backstop's round, which finds nothing to lease, reports no stop", async () => {
+    const { shard, delivered } = await oneShardQueue("push-running", { batch_size: 5, max_wait_time_ms: 100 });
+    // The first message goes by a round (the storage shard knows no consumer shard yet), which reports.
+    await producer("push-running").send(0);
+    await eventually(async () => delivered(), (n) => n === 1);
+    await runDurableObjectAlarm(shard);
+    // A minute on since that round's report: the next push reports that it delivers again.
+    await runInDurableObject(shard, (obj: ConsumerShard) => void ((obj as unknown as { reported: { at: number } }).reported.at -= 60_000));
+    const reports: boolean[] = [];
+    const consumerReport = Coordinator.prototype.consumerReport;
+    Coordinator.prototype.consumerReport = function (this: Coordinator, r) {
+      reports.push(r.running);
+      return consumerReport.call(this, r);
+    };
+    onTestFinished(() => void (Coordinator.prototype.consumerReport = consumerReport));
+    for (let i = 1; i <= 3; i++) {
+      await producer("push-running").send(i);
+      await eventually(async () => delivered(), (n) => n === i + 1);
+      // The backstop alarm behind the pushes: its round leases nothing, the batches having come pushed.
+      expect(await runDurableObjectAlarm(shard)).toBe(true);
+    }
+    // Delivering all along: the report that it delivers again, none that it stopped.
+    expect(reports).toEqual([true]);
   });
 
   it("leaves a batch's worth that arrived while a pushed batch was out to the consumer shard's own round", async () => {

@@ -65,6 +65,26 @@ describe("cost figures of the control objects", () => {
     expect((await coordinator.costFigures()).consumerShards["0"]?.rpcs).toBe(7);
   });
 
+  it("a storage shard's report writes its heartbeat row once, not a delete and an insert", async () => {
+    const q = await createQueue("control-cost-beats");
+    const coordinator = coordinatorFor(env, q.queue_id);
+    const shard = (await coordinator.shardMap())!.shards[0]!.name;
+    const beat = (sentAt: number) =>
+      coordinator.heartbeat({
+        shard, state: "active", backlogCount: 1, backlogBytes: 1, oldestEnqueuedAt: 1, messagesIn: 1, messagesOut: 0, refusals: 0, leasedNow: 0, periodMs: 5000, sentAt,
+        totals: { stored: 1, leased: 0, acked: 0, retried: 0, deadLettered: 0, dropped: 0, expired: 0, quarantined: 0, purged: 0, cancelled: 0 },
+        cost: { rpcs: 0, rowsWritten: 0 },
+      });
+    await beat(Date.now());
+    const before = await coordinator.costFigures();
+    await beat(Date.now() + 1);
+    const after = await coordinator.costFigures();
+    expect(after.rpcs - before.rpcs).toBe(1);
+    // The heartbeat row, updated in place (the control loop's alarm is armed already).
+    expect(after.rowsWritten - before.rowsWritten).toBe(1);
+    expect((await coordinator.heartbeats()).find((b) => b.name === shard)).toMatchObject({ backlog_count: 1, messages_in: 1 });
+  });
+
   it("the catalog and the idempotency tables count their RPCs and rows", async () => {
     const catalog = catalogFor(env, ACCOUNT);
     const c0 = await catalog.costFigures();
