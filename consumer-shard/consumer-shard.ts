@@ -4,6 +4,7 @@ import { bindingMetrics, sumFigures } from "../src/routing/queue-figures";
 import { systemClock, systemTimers, type Clock, type Timers } from "../src/kernel/clock";
 import { RoundSchedule } from "./round-schedule";
 import { serviceConfig } from "../src/kernel/config";
+import { ConsumerReports } from "./reports";
 import { consumerBinding, consumerBindingName, type ConsumerRecord } from "../src/kernel/consumer-settings";
 import type { Env } from "../src/kernel/env";
 import type { DeliveryPlan, LeasedMessage, PushReply, SettleRequest, SettleResult, ShardBacklog } from "../src/kernel/protocol";
@@ -12,7 +13,7 @@ import { handOver, type LeasedBatch, type PartOutcome } from "./batch-delivery";
 import { transportFor, type Dispatch } from "./transports";
 import { decideGather, oldestFirst, reserveFor, type FillingShard } from "./gather";
 import { keepFresher, pickWeighted } from "./shard-choice";
-import { meteredStorage, newMeter, readMeter } from "../src/kernel/sql-meter";
+import { meteredStorage, newMeter } from "../src/kernel/sql-meter";
 import { testHooksFor, type FaultPoint, type TestHookStatus } from "../src/kernel/test-hooks";
 
 /** Wall-clock limit of one Cloudflare queue() invocation; leases are not extended past it. */
@@ -23,12 +24,6 @@ const ROUND_BUDGET_MS = 30_000;
 const UNBOUND_RETRY_MS = 30_000;
 /** A round that failed (a storage shard or the Coordinator did not answer) runs again after this long. */
 const RETRY_AFTER_ERROR_MS = 2000;
-/**
- * How often a consumer shard at work reports to its Coordinator: its counts, and until when it
- * counts as delivering. Not every round: at a message a second a report a round was a
- * Coordinator request and row per message.
- */
-export const REPORT_EVERY_MS = 30_000;
 /**
  * How long a kept delivery plan serves without word from the Coordinator. Every change to the
  * plan reaches the shard sooner, by a wake-up carrying its version; this bounds what a lost
@@ -76,10 +71,6 @@ export class ConsumerShard extends DurableObject<Env> {
   /** Storage shards last seen holding a partial batch, kept from round to round (in memory: lost with the object, which only costs a wait). */
   private readonly waiting = new Map<string, FillingShard>();
 
-  /** Delivered since the last report to the Coordinator. */
-  private report = { delivered: 0, batches: 0, errors: 0 };
-  /** The last report sent: when, and until when it said this shard counts as delivering (null: stopped). */
-  private reported: { at: number; runningUntil: number | null } = { at: -Infinity, runningUntil: null };
 
   /** The delivery plan kept from round to round (in memory: a restart asks again) and when it was fetched. */
   private plan: DeliveryPlan | null = null;
@@ -109,6 +100,8 @@ export class ConsumerShard extends DurableObject<Env> {
   private readonly since = Date.now();
   /** ctx.storage, metered: its key-value and alarm calls are billed as rows. */
   private readonly storage = meteredStorage(this.ctx.storage, this.cost);
+  /** Its reports to the Coordinator (reports.ts). */
+  private readonly reports = new ConsumerReports(this.env, () => this.clock.now(), async () => (await this.storage.get<number>("index")) ?? 0, this.cost, this.since);
   /** When rounds run: on a timer for a short wait, else on the alarm, never two at once (round-schedule.ts). */
   private readonly rounds = new RoundSchedule(this.storage, () => (this.clock === systemClock ? this.timers : null), () => this.clock.now(), () => this.roundOnce());
 
@@ -158,7 +151,7 @@ export class ConsumerShard extends DurableObject<Env> {
       this.hooks.at("abort-leased", this.ctx);
       const [part] = await this.handOver(plan, consumer, [{ shard, messages }], dispatch, { metrics: bindingMetrics(sumFigures([...this.figures.values()])) }, Date.now());
       const settle = await settleRequestFor(this.env, plan, consumer, shard, part!.disposition, messages);
-      await this.reportIfDue(queueId, this.clock.now() + serviceConfig(this.env).heartbeatIntervalMs, false);
+      await this.reports.ifDue(queueId, this.clock.now() + serviceConfig(this.env).heartbeatIntervalMs, false);
       await this.rounds.backstop().catch((err: unknown) => console.error("consumer shard: backstop alarm not set:", err));
       return { taken: true, settle };
     } finally {
@@ -199,7 +192,7 @@ export class ConsumerShard extends DurableObject<Env> {
       // Not thrown: the platform retries a throwing alarm 6 times and then drops it, and
       // this shard would deliver nothing until the Coordinator woke it again.
       console.error(`consumer shard: delivery round failed, again in ${RETRY_AFTER_ERROR_MS} ms:`, err);
-      this.report.errors++;
+      this.reports.counts.errors++;
       next = this.clock.now() + RETRY_AFTER_ERROR_MS;
     }
     // Running: its next round comes within a heartbeat interval (its budget ran out, or
@@ -215,7 +208,7 @@ export class ConsumerShard extends DurableObject<Env> {
     // lease, and it reported a stop, and the next push a start, two reports and rows each time.
     const running = (next !== null && next <= now + interval) || this.roundDelivered > 0;
     this.roundDelivered = 0;
-    await this.reportIfDue(queueId, running ? Math.max(next ?? now, now) + interval : null, failed);
+    await this.reports.ifDue(queueId, running ? Math.max(next ?? now, now) + interval : null, failed);
     await this.schedule(next);
     if (!failed) this.hooks.alarmEnds(this.clock.now());
   }
@@ -228,40 +221,6 @@ export class ConsumerShard extends DurableObject<Env> {
   /** The fault harness's hook (src/kernel/test-hooks.ts): throws unless SHARDQ_TEST_HOOKS is "on". */
   testHook(req: { arm?: FaultPoint | null; times?: number } = {}): TestHookStatus {
     return this.hooks.control(req.arm, req.times);
-  }
-
-  /**
-   * At the end of a round: a report when the last is REPORT_EVERY_MS old and there is news (a
-   * count, or a change between delivering and not); at once when this shard stopped while its
-   * last report said it delivers for a while yet, within an interval when it delivers again
-   * after saying it stopped, and when a round failed for the first time.
-   * `runningUntil`: when its next round is due plus a margin, or null when it stops.
-   */
-  private async reportIfDue(queueId: string, runningUntil: number | null, failed: boolean): Promise<void> {
-    const now = this.clock.now();
-    const last = this.reported;
-    const news = this.report.delivered + this.report.batches + this.report.errors > 0 || (runningUntil === null) !== (last.runningUntil === null || last.runningUntil < now);
-    const stopped = runningUntil === null && last.runningUntil !== null && last.runningUntil > now;
-    // Delivering again after a report that it stopped (or whose claim ran out): said within an interval.
-    const resumed = runningUntil !== null && (last.runningUntil === null || last.runningUntil < now) && now - last.at >= serviceConfig(this.env).heartbeatIntervalMs;
-    if ((now - last.at >= REPORT_EVERY_MS && news) || stopped || resumed || (failed && last.at === -Infinity)) await this.sendReport(queueId, runningUntil);
-  }
-
-  /** Tells the Coordinator what this shard delivered, and until when it counts as delivering (null: it stopped). */
-  private async sendReport(queueId: string, runningUntil: number | null): Promise<void> {
-    const index = (await this.storage.get<number>("index")) ?? 0;
-    const { delivered, batches, errors } = this.report;
-    this.report = { delivered: 0, batches: 0, errors: 0 };
-    // Delivering: it counts as such until its next report is due (consumer scaling, the
-    // dashboard), unless it reports sooner that it stopped.
-    const now = this.clock.now();
-    if (runningUntil !== null) runningUntil = Math.max(runningUntil, now + REPORT_EVERY_MS + serviceConfig(this.env).heartbeatIntervalMs);
-    this.reported = { at: now, runningUntil };
-    try {
-      await coordinatorFor(this.env, queueId).consumerReport({ index, running: runningUntil !== null, runningUntil, delivered, batches, errors, cost: readMeter(this.cost, this.since) });
-    } catch (err) {
-      console.error("consumer shard report failed:", err);
-    }
   }
 
   /**
@@ -408,8 +367,7 @@ export class ConsumerShard extends DurableObject<Env> {
       }
       // A long round still reports, so the Coordinator sees it working until its next report
       // (a short one reports at its end, when one is due).
-      const now = this.clock.now();
-      if (now - started >= serviceConfig(this.env).heartbeatIntervalMs && now - this.reported.at >= REPORT_EVERY_MS) await this.sendReport(queueId, now);
+      if (this.clock.now() - started >= serviceConfig(this.env).heartbeatIntervalMs) await this.reports.duringLongRound(queueId);
     }
     return this.clock.now();
   }
@@ -433,10 +391,10 @@ export class ConsumerShard extends DurableObject<Env> {
   private async handOver(plan: DeliveryPlan, consumer: ConsumerRecord, batch: LeasedBatch, dispatch: Dispatch, metadata: MessageBatchMetadata, leasedAt: number): Promise<PartOutcome[]> {
     const { outcome, parts } = await handOver({ env: this.env, queueId: plan.queueId, queueName: plan.queueName, consumer, dispatch, metadata, leasedAt, leaseMs: this.leaseMs, maxExecutionMs: this.maxExecutionMs }, batch);
     const count = batch.reduce((n, p) => n + p.messages.length, 0);
-    this.report.batches++;
-    this.report.delivered += count;
+    this.reports.counts.batches++;
+    this.reports.counts.delivered += count;
     this.roundDelivered += count;
-    if (outcome.outcome !== "ok") this.report.errors++;
+    if (outcome.outcome !== "ok") this.reports.counts.errors++;
     // The consumer is done with the batch and its acks are not applied: they come again.
     this.hooks.at("abort-dispatched", this.ctx);
     return parts;
