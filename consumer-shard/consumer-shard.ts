@@ -5,6 +5,7 @@ import { systemClock, systemTimers, type Clock, type Timers } from "../src/kerne
 import { RoundSchedule } from "./round-schedule";
 import { serviceConfig } from "../src/kernel/config";
 import { ConsumerReports } from "./reports";
+import { PushChoice } from "./push-choice";
 import { consumerBinding, consumerBindingName, type ConsumerRecord } from "../src/kernel/consumer-settings";
 import type { Env } from "../src/kernel/env";
 import type { DeliveryPlan, LeasedMessage, PushReply, SettleRequest, SettleResult, ShardBacklog } from "../src/kernel/protocol";
@@ -100,6 +101,8 @@ export class ConsumerShard extends DurableObject<Env> {
   private readonly since = Date.now();
   /** ctx.storage, metered: its key-value and alarm calls are billed as rows. */
   private readonly storage = meteredStorage(this.ctx.storage, this.cost);
+  /** Whether storage shards push it batches or its rounds lease them (push-choice.ts). */
+  private readonly pushChoice = new PushChoice();
   /** Its reports to the Coordinator (reports.ts). */
   private readonly reports = new ConsumerReports(this.env, () => this.clock.now(), async () => (await this.storage.get<number>("index")) ?? 0, this.cost, this.since);
   /** When rounds run: on a timer for a short wait, else on the alarm, never two at once (round-schedule.ts). */
@@ -153,7 +156,8 @@ export class ConsumerShard extends DurableObject<Env> {
       const settle = await settleRequestFor(this.env, plan, consumer, shard, part!.disposition, messages);
       await this.reports.ifDue(queueId, this.clock.now() + serviceConfig(this.env).heartbeatIntervalMs, false);
       await this.rounds.backstop().catch((err: unknown) => console.error("consumer shard: backstop alarm not set:", err));
-      return { taken: true, settle };
+      const { batch_size: batchSize, max_wait_time_ms: maxWaitMs } = consumer.settings;
+      return { taken: true, settle, pushes: this.pushChoice.wanted(this.clock.now(), batchSize, maxWaitMs) };
     } finally {
       this.pushing = null;
       done();
@@ -282,7 +286,8 @@ export class ConsumerShard extends DurableObject<Env> {
     };
     const leaseFrom = async (name: string, limit: number, waitMs: number) => {
       this.named.delete(name);
-      const lease = await storageShardFor(this.env, name).lease({ queueId, limit, leaseMs: this.leaseMs, maxWaitMs: waitMs, retentionMs: plan.retentionMs, consumerShard: index });
+      const pushes = this.pushChoice.wanted(this.clock.now(), batchSize, maxWaitMs);
+      const lease = await storageShardFor(this.env, name).lease({ queueId, limit, leaseMs: this.leaseMs, maxWaitMs: waitMs, retentionMs: plan.retentionMs, consumerShard: index, pushes });
       // Retired or unknown: the plan kept is older than the map.
       if (lease.refused) this.planDoubted = true;
       else keepFresher(figures, { ...lease.backlog, at: lease.backlog.at ?? Date.now() });
@@ -355,7 +360,7 @@ export class ConsumerShard extends DurableObject<Env> {
       if (batch.length === 0) continue;
       // Leased and not yet handed over: a reset here leaves the leases to expire.
       this.hooks.at("abort-leased", this.ctx);
-      const settled = await this.deliverBatch(plan, consumer, batch, dispatch, { metrics: bindingMetrics(sumFigures([...figures.values()])) }, leasedAt, { shard: index, limit: batchSize, maxWaitMs, leaseMs: this.leaseMs });
+      const settled = await this.deliverBatch(plan, consumer, batch, dispatch, { metrics: bindingMetrics(sumFigures([...figures.values()])) }, leasedAt, { shard: index, limit: batchSize, maxWaitMs, ...(this.pushChoice.wanted(this.clock.now(), batchSize, maxWaitMs) ? { leaseMs: this.leaseMs } : {}) });
       // A shard its settle left with nothing ready is passed over, as an empty lease would have
       // found it (and it wakes this shard at its next arrival): no lease to find out.
       for (const { shard: name, after } of settled) {
@@ -391,6 +396,7 @@ export class ConsumerShard extends DurableObject<Env> {
   private async handOver(plan: DeliveryPlan, consumer: ConsumerRecord, batch: LeasedBatch, dispatch: Dispatch, metadata: MessageBatchMetadata, leasedAt: number): Promise<PartOutcome[]> {
     const { outcome, parts } = await handOver({ env: this.env, queueId: plan.queueId, queueName: plan.queueName, consumer, dispatch, metadata, leasedAt, leaseMs: this.leaseMs, maxExecutionMs: this.maxExecutionMs }, batch);
     const count = batch.reduce((n, p) => n + p.messages.length, 0);
+    for (const p of batch) this.pushChoice.delivered(p.shard, p.messages.length, this.clock.now());
     this.reports.counts.batches++;
     this.reports.counts.delivered += count;
     this.roundDelivered += count;

@@ -35,7 +35,8 @@ export interface BatchPushDeps {
   /** Hands them to the consumer shard; its reply. */
   deliver: (t: PushTarget, messages: LeasedMessage[], figures: ShardBacklog[]) => Promise<PushReply>;
   /** Settles the outcome here; answers whether messages are still ready. */
-  settle: (t: PushTarget, req: Omit<SettleRequest, "queueId" | "consumer">) => boolean;
+  /** `pushes` false: the consumer shard's rounds take the next batches, woken, not pushed. */
+  settle: (t: PushTarget, req: Omit<SettleRequest, "queueId" | "consumer">, pushes: boolean) => boolean;
   /** Ends the leases untouched: the messages are ready again, their attempts as they were. */
   release: (refs: LeaseRef[]) => void;
   /** How many messages are here and not leased (delayed ones too: an upper bound of the ready). */
@@ -91,6 +92,7 @@ export class BatchPush {
     }
     this.out = true;
     let still = false;
+    let pushes = true;
     try {
       const reply = await this.deps.deliver(target, messages, figures).catch((err: unknown) => {
         // Handed over or not, unknown: the leases run out and their lapse wakes consumers.
@@ -104,14 +106,15 @@ export class BatchPush {
         return;
       }
       this.pushed++;
-      still = this.deps.settle(target, reply.settle);
+      pushes = reply.pushes !== false;
+      still = this.deps.settle(target, reply.settle, pushes);
     } finally {
       this.out = false;
     }
     // More is ready (arrivals while the batch was out, a retry without delay): the next push
     // takes less than a batch, when due; a batch's worth or more is a backlog for the rounds.
     if (!still) return;
-    if (this.deps.unleased() >= target.limit) this.deps.wakeConsumers();
+    if (!pushes || this.deps.unleased() >= target.limit) this.deps.wakeConsumers();
     else this.arm(target, this.deps.now());
   }
 }

@@ -53,7 +53,7 @@ export class StorageShard extends ShardCore {
       return { messages: r.messages, waitUntil: r.waitUntil, figures: [r.backlog, ...(r.peers ?? [])] };
     },
     deliver: (t, messages, figures) => consumerShardFor(this.env, this.identity!.queueId, t.shard).takePushed(this.identity!.queueId, t.shard, this.identity!.name, messages, figures),
-    settle: (t, req) => this.settleHere({ ...req, queueId: this.identity?.queueId ?? "", consumer: { shard: t.shard, limit: t.limit, maxWaitMs: t.maxWaitMs, leaseMs: t.leaseMs } }).after?.ready === true,
+    settle: (t, req, pushes) => this.settleHere({ ...req, queueId: this.identity?.queueId ?? "", consumer: { shard: t.shard, limit: t.limit, maxWaitMs: t.maxWaitMs, ...(pushes ? { leaseMs: t.leaseMs } : {}) } }).after?.ready === true,
     release: (refs) => {
       const released = this.ctx.storage.transactionSync(() => releaseLeases(this.sql, this.delivery, this.clock.now(), refs));
       this.leasedNow = Math.max(0, this.leasedNow - released);
@@ -222,7 +222,7 @@ export class StorageShard extends ShardCore {
     if (result.messages.length > 0 || delta.count !== 0) this.alarms.wake(now);
     this.activity.messagesOut += result.messages.length;
     this.leasedNow += result.messages.length;
-    this.wakeups.afterLease(result.messages.length, result.waitUntil, req.limit, req.consumerShard, req.maxWaitMs, req.leaseMs);
+    this.wakeups.afterLease(result.messages.length, result.waitUntil, req.limit, req.consumerShard, req.maxWaitMs, req.pushes === false ? undefined : req.leaseMs);
     if (req.watchUntil !== undefined && result.messages.length === 0) this.due.watch(req.watchUntil);
     if (this.due.plan(now)) this.alarms.arm();
     return { ...result, backlog: this.backlog(), ...this.peerFigures() };

@@ -234,6 +234,11 @@ export interface LeaseRequest {
    * messages arrive after it found the shard empty (storage-shard/consumer-wakeups.ts). Absent for pulls.
    */
   consumerShard?: number;
+  /**
+   * With consumerShard: whether the storage shard may push that consumer shard its next batch
+   * (storage-shard/batch-push.ts) rather than wake it for its round; absent means yes.
+   */
+  pushes?: boolean;
 }
 
 export interface LeasedMessage {
@@ -305,7 +310,7 @@ export interface SettleRequest {
    * then says whether anything is left to lease (SettleResult.after), so the consumer shard
    * need not lease to find out, and a shard left empty wakes it, as after an empty lease.
    */
-  consumer?: { shard: number; limit: number; maxWaitMs: number; leaseMs?: number };
+  consumer?: { shard: number; limit: number; maxWaitMs: number; /** Present when the storage shard may push it its next batch. */ leaseMs?: number };
 }
 
 /**
@@ -313,7 +318,14 @@ export interface SettleRequest {
  * the outcome to settle there (dead-letter writes already done), or not taken (busy, paused,
  * no Worker bound): the leases are given back.
  */
-export type PushReply = { taken: true; settle: Omit<SettleRequest, "queueId" | "consumer"> } | { taken: false };
+export type PushReply =
+  | {
+      taken: true;
+      settle: Omit<SettleRequest, "queueId" | "consumer">;
+      /** False: the consumer shard's rounds should take the next batches (consumer-shard/push-choice.ts); absent means push on. */
+      pushes?: boolean;
+    }
+  | { taken: false };
 
 export interface SettleResult {
   acked: number;

@@ -349,6 +349,31 @@ describe("batches a storage shard pushes to its consumer shard", () => {
     expect(reports).toEqual([true]);
   });
 
+  it("asks for no more pushes while batches from several shards would fill within max_wait_time_ms: the storage shard wakes it for its round instead", async () => {
+    const { q, shard, active, delivered } = await oneShardQueue("push-spread", { batch_size: 5, max_wait_time_ms: 300 });
+    await producer("push-spread").send(0);
+    await eventually(async () => delivered(), (n) => n === 1);
+    await new Promise((r) => setTimeout(r, 100));
+    const seen = watch(q.queue_id, active);
+    // As if batches had just come from two other shards, 50 messages each: 20 a second over the
+    // window fill a batch of 5 within 300 ms, where a pushed remainder would wait them out.
+    await runInDurableObject(shard, (obj: ConsumerShard) => {
+      const choice = (obj as unknown as { pushChoice: { delivered(s: string, n: number, at: number): void } }).pushChoice;
+      choice.delivered("elsewhere-1", 50, Date.now());
+      choice.delivered("elsewhere-2", 50, Date.now());
+    });
+    await producer("push-spread").send(1);
+    await eventually(async () => delivered(), (n) => n === 2);
+    await new Promise((r) => setTimeout(r, 100));
+    // That batch came pushed, its reply saying no more; the next goes by the consumer shard's round.
+    expect(seen.pushes).toHaveLength(1);
+    await producer("push-spread").send(2);
+    await eventually(async () => delivered(), (n) => n === 3);
+    expect(seen.pushes).toHaveLength(1);
+    expect(seen.wakes).toBeGreaterThanOrEqual(1);
+    expect(seen.leases).toBeGreaterThanOrEqual(1);
+  });
+
   it("leaves a batch's worth that arrived while a pushed batch was out to the consumer shard's own round", async () => {
     let slow = false;
     const q = await createQueue("push-backlog");
