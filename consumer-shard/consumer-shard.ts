@@ -82,6 +82,8 @@ export class ConsumerShard extends DurableObject<Env> {
   private planDoubted = false;
   /** Messages delivered since the last round ended: the round's and pushed batches'. */
   private roundDelivered = 0;
+  /** When a pushed batch was last handed to the consumer. */
+  private lastPushedAt = -Infinity;
   /** Plans fetched from the Coordinator since this object started (tests read it). */
   planFetches = 0;
   /** Storage shards a wake-up named as holding new messages, not leased from since. */
@@ -153,6 +155,7 @@ export class ConsumerShard extends DurableObject<Env> {
       // Leased and not yet handed over: a reset here leaves the leases to expire.
       this.hooks.at("abort-leased", this.ctx);
       const [part] = await this.handOver(plan, consumer, [{ shard, messages }], dispatch, { metrics: bindingMetrics(sumFigures([...this.figures.values()])) }, Date.now());
+      this.lastPushedAt = this.clock.now();
       const settle = await settleRequestFor(this.env, plan, consumer, shard, part!.disposition, messages);
       await this.reports.ifDue(queueId, this.clock.now() + serviceConfig(this.env).heartbeatIntervalMs, false);
       await this.rounds.backstop().catch((err: unknown) => console.error("consumer shard: backstop alarm not set:", err));
@@ -210,7 +213,10 @@ export class ConsumerShard extends DurableObject<Env> {
     // at each (a report per round); it stops at the first round that delivers nothing. Batches
     // pushed since the last round count: the backstop's round behind pushes finds nothing to
     // lease, and it reported a stop, and the next push a start, two reports and rows each time.
-    const running = (next !== null && next <= now + interval) || this.roundDelivered > 0;
+    // And so does one within an interval of a pushed batch: pushes come between rounds, and a
+    // round right after one that counted them (the backstop's, then one a wake-up asked for)
+    // said stop, and the next push start.
+    const running = (next !== null && next <= now + interval) || this.roundDelivered > 0 || now - this.lastPushedAt < interval;
     this.roundDelivered = 0;
     await this.reports.ifDue(queueId, running ? Math.max(next ?? now, now) + interval : null, failed);
     await this.schedule(next);
