@@ -72,7 +72,6 @@ export class ConsumerShard extends DurableObject<Env> {
   /** Storage shards last seen holding a partial batch, kept from round to round (in memory: lost with the object, which only costs a wait). */
   private readonly waiting = new Map<string, FillingShard>();
 
-
   /** The delivery plan kept from round to round (in memory: a restart asks again) and when it was fetched. */
   private plan: DeliveryPlan | null = null;
   private planAt = -Infinity;
@@ -210,12 +209,10 @@ export class ConsumerShard extends DurableObject<Env> {
     const now = this.clock.now();
     // A round that delivered counts as delivering too: at a steady trickle every round ends for
     // want of messages, and a shard delivering one round after another must not report stopping
-    // at each (a report per round); it stops at the first round that delivers nothing. Batches
-    // pushed since the last round count: the backstop's round behind pushes finds nothing to
-    // lease, and it reported a stop, and the next push a start, two reports and rows each time.
-    // And so does one within an interval of a pushed batch: pushes come between rounds, and a
-    // round right after one that counted them (the backstop's, then one a wake-up asked for)
-    // said stop, and the next push start.
+    // at each (a report per round); it stops at the first round that delivers nothing. Pushed
+    // batches count too, since the last round and within an interval: they come between rounds,
+    // whose backstop round finds nothing to lease, and a stop reported there, then a start at the
+    // next push, were two reports and rows each time.
     const running = (next !== null && next <= now + interval) || this.roundDelivered > 0 || now - this.lastPushedAt < interval;
     this.roundDelivered = 0;
     await this.reports.ifDue(queueId, running ? Math.max(next ?? now, now) + interval : null, failed);

@@ -15,13 +15,15 @@ export const SPREAD_WINDOW_MS = 5000;
 export class PushChoice {
   /** When a batch last came from each storage shard. */
   private readonly lastFrom = new Map<string, number>();
-  /** Messages delivered, by when, within the window. */
+  /** Messages delivered, by when, within the window, and their sum. */
   private readonly recent: Array<{ at: number; count: number }> = [];
+  private messages = 0;
 
   /** A batch (or its part) from `shard` was handed to the consumer. */
   delivered(shard: string, count: number, now: number): void {
     this.lastFrom.set(shard, now);
     this.recent.push({ at: now, count });
+    this.messages += count;
     this.forget(now);
   }
 
@@ -29,13 +31,12 @@ export class PushChoice {
   wanted(now: number, batchSize: number, maxWaitMs: number): boolean {
     this.forget(now);
     if (this.lastFrom.size <= 1) return true;
-    const messages = this.recent.reduce((n, d) => n + d.count, 0);
     // Messages a max_wait_time_ms brings across the shards, at the window's rate.
-    return (messages * maxWaitMs) / SPREAD_WINDOW_MS < batchSize;
+    return (this.messages * maxWaitMs) / SPREAD_WINDOW_MS < batchSize;
   }
 
   private forget(now: number): void {
     for (const [shard, at] of this.lastFrom) if (now - at >= SPREAD_WINDOW_MS) this.lastFrom.delete(shard);
-    while (this.recent.length > 0 && now - this.recent[0]!.at >= SPREAD_WINDOW_MS) this.recent.shift();
+    while (this.recent.length > 0 && now - this.recent[0]!.at >= SPREAD_WINDOW_MS) this.messages -= this.recent.shift()!.count;
   }
 }
