@@ -4,7 +4,7 @@
  * an isolate's memory is lost when it is evicted, so each isolate counts sends per queue
  * in memory and adds the counts to the queue's Coordinator (coordinator/send-latency.ts),
  * where GET /metrics reads them: at the first send after FLUSH_INTERVAL_MS without a
- * write, and QUIET_MS after sending stops. Not every few seconds: at a message a second a
+ * write (TRICKLE_INTERVAL_MS while few sends come), and QUIET_MS after sending stops. Not every few seconds: at a message a second a
  * write every 5 s was a fifth of a Coordinator request per message (issue 30).
  *
  * The flush never delays or fails a send: it runs in ctx.waitUntil, its errors are
@@ -24,6 +24,14 @@ import { sleep } from "../../src/kernel/sleep";
 export const SEND_LATENCY_BOUNDS: readonly number[] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
 /** While sends go on, at most one write per queue per isolate this often. */
 export const FLUSH_INTERVAL_MS = 60_000;
+/**
+ * An isolate that counted fewer sends than TRICKLE_SENDS since its last write waits up to
+ * TRICKLE_INTERVAL_MS to write them: at a message a second, a write a minute was a sixtieth of
+ * a Coordinator request per message, most of what the Coordinator then served. A scrape and a
+ * pause in sending still write at once.
+ */
+export const TRICKLE_SENDS = 600;
+export const TRICKLE_INTERVAL_MS = 5 * 60_000;
 /**
  * Sending stopped this long ago: the counts since the last write are written. Short enough for
  * a timer in a send's waitUntil (which the platform ends 30 s after the response).
@@ -100,7 +108,7 @@ interface Lane {
 export class SendLatencyBuffer {
   private readonly lanes = new Map<string, Lane>();
 
-  constructor(private readonly opts: { intervalMs: number; quietMs?: number; write: LatencySink; now?: () => number }) {}
+  constructor(private readonly opts: { intervalMs: number; quietMs?: number; trickle?: { sends: number; intervalMs: number }; write: LatencySink; now?: () => number }) {}
 
   /**
    * Counts a send; never throws, never waits. The first send after an interval without a
@@ -112,7 +120,9 @@ export class SendLatencyBuffer {
       observe(lane.pending, seconds);
       if (lane.queued) return;
       const now = this.now();
-      if (now - lane.lastFlushAt >= this.opts.intervalMs) {
+      const since = now - lane.lastFlushAt;
+      const trickle = this.opts.trickle;
+      if (since >= this.opts.intervalMs && (!trickle || lane.pending.count >= trickle.sends || since >= trickle.intervalMs)) {
         ctx.waitUntil(
           sleep(0).then(() => {
             lane.queued = false;
@@ -201,7 +211,7 @@ const toCoordinator: LatencySink = async (env, accountId, queueRef, counts) => {
 };
 
 /** This isolate's buffer. */
-export const sendLatency = new SendLatencyBuffer({ intervalMs: FLUSH_INTERVAL_MS, write: toCoordinator });
+export const sendLatency = new SendLatencyBuffer({ intervalMs: FLUSH_INTERVAL_MS, trickle: { sends: TRICKLE_SENDS, intervalMs: TRICKLE_INTERVAL_MS }, write: toCoordinator });
 
 /** Called once a send's messages are stored; `startedAt` is when the send arrived (Date.now()). */
 export function noteSendLatency(env: Env, ctx: WaitUntil, target: { accountId: string; queueRef: string }, startedAt: number): void {

@@ -167,6 +167,34 @@ describe("send latency counts", () => {
     expect(writes).toHaveLength(3);
     expect(writes[2]!.count).toBe(1);
   });
+
+  it("wait for a trickle's interval, or its count of sends, before writing while sends go on", async () => {
+    const writes: SendLatencyCounts[] = [];
+    let t = 0;
+    const buffer = new SendLatencyBuffer({ intervalMs: 60_000, quietMs: 10_000, trickle: { sends: 600, intervalMs: 300_000 }, now: () => t, write: async (_env, _account, _queue, counts) => void writes.push(counts) });
+    const waited: Array<Promise<unknown>> = [];
+    const ctx: WaitUntil = { waitUntil: (p) => void waited.push(p) };
+    const target = { accountId: "acct", queueRef: "q" };
+    const fakeEnv = {} as Env;
+    buffer.observe(fakeEnv, ctx, target, 0.01);
+    await Promise.all(waited);
+    expect(writes).toHaveLength(1);
+    // A send a second: none written at one minute, nor at four; the five minutes' at five.
+    for (t = 1000; t < 300_000; t += 1000) buffer.observe(fakeEnv, ctx, target, 0.01);
+    expect(writes).toHaveLength(1);
+    t = 300_000;
+    buffer.observe(fakeEnv, ctx, target, 0.01);
+    await new Promise((r) => setTimeout(r, 0));
+    expect(writes).toHaveLength(2);
+    expect(writes[1]!.count).toBe(300);
+    // 600 sends within the next minute: written once the minute is over, not the five.
+    for (let i = 0; i < 600; i++) buffer.observe(fakeEnv, ctx, target, 0.01);
+    t = 360_000;
+    buffer.observe(fakeEnv, ctx, target, 0.01);
+    await new Promise((r) => setTimeout(r, 0));
+    expect(writes).toHaveLength(3);
+    expect(writes[2]!.count).toBe(601);
+  });
 });
 
 describe("a queue's cumulative figures in its Coordinator", () => {
