@@ -144,6 +144,12 @@ export class ConsumerShard extends DurableObject<Env> {
       return { taken: false };
     }
     if (!plan || consumer?.type !== "worker" || plan.paused) return { taken: false };
+    // Leased under a batch size since lowered: given back, and the round leases it anew.
+    if (messages.length > consumer.settings.batch_size) {
+      this.named.add(shard);
+      await this.schedule(this.clock.now());
+      return { taken: false };
+    }
     const dispatch = this.dispatchOverride ?? this.transport(consumer, plan.accountId);
     if (!dispatch) return (await this.schedule(this.clock.now() + UNBOUND_RETRY_MS), { taken: false });
     for (const f of figures) keepFresher(this.figures, f);
@@ -159,7 +165,7 @@ export class ConsumerShard extends DurableObject<Env> {
       await this.reports.ifDue(queueId, this.clock.now() + serviceConfig(this.env).heartbeatIntervalMs, false);
       await this.rounds.backstop().catch((err: unknown) => console.error("consumer shard: backstop alarm not set:", err));
       const { batch_size: batchSize, max_wait_time_ms: maxWaitMs } = consumer.settings;
-      return { taken: true, settle, pushes: this.pushChoice.wanted(this.clock.now(), batchSize, maxWaitMs) };
+      return { taken: true, settle, pushes: this.pushChoice.wanted(this.clock.now(), batchSize, maxWaitMs), batch: { limit: batchSize, maxWaitMs } };
     } finally {
       this.pushing = null;
       done();

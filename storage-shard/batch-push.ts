@@ -107,6 +107,8 @@ export class BatchPush {
       }
       this.pushed++;
       pushes = reply.pushes !== false;
+      // The consumer's settings as of now: the next batch is leased by them.
+      if (reply.batch) target = { ...target, limit: reply.batch.limit, maxWaitMs: reply.batch.maxWaitMs };
       still = this.deps.settle(target, reply.settle, pushes);
     } finally {
       this.out = false;

@@ -324,6 +324,8 @@ export type PushReply =
       settle: Omit<SettleRequest, "queueId" | "consumer">;
       /** False: the consumer shard's rounds should take the next batches (consumer-shard/push-choice.ts); absent means push on. */
       pushes?: boolean;
+      /** The consumer's batch settings now: the next batches are pushed by them (a settings change reaches the storage shard here). */
+      batch?: { limit: number; maxWaitMs: number };
     }
   | { taken: false };
 

@@ -377,6 +377,31 @@ describe("batches a storage shard pushes to its consumer shard", () => {
     expect(seen.leases).toBeGreaterThanOrEqual(1);
   });
 
+  it("pushes by the consumer's settings as they are now: a lowered batch size is never exceeded, and the next batches go by it", async () => {
+    const { q, consumer, shard, active, deliveries, delivered } = await oneShardQueue("push-settings", { batch_size: 5, max_wait_time_ms: 300 });
+    await producer("push-settings").send(0);
+    await eventually(async () => delivered(), (n) => n === 1);
+    await new Promise((r) => setTimeout(r, 100));
+    const seen = watch(q.queue_id, active);
+    await producer("push-settings").send(1);
+    await eventually(async () => delivered(), (n) => n === 2);
+    expect(seen.pushes).toHaveLength(1);
+    // Lowered while the storage shard pushes by the old settings (5 within 300 ms).
+    expect((await api("PATCH", `${queuePath("push-settings")}/consumers/${consumer.consumer_id}`, { settings: { batch_size: 2, max_wait_time_ms: 100 } })).status).toBe(200);
+    // The Coordinator's wake-up with the new plan is dropped here (watch): its kept plan is made stale instead.
+    await runInDurableObject(shard, (obj: ConsumerShard) => void ((obj as unknown as { planAt: number }).planAt = -Infinity));
+    await producer("push-settings").sendBatch([{ body: 2 }, { body: 3 }, { body: 4 }]);
+    await eventually(async () => delivered(), (n) => n === 5);
+    for (let i = 5; i < 8; i++) {
+      await producer("push-settings").send(i);
+      await eventually(async () => delivered(), (n) => n === i + 1);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    expect(Math.max(...deliveries.slice(2).map((d) => d.ids.length))).toBeLessThanOrEqual(2);
+    // The lone sends after it came pushed again, each due by the new max_wait_time_ms.
+    expect(seen.pushes.length).toBeGreaterThanOrEqual(4);
+  });
+
   it("leaves a batch's worth that arrived while a pushed batch was out to the consumer shard's own round", async () => {
     let slow = false;
     const q = await createQueue("push-backlog");
