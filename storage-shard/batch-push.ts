@@ -116,7 +116,7 @@ export class BatchPush {
     // More is ready (arrivals while the batch was out, a retry without delay): the next push
     // takes less than a batch, when due; a batch's worth or more is a backlog for the rounds.
     if (!still) return;
-    if (!pushes || this.deps.unleased() >= target.limit) this.deps.wakeConsumers();
-    else this.arm(target, this.deps.now());
+    // A timer that does not carry the consumer's settings now (a wait raised past PUSH_WAIT_MAX_MS) wakes it too.
+    if (!pushes || this.deps.unleased() >= target.limit || !this.arm(target, this.deps.now())) this.deps.wakeConsumers();
   }
 }
