@@ -13,7 +13,8 @@
  * consumer shard's backstop round (consumer-shard/round-schedule.ts), as a lost wake-up is.
  */
 import type { Timers } from "../src/kernel/clock";
-import type { LeasedMessage, LeaseRef, PushReply, SettleRequest, ShardBacklog } from "../src/kernel/protocol";
+import type { LeasedMessage, LeaseRef, SettleRequest, ShardBacklog } from "../src/kernel/protocol";
+import type { PushReply } from "../src/kernel/push-reply";
 
 /** The longest wait for a batch to fill that a timer here carries; longer ones wake the consumer shard for its own round. */
 export const PUSH_WAIT_MAX_MS = 5000;

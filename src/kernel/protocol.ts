@@ -313,21 +313,6 @@ export interface SettleRequest {
   consumer?: { shard: number; limit: number; maxWaitMs: number; /** Present when the storage shard may push it its next batch. */ leaseMs?: number };
 }
 
-/**
- * A consumer shard's answer to a batch a storage shard pushed to it (storage-shard/batch-push.ts):
- * the outcome to settle there (dead-letter writes already done), or not taken (busy, paused,
- * no Worker bound): the leases are given back.
- */
-export type PushReply =
-  | {
-      taken: true;
-      settle: Omit<SettleRequest, "queueId" | "consumer">;
-      /** False: the consumer shard's rounds should take the next batches (consumer-shard/push-choice.ts); absent means push on. */
-      pushes?: boolean;
-      /** The consumer's batch settings now: the next batches are pushed by them (a settings change reaches the storage shard here). */
-      batch?: { limit: number; maxWaitMs: number };
-    }
-  | { taken: false };
 
 export interface SettleResult {
   acked: number;

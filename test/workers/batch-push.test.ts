@@ -4,7 +4,8 @@
  */
 import { describe, expect, it } from "vitest";
 import { BatchPush, type BatchPushDeps, type PushTarget } from "../../storage-shard/batch-push";
-import type { LeasedMessage, PushReply } from "../../src/kernel/protocol";
+import type { LeasedMessage } from "../../src/kernel/protocol";
+import type { PushReply } from "../../src/kernel/push-reply";
 
 function harness(reply: PushReply, stillReady: boolean) {
   const fired: Array<() => void> = [];
