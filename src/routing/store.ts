@@ -26,6 +26,13 @@ const MAX_SHARD_ATTEMPTS = 8;
  * send waits that out rather than fail.
  */
 const OVERLOAD_PATIENCE_MS = 10_000;
+/**
+ * Rounds over every shard (or waits for a keyed send's map) a send makes before it gives
+ * up, however long they took: patience is wall time, and an isolate starved of CPU for
+ * seconds (a busy machine, a long collection) would otherwise spend it all in a round or
+ * two and answer 503 without having waited for anything. Most rounds sleep under 400 ms.
+ */
+const MIN_PATIENT_ROUNDS = 8;
 /** Retries of the same shard after a transient RPC failure; a retry is deduplicated by id on the shard. */
 const MAX_TRANSIENT_RETRIES = 2;
 const BACKOFF_BASE_MS = 25;
@@ -189,7 +196,7 @@ function placeEach(map: ShardMap, region: string, messages: EncodedMessage[], ke
  * refuses for want of room (at capacity) is passed over until every shard of the map has
  * been asked: then the Coordinator's current map is read, since shards added since may
  * have room, and only when it names none untried does the send wait (full jitter,
- * growing) and ask them all again, for at most OVERLOAD_PATIENCE_MS. A send is answered
+ * growing) and ask them all again, for OVERLOAD_PATIENCE_MS and MIN_PATIENT_ROUNDS rounds. A send is answered
  * "unavailable" for want of room only after every active shard refused it. A keyed write
  * refused by its key's shard under a newer epoch waits, as long, for the map that goes
  * with it, and so does one refused by its key's shard as draining (a drain not in the map
@@ -214,6 +221,7 @@ async function storeOnOneShard(
   let refreshed = false;
   let round = 0;
   const patience = Date.now() + OVERLOAD_PATIENCE_MS;
+  const outOfPatience = () => Date.now() >= patience && round >= MIN_PATIENT_ROUNDS;
   const keyed = messages.some((m) => m.orderingKey !== undefined);
 
   for (;;) {
@@ -224,7 +232,7 @@ async function storeOnOneShard(
         // map predates may have added shards with room: ask for the current map first.
         map = (await findQueue(env, target.accountId, target.queueRef, { current: true })) ?? map;
         if (choose(map, passOver())) continue;
-        if (Date.now() >= patience) break;
+        if (outOfPatience()) break;
         await sleep(Math.random() * Math.min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** Math.min(6, round++)));
         full.clear(); // a new round over every shard that may take sends
         continue;
@@ -250,7 +258,7 @@ async function storeOnOneShard(
       // key's shard in the map is draining: a drain tells the shard before its epoch and
       // map exist, and one a Coordinator reset cut short is undone; either way the key
       // has no other home until the map says so.
-      if (Date.now() >= patience) break;
+      if (outOfPatience()) break;
       await sleep(Math.random() * Math.min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** Math.min(6, round++)));
       map = await lookupQueue(env, target.accountId, target.queueRef, { current: true });
       continue;

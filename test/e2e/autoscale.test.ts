@@ -55,6 +55,7 @@ describe("autoscaling under wrangler dev", () => {
     const senders = Array.from({ length: 16 }, async (_, n) => {
       for (let next = Date.now() + n * 25; next < until; next += 400) {
         await new Promise((r) => setTimeout(r, Math.max(0, next - Date.now())));
+        const sentAt = Date.now();
         const res = await fetch(`${base}/accounts/local/queues/example/messages/batch`, {
           method: "POST",
           headers,
@@ -65,7 +66,8 @@ describe("autoscaling under wrangler dev", () => {
         if (res.status === 200) ids.push(...json.result.message_ids);
         else {
           failures++;
-          firstFailure ||= `${res.status} ${JSON.stringify(json)}`;
+          // When and how long: a send held past the broker's patience, or answered at once.
+          firstFailure ||= `${res.status} after ${Date.now() - sentAt} ms, ${((sentAt - (until - LOAD_SECONDS * 1000)) / 1000).toFixed(1)} s into the load (storage shards so far: up to ${maxActive}): ${JSON.stringify(json)}`;
         }
       }
     });

@@ -6,6 +6,8 @@ import { coordinatorFor } from "../../src/kernel/addressing";
 import { TokenBucket } from "../../storage-shard/capacity";
 import type { StorageShard } from "../../storage-shard/storage-shard";
 import { forgetShardMap } from "../../src/routing/shard-map-cache";
+import { storeMessages } from "../../src/routing/store";
+import { crc32 } from "../../src/kernel/checksum";
 import { api, backlog, createQueue, producer, queuePath, storedMessages } from "./helpers";
 
 /** Puts every storage shard of a queue under a per-second capacity, as SHARD_CAPACITY_PER_SECOND would. */
@@ -151,5 +153,35 @@ describe("the broker's store path when shards are at capacity", () => {
     expect(http.status === "fulfilled" && http.value.status).toBe(503);
     expect(http.status === "fulfilled" && http.value.headers.get("retry-after")).toBe("1");
     expect(await backlog("all-full")).toBe(0);
+  }, 15_000);
+
+  it("gives up for want of room only after rounds of asking, however far the clock ran while its isolate was starved", async () => {
+    const q = await createQueue("starved");
+    await holdAutoscaler(q.queue_id);
+    const shards = (await coordinatorFor(env, q.queue_id).shardMap())!.shards;
+    for (const s of shards) await fill(s.name);
+    const refusals = async () => {
+      let n = 0;
+      for (const s of shards) {
+        n += await runInDurableObject(env.STORAGE_SHARD.get(env.STORAGE_SHARD.idFromName(s.name)), (obj: StorageShard) => (obj as unknown as { activity: { refusals: number } }).activity.refusals);
+      }
+      return n;
+    };
+    const before = await refusals();
+    // Each reading of the clock a second after the last, as in an isolate starved of CPU: its patience runs out within a round or two.
+    const real = Date.now.bind(Date);
+    let reads = 0;
+    const clock = vi.spyOn(Date, "now").mockImplementation(() => real() + 1000 * reads++);
+    const body = new TextEncoder().encode(JSON.stringify({ starved: true }));
+    let result: PromiseSettledResult<unknown>;
+    try {
+      [result] = await Promise.allSettled([storeMessages(env, { accountId: "local", queueRef: "starved", region: undefined }, [{ body, contentType: "json", delaySeconds: undefined, checksum: crc32(body) }])]);
+    } finally {
+      clock.mockRestore();
+    }
+    expect(result.status === "rejected" && String(result.reason)).toMatch(/no storage shard of this queue accepted the messages; retry later/);
+    // Every shard asked in each of at least eight rounds.
+    expect((await refusals()) - before).toBeGreaterThanOrEqual(8 * shards.length);
+    expect(await backlog("starved")).toBe(0);
   }, 15_000);
 });
