@@ -2,7 +2,7 @@ import { DurableObject } from "cloudflare:workers";
 import { coordinatorFor, storageShardFor } from "../src/kernel/addressing";
 import { bindingMetrics, sumFigures } from "../src/routing/queue-figures";
 import { systemClock, systemTimers, type Clock, type Timers } from "../src/kernel/clock";
-import { RoundSchedule } from "./round-schedule";
+import { BACKSTOP_MS, RoundSchedule } from "./round-schedule";
 import { serviceConfig } from "../src/kernel/config";
 import { ConsumerReports } from "./reports";
 import { PushChoice } from "./push-choice";
@@ -217,10 +217,12 @@ export class ConsumerShard extends DurableObject<Env> {
     // A round that delivered counts as delivering too: at a steady trickle every round ends for
     // want of messages, and a shard delivering one round after another must not report stopping
     // at each (a report per round); it stops at the first round that delivers nothing. Pushed
-    // batches count too, since the last round and within an interval: they come between rounds,
-    // whose backstop round finds nothing to lease, and a stop reported there, then a start at the
-    // next push, were two reports and rows each time.
-    const running = (next !== null && next <= now + interval) || this.roundDelivered > 0 || now - this.lastPushedAt < interval;
+    // batches count too, since the last round and within the backstop's period: they come
+    // between rounds, whose backstop round finds nothing to lease, and a stop reported there,
+    // then a start at the next push, were two reports and rows each time. Within an interval
+    // was too short: a trickle's pushes come every max_wait_time_ms (Cloudflare's default 5 s)
+    // and more, so the backstop's round found the last one older and reported a stop.
+    const running = (next !== null && next <= now + interval) || this.roundDelivered > 0 || now - this.lastPushedAt < Math.max(interval, BACKSTOP_MS);
     this.roundDelivered = 0;
     await this.reports.ifDue(queueId, running ? Math.max(next ?? now, now) + interval : null, failed);
     await this.schedule(next);

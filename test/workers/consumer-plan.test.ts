@@ -296,6 +296,8 @@ describe("batches a storage shard pushes to its consumer shard", () => {
     for (let i = 1; i <= 3; i++) {
       await producer("push-running").send(i);
       await eventually(async () => delivered(), (n) => n === i + 1);
+      // Pushed 6 s ago, as at a message a second under Cloudflare's defaults (batches fill for 5 s): longer than an interval.
+      await runInDurableObject(shard, (obj: ConsumerShard) => void ((obj as unknown as { lastPushedAt: number }).lastPushedAt -= 6_000));
       // The backstop alarm behind the pushes: its round leases nothing, the batches having come pushed.
       expect(await runDurableObjectAlarm(shard)).toBe(true);
       // And a round right after it, which delivers nothing either (a wake-up naming no shard).
