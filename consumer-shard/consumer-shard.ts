@@ -15,7 +15,7 @@ import { handOver, type LeasedBatch, type PartOutcome } from "./batch-delivery";
 import { transportFor, type Dispatch } from "./transports";
 import { decideGather, oldestFirst, reserveFor, type FillingShard } from "./gather";
 import { keepFresher, pickWeighted } from "./shard-choice";
-import { meteredStorage, newMeter } from "../src/kernel/sql-meter";
+import { meteredStorage, newMeter, readMeter, type MeterReading } from "../src/kernel/sql-meter";
 import { testHooksFor, type FaultPoint, type TestHookStatus } from "../src/kernel/test-hooks";
 
 /** Wall-clock limit of one Cloudflare queue() invocation; leases are not extended past it. */
@@ -232,6 +232,15 @@ export class ConsumerShard extends DurableObject<Env> {
   /** Makes sure a round runs at `at` (round-schedule.ts); null: nothing is due. */
   schedule(at: number | null): Promise<void> {
     return this.rounds.schedule(at);
+  }
+
+  /**
+   * What this object was billed for since it started, as its reports carry it but as of now:
+   * the benchmark's read, not counted as an RPC. A report at a trickle comes every 2 minutes,
+   * so a window read from reports counted the traffic before it.
+   */
+  costFigures(): MeterReading {
+    return readMeter(this.cost, this.since);
   }
 
   /** The fault harness's hook (src/kernel/test-hooks.ts): throws unless SHARDQ_TEST_HOOKS is "on". */

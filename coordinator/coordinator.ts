@@ -17,7 +17,7 @@ import { deleteConsumer, insertConsumer, readConsumers, updateConsumer, type New
 import { ControlLoop } from "./control-loop";
 import { queueCounters } from "./counters";
 import { recentDecisions, type Decision } from "./decisions";
-import { readConsumerShards, readStorageBeats, recordConsumerReport, recordStorageBeat, type ConsumerShardReport, type ConsumerShardStatus } from "./heartbeats";
+import { latestConsumerCosts, readConsumerShards, readStorageBeats, recordConsumerReport, recordStorageBeat, type ConsumerShardReport, type ConsumerShardStatus } from "./heartbeats";
 import { armAlarm, MapPublisher } from "./map-publisher";
 import { QueueStore, type InitializeQueue } from "./queue-store";
 import { migrateCoordinator } from "./schema";
@@ -441,10 +441,10 @@ export class Coordinator extends DurableObject<Env> {
    * for, over its restarts (an idle consumer shard may be evicted, and its figures with it).
    * The benchmark's own read: not counted as an RPC (its rows read are).
    */
-  costFigures(): MeterReading & { storageShards: string[]; consumerShards: Record<string, CostMeter> } {
+  costFigures(): MeterReading & { storageShards: string[]; consumerShards: Record<string, CostMeter>; consumerLatest: Record<string, MeterReading> } {
     const reading = readMeter(this.cost, this.since);
     const consumerShards: Record<string, CostMeter> = {};
     for (const c of readConsumerShards(this.sql)) if (c.cost) consumerShards[String(c.index)] = c.cost;
-    return { ...reading, storageShards: this.store.shards().map((s) => s.name), consumerShards };
+    return { ...reading, storageShards: this.store.shards().map((s) => s.name), consumerShards, consumerLatest: latestConsumerCosts(this.sql) };
   }
 }

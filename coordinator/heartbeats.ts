@@ -105,6 +105,13 @@ export function readConsumerShards(sql: SqlStorage, now?: number): ConsumerShard
   }));
 }
 
+/** Each consumer shard's latest reported figures, with the start of the life they count (the benchmark's). */
+export function latestConsumerCosts(sql: SqlStorage): Record<string, MeterReading> {
+  const out: Record<string, MeterReading> = {};
+  for (const r of sql.exec<{ idx: number; cost: string }>("SELECT idx, cost FROM consumer_shards WHERE cost IS NOT NULL").toArray()) out[String(r.idx)] = JSON.parse(r.cost) as MeterReading;
+  return out;
+}
+
 function addCost(a: CostMeter | null, b: CostMeter): CostMeter {
   return { rpcs: (a?.rpcs ?? 0) + b.rpcs, rowsWritten: (a?.rowsWritten ?? 0) + b.rowsWritten, rowsRead: (a?.rowsRead ?? 0) + b.rowsRead, alarms: (a?.alarms ?? 0) + b.alarms };
 }

@@ -27,6 +27,7 @@ interface Env {
   STORAGE_SHARD?: DurableObjectNamespace;
   ACCOUNT_CATALOG?: DurableObjectNamespace;
   IDEMPOTENCY_KEYS?: DurableObjectNamespace;
+  SHARD_CONSUMERS?: DurableObjectNamespace;
 }
 
 /** The methods GET /cost calls, typed here: the bindings reach another script's classes. */
@@ -34,7 +35,7 @@ interface Metered {
   costFigures(): Promise<MeterReading>;
 }
 interface CoordinatorStub {
-  costFigures(): Promise<MeterReading & { storageShards: string[]; consumerShards: Record<string, CostMeter> }>;
+  costFigures(): Promise<MeterReading & { storageShards: string[]; consumerShards: Record<string, CostMeter>; consumerLatest: Record<string, MeterReading> }>;
 }
 interface StorageShardStub {
   stats(): Promise<ShardStats>;
@@ -43,25 +44,42 @@ interface StorageShardStub {
 /**
  * Every Durable Object of one queue (and its account's catalog), by class: its figures since it
  * started. Storage shards answer stats(), which counts itself as one RPC (the caller subtracts
- * it); costFigures() counts nothing. Consumer shards are read from what they reported to the
- * Coordinator, over their restarts: an idle one may have been evicted, its counters with it.
+ * it); costFigures() counts nothing. Consumer shards are those that reported to the Coordinator,
+ * each read as of now: a report at a trickle is up to 2 minutes old. One that does not answer
+ * is read from its last report.
  */
-type CostEnv = Required<Pick<Env, "COORDINATOR" | "STORAGE_SHARD" | "ACCOUNT_CATALOG" | "IDEMPOTENCY_KEYS">>;
+type CostEnv = Required<Pick<Env, "COORDINATOR" | "STORAGE_SHARD" | "ACCOUNT_CATALOG" | "IDEMPOTENCY_KEYS" | "SHARD_CONSUMERS">>;
 
 async function costOf(env: CostEnv, account: string, queueId: string) {
   const get = <T>(ns: DurableObjectNamespace, name: string) => ns.get(ns.idFromName(name)) as unknown as T;
   const coordinator = await get<CoordinatorStub>(env.COORDINATOR, queueId).costFigures();
-  const { storageShards, consumerShards, ...own } = coordinator;
+  const { storageShards, consumerShards, consumerLatest, ...own } = coordinator;
   const named = async <T>(names: Array<string | number>, read: (name: string | number) => Promise<T>) =>
     Object.fromEntries(await Promise.all(names.map(async (n) => [String(n), await read(n)] as const)));
   return {
     coordinator: own,
     storage: await named(storageShards, async (n) => (await get<StorageShardStub>(env.STORAGE_SHARD, String(n)).stats()).cost satisfies CostFigures),
-    consumer: consumerShards,
+    consumer: await named(Object.keys(consumerShards), (n) => consumerNow(env, queueId, String(n), consumerShards[String(n)]!, consumerLatest[String(n)])),
     catalog: await get<Metered>(env.ACCOUNT_CATALOG, account).costFigures(),
     idempotency: await named(Array.from({ length: IDEMPOTENCY_BUCKETS }, (_, b) => b), (b) => get<Metered>(env.IDEMPOTENCY_KEYS, `${queueId}:idempotency:${b}`).costFigures()),
   };
 }
+
+/**
+ * A consumer shard's figures over its restarts as of now: what it reported over its lives
+ * (`reported`, the Coordinator's sum), with its last report (`latest`) replaced by its own
+ * meter when that is the same life, or added to when it started again since; its reports
+ * alone when it does not answer.
+ */
+async function consumerNow(env: CostEnv, queueId: string, index: string, reported: CostMeter, latest: MeterReading | undefined): Promise<CostMeter> {
+  const stub = env.SHARD_CONSUMERS.get(env.SHARD_CONSUMERS.idFromName(`${queueId}:consumer:${index}`)) as unknown as Metered;
+  const live = await stub.costFigures().catch(() => null);
+  if (!live) return reported;
+  const base = latest && latest.since === live.since ? subtract(reported, latest) : reported;
+  return { rpcs: base.rpcs + live.rpcs, alarms: base.alarms + live.alarms, rowsWritten: base.rowsWritten + live.rowsWritten, rowsRead: base.rowsRead + live.rowsRead };
+}
+
+const subtract = (a: CostMeter, b: CostMeter): CostMeter => ({ rpcs: a.rpcs - b.rpcs, alarms: a.alarms - b.alarms, rowsWritten: a.rowsWritten - b.rowsWritten, rowsRead: a.rowsRead - b.rowsRead });
 
 /** The isolate's batching producers over env.QUEUE, by linger, made on first use (env arrives with a request). */
 const batching = new Map<number, Queue<unknown>>();
@@ -80,10 +98,10 @@ export default {
       return env.SHARDQ.fetch(new Request(new URL(url.pathname.slice(7) + url.search, url), request));
     }
     if (url.pathname === "/cost") {
-      const { COORDINATOR, STORAGE_SHARD, ACCOUNT_CATALOG, IDEMPOTENCY_KEYS } = env;
+      const { COORDINATOR, STORAGE_SHARD, ACCOUNT_CATALOG, IDEMPOTENCY_KEYS, SHARD_CONSUMERS } = env;
       const queueId = url.searchParams.get("queue_id");
-      if (!COORDINATOR || !STORAGE_SHARD || !ACCOUNT_CATALOG || !IDEMPOTENCY_KEYS || !queueId) return Response.json({ error: "GET /cost?account&queue_id, against shardq" }, { status: 404 });
-      return Response.json(await costOf({ COORDINATOR, STORAGE_SHARD, ACCOUNT_CATALOG, IDEMPOTENCY_KEYS }, url.searchParams.get("account") ?? "local", queueId));
+      if (!COORDINATOR || !STORAGE_SHARD || !ACCOUNT_CATALOG || !IDEMPOTENCY_KEYS || !SHARD_CONSUMERS || !queueId) return Response.json({ error: "GET /cost?account&queue_id, against shardq" }, { status: 404 });
+      return Response.json(await costOf({ COORDINATOR, STORAGE_SHARD, ACCOUNT_CATALOG, IDEMPOTENCY_KEYS, SHARD_CONSUMERS }, url.searchParams.get("account") ?? "local", queueId));
     }
     if (url.pathname !== "/run" || request.method !== "POST") return Response.json({ error: "POST /run?count&concurrency&batch" }, { status: 404 });
     const count = Number(url.searchParams.get("count") ?? 1000);
