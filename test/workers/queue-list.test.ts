@@ -151,6 +151,9 @@ describe("what a listing shows of real queues", () => {
     expect((await one()).consumers_total_count).toBe(0);
   });
 
+  // Each delete asks every queue's Coordinator whether a consumer dead-letters into it
+  // (broker/http/queues-api.ts): here the 250 seeded queues, each a Coordinator started afresh,
+  // twice. That took 3.8 s alone and past the default 5 s on a loaded CI machine.
   it("counts a create and a delete in the total, and a delete only once when two race", async () => {
     const total = async () => (await list("")).json.result_info!.total_count!;
     const before = await total();
@@ -160,7 +163,7 @@ describe("what a listing shows of real queues", () => {
     expect([a.status, b.status]).toContain(200);
     expect(await total()).toBe(before);
     expect((await list("name_prefix=zz-counted")).json.result_info!.total_count).toBe(0);
-  });
+  }, 30_000);
 
   it("has a queue the catalog holds no description of described by its Coordinator, once", async () => {
     const q = await createQueue("zz-older");
