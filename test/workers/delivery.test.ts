@@ -184,6 +184,7 @@ describe("push delivery to a queue() handler", () => {
     expect(deliveries[0]!.ids).toHaveLength(10);
   });
 
+  // Waits out leases and their extensions in real time: over 3 s on CI's loaded machine.
   it("extends the leases of a slow handler so no one else gets its batch, up to the maximum execution time", async () => {
     const q = await createQueue("push-slow");
     await singleShard("push-slow", q.queue_id);
@@ -216,8 +217,9 @@ describe("push delivery to a queue() handler", () => {
     await runInDurableObject(consumerShardFor(env, q2.queue_id, 1), (obj: ConsumerShard) => obj.deliverRound(q2.queue_id));
     expect(hung.map((d) => d.attempts[0])).toEqual([1, 2]);
     slow = false;
-  });
+  }, 15_000);
 
+  // Waits out a lease in real time: over 3 s on CI's loaded machine, against the default 5 s.
   it("loses nothing when the consumer shard is reset mid-batch: the lease expires and the batch comes again", async () => {
     const q = await createQueue("push-abort");
     let first = true;
@@ -239,7 +241,7 @@ describe("push delivery to a queue() handler", () => {
     expect(deliveries.map((d) => [d.ids[0], d.attempts[0]])).toEqual([[id, 1]]);
     // The restarted consumer shard has no stand-in handler: the example consumer got the second delivery.
     expect((await consumerStats("push-abort")).byAttempts).toEqual([{ attempts: 2, n: 1 }]);
-  });
+  }, 15_000);
 
   it("stops on delivery_paused and resumes when it is cleared", async () => {
     await createQueue("push-paused", { delivery_paused: true });
