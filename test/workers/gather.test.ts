@@ -73,7 +73,7 @@ describe("one batch from several storage shards", () => {
     await eventually(() => backlog("gather-fill"), (n) => n === 0);
   });
 
-  // Waits out max_wait_time_ms and a retry's delay in real time: over 3 s on CI's loaded machine.
+  // Waits out max_wait_time_ms and a retry's delay in real time, which a loaded CI machine can take near the default timeout to do.
   it("sends a partial batch gathered from several shards once its oldest message has waited max_wait_time_ms, and retries each message on its own shard", async () => {
     const q = await createQueue("gather-wait");
     let firstTry = true;

@@ -153,7 +153,7 @@ describe("what a listing shows of real queues", () => {
 
   // Each delete asks every queue's Coordinator whether a consumer dead-letters into it
   // (broker/http/queues-api.ts): here the 250 seeded queues, each a Coordinator started afresh,
-  // twice. That took 3.8 s alone and past the default 5 s on a loaded CI machine.
+  // twice, which a loaded CI machine took past the default timeout to do.
   it("counts a create and a delete in the total, and a delete only once when two race", async () => {
     const total = async () => (await list("")).json.result_info!.total_count!;
     const before = await total();
