@@ -72,8 +72,8 @@ async function costOf(env: CostEnv, account: string, queueId: string) {
  * alone when it does not answer.
  */
 async function consumerNow(env: CostEnv, queueId: string, index: string, reported: CostMeter, latest: MeterReading | undefined): Promise<CostMeter> {
-  const stub = env.SHARD_CONSUMERS.get(env.SHARD_CONSUMERS.idFromName(`${queueId}:consumer:${index}`)) as unknown as Metered;
-  const live = await stub.costFigures().catch(() => null);
+  const shard = env.SHARD_CONSUMERS.get(env.SHARD_CONSUMERS.idFromName(`${queueId}:consumer:${index}`)) as unknown as Metered;
+  const live = await shard.costFigures().catch(() => null);
   if (!live) return reported;
   const base = latest && latest.since === live.since ? subtract(reported, latest) : reported;
   return { rpcs: base.rpcs + live.rpcs, alarms: base.alarms + live.alarms, rowsWritten: base.rowsWritten + live.rowsWritten, rowsRead: base.rowsRead + live.rowsRead };
