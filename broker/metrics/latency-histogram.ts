@@ -4,8 +4,9 @@
  * an isolate's memory is lost when it is evicted, so each isolate counts sends per queue
  * in memory and adds the counts to the queue's Coordinator (coordinator/send-latency.ts),
  * where GET /metrics reads them: at the first send after FLUSH_INTERVAL_MS without a
- * write (TRICKLE_INTERVAL_MS while few sends come), and QUIET_MS after sending stops. Not every few seconds: at a message a second a
- * write every 5 s was a fifth of a Coordinator request per message (issue 30).
+ * write (TRICKLE_INTERVAL_MS while few sends come), and QUIET_MS after sending stops.
+ * Not every few seconds: at a trickle each write is a Coordinator request, and one every
+ * few seconds would cost more than the messages themselves.
  *
  * The flush never delays or fails a send: it runs in ctx.waitUntil, its errors are
  * logged, and counts that could not be written are kept for the next flush (a failure

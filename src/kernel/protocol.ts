@@ -313,7 +313,6 @@ export interface SettleRequest {
   consumer?: { shard: number; limit: number; maxWaitMs: number; /** Present when the storage shard may push it its next batch. */ leaseMs?: number };
 }
 
-
 export interface SettleResult {
   acked: number;
   retried: number;
