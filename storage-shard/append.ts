@@ -6,8 +6,8 @@
 import type { AppendRequest, EncodedMessage } from "../src/kernel/protocol";
 import type { DeliveryState } from "./delivery-state";
 import { DEDUPE_SEGMENTS, knownIds, movesDone, rememberIds, rememberMoves } from "./remembered-ids";
-import { appendToHead, findSlot, idsOfBatch, placement, writeSegments, type NewMessage } from "./segment-rows";
-import { laneIdsOfBatch, laneOfId, writeLanes } from "./lanes";
+import { appendToHead, findSlot, idsOfBatch, writeSegments, type NewMessage } from "./segment-rows";
+import { placement } from "./segment-placement";
 
 /**
  * The batch's new segments, inside append's transaction. A batch of fresh messages
@@ -17,13 +17,8 @@ import { laneIdsOfBatch, laneOfId, writeLanes } from "./lanes";
  */
 export function appendBatch(sql: SqlStorage, ds: DeliveryState, shardNo: number, req: AppendRequest, now: number, gen = 0): { stored: number; bytes: number; ids: string[] } {
   const fresh = req.messages.every((m) => m.id === undefined);
-  // The broker never mixes them (src/routing/store.ts): keyed messages go to lanes, the rest to segments.
-  const keyed = req.messages.length > 0 && req.messages[0]!.orderingKey !== undefined;
-  if (req.messages.some((m) => (m.orderingKey !== undefined) !== keyed)) throw new Error("a write holds keyed or keyless messages, never both");
   if (fresh && req.dedupe && req.batch) {
-    const again = keyed
-      ? laneIdsOfBatch(sql, req.batch, req.messages.length)
-      : idsOfBatch(sql, ds, req.batch, placement(req.messages.map(toNew(now))), req.messages.length, DEDUPE_SEGMENTS);
+    const again = idsOfBatch(sql, ds, req.batch, placement(req.messages.map(toNew(now, gen))), req.messages.length, DEDUPE_SEGMENTS);
     if (again) return { stored: 0, bytes: 0, ids: again };
   }
   // A move is known by the copy it moves, a send by its id: never one by the other.
@@ -50,16 +45,12 @@ export function appendBatch(sql: SqlStorage, ds: DeliveryState, shardNo: number,
       known.add(m.id);
       storedIds.push(m.id);
     }
-    writes.push(toNew(now)(m));
+    writes.push(toNew(now, gen)(m));
     at.push(i);
   });
-  if (keyed) {
-    writeLanes(sql, now, shardNo, writes.map((w, k) => ({ ...w, key: req.messages[at[k]!]!.orderingKey! })), req.batch ?? null, gen).forEach((id, k) => (ids[at[k]!] = id));
-  } else {
-    // A small write of messages ready at once goes into the open head; anything else is new segments.
-    const written = appendToHead(sql, ds, shardNo, now, writes, req.batch ?? null) ?? writeSegments(sql, ds, shardNo, now, writes, req.batch ?? null, true);
-    written.forEach((w, k) => (ids[at[k]!] = w.id));
-  }
+  // A small write of messages ready at once goes into the open head; anything else is new segments.
+  const written = appendToHead(sql, ds, shardNo, now, writes, req.batch ?? null) ?? writeSegments(sql, ds, shardNo, now, writes, req.batch ?? null, true);
+  written.forEach((w, k) => (ids[at[k]!] = w.id));
   if (req.remember) rememberIds(sql, storedIds, now);
   rememberMoves(sql, storedMoves, now);
   return { stored: writes.length, bytes: writes.reduce((n, w) => n + w.body.byteLength, 0), ids };
@@ -67,12 +58,13 @@ export function appendBatch(sql: SqlStorage, ds: DeliveryState, shardNo: number,
 
 /** Whether this shard holds an unsettled copy of the message with this id. */
 function holdsLive(sql: SqlStorage, ds: DeliveryState, id: string): boolean {
-  return findSlot(sql, ds, id) !== null || laneOfId(sql, id) !== null;
+  return findSlot(sql, ds, id) !== null;
 }
 
-/** A message as sent, to be written as a new one: arrived now, due after its delay. */
-function toNew(now: number): (m: EncodedMessage) => NewMessage {
+/** A message as sent, to be written as a new one: arrived now, due after its delay; a keyed one in the epoch `gen`. */
+function toNew(now: number, gen: number): (m: EncodedMessage) => NewMessage {
   return (m) => ({
+    ...(m.orderingKey !== undefined ? { key: m.orderingKey, gen, pos: "" } : {}),
     ...(m.id !== undefined ? { id: m.id } : {}),
     contentType: m.contentType,
     checksum: m.checksum,

@@ -24,6 +24,7 @@
  * next append opens a new head; totals lose what was counted since they were last written.
  */
 import type { DeliveryTotals } from "../src/kernel/protocol";
+import { KeyBook } from "./key-book";
 import { decodeHeaders, type Header } from "./segment";
 
 export interface MemoryLease {
@@ -75,6 +76,8 @@ const LAPSED_KEPT = 10_000;
 export class DeliveryState {
   /** By slotKey(seg, slot). */
   readonly leases = new Map<string, MemoryLease>();
+  /** Ordering keys held back, and keyed leases (key-book.ts). */
+  readonly keys = new KeyBook();
   /** By the slotKey the lease was on. */
   readonly lapsed = new Map<string, Lapsed>();
   cursor = 0;
@@ -181,6 +184,23 @@ export class DeliveryState {
     return l && l.id === id && l.lease === lease ? l : undefined;
   }
 
+  /**
+   * Drops a slot's memory lease (its message settled, or taken from the consumer): a keyed
+   * lease that holds nothing more ends, its row deleted (keyed-leases.ts). Answers the lease dropped.
+   */
+  drop(key: string): MemoryLease | undefined {
+    const l = this.leases.get(key);
+    if (!l) return undefined;
+    this.leases.delete(key);
+    this.keyedSlotGone(l.lease, key);
+    return l;
+  }
+
+  /** A slot of a keyed lease is not held under it any more. */
+  keyedSlotGone(lease: string, key: string): void {
+    if (this.keys.settled(lease, key) === true) this.sql.exec("DELETE FROM key_leases WHERE lease = ?", lease);
+  }
+
   extend(key: string, until: number): void {
     const l = this.leases.get(key);
     if (l) l.until = until;
@@ -268,6 +288,7 @@ export class DeliveryState {
   /** After deleteAll(): nothing held, nothing counted. */
   reset(): void {
     this.leases.clear();
+    this.keys.reset();
     this.lapsed.clear();
     this.headers.clear();
     this.deferred.clear();

@@ -16,10 +16,11 @@ import { crc32 } from "../src/kernel/checksum";
 import { randomHex } from "../src/kernel/ids";
 import type { LeasedMessage, LeaseRequest, LeaseResult } from "../src/kernel/protocol";
 import type { DeliveryState, MemoryLease } from "./delivery-state";
-import { copyOf, leaseIdOf, slotKey, type Header } from "./segment";
-import { Bodies, headersOf, readState, rewritten, SegmentEdit, settledOf, STATE_COLUMNS, writeSegments, type NewMessage, type SegmentState } from "./segment-rows";
-import { expireLaneLeases, lanesInUse, nextLaneVisible, readyLanes, takeLanes, type LaneCandidate } from "./lanes";
-import { expireOldLanes } from "./lane-operations";
+import { copyOf, leaseIdOf, posOf, slotKey, type Header } from "./segment";
+import { Bodies, headersOf, readState, rewritten, SegmentEdit, settledOf, STATE_COLUMNS, writeSegments, type NewMessage, type SegmentState, type Written } from "./segment-rows";
+import { KEYED_DUE } from "./segment-placement";
+import { KeyPlan, type Candidate } from "./keyed-scan";
+import { writeKeyedLease, type LeasedSlot } from "./keyed-leases";
 
 /** How many segments one lease call deletes at most for retention: bounded work per visit. */
 const EXPIRE_SEGMENTS_PER_CALL = 100;
@@ -42,8 +43,8 @@ export function timestampOf(h: Header): number {
  * Settles messages past the queue's retention. Segments are in arrival order, so the
  * expired segments written ready are a prefix: look at the first before reading more.
  * With `scheduledToo` (the heartbeat), also the scheduled segments holding messages that
- * old (a rewritten message keeps its arrival time), and lanes' (lanes.ts); a lease skips
- * those it finds itself.
+ * old (a rewritten message keeps its arrival time); a lease skips those it finds itself. A
+ * keyed message's key goes on without it.
  */
 export function expireOld(sql: SqlStorage, ds: DeliveryState, now: number, retentionMs: number, scheduledToo = false): BacklogDelta {
   const cutoff = now - retentionMs;
@@ -65,17 +66,14 @@ export function expireOld(sql: SqlStorage, ds: DeliveryState, now: number, reten
     const edit = new SegmentEdit(state, headers, ds);
     headers.forEach((h, slot) => {
       if (h.enqueuedAt >= cutoff || !edit.settle(slot)) return;
-      ds.leases.delete(slotKey(state.seg, slot));
+      ds.drop(slotKey(state.seg, slot));
       count++;
       bytes += h.size;
     });
     edit.commit(sql, ds);
   }
   ds.bump("expired", count);
-  if (!scheduledToo) return { count: -count, bytes: -bytes };
-  const lanes = expireOldLanes(sql, now, cutoff);
-  ds.bump("expired", lanes.expired);
-  return { count: lanes.count - count, bytes: lanes.bytes - bytes };
+  return { count: -count, bytes: -bytes };
 }
 
 /** Messages under a lease that has not run out. All leases are in memory (a lower bound after a restart). */
@@ -83,73 +81,48 @@ export function leasedCount(ds: DeliveryState, now: number): number {
   return ds.liveLeases(now);
 }
 
-/** A message ready to lease: its segment, slot and header. */
-interface Candidate {
-  seg: number;
-  slot: number;
-  header: Header;
-}
-
 export function lease(sql: SqlStorage, ds: DeliveryState, now: number, req: LeaseRequest, retentionMs: number): { result: Omit<LeaseResult, "backlog">; delta: BacklogDelta } {
   const lapsed = expireLeases(sql, ds, now);
-  const keyed = lanesInUse(sql);
-  if (keyed) expireLaneLeases(sql, now);
-  const lanes = keyed ? readyLanes(sql, now, req.limit) : [];
-  const scheduled = readScheduled(sql, ds, now, req.limit, now - retentionMs);
-  const fresh = readFresh(sql, ds, req.limit - scheduled.candidates.length);
+  // Keys whose turn it is first (their messages are the oldest of their keys), then due scheduled segments, then fresh ones.
+  const plan = new KeyPlan(sql, ds, now);
+  const pulled = plan.pull(req.limit);
+  const scheduled = readScheduled(sql, ds, now, req.limit - pulled.length, now - retentionMs);
+  const fresh = readFresh(sql, ds, plan, req.limit - pulled.length - scheduled.candidates.length);
 
   // A partial batch waits until its oldest message has waited maxWaitMs.
-  const count = lanes.length + scheduled.candidates.length + fresh.candidates.length;
-  const oldestReady = Math.min(...lanes.map((c) => c.enqueuedAt), ...scheduled.candidates.map((c) => c.header.dueAt), ...fresh.candidates.map((c) => c.header.enqueuedAt));
+  const count = pulled.length + scheduled.candidates.length + fresh.candidates.length;
+  const oldestReady = Math.min(...pulled.map((c) => c.header.dueAt || c.header.enqueuedAt), ...scheduled.candidates.map((c) => c.header.dueAt), ...fresh.candidates.map((c) => c.header.enqueuedAt));
   if (count > 0 && count < req.limit && !fresh.truncated && oldestReady + req.maxWaitMs > now) {
     scheduled.commit();
     const delta = { count: lapsed.count + scheduled.expired.count, bytes: lapsed.bytes + scheduled.expired.bytes };
     return { result: { messages: [], waitUntil: oldestReady + req.maxWaitMs, ready: count, more: false, nextVisibleAt: nextVisible(sql, ds, now) }, delta };
   }
 
-  const chosen = oldestFirst(req.limit, lanes, scheduled.candidates, fresh.candidates);
-  const taken = leaseSlots(sql, ds, chosen.segments, now, req.leaseMs, true, scheduled.edits);
-  const fromLanes = takeLanes(sql, now, chosen.lanes, req.leaseMs);
+  plan.commit();
+  const taken = leaseSlots(sql, ds, [...pulled, ...scheduled.candidates, ...fresh.candidates], now, req.leaseMs, true, scheduled.edits);
   scheduled.commit();
   // The cursor moves past what was read only when all of it was leased.
-  if (chosen.allFresh) ds.cursor = Math.max(ds.cursor, fresh.cursor);
-  const messages = [...taken.messages, ...fromLanes.messages];
-  ds.bump("leased", messages.length);
-  ds.bump("quarantined", fromLanes.quarantined);
+  ds.cursor = Math.max(ds.cursor, fresh.cursor);
+  ds.bump("leased", taken.messages.length);
   return {
-    result: { messages, waitUntil: null, more: count >= req.limit || fresh.truncated, nextVisibleAt: nextVisible(sql, ds, now) },
-    delta: {
-      count: lapsed.count + taken.delta.count + fromLanes.delta.count + scheduled.expired.count,
-      bytes: lapsed.bytes + taken.delta.bytes + fromLanes.delta.bytes + scheduled.expired.bytes,
-    },
+    result: { messages: taken.messages, waitUntil: null, more: count >= req.limit || fresh.truncated, nextVisibleAt: nextVisible(sql, ds, now) },
+    delta: { count: lapsed.count + taken.delta.count + scheduled.expired.count, bytes: lapsed.bytes + taken.delta.bytes + scheduled.expired.bytes },
   };
 }
 
 /**
- * The `limit` oldest of what is ready, when more is: segments' and lanes' messages weighed
- * by age, so keyed and keyless messages share batches fairly. A lane gives a prefix: once
- * one of its messages is left out, so is everything behind it.
+ * Writes messages again (retries, leases that ran out) into new scheduled segments; a keyed
+ * one keeps its place in its key's order and waits at its key's head (key-book.ts).
  */
-function oldestFirst(limit: number, lanes: LaneCandidate[], scheduled: Candidate[], fresh: Candidate[]): { segments: Candidate[]; lanes: LaneCandidate[]; allFresh: boolean } {
-  if (lanes.length + scheduled.length + fresh.length <= limit) return { segments: [...scheduled, ...fresh], lanes, allFresh: true };
-  type Entry = { at: number; lane?: LaneCandidate; seg?: Candidate; fresh?: boolean };
-  const all: Entry[] = [
-    ...lanes.map((lane) => ({ at: lane.enqueuedAt, lane })),
-    ...scheduled.map((seg) => ({ at: seg.header.dueAt, seg })),
-    ...fresh.map((seg) => ({ at: seg.header.enqueuedAt, seg, fresh: true })),
-  ];
-  const picked = all.sort((a, b) => a.at - b.at).slice(0, limit);
-  const cut = new Set<string>();
-  const takenLanes: LaneCandidate[] = [];
-  const inPick = new Set(picked.map((e) => e.lane).filter((l) => l !== undefined));
-  for (const lane of lanes) {
-    if (cut.has(lane.key)) continue;
-    if (inPick.has(lane)) takenLanes.push(lane);
-    else cut.add(lane.key);
-  }
-  const segments = picked.flatMap((e) => (e.seg ? [e.seg] : []));
-  const freshTaken = picked.filter((e) => e.fresh).length;
-  return { segments, lanes: takenLanes, allFresh: freshTaken === fresh.length };
+export function writeRewrites(sql: SqlStorage, ds: DeliveryState, now: number, rewrites: readonly NewMessage[]): Written[] {
+  const written = writeSegments(sql, ds, 0, now, rewrites, null);
+  written.forEach((w, i) => {
+    const m = rewrites[i]!;
+    if (m.key === undefined) return;
+    const h = headersOf(sql, ds, w.seg)![w.slot]!;
+    ds.keys.wait(m.key, now, [{ seg: w.seg, slot: w.slot, pos: posOf(h, w.seg, w.slot), id: w.id, dueAt: m.dueAt, rewrite: true }]);
+  });
+  return written;
 }
 
 /**
@@ -161,6 +134,7 @@ export function expireLeases(sql: SqlStorage, ds: DeliveryState, now: number): B
   if (expired.length === 0) return { count: 0, bytes: 0 };
   const bySeg = new Map<number, Array<{ slot: number; lease: MemoryLease }>>();
   for (const [key, lease] of expired) {
+    ds.keyedSlotGone(lease.lease, key);
     const [seg, slot] = key.split(".").map(Number) as [number, number];
     const list = bySeg.get(seg) ?? [];
     list.push({ slot, lease });
@@ -180,7 +154,7 @@ export function expireLeases(sql: SqlStorage, ds: DeliveryState, now: number): B
     }
     edit.commit(sql, ds);
   }
-  writeSegments(sql, ds, 0, now, rewrites, null).forEach((w, i) => ds.lapse(from[i]!.key, { id: w.id, lease: from[i]!.lease, key: slotKey(w.seg, w.slot) }));
+  writeRewrites(sql, ds, now, rewrites).forEach((w, i) => ds.lapse(from[i]!.key, { id: w.id, lease: from[i]!.lease, key: slotKey(w.seg, w.slot) }));
   return { count: 0, bytes: 0 };
 }
 
@@ -231,11 +205,12 @@ function readScheduled(sql: SqlStorage, ds: DeliveryState, now: number, want: nu
 }
 
 /**
- * Up to `want` ready slots of segments after the cursor, in arrival order. `cursor` is
- * the last segment all of whose ready slots are taken by these (the cursor may move
- * there once they are leased); `truncated` when the scan stopped at its bound.
+ * Up to `want` ready slots of segments after the cursor, in arrival order; a keyed one as
+ * the plan allows (keyed-scan.ts), the others of its key left for it. `cursor` is the last
+ * segment all of whose ready slots are taken by these or left to their keys (the cursor may
+ * move there once they are leased); `truncated` when the scan stopped at its bound.
  */
-function readFresh(sql: SqlStorage, ds: DeliveryState, want: number): { candidates: Candidate[]; cursor: number; truncated: boolean } {
+function readFresh(sql: SqlStorage, ds: DeliveryState, plan: KeyPlan, want: number): { candidates: Candidate[]; cursor: number; truncated: boolean } {
   const candidates: Candidate[] = [];
   let cursor = ds.cursor;
   let after = ds.cursor;
@@ -251,11 +226,16 @@ function readFresh(sql: SqlStorage, ds: DeliveryState, want: number): { candidat
       let whole = true;
       for (let slot = 0; slot < headers.length; slot++) {
         if (settled.has(slot) || ds.leases.has(slotKey(state.seg, slot))) continue;
+        const h = headers[slot]!;
         if (candidates.length >= want) {
           whole = false;
           break;
         }
-        candidates.push({ seg: state.seg, slot, header: headers[slot]! });
+        if (h.key !== undefined) {
+          if (plan.verdict(h, state.seg, slot) !== "take") continue;
+          plan.take(h.key);
+        }
+        candidates.push({ seg: state.seg, slot, header: h });
       }
       budget -= headers.length;
       if (!whole) return { candidates, cursor, truncated: false };
@@ -285,6 +265,8 @@ export function leaseSlots(
   const messages: LeasedMessage[] = [];
   const bodies = new Map<number, Bodies>();
   const quarantined = new Map<number, SegmentEdit>();
+  const keyed: Array<[string, string]> = [];
+  const rows: LeasedSlot[] = [];
   let count = 0;
   let bytes = 0;
   for (const c of candidates) {
@@ -304,6 +286,10 @@ export function leaseSlots(
     const key = slotKey(c.seg, c.slot);
     const copy = copyOf(c.header, c.seg, c.slot);
     ds.hold(key, { id: c.header.id, lease, until: now + leaseMs, counts: countAttempt });
+    if (c.header.key !== undefined) {
+      keyed.push([key, c.header.key]);
+      rows.push([c.seg, c.slot, c.header.id, countAttempt ? 1 : 0]);
+    }
     messages.push({
       id: c.header.id,
       body,
@@ -312,7 +298,13 @@ export function leaseSlots(
       attempts: c.header.attempts + (countAttempt ? 1 : 0),
       leaseId: leaseIdOf({ copy, seg: c.seg, slot: c.slot, lease }),
       copyKey: copy,
+      ...(c.header.key !== undefined ? { orderingKey: c.header.key } : {}),
     });
+  }
+  // A keyed lease is a row, so a restart honours it (keyed-leases.ts); its keys are held until it ends.
+  if (keyed.length > 0) {
+    writeKeyedLease(sql, lease, now + leaseMs, rows);
+    ds.keys.taken(lease, now + leaseMs, keyed, now);
   }
   for (const edit of quarantined.values()) edit.commit(sql, ds);
   ds.bump("quarantined", count);
@@ -320,9 +312,9 @@ export function leaseSlots(
 }
 
 
-/** When something not ready now becomes ready: a scheduled segment, a memory lease running out, or a held lane. */
+/** When something not ready now becomes ready: a scheduled segment, a memory lease running out, or a key's waiting head. */
 export function nextVisible(sql: SqlStorage, ds: DeliveryState, now: number): number | null {
-  const row = sql.exec<{ t: number | null }>("SELECT MIN(due_at) AS t FROM segments WHERE due_at IS NOT NULL AND due_at > ?", now).one();
-  const times = [row.t, ds.earliestExpiry(), lanesInUse(sql) ? nextLaneVisible(sql, now) : null].filter((t): t is number => t !== null);
+  const row = sql.exec<{ t: number | null }>("SELECT MIN(due_at) AS t FROM segments WHERE due_at IS NOT NULL AND due_at > ? AND due_at < ?", now, KEYED_DUE).one();
+  const times = [row.t, ds.earliestExpiry(), ds.keys.nextDue(now)].filter((t): t is number => t !== null);
   return times.length === 0 ? null : Math.min(...times);
 }

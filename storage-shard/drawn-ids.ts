@@ -1,7 +1,7 @@
 /**
  * Whether this shard drew an id a producer now sends as its own (issue 28): ids are unique
  * per queue, whoever chose them. A located id names its shard and its place (a segment's
- * slot, or a lane message's lseq: src/kernel/ids.ts), so the shard named answers from that
+ * slot, or the lseq of a message of the ordered lanes keyed messages once had: src/kernel/ids.ts), so the shard named answers from that
  * place, with no index and nothing remembered per message: the message there is this one
  * (same content type, ordering key and body bytes: stored, nothing to do) or another. A
  * place this shard has numbered past but no longer holds (its messages consumed) may have
@@ -10,9 +10,11 @@
  */
 import type { DrawnIdAnswer, DrawnIdProbe } from "../src/kernel/protocol";
 import type { DeliveryState } from "./delivery-state";
-import { LANE_SLOT } from "./lanes";
 import { bodyOf, locate, offsetsOf, SEGMENT_MAX_MESSAGES, SEGS_PER_MS } from "./segment";
 import { bodiesOf, findSlot, headersOf } from "./segment-rows";
+
+/** The slot a lane message's located id names (its segment part is its lseq): above every segment slot. */
+const LANE_SLOT = 0xffff;
 
 /**
  * Segment numbers and lseqs count from the clock (segment.ts nextSegment, lanes-schema.ts),
@@ -25,7 +27,7 @@ export function drawnIds(sql: SqlStorage, ds: DeliveryState, shardNo: number, no
   return probes.map((p) => {
     const at = locate(p.id);
     if (!at || at.shard !== shardNo || at.seg < FIRST_DRAWN) return null;
-    return at.slot === LANE_SLOT ? laneAnswer(sql, at.seg, p) : at.slot < SEGMENT_MAX_MESSAGES ? segmentAnswer(sql, ds, now, at.seg, at.slot, p) : null;
+    return at.slot === LANE_SLOT ? laneAnswer(sql, ds, at.seg, p) : at.slot < SEGMENT_MAX_MESSAGES ? segmentAnswer(sql, ds, now, at.seg, at.slot, p) : null;
   });
 }
 
@@ -39,19 +41,19 @@ function segmentAnswer(sql: SqlStorage, ds: DeliveryState, now: number, seg: num
   const place = found ? { seg: found.state.seg, slot: found.slot, headers: found.headers } : first ? { seg, slot, headers: first } : null;
   if (!place) return "other";
   const h = place.headers[place.slot]!;
-  if (p.orderingKey !== undefined || h.contentType !== p.contentType || h.size !== p.body.byteLength) return "other";
+  if (p.orderingKey !== h.key || h.contentType !== p.contentType || h.size !== p.body.byteLength) return "other";
   return sameBytes(bodyOf(bodiesOf(sql, place.seg)!, offsetsOf(place.headers), place.headers, place.slot), p.body) ? "same" : "other";
 }
 
-function laneAnswer(sql: SqlStorage, lseq: number, p: DrawnIdProbe): DrawnIdAnswer {
-  // Not lanesInUse(): a shard whose lanes all emptied reads as never keyed after a restart,
-  // yet it drew lseqs up to sqlite_sequence's; both reads below are one primary-key lookup.
-  const row = sql.exec<{ id: string; key: string; content_type: string; body: ArrayBuffer }>("SELECT id, key, content_type, body FROM lane_messages WHERE lseq = ?", lseq).toArray()[0];
-  if (row) {
-    if (row.id !== p.id) return null;
-    return row.key === p.orderingKey && row.content_type === p.contentType && sameBytes(new Uint8Array(row.body), p.body) ? "same" : "other";
+function laneAnswer(sql: SqlStorage, ds: DeliveryState, lseq: number, p: DrawnIdProbe): DrawnIdAnswer {
+  // Lane messages became keyed segment slots (keyed-upgrade.ts), their ids indexed.
+  const found = findSlot(sql, ds, p.id);
+  if (found) {
+    const h = found.headers[found.slot]!;
+    if (h.key !== p.orderingKey || h.contentType !== p.contentType || h.size !== p.body.byteLength) return "other";
+    return sameBytes(bodyOf(bodiesOf(sql, found.state.seg)!, offsetsOf(found.headers), found.headers, found.slot), p.body) ? "same" : "other";
   }
-  const last = sql.exec<{ seq: number }>("SELECT seq FROM sqlite_sequence WHERE name = 'lane_messages'").toArray()[0]?.seq ?? 0;
+  const last = Number(sql.exec<{ value: string }>("SELECT value FROM meta WHERE key = 'last_lseq'").toArray()[0]?.value ?? 0);
   return lseq <= last ? "other" : null;
 }
 

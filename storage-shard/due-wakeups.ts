@@ -13,7 +13,7 @@
  * the next heartbeat, and at most one per waiting pull woken: nothing per message stored.
  */
 import type { DeliveryState } from "./delivery-state";
-import { lanesInUse } from "./lanes";
+import { KEYED_DUE } from "./segment-placement";
 
 export class DueWakeups {
   /** Until when a waiting pull wants to hear of this shard's messages becoming ready. */
@@ -58,16 +58,13 @@ export class DueWakeups {
   }
 }
 
-/** The first time after `now` a message here becomes ready: a scheduled segment, a lease end, a lane. */
+/** The first time after `now` a message here becomes ready: a scheduled segment, a lease end, a key's waiting head. */
 export function nextDueAfter(sql: SqlStorage, ds: DeliveryState, now: number): number | null {
   const times = [
-    sql.exec<{ t: number | null }>("SELECT MIN(due_at) AS t FROM segments WHERE due_at IS NOT NULL AND due_at > ?", now).one().t,
+    sql.exec<{ t: number | null }>("SELECT MIN(due_at) AS t FROM segments WHERE due_at IS NOT NULL AND due_at > ? AND due_at < ?", now, KEYED_DUE).one().t,
     ds.nextExpiryAfter(now),
+    ds.keys.nextDue(now),
   ];
-  if (lanesInUse(sql)) {
-    times.push(sql.exec<{ t: number | null }>("SELECT MIN(ready_at) AS t FROM lanes WHERE ready_at IS NOT NULL AND ready_at > ?", now).one().t);
-    times.push(sql.exec<{ t: number | null }>("SELECT MIN(lease_until) AS t FROM lanes WHERE lease IS NOT NULL AND lease_until > ?", now).one().t);
-  }
   const due = times.filter((t): t is number => t !== null);
   return due.length === 0 ? null : Math.min(...due);
 }

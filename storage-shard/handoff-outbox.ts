@@ -8,7 +8,6 @@
 import { storageShardFor } from "../src/kernel/addressing";
 import type { Env } from "../src/kernel/env";
 import { pendingReleases, releasesSent, type Registration } from "./handoff";
-import { lanesInUse } from "./lanes";
 
 export class HandoffOutbox {
   /** Releases being sent: one send at a time, so none goes twice at once. */
@@ -27,7 +26,7 @@ export class HandoffOutbox {
 
   /** Sends the releases owed, if any and none are on their way. */
   flush(queueId: string, self: string): void {
-    if (this.sending || !lanesInUse(this.sql)) return;
+    if (this.sending) return;
     const owed = pendingReleases(this.sql);
     if (owed.length === 0) return;
     this.sending = true;

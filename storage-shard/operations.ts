@@ -14,8 +14,9 @@ import type { DeliveryState } from "./delivery-state";
 import { MAX_MATCHING_LEASE, PURGE_PER_CALL } from "../src/kernel/limits";
 import { offsetsOf, parseLeaseId, slotKey, type Header } from "./segment";
 import { findSlot, headersOf, readState, SegmentEdit, settledOf, STATE_COLUMNS, type SegmentState } from "./segment-rows";
-import { cancelLaneMessage } from "./lane-operations";
-import { countMatchingLanes, leaseMatchingLanes, peekLanes, purgeLanes, releaseLaneLeases } from "./lane-moves";
+import { KEYED_DUE } from "./segment-placement";
+import type { Candidate } from "./keyed-scan";
+import { giveBack, KeyedMatches, keyWaitsUntil, PeekGate, trimKeyedLease, unwait } from "./keyed-operations";
 
 /** Removed messages: how many, their bytes, and how many were held under a live lease. */
 interface Removed {
@@ -25,10 +26,10 @@ interface Removed {
 }
 
 /**
- * Settles up to `limit` messages of any state, oldest segment first (a segment with none
- * left is deleted), then lanes' (lanes.ts). Messages a move (a redrive) holds are left to
- * it: they leave for its target, and what a purge reports deleted must never arrive there.
- * `more` while a call found as many as it may take.
+ * Settles up to `limit` messages of any state, keyed ones too, oldest segment first (a segment
+ * with none left is deleted). Messages a move (a redrive) holds are left to it: they leave for
+ * its target, and what a purge reports deleted must never arrive there. `more` while a call
+ * found as many as it may take.
  */
 export function purgeSome(sql: SqlStorage, ds: DeliveryState, now: number, limit: number, ids?: string[]): Removed & { more: boolean; delta: BacklogDelta } {
   const n = Math.max(1, Math.min(PURGE_PER_CALL, Math.floor(limit)));
@@ -42,14 +43,8 @@ export function purgeSome(sql: SqlStorage, ds: DeliveryState, now: number, limit
       settleUpTo(sql, ds, now, state, removed, n, ids);
     }
   }
-  if (removed.count < n) {
-    const lanes = purgeLanes(sql, now, n - removed.count, ids);
-    removed.count += lanes.count;
-    removed.bytes += lanes.bytes;
-    removed.held += lanes.held;
-  }
   ds.bump("purged", removed.count);
-  // Fewer than asked: every segment was read, and every lane message not under a move.
+  // Fewer than asked: every segment was read, and every message not under a move settled.
   const more = removed.count >= n;
   return { ...removed, more, delta: { count: -removed.count, bytes: -removed.bytes } };
 }
@@ -63,6 +58,7 @@ function settleUpTo(sql: SqlStorage, ds: DeliveryState, now: number, state: Segm
     removed.bytes += h.size;
     ids?.push(h.id);
     if (releaseHeld(ds, now, state.seg, slot)) removed.held++;
+    if (h.key !== undefined) unwait(ds, h.key, state.seg, slot);
   });
   edit.commit(sql, ds);
 }
@@ -77,23 +73,26 @@ function moving(ds: DeliveryState, now: number, seg: number, slot: number): bool
 function releaseHeld(ds: DeliveryState, now: number, seg: number, slot: number): boolean {
   const key = slotKey(seg, slot);
   const l = ds.leases.get(key);
-  ds.leases.delete(key);
+  ds.drop(key);
   return l !== undefined && l.until > now;
 }
 
-/** One message by id, without its body; null when this shard does not hold it. */
-export function findMessage(sql: SqlStorage, ds: DeliveryState, now: number, id: string): MessageStatus | null {
+/** One message by id, without its body, with its ordering key if it has one; null when this shard does not hold it. */
+export function findMessage(sql: SqlStorage, ds: DeliveryState, now: number, id: string): (MessageStatus & { orderingKey?: string }) | null {
   const found = findSlot(sql, ds, id);
   if (!found) return null;
-  const h = found.headers[found.slot]!;
-  const base = { id: h.id, enqueuedAt: timestampOf(h), size: h.size, contentType: h.contentType };
-  const held = ds.leases.get(slotKey(found.state.seg, found.slot));
+  const { state, slot } = found;
+  const h = found.headers[slot]!;
+  const base = { id: h.id, enqueuedAt: timestampOf(h), size: h.size, contentType: h.contentType, ...(h.key !== undefined ? { orderingKey: h.key } : {}) };
+  const held = ds.leases.get(slotKey(state.seg, slot));
   // A lease's delivery is in the header only once it fails.
   if (held && held.until > now) return { ...base, state: "leased", attempts: h.attempts + (held.counts ? 1 : 0), visibleAt: held.until };
   if (h.dueAt > now) return { ...base, state: "delayed", attempts: h.attempts, visibleAt: h.dueAt };
+  // Behind its key's head, which waits for a retry's delay or its own: not visible before that head is.
+  const keyWait = h.key !== undefined && !held ? keyWaitsUntil(ds, now, state.seg, slot, h) : null;
+  if (keyWait !== null) return { ...base, state: "delayed", attempts: h.attempts, visibleAt: keyWait };
   // A scheduled segment moved past a lease that a restart then lost: ready when that lease would have run out.
-  const due = found.state.due_at;
-  if (!held && due !== null && due > now) return { ...base, state: "leased", attempts: h.attempts, visibleAt: due };
+  if (!held && lostLease(state, now)) return { ...base, state: "leased", attempts: h.attempts, visibleAt: state.due_at! };
   // A lease that ran out is a failed delivery, counted when the next lease rewrites the message.
   return { ...base, state: "ready", attempts: h.attempts + (held?.counts ? 1 : 0), visibleAt: Math.max(h.dueAt, h.enqueuedAt) };
 }
@@ -103,12 +102,14 @@ const PEEK_SCAN = 1000;
 
 /**
  * Up to `limit` ready messages, oldest segment first, with their bodies, leaving them as
- * they are (no lease, no attempt): what the dashboard shows as "ready". Reads at most
- * about PEEK_SCAN messages' headers, so a shard whose oldest messages are all leased or
- * delayed may show none; only the bodies shown are read.
+ * they are (no lease, no attempt): what the dashboard shows as "ready". A keyed one only if a
+ * consumer could be given it now, in its key's order (keyed-operations.ts PeekGate). Reads at
+ * most about PEEK_SCAN messages' headers, so a shard whose oldest messages are all leased,
+ * delayed or held by their keys may show none; only the bodies shown are read.
  */
 export function peekReady(sql: SqlStorage, ds: DeliveryState, now: number, limit: number): Array<MessageStatus & { body: Uint8Array; orderingKey?: string }> {
   const out: Array<MessageStatus & { body: Uint8Array; orderingKey?: string }> = [];
+  const gate = new PeekGate(sql, ds, now);
   let scanned = 0;
   for (let after = 0; out.length < limit && scanned < PEEK_SCAN; ) {
     const rows = sql.exec(`SELECT ${STATE_COLUMNS} FROM segments WHERE seg > ? ORDER BY seg LIMIT 16`, after).toArray() as unknown as SegmentState[];
@@ -120,31 +121,47 @@ export function peekReady(sql: SqlStorage, ds: DeliveryState, now: number, limit
       const settled = settledOf(ds, state.seg, state.settled);
       const offsets = offsetsOf(headers);
       headers.forEach((h, slot) => {
-        if (out.length >= limit || settled.has(slot) || !isReady(ds, now, state, h, slot)) return;
-        // Only this message's bytes of the packed bodies.
-        const stored = sql.exec<{ body: ArrayBuffer | string }>("SELECT substr(bodies, ?, ?) AS body FROM segments WHERE seg = ?", offsets[slot]! + 1, h.size, state.seg).toArray()[0];
-        if (!stored) return;
-        // An empty body comes back as an empty string.
-        const body = typeof stored.body === "string" ? new Uint8Array(0) : new Uint8Array(stored.body);
-        // A body that no longer matches its checksum is never shown (delivery quarantines it).
-        if (crc32(body) !== h.checksum) return;
-        out.push({ id: h.id, state: "ready", attempts: h.attempts, enqueuedAt: timestampOf(h), visibleAt: Math.max(h.dueAt, h.enqueuedAt), size: h.size, contentType: h.contentType, body });
+        if (out.length >= limit || settled.has(slot)) return;
+        if (h.key !== undefined ? !gate.shows(state.seg, slot, h) : !isReady(ds, now, state, h, slot)) return;
+        const body = peekBody(sql, state.seg, offsets[slot]!, h);
+        if (!body) {
+          if (h.key !== undefined) gate.hide(h.key);
+          return;
+        }
+        out.push({
+          id: h.id, state: "ready", attempts: h.attempts, enqueuedAt: timestampOf(h), visibleAt: Math.max(h.dueAt, h.enqueuedAt), size: h.size, contentType: h.contentType, body,
+          ...(h.key !== undefined ? { orderingKey: h.key } : {}),
+        });
       });
       if (out.length >= limit || scanned >= PEEK_SCAN) break;
     }
   }
-  // Keyed messages are in lanes, not segments: the oldest `limit` of both.
-  const keyed = peekLanes(sql, now, limit);
-  if (keyed.length === 0) return out;
-  return [...out, ...keyed].sort((a, b) => a.enqueuedAt - b.enqueuedAt).slice(0, limit);
+  return out;
 }
 
-/** Whether an unsettled slot is ready: due, not held, not behind a lease a restart lost. */
+/** One slot's body, only its bytes of the packed bodies; null when it is gone or no longer matches its checksum (delivery quarantines it). */
+function peekBody(sql: SqlStorage, seg: number, offset: number, h: Header): Uint8Array | null {
+  const stored = sql.exec<{ body: ArrayBuffer | string }>("SELECT substr(bodies, ?, ?) AS body FROM segments WHERE seg = ?", offset + 1, h.size, seg).toArray()[0];
+  if (!stored) return null;
+  // An empty body comes back as an empty string.
+  const body = typeof stored.body === "string" ? new Uint8Array(0) : new Uint8Array(stored.body);
+  return crc32(body) === h.checksum ? body : null;
+}
+
+/** Whether an unsettled keyless slot is ready: due, not held, not behind a lease a restart lost. */
 function isReady(ds: DeliveryState, now: number, state: SegmentState, h: Header, slot: number): boolean {
   const held = ds.leases.get(slotKey(state.seg, slot));
   if (held && held.until > now) return false;
   if (h.dueAt > now) return false;
-  return held !== undefined || state.due_at === null || state.due_at <= now;
+  return held !== undefined || !lostLease(state, now);
+}
+
+/**
+ * Whether a scheduled segment's due time was moved past a lease a restart then lost. Not a
+ * segment of keyed copies: it is due never (its messages wait for their keys), by design.
+ */
+function lostLease(state: SegmentState, now: number): boolean {
+  return state.due_at !== null && state.due_at !== KEYED_DUE && state.due_at > now;
 }
 
 /** Settles one message whatever its state; a consumer's later ack for it finds nothing (stale). */
@@ -153,15 +170,15 @@ export function cancelMessage(sql: SqlStorage, ds: DeliveryState, now: number, i
   const found = findSlot(sql, ds, id);
   if (found) {
     const edit = new SegmentEdit(found.state, found.headers, ds);
+    const h = found.headers[found.slot]!;
     if (edit.settle(found.slot)) {
       removed.count++;
-      removed.bytes += found.headers[found.slot]!.size;
+      removed.bytes += h.size;
       if (releaseHeld(ds, now, found.state.seg, found.slot)) removed.held++;
+      // Its key goes on from its next message.
+      if (h.key !== undefined) unwait(ds, h.key, found.state.seg, found.slot);
     }
     edit.commit(sql, ds);
-  } else {
-    // Not in a segment: a keyed message in its lane, perhaps.
-    Object.assign(removed, cancelLaneMessage(sql, now, id));
   }
   ds.bump("cancelled", removed.count);
   return { ...removed, delta: { count: -removed.count, bytes: -removed.bytes } };
@@ -170,17 +187,17 @@ export function cancelMessage(sql: SqlStorage, ds: DeliveryState, now: number, i
 /**
  * Leases up to `limit` ready messages that match the filter, oldest segment first, for
  * a redrive: held in memory as a delivery's are, but counting no attempt (the attempts
- * stored are what a redrive filters on). The move is: lease, write to the target, ack
- * here; a crash in between leaves the message here to be moved again.
+ * stored are what a redrive filters on). Keyed ones go first, each key's in its order
+ * (keyed-operations.ts KeyedMatches), so the move writes them to the target in that order.
+ * The move is: lease, write to the target, ack here; a crash in between leaves the message
+ * here to be moved again.
  */
 export function leaseMatching(sql: SqlStorage, ds: DeliveryState, now: number, filter: MessageFilter, limit: number, leaseMs: number): { messages: LeasedMessage[]; delta: BacklogDelta } {
   const matches = matching(now, filter);
-  let want = Math.max(1, Math.min(MAX_MATCHING_LEASE, Math.floor(limit)));
-  // Keyed messages first, each key's in its order (lane-moves.ts); then segments' for the rest.
-  const keyed = leaseMatchingLanes(sql, now, filter, want, leaseMs);
-  want -= keyed.messages.length;
-  const candidates: Array<{ seg: number; slot: number; header: Header }> = [];
-  for (let after = 0; candidates.length < want; ) {
+  const want = Math.max(1, Math.min(MAX_MATCHING_LEASE, Math.floor(limit)));
+  const plain: Candidate[] = [];
+  const keyed = new KeyedMatches(sql, ds, now, matches);
+  for (let after = 0; plain.length + keyed.likely < want; ) {
     const rows = sql.exec(`SELECT ${STATE_COLUMNS} FROM segments WHERE seg > ? ORDER BY seg LIMIT 16`, after).toArray() as unknown as SegmentState[];
     if (rows.length === 0) break;
     for (const state of rows) {
@@ -188,41 +205,53 @@ export function leaseMatching(sql: SqlStorage, ds: DeliveryState, now: number, f
       const headers = headersOf(sql, ds, state.seg)!;
       const settled = settledOf(ds, state.seg, state.settled);
       headers.forEach((h, slot) => {
-        if (candidates.length < want && !settled.has(slot) && isReady(ds, now, state, h, slot) && matches(h)) candidates.push({ seg: state.seg, slot, header: h });
+        if (settled.has(slot)) return;
+        if (h.key !== undefined) keyed.add(state.seg, slot, h);
+        else if (plain.length + keyed.likely < want && isReady(ds, now, state, h, slot) && matches(h)) plain.push({ seg: state.seg, slot, header: h });
       });
     }
   }
-  if (candidates.length === 0) return keyed;
-  const plain = leaseSlots(sql, ds, candidates, now, leaseMs, false);
-  return { messages: [...keyed.messages, ...plain.messages], delta: { count: keyed.delta.count + plain.delta.count, bytes: keyed.delta.bytes + plain.delta.bytes } };
+  const ordered = keyed.take(want);
+  const candidates = [...ordered, ...plain.slice(0, want - ordered.length)];
+  if (candidates.length === 0) return { messages: [], delta: { count: 0, bytes: 0 } };
+  return leaseSlots(sql, ds, candidates, now, leaseMs, false);
 }
 
 /**
- * Gives leased messages back at once (a redrive whose write failed), counting nothing:
- * the cursor moves back before the segment, and a scheduled segment is due now, so the
- * next lease finds them.
+ * Gives leased messages back at once (a redrive whose write failed, a release whose move
+ * failed), counting nothing: the cursor moves back before the segment, a scheduled segment is
+ * due now, and a keyed message is deliverable again in its key's order, so the next lease
+ * finds them.
  */
 export function releaseLeases(sql: SqlStorage, ds: DeliveryState, now: number, refs: LeaseRef[]): number {
-  let released = releaseLaneLeases(sql, now, refs);
+  let released = 0;
+  const keyedLeases = new Set<string>();
   for (const ref of refs) {
     const name = parseLeaseId(ref.leaseId);
     if (!name) continue;
     const key = slotKey(name.seg, name.slot);
     if (!ds.held(key, ref.id, name.lease)) continue;
-    ds.leases.delete(key);
+    ds.drop(key);
     released++;
     const state = readState(sql, name.seg);
     if (!state) continue;
+    const h = headersOf(sql, ds, name.seg)![name.slot]!;
+    if (h.key !== undefined) {
+      giveBack(ds, now, state, name.slot, h);
+      keyedLeases.add(name.lease);
+    }
     if (state.due_at === null) ds.cursor = Math.min(ds.cursor, name.seg - 1);
-    else if (state.due_at > now) sql.exec("UPDATE segments SET due_at = ? WHERE seg = ?", now, name.seg);
+    else if (state.due_at > now && state.due_at !== KEYED_DUE) sql.exec("UPDATE segments SET due_at = ? WHERE seg = ?", now, name.seg);
   }
+  // A keyed lease given back in part keeps its other slots: its row names only those.
+  for (const lease of keyedLeases) trimKeyedLease(sql, ds, lease);
   return released;
 }
 
 /** Messages matching the filter in any state (leased and delayed ones too), keyed ones included. Reads every header: an operator's count. */
 export function countMatching(sql: SqlStorage, ds: DeliveryState, now: number, filter: MessageFilter): number {
   const matches = matching(now, filter);
-  let n = countMatchingLanes(sql, now, filter);
+  let n = 0;
   for (let after = 0; ; ) {
     const rows = sql.exec<{ seg: number; settled: ArrayBuffer; headers: string }>("SELECT seg, settled, headers FROM segments WHERE seg > ? ORDER BY seg LIMIT 64", after).toArray();
     if (rows.length === 0) return n;

@@ -19,8 +19,6 @@
  * (ids the shard draws) pay nothing: one written again after a lost reply carries the
  * token of its batch, found among the newest segments (segment-rows.ts idsOfBatch).
  */
-import { laneOfId } from "./lanes";
-
 export const REMEMBER_MS = 24 * 60 * 60 * 1000;
 /** How far back (in segments) a batch written again looks for its first write: it lands right after. */
 export const DEDUPE_SEGMENTS = 1000;
@@ -30,7 +28,7 @@ export function knownIds(sql: SqlStorage, ids: string[]): Set<string> {
   const found = new Set<string>();
   for (const id of new Set(ids)) {
     const held = sql.exec("SELECT 1 FROM message_ids WHERE id = ? UNION ALL SELECT 1 FROM remembered_ids WHERE id = ?", id, id);
-    if (held.toArray().length > 0 || laneOfId(sql, id) !== null) found.add(id);
+    if (held.toArray().length > 0) found.add(id);
   }
   return found;
 }

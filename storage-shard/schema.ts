@@ -5,6 +5,8 @@ import type { NewMessage } from "./segment-rows";
 import { LANE_LEASES_V16, LANES_SCHEMA, LOCATED_LANE_IDS, neverReuseLseq } from "./lanes-schema";
 import { HELD_LEASES_SCHEMA } from "./held-leases";
 import { HANDOFF_SCHEMA } from "./handoff-schema";
+import { KEY_LEASES_SCHEMA } from "./keyed-leases";
+import { convertLanesToSegments } from "./keyed-upgrade";
 
 /** A row of the messages table of schema versions 4 to 9, as the conversion to segments reads it. */
 interface MessageRow {
@@ -139,6 +141,11 @@ export const MIGRATIONS: readonly MigrationStep[] = [
   LANE_LEASES_V16,
   // Memory leases written by a shard going quiet, for the instance after an eviction (held-leases.ts).
   HELD_LEASES_SCHEMA,
+  // Keyed messages in segments, each segment counting its keyed slots; a keyed lease a row (keyed-leases.ts).
+  `ALTER TABLE segments ADD COLUMN keyed INTEGER NOT NULL DEFAULT 0;
+   ${KEY_LEASES_SCHEMA}`,
+  // Lanes' messages and leases converted to those, the lane tables dropped (keyed-upgrade.ts).
+  convertLanesToSegments,
 ];
 
 /** Old rows converted per segment: a batch's worth, as a broker writes them. */

@@ -15,19 +15,16 @@ import {
   nextSegment,
   offsetsOf,
   packBodies,
-  SEGMENT_MAX_BYTES,
-  SEGMENT_MAX_MESSAGES,
+  posOf,
+  posText,
   Settled,
   type Header,
 } from "./segment";
 import { randomHex } from "../src/kernel/ids";
+import { isKeyedCopy, KEYED_DUE, placement } from "./segment-placement";
 
-/** A message to write into a new segment: its header but for what its place decides, and its body. */
-export type NewMessage = Omit<Header, "id" | "size" | "indexed"> & {
-  /** Absent: the shard draws a located id. */
-  id?: string;
-  body: Uint8Array;
-};
+export type { NewMessage } from "./segment-placement";
+import type { NewMessage } from "./segment-placement";
 
 /** The small columns of a segment row, as a scan reads them. */
 export interface SegmentState {
@@ -58,20 +55,25 @@ export function writeSegments(sql: SqlStorage, ds: DeliveryState, shardNo: numbe
     let dueAt: number | null = null;
     let bytes = 0;
     let oldest = Infinity;
+    let keyed = 0;
     group.forEach((i, slot) => {
       const m = messages[i]!;
       const indexed = m.id !== undefined;
       const id = m.id ?? locatedId(seg, shardNo, slot, randomHex(4));
       out[i] = { id, seg, slot };
-      headers.push({ id, contentType: m.contentType, size: m.body.byteLength, checksum: m.checksum, enqueuedAt: m.enqueuedAt, dueAt: m.dueAt, attempts: m.attempts, sentAt: m.sentAt, copy: m.copy, indexed });
-      // A scheduled segment (each of its messages has a due time, a rewritten one's may be now) is found by the index.
-      if (m.dueAt > 0) dueAt = Math.min(dueAt ?? Infinity, m.dueAt);
+      headers.push(headerOf(m, id, indexed));
+      if (m.key !== undefined) keyed++;
+      // A scheduled segment (each of its messages has a due time, a rewritten one's may be now) is found by the index;
+      // keyed messages wait for their key, not the index (a keyed copy's segment is due never, KEYED_DUE).
+      if (m.dueAt > 0 && m.key === undefined) dueAt = Math.min(dueAt ?? Infinity, m.dueAt);
       bytes += m.body.byteLength;
       oldest = Math.min(oldest, m.enqueuedAt);
       if (indexed) sql.exec("INSERT OR REPLACE INTO message_ids (id, seg) VALUES (?, ?)", id, seg);
     });
+    if (isKeyedCopy(messages[group[0]!]!)) dueAt = KEYED_DUE;
+    if (keyed > 0) ds.keys.used = true;
     sql.exec(
-      `INSERT INTO segments (seg, enqueued_at, due_at, count, live, live_bytes, batch, settled, headers, bodies) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      `INSERT INTO segments (seg, enqueued_at, due_at, count, live, live_bytes, batch, settled, headers, bodies, keyed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
       seg,
       oldest,
       dueAt,
@@ -82,6 +84,7 @@ export function writeSegments(sql: SqlStorage, ds: DeliveryState, shardNo: numbe
       Settled.none(headers.length).blob(),
       encodeHeaders(headers),
       packBodies(group.map((i) => messages[i]!.body)),
+      keyed,
     );
     ds.remember(seg, headers);
     ds.head = openHead && dueAt === null && headers.length < HEAD_MAX_MESSAGES && bytes < HEAD_MAX_BYTES ? { seg, count: headers.length, bytes, openedAt: now } : null;
@@ -96,30 +99,11 @@ export interface Written {
   slot: number;
 }
 
-/**
- * Which messages share a segment: those ready on arrival apart from those due later
- * (each kind in request order), each run cut at SEGMENT_MAX_BYTES and
- * SEGMENT_MAX_MESSAGES. The same messages always give the same groups, so a batch
- * written again finds its ids (appendAgain).
- */
-export function placement(messages: readonly Pick<NewMessage, "dueAt" | "body">[]): number[][] {
-  const groups: number[][] = [];
-  for (const due of [false, true]) {
-    let group: number[] = [];
-    let bytes = 0;
-    messages.forEach((m, i) => {
-      if (m.dueAt > 0 !== due) return;
-      if (group.length > 0 && (bytes + m.body.byteLength > SEGMENT_MAX_BYTES || group.length >= SEGMENT_MAX_MESSAGES)) {
-        groups.push(group);
-        group = [];
-        bytes = 0;
-      }
-      group.push(i);
-      bytes += m.body.byteLength;
-    });
-    if (group.length > 0) groups.push(group);
-  }
-  return groups;
+/** The header a new message gets in its slot. */
+function headerOf(m: NewMessage, id: string, indexed: boolean): Header {
+  const h: Header = { id, contentType: m.contentType, size: m.body.byteLength, checksum: m.checksum, enqueuedAt: m.enqueuedAt, dueAt: m.dueAt, attempts: m.attempts, sentAt: m.sentAt, copy: m.copy, indexed };
+  if (m.key !== undefined) Object.assign(h, { key: m.key, gen: m.gen ?? 0, pos: m.pos ?? "" });
+  return h;
 }
 
 /**
@@ -146,10 +130,13 @@ export function appendToHead(sql: SqlStorage, ds: DeliveryState, shardNo: number
   const head = ds.head;
   if (!head || head.seg !== ds.lastSeg || messages.length === 0) return null;
   let bytes = 0;
+  let keyed = 0;
   for (const m of messages) {
-    if (m.dueAt > 0) return null;
+    if (m.dueAt > 0 || isKeyedCopy(m)) return null;
     bytes += m.body.byteLength;
+    if (m.key !== undefined) keyed++;
   }
+  if (keyed > 0) ds.keys.used = true;
   if (head.count + messages.length > HEAD_MAX_MESSAGES || head.bytes + bytes > HEAD_MAX_BYTES || now - head.openedAt >= HEAD_MAX_AGE_MS) return null;
   const seg = head.seg;
   const row = sql
@@ -175,7 +162,7 @@ export function appendToHead(sql: SqlStorage, ds: DeliveryState, shardNo: number
     const slot = headers.length;
     const indexed = m.id !== undefined;
     const id = m.id ?? locatedId(seg, shardNo, slot, randomHex(4));
-    headers.push({ id, contentType: m.contentType, size: m.body.byteLength, checksum: m.checksum, enqueuedAt: m.enqueuedAt, dueAt: 0, attempts: m.attempts, sentAt: m.sentAt, copy: m.copy, indexed });
+    headers.push(headerOf(m, id, indexed));
     live++;
     liveBytes += m.body.byteLength;
     oldest = Math.min(oldest, m.enqueuedAt);
@@ -185,7 +172,7 @@ export function appendToHead(sql: SqlStorage, ds: DeliveryState, shardNo: number
   const oldBodies = typeof row.bodies === "string" ? new Uint8Array(0) : new Uint8Array(row.bodies);
   const entries = batch === null ? row.batch : row.batch === null && old.length === 0 ? batch : [row.batch ?? "", `${batch}@${old.length}`].join(" ").trim();
   sql.exec(
-    "UPDATE segments SET enqueued_at = ?, count = ?, live = ?, live_bytes = ?, batch = ?, settled = ?, headers = ?, bodies = ? WHERE seg = ?",
+    "UPDATE segments SET enqueued_at = ?, count = ?, live = ?, live_bytes = ?, batch = ?, settled = ?, headers = ?, bodies = ?, keyed = keyed + ? WHERE seg = ?",
     oldest,
     headers.length,
     live,
@@ -194,6 +181,7 @@ export function appendToHead(sql: SqlStorage, ds: DeliveryState, shardNo: number
     settled.blob(),
     encodeHeaders(headers),
     packBodies([oldBodies, ...messages.map((m) => m.body)]),
+    keyed,
     seg,
   );
   ds.remember(seg, headers);
@@ -398,6 +386,7 @@ export function rewritten(h: Header, seg: number, slot: number, body: Uint8Array
     sentAt: h.sentAt,
     copy: copyOf(h, seg, slot),
     body,
+    ...(h.key !== undefined ? { key: h.key, gen: h.gen ?? 0, pos: posText(posOf(h, seg, slot)) } : {}),
   };
 }
 

@@ -37,6 +37,15 @@ export interface Header {
   copy: string;
   /** Whether its id is in the message_ids index (its id does not say where it lives). */
   indexed: boolean;
+  /** Its ordering key, for a keyed message (keyed-order.ts); absent for the rest. */
+  key?: string;
+  /** A keyed message's epoch on arrival here: a hand-off holds back those of an epoch (handoff.ts). */
+  gen?: number;
+  /**
+   * A keyed message's place in its key's order, when it is not this slot: the first place
+   * it was written on this shard (`<seg>.<slot>`), which a rewrite keeps. "" or absent: here.
+   */
+  pos?: string;
 }
 
 /** Largest total of bodies in one segment: a batch over it is split. Rows must stay under 2 MB. */
@@ -44,26 +53,26 @@ export const SEGMENT_MAX_BYTES = 1024 * 1024;
 /** Most messages in one segment: a slot number must fit a located id, and one settled bitmap stays small. */
 export const SEGMENT_MAX_MESSAGES = 4096;
 
-type HeaderTuple = [string, ContentType, number, number, number, number, number, number, string, 0 | 1];
+/** A keyless header's ten fields; a keyed one adds its key, epoch and place in its key's order. */
+type HeaderTuple = [string, ContentType, number, number, number, number, number, number, string, 0 | 1, string?, number?, string?];
 
 /** Headers as the row's `headers` column: JSON tuples, a fraction of the bytes of objects. */
 export function encodeHeaders(headers: readonly Header[]): string {
-  return JSON.stringify(headers.map((h): HeaderTuple => [h.id, h.contentType, h.size, h.checksum, h.enqueuedAt, h.dueAt, h.attempts, h.sentAt, h.copy, h.indexed ? 1 : 0]));
+  return JSON.stringify(
+    headers.map((h): HeaderTuple => {
+      const t: HeaderTuple = [h.id, h.contentType, h.size, h.checksum, h.enqueuedAt, h.dueAt, h.attempts, h.sentAt, h.copy, h.indexed ? 1 : 0];
+      if (h.key !== undefined) t.push(h.key, h.gen ?? 0, h.pos ?? "");
+      return t;
+    }),
+  );
 }
 
 export function decodeHeaders(text: string): Header[] {
-  return (JSON.parse(text) as HeaderTuple[]).map(([id, contentType, size, checksum, enqueuedAt, dueAt, attempts, sentAt, copy, indexed]) => ({
-    id,
-    contentType,
-    size,
-    checksum,
-    enqueuedAt,
-    dueAt,
-    attempts,
-    sentAt,
-    copy,
-    indexed: indexed === 1,
-  }));
+  return (JSON.parse(text) as HeaderTuple[]).map(([id, contentType, size, checksum, enqueuedAt, dueAt, attempts, sentAt, copy, indexed, key, gen, pos]) => {
+    const h: Header = { id, contentType, size, checksum, enqueuedAt, dueAt, attempts, sentAt, copy, indexed: indexed === 1 };
+    if (key !== undefined) Object.assign(h, { key, gen: gen ?? 0, pos: pos ?? "" });
+    return h;
+  });
 }
 
 /** Bodies end to end, in slot order; a slot's body is found by the sizes before it. */
@@ -171,4 +180,21 @@ export function parseLeaseId(leaseId: string): LeaseName | null {
 /** The copy a slot holds: its own place, unless it was rewritten from another. */
 export function copyOf(h: Header, seg: number, slot: number): string {
   return h.copy || slotKey(seg, slot);
+}
+
+/** A keyed message's place in its key's order: its first slot here, which rewrites keep. */
+export type Pos = readonly [seg: number, slot: number];
+
+export function posOf(h: Header, seg: number, slot: number): Pos {
+  if (!h.pos) return [seg, slot];
+  const dot = h.pos.indexOf(".");
+  return [Number(h.pos.slice(0, dot)), Number(h.pos.slice(dot + 1))];
+}
+
+export function comparePos(a: Pos, b: Pos): number {
+  return a[0] - b[0] || a[1] - b[1];
+}
+
+export function posText(p: Pos): string {
+  return `${p[0]}.${p[1]}`;
 }

@@ -10,12 +10,11 @@
  */
 import { crc32 } from "../src/kernel/checksum";
 import type { LeasedMessage, LeaseRef, SettleRequest, SettleResult } from "../src/kernel/protocol";
-import { timestampOf, type BacklogDelta } from "./delivery";
+import { timestampOf, writeRewrites, type BacklogDelta } from "./delivery";
 import type { DeliveryState, MemoryLease } from "./delivery-state";
 import { copyOf, parseLeaseId, slotKey, type LeaseName } from "./segment";
-import { Bodies, headersOf, readState, rewritten, SegmentEdit, settledOf, writeSegments, type NewMessage, type SegmentState } from "./segment-rows";
-import { isLaneLease } from "./lanes";
-import { extendLanes, readLeasedLanes, settleLanes, type LaneSettleKind } from "./lane-settlement";
+import { Bodies, headersOf, readState, rewritten, SegmentEdit, settledOf, type NewMessage, type SegmentState } from "./segment-rows";
+import { extendKeyedLease } from "./keyed-leases";
 
 /** What a lease reference names here, when it can be current: its slot unsettled, the message id its header's. */
 interface Resolved {
@@ -68,6 +67,12 @@ function resolveAll(sql: SqlStorage, ds: DeliveryState, refs: ReadonlyArray<{ re
  * delivery in the row's attempts already.
  */
 function legacyLease(sql: SqlStorage, leaseId: string): { name: LeaseName; counted: boolean } | null {
+  // A lane lease id (`L<lseq>-<lease>`) from before keyed messages moved to segments: the slot its message became (keyed-upgrade.ts).
+  const lane = /^L(\d+)-([0-9a-f]+)$/.exec(leaseId);
+  if (lane) {
+    const at = sql.exec<{ seg: number; slot: number }>("SELECT seg, slot FROM legacy_lanes WHERE lseq = ?", Number(lane[1])).toArray()[0];
+    return at ? { name: { copy: `L${lane[1]}`, seg: at.seg, slot: at.slot, lease: lane[2]! }, counted: false } : null;
+  }
   const m = /^(\d+)-([0-9a-f]+)$/.exec(leaseId);
   if (!m) return null;
   const row = sql.exec<{ seg: number; slot: number; lease: string }>("SELECT seg, slot, lease FROM legacy_rows WHERE seq = ?", Number(m[1])).toArray()[0];
@@ -80,34 +85,19 @@ const DEAD_LETTER = 1;
 const DROP = 2;
 const RETRY = 3;
 
-const LANE_KIND: Record<number, LaneSettleKind> = { [ACK]: "ack", [DEAD_LETTER]: "dead_letter", [DROP]: "drop", [RETRY]: "retry" };
-
-export function settle(sql: SqlStorage, ds: DeliveryState, now: number, req: SettleRequest): { result: SettleResult; delta: BacklogDelta; lanesReady: number } {
+export function settle(sql: SqlStorage, ds: DeliveryState, now: number, req: SettleRequest): { result: SettleResult; delta: BacklogDelta; keysReady: number } {
   const stale: string[] = [];
   const tally = [0, 0, 0, 0];
   let count = 0;
   let bytes = 0;
-  const all = [
+  const refs = [
     ...req.acks.map((ref) => ({ ref, kind: ACK })),
     ...req.deadLettered.map((ref) => ({ ref, kind: DEAD_LETTER })),
     ...req.dropped.map((ref) => ({ ref, kind: DROP })),
     ...req.retries.map((ref) => ({ ref, kind: RETRY })),
   ];
   const delays = new Map(req.retries.map((r) => [r.leaseId, r.delayMs]));
-  // Keyed messages live in lanes (lanes.ts), settled by lane-settlement.ts.
-  const refs = all.filter((r) => !isLaneLease(r.ref.leaseId));
-  const lanes = settleLanes(
-    sql,
-    now,
-    all.filter((r) => isLaneLease(r.ref.leaseId)).map((r) => ({ ref: r.ref, kind: LANE_KIND[r.kind]!, delayMs: delays.get(r.ref.leaseId) ?? 0 })),
-    stale,
-  );
-  tally[ACK]! += lanes.tally.ack;
-  tally[DEAD_LETTER]! += lanes.tally.dead_letter;
-  tally[DROP]! += lanes.tally.drop;
-  tally[RETRY]! += lanes.tally.retry;
-  count -= lanes.delta.count;
-  bytes -= lanes.delta.bytes;
+  const heldKeys = ds.keys.holds.size;
   const rewrites: NewMessage[] = [];
   for (const [seg, list] of resolveAll(sql, ds, refs, stale)) {
     const state = readState(sql, seg);
@@ -130,7 +120,7 @@ export function settle(sql: SqlStorage, ds: DeliveryState, now: number, req: Set
         stale.push(r.ref.id);
         continue;
       }
-      ds.leases.delete(slotKey(seg, r.name.slot));
+      ds.drop(slotKey(seg, r.name.slot));
       tally[r.kind]!++;
       if (r.kind === RETRY) {
         // A lease lost to a restart was a delivery too: it counts. One that ran out was counted when it did.
@@ -143,13 +133,15 @@ export function settle(sql: SqlStorage, ds: DeliveryState, now: number, req: Set
     }
     edit.commit(sql, ds);
   }
-  writeSegments(sql, ds, 0, now, rewrites, null);
+  writeRewrites(sql, ds, now, rewrites);
   const [acked, deadLettered, dropped, retried] = tally as [number, number, number, number];
   ds.bump("acked", acked);
   ds.bump("dead_lettered", deadLettered);
   ds.bump("dropped", dropped);
   ds.bump("retried", retried);
-  return { result: { acked, retried, deadLettered, dropped, stale }, delta: { count: -count, bytes: -bytes }, lanesReady: lanes.ready };
+  // Keys let go by this settle whose next messages can go now: a consumer is woken for them if nobody leases them soon.
+  const keysReady = heldKeys > 0 || ds.keys.holds.size > 0 ? ds.keys.ready(now).length : 0;
+  return { result: { acked, retried, deadLettered, dropped, stale }, delta: { count: -count, bytes: -bytes }, keysReady };
 }
 
 /**
@@ -170,7 +162,7 @@ function deferAcks(sql: SqlStorage, ds: DeliveryState, now: number, state: Segme
     }
     settled.set(slot);
     ds.defer(state.seg, slot, now);
-    ds.leases.delete(slotKey(state.seg, slot));
+    ds.drop(slotKey(state.seg, slot));
     count++;
     bytes += h.size;
   }
@@ -179,24 +171,30 @@ function deferAcks(sql: SqlStorage, ds: DeliveryState, now: number, state: Segme
 
 /** Moves the end of still-held leases forward; returns the ids it extended. */
 export function extend(sql: SqlStorage, ds: DeliveryState, now: number, refs: LeaseRef[], leaseMs: number): string[] {
-  const extended = extendLanes(sql, now, refs.filter((r) => isLaneLease(r.leaseId)), leaseMs);
+  const extended: string[] = [];
+  const keyed = new Set<string>();
   for (const ref of refs) {
-    if (isLaneLease(ref.leaseId)) continue;
-    const name = parseLeaseId(ref.leaseId);
+    const name = parseLeaseId(ref.leaseId) ?? legacyLease(sql, ref.leaseId)?.name;
     if (!name) continue;
     const key = slotKey(name.seg, name.slot);
     if (!ds.held(key, ref.id, name.lease)) continue;
     ds.extend(key, now + leaseMs);
+    const l = ds.keys.leases.get(name.lease);
+    if (l) {
+      l.until = Math.max(l.until, now + leaseMs);
+      keyed.add(name.lease);
+    }
     extended.push(ref.id);
   }
+  // A keyed lease is a row: its end moves with it, one write a lease.
+  for (const lease of keyed) extendKeyedLease(sql, lease, now + leaseMs);
   return extended;
 }
 
 /** The messages still held under the given leases (or lost to a restart, unsettled), bodies checked: for a dead-letter move. */
 export function readLeased(sql: SqlStorage, ds: DeliveryState, refs: LeaseRef[]): LeasedMessage[] {
-  const out: LeasedMessage[] = readLeasedLanes(sql, refs.filter((r) => isLaneLease(r.leaseId)));
-  const segmentRefs = refs.filter((r) => !isLaneLease(r.leaseId));
-  for (const [seg, list] of resolveAll(sql, ds, segmentRefs.map((ref) => ({ ref, kind: ACK })), [])) {
+  const out: LeasedMessage[] = [];
+  for (const [seg, list] of resolveAll(sql, ds, refs.map((ref) => ({ ref, kind: ACK })), [])) {
     const state = readState(sql, seg);
     if (!state) continue;
     const headers = headersOf(sql, ds, seg)!;
@@ -209,7 +207,10 @@ export function readLeased(sql: SqlStorage, ds: DeliveryState, refs: LeaseRef[])
       if (crc32(body) !== h.checksum) continue;
       // The delivery the consumer saw is not in the header yet (unless its lease ran out): count it as it saw it.
       const seen = r.counted || r.held?.counts === false ? 0 : 1;
-      out.push({ id: h.id, body, contentType: h.contentType, enqueuedAt: timestampOf(h), attempts: h.attempts + seen, leaseId: r.ref.leaseId, copyKey: copyOf(h, seg, r.name.slot) });
+      out.push({
+        id: h.id, body, contentType: h.contentType, enqueuedAt: timestampOf(h), attempts: h.attempts + seen, leaseId: r.ref.leaseId, copyKey: copyOf(h, seg, r.name.slot),
+        ...(h.key !== undefined ? { orderingKey: h.key } : {}),
+      });
     }
   }
   return out;

@@ -25,10 +25,10 @@ import { meteredSql, newMeter, settleReads, type CostMeter } from "../src/kernel
 import { peekReady } from "./operations";
 import { writeDeferred } from "./segment-rows";
 import { migrate } from "./schema";
-import { loadEpoch, owedHandoffs } from "./handoff";
+import { loadEpoch, owedHandoffs, releasesDue } from "./handoff";
 import { HandoffOutbox } from "./handoff-outbox";
-import { laneFigures, leasedLaneCount, oldestLaneAt } from "./lane-operations";
-import { expireLaneLeases, laneLeaseMayHaveLapsed, lanesInUse, lanesReadyAt } from "./lanes";
+import { exactKeyFigures, keyFigures } from "./keyed-operations";
+import { restoreKeyed } from "./keyed-leases";
 import { shardNumber } from "./segment";
 import { testHooksFor } from "../src/kernel/test-hooks";
 
@@ -118,16 +118,16 @@ export abstract class ShardCore extends DurableObject<Env> {
     this.retentionMs = meta.has("retention_ms") ? Number(meta.get("retention_ms")) : null;
     // Counted once here rather than written with every batch: rows read are cheap, rows written are not.
     const c = this.sql.exec<{ n: number; bytes: number }>("SELECT COALESCE(SUM(live), 0) AS n, COALESCE(SUM(live_bytes), 0) AS bytes FROM segments").one();
-    const lanes = this.sql.exec<{ n: number; bytes: number }>("SELECT COUNT(*) AS n, COALESCE(SUM(length(body)), 0) AS bytes FROM lane_messages").one();
-    this.backlogCount = c.n + lanes.n;
-    this.backlogBytes = c.bytes + lanes.bytes;
+    this.backlogCount = c.n;
+    this.backlogBytes = c.bytes;
     this.epoch = loadEpoch(this.sql);
     this.outbox = new HandoffOutbox(ctx, env, this.sql);
     this.delivery = new DeliveryState(this.sql);
-    // Leases an instance that went quiet wrote before it was evicted: still running.
+    // Keyed leases and their keys' rewritten copies (keyed-leases.ts); leases a quiet instance wrote before its eviction.
+    restoreKeyed(this.sql, this.delivery, this.clock.now());
     if (restoreHeldLeases(this.sql, this.delivery, this.clock.now()) > 0) this.leasedNow = leasedCount(this.delivery, this.clock.now());
     this.due = new DueWakeups(this.sql, this.delivery);
-    this.wakeups = new ConsumerWakeups(ctx, env, () => this.identity, () => lanesReadyAt(this.sql, this.clock.now()), () => this.due.stop());
+    this.wakeups = new ConsumerWakeups(ctx, env, () => this.identity, () => this.delivery.keys.ready(this.clock.now()).length > 0, () => this.due.stop());
     const now = this.clock.now();
     this.activity = new ActivityMeter(now);
     const perSecond = serviceConfig(env).shardCapacityPerSecond;
@@ -152,9 +152,12 @@ export abstract class ShardCore extends DurableObject<Env> {
     // knowing nothing of it (alarm(): it then does the due work and reports).
   }
 
-  /** Sends the releases of handed-off keys this shard owes (handoff-outbox.ts). */
-  protected flushReleases(): void {
-    if (this.identity) this.outbox.flush(this.identity.queueId, this.identity.name);
+  /** Writes the releases of handed-off keys now due (handoff.ts releasesDue) and sends those owed (handoff-outbox.ts). */
+  protected flushReleases(force = false): void {
+    if (!this.identity) return;
+    const now = this.clock.now();
+    this.ctx.storage.transactionSync(() => releasesDue(this.sql, this.delivery, now, force));
+    this.outbox.flush(this.identity.queueId, this.identity.name);
   }
 
   protected learnRetention(ms: number): void {
@@ -181,7 +184,7 @@ export abstract class ShardCore extends DurableObject<Env> {
     if (ds.scheduledOldest === undefined) {
       ds.scheduledOldest = this.sql.exec<{ t: number | null }>("SELECT MIN(enqueued_at) AS t FROM segments WHERE due_at IS NOT NULL AND due_at > -1").one().t;
     }
-    const times = [first, ds.scheduledOldest, lanesInUse(this.sql) ? oldestLaneAt(this.sql) : null].filter((t): t is number => t !== null);
+    const times = [first, ds.scheduledOldest].filter((t): t is number => t !== null);
     return times.length === 0 ? null : Math.min(...times);
   }
 
@@ -196,10 +199,13 @@ export abstract class ShardCore extends DurableObject<Env> {
     if (r.delta.count !== 0) this.alarms.wake(now);
   }
 
-  protected figures(): ShardStats {
+  /** Its figures; the keys' from those held in memory, or with `exact` (an operator asking) from every keyed message. */
+  protected figures(exact = false): ShardStats {
     settleReads(this.cost);
     const totals: DeliveryTotals = this.delivery.current();
-    return { backlogCount: this.backlogCount, backlogBytes: this.backlogBytes, oldestEnqueuedAt: this.oldestAt(), totals, cost: { ...this.cost }, ...(lanesInUse(this.sql) ? { ordering: laneFigures(this.sql, this.clock.now()) } : {}) };
+    const now = this.clock.now();
+    const ordering = exact ? exactKeyFigures(this.sql, this.delivery, now) : this.delivery.keys.used ? keyFigures(this.sql, this.delivery, now) : null;
+    return { backlogCount: this.backlogCount, backlogBytes: this.backlogBytes, oldestEnqueuedAt: this.oldestAt(), totals, cost: { ...this.cost }, ...(ordering ? { ordering } : {}) };
   }
 
   /** A read-only RPC (or one that only extends leases): `none` when this shard is not the queue's. */
@@ -316,22 +322,17 @@ export abstract class ShardCore extends DurableObject<Env> {
    * reset instance cannot take back. Answers whether any had.
    */
   protected takeLapsedLeases(now: number): boolean {
-    const memory = this.delivery.hasLapsed(now);
-    if (!memory && !laneLeaseMayHaveLapsed(this.sql, now)) return false;
+    if (!this.delivery.hasLapsed(now)) return false;
     // As a lease's write: the rewrites may close the open head, whose deferred acks go with it.
-    const lanes = this.write(now, () => {
-      if (memory) expireLeases(this.sql, this.delivery, now);
-      return expireLaneLeases(this.sql, now);
-    });
-    if (!memory && lanes === 0) return false; // the lanes' bound was a lease settled since
-    this.leasedNow = leasedCount(this.delivery, now) + leasedLaneCount(this.sql);
+    this.write(now, () => expireLeases(this.sql, this.delivery, now));
+    this.leasedNow = leasedCount(this.delivery, now);
     this.wakeups.notifyAgain();
     return true;
   }
 
   /** Whether a message here is ready for a consumer now: one read of the first ready message's header. */
   protected readyNow(now: number): boolean {
-    return this.backlogCount > 0 && (peekReady(this.sql, this.delivery, now, 1).length > 0 || lanesReadyAt(this.sql, now));
+    return this.backlogCount > 0 && (peekReady(this.sql, this.delivery, now, 1).length > 0 || this.delivery.keys.ready(now).length > 0);
   }
 
   /**
@@ -368,8 +369,8 @@ export abstract class ShardCore extends DurableObject<Env> {
     this.takeLapsedLeases(now);
     const period = this.activity.roll(now);
     // Reset to the truth: the running count drifts up (leases run out), and a draining shard reporting leases it does not hold is never retired.
-    this.leasedNow = leasedCount(this.delivery, now) + leasedLaneCount(this.sql);
-    this.flushReleases();
+    this.leasedNow = leasedCount(this.delivery, now);
+    this.flushReleases(true);
     const beat: StorageHeartbeat = {
       ...this.figures(),
       ...period,
@@ -446,5 +447,4 @@ export abstract class ShardCore extends DurableObject<Env> {
     this.activity.refusals++;
     return { ok: false, refused: reason };
   }
-
 }

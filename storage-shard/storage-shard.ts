@@ -28,7 +28,7 @@ import { drawnIds } from "./drawn-ids";
 import { knownIds } from "./remembered-ids";
 import { acceptBridges, acceptReleases, enterEpoch, loadEpoch } from "./handoff";
 import { ownerOfKey } from "../src/kernel/ordering";
-import { findLaneMessage, heldKeys, takeLaneHead, type HeadTaken } from "./lane-operations";
+import { heldKeys, takeKeyHead, type HeadTaken } from "./keyed-operations";
 import { type FaultPoint, type TestHookStatus } from "../src/kernel/test-hooks";
 import { corruptBodies } from "./corrupt-bodies";
 import { PURGE_PER_CALL } from "../src/kernel/limits";
@@ -101,7 +101,7 @@ export class StorageShard extends ShardCore {
     this.cost.rpcs++;
     if (!this.identity || this.identity.queueId !== queueId) throw new Error(`shard ${this.identity?.name ?? "(unknown)"} is not a shard of queue ${queueId}`);
     const self = this.identity.name;
-    const { registrations } = this.ctx.storage.transactionSync(() => enterEpoch(this.sql, self, epoch));
+    const { registrations } = this.ctx.storage.transactionSync(() => enterEpoch(this.sql, this.delivery, self, epoch));
     this.epoch = loadEpoch(this.sql);
     this.alarms.wake(this.clock.now(), true);
     await this.outbox.register(queueId, self, registrations);
@@ -114,7 +114,7 @@ export class StorageShard extends ShardCore {
     this.cost.rpcs++;
     if (this.refuseRead(queueId)) throw new Error(`shard ${this.identity?.name ?? "(unknown)"} does not serve queue ${queueId}`);
     const now = this.clock.now();
-    this.ctx.storage.transactionSync(() => acceptBridges(this.sql, now, holder, gen, keys));
+    this.ctx.storage.transactionSync(() => acceptBridges(this.sql, holder, gen, keys));
     this.alarms.wake(now, true);
   }
 
@@ -123,7 +123,7 @@ export class StorageShard extends ShardCore {
     this.cost.rpcs++;
     if (this.refuseRead(queueId)) return;
     const now = this.clock.now();
-    this.ctx.storage.transactionSync(() => acceptReleases(this.sql, now, holder, gen, keys));
+    this.ctx.storage.transactionSync(() => acceptReleases(this.sql, holder, gen, keys));
     this.alarms.wake(now, true);
     // The keys it freed may be ready now: consumers must come.
     this.wakeups.notifyAgain();
@@ -242,12 +242,12 @@ export class StorageShard extends ShardCore {
     // Between lease and ack: the reset ends memory leases, so the messages come again.
     this.hooks.at("abort-settle", this.ctx);
     const now = this.clock.now();
-    const { result, delta, lanesReady } = this.write(now, () => settle(this.sql, this.delivery, now, req));
+    const { result, delta, keysReady } = this.write(now, () => settle(this.sql, this.delivery, now, req));
     this.applyDelta(delta);
     this.alarms.wake(now);
     this.flushReleases();
     // A key's next messages are ready: consumers are woken if nobody leased them a moment later.
-    if (lanesReady > 0) {
+    if (keysReady > 0) {
       if (req.wakeAtOnce) this.wakeups.notifyAgain();
       else this.wakeups.wakeIfLanesWait();
     }
@@ -265,7 +265,7 @@ export class StorageShard extends ShardCore {
 
   /** Keeps leases alive for a consumer still working (QuiCK's lease extension). */
   extendLeases(queueId: string, refs: LeaseRef[], leaseMs: number): string[] {
-    // A lane's lease is a row (lanes.ts): extending it writes.
+    // A keyed lease is a row (keyed-leases.ts): extending it writes.
     return this.read(queueId, [], () => {
       // A longer lease moves this shard's due work later: a sleeping shard re-plans it at its report.
       this.alarms.wake(this.clock.now());
@@ -296,7 +296,7 @@ export class StorageShard extends ShardCore {
 
   findMessage(queueId: string, id: string): MessageStatus | null {
     const now = this.clock.now();
-    return this.read(queueId, null, () => findMessage(this.sql, this.delivery, now, id) ?? findLaneMessage(this.sql, now, id));
+    return this.read(queueId, null, () => findMessage(this.sql, this.delivery, now, id));
   }
 
   /**
@@ -320,17 +320,17 @@ export class StorageShard extends ShardCore {
     return drawnIds(this.sql, this.delivery, this.shardNo, this.clock.now(), probes);
   }
 
-  /** The ordering keys held back here and why (lanes.ts heldKeys). */
+  /** The ordering keys held back here and why (keyed-operations.ts heldKeys). */
   heldKeys(queueId: string, limit: number): ReturnType<typeof heldKeys> {
-    return this.read(queueId, { keys: [], lanes: 0, held: { leased: 0, retry: 0, delayed: 0, handoff: 0 } }, () => heldKeys(this.sql, this.clock.now(), limit));
+    return this.read(queueId, { keys: [], lanes: 0, held: { leased: 0, retry: 0, delayed: 0, handoff: 0 } }, () => heldKeys(this.sql, this.delivery, this.clock.now(), limit));
   }
 
-  /** The head of a held key, if it is the message named, leased alone for an operator's release (lane-operations.ts takeLaneHead). */
+  /** The head of a held key, if it is the message named, leased alone for an operator's release (keyed-operations.ts takeKeyHead). */
   takeLaneHead(queueId: string, key: string, expected: string, leaseMs: number): HeadTaken {
     const now = this.clock.now();
     return this.read(queueId, null, () => {
       this.alarms.wake(now);
-      return this.ctx.storage.transactionSync(() => takeLaneHead(this.sql, now, key, expected, leaseMs));
+      return this.ctx.storage.transactionSync(() => takeKeyHead(this.sql, this.delivery, now, key, expected, leaseMs));
     });
   }
 
@@ -390,7 +390,7 @@ export class StorageShard extends ShardCore {
 
   stats(): ShardStats {
     this.cost.rpcs++;
-    return this.figures();
+    return this.figures(true);
   }
 
   /** Removes every message and forgets the shard's identity: used when its queue is deleted. */

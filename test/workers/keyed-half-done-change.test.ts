@@ -12,14 +12,13 @@ import { describe, expect, it } from "vitest";
 import type { Coordinator } from "../../coordinator/coordinator";
 import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import { ownerOfKey } from "../../src/kernel/ordering";
-import type { StorageShard } from "../../storage-shard/storage-shard";
 import { api, createQueue, queuePath } from "./helpers";
+import { unsettledKeyed } from "./keyed-helpers";
 
 const send = (q: string, body: unknown, key: string) => api("POST", `${queuePath(q)}/messages`, { body, ordering_key: key });
 
-async function laneCount(shard: string): Promise<number> {
-  return runInDurableObject(storageShardFor(env, shard), (_obj: StorageShard, state) => state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM lane_messages").one().n);
-}
+/** The keyed messages `shard` holds, unsettled (keyed-helpers.ts). */
+const keyedCount = (shard: string): Promise<number> => unsettledKeyed(shard);
 
 /** A key `owner` holds among `shards`, and the shard that takes it once `owner` is gone. */
 function keyOf(owner: string, shards: string[]): { key: string; heir: string } {
@@ -59,7 +58,7 @@ describe("keyed sends while a Coordinator change is half done", () => {
 
     const res = await send(name, "after", key);
     expect({ status: res.status, error: res.json.errors?.[0]?.message }).toEqual({ status: 200, error: undefined });
-    expect(await laneCount(owner)).toBe(2);
+    expect(await keyedCount(owner)).toBe(2);
     // Undone, not half done: the shard takes sends again.
     expect((await storageShardFor(env, owner).append({ queueId: q.queue_id, messages: [] })).ok).toBe(true);
   });
@@ -77,8 +76,8 @@ describe("keyed sends while a Coordinator change is half done", () => {
     await coordinatorFor(env, q.queue_id).setShardState(owner, "draining");
     const res = await sent;
     expect({ status: res.status, error: res.json.errors?.[0]?.message }).toEqual({ status: 200, error: undefined });
-    expect(await laneCount(heir)).toBe(1);
-    expect(await laneCount(owner)).toBe(0);
+    expect(await keyedCount(heir)).toBe(1);
+    expect(await keyedCount(owner)).toBe(0);
   });
 });
 
@@ -102,7 +101,7 @@ describe("a keyed batch placed under a map a scale-out has since changed", () =>
     const res = await api("POST", `${queuePath(name)}/messages/batch`, { messages: [{ body: "s1", ordering_key: stays }, { body: "m1", ordering_key: moves }] });
     expect({ status: res.status, error: res.json.errors?.[0]?.message }).toEqual({ status: 200, error: undefined });
     expect(Date.now() - t0).toBeLessThan(5000);
-    expect(await laneCount(before[0]!)).toBe(2);
-    expect(await laneCount(added)).toBe(1);
+    expect(await keyedCount(before[0]!)).toBe(2);
+    expect(await keyedCount(added)).toBe(1);
   });
 });

@@ -11,6 +11,7 @@ import { ownerOfKey } from "../../src/kernel/ordering";
 import { forgetShardMap } from "../../src/routing/shard-map-cache";
 import type { StorageShard } from "../../storage-shard/storage-shard";
 import { api, createQueue, queuePath, shardsOnFakeClock } from "./helpers";
+import { unsettledKeyed } from "./keyed-helpers";
 import { eventually } from "./push-helpers";
 
 const pull = (q: string, body: unknown = {}) => api("POST", `${queuePath(q)}/messages/pull`, body);
@@ -52,9 +53,8 @@ function keyMoving(from: string, to: string, before: string[], after: string[]):
   }
 }
 
-async function laneCount(shard: string): Promise<number> {
-  return runInDurableObject(storageShardFor(env, shard), (_obj: StorageShard, state) => state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM lane_messages").one().n);
-}
+/** The keyed messages `shard` holds, unsettled (keyed-helpers.ts). */
+const keyedCount = (shard: string): Promise<number> => unsettledKeyed(shard);
 
 describe("ordered lanes across map changes", () => {
   it("refuses a key on its old shard once it moved, and holds the new shard's messages until the old shard's are gone", async () => {
@@ -67,13 +67,13 @@ describe("ordered lanes across map changes", () => {
     forgetShardMap("local", name, queueId);
     const key = keyMoving(a, added, shards.slice(0, 3), shards);
     for (const n of ["k1", "k2"]) expect((await send(name, n, key)).status).toBe(200);
-    expect(await laneCount(a)).toBe(2);
+    expect(await keyedCount(a)).toBe(2);
 
     await coordinator.setShardState(added, "active");
     // The broker still holds the map without the new shard: the old shard refuses the key, the broker reads the map again.
     expect((await send(name, "k3", key)).status).toBe(200);
-    expect(await laneCount(a)).toBe(2);
-    expect(await laneCount(added)).toBe(1);
+    expect(await keyedCount(a)).toBe(2);
+    expect(await keyedCount(added)).toBe(1);
 
     const first = await pullAll(name);
     expect(first.map(bodyOf)).toEqual(["k1", "k2"]);
@@ -100,12 +100,12 @@ describe("ordered lanes across map changes", () => {
     await coordinator.setShardState(moved, "active");
     forgetShardMap("local", name, queueId);
     expect((await send(name, "k2", key)).status).toBe(200);
-    expect(await laneCount(moved)).toBe(1);
+    expect(await keyedCount(moved)).toBe(1);
     // And back: the first shard takes k3 and holds it behind k2, while k1 is still in flight.
     await coordinator.setShardState(moved, "draining");
     forgetShardMap("local", name, queueId);
     expect((await send(name, "k3", key)).status).toBe(200);
-    expect(await laneCount(a)).toBe(2);
+    expect(await keyedCount(a)).toBe(2);
     expect(await pullAll(name)).toEqual([]);
 
     await ackAll(name, [k1!]);
@@ -131,7 +131,7 @@ describe("ordered lanes across map changes", () => {
     // The Coordinator's next tick pushes the stored map's shards again: the send lands where that map says.
     await enter(1001, shards);
     expect((await sent).status).toBe(200);
-    expect(await laneCount(leaving)).toBe(1);
+    expect(await keyedCount(leaving)).toBe(1);
     expect((await pullAll(name)).map(bodyOf)).toEqual(["u1"]);
   });
 

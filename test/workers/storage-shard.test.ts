@@ -164,7 +164,7 @@ describe("schema version 11: segments", () => {
       const { runMigrations } = await import("../../src/kernel/sqlite-migrations");
       // Back to version 3, as a shard written long ago has it, then every step since.
       const meta = sql.exec("SELECT key, value FROM meta").toArray();
-      for (const t of ["segments", "message_ids", "legacy_rows", "remembered_ids", "remembered_moves", "counters", "meta", "quarantine", "lane_messages", "lanes", "epoch", "bridges", "registrations", "releases", "lane_ids", "schema_version"]) sql.exec(`DROP TABLE ${t}`);
+      for (const t of ["segments", "message_ids", "legacy_rows", "remembered_ids", "remembered_moves", "counters", "meta", "quarantine", "epoch", "bridges", "registrations", "releases", "schema_version"]) sql.exec(`DROP TABLE ${t}`);
       runMigrations(sql, MIGRATIONS.slice(0, 3));
       for (const m of meta) sql.exec("INSERT INTO meta (key, value) VALUES (?, ?)", m.key, m.value);
       const row = (id: string, body: string, visibleAt: number, leaseId: string | null, attempts: number) => {
