@@ -1,7 +1,7 @@
 /**
- * The tables of the hand-off of ordering keys (handoff.ts), apart so that lanes.ts, which
- * rebuilds lane_messages (and with it the trigger), and handoff.ts, which uses them, both
- * import this and not each other.
+ * The tables of the hand-off of ordering keys (handoff.ts), and the trigger that wrote
+ * releases while keyed messages lived in lanes (dropped with lane_messages: handoff.ts
+ * releasesDue writes them now). Schema steps of storage-shard/schema.ts.
  */
 
 /**

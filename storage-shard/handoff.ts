@@ -121,7 +121,7 @@ export function owedHandoffs(sql: SqlStorage): number {
 
 /**
  * At the owner: `holder` holds messages of these keys older than epoch `gen`. Messages of
- * them accepted here in `gen` or later wait (lanes.ts reopen) until it releases them.
+ * them accepted here in `gen` or later wait (keyed-scan.ts) until it releases them.
  */
 export function acceptBridges(sql: SqlStorage, holder: string, gen: number, keys: readonly string[]): void {
   bridgesChanged(sql);

@@ -1,6 +1,7 @@
 /**
- * The tables of ordered lanes (lanes.ts), and the step that made their numbers never
- * given out twice: schema steps of storage-shard/schema.ts.
+ * The tables of ordered lanes, where keyed messages lived before segments took them
+ * (keyed-upgrade.ts converts them), and the step that made their numbers never given out
+ * twice: schema steps of storage-shard/schema.ts, kept so that a shard of any age converts.
  */
 import { HANDOFF_TRIGGER } from "./handoff-schema";
 
@@ -74,7 +75,7 @@ export function neverReuseLseq(sql: SqlStorage): void {
 
 /**
  * Version 15: a lane message the shard draws the id of gets a located id that names its
- * lseq (lanes.ts laneIdOf), so the index on every lane message's id goes; ids a sender
+ * lseq, so the index on every lane message's id goes; ids a sender
  * chose, or a move kept, are indexed in lane_ids, which a trigger keeps in step with deletes.
  */
 export const LOCATED_LANE_IDS = `CREATE TABLE lane_ids (id TEXT NOT NULL, lseq INTEGER NOT NULL, PRIMARY KEY (id, lseq)) WITHOUT ROWID;
@@ -86,7 +87,7 @@ export const LOCATED_LANE_IDS = `CREATE TABLE lane_ids (id TEXT NOT NULL, lseq I
  * Version 16: a lane's lease names the last lseq it took (`upto`). A lease holds a prefix of
  * its lane, so the queries that look for its messages (still leased? run out?) read that
  * prefix through the key's index instead of every message of a deep lane. And the index of
- * leases' ends goes: the shard keeps the earliest end in memory (lanes.ts earliestLeaseEnd),
+ * leases' ends goes: the shard keeps the earliest end in memory,
  * so a lease's end is not an index entry written and deleted with every lease.
  */
 export const LANE_LEASES_V16 = `ALTER TABLE lanes ADD COLUMN upto INTEGER;

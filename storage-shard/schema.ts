@@ -129,15 +129,15 @@ export const MIGRATIONS: readonly MigrationStep[] = [
    CREATE TABLE message_ids (id TEXT PRIMARY KEY, seg INTEGER NOT NULL) WITHOUT ROWID;
    CREATE TABLE legacy_rows (seq INTEGER PRIMARY KEY, seg INTEGER NOT NULL, slot INTEGER NOT NULL, lease TEXT);`,
   convertMessagesToSegments,
-  // Ordered lanes: keyed messages one row each, in their key's order (lanes.ts, docs/ordered-lanes.md).
+  // Ordered lanes: keyed messages one row each, in their key's order (converted to segments by keyed-upgrade.ts).
   LANES_SCHEMA,
   // Hand-offs of ordering keys between shards when the active shards change (handoff.ts).
   HANDOFF_SCHEMA,
-  // A lane message's number names its copy for ever: never given out twice (lanes.ts).
+  // A lane message's number names its copy for ever: never given out twice.
   neverReuseLseq,
-  // Lane messages' ids say where they live, as segments' do: no index on every id (lanes.ts).
+  // Lane messages' ids say where they live, as segments' do: no index on every id.
   LOCATED_LANE_IDS,
-  // A lane's lease names the last message it took, so its queries read only what it holds; its end is not indexed (lanes.ts).
+  // A lane's lease names the last message it took, so its queries read only what it holds; its end is not indexed.
   LANE_LEASES_V16,
   // Memory leases written by a shard going quiet, for the instance after an eviction (held-leases.ts).
   HELD_LEASES_SCHEMA,
