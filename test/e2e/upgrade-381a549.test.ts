@@ -262,7 +262,15 @@ describe(`upgrade in place from the state ${OLD} wrote`, () => {
         // What the old code's memory added to its lookup (a lease, the delivery it counts) a restart
         // forgets. A key's lease that ran out showed leased in the old code until the key was leased
         // again; today's shows it as it is, ready with that delivery counted.
-        const was = p.memoryLease ? { ...o, state: "ready", attempts: o.attempts - 1 } : p.lapsedKeyLease ? { ...o, state: "ready", attempts: o.attempts + 1 } : o;
+        // A key's running lease: the old code's lookup counted its delivery only once the lease ran
+        // out; today's counts the delivery under way, as for a message without a key.
+        const was = p.memoryLease
+          ? { ...o, state: "ready", attempts: o.attempts - 1 }
+          : p.lapsedKeyLease
+            ? { ...o, state: "ready", attempts: o.attempts + 1 }
+            : p.key !== undefined && p.after === "held"
+              ? { ...o, attempts: o.attempts + 1 }
+              : o;
         const { visible_at_ms: _v, ...now } = r.result;
         const { visible_at_ms: _w, ...then } = was;
         const fields = Object.keys(then) as Array<keyof typeof then>;
