@@ -158,11 +158,13 @@ export function keyFigures(sql: SqlStorage, ds: DeliveryState, now: number): Lan
 
 /**
  * keyFigures as every keyed message here says it (heldKeys' reading): a delayed head the scan
- * has not reached is counted too. Null when this shard holds no keyed message.
+ * has not reached is counted too. Null on a shard that has not seen a keyed message since it started.
  */
 export function exactKeyFigures(sql: SqlStorage, ds: DeliveryState, now: number): LaneFigures | null {
+  // A shard that has seen no keyed message since it started (nor held a key from before) reads none:
+  // its segments' keyed counts sit after their bodies, which a pass would read through.
+  if (!ds.keys.used) return null;
   const { keys, lanes, held } = heldKeys(sql, ds, now, 1);
-  if (lanes === 0 && !ds.keys.used) return null;
   return { lanes, held, oldestHeldSince: keys[0]?.since ?? null };
 }
 
