@@ -52,6 +52,7 @@ export function enterEpoch(sql: SqlStorage, ds: DeliveryState, self: string, epo
       if (owner !== undefined && owner !== self) sql.exec("INSERT OR IGNORE INTO registrations (key, owner, gen) VALUES (?, ?, ?)", key, owner, epoch.seq);
     }
     owing.delete(sql);
+    mayOwe.delete(sql);
   }
   return { entered, registrations: grouped(sql.exec<{ key: string; owner: string; gen: number }>("SELECT key, owner, gen FROM registrations").toArray()) };
 }
@@ -104,6 +105,19 @@ export function releasesDue(sql: SqlStorage, ds: DeliveryState, now: number, for
   return n;
 }
 
+/**
+ * Whether this shard may owe hand-offs (registrations not yet released, or releases not yet
+ * sent): learnt once from the tables and kept, so a shard that owes none (almost every one)
+ * pays nothing for them on its lease and settle path. Cleared where either table is written.
+ */
+const mayOwe = new WeakMap<SqlStorage, boolean>();
+
+export function mayOweHandoffs(sql: SqlStorage): boolean {
+  let owes = mayOwe.get(sql);
+  if (owes === undefined) mayOwe.set(sql, (owes = sql.exec("SELECT 1 FROM registrations UNION ALL SELECT 1 FROM releases LIMIT 1").toArray().length > 0));
+  return owes;
+}
+
 /** Releases waiting to be sent, grouped by owner and epoch. */
 export function pendingReleases(sql: SqlStorage): Registration[] {
   return grouped(sql.exec<{ key: string; owner: string; gen: number }>("SELECT key, owner, gen FROM releases").toArray());
@@ -112,6 +126,7 @@ export function pendingReleases(sql: SqlStorage): Registration[] {
 /** The releases the owner confirmed. */
 export function releasesSent(sql: SqlStorage, sent: Registration): void {
   for (const key of sent.keys) sql.exec("DELETE FROM releases WHERE key = ? AND owner = ? AND gen = ?", key, sent.owner, sent.gen);
+  mayOwe.delete(sql);
 }
 
 /** Hand-offs this shard still owes: registrations not yet released, and releases not yet sent. */

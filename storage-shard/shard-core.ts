@@ -25,7 +25,7 @@ import { meteredSql, newMeter, settleReads, type CostMeter } from "../src/kernel
 import { peekReady } from "./operations";
 import { writeDeferred } from "./segment-rows";
 import { migrate } from "./schema";
-import { loadEpoch, owedHandoffs, releasesDue } from "./handoff";
+import { loadEpoch, mayOweHandoffs, owedHandoffs, releasesDue } from "./handoff";
 import { HandoffOutbox } from "./handoff-outbox";
 import { exactKeyFigures, keyFigures } from "./keyed-operations";
 import { restoreKeyed } from "./keyed-leases";
@@ -154,7 +154,7 @@ export abstract class ShardCore extends DurableObject<Env> {
 
   /** Writes the releases of handed-off keys now due (handoff.ts releasesDue) and sends those owed (handoff-outbox.ts). */
   protected flushReleases(force = false): void {
-    if (!this.identity) return;
+    if (!this.identity || !mayOweHandoffs(this.sql)) return;
     const now = this.clock.now();
     this.ctx.storage.transactionSync(() => releasesDue(this.sql, this.delivery, now, force));
     this.outbox.flush(this.identity.queueId, this.identity.name);
