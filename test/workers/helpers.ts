@@ -158,3 +158,14 @@ export async function bindingsReadServing(path: string): Promise<{ statuses: num
   }
   return { statuses, read };
 }
+
+/** A fresh storage shard of `queueId`, activated, on a manual clock starting at `t`. */
+export async function shardOnClock(name: string, queueId: string, t = 1_000_000) {
+  const shard = env.STORAGE_SHARD.get(env.STORAGE_SHARD.idFromName(name));
+  await shard.activate({ name, queueId, accountId: "local", region: "local" });
+  const clock = new ManualClock(t);
+  await runInDurableObject(shard, (obj: StorageShard) => {
+    obj.clock = clock;
+  });
+  return { shard, clock };
+}

@@ -7,8 +7,8 @@
  */
 import { env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
+import { shardOnClock } from "./helpers";
 import { crc32 } from "../../src/kernel/checksum";
-import { ManualClock } from "../../src/kernel/clock";
 import type { EncodedMessage, LeaseRequest, LeasedMessage } from "../../src/kernel/protocol";
 import type { StorageShard } from "../../storage-shard/storage-shard";
 import { convertLanesToSegments } from "../../storage-shard/keyed-upgrade";
@@ -22,15 +22,7 @@ function keyed(body: string, key: string, delayMs = 0): EncodedMessage {
   return { body: bytes, contentType: "text", delayMs, checksum: crc32(bytes), orderingKey: key };
 }
 
-async function shardAt(name: string, t = 1_000_000) {
-  const shard = env.STORAGE_SHARD.get(env.STORAGE_SHARD.idFromName(name));
-  await shard.activate({ name, queueId: QUEUE, accountId: "local", region: "local" });
-  const clock = new ManualClock(t);
-  await runInDurableObject(shard, (obj: StorageShard) => {
-    obj.clock = clock;
-  });
-  return { shard, clock };
-}
+const shardAt = (name: string, t = 1_000_000) => shardOnClock(name, QUEUE, t);
 
 const req = (over: Partial<LeaseRequest> = {}): LeaseRequest => ({ queueId: QUEUE, limit: 100, leaseMs: 30_000, maxWaitMs: 0, retentionMs: 345_600_000, ...over });
 const acks = (ms: LeasedMessage[]) => ({ queueId: QUEUE, acks: ms.map((m) => ({ id: m.id, leaseId: m.leaseId })), retries: [], deadLettered: [], dropped: [] });

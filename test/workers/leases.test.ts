@@ -1,7 +1,7 @@
 import { env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it, onTestFinished } from "vitest";
+import { shardOnClock } from "./helpers";
 import { crc32 } from "../../src/kernel/checksum";
-import { ManualClock } from "../../src/kernel/clock";
 import type { EncodedMessage, LeaseRequest } from "../../src/kernel/protocol";
 import type { StorageShard } from "../../storage-shard/storage-shard";
 import { ConsumerShard } from "../../consumer-shard/consumer-shard";
@@ -17,15 +17,7 @@ function msg(body = "x", delayMs = 0): EncodedMessage {
 }
 
 /** A fresh shard on a manual clock. */
-async function shardAt(name: string, t = 1_000_000) {
-  const shard = env.STORAGE_SHARD.get(env.STORAGE_SHARD.idFromName(name));
-  await shard.activate({ name, queueId: QUEUE, accountId: "local", region: "local" });
-  const clock = new ManualClock(t);
-  await runInDurableObject(shard, (obj: StorageShard) => {
-    obj.clock = clock;
-  });
-  return { shard, clock };
-}
+const shardAt = (name: string, t = 1_000_000) => shardOnClock(name, QUEUE, t);
 
 const req = (over: Partial<LeaseRequest> = {}): LeaseRequest => ({ queueId: QUEUE, limit: 10, leaseMs: 30_000, maxWaitMs: 5000, retentionMs: 345_600_000, ...over });
 
