@@ -1,6 +1,7 @@
 import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../src/kernel/env";
 import { newQueueId, QUEUE_ID_PATTERN } from "../src/kernel/ids";
+import { jurisdictionOfQueue, type Jurisdiction } from "../src/kernel/jurisdiction";
 import type { QueueInfo } from "../src/kernel/queue-info";
 import type { QueueSettings } from "../src/kernel/settings";
 import { coordinatorFor } from "../src/kernel/addressing";
@@ -76,13 +77,19 @@ export class AccountCatalog extends DurableObject<Env> {
    * The row is written before the Coordinator is initialised, so a concurrent create
    * of the same name sees it; a create that failed half-way is finished by the next.
    */
-  async createQueue(accountId: string, queueName: string, settings: QueueSettings): Promise<CreateQueueResult> {
+  async createQueue(accountId: string, queueName: string, settings: QueueSettings, jurisdiction?: Jurisdiction): Promise<CreateQueueResult> {
     this.cost.rpcs++;
     let row = this.byName(queueName);
     // Active, or being created by a request still in flight here: the name is taken.
     if (row?.state === "active" || this.inFlight.has(queueName)) return { queue: null };
+    // A create that failed half-way in another jurisdiction: its id cannot serve this one, and
+    // its objects hold nothing (no send reaches a queue before it is active).
+    if (row && jurisdictionOfQueue(row.queue_id) !== jurisdiction) {
+      this.sql.exec("DELETE FROM queues WHERE queue_name = ? AND state = 'creating'", queueName);
+      row = null;
+    }
     if (!row) {
-      row = { queue_name: queueName, queue_id: newQueueId(), state: "creating" };
+      row = { queue_name: queueName, queue_id: newQueueId(jurisdiction), state: "creating" };
       this.sql.exec("INSERT INTO queues (queue_name, queue_id, state, created_at) VALUES (?, ?, 'creating', ?)", queueName, row.queue_id, Date.now());
     }
     this.inFlight.add(queueName);

@@ -23,6 +23,7 @@ import { QueueStore, type InitializeQueue } from "./queue-store";
 import { migrateCoordinator } from "./schema";
 import { PullWaiters } from "./pull-waiters";
 import { MAX_PULL_WAIT_MS } from "../src/kernel/limits";
+import { assertInJurisdiction, jurisdictionField } from "../src/kernel/jurisdiction";
 import { readSendLatency, recordSendLatency } from "./send-latency";
 import { readSeries, recordPoint, SERIES_STEP_MS, type SeriesPoint } from "./time-series";
 
@@ -77,6 +78,7 @@ export class Coordinator extends DurableObject<Env> {
     this.cost.rpcs++;
     let queue = this.store.queue();
     if (queue && queue.queue_id !== init.queueId) throw new Error(`coordinator already holds queue ${queue.queue_id}`);
+    assertInJurisdiction(this.ctx.id, init.queueId);
     if (!queue) {
       const config = serviceConfig(this.env);
       this.store.create(init, Object.fromEntries(config.regions.map((r) => [r, minShardsIn(config, r)])), this.clock.now());
@@ -113,6 +115,7 @@ export class Coordinator extends DurableObject<Env> {
       consumers_total_count: consumers.length,
       consumers: consumers.map((c) => ({ type: c.type, consumer_id: c.consumer_id, ...(c.script_name ? { script: c.script_name } : {}) })),
       settings: queue.settings,
+      ...jurisdictionField(queue.queue_id),
     };
   }
 

@@ -9,7 +9,7 @@ import { ROOT } from "./dev-server.mjs";
 /**
  * @typedef {object} QueuesConfig
  * @property {string} account
- * @property {Array<{ queue_name: string, settings?: Record<string, unknown>, consumer?: { type?: string, script_name?: string, settings?: Record<string, unknown>, dead_letter_queue?: string | null } }>} [queues]
+ * @property {Array<{ queue_name: string, jurisdiction?: "eu" | "us" | "fedramp", settings?: Record<string, unknown>, consumer?: { type?: string, script_name?: string, settings?: Record<string, unknown>, dead_letter_queue?: string | null } }>} [queues]
  */
 
 /**
@@ -37,7 +37,16 @@ export async function applyConfig(base, token, fileOrConfig = join(ROOT, "shardq
   // Every queue first: a consumer's dead-letter queue must exist before the consumer,
   // wherever the file lists it.
   for (const q of config.queues ?? []) {
-    const created = await call("POST", queues, { queue_name: q.queue_name, ...(q.settings ? { settings: q.settings } : {}) });
+    const created = await call("POST", queues, { queue_name: q.queue_name, ...(q.jurisdiction ? { jurisdiction: q.jurisdiction } : {}), ...(q.settings ? { settings: q.settings } : {}) });
+    if (created.status === 409) {
+      // A jurisdiction is chosen at creation: a queue that exists elsewhere than the file says is not moved, and the file is refused.
+      const existing = (await call("GET", `${queues}/${q.queue_name}`)).json.result;
+      if ((existing?.jurisdiction ?? null) !== (q.jurisdiction ?? null)) {
+        throw new Error(
+          `queue ${q.queue_name} exists in ${existing?.jurisdiction ? `jurisdiction "${existing.jurisdiction}"` : "no jurisdiction"} and the config asks for ${q.jurisdiction ? `"${q.jurisdiction}"` : "none"}: a queue's jurisdiction is chosen when it is created (delete the queue and apply again to move it)`,
+        );
+      }
+    }
     if (created.status === 409 && q.settings) {
       const patched = await call("PATCH", `${queues}/${q.queue_name}`, { settings: q.settings });
       if (patched.status !== 200) fail(`settings of ${q.queue_name}`, patched);

@@ -37,6 +37,7 @@ import { BatchPush } from "./batch-push";
 import { systemClock } from "../src/kernel/clock";
 import type { Env } from "../src/kernel/env";
 import { consumerShardFor } from "../src/kernel/addressing";
+import { assertInJurisdiction } from "../src/kernel/jurisdiction";
 
 /**
  * One storage shard of one queue. Persists every batch in a single transaction
@@ -81,6 +82,7 @@ export class StorageShard extends ShardCore {
     if (this.identity && this.identity.queueId !== identity.queueId) {
       throw new Error(`shard ${identity.name} already belongs to queue ${this.identity.queueId}`);
     }
+    assertInJurisdiction(this.ctx.id, identity.queueId);
     this.ctx.storage.transactionSync(() => {
       this.sql.exec("INSERT OR REPLACE INTO meta (key, value) VALUES ('identity', ?)", JSON.stringify(identity));
       this.sql.exec("INSERT OR REPLACE INTO meta (key, value) VALUES ('state', 'active')");

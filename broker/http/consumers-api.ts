@@ -15,6 +15,7 @@ import { ok } from "./envelope";
 import { readJson } from "./read-json";
 import { parseWith } from "../../src/kernel/validate";
 import { lookupQueueId } from "../../src/routing/queue-lookup";
+import { jurisdictionName, jurisdictionOfQueue } from "../../src/kernel/jurisdiction";
 
 /** What the handlers below validate with, and what the OpenAPI description says of them (broker/openapi/). */
 export const createConsumerBody = z
@@ -111,7 +112,7 @@ export async function deleteConsumer(env: Env, accountId: string, queueRef: stri
 }
 
 /**
- * A dead-letter queue must be another queue of the same account. It may be given by name
+ * A dead-letter queue must be another queue of the same account, in the same jurisdiction. It may be given by name
  * or by id, so it is compared by the queue it resolves to; it is stored as given.
  */
 async function checkDeadLetterQueue(env: Env, accountId: string, queueId: string, dlq: string | null | undefined): Promise<void> {
@@ -119,6 +120,9 @@ async function checkDeadLetterQueue(env: Env, accountId: string, queueId: string
   const dlqId = await catalogFor(env, accountId).resolve(dlq);
   if (!dlqId) throw HttpError.invalid("dead_letter_queue", `queue "${dlq}" does not exist; create it first`);
   if (dlqId === queueId) throw HttpError.invalid("dead_letter_queue", "must be another queue, not the consumer's own");
+  if (jurisdictionOfQueue(dlqId) !== jurisdictionOfQueue(queueId)) {
+    throw HttpError.invalid("dead_letter_queue", `queue "${dlq}" is in ${jurisdictionName(dlqId)} and this queue in ${jurisdictionName(queueId)}: a dead-letter queue must be in its queue's jurisdiction`);
+  }
 }
 
 function defaultTransport(env: Env): ConsumerTransport {

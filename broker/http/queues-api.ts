@@ -2,19 +2,21 @@ import { z } from "zod";
 import type { Env } from "../../src/kernel/env";
 import { HttpError, queueNotFound } from "../../src/kernel/errors";
 import { QUEUE_ID_PATTERN } from "../../src/kernel/ids";
-import { DEFAULT_QUEUE_SETTINGS, applySettingsPatch, queueNameSchema, queueSettingsPatchSchema } from "../../src/kernel/settings";
+import { DEFAULT_QUEUE_SETTINGS, applySettingsPatch, jurisdictionSchema, queueNameSchema, queueSettingsPatchSchema } from "../../src/kernel/settings";
 import { catalogFor, coordinatorFor } from "../../src/kernel/addressing";
 import { ok } from "./envelope";
 import { readJson } from "./read-json";
 import { lookupQueueId } from "../../src/routing/queue-lookup";
 import { forgetShardMap } from "../../src/routing/shard-map-cache";
 import { parseWith } from "../../src/kernel/validate";
+import { jurisdictionName, jurisdictionOfQueue, type Jurisdiction } from "../../src/kernel/jurisdiction";
 
 /** What the handlers below validate with, and what the OpenAPI description says of them (broker/openapi/). */
 export const createQueueBody = z
   .object({
     queue_name: queueNameSchema.refine((n) => !QUEUE_ID_PATTERN.test(n), "must not be 32 hex characters (that is the form of a queue id)"),
     settings: queueSettingsPatchSchema.optional(),
+    jurisdiction: jurisdictionSchema.optional(),
   })
   .strict();
 
@@ -22,6 +24,8 @@ export const updateQueueBody = z
   .object({
     queue_name: z.string().optional(),
     settings: queueSettingsPatchSchema.optional(),
+    // Cloudflare's clients may send it back as they read it: the same is accepted, a change refused.
+    jurisdiction: jurisdictionSchema.optional(),
   })
   .strict();
 
@@ -46,7 +50,7 @@ export const listQueuesQuery = z.object({
 export async function createQueue(request: Request, env: Env, accountId: string): Promise<Response> {
   const body = parseWith(createQueueBody, await readJson(request));
   const settings = applySettingsPatch(DEFAULT_QUEUE_SETTINGS, body.settings ?? {});
-  const { queue } = await catalogFor(env, accountId).createQueue(accountId, body.queue_name, settings);
+  const { queue } = await catalogFor(env, accountId).createQueue(accountId, body.queue_name, settings, body.jurisdiction);
   if (!queue) throw new HttpError("conflict", `a queue named "${body.queue_name}" already exists`, "queue_name");
   forgetShardMap(accountId, queue.queue_name, queue.queue_id);
   return ok(queue, 201);
@@ -73,6 +77,7 @@ export async function updateQueue(request: Request, env: Env, accountId: string,
   const body = parseWith(updateQueueBody, await readJson(request));
   const queueId = await lookupQueueId(env, accountId, ref);
   const coordinator = coordinatorFor(env, queueId);
+  refuseJurisdictionChange(queueId, body.jurisdiction);
   if (body.queue_name !== undefined) {
     const current = await coordinator.info();
     if (current && body.queue_name !== current.queue_name) throw HttpError.invalid("queue_name", "a queue cannot be renamed");
@@ -83,6 +88,12 @@ export async function updateQueue(request: Request, env: Env, accountId: string,
   await catalogFor(env, accountId).refreshInfo(queueId);
   forgetShardMap(accountId, info.queue_name, info.queue_id);
   return ok(info);
+}
+
+/** A queue's jurisdiction is chosen at creation: naming another on update is refused, naming its own is a no-op. */
+function refuseJurisdictionChange(queueId: string, asked: Jurisdiction | undefined): void {
+  if (asked === undefined || asked === jurisdictionOfQueue(queueId)) return;
+  throw HttpError.invalid("jurisdiction", `is chosen when a queue is created and cannot change (this queue is in ${jurisdictionName(queueId)})`);
 }
 
 export async function deleteQueue(env: Env, accountId: string, ref: string): Promise<Response> {

@@ -10,6 +10,7 @@ import type { ConsumerRecord } from "../../src/kernel/consumer-settings";
 import { MESSAGE_ID_PATTERN, QUEUE_ID_PATTERN } from "../../src/kernel/ids";
 import { CONTENT_TYPES, type ContentType } from "../../src/kernel/protocol";
 import type { QueueInfo, QueueMetrics } from "../../src/kernel/queue-info";
+import { jurisdictionSchema } from "../../src/kernel/settings";
 
 /**
  * Names and descriptions for the description's components. A registry of its own rather
@@ -85,6 +86,7 @@ export const queueInfo = named(
     consumers_total_count: count(),
     consumers: z.array(z.strictObject({ type: z.enum(["worker", "http_pull"]), script: z.string().optional(), consumer_id: z.string() })),
     settings: queueSettings,
+    jurisdiction: described(jurisdictionSchema.optional(), "Where the queue stores and processes its messages, chosen at creation; absent for a queue in no jurisdiction."),
   }),
 );
 
@@ -280,6 +282,7 @@ const deliveryTotals = named(
 export const queueMetrics = named(
   "QueueMetrics",
   z.strictObject({
+    jurisdiction: jurisdictionSchema.optional(),
     backlog_count: count(),
     backlog_bytes: count(),
     oldest_message_timestamp_ms: epochMs().nullable(),

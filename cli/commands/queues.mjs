@@ -118,11 +118,12 @@ export const QUEUE_COMMANDS = [
     args: ["<name>"],
     summary: "Create a queue",
     details: "A name is 1 to 63 lowercase letters, digits and dashes, not starting or ending with a dash.",
-    options: QUEUE_SETTINGS,
+    options: /** @type {Record<string, OptionSpec>} */ ({ ...QUEUE_SETTINGS, jurisdiction: { type: "string", value: "eu|us|fedramp", help: "keep its messages in one jurisdiction (chosen now, for good)" } }),
     async run(ctx) {
       const [name] = /** @type {[string]} */ (ctx.args);
       const settings = queueSettings(ctx.opts);
-      const body = Object.keys(settings).length ? { queue_name: name, settings } : { queue_name: name };
+      const jurisdiction = ctx.opts.jurisdiction;
+      const body = { queue_name: name, ...(jurisdiction !== undefined ? { jurisdiction } : {}), ...(Object.keys(settings).length ? { settings } : {}) };
       const info = /** @type {QueueInfo} */ (await ctx.api.request("POST", "/queues", { body }));
       ctx.show(info, () => `Created queue ${info.queue_name} (id ${info.queue_id}).\n${keyValues(settingsPairs(info))}`);
     },
@@ -144,6 +145,7 @@ export const QUEUE_COMMANDS = [
         return keyValues([
           ["name", info.queue_name],
           ["id", info.queue_id],
+          ["jurisdiction", info.jurisdiction ?? "none"],
           ["created", time(info.created_on)],
           ["modified", time(info.modified_on)],
           ...settingsPairs(info),

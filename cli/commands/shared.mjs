@@ -31,7 +31,7 @@ import { UsageError } from "../args.mjs";
  * @property {(ctx: Context) => Promise<void>} run
  */
 
-/** @typedef {{ queue_id: string, queue_name: string, created_on: string, modified_on: string, producers_total_count: number, producers: Array<{ type: string, script?: string }>, consumers_total_count: number, consumers: Array<{ type: string, script?: string, consumer_id: string }>, settings: { delivery_delay: number, delivery_paused: boolean, message_retention_period: number } }} QueueInfo */
+/** @typedef {{ queue_id: string, queue_name: string, created_on: string, modified_on: string, producers_total_count: number, producers: Array<{ type: string, script?: string }>, consumers_total_count: number, consumers: Array<{ type: string, script?: string, consumer_id: string }>, settings: { delivery_delay: number, delivery_paused: boolean, message_retention_period: number }, jurisdiction?: string }} QueueInfo */
 /** @typedef {{ consumer_id: string, type: "worker" | "http_pull", script_name: string | null, queue_name: string, dead_letter_queue: string | null, created_on: string, modified_on: string, settings: { batch_size: number, max_wait_time_ms: number, max_retries: number, retry_delay: number, max_concurrency: number | null, visibility_timeout_ms: number, transport: string } }} ConsumerRecord */
 /** @typedef {{ backlog_count: number, backlog_bytes: number, oldest_message_timestamp_ms: number | null, consumer_concurrency: number | null, shards: Array<{ name: string, state: string, backlog_count: number }> }} QueueMetrics */
 /** @typedef {{ id: string, body: string, timestamp_ms: number, attempts: number, lease_id: string, metadata: Record<string, string> }} PulledMessage */
@@ -54,6 +54,7 @@ export const FIELD_FLAGS = /** @type {Record<string, string>} */ ({
   "settings.visibility_timeout_ms": "--visibility-timeout-secs",
   "settings.transport": "--transport",
   dead_letter_queue: "--dead-letter-queue",
+  jurisdiction: "--jurisdiction",
   batch_size: "--batch-size",
   visibility_timeout_ms: "--visibility-timeout-ms",
   delay_seconds: "--delay-secs",

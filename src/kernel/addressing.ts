@@ -1,8 +1,14 @@
 import type { Env } from "./env";
+import { jurisdictionOfQueue, jurisdictionOfShard, namespaceIn } from "./jurisdiction";
 
-/** Where each part lives: one Coordinator per queue, one catalog per account, shards by name. */
+/**
+ * Where each part lives: one Coordinator per queue, one catalog per account, shards by name.
+ * A queue's objects are in its jurisdiction's namespace (./jurisdiction.ts), read off its id;
+ * the account's catalog holds names and settings only, no message, and stays global.
+ */
 export function coordinatorFor(env: Env, queueId: string) {
-  return env.COORDINATOR.get(env.COORDINATOR.idFromName(queueId));
+  const ns = namespaceIn(env.COORDINATOR, jurisdictionOfQueue(queueId));
+  return ns.get(ns.idFromName(queueId));
 }
 
 export function catalogFor(env: Env, accountId: string) {
@@ -13,16 +19,20 @@ export function catalogFor(env: Env, accountId: string) {
 const LOCATION_HINTS = new Set(["wnam", "enam", "sam", "weur", "eeur", "apac", "oc", "afr", "me"]);
 
 export function storageShardFor(env: Env, shardName: string, region?: string) {
-  const id = env.STORAGE_SHARD.idFromName(shardName);
-  if (region && LOCATION_HINTS.has(region)) {
-    return env.STORAGE_SHARD.get(id, { locationHint: region as DurableObjectLocationHint });
+  const j = jurisdictionOfShard(shardName);
+  const ns = namespaceIn(env.STORAGE_SHARD, j);
+  const id = ns.idFromName(shardName);
+  // Inside a jurisdiction the jurisdiction decides where the object lives: no hint, which could name a region outside it.
+  if (region && !j && LOCATION_HINTS.has(region)) {
+    return ns.get(id, { locationHint: region as DurableObjectLocationHint });
   }
-  return env.STORAGE_SHARD.get(id);
+  return ns.get(id);
 }
 
 /** Consumer shard i of a queue. */
 export function consumerShardFor(env: Env, queueId: string, index: number) {
-  return env.SHARD_CONSUMERS.get(env.SHARD_CONSUMERS.idFromName(`${queueId}:consumer:${index}`));
+  const ns = namespaceIn(env.SHARD_CONSUMERS, jurisdictionOfQueue(queueId));
+  return ns.get(ns.idFromName(`${queueId}:consumer:${index}`));
 }
 
 /** KV keys a queue's shard map is published under: by id and by name, both scoped to the account. */
@@ -34,5 +44,6 @@ export const shardMapKeyByName = (accountId: string, queueName: string) => `map/
 
 /** One of a queue's Idempotency-Key tables (coordinator/idempotency-keys.ts): keys are spread over several by hash. */
 export function idempotencyKeysFor(env: Env, queueId: string, bucket: number) {
-  return env.IDEMPOTENCY_KEYS.get(env.IDEMPOTENCY_KEYS.idFromName(`${queueId}:idempotency:${bucket}`));
+  const ns = namespaceIn(env.IDEMPOTENCY_KEYS, jurisdictionOfQueue(queueId));
+  return ns.get(ns.idFromName(`${queueId}:idempotency:${bucket}`));
 }

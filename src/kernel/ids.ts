@@ -1,3 +1,5 @@
+import { jurisdictionOfQueue, queueIdIn, type Jurisdiction } from "./jurisdiction";
+
 /**
  * Message ids a broker draws for an idempotent send (the shard draws located ids for the
  * others, below): 32 lowercase hex characters like Cloudflare's, time-ordered so that an
@@ -22,9 +24,13 @@ export function drawTagOf(id: string): string {
   return id.slice(12, 24);
 }
 
-/** Queue ids: 32 random hex characters, as Cloudflare's queue_id. */
-export function newQueueId(): string {
-  return randomHex(16);
+/** Queue ids: 32 hex characters, as Cloudflare's queue_id; random, or in a jurisdiction its tagged form (./jurisdiction.ts). */
+export function newQueueId(jurisdiction?: Jurisdiction): string {
+  if (jurisdiction) return queueIdIn(randomHex(8), jurisdiction);
+  for (;;) {
+    const id = randomHex(16);
+    if (jurisdictionOfQueue(id) === undefined) return id;
+  }
 }
 
 export function randomHex(bytes: number): string {

@@ -1,5 +1,6 @@
 import type { QueueSettings } from "./settings";
 import type { HoldReason } from "./protocol";
+import type { Jurisdiction } from "./jurisdiction";
 
 /** A queue as the REST API shows it (Cloudflare's field names). */
 export interface QueueInfo {
@@ -12,10 +13,14 @@ export interface QueueInfo {
   consumers_total_count: number;
   consumers: Array<{ type: "worker" | "http_pull"; script?: string; consumer_id: string }>;
   settings: QueueSettings;
+  /** Chosen at creation, for good (./jurisdiction.ts); absent for a queue in none, as Cloudflare shows it. */
+  jurisdiction?: Jurisdiction;
 }
 
 /** Figures of one queue, summed over its shards (`GET .../metrics`, producer `metrics()`). */
 export interface QueueMetrics {
+  /** The queue's jurisdiction, when it has one (as QueueInfo's). */
+  jurisdiction?: Jurisdiction;
   backlog_count: number;
   backlog_bytes: number;
   oldest_message_timestamp_ms: number | null;

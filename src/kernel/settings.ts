@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { LIMITS } from "./limits";
+import { JURISDICTIONS } from "./jurisdiction";
 
 /** Queue settings, named and bounded as Cloudflare's REST API names them. */
 export interface QueueSettings {
@@ -29,6 +30,9 @@ export type QueueSettingsPatch = z.infer<typeof queueSettingsPatchSchema>;
 
 /** Lowercase letters, digits and dashes, not starting or ending with a dash (Cloudflare's rule). */
 export const QUEUE_NAME_PATTERN = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/;
+
+/** Where a queue keeps its messages, chosen at creation (./jurisdiction.ts). */
+export const jurisdictionSchema = z.enum(JURISDICTIONS, { error: `must be one of ${JURISDICTIONS.map((j) => `"${j}"`).join(", ")}` });
 
 export const queueNameSchema = z
   .string({ error: (issue) => (issue.input === undefined ? "is required" : "must be a string") })

@@ -20,6 +20,7 @@ import type { Env } from "../kernel/env";
 import { HttpError } from "../kernel/errors";
 import type { LeasedMessage } from "../kernel/protocol";
 import type { PendingMessage } from "./pending-messages";
+import { jurisdictionName, jurisdictionOfQueue } from "../kernel/jurisdiction";
 import { lookupQueue } from "./queue-lookup";
 import { storeMessages } from "./store";
 
@@ -35,6 +36,10 @@ export async function moveMessages(env: Env, accountId: string, targetRef: strin
   const map = await lookupQueue(env, accountId, targetRef);
   // A move into its own queue would reset a message's retries for ever instead of ending them.
   if (map.queueId === source.queueId) throw HttpError.invalid("dead_letter_queue", `must be another queue than the one the messages come from ("${map.queueName}")`);
+  // A message never leaves its jurisdiction, whatever was configured (docs/jurisdictions.md).
+  if (jurisdictionOfQueue(map.queueId) !== jurisdictionOfQueue(source.queueId)) {
+    throw HttpError.invalid("dead_letter_queue", `"${map.queueName}" is in ${jurisdictionName(map.queueId)} and the messages are in ${jurisdictionName(source.queueId)}: a message never leaves its queue's jurisdiction`);
+  }
   if (messages.length === 0) return map.queueId;
   if (messages.some((m) => !m.copyKey)) throw new Error("a move needs the key of every copy it moves (a message read from its shard)");
   // The ids are kept, so each message goes to the shard its id picks (src/routing/placement.ts),

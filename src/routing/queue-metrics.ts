@@ -3,6 +3,7 @@ import { notRetired, type ShardMap } from "../kernel/protocol";
 import type { ShardHeartbeat } from "../kernel/heartbeat";
 import type { QueueMetrics } from "../kernel/queue-info";
 import { coordinatorFor, storageShardFor } from "../kernel/addressing";
+import { jurisdictionField } from "../kernel/jurisdiction";
 
 /**
  * Exact figures: asks every shard that may still hold messages (active and draining).
@@ -45,6 +46,7 @@ export async function queueMetrics(env: Env, map: ShardMap, opts: { heartbeats: 
     };
   });
   return {
+    ...jurisdictionField(map.queueId),
     backlog_count: count,
     backlog_bytes: bytes,
     oldest_message_timestamp_ms: oldest,

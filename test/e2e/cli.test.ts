@@ -246,6 +246,11 @@ describe("the shardq CLI against wrangler dev", () => {
     expect(invalid.stderr).toContain("settings.message_retention_period: must be at least 60");
     expect(invalid.stderr).toContain("set by --message-retention-period-secs");
 
+    const badJurisdiction = await shardq(["queues", "create", "cli-in-mars", "--jurisdiction", "mars"]);
+    expect(badJurisdiction.code).toBe(1);
+    expect(badJurisdiction.stderr).toContain('jurisdiction: must be one of "eu", "us", "fedramp"');
+    expect(badJurisdiction.stderr).toContain("set by --jurisdiction");
+
     const badToken = await shardq(["queues", "list", "--token", "not-the-token"]);
     expect(badToken.code).toBe(1);
     expect(badToken.stderr).toContain("invalid token [HTTP 401");
@@ -261,6 +266,14 @@ describe("the shardq CLI against wrangler dev", () => {
     expect(refused).toMatchObject({ code: 1, stdout: "" });
     expect(refused.stderr).toContain(`cannot reach ${closed}: connection refused`);
     expect(refused.stderr).toContain("npm start");
+  });
+
+  it("creates a queue in a jurisdiction and shows it in info", async () => {
+    expect(await ok("queues", "create", "cli-in-eu", "--jurisdiction", "eu")).toMatch(/^Created queue cli-in-eu/);
+    expect(await ok("queues", "info", "cli-in-eu")).toMatch(/^jurisdiction:\s+eu$/m);
+    expect((await json("queues", "info", "cli-in-eu")).metrics.jurisdiction).toBe("eu");
+    await ok("queues", "create", "cli-in-none");
+    expect(await ok("queues", "info", "cli-in-none")).toMatch(/^jurisdiction:\s+none$/m);
   });
 
   it("lists queues a page at a time and by name prefix, saying which page it shows and the next", async () => {

@@ -78,6 +78,21 @@ describe("the dashboard in Chromium", () => {
     await page.locator("#create-queue-form [name=queue_name]").fill(QUEUE);
     await page.locator("#create-queue-form button[type=submit]").click();
     await expect.poll(() => page.locator("#queue-status").textContent()).toMatch(/already exists/);
+    expect(await page.locator('[data-figure="Jurisdiction"]').textContent()).toBe("none");
+  });
+
+  it("creates a queue in a jurisdiction and shows where it is", async () => {
+    await page.locator("#create-queue summary").click();
+    await page.locator("#create-queue-form [name=queue_name]").fill(`${QUEUE}-eu`);
+    await page.locator("#create-queue-form [name=jurisdiction]").selectOption("eu");
+    await page.locator("#create-queue-form button[type=submit]").click();
+    await expect.poll(() => page.locator("#queue-title").textContent()).toBe(`${QUEUE}-eu`);
+    await expect.poll(() => page.locator('[data-figure="Jurisdiction"]').textContent()).toBe("eu");
+    const res = await fetch(`${base}/accounts/local/queues/${QUEUE}-eu`, { headers: { authorization: `Bearer ${TOKEN}` } });
+    expect(((await res.json()) as { result: { jurisdiction?: string } }).result.jurisdiction).toBe("eu");
+    // Back to the queue the rest of this file works on.
+    await page.locator(`a[data-queue="${QUEUE}"]`).click();
+    await expect.poll(() => page.locator("#queue-title").textContent()).toBe(QUEUE);
   });
 
   it("sends messages and watches the backlog grow; looks one up and peeks at the ready ones", async () => {

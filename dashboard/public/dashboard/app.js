@@ -226,8 +226,10 @@ function wire() {
     const f = e.target;
     const name = f.queue_name.value.trim();
     act(`Creating ${name}`, async () => {
-      await api("/queues", { method: "POST", body: { queue_name: name, settings: { delivery_delay: Number(f.delivery_delay.value), message_retention_period: Number(f.message_retention_period.value) } } });
+      const jurisdiction = f.jurisdiction.value;
+      await api("/queues", { method: "POST", body: { queue_name: name, ...(jurisdiction ? { jurisdiction } : {}), settings: { delivery_delay: Number(f.delivery_delay.value), message_retention_period: Number(f.message_retention_period.value) } } });
       f.queue_name.value = "";
+      f.jurisdiction.value = "";
       $("#create-queue").open = false;
       await refreshList();
       await select(name);

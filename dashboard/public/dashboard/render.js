@@ -21,6 +21,7 @@ export function renderFigures(info, metrics) {
     // Ordered lanes: keys held back (in flight, waiting on a retry, a delay or a hand-off) of the keys with messages.
     ["Keys held", metrics.ordering ? `${num(metrics.ordering.held_keys)} of ${num(metrics.ordering.lanes)}` : "–"],
     ["Delivery", paused ? "paused" : "on"],
+    ["Jurisdiction", info.jurisdiction ?? "none"],
   ];
   $("#figures").replaceChildren(
     ...figures.map(([label, value]) => {
