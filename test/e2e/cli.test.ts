@@ -4,6 +4,8 @@
 // output parsed, and its failures: usage errors exit 2, API and connection errors exit 1,
 // each saying what was wrong.
 import { spawn } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ROOT, freePort } from "../../scripts/dev-server.mjs";
@@ -274,6 +276,21 @@ describe("the shardq CLI against wrangler dev", () => {
     expect((await json("queues", "info", "cli-in-eu")).metrics.jurisdiction).toBe("eu");
     await ok("queues", "create", "cli-in-none");
     expect(await ok("queues", "info", "cli-in-none")).toMatch(/^jurisdiction:\s+none$/m);
+
+    // shardq.config.json's jurisdiction: created there, and a file that would move a queue is refused.
+    const dir = mkdtempSync(join(tmpdir(), "shardq-cli-apply-"));
+    try {
+      const file = join(dir, "queues.json");
+      writeFileSync(file, JSON.stringify({ account: "local", queues: [{ queue_name: "cli-applied-us", jurisdiction: "us" }] }));
+      expect(await ok("apply", file)).toMatch(/^Applied 1 queue/);
+      expect((await json("queues", "info", "cli-applied-us")).jurisdiction).toBe("us");
+      writeFileSync(file, JSON.stringify({ account: "local", queues: [{ queue_name: "cli-in-eu", jurisdiction: "fedramp" }] }));
+      const moved = await shardq(["apply", file]);
+      expect(moved.code).toBe(1);
+      expect(moved.stderr).toContain('queue cli-in-eu exists in jurisdiction "eu" and the config asks for "fedramp"');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it("lists queues a page at a time and by name prefix, saying which page it shows and the next", async () => {
