@@ -14,7 +14,7 @@ import { apiClient } from "./client.mjs";
 import { CONTROL_KINDS, MAX_PLAY_OUT_MS } from "./control-faults.mjs";
 import { faultSchedule, FAULT_KINDS, runDirs, runNemesis, SHARD_ABORT_KINDS, Service } from "./faults.mjs";
 import { History, readHistory } from "./history.mjs";
-import { preparePushConsumer, PUSH_QUEUE, setUpPush, withConsumerAborts } from "./push-faults.mjs";
+import { JURISDICTION, preparePushConsumer, PUSH_QUEUE, setUpPush, withConsumerAborts } from "./push-faults.mjs";
 import { startPushSink } from "./push-sink.mjs";
 import { randomSeed } from "./prng.mjs";
 import { formatTable, writeReport } from "./report.mjs";
@@ -275,8 +275,8 @@ async function setUp(api) {
     const r = await call;
     if (r.outcome !== "ok") throw new Error(`set-up: ${what}: ${r.error}`);
   };
-  await must("create the dead-letter queue", api.call("POST", "", { queue_name: DLQ }));
-  await must("create the queue", api.call("POST", "", { queue_name: QUEUE }));
+  await must("create the dead-letter queue", api.call("POST", "", { queue_name: DLQ, jurisdiction: JURISDICTION }));
+  await must("create the queue", api.call("POST", "", { queue_name: QUEUE, jurisdiction: JURISDICTION }));
   await must("its pull consumer", api.call("POST", `/${QUEUE}/consumers`, { type: "http_pull", settings: { max_retries: MAX_RETRIES, retry_delay: 0, visibility_timeout_ms: 5000 }, dead_letter_queue: DLQ }));
   await must("the dead-letter queue's pull consumer", api.call("POST", `/${DLQ}/consumers`, { type: "http_pull", settings: { max_retries: 100, retry_delay: 0, visibility_timeout_ms: 5000 } }));
 }

@@ -12,6 +12,12 @@ import { prng } from "./prng.mjs";
 import { sleep } from "./workload.mjs";
 
 export const PUSH_QUEUE = "faults-push";
+/**
+ * The run's queues keep their messages in a jurisdiction (docs/jurisdictions.md), so every
+ * object they live in is addressed through its namespace under every fault; the large-backlog
+ * run keeps its queues in none.
+ */
+export const JURISDICTION = "eu";
 /** The push consumer Worker, and the binding shardq reaches it by (src/kernel/consumer-settings.ts consumerBindingName). */
 export const PUSH_CONSUMER = { service: "shardq-faults-push-consumer", binding: "CONSUMER_SHARDQ_FAULTS_PUSH_CONSUMER" };
 /** The two consumer shard fault points, in turn. */
@@ -65,7 +71,7 @@ export function preparePushConsumer(sourceDir, o) {
  */
 export async function setUpPush(api, dlq) {
   for (const [what, path, body] of /** @type {Array<[string, string, unknown]>} */ ([
-    ["create the push queue", "", { queue_name: PUSH_QUEUE }],
+    ["create the push queue", "", { queue_name: PUSH_QUEUE, jurisdiction: JURISDICTION }],
     [
       "its Worker consumer",
       `/${PUSH_QUEUE}/consumers`,
