@@ -50,7 +50,7 @@ export interface KeyedLease {
 export class KeyBook {
   readonly holds = new Map<string, KeyHold>();
   readonly leases = new Map<string, KeyedLease>();
-  /** Whether this shard has seen keyed messages since it started: its reports then carry the keys' figures. */
+  /** Whether this shard has held keyed messages (kept in meta across restarts): its reports then carry the keys' figures. */
   used = false;
 
   hold(key: string, now: number): KeyHold {

@@ -37,6 +37,7 @@ export function extendKeyedLease(sql: SqlStorage, lease: string, until: number):
  * in a scheduled segment put back at the head of its key. Rows whose slots are all settled go.
  */
 export function restoreKeyed(sql: SqlStorage, ds: DeliveryState, now: number): void {
+  if (sql.exec("SELECT 1 FROM meta WHERE key = 'keyed'").toArray().length > 0) ds.keys.used = true;
   const states = new Map<number, Settled | null>();
   const settledBits = (seg: number): Settled | null => {
     if (!states.has(seg)) {

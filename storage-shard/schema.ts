@@ -146,6 +146,8 @@ export const MIGRATIONS: readonly MigrationStep[] = [
    ${KEY_LEASES_SCHEMA}`,
   // Lanes' messages and leases converted to those, the lane tables dropped (keyed-upgrade.ts).
   convertLanesToSegments,
+  // Whether a shard has held keyed messages, kept across restarts (segment-rows.ts noteKeyed): one pass here, once.
+  `INSERT OR REPLACE INTO meta (key, value) SELECT 'keyed', '1' WHERE EXISTS (SELECT 1 FROM segments WHERE keyed > 0)`,
 ];
 
 /** Old rows converted per segment: a batch's worth, as a broker writes them. */

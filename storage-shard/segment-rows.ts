@@ -71,7 +71,7 @@ export function writeSegments(sql: SqlStorage, ds: DeliveryState, shardNo: numbe
       if (indexed) sql.exec("INSERT OR REPLACE INTO message_ids (id, seg) VALUES (?, ?)", id, seg);
     });
     if (isKeyedCopy(messages[group[0]!]!)) dueAt = KEYED_DUE;
-    if (keyed > 0) ds.keys.used = true;
+    if (keyed > 0) noteKeyed(sql, ds);
     sql.exec(
       `INSERT INTO segments (seg, enqueued_at, due_at, count, live, live_bytes, batch, settled, headers, bodies, keyed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
       seg,
@@ -118,6 +118,16 @@ export const HEAD_MAX_BYTES = 64 * 1024;
 export const HEAD_MAX_AGE_MS = 60_000;
 
 /**
+ * The shard holds keyed messages: its figures read their keys from now on (KeyBook.used).
+ * Kept in meta, once in the shard's life, so that a restart or an eviction reads them too.
+ */
+function noteKeyed(sql: SqlStorage, ds: DeliveryState): void {
+  if (ds.keys.used) return;
+  ds.keys.used = true;
+  sql.exec("INSERT OR REPLACE INTO meta (key, value) VALUES ('keyed', '1')");
+}
+
+/**
  * Writes a small write of messages ready at once into the open head segment, after its
  * last slot: one row written (its UPDATE), where a new segment would be one too, but a
  * consumer then acks the head's messages with one write and deletes them with one. The
@@ -136,7 +146,7 @@ export function appendToHead(sql: SqlStorage, ds: DeliveryState, shardNo: number
     bytes += m.body.byteLength;
     if (m.key !== undefined) keyed++;
   }
-  if (keyed > 0) ds.keys.used = true;
+  if (keyed > 0) noteKeyed(sql, ds);
   if (head.count + messages.length > HEAD_MAX_MESSAGES || head.bytes + bytes > HEAD_MAX_BYTES || now - head.openedAt >= HEAD_MAX_AGE_MS) return null;
   const seg = head.seg;
   const row = sql

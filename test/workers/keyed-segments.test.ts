@@ -42,6 +42,15 @@ describe("keyed messages in segments", () => {
     expect((await shard.stats()).backlogCount).toBe(0);
   });
 
+  it("counts its keys with messages the same before and after a restart, none of them leased or read yet", async () => {
+    const { shard } = await shardAt("keyed-figures-restart");
+    await shard.append({ queueId: QUEUE, messages: Array.from({ length: 30 }, (_, i) => keyed(`m${i}`, `k${i % 10}`)) });
+    expect((await shard.stats()).ordering?.lanes).toBe(10);
+    await runInDurableObject(shard, (_o: StorageShard, state) => state.abort("restart")).catch(() => {});
+    const after = env.STORAGE_SHARD.get(env.STORAGE_SHARD.idFromName("keyed-figures-restart"));
+    expect((await after.stats()).ordering?.lanes).toBe(10);
+  });
+
   it("passes a held key's messages and leases them in order once the key is let go", async () => {
     const { shard } = await shardAt("keyed-park");
     // Three batches, the hot key's messages among other keys'.
