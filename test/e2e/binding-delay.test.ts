@@ -2,7 +2,8 @@
 // sent through that binding without a delay of its own waits that long; a message's own
 // delaySeconds (0 included) and sendBatch()'s delaySeconds come first; another binding of the
 // same queue keeps its own. Under `shardq dev`, with a user's Worker that has nothing but its
-// [[queues.producers]] tables; then the same config through `shardq deploy-config`.
+// [[queues.producers]] tables; then the same config through `shardq deploy-config`, whose output
+// `wrangler deploy --dry-run` bundles.
 //
 // Timing: what is exact is read off the stored message (visible_at_ms less timestamp_ms, set by
 // the shard at the send). Beyond that the test asks only what a slow machine cannot upset: a
@@ -15,6 +16,7 @@ import { join } from "node:path";
 import { parse as parseToml } from "smol-toml";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { writeDeployConfig } from "../../scripts/deploy-config.mjs";
+import { dryRunDeployConfig } from "../../scripts/deploy-dry-run-own-workers.mjs";
 import { MAX_DELAY_SECONDS } from "../../scripts/worker-configs.mjs";
 import { LIMITS } from "../../src/kernel/limits.ts";
 import type { Lookup } from "./message-lookup.ts";
@@ -133,6 +135,8 @@ describe("shardq deploy-config with a binding's delivery_delay", () => {
     expect(JSON.parse(jsonText).services).toEqual([{ binding: "LATER", service: "shardq", entrypoint: "QueueProducer", props: { account: "acme", queue: QUEUE, delivery_delay: 0 } }]);
     // The queue itself gets no delay: it is the binding's.
     expect(JSON.parse(readFileSync(result.queues, "utf8")).queues).toEqual([{ queue_name: QUEUE }]);
+    // wrangler takes the props as they are: each config bundles as `wrangler deploy` would.
+    for (const r of dryRunDeployConfig(result, join(work, "bundles"))) expect(r.ok, `${r.name}:\n${r.output}`).toBe(true);
   });
 
   it.each([-1, 2.5, 86_401, "30"])("refuses delivery_delay = %j, naming the binding", (value) => {
