@@ -36,10 +36,8 @@ export function queuePlan(workers, account) {
   /** @type {Map<string, { worker: WorkerConfig, entry: ConsumerEntry }>} */
   const consumerOf = new Map();
   for (const w of workers) {
-    for (const p of w.producers) {
-      add(p.queue);
-      if (p.delivery_delay !== undefined) warnings.push(`${w.shown}: delivery_delay on binding ${p.binding} is not supported by shardq's producer binding and is ignored; give delaySeconds to send() instead`);
-    }
+    // A producer's delivery_delay belongs to its binding (worker-configs.mjs rewriteForShardq), not to the queue.
+    for (const p of w.producers) add(p.queue);
     for (const c of w.consumers) {
       const other = consumerOf.get(c.queue);
       if (other) throw new ConfigError(`queue "${c.queue}" has a consumer in ${other.worker.shown} and in ${w.shown}; a queue has one consumer`);

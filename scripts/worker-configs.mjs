@@ -1,8 +1,8 @@
 // Users' own Worker configs (wrangler.toml, wrangler.json, wrangler.jsonc), read as they
 // are and rewritten to run against shardq instead of Cloudflare Queues: each
 // `[[queues.producers]]` becomes a service binding of the same name to shardq's
-// QueueProducer entrypoint, `[[queues.consumers]]` becomes a shardq consumer (queue-plan.mjs)
-// and the `queues` table goes, so that wrangler neither simulates nor deploys Cloudflare
+// QueueProducer entrypoint (its delivery_delay in the binding's props), `[[queues.consumers]]`
+// becomes a shardq consumer (queue-plan.mjs) and the `queues` table goes, so that wrangler neither simulates nor deploys Cloudflare
 // Queues. The rewritten config lives somewhere else than the user's (shardq's state
 // directory, or a --out directory), so every path in it that wrangler reads from the
 // config's own directory is rewritten to point back at the user's files: relative to the
@@ -31,7 +31,15 @@ const WORKER_NAME = /^[a-z0-9_][a-z0-9_-]{0,62}$/;
 /** src/kernel/settings.ts QUEUE_NAME_PATTERN. */
 export const QUEUE_NAME = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/;
 
-/** @typedef {{ binding: string, queue: string, delivery_delay?: number }} ProducerEntry */
+/** src/kernel/limits.ts maxDelaySeconds: the longest delay a message, a binding or a queue may give. */
+export const MAX_DELAY_SECONDS = 86_400;
+
+/**
+ * @typedef {object} ProducerEntry  a `[[queues.producers]]` table
+ * @property {string} binding
+ * @property {string} queue
+ * @property {number} [delivery_delay]  seconds: the binding's delay for every message sent through it without one of its own
+ */
 /**
  * @typedef {object} ConsumerEntry  a `[[queues.consumers]]` table, as wrangler documents it
  * @property {string} queue
@@ -135,6 +143,10 @@ function queueEntries(raw, path) {
   const producers = /** @type {ProducerEntry[]} */ (list("producers"));
   for (const [i, p] of producers.entries()) {
     if (typeof p.binding !== "string" || !/^[A-Za-z_$][\w$]*$/.test(p.binding)) throw new ConfigError(`${path}: [[queues.producers]] #${i + 1} (queue "${p.queue}") needs a binding name (binding = "MY_QUEUE")`);
+    const delay = p.delivery_delay;
+    if (delay !== undefined && (typeof delay !== "number" || !Number.isInteger(delay) || delay < 0 || delay > MAX_DELAY_SECONDS)) {
+      throw new ConfigError(`${path}: [[queues.producers]] #${i + 1} (binding ${p.binding}): delivery_delay must be a whole number of seconds from 0 to ${MAX_DELAY_SECONDS}, not ${JSON.stringify(delay)}`);
+    }
   }
   return { producers, consumers: /** @type {ConsumerEntry[]} */ (list("consumers")) };
 }
@@ -208,7 +220,9 @@ export function rewriteForShardq(worker, opts) {
   if (worker.producers.length) {
     const services = Array.isArray(out.services) ? [...out.services] : [];
     for (const p of worker.producers) {
-      services.push({ binding: p.binding, service: opts.shardqName, entrypoint: "QueueProducer", props: { account: opts.account, queue: p.queue } });
+      // The binding's delivery_delay goes with it, in its props (broker/producer/queue-producer.ts).
+      const props = { account: opts.account, queue: p.queue, ...(p.delivery_delay !== undefined ? { delivery_delay: p.delivery_delay } : {}) };
+      services.push({ binding: p.binding, service: opts.shardqName, entrypoint: "QueueProducer", props });
     }
     out.services = services;
   }

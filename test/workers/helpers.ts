@@ -65,9 +65,19 @@ export async function createQueue(name: string, settings?: Record<string, unknow
 
 export const OTHER_TOKEN = "other-account-token";
 
-/** The QueueProducer entrypoint as a producer Worker's binding sees it (props set by the binding). */
-export function producer(queue: string, account = ACCOUNT): ProducerBinding {
-  return (exports as any).QueueProducer({ props: { account, queue } });
+/**
+ * The QueueProducer entrypoint as a producer Worker's binding sees it (props set by the binding;
+ * `more` adds to them, e.g. `{ delivery_delay: 5 }`). Each call answers with a plain promise: an
+ * RPC call's own promise is also a function (a pipelined call on its result), which
+ * `expect(...).rejects` would call instead of awaiting it.
+ */
+export function producer(queue: string, account = ACCOUNT, more: Record<string, unknown> = {}): ProducerBinding {
+  const stub = (exports as any).QueueProducer({ props: { account, queue, ...more } });
+  return {
+    send: (body, options) => Promise.resolve(stub.send(body, options)),
+    sendBatch: (messages, options) => Promise.resolve(stub.sendBatch(messages, options)),
+    metrics: () => Promise.resolve(stub.metrics()),
+  };
 }
 
 export interface ProducerBinding {
