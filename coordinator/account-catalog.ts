@@ -141,7 +141,13 @@ export class AccountCatalog extends DurableObject<Env> {
     const rows = this.sql
       .exec(`SELECT queue_id, info FROM queues WHERE ${where} ORDER BY queue_name LIMIT ? OFFSET ?`, ...args, perPage, (page - 1) * perPage)
       .toArray() as unknown as Array<{ queue_id: string; info: string | null }>;
-    const infos = await Promise.all(rows.map((r) => (r.info !== null ? (JSON.parse(r.info) as QueueInfo) : this.describe(r.queue_id))));
+    const infos = await Promise.all(
+      rows.map((r) => {
+        const kept = r.info !== null ? (JSON.parse(r.info) as QueueInfo) : null;
+        // A description kept before consumers were listed whole (with their settings) is taken again, once.
+        return kept && kept.consumers.every((c) => c.settings !== undefined) ? kept : this.describe(r.queue_id, r.info);
+      }),
+    );
     const queues: QueueInfo[] = [];
     for (const q of infos) if (q) queues.push(q);
     return { queues, total };
@@ -164,9 +170,10 @@ export class AccountCatalog extends DurableObject<Env> {
     if (info) this.sql.exec("UPDATE queues SET info = ? WHERE queue_id = ? AND state = 'active'", JSON.stringify(info), queueId);
   }
 
-  private async describe(queueId: string): Promise<QueueInfo | null> {
+  /** The queue's description from its Coordinator, kept unless a refresh replaced `had` (the one read) meanwhile. */
+  private async describe(queueId: string, had: string | null): Promise<QueueInfo | null> {
     const info = await coordinatorFor(this.env, queueId).info();
-    if (info) this.sql.exec("UPDATE queues SET info = ? WHERE queue_id = ? AND info IS NULL", JSON.stringify(info), queueId);
+    if (info) this.sql.exec("UPDATE queues SET info = ? WHERE queue_id = ? AND info IS ?", JSON.stringify(info), queueId, had);
     return info;
   }
 

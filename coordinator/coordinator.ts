@@ -29,6 +29,14 @@ import { readSeries, recordPoint, SERIES_STEP_MS, type SeriesPoint } from "./tim
 
 export type { InitializeQueue } from "./queue-store";
 
+/** The last purge of the queue: when it started, and whether it emptied the queue (false while it runs). */
+export interface PurgeRecord {
+  startedAt: number;
+  completed: boolean;
+}
+/** The key it is kept under (ctx.storage, beside the SQL tables; deleted with the queue). */
+const LAST_PURGE = "last_purge";
+
 /**
  * The Coordinator of one queue (named by queue id): its settings and its shard map.
  * It creates the queue's storage shards, versions the map on every change and
@@ -113,10 +121,31 @@ export class Coordinator extends DurableObject<Env> {
       producers_total_count: 0,
       producers: [],
       consumers_total_count: consumers.length,
-      consumers: consumers.map((c) => ({ type: c.type, consumer_id: c.consumer_id, ...(c.script_name ? { script: c.script_name } : {}) })),
+      // Whole, as Cloudflare lists them (wrangler's `queues consumer list` shows their settings),
+      // and with `script`, the Worker's name as wrangler reads it.
+      consumers: consumers.map((c) => ({ ...c, ...(c.script_name ? { script: c.script_name } : {}) })),
       settings: queue.settings,
       ...jurisdictionField(queue.queue_id),
     };
+  }
+
+  /**
+   * Records a purge of the queue (POST .../purge): when it started and, once it is over, whether
+   * it emptied the queue. What Cloudflare's purge status (GET .../purge) answers from. Returns
+   * the queue as it is now (what the purge answers), null when there is none.
+   */
+  async notePurge(startedAt: number, completed: boolean): Promise<QueueInfo | null> {
+    this.cost.rpcs++;
+    if (!this.store.readyQueue()) return null;
+    await this.storage.put(LAST_PURGE, { startedAt, completed } satisfies PurgeRecord);
+    return this.queueInfo();
+  }
+
+  /** The last purge noted; `queue: false` when there is no queue. */
+  async lastPurge(): Promise<{ queue: boolean; last: PurgeRecord | null }> {
+    this.cost.rpcs++;
+    if (!this.store.readyQueue()) return { queue: false, last: null };
+    return { queue: true, last: (await this.storage.get<PurgeRecord>(LAST_PURGE)) ?? null };
   }
 
   consumers(): ConsumerRecord[] {
@@ -129,11 +158,13 @@ export class Coordinator extends DurableObject<Env> {
     return queue ? readConsumers(this.sql, queue.queue_name) : [];
   }
 
-  /** One consumer per queue, as on Cloudflare: null when the queue has one already (or is gone). */
-  async addConsumer(c: NewConsumer): Promise<ConsumerRecord | null> {
+  /**
+   * One consumer per queue, as on Cloudflare: null when the queue has one already (or is gone).
+   * `id` is the one a PUT of Cloudflare's API names (broker/http/consumers-api.ts); a new one otherwise.
+   */
+  async addConsumer(c: NewConsumer, id: string = randomHex(16)): Promise<ConsumerRecord | null> {
     this.cost.rpcs++;
     if (!this.store.readyQueue() || this.consumerList().length > 0) return null;
-    const id = randomHex(16);
     insertConsumer(this.sql, id, c, this.clock.now());
     await this.loop.tellPlan(this.clock.now());
     return this.consumerList().find((x) => x.consumer_id === id)!;

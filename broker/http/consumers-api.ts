@@ -6,7 +6,10 @@ import {
   consumerBindingName,
   consumerSettingsPatchSchema,
   defaultConsumerSettings,
+  type ConsumerRecord,
+  type ConsumerSettingsPatch,
   type ConsumerTransport,
+  type ConsumerType,
 } from "../../src/kernel/consumer-settings";
 import type { Env } from "../../src/kernel/env";
 import { consumerNotFound, HttpError, queueNotFound } from "../../src/kernel/errors";
@@ -16,6 +19,20 @@ import { readJson } from "./read-json";
 import { parseWith } from "../../src/kernel/validate";
 import { lookupQueueId } from "../../src/routing/queue-lookup";
 import { jurisdictionName, jurisdictionOfQueue } from "../../src/kernel/jurisdiction";
+
+/**
+ * Cloudflare's legacy service environment of a worker consumer, which wrangler's `queues consumer
+ * add` sends as "" unless given --env. shardq reaches a Worker by its name alone (its service
+ * binding, CONSUMER_<NAME>): "" is the only environment there is.
+ */
+const environmentName = z
+  .literal("", {
+    error: "shardq reaches a consumer Worker by its name alone (a service binding CONSUMER_<NAME>), without service environments: leave environment_name empty (wrangler: no --env) and give the Worker's own name as script_name",
+  })
+  .optional();
+
+/** A consumer's id, as a create draws it (32 lowercase hex characters, as Cloudflare's are). */
+const CONSUMER_ID_PATTERN = /^[0-9a-f]{32}$/;
 
 /** What the handlers below validate with, and what the OpenAPI description says of them (broker/openapi/). */
 export const createConsumerBody = z
@@ -31,6 +48,7 @@ export const createConsumerBody = z
       .optional(),
     settings: consumerSettingsPatchSchema.optional(),
     dead_letter_queue: queueNameSchema.nullable().optional(),
+    environment_name: environmentName,
   })
   .strict();
 
@@ -44,10 +62,51 @@ export const updateConsumerBody = z
   })
   .strict();
 
+/**
+ * PUT's body (Cloudflare's update): the whole consumer, as a create gives it. What it leaves
+ * out takes its default, and a dead_letter_queue left out is none.
+ */
+export const replaceConsumerBody = createConsumerBody
+  .omit({ environment_name: true })
+  .extend({ type: z.enum(["worker", "http_pull"], { error: (iss) => (iss.input === undefined ? "is required" : 'must be "worker" or "http_pull"') }) });
+
 export async function createConsumer(request: Request, env: Env, accountId: string, queueRef: string): Promise<Response> {
   const body = parseWith(createConsumerBody, await readJson(request));
   const queueId = await lookupQueueId(env, accountId, queueRef);
+  const consumer = await addConsumer(env, accountId, queueId, queueRef, body);
+  if (!consumer) throw new HttpError("conflict", `queue "${queueRef}" already has a consumer; remove it first`, "type");
+  return ok(consumer, 201);
+}
+
+type NewConsumerBody = z.infer<typeof replaceConsumerBody>;
+
+/**
+ * Checks a consumer to add and adds it, under `consumerId` when given (a PUT's path names it);
+ * a new id otherwise. Null when the queue has a consumer already.
+ */
+async function addConsumer(env: Env, accountId: string, queueId: string, queueRef: string, body: NewConsumerBody, consumerId?: string): Promise<ConsumerRecord | null> {
   const coordinator = coordinatorFor(env, queueId);
+  checkWorker(env, accountId, body);
+  const info = await coordinator.info();
+  if (!info) throw queueNotFound(queueRef);
+  await checkDeadLetterQueue(env, accountId, queueId, body.dead_letter_queue);
+  const settings = applyConsumerPatch(defaultConsumerSettings(defaultTransport(env)), body.settings ?? {});
+  const consumer = await coordinator.addConsumer(
+    {
+      type: body.type,
+      script_name: body.script_name ?? null,
+      settings,
+      dead_letter_queue: body.dead_letter_queue ?? null,
+    },
+    consumerId,
+  );
+  // A queue listing shows its consumers from the catalog's copy (coordinator/account-catalog.ts).
+  if (consumer) await catalogFor(env, accountId).refreshInfo(queueId);
+  return consumer;
+}
+
+/** A worker consumer needs a Worker shardq is bound to for this account; an http_pull one names none. */
+function checkWorker(env: Env, accountId: string, body: NewConsumerBody): void {
   if (body.type === "worker") {
     if (!body.script_name) throw HttpError.invalid("script_name", "is required for a worker consumer");
     // One answer whether the name is bound nowhere or for other accounts only, built from the
@@ -62,20 +121,6 @@ export async function createConsumer(request: Request, env: Env, accountId: stri
   } else if (body.script_name !== undefined) {
     throw HttpError.invalid("script_name", "applies to worker consumers only");
   }
-  const info = await coordinator.info();
-  if (!info) throw queueNotFound(queueRef);
-  await checkDeadLetterQueue(env, accountId, queueId, body.dead_letter_queue);
-  const settings = applyConsumerPatch(defaultConsumerSettings(defaultTransport(env)), body.settings ?? {});
-  const consumer = await coordinator.addConsumer({
-    type: body.type,
-    script_name: body.script_name ?? null,
-    settings,
-    dead_letter_queue: body.dead_letter_queue ?? null,
-  });
-  if (!consumer) throw new HttpError("conflict", `queue "${queueRef}" already has a consumer; remove it first`, "type");
-  // A queue listing shows its consumers from the catalog's copy (coordinator/account-catalog.ts).
-  await catalogFor(env, accountId).refreshInfo(queueId);
-  return ok(consumer, 201);
 }
 
 export async function listConsumers(env: Env, accountId: string, queueRef: string): Promise<Response> {
@@ -90,18 +135,63 @@ export async function getConsumer(env: Env, accountId: string, queueRef: string,
   return ok(consumer);
 }
 
+/** PATCH .../consumers/:consumer_id (shardq's own): only what is given changes. */
 export async function updateConsumer(request: Request, env: Env, accountId: string, queueRef: string, consumerId: string): Promise<Response> {
   const body = parseWith(updateConsumerBody, await readJson(request));
   const queueId = await lookupQueueId(env, accountId, queueRef);
   const coordinator = coordinatorFor(env, queueId);
   const current = (await coordinator.consumers()).find((c) => c.consumer_id === consumerId);
   if (!current) throw consumerNotFound(consumerId);
+  return ok(await changeConsumer(env, accountId, queueId, current, body, body.settings ?? {}, body.dead_letter_queue));
+}
+
+/**
+ * PUT .../consumers/:consumer_id (Cloudflare's update): "replaces a Queue consumer, or creates it
+ * if it does not exist". Replaced, its settings are those given over the defaults a create would
+ * give, and no dead_letter_queue means none; its type and Worker cannot change (a consumer of
+ * another kind is another consumer: remove this one first). Created, it takes the id the path
+ * names, so the same PUT sent again updates it; 201 then, 200 when replaced. A queue has one
+ * consumer at most, so a PUT naming another id while it has one is a 409 naming it.
+ */
+export async function replaceConsumer(request: Request, env: Env, accountId: string, queueRef: string, consumerId: string): Promise<Response> {
+  const body = parseWith(replaceConsumerBody, await readJson(request));
+  if (!CONSUMER_ID_PATTERN.test(consumerId)) throw HttpError.invalid("consumer_id", "must be 32 lowercase hex characters, as a consumer's id is");
+  const queueId = await lookupQueueId(env, accountId, queueRef);
+  const coordinator = coordinatorFor(env, queueId);
+  // Twice at most: a consumer removed between the read and the add is looked for again.
+  for (let attempt = 0; attempt < 2; attempt++) {
+    const consumers = await coordinator.consumers();
+    const current = consumers.find((c) => c.consumer_id === consumerId);
+    if (current) {
+      const settings = { ...defaultConsumerSettings(current.settings.transport), ...body.settings };
+      return ok(await changeConsumer(env, accountId, queueId, current, body, settings, body.dead_letter_queue ?? null));
+    }
+    const other = consumers[0];
+    if (other) throw new HttpError("conflict", `queue "${queueRef}" already has a consumer, ${other.consumer_id}; a queue has one consumer: update that one, or remove it first`, "consumer_id");
+    const added = await addConsumer(env, accountId, queueId, queueRef, body, consumerId);
+    if (added) return ok(added, 201);
+  }
+  throw new HttpError("conflict", `queue "${queueRef}" changed its consumer while this request ran; send it again`, "consumer_id");
+}
+
+/** Applies a PATCH's or a PUT's change to the consumer `current`, and has the listing show it. */
+async function changeConsumer(
+  env: Env,
+  accountId: string,
+  queueId: string,
+  current: ConsumerRecord,
+  body: { type?: ConsumerType; script_name?: string },
+  settings: ConsumerSettingsPatch,
+  deadLetterQueue: string | null | undefined,
+): Promise<ConsumerRecord> {
   if (body.type !== undefined && body.type !== current.type) throw HttpError.invalid("type", "a consumer's type cannot change; remove it and add another");
   if (body.script_name !== undefined && body.script_name !== current.script_name) throw HttpError.invalid("script_name", "cannot change; remove the consumer and add another");
-  await checkDeadLetterQueue(env, accountId, queueId, body.dead_letter_queue);
-  const updated = await coordinator.updateConsumer(consumerId, body.settings ?? {}, body.dead_letter_queue);
-  if (!updated) throw consumerNotFound(consumerId);
-  return ok(updated);
+  await checkDeadLetterQueue(env, accountId, queueId, deadLetterQueue);
+  const updated = await coordinatorFor(env, queueId).updateConsumer(current.consumer_id, settings, deadLetterQueue);
+  if (!updated) throw consumerNotFound(current.consumer_id);
+  // A queue listing shows its consumers, settings and all, from the catalog's copy.
+  await catalogFor(env, accountId).refreshInfo(queueId);
+  return updated;
 }
 
 export async function deleteConsumer(env: Env, accountId: string, queueRef: string, consumerId: string): Promise<Response> {

@@ -9,7 +9,8 @@ import { queueMetrics } from "../../src/routing/queue-metrics";
 import { readJson } from "./read-json";
 import { callerRegion } from "../../src/routing/region";
 import { storeMessages, type Stored } from "../../src/routing/store";
-import { figuresAfterSend, restMetrics } from "../../src/routing/queue-figures";
+import { figuresAfterSend } from "../../src/routing/queue-figures";
+import { metadataMetrics } from "./rest-metrics";
 import { lookupQueue } from "../../src/routing/queue-lookup";
 
 /**
@@ -49,8 +50,9 @@ export async function sendBatch(request: Request, env: Env, ctx: ExecutionContex
 
 /** The REST answers' `metadata`: the queue's figures after the send (src/routing/queue-figures.ts). */
 async function metadataAfter(env: Env, stored: Stored) {
-  return { metrics: restMetrics(await figuresAfterSend(env, stored.queueId, stored.backlogs, stored)) };
+  return { metrics: metadataMetrics(await figuresAfterSend(env, stored.queueId, stored.backlogs, stored)) };
 }
+
 
 /** GET .../metrics: backlog figures summed over the queue's shards, and per shard. */
 export async function getMetrics(env: Env, accountId: string, queueRef: string): Promise<Response> {

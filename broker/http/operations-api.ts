@@ -8,12 +8,12 @@
 import { z } from "zod";
 import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import type { Env } from "../../src/kernel/env";
-import { HttpError, messageNotFound, unavailable } from "../../src/kernel/errors";
+import { HttpError, messageNotFound, queueNotFound, unavailable } from "../../src/kernel/errors";
 import { locate, MESSAGE_ID_PATTERN, shardNumber } from "../../src/kernel/ids";
 import { notRetired, type MessageStatus, type ShardMap } from "../../src/kernel/protocol";
 import { ok } from "./envelope";
 import { readJson } from "./read-json";
-import { findQueue, lookupQueue } from "../../src/routing/queue-lookup";
+import { findQueue, lookupQueue, lookupQueueId } from "../../src/routing/queue-lookup";
 import { parseWith } from "../../src/kernel/validate";
 import { PURGE_PER_CALL } from "../../src/kernel/limits";
 
@@ -34,11 +34,36 @@ export const purgeBody = z
   })
   .strict();
 
-/** POST .../purge: deletes every message of the queue, ready, delayed and leased. */
+/**
+ * POST .../purge: deletes every message of the queue, ready, delayed and leased. Answers the
+ * queue, as Cloudflare's purge does (the SDK's `purge.start` types it a Queue), with shardq's
+ * counts beside its fields: `purged`, `completed` (false: call again) and, asked for, `ids`.
+ * None of them is a field of Cloudflare's Queue, so the answer is both. The queue's Coordinator
+ * notes the purge, started and then done, for GET .../purge.
+ */
 export async function purgeQueue(request: Request, env: Env, accountId: string, queueRef: string): Promise<Response> {
   const body = parseWith(purgeBody, await readJson(request));
   const map = await lookupQueue(env, accountId, queueRef, { current: true });
-  return ok(body.return_ids ? await purgeShardsWithIds(env, map) : await purgeShards(env, map));
+  const coordinator = coordinatorFor(env, map.queueId);
+  const startedAt = Date.now();
+  if (!(await coordinator.notePurge(startedAt, false))) throw queueNotFound(queueRef);
+  const counts = body.return_ids ? await purgeShardsWithIds(env, map) : await purgeShards(env, map);
+  const queue = await coordinator.notePurge(startedAt, counts.completed);
+  if (!queue) throw queueNotFound(queueRef);
+  return ok({ ...queue, ...counts });
+}
+
+/**
+ * GET .../purge: Cloudflare's purge status, of the queue's last purge: `started_at` (ISO 8601)
+ * and `completed`, "true" or "false" (Cloudflare types it a string): "false" while it runs, when
+ * it stopped at its bound with messages left (a purge called again goes on), or when it failed.
+ * `{}` when the queue was never purged.
+ */
+export async function purgeStatus(env: Env, accountId: string, queueRef: string): Promise<Response> {
+  const queueId = await lookupQueueId(env, accountId, queueRef);
+  const { queue, last } = await coordinatorFor(env, queueId).lastPurge();
+  if (!queue) throw queueNotFound(queueRef);
+  return ok(last ? { completed: String(last.completed), started_at: new Date(last.startedAt).toISOString() } : {});
 }
 
 /**

@@ -9,7 +9,8 @@
 import { z } from "zod";
 import { decide, type Verdict } from "../../src/delivery/disposition";
 import { applyDisposition, refKey } from "../../src/delivery/settle";
-import { restMetrics, sumFigures } from "../../src/routing/queue-figures";
+import { sumFigures } from "../../src/routing/queue-figures";
+import { metadataMetrics } from "./rest-metrics";
 import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import { MAX_VISIBILITY_TIMEOUT_MS, type ConsumerRecord } from "../../src/kernel/consumer-settings";
 import type { Env } from "../../src/kernel/env";
@@ -101,7 +102,7 @@ export async function pullMessages(request: Request, env: Env, ctx: ExecutionCon
       ...(m.orderingKey !== undefined ? { ordering_key: m.orderingKey } : {}),
     })),
   );
-  return ok({ message_backlog_count: figures.backlogCount, messages, metadata: { metrics: restMetrics(figures) } });
+  return ok({ message_backlog_count: figures.backlogCount, messages, metadata: { metrics: metadataMetrics(figures) } });
 }
 
 /**

@@ -2,7 +2,7 @@ import { z } from "zod";
 import type { Env } from "../../src/kernel/env";
 import { HttpError, queueNotFound } from "../../src/kernel/errors";
 import { QUEUE_ID_PATTERN } from "../../src/kernel/ids";
-import { DEFAULT_QUEUE_SETTINGS, applySettingsPatch, jurisdictionSchema, queueNameSchema, queueSettingsPatchSchema } from "../../src/kernel/settings";
+import { DEFAULT_QUEUE_SETTINGS, applySettingsPatch, jurisdictionSchema, queueNameSchema, queueSettingsPatchSchema, type QueueSettingsPatch } from "../../src/kernel/settings";
 import { catalogFor, coordinatorFor } from "../../src/kernel/addressing";
 import { ok } from "./envelope";
 import { readJson } from "./read-json";
@@ -28,6 +28,9 @@ export const updateQueueBody = z
     jurisdiction: jurisdictionSchema.optional(),
   })
   .strict();
+
+/** PUT's body: PATCH's, read as the whole of the queue's settings (replaceQueue). */
+export const replaceQueueBody = updateQueueBody;
 
 /** Far beyond 10,000 queues at one per page; keeps the offset a whole number SQLite takes. */
 const MAX_PAGE = 1_000_000;
@@ -73,16 +76,32 @@ export async function getQueue(env: Env, accountId: string, ref: string): Promis
   return ok(info);
 }
 
+/** PATCH .../queues/:queue (Cloudflare's edit): only the settings given change. */
 export async function updateQueue(request: Request, env: Env, accountId: string, ref: string): Promise<Response> {
   const body = parseWith(updateQueueBody, await readJson(request));
+  return changeSettings(env, accountId, ref, body.queue_name, body.settings ?? {}, body.jurisdiction);
+}
+
+/**
+ * PUT .../queues/:queue (Cloudflare's update): "does not support partial updates", the queue's
+ * configuration is overwritten with the one supplied. So a setting left out goes back to its
+ * default, as on a queue just created: PUT `{ settings: { delivery_delay: 5 } }` also resumes
+ * delivery and restores the default retention.
+ */
+export async function replaceQueue(request: Request, env: Env, accountId: string, ref: string): Promise<Response> {
+  const body = parseWith(replaceQueueBody, await readJson(request));
+  return changeSettings(env, accountId, ref, body.queue_name, applySettingsPatch(DEFAULT_QUEUE_SETTINGS, body.settings ?? {}), body.jurisdiction);
+}
+
+async function changeSettings(env: Env, accountId: string, ref: string, queueName: string | undefined, patch: QueueSettingsPatch, jurisdiction: Jurisdiction | undefined): Promise<Response> {
   const queueId = await lookupQueueId(env, accountId, ref);
   const coordinator = coordinatorFor(env, queueId);
-  refuseJurisdictionChange(queueId, body.jurisdiction);
-  if (body.queue_name !== undefined) {
+  refuseJurisdictionChange(queueId, jurisdiction);
+  if (queueName !== undefined) {
     const current = await coordinator.info();
-    if (current && body.queue_name !== current.queue_name) throw HttpError.invalid("queue_name", "a queue cannot be renamed");
+    if (current && queueName !== current.queue_name) throw HttpError.invalid("queue_name", "a queue cannot be renamed");
   }
-  const info = await coordinator.updateSettings(body.settings ?? {});
+  const info = await coordinator.updateSettings(patch);
   if (!info) throw queueNotFound(ref);
   // The listing answers from the catalog's copy (coordinator/account-catalog.ts).
   await catalogFor(env, accountId).refreshInfo(queueId);

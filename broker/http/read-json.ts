@@ -2,15 +2,31 @@ import { unfaithful, UnfaithfulNumber } from "../../src/kernel/encoding";
 import { HttpError } from "../../src/kernel/errors";
 import { LIMITS } from "../../src/kernel/limits";
 
+/** Requests on a route Cloudflare's API serves (broker/http/routes.ts): their bodies are JSON whatever their content type says. */
+const anyContentType = new WeakSet<Request>();
+
+/**
+ * Marks a request whose body is read as JSON when it parses as JSON, whatever its content type
+ * says, as Cloudflare's API reads it: wrangler sends its JSON bodies as text/plain. The router
+ * marks the requests of the routes Cloudflare serves; each carries a bearer token.
+ */
+export function acceptAnyContentType(request: Request): void {
+  anyContentType.add(request);
+}
+
+const JSON_TYPE = /^application\/(?:[\w.+-]*\+)?json\b/i;
+
 /**
  * Reads a JSON request body, refusing it before parsing when it is larger than any
  * valid request could be (by Content-Length, or by counting a body sent chunked).
+ * A body declared as something other than JSON is refused (415), unless the request was
+ * marked by acceptAnyContentType and the body parses as JSON.
  */
 export async function readJson(request: Request, maxBytes: number = LIMITS.maxRequestBytes): Promise<unknown> {
   const type = request.headers.get("content-type");
-  if (type && !/^application\/(?:[\w.+-]*\+)?json\b/i.test(type)) {
-    throw new HttpError("unsupported_media_type", `content-type must be application/json, got "${type}"`, "content-type");
-  }
+  const notJson = type !== null && type !== "" && !JSON_TYPE.test(type);
+  const wrongType = () => new HttpError("unsupported_media_type", `content-type must be application/json, got "${type}"`, "content-type");
+  if (notJson && !anyContentType.has(request)) throw wrongType();
   // JSON is UTF-8 (RFC 8259); a body declared as anything else would be misread.
   const charset = type && /;\s*charset\s*=\s*"?([^";\s]+)/i.exec(type)?.[1];
   if (charset && !/^utf-?8$/i.test(charset)) {
@@ -43,6 +59,8 @@ export async function readJson(request: Request, maxBytes: number = LIMITS.maxRe
     // as written: then (and only then) each number's source text is looked at.
     return MAYBE_UNFAITHFUL.test(text) ? JSON.parse(text, keepUnfaithful) : JSON.parse(text);
   } catch (err) {
+    // Declared as something else and not JSON either: the content type is what to fix.
+    if (notJson) throw wrongType();
     throw HttpError.invalid("body", `malformed JSON (${(err as Error).message})`);
   }
 }

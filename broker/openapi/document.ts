@@ -10,7 +10,7 @@ import { z } from "zod";
 import { version } from "../../package.json";
 import { MESSAGE_ID_PATTERN } from "../../src/kernel/ids";
 import { IDEMPOTENCY_KEY_PATTERN } from "../../src/routing/idempotent-send";
-import { PUBLIC, routeFor } from "../http/routes";
+import { CLOUDFLARE_BASE, PUBLIC, routeFor, servedByCloudflare } from "../http/routes";
 import { OPERATIONS, TAGS, type Operation, type RequestBody } from "./operations";
 import { errorEnvelope, resultInfo, resultRegistry, successEnvelope } from "./result-schemas";
 
@@ -35,6 +35,7 @@ export const SAMPLE_PARAMS: Readonly<Record<string, string>> = {
   queue: "orders",
   message_id: "0123456789abcdef0123456789abcdef",
   consumer_id: "0123456789abcdef0123456789abcdef",
+  subscription_id: "0123456789abcdef0123456789abcdef",
 };
 
 /** A path of the description with its parameters filled in: `/accounts/{account_id}/queues` -> `/accounts/acme/queues`. */
@@ -51,6 +52,7 @@ const PATH_PARAMETERS: Record<string, Json> = {
   queue: { description: "The queue's name, or its id (32 lowercase hex characters). Another account's queue answers 404, as one that does not exist." },
   message_id: { description: "A message id as send returns it.", schema: { type: "string", pattern: MESSAGE_ID_PATTERN.source } },
   consumer_id: { description: "The consumer's id, as its creation returned it." },
+  subscription_id: { description: "An event subscription's id (shardq has none)." },
 };
 
 const RETRY_AFTER = { description: "Seconds to wait before calling again.", schema: { type: "integer", minimum: 1 } };
@@ -67,6 +69,7 @@ const ERRORS: Record<number, { name: string; description: string; retryAfter?: "
   415: { name: "UnsupportedMediaType", description: "A body that is not application/json in UTF-8 (field: content-type)." },
   429: { name: "TooManyRequests", description: "The account or the queue is over its request rate (field: account_id or queue), or a long-polling pull found its queue or its token at the cap of waiting pulls (field: queue or authorization); nothing was done.", retryAfter: "always" },
   500: { name: "InternalError", description: "An unexpected failure; the message is fixed text." },
+  501: { name: "NotImplemented", description: "What Cloudflare's API serves and shardq cannot (event subscriptions): the message says why, and what to do instead." },
   503: { name: "Unavailable", description: "A part of the service did not answer; the request may be sent again (with Retry-After when a wait is known).", retryAfter: "sometimes" },
 };
 
@@ -74,7 +77,10 @@ const DESCRIPTION = `A horizontally sharded message queue on Cloudflare Workers 
 
 Every answer in JSON is an envelope \`{ success, errors, messages, result }\`: \`result\` on success, \`errors[0]\` ({ code, message, field }) on failure.
 Every operation but GET/HEAD /healthz and /openapi.json needs a bearer token holding one of the scopes its security lists (send, consume, admin); a token reaches only its own account.
-A method a path does not take answers 405 naming those it does. Requests count against the account's and the queue's request rates (429 with Retry-After).`;
+A method a path does not take answers 405 naming those it does. Requests count against the account's and the queue's request rates (429 with Retry-After).
+
+Every path answers at the root and under Cloudflare's base path /client/v4 alike (the two servers below), so a client made for Cloudflare's API (the \`cloudflare\` SDK, wrangler) needs only its host changed: \`http://127.0.0.1:8787/client/v4\` (docs/rest-api-clients.md).
+On the operations Cloudflare's API serves too (marked \`x-cloudflare: true\`) a body that parses as JSON is read as JSON whatever its Content-Type says, as Cloudflare reads it (wrangler sends text/plain); elsewhere a body must be application/json (415).`;
 
 /** Holds the named schemas; a name given twice must name the same schema. */
 class Schemas {
@@ -115,6 +121,12 @@ function securityOf(op: Operation): Json[] {
   return access === PUBLIC ? [] : access.map((scope) => ({ bearerAuth: [scope] }));
 }
 
+/** Whether Cloudflare's API serves the operation too (ROUTES' third element). */
+function isCloudflares(op: Operation): boolean {
+  const route = routeFor(samplePath(op.path));
+  return route !== undefined && servedByCloudflare(route, op.method.toUpperCase());
+}
+
 /** The error statuses an operation can answer: those of every operation of its kind, and its own. */
 function errorsOf(op: Operation, isPublic: boolean): number[] {
   const out = new Set<number>(op.errors ?? []);
@@ -127,7 +139,7 @@ function errorsOf(op: Operation, isPublic: boolean): number[] {
   return [...out].sort((a, b) => a - b);
 }
 
-function requestBodyOf(body: RequestBody, schemas: Schemas): Json {
+function requestBodyOf(body: RequestBody, schemas: Schemas, cloudflares: boolean): Json {
   const json = schemas.hoist(z.toJSONSchema(body.schema, REQUEST) as Json);
   const properties = json.properties as Record<string, Json>;
   for (const [field, item] of Object.entries(body.items ?? {})) {
@@ -135,7 +147,8 @@ function requestBodyOf(body: RequestBody, schemas: Schemas): Json {
     properties[field] = { ...properties[field], items: ref("schemas", item.id), minItems: item.minItems, maxItems: item.maxItems };
   }
   schemas.add(body.id, json);
-  return { required: body.required, content: { "application/json": { schema: ref("schemas", body.id) } } };
+  const anyType = "Read as JSON whatever its Content-Type says when it parses as JSON, as Cloudflare's API reads it (wrangler sends text/plain).";
+  return { required: body.required, ...(cloudflares ? { description: anyType } : {}), content: { "application/json": { schema: ref("schemas", body.id) } } };
 }
 
 function parametersOf(op: Operation): Json[] {
@@ -148,20 +161,25 @@ function parametersOf(op: Operation): Json[] {
   return out;
 }
 
-function successOf(op: Operation, schemas: Schemas): [string, Json] {
+/** The operation's successes: none for one that never succeeds (its errors list its 501), two for a PUT that may create. */
+function successesOf(op: Operation, schemas: Schemas): Array<[string, Json]> {
   const answer = op.answer;
-  if (answer.kind === "empty") return ["200", { description: answer.description }];
-  if (answer.kind === "raw") return ["200", { description: answer.description, content: { [answer.mediaType]: { schema: answer.schema } } }];
+  if (answer.kind === "unsupported") return [];
+  if (answer.kind === "empty") return [["200", { description: answer.description }]];
+  if (answer.kind === "raw") return [["200", { description: answer.description, content: { [answer.mediaType]: { schema: answer.schema } } }]];
   const envelope = successEnvelope(answer.result, answer.paged ? resultInfo : undefined);
   const schema = schemas.hoist(z.toJSONSchema(envelope, RESULT) as Json);
-  return [String(answer.status), { description: answer.description, content: { "application/json": { schema } } }];
+  const out: Array<[string, Json]> = [[String(answer.status), { description: answer.description, content: { "application/json": { schema } } }]];
+  if (answer.created) out.push(["201", { description: answer.created, content: { "application/json": { schema } } }]);
+  return out;
 }
 
 function operationOf(op: Operation, schemas: Schemas): Json {
   const security = securityOf(op);
   const parameters = parametersOf(op);
   const errors = errorsOf(op, security.length === 0);
-  const responses: Json = Object.fromEntries([successOf(op, schemas), ...errors.map((s) => [String(s), ref("responses", ERRORS[s]!.name)])]);
+  const cloudflares = isCloudflares(op);
+  const responses: Json = Object.fromEntries([...successesOf(op, schemas), ...errors.map((s) => [String(s), ref("responses", ERRORS[s]!.name)])]);
   return {
     operationId: op.operationId,
     tags: [op.tag],
@@ -169,8 +187,9 @@ function operationOf(op: Operation, schemas: Schemas): Json {
     ...(op.description ? { description: op.description } : {}),
     security,
     ...(parameters.length ? { parameters } : {}),
-    ...(op.body ? { requestBody: requestBodyOf(op.body, schemas) } : {}),
+    ...(op.body ? { requestBody: requestBodyOf(op.body, schemas, cloudflares) } : {}),
     responses,
+    ...(cloudflares ? { "x-cloudflare": true } : {}),
   };
 }
 
@@ -219,6 +238,10 @@ export function buildOpenApiDocument(): Json {
   return {
     openapi: "3.1.0",
     info: { title: "shardq", version, description: DESCRIPTION, license: { name: "MIT", identifier: "MIT" } },
+    servers: [
+      { url: "/", description: "The service's root." },
+      { url: CLOUDFLARE_BASE, description: "Cloudflare's base path: the same API, where a client made for Cloudflare's looks for it." },
+    ],
     tags: TAGS,
     paths,
     components: componentsOf(schemas),

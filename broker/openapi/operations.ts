@@ -7,9 +7,9 @@
  */
 import type { z } from "zod";
 import { ackBody, cancelPullBody, extendBody, pullBody } from "../http/pull-api";
-import { createConsumerBody, updateConsumerBody } from "../http/consumers-api";
-import { createQueueBody, listQueuesQuery, updateQueueBody } from "../http/queues-api";
-import { peekQuery } from "../http/dashboard-api";
+import { createConsumerBody, replaceConsumerBody, updateConsumerBody } from "../http/consumers-api";
+import { createQueueBody, listQueuesQuery, replaceQueueBody, updateQueueBody } from "../http/queues-api";
+import { peekBody, peekQuery, purgePeekedBody } from "../http/dashboard-api";
 import { purgeBody } from "../http/operations-api";
 import { redriveBody } from "../http/redrive";
 import { heldQuery, releaseBody } from "../http/ordering-api";
@@ -17,10 +17,10 @@ import { httpBatch, httpMessage } from "../../src/routing/pending-messages";
 import { LIMITS } from "../../src/kernel/limits";
 import * as R from "./result-schemas";
 
-export type Method = "get" | "head" | "post" | "patch" | "delete";
+export type Method = "get" | "head" | "post" | "put" | "patch" | "delete";
 
 /** Statuses an operation may answer beyond those every operation of its kind does (document.ts, errorsOf). */
-export type ExtraError = 409 | 413 | 503;
+export type ExtraError = 409 | 413 | 501 | 503;
 
 export interface RequestBody {
   /** Its name among the description's schemas. */
@@ -36,10 +36,13 @@ export interface RequestBody {
 }
 
 export type Answer =
-  | { kind: "envelope"; status: 200 | 201; result: z.ZodType; paged?: true; description: string }
+  /** `created`: a 201 too, with the same result, and what it means (a PUT that adds what it names). */
+  | { kind: "envelope"; status: 200 | 201; result: z.ZodType; paged?: true; description: string; created?: string }
   /** Not the JSON envelope: a body of its own media type. */
   | { kind: "raw"; mediaType: string; schema: Record<string, unknown>; description: string }
-  | { kind: "empty"; description: string };
+  | { kind: "empty"; description: string }
+  /** Never a success: every call answers the 501 its description explains (what shardq cannot serve). */
+  | { kind: "unsupported"; description: string };
 
 export interface Operation {
   method: Method;
@@ -60,6 +63,7 @@ export interface Operation {
 
 const ACCOUNT = "/accounts/{account_id}";
 const QUEUE = `${ACCOUNT}/queues/{queue}`;
+const SUBSCRIPTIONS = `${ACCOUNT}/event_subscriptions/subscriptions`;
 const ok = (result: z.ZodType, description: string): Answer => ({ kind: "envelope", status: 200, result, description });
 
 export const TAGS = [
@@ -70,6 +74,7 @@ export const TAGS = [
   { name: "Consumers", description: "A queue's consumer: a Worker, or pull over HTTP (admin scope)." },
   { name: "Operations", description: "Purge, redrive from a dead-letter queue, ordered lanes held back (admin scope)." },
   { name: "Figures", description: "Backlog figures, the control plane, the last hour, Prometheus." },
+  { name: "Event subscriptions", description: "Cloudflare's events of its own products into a queue: shardq has no such sources, and answers each call 501 saying so." },
 ];
 
 export const OPERATIONS: readonly Operation[] = [
@@ -130,9 +135,18 @@ export const OPERATIONS: readonly Operation[] = [
     summary: "Read a queue", answer: ok(R.queueInfo, "The queue."),
   },
   {
+    method: "put", path: QUEUE, operationId: "replaceQueue", tag: "Queues",
+    summary: "Replace a queue's settings",
+    description:
+      "Cloudflare's update, which takes no partial update: the queue's settings become those given, and any left out goes back to its default (delivery_delay 0, delivery_paused false, the default retention), as on a queue just created. " +
+      "queue_name may be given but must not change: a queue cannot be renamed. A jurisdiction is refused (400): shardq does not place queues in one.",
+    body: { id: "ReplaceQueueRequest", schema: replaceQueueBody, required: true },
+    answer: ok(R.queueInfo, "The queue as it is now."),
+  },
+  {
     method: "patch", path: QUEUE, operationId: "updateQueue", tag: "Queues",
     summary: "Change a queue's settings",
-    description: "Only the settings given change. queue_name may be given but must not change: a queue cannot be renamed.",
+    description: "Cloudflare's edit: only the settings given change. queue_name may be given but must not change: a queue cannot be renamed.",
     body: { id: "UpdateQueueRequest", schema: updateQueueBody, required: true },
     answer: ok(R.queueInfo, "The queue as it is now."),
   },
@@ -203,6 +217,24 @@ export const OPERATIONS: readonly Operation[] = [
     answer: ok(R.extendResult, "How many leases were extended, and a warning for each that was not."),
   },
   {
+    method: "post", path: `${QUEUE}/messages/peek`, operationId: "peekMessagesCloudflare", tag: "Messages",
+    summary: "Peek at ready messages, as Cloudflare's API does",
+    description:
+      "GET .../messages in the shape of Cloudflare's peek: up to batch_size (default 10, at most 100) ready messages, oldest first over all shards, leasing nothing and counting no attempt. " +
+      "Each carries a `ref` that POST .../messages/purge deletes it by. No body at all reads as `{}`.",
+    body: { id: "PeekRequest", schema: peekBody, required: false },
+    answer: ok(R.peekPostResult, "Up to `batch_size` ready messages, each with its ref."), errors: [503],
+  },
+  {
+    method: "post", path: `${QUEUE}/messages/purge`, operationId: "purgePeekedMessages", tag: "Messages",
+    summary: "Delete peeked messages by their refs",
+    description:
+      "Cloudflare's purge of peeked messages: each message a ref names is deleted wherever it stands (ready, delayed or leased), as DELETE .../messages/{message_id} deletes one. " +
+      "A ref that cannot be honoured (the message is gone, or it is not a ref a peek gave) is a warning under it, never a failed request.",
+    body: { id: "PurgePeekedRequest", schema: purgePeekedBody, required: true },
+    answer: ok(R.purgePeekedResult, "How many were deleted, and a warning for each ref that was not."), errors: [503],
+  },
+  {
     method: "get", path: `${QUEUE}/messages/{message_id}`, operationId: "getMessage", tag: "Messages",
     summary: "Look up a message by id",
     description: "Its state and figures, without its body; a message dead-lettered is found in the dead-letter queue.",
@@ -216,9 +248,15 @@ export const OPERATIONS: readonly Operation[] = [
   {
     method: "post", path: `${QUEUE}/purge`, operationId: "purgeQueue", tag: "Operations",
     summary: "Delete every message of the queue",
-    description: "Ready, delayed and leased messages alike, in bounded steps: `completed: false` means call again. With `return_ids: true` the answer lists the ids deleted, and one request deletes at most 10,000. Messages a redrive is moving out of the queue at that moment are left to it (they go to its target, counted in its `moved`, not in `purged`).",
+    description: "Ready, delayed and leased messages alike, in bounded steps: `completed: false` means call again. Answers the queue, as Cloudflare's purge does, with shardq's counts beside its fields. With `return_ids: true` the answer lists the ids deleted, and one request deletes at most 10,000. Messages a redrive is moving out of the queue at that moment are left to it (they go to its target, counted in its `moved`, not in `purged`).",
     body: { id: "PurgeRequest", schema: purgeBody, required: true },
-    answer: ok(R.purgeResult, "How many were deleted."), errors: [503],
+    answer: ok(R.purgeResult, "The queue, as Cloudflare's purge answers it, with how many were deleted."), errors: [503],
+  },
+  {
+    method: "get", path: `${QUEUE}/purge`, operationId: "purgeStatus", tag: "Operations",
+    summary: "How the queue's last purge went",
+    description: "Cloudflare's purge status: when the last purge started, and whether it emptied the queue (\"true\" or \"false\", strings as Cloudflare types them). `{}` for a queue never purged.",
+    answer: ok(R.purgeStatusResult, "The last purge."),
   },
   {
     method: "post", path: `${QUEUE}/redrive`, operationId: "redriveQueue", tag: "Operations",
@@ -275,6 +313,17 @@ export const OPERATIONS: readonly Operation[] = [
     summary: "Read a consumer", answer: ok(R.consumer, "The consumer."),
   },
   {
+    method: "put", path: `${QUEUE}/consumers/{consumer_id}`, operationId: "replaceConsumer", tag: "Consumers",
+    summary: "Replace the queue's consumer, or add it",
+    description:
+      "Cloudflare's update. Replaced (the path names the queue's consumer): its settings become those given over a new consumer's defaults (its transport stays), and no dead_letter_queue means none; type and script_name must not change. " +
+      "Added (the queue has no consumer): under the id the path names, checked as POST .../consumers checks it, so the same PUT sent again replaces it; 201 then. " +
+      "409 when the queue has another consumer: a queue has one.",
+    body: { id: "ReplaceConsumerRequest", schema: replaceConsumerBody, required: true },
+    answer: { kind: "envelope", status: 200, result: R.consumer, description: "Replaced: the consumer as it is now.", created: "Added: the consumer, under the id the path names." },
+    errors: [409],
+  },
+  {
     method: "patch", path: `${QUEUE}/consumers/{consumer_id}`, operationId: "updateConsumer", tag: "Consumers",
     summary: "Change a consumer's settings or dead-letter queue",
     description: "type and script_name may be given but must not change.",
@@ -285,4 +334,20 @@ export const OPERATIONS: readonly Operation[] = [
     method: "delete", path: `${QUEUE}/consumers/{consumer_id}`, operationId: "deleteConsumer", tag: "Consumers",
     summary: "Remove a consumer", answer: ok(R.nullResult, "Removed."),
   },
+  ...(
+    [
+      ["get", SUBSCRIPTIONS, "listEventSubscriptions", "List event subscriptions"],
+      ["post", SUBSCRIPTIONS, "createEventSubscription", "Create an event subscription"],
+      ["get", `${SUBSCRIPTIONS}/{subscription_id}`, "getEventSubscription", "Read an event subscription"],
+      ["patch", `${SUBSCRIPTIONS}/{subscription_id}`, "updateEventSubscription", "Change an event subscription"],
+      ["delete", `${SUBSCRIPTIONS}/{subscription_id}`, "deleteEventSubscription", "Delete an event subscription"],
+    ] as const
+  ).map(
+    ([method, path, operationId, summary]): Operation => ({
+      method, path, operationId, tag: "Event subscriptions", summary,
+      description: "Not served: 501. Cloudflare's event subscriptions deliver events of its own products (R2, KV, Workers AI, Workflows...) into a queue, and shardq has no such sources. Send such events from a Worker, through a producer binding or POST .../messages.",
+      answer: { kind: "unsupported", description: "Never: every call answers 501." },
+      errors: [501],
+    }),
+  ),
 ];

@@ -74,24 +74,6 @@ export const queueSettings = named(
   z.strictObject({ delivery_delay: count(), delivery_paused: z.boolean(), message_retention_period: count() }),
 );
 
-export const queueInfo = named(
-  "Queue",
-  z.strictObject({
-    queue_id: z.string().regex(QUEUE_ID_PATTERN),
-    queue_name: z.string(),
-    created_on: isoTime(),
-    modified_on: isoTime(),
-    producers_total_count: count(),
-    producers: z.array(z.strictObject({ type: z.literal("worker"), script: z.string() })),
-    consumers_total_count: count(),
-    consumers: z.array(z.strictObject({ type: z.enum(["worker", "http_pull"]), script: z.string().optional(), consumer_id: z.string() })),
-    settings: queueSettings,
-    jurisdiction: described(jurisdictionSchema.optional(), "Where the queue stores and processes its messages, chosen at creation; absent for a queue in no jurisdiction."),
-  }),
-);
-
-export const queueList = z.array(queueInfo);
-
 export const consumerSettings = named(
   "ConsumerSettings",
   z.strictObject({
@@ -119,6 +101,26 @@ export const consumer = named(
   }),
 );
 
+export const queueInfo = named(
+  "Queue",
+  z.strictObject({
+    queue_id: z.string().regex(QUEUE_ID_PATTERN),
+    queue_name: z.string(),
+    created_on: isoTime(),
+    modified_on: isoTime(),
+    producers_total_count: count(),
+    producers: z.array(z.strictObject({ type: z.literal("worker"), script: z.string() })),
+    consumers_total_count: count(),
+    consumers: z.array(
+      consumer.extend({ script: described(z.string().optional(), "A worker consumer's Worker (its script_name), under the name wrangler reads.") }),
+    ),
+    settings: queueSettings,
+    jurisdiction: described(jurisdictionSchema.optional(), "Where the queue stores and processes its messages, chosen at creation; absent for a queue in no jurisdiction."),
+  }),
+);
+
+export const queueList = z.array(queueInfo);
+
 export const consumerList = z.array(consumer);
 
 // --- Sending, pulling, settling.
@@ -131,9 +133,12 @@ const sendMetadata = named(
       backlogCount: count(),
       backlogBytes: count(),
       oldestMessageTimestampMs: described(epochMs(), "0 when the queue is empty or this is not known."),
+      backlog_count: described(count(), "backlogCount, as Cloudflare's API and SDK name it now."),
+      backlog_bytes: described(count(), "backlogBytes, as Cloudflare's API and SDK name it now."),
+      oldest_message_timestamp_ms: described(epochMs(), "oldestMessageTimestampMs, as Cloudflare's API and SDK name it now: 0 when the queue is empty or this is not known."),
     }),
   }),
-  "Best-effort figures: exact for the storage shards the call used, as of their latest heartbeat for the others.",
+  "Best-effort figures: exact for the storage shards the call used, as of their latest heartbeat for the others. Each under shardq's first spelling and under Cloudflare's.",
 );
 
 export const sendResult = named("SendResult", z.strictObject({ message_id: messageId(), metadata: sendMetadata }));
@@ -215,10 +220,46 @@ export const cancelResult = named("CancelResult", z.strictObject({ id: messageId
 
 export const purgeResult = named(
   "PurgeResult",
-  z.strictObject({
+  queueInfo.extend({
     purged: count(),
     completed: described(z.boolean(), "False when the purge stopped at its bound with messages left: call it again."),
     ids: described(z.array(messageId()), "With `return_ids`: the ids of the messages deleted.").optional(),
+  }),
+  "The queue, as Cloudflare's purge answers it, with shardq's counts beside its fields.",
+);
+
+export const purgeStatusResult = named(
+  "PurgeStatusResult",
+  z.strictObject({
+    completed: described(z.enum(["true", "false"]), 'Whether the last purge emptied the queue: "false" while it runs, when it stopped at its bound with messages left, or when it failed. A string, as Cloudflare types it.').optional(),
+    started_at: described(isoTime(), "When the last purge started.").optional(),
+  }),
+  "The queue's last purge; empty when it was never purged.",
+);
+
+export const peekPostResult = named(
+  "CloudflarePeekResult",
+  z.strictObject({
+    messages: z.array(
+      z.strictObject({
+        id: messageId(),
+        body: described(z.string(), "A text message's body as it was sent; any other, base64 of its stored bytes (CF-Content-Type says which)."),
+        attempts: count(),
+        timestamp_ms: epochMs(),
+        metadata: z.strictObject({ "CF-Content-Type": contentType() }),
+        ref: described(z.string(), "What POST .../messages/purge deletes this message by."),
+        ordering_key: described(z.string(), "The message's ordering key, when it was sent with one.").optional(),
+      }),
+    ),
+    incomplete: described(z.boolean(), "True when a storage shard did not answer: its messages are missing."),
+  }),
+);
+
+export const purgePeekedResult = named(
+  "PurgePeekedResult",
+  z.strictObject({
+    purged: count(),
+    warnings: described(z.record(z.string(), z.string()), "Refs not purged, each with the reason."),
   }),
 );
 

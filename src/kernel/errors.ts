@@ -13,6 +13,7 @@ export type ErrorKind =
   | "method_not_allowed"
   | "rate_limited"
   | "unavailable"
+  | "not_implemented"
   | "internal";
 
 const STATUS: Record<ErrorKind, number> = {
@@ -26,6 +27,7 @@ const STATUS: Record<ErrorKind, number> = {
   method_not_allowed: 405,
   rate_limited: 429,
   unavailable: 503,
+  not_implemented: 501,
   internal: 500,
 };
 
@@ -41,6 +43,7 @@ const CODE: Record<ErrorKind, number> = {
   unavailable: 10008,
   forbidden: 10009,
   rate_limited: 10010,
+  not_implemented: 10011,
   internal: 10000,
 };
 

@@ -1,6 +1,7 @@
 import type { QueueSettings } from "./settings";
 import type { HoldReason } from "./protocol";
 import type { Jurisdiction } from "./jurisdiction";
+import type { ConsumerRecord } from "./consumer-settings";
 
 /** A queue as the REST API shows it (Cloudflare's field names). */
 export interface QueueInfo {
@@ -11,7 +12,8 @@ export interface QueueInfo {
   producers_total_count: number;
   producers: Array<{ type: "worker"; script: string }>;
   consumers_total_count: number;
-  consumers: Array<{ type: "worker" | "http_pull"; script?: string; consumer_id: string }>;
+  /** Each whole, as Cloudflare lists them, with `script` (the Worker's name, as wrangler reads it) for a worker. */
+  consumers: Array<ConsumerRecord & { script?: string }>;
   settings: QueueSettings;
   /** Chosen at creation, for good (./jurisdiction.ts); absent for a queue in none, as Cloudflare shows it. */
   jurisdiction?: Jurisdiction;

@@ -10,7 +10,7 @@ import { describe, expect, it } from "vitest";
 import { router } from "../../broker/http/router";
 import { buildOpenApiDocument } from "../../broker/openapi/document";
 import { OPERATIONS, type Operation } from "../../broker/openapi/operations";
-import { errorEnvelope, resultInfo, successEnvelope } from "../../broker/openapi/result-schemas";
+import { consumer as consumerSchema, errorEnvelope, resultInfo, successEnvelope } from "../../broker/openapi/result-schemas";
 import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import type { Env } from "../../src/kernel/env";
 import { api, BASE, createQueue, queuePath, queuesPath } from "./helpers";
@@ -69,6 +69,8 @@ describe("answers as the OpenAPI description says", () => {
     expect((await call("listQueues", `${queuesPath()}?per_page=100`)).some((q: { queue_id: string }) => q.queue_id === created.queue_id)).toBe(true);
     expect((await call("getQueue", queuePath(created.queue_id))).queue_name).toBe("oa-crud");
     expect((await call("updateQueue", queuePath("oa-crud"), { settings: { delivery_paused: true } })).settings.delivery_paused).toBe(true);
+    // PUT replaces: what it leaves out goes back to its default.
+    expect((await call("replaceQueue", queuePath("oa-crud"), { settings: { delivery_delay: 2 } })).settings).toMatchObject({ delivery_delay: 2, delivery_paused: false });
 
     await createQueue("oa-crud-dead");
     const consumer = await call("createConsumer", `${queuePath("oa-crud")}/consumers`, { type: "http_pull", dead_letter_queue: "oa-crud-dead" });
@@ -76,8 +78,15 @@ describe("answers as the OpenAPI description says", () => {
     expect(await call("listConsumers", `${queuePath("oa-crud")}/consumers`)).toHaveLength(1);
     expect((await call("getConsumer", one)).dead_letter_queue).toBe("oa-crud-dead");
     expect((await call("updateConsumer", one, { settings: { batch_size: 7 }, dead_letter_queue: null })).settings.batch_size).toBe(7);
+    expect((await call("replaceConsumer", one, { type: "http_pull", settings: { max_retries: 2 } })).settings).toMatchObject({ batch_size: 10, max_retries: 2 });
     expect((await call("getQueue", queuePath("oa-crud"))).consumers).toHaveLength(1);
     expect(await call("deleteConsumer", one)).toBeNull();
+    // PUT of a consumer the queue does not have adds it, under the id the path names (201).
+    const putId = "0123456789abcdef0123456789abcdef";
+    const put = await api("PUT", `${queuePath("oa-crud")}/consumers/${putId}`, { type: "http_pull" });
+    expect(put.status).toBe(201);
+    expect(listed(operation("replaceConsumer"))).toContain("201");
+    expect(consumerSchema.parse(successEnvelope(consumerSchema).parse(put.json).result).consumer_id).toBe(putId);
     expect(await call("deleteQueue", queuePath("oa-crud"))).toBeNull();
   });
 
@@ -95,8 +104,16 @@ describe("answers as the OpenAPI description says", () => {
     const doomed = await call("sendMessage", `${q}/messages`, { body: 5 });
 
     expect((await call("peekMessages", `${q}/messages?limit=10`)).messages.length).toBeGreaterThan(0);
+    const peeked = await call("peekMessagesCloudflare", `${q}/messages/peek`, { batch_size: 10 });
+    expect(peeked.messages.map((m: { id: string }) => m.id)).toContain(first.message_id);
     expect((await call("getMessage", `${q}/messages/${first.message_id}`)).state).toBe("ready");
     expect((await call("cancelMessage", `${q}/messages/${doomed.message_id}`)).cancelled).toBe(true);
+    const spare = await call("sendMessage", `${q}/messages`, { body: 6 });
+    const spareRef = (await call("peekMessagesCloudflare", `${q}/messages/peek`, {})).messages.find((m: { id: string }) => m.id === spare.message_id).ref as string;
+    expect(await call("purgePeekedMessages", `${q}/messages/purge`, { refs: [{ ref: spareRef }, { ref: "not-a-ref" }] })).toEqual({
+      purged: 1,
+      warnings: { "not-a-ref": expect.stringContaining("not a ref") },
+    });
 
     const pulled = await call("pullMessages", `${q}/messages/pull`, { batch_size: 10 });
     const lease = (id: string) => pulled.messages.find((m: { id: string }) => m.id === id)!.lease_id as string;
@@ -115,7 +132,9 @@ describe("answers as the OpenAPI description says", () => {
     expect(await call("getMessage", `${q}/messages/${third}`)).toMatchObject({ state: "dead_lettered", dead_letter_queue: "oa-flow-dead" });
 
     expect(await call("redriveQueue", `${queuePath("oa-flow-dead")}/redrive`, {})).toEqual({ moved: 1, target_queue: "oa-flow", remaining_matching: 0 });
-    expect(await call("purgeQueue", `${q}/purge`, { delete_messages_permanently: true })).toEqual({ purged: 1, completed: true });
+    expect(await call("purgeStatus", `${q}/purge`)).toEqual({});
+    expect(await call("purgeQueue", `${q}/purge`, { delete_messages_permanently: true })).toMatchObject({ queue_name: "oa-flow", purged: 1, completed: true });
+    expect(await call("purgeStatus", `${q}/purge`)).toEqual({ completed: "true", started_at: expect.any(String) });
   });
 
   it("ordered lanes: the keys held back, and the release of one", async () => {
@@ -168,8 +187,11 @@ describe("answers as the OpenAPI description says", () => {
     expect(await refusal("getQueue", q, undefined, 403, { token: "send-only-token" })).toMatchObject({ field: "authorization" });
     expect(await refusal("pullMessages", `${q}/messages/pull`, {}, 409)).toMatchObject({ field: "queue" });
     expect(await refusal("peekMessages", `${q}/messages?limit=0`, undefined, 400)).toMatchObject({ field: "limit" });
+    // What shardq does not serve: a 501 the description lists.
+    expect(await refusal("createEventSubscription", "/accounts/local/event_subscriptions/subscriptions", { name: "x" }, 501)).toMatchObject({ code: 10011 });
+    expect(await refusal("getEventSubscription", `/accounts/local/event_subscriptions/subscriptions/${"0".repeat(32)}`, undefined, 501)).toMatchObject({ code: 10011 });
     // A method the path does not take: described once, for every path, in components.responses.
-    const wrong = await api("PUT", q, {});
+    const wrong = await api("POST", q, {});
     expect(wrong.status).toBe(405);
     errorEnvelope.parse(wrong.json);
     expect(document.components.responses.MethodNotAllowed).toBeDefined();
