@@ -3,14 +3,16 @@ import { defineConfig } from "vitest/config";
 import { buildBatchingProbe, buildExampleConsumer, buildOutcomeProbe } from "./scripts/build-examples.mjs";
 import { buildClient } from "./scripts/build-client.mjs";
 
+// lib/: the client library as `shardq/client` serves it, which the Node examples import, and
+// shardq/consumer, which the example consumer imports: built first, so that it bundles the
+// current sources.
+await buildClient();
 // The example consumer runs next to the service in the tests, as built JavaScript.
 const exampleConsumer = await buildExampleConsumer();
 // So does the probe consumer of test/workers/transport-parity.test.ts.
 const outcomeProbe = await buildOutcomeProbe();
 // And the batching probe producer of test/workers/batching-queue.test.ts.
 const batchingProbe = await buildBatchingProbe();
-// The client library as `shardq/client` serves it (lib/), which the Node examples import.
-await buildClient();
 
 export default defineConfig({
   test: {

@@ -25,7 +25,19 @@ export interface QueueHandler<Env = unknown> {
   queue(batch: MessageBatch, env: Env, ctx: ExecutionContext): void | Promise<void>;
 }
 
-export function consumerEntrypoint<Env = unknown>(handler: QueueHandler<Env>) {
+/**
+ * What consumerEntrypoint() returns: a WorkerEntrypoint class with deliver(), the method
+ * shardq's consumer shards call. Named so that its declaration can be written out
+ * (lib/types, shardq/consumer's types): an anonymous class's protected members cannot be.
+ */
+export type ShardqConsumerEntrypoint<Env = unknown> = new (
+  ctx: ExecutionContext,
+  env: Env,
+) => WorkerEntrypoint<Env> & {
+  deliver(queueName: string, messages: DispatchMessage[], metadata?: MessageBatchMetadata): Promise<DispatchOutcome>;
+};
+
+export function consumerEntrypoint<Env = unknown>(handler: QueueHandler<Env>): ShardqConsumerEntrypoint<Env> {
   return class ShardqConsumer extends WorkerEntrypoint<Env> {
     async deliver(queueName: string, messages: DispatchMessage[], metadata?: MessageBatchMetadata): Promise<DispatchOutcome> {
       const { batch, outcome } = createBatch(queueName, messages, metadata);
