@@ -1,8 +1,8 @@
 // `npm run check:openapi`: builds the OpenAPI description of the HTTP API with the service's
-// own code (broker/openapi/document.ts, what GET /openapi.json serves) and checks it: against
-// the OpenAPI 3.1 schema with @seriousme/openapi-schema-validator (which also resolves every
-// $ref), then what a schema cannot say: each path's parameters declared, operation ids unique. Prints
-// what it finds and exits 1 on any problem; test/e2e/openapi.test.ts runs the same check in `npm test`.
+// own code (broker/openapi/document.ts over the route table, broker/http/route-table.ts: what
+// GET /openapi.json serves) and checks it: against the OpenAPI 3.1 schema with
+// @seriousme/openapi-schema-validator (which also resolves every $ref), then what a schema
+// cannot say: each path's parameters declared, operation ids unique. Prints what it finds and exits 1 on any problem; test/e2e/openapi.test.ts runs the same check in `npm test`.
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -11,14 +11,20 @@ import { Validator } from "@seriousme/openapi-schema-validator";
 import { build } from "esbuild";
 import { ROOT } from "./dev-server.mjs";
 
+/** The builder and the route table it describes, in one module. */
+const ENTRY = `
+export { buildOpenApiDocument } from "./broker/openapi/document.ts";
+export { ROUTES } from "./broker/http/route-table.ts";
+`;
+
 /**
- * The document as the Worker builds it. The builder imports zod, the handlers' schemas and
- * the route table, and no Workers API, so a bundle of it runs in Node.
+ * The document as the Worker builds it. The builder and the route table (its handlers with
+ * it) touch no Workers API when loaded, so a bundle of them runs in Node.
  * @returns {Promise<Record<string, any>>}
  */
 export async function buildOpenApiDocument() {
   const out = await build({
-    entryPoints: [join(ROOT, "broker/openapi/document.ts")],
+    stdin: { contents: ENTRY, resolveDir: ROOT, loader: "ts" },
     bundle: true,
     platform: "node",
     format: "esm",
@@ -30,7 +36,7 @@ export async function buildOpenApiDocument() {
     const file = join(dir, "document.mjs");
     writeFileSync(file, /** @type {{ text: string }} */ (out.outputFiles[0]).text);
     const mod = await import(pathToFileURL(file).href);
-    return mod.buildOpenApiDocument();
+    return mod.buildOpenApiDocument(mod.ROUTES);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

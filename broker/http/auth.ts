@@ -5,7 +5,7 @@ import type { Env } from "../../src/kernel/env";
  * What a token may do. `send`: post messages. `consume`: pull, ack and extend leases.
  * `admin`: everything else (queues, consumers, purge, redrive, lookups, peeks, the
  * operator's figures). None implies another; a token without `scopes` has all three.
- * Which route needs which scope is decided in one table, ROUTES in broker/http/routes.ts.
+ * Which route needs which scope is decided in one table, ROUTES in broker/http/route-table.ts.
  */
 export type Scope = "send" | "consume" | "admin";
 export const SCOPES: readonly Scope[] = ["send", "consume", "admin"];

@@ -40,7 +40,7 @@ import { parseWith } from "../../src/kernel/validate";
 const PATH = /^\/accounts\/[^/]+\/queues\/[^/]+\/test-hooks\/?$/;
 const REQUESTS_PATH = /^\/accounts\/[^/]+\/test-hooks\/requests\/?$/;
 
-/** The ROUTES entries of the hooks: none unless the var is on, so the paths are as unknown as any other. */
+/** The hooks' entries for the router's path check (./path-access.ts, PathAccess): none unless the var is on, so the paths are as unknown as any other. */
 export function testHookRoutes(env: Env): Array<[RegExp, Partial<Record<string, readonly Scope[]>>]> {
   return testHooksEnabled(env) ? [[PATH, { GET: ["admin"], POST: ["admin"] }], [REQUESTS_PATH, { GET: ["admin"] }]] : [];
 }

@@ -1,17 +1,17 @@
 /**
  * The OpenAPI 3.1 description of the HTTP API, served at GET /openapi.json. Generated, never
- * written by hand, so it cannot drift from what the service does: request bodies and
- * parameters from the zod schemas the handlers parse with, answers from ./result-schemas.ts
- * (which test/workers/openapi-results.test.ts holds to real answers), and each operation's
- * scopes from ROUTES, the table the router enforces. An operation ROUTES does not list fails
- * the build of the document rather than describe a route that answers 404.
+ * written by hand, so it cannot drift from what the service does: it describes the routes of
+ * the table the router registers and checks (broker/http/route-table.ts), each with the
+ * scopes the router checks, request bodies and parameters from the zod schemas the handlers
+ * parse with, answers from ./result-schemas.ts (which test/workers/openapi-results.test.ts
+ * holds to real answers). The table is passed in, not imported: it imports this module for
+ * the handler of GET /openapi.json.
  */
 import { z } from "zod";
 import { version } from "../../package.json";
 import { MESSAGE_ID_PATTERN } from "../../src/kernel/ids";
 import { IDEMPOTENCY_KEY_PATTERN } from "../../src/routing/idempotent-send";
-import { CLOUDFLARE_BASE, PUBLIC, routeFor, servedByCloudflare } from "../http/routes";
-import { OPERATIONS, TAGS, type Operation, type RequestBody } from "./operations";
+import { CLOUDFLARE_BASE, PUBLIC, type RequestBody, type Route } from "../http/route";
 import { errorEnvelope, resultInfo, resultRegistry, successEnvelope } from "./result-schemas";
 
 type Json = Record<string, unknown>;
@@ -29,23 +29,16 @@ const RESULT = {
   },
 } as const;
 
-/** Values for the path parameters, to match a path of the description against ROUTES as a request's path. */
-export const SAMPLE_PARAMS: Readonly<Record<string, string>> = {
-  account_id: "acme",
-  queue: "orders",
-  message_id: "0123456789abcdef0123456789abcdef",
-  consumer_id: "0123456789abcdef0123456789abcdef",
-  subscription_id: "0123456789abcdef0123456789abcdef",
-};
-
-/** A path of the description with its parameters filled in: `/accounts/{account_id}/queues` -> `/accounts/acme/queues`. */
-export function samplePath(path: string): string {
-  return path.replace(/\{(\w+)\}/g, (_, name: string) => {
-    const value = SAMPLE_PARAMS[name];
-    if (value === undefined) throw new Error(`no sample value for the path parameter {${name}}`);
-    return value;
-  });
-}
+export const TAGS = [
+  { name: "Health", description: "Readiness probes and this description: no token needed." },
+  { name: "Queues", description: "Creating, reading, changing and deleting queues (admin scope)." },
+  { name: "Messages", description: "Sending (send scope); peeking, looking up and cancelling messages (admin scope)." },
+  { name: "Pull consumers", description: "Leasing, acknowledging and extending messages over HTTP (consume scope)." },
+  { name: "Consumers", description: "A queue's consumer: a Worker, or pull over HTTP (admin scope)." },
+  { name: "Operations", description: "Purge, redrive from a dead-letter queue, ordered lanes held back (admin scope)." },
+  { name: "Figures", description: "Backlog figures, the control plane, the last hour, Prometheus." },
+  { name: "Event subscriptions", description: "Cloudflare's events of its own products into a queue: shardq has no such sources, and answers each call 501 saying so." },
+];
 
 const PATH_PARAMETERS: Record<string, Json> = {
   account_id: { description: "The account the token belongs to. Any other answers 404." },
@@ -113,22 +106,13 @@ function pointToComponents(value: unknown): unknown {
 
 const ref = (kind: "schemas" | "parameters" | "responses", name: string) => ({ $ref: `#/components/${kind}/${name}` });
 
-/** The operation's security: one requirement per scope ROUTES accepts (any one suffices), none for a PUBLIC route. */
-function securityOf(op: Operation): Json[] {
-  const method = op.method.toUpperCase();
-  const access = routeFor(samplePath(op.path))?.[1][method];
-  if (access === undefined) throw new Error(`${method} ${op.path} is not in ROUTES (broker/http/routes.ts): the router would answer 404 or 405`);
-  return access === PUBLIC ? [] : access.map((scope) => ({ bearerAuth: [scope] }));
-}
-
-/** Whether Cloudflare's API serves the operation too (ROUTES' third element). */
-function isCloudflares(op: Operation): boolean {
-  const route = routeFor(samplePath(op.path));
-  return route !== undefined && servedByCloudflare(route, op.method.toUpperCase());
+/** The operation's security: one requirement per scope it accepts (any one suffices), none for a PUBLIC route. */
+function securityOf(op: Route): Json[] {
+  return op.access === PUBLIC ? [] : op.access.map((scope) => ({ bearerAuth: [scope] }));
 }
 
 /** The error statuses an operation can answer: those of every operation of its kind, and its own. */
-function errorsOf(op: Operation, isPublic: boolean): number[] {
+function errorsOf(op: Route, isPublic: boolean): number[] {
   const out = new Set<number>(op.errors ?? []);
   const add = (...statuses: number[]) => statuses.forEach((s) => out.add(s));
   if (!isPublic) add(401, 403, 429, 500);
@@ -151,7 +135,7 @@ function requestBodyOf(body: RequestBody, schemas: Schemas, cloudflares: boolean
   return { required: body.required, ...(cloudflares ? { description: anyType } : {}), content: { "application/json": { schema: ref("schemas", body.id) } } };
 }
 
-function parametersOf(op: Operation): Json[] {
+function parametersOf(op: Route): Json[] {
   const out: Json[] = [...op.path.matchAll(/\{(\w+)\}/g)].map((m) => ref("parameters", m[1]!));
   if (op.idempotencyKey) out.push(ref("parameters", "idempotency_key"));
   if (op.query) {
@@ -162,7 +146,7 @@ function parametersOf(op: Operation): Json[] {
 }
 
 /** The operation's successes: none for one that never succeeds (its errors list its 501), two for a PUT that may create. */
-function successesOf(op: Operation, schemas: Schemas): Array<[string, Json]> {
+function successesOf(op: Route, schemas: Schemas): Array<[string, Json]> {
   const answer = op.answer;
   if (answer.kind === "unsupported") return [];
   if (answer.kind === "empty") return [["200", { description: answer.description }]];
@@ -174,11 +158,11 @@ function successesOf(op: Operation, schemas: Schemas): Array<[string, Json]> {
   return out;
 }
 
-function operationOf(op: Operation, schemas: Schemas): Json {
+function operationOf(op: Route, schemas: Schemas): Json {
   const security = securityOf(op);
   const parameters = parametersOf(op);
   const errors = errorsOf(op, security.length === 0);
-  const cloudflares = isCloudflares(op);
+  const cloudflares = op.cloudflare === true;
   const responses: Json = Object.fromEntries([...successesOf(op, schemas), ...errors.map((s) => [String(s), ref("responses", ERRORS[s]!.name)])]);
   return {
     operationId: op.operationId,
@@ -226,14 +210,16 @@ function componentsOf(schemas: Schemas): Json {
   };
 }
 
-/** Builds the description afresh. GET /openapi.json serves openApiJson(), built once per isolate. */
-export function buildOpenApiDocument(): Json {
+/** Builds the description of `routes` afresh. GET /openapi.json serves openApiJson(), built once per isolate. */
+export function buildOpenApiDocument(routes: readonly Route[]): Json {
   const schemas = new Schemas();
   const paths: Record<string, Json> = {};
-  for (const op of OPERATIONS) {
+  for (const op of routes) {
+    const method = op.method.toLowerCase();
     const item = (paths[op.path] ??= {});
-    if (item[op.method]) throw new Error(`${op.method.toUpperCase()} ${op.path} is described twice`);
-    item[op.method] = operationOf(op, schemas);
+    if (item[method]) throw new Error(`${op.method} ${op.path} is declared twice`);
+    if (!TAGS.some((t) => t.name === op.tag)) throw new Error(`${op.method} ${op.path}: its tag ${op.tag} is not one of TAGS`);
+    item[method] = operationOf(op, schemas);
   }
   return {
     openapi: "3.1.0",
@@ -248,9 +234,11 @@ export function buildOpenApiDocument(): Json {
   };
 }
 
-let cached: string | undefined;
+const built = new WeakMap<readonly Route[], string>();
 
 /** The description as GET /openapi.json serves it: built on first use, then kept for the isolate's life. */
-export function openApiJson(): string {
-  return (cached ??= JSON.stringify(buildOpenApiDocument()));
+export function openApiJson(routes: readonly Route[]): string {
+  let json = built.get(routes);
+  if (json === undefined) built.set(routes, (json = JSON.stringify(buildOpenApiDocument(routes))));
+  return json;
 }

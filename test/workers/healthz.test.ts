@@ -1,12 +1,13 @@
 /**
  * GET and HEAD /healthz, for readiness probes (issue 14): 200 without a token, whatever
  * token is sent, from the Worker alone (no Durable Object, KV or rate limiter touched),
- * and one of the two routes ROUTES in broker/http/routes.ts marks PUBLIC, with /openapi.json.
+ * and one of the two routes the route table (broker/http/route-table.ts) marks PUBLIC, with /openapi.json.
  * Every other route without a token is 401: scopes.test.ts.
  */
 import { env, SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { PUBLIC, ROUTES } from "../../broker/http/routes";
+import { PATHS } from "../../broker/http/path-access";
+import { PUBLIC } from "../../broker/http/route";
 import type { Env } from "../../src/kernel/env";
 import { testHookRoutes } from "../../broker/http/test-hooks-api";
 import { BASE, bindingsReadServing, TOKEN } from "./helpers";
@@ -60,7 +61,7 @@ describe("GET and HEAD /healthz", () => {
   });
 
   it("is one of the two PUBLIC routes in the table, with /openapi.json, GET and HEAD only (test hooks included)", () => {
-    const tables = [...ROUTES, ...testHookRoutes({ ...env, SHARDQ_TEST_HOOKS: "on" } as Env)];
+    const tables = [...PATHS, ...testHookRoutes({ ...env, SHARDQ_TEST_HOOKS: "on" } as Env)];
     const open = tables.flatMap(([pattern, methods]) =>
       Object.entries(methods)
         .filter(([, access]) => access === PUBLIC)

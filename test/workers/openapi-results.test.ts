@@ -9,7 +9,8 @@ import { createExecutionContext, env, runDurableObjectAlarm } from "cloudflare:t
 import { describe, expect, it } from "vitest";
 import { router } from "../../broker/http/router";
 import { buildOpenApiDocument } from "../../broker/openapi/document";
-import { OPERATIONS, type Operation } from "../../broker/openapi/operations";
+import type { Route } from "../../broker/http/route";
+import { ROUTES } from "../../broker/http/route-table";
 import { consumer as consumerSchema, errorEnvelope, resultInfo, successEnvelope } from "../../broker/openapi/result-schemas";
 import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import type { Env } from "../../src/kernel/env";
@@ -17,19 +18,19 @@ import { api, BASE, createQueue, queuePath, queuesPath } from "./helpers";
 import { addConsumer, eventually, fakeConsumer } from "./push-helpers";
 
 type Responses = Record<string, { $ref?: string }>;
-const document = buildOpenApiDocument() as { paths: Record<string, Record<string, { responses: Responses }>>; components: { responses: Record<string, { headers?: Record<string, { required?: boolean }> }> } };
+const document = buildOpenApiDocument(ROUTES) as { paths: Record<string, Record<string, { responses: Responses }>>; components: { responses: Record<string, { headers?: Record<string, { required?: boolean }> }> } };
 
-/** Operations whose answers a test below parsed: the last test wants every one. */
+/** Routes whose answers a test below parsed: the last test wants every one. */
 const exercised = new Set<string>();
 
-function operation(id: string): Operation {
-  const op = OPERATIONS.find((o) => o.operationId === id);
-  if (!op) throw new Error(`no operation ${id} in broker/openapi/operations.ts`);
+function operation(id: string): Route {
+  const op = ROUTES.find((o) => o.operationId === id);
+  if (!op) throw new Error(`no operation ${id} in broker/http/route-table.ts`);
   return op;
 }
 
 /** Asserts `path` is a path of the operation, its parameters filled in. */
-function checkPath(op: Operation, path: string): void {
+function checkPath(op: Route, path: string): void {
   const pattern = new RegExp(`^${op.path.replace(/[.]/g, "\\.").replace(/\{\w+\}/g, "[^/]+")}$`);
   expect(pattern.test(path.split("?")[0]!), `${path} is not a path of ${op.operationId} (${op.path})`).toBe(true);
 }
@@ -47,8 +48,8 @@ async function call(id: string, path: string, body?: unknown, opts: { headers?: 
 }
 
 /** The statuses the description lists for an operation. */
-function listed(op: Operation): string[] {
-  return Object.keys(document.paths[op.path]![op.method]!.responses);
+function listed(op: Route): string[] {
+  return Object.keys(document.paths[op.path]![op.method.toLowerCase()]!.responses);
 }
 
 /** Calls an operation expecting a refusal: the error envelope, with a status the description lists for it. */
@@ -216,7 +217,7 @@ describe("answers as the OpenAPI description says", () => {
   });
 
   it("left no operation answering in the envelope out of the tests above", () => {
-    const envelope = OPERATIONS.filter((o) => o.answer.kind === "envelope").map((o) => o.operationId);
+    const envelope = ROUTES.filter((o) => o.answer.kind === "envelope").map((o) => o.operationId);
     expect(envelope.filter((id) => !exercised.has(id))).toEqual([]);
   });
 });

@@ -1,63 +1,79 @@
 /**
- * The OpenAPI description (issue 19) against the router: every route of ROUTES, each method,
- * described with exactly its scopes, and nothing described that ROUTES lacks; and the
+ * The OpenAPI description (issue 19) against the route table the router registers and checks:
+ * every route of ROUTES described at its path and method with exactly its scopes, nothing else
+ * described, and each route's path answered by its own entry in the router's check; and the
  * document served at GET /openapi.json without a token. That the document is valid OpenAPI
  * 3.1 is test/e2e/openapi.test.ts; that its answers are the real ones, openapi-results.test.ts.
  */
 import { SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { PUBLIC, ROUTES, type Access } from "../../broker/http/routes";
-import { buildOpenApiDocument, samplePath } from "../../broker/openapi/document";
+import { accessFor, servedByCloudflare } from "../../broker/http/path-access";
+import { PUBLIC, type Access } from "../../broker/http/route";
+import { ROUTES } from "../../broker/http/route-table";
+import { buildOpenApiDocument } from "../../broker/openapi/document";
 import { BASE, bindingsReadServing, TOKEN } from "./helpers";
 
-type Described = { path: string; method: string; security: unknown };
+type Described = { path: string; method: string; operationId: string; security: unknown; cloudflare: boolean };
 
-const document = buildOpenApiDocument() as { paths: Record<string, Record<string, { security: unknown }>> };
+const document = buildOpenApiDocument(ROUTES) as { paths: Record<string, Record<string, { operationId: string; security: unknown; "x-cloudflare"?: true }>> };
 const HTTP_METHODS = new Set(["get", "head", "post", "put", "patch", "delete", "options", "trace"]);
 const described: Described[] = Object.entries(document.paths).flatMap(([path, item]) =>
   Object.entries(item)
     .filter(([key]) => HTTP_METHODS.has(key))
-    .map(([method, op]) => ({ path, method: method.toUpperCase(), security: op.security })),
+    .map(([method, op]) => ({ path, method: method.toUpperCase(), operationId: op.operationId, security: op.security, cloudflare: op["x-cloudflare"] === true })),
 );
 
 /** The security requirements a route's access becomes: none for PUBLIC, else one per scope, any one sufficing. */
 const securityOf = (access: Access) => (access === PUBLIC ? [] : access.map((scope) => ({ bearerAuth: [scope] })));
 
-/**
- * A pattern with each alternation spelled out: `(?:purge|redrive)` is two routes, and the
- * description must have both, not one that happens to match the pattern.
- */
-function variants(pattern: RegExp): RegExp[] {
-  const group = /\(\?:([\w|]+)\)/.exec(pattern.source);
-  if (!group) return [pattern];
-  return group[1]!.split("|").flatMap((word) => variants(new RegExp(pattern.source.replace(group[0], word))));
+/** Values for the path parameters, to send a route's path as a request would. */
+const SAMPLE_PARAMS: Readonly<Record<string, string>> = {
+  account_id: "acme",
+  queue: "orders",
+  message_id: "0123456789abcdef0123456789abcdef",
+  consumer_id: "0123456789abcdef0123456789abcdef",
+  subscription_id: "0123456789abcdef0123456789abcdef",
+};
+
+/** A route's path with its parameters filled in: `/accounts/{account_id}/queues` -> `/accounts/acme/queues`. */
+function samplePath(path: string): string {
+  return path.replace(/\{(\w+)\}/g, (_, name: string) => {
+    const value = SAMPLE_PARAMS[name];
+    if (value === undefined) throw new Error(`no sample value for the path parameter {${name}}`);
+    return value;
+  });
 }
 
-/** The entry of ROUTES that answers a path: the first that matches, as the router picks it. */
-const entryFor = (path: string) => ROUTES.find(([pattern]) => pattern.test(path));
-
 describe("the OpenAPI description and the route table", () => {
-  it("describes every method of every route of ROUTES, alternations spelled out, with exactly its scopes", () => {
-    expect(ROUTES.length).toBeGreaterThan(10);
-    for (const [pattern, methods] of ROUTES) {
-      for (const variant of variants(pattern)) {
-        for (const [method, access] of Object.entries(methods)) {
-          const hits = described.filter((d) => d.method === method && variant.test(samplePath(d.path)) && entryFor(samplePath(d.path))?.[0] === pattern);
-          expect(hits.map((d) => d.path), `${method} ${variant.source} is not described`).toHaveLength(1);
-          expect(hits[0]!.security, `${method} ${hits[0]!.path}`).toEqual(securityOf(access!));
-        }
-      }
+  it("describes every route of ROUTES at its path and method, with exactly its scopes and Cloudflare's mark, and nothing else", () => {
+    expect(ROUTES.length).toBeGreaterThan(20);
+    for (const route of ROUTES) {
+      const hits = described.filter((d) => d.method === route.method && d.path === route.path);
+      expect(hits, `${route.method} ${route.path} is not described once`).toHaveLength(1);
+      expect(hits[0], `${route.method} ${route.path}`).toEqual({
+        path: route.path,
+        method: route.method,
+        operationId: route.operationId,
+        security: securityOf(route.access),
+        cloudflare: route.cloudflare === true,
+      });
     }
+    expect(described).toHaveLength(ROUTES.length);
   });
 
-  it("describes nothing ROUTES lacks: each path and method is one the router takes, with the scopes it checks", () => {
-    expect(described.length).toBeGreaterThan(20);
-    for (const d of described) {
-      const entry = entryFor(samplePath(d.path));
-      expect(entry, `${d.path} matches no route of ROUTES`).toBeDefined();
-      const access = entry![1][d.method];
-      expect(access, `${d.method} ${d.path}: ROUTES takes only ${Object.keys(entry![1]).join(", ")} there`).toBeDefined();
-      expect(d.security, `${d.method} ${d.path}`).toEqual(securityOf(access!));
+  it("answers each route's path from its own entry in the router's check: its access, its methods, Cloudflare's mark", () => {
+    for (const route of ROUTES) {
+      const file = route.path.includes(".");
+      for (const path of file ? [samplePath(route.path)] : [samplePath(route.path), `${samplePath(route.path)}/`]) {
+        const entry = accessFor(path);
+        expect(entry, `${path} matches no path of the table`).toBeDefined();
+        expect(entry![1][route.method], `${route.method} ${path}`).toEqual(route.access);
+        expect(servedByCloudflare(entry!, route.method), `${route.method} ${path} served by Cloudflare`).toBe(route.cloudflare === true);
+        const methods = ROUTES.filter((r) => r.path === route.path).map((r) => r.method);
+        expect(Object.keys(entry![1]).sort(), `the methods of ${path}`).toEqual([...methods].sort());
+      }
+      // A file's name takes no trailing slash, as no other path takes two.
+      expect(accessFor(`${samplePath(route.path)}${file ? "/" : "//"}`), `${route.path} with a slash too many`).toBeUndefined();
     }
   });
 

@@ -1,13 +1,15 @@
 /**
  * The security boundary (issue 7): bearer tokens that are missing, malformed, wrong or
- * revoked (401); tokens with less scope than a route needs (403, per the table in
- * broker/http/routes.ts); and one account's token against another's queue, message id or
- * lease id (404 exactly like a missing one, or the warning any foreign lease id gets).
+ * revoked (401); tokens with less scope than a route needs (403, on every route of the
+ * table in broker/http/route-table.ts); and one account's token against another's queue,
+ * message id or lease id (404 exactly like a missing one, or the warning any foreign lease
+ * id gets).
  * Every refusal is a JSON error naming its field, and changes nothing.
  */
 import { SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { PUBLIC, ROUTES } from "../../broker/http/routes";
+import { PUBLIC } from "../../broker/http/route";
+import { ROUTES } from "../../broker/http/route-table";
 import { api, backlog, BASE, createQueue, type Envelope, OTHER_TOKEN, queuePath, queuesPath, TOKEN } from "./helpers";
 
 const SEND = "send-only-token";
@@ -64,74 +66,65 @@ async function call(method: string, path: string, body: unknown, token: string):
   return { status: res.status, json: (await res.json()) as Envelope };
 }
 
+/** What a call of a route sends, by operation id, where it sends more than its path: a body, a query, or a queue that does not exist. */
+type Sample = { body?: unknown; query?: string; ghost?: true };
+
+function samples(q: string): Record<string, Sample> {
+  return {
+    createQueue: { body: { queue_name: `${q}-new` } },
+    replaceQueue: { body: { settings: {} } },
+    updateQueue: { body: { settings: {} } },
+    // Destructive calls go to a queue that does not exist: allowed is a 404, refused a 403.
+    deleteQueue: { ghost: true },
+    peekMessages: { query: "?limit=5" },
+    sendMessage: { body: { body: "one" } },
+    sendBatch: { body: { messages: [{ body: "two" }] } },
+    pullMessages: { body: { batch_size: 1 } },
+    cancelPull: { body: { wait_id: "scopes-wait-000001" } },
+    ackMessages: { body: { acks: [] } },
+    extendLeases: { body: { lease_ids: ["x"], visibility_timeout_ms: 5000 } },
+    peekMessagesCloudflare: { body: { batch_size: 1 } },
+    purgePeekedMessages: { body: { refs: [{ ref: GHOST_ID }] } },
+    purgeQueue: { body: { delete_messages_permanently: true }, ghost: true },
+    redriveQueue: { body: {}, ghost: true },
+    listHeldKeys: { ghost: true },
+    releaseOrderingKey: { body: { ordering_key: "k", message_id: "0".repeat(32) }, ghost: true },
+    createConsumer: { body: { type: "http_pull" } },
+    // The queue's consumer is another: a 409 when allowed, nothing changed.
+    replaceConsumer: { body: { type: "http_pull" } },
+    updateConsumer: { body: { settings: {} } },
+    createEventSubscription: { body: { name: "s" } },
+    updateEventSubscription: { body: { enabled: false } },
+  };
+}
+
 /**
- * Every route, with a body it would accept, and the scopes the table in broker/http/routes.ts
- * gives it; `status`, what a token allowed there is answered when it is not a success (501 for
- * what shardq does not serve).
+ * Every route of the table (broker/http/route-table.ts) but the PUBLIC ones, in its order,
+ * with the scopes it accepts and a call it would take: on queue `q`, every other id one that
+ * does not exist. `status`, what a token allowed there is answered when it is not a success
+ * (501 for what shardq does not serve).
  */
 function routes(q: string): Array<{ method: string; path: string; body?: unknown; scopes: string[]; status?: number }> {
-  const p = queuePath(q);
-  const ghost = queuePath("scopes-ghost");
-  return [
-    { method: "GET", path: "/metrics", scopes: ["admin"] },
-    { method: "GET", path: queuesPath(), scopes: ["admin"] },
-    { method: "POST", path: queuesPath(), body: { queue_name: `${q}-new` }, scopes: ["admin"] },
-    { method: "GET", path: p, scopes: ["admin"] },
-    { method: "PUT", path: p, body: { settings: {} }, scopes: ["admin"] },
-    { method: "PATCH", path: p, body: { settings: {} }, scopes: ["admin"] },
-    // Destructive calls go to a queue that does not exist: allowed is a 404, refused a 403.
-    { method: "DELETE", path: ghost, scopes: ["admin"] },
-    { method: "GET", path: `${p}/messages?limit=5`, scopes: ["admin"] },
-    { method: "POST", path: `${p}/messages`, body: { body: "one" }, scopes: ["send"] },
-    { method: "POST", path: `${p}/messages/batch`, body: { messages: [{ body: "two" }] }, scopes: ["send"] },
-    { method: "POST", path: `${p}/messages/pull`, body: { batch_size: 1 }, scopes: ["consume"] },
-    { method: "POST", path: `${p}/messages/pull/cancel`, body: { wait_id: "scopes-wait-000001" }, scopes: ["consume"] },
-    { method: "POST", path: `${p}/messages/ack`, body: { acks: [] }, scopes: ["consume"] },
-    { method: "POST", path: `${p}/messages/extend`, body: { lease_ids: ["x"], visibility_timeout_ms: 5000 }, scopes: ["consume"] },
-    { method: "POST", path: `${p}/messages/peek`, body: { batch_size: 1 }, scopes: ["admin"] },
-    { method: "POST", path: `${p}/messages/purge`, body: { refs: [{ ref: GHOST_ID }] }, scopes: ["admin"] },
-    { method: "GET", path: `${p}/messages/${GHOST_ID}`, scopes: ["admin"] },
-    { method: "DELETE", path: `${p}/messages/${GHOST_ID}`, scopes: ["admin"] },
-    { method: "POST", path: `${ghost}/purge`, body: { delete_messages_permanently: true }, scopes: ["admin"] },
-    { method: "GET", path: `${p}/purge`, scopes: ["admin"] },
-    { method: "POST", path: `${ghost}/redrive`, body: {}, scopes: ["admin"] },
-    { method: "GET", path: `${ghost}/ordering/held`, scopes: ["admin"] },
-    { method: "POST", path: `${ghost}/ordering/release`, body: { ordering_key: "k", message_id: "0".repeat(32) }, scopes: ["admin"] },
-    { method: "GET", path: `${p}/metrics`, scopes: ["send", "consume", "admin"] },
-    { method: "GET", path: `${p}/shards`, scopes: ["admin"] },
-    { method: "GET", path: `${p}/series`, scopes: ["admin"] },
-    { method: "GET", path: `${p}/consumers`, scopes: ["admin"] },
-    { method: "POST", path: `${p}/consumers`, body: { type: "http_pull" }, scopes: ["admin"] },
-    { method: "GET", path: `${p}/consumers/${GHOST_ID}`, scopes: ["admin"] },
-    // The queue's consumer is another: a 409 when allowed, nothing changed.
-    { method: "PUT", path: `${p}/consumers/${GHOST_ID}`, body: { type: "http_pull" }, scopes: ["admin"] },
-    { method: "PATCH", path: `${p}/consumers/${GHOST_ID}`, body: { settings: {} }, scopes: ["admin"] },
-    { method: "DELETE", path: `${p}/consumers/${GHOST_ID}`, scopes: ["admin"] },
-    // Cloudflare's event subscriptions: shardq serves none (501), to admin tokens only.
-    { method: "GET", path: `/accounts/local/event_subscriptions/subscriptions`, scopes: ["admin"], status: 501 },
-    { method: "POST", path: `/accounts/local/event_subscriptions/subscriptions`, body: { name: "s" }, scopes: ["admin"], status: 501 },
-    { method: "GET", path: `/accounts/local/event_subscriptions/subscriptions/${GHOST_ID}`, scopes: ["admin"], status: 501 },
-    { method: "PATCH", path: `/accounts/local/event_subscriptions/subscriptions/${GHOST_ID}`, body: { enabled: false }, scopes: ["admin"], status: 501 },
-    { method: "DELETE", path: `/accounts/local/event_subscriptions/subscriptions/${GHOST_ID}`, scopes: ["admin"], status: 501 },
-  ];
+  const sample = samples(q);
+  return ROUTES.flatMap((route) => {
+    if (route.access === PUBLIC) return [];
+    const { body, query = "", ghost } = sample[route.operationId] ?? {};
+    const ids: Record<string, string> = { account_id: "local", queue: ghost ? "scopes-ghost" : q };
+    const path = route.path.replace(/\{(\w+)\}/g, (_, name: string) => ids[name] ?? GHOST_ID) + query;
+    return [{ method: route.method, path, body, scopes: [...route.access], status: route.answer.kind === "unsupported" ? 501 : undefined }];
+  });
 }
 
 describe("no token: 401 on every route but GET and HEAD /healthz and /openapi.json", () => {
-  it("lists every method of every route of the table in routes(), and only /healthz and /openapi.json as PUBLIC", () => {
-    const listed = routes("scopes-table");
-    for (const [pattern, methods] of ROUTES) {
-      for (const [method, access] of Object.entries(methods)) {
-        if (access === PUBLIC) {
-          // The routes a request without a token reaches (test/workers/healthz.test.ts, openapi.test.ts).
-          expect([String.raw`^\/healthz\/?$`, String.raw`^\/openapi\.json$`], `${method} ${pattern.source} is PUBLIC`).toContain(pattern.source);
-          expect(["GET", "HEAD"]).toContain(method);
-          continue;
-        }
-        // The first pattern that matches answers, so a route counts only where it is the first.
-        const covered = listed.some((r) => r.method === method && ROUTES.find(([p]) => p.test(new URL(r.path, BASE).pathname))?.[0] === pattern);
-        expect(covered, `${method} ${pattern.source} is missing from routes(): add it there`).toBe(true);
-      }
+  it("marks only GET and HEAD /healthz and /openapi.json PUBLIC, and has a body for every route that needs one", () => {
+    const open = ROUTES.filter((r) => r.access === PUBLIC).map((r) => `${r.method} ${r.path}`);
+    // The routes a request without a token reaches (test/workers/healthz.test.ts, openapi.test.ts).
+    expect(open).toEqual(["GET /healthz", "HEAD /healthz", "GET /openapi.json", "HEAD /openapi.json"]);
+    const sample = samples("scopes-table");
+    for (const route of ROUTES.filter((r) => r.body?.required)) {
+      expect(sample[route.operationId]?.body, `${route.method} ${route.path} needs a body: add one to samples()`).toBeDefined();
     }
+    for (const id of Object.keys(sample)) expect(ROUTES.map((r) => r.operationId), `samples() names ${id}`).toContain(id);
   });
 
   it("refuses a request without a token on every other route, storing nothing", async () => {

@@ -1,113 +1,84 @@
 /**
- * Every operation of the HTTP API as the OpenAPI description tells it: what each takes (the
- * very schemas its handler parses with) and what it answers (./result-schemas.ts). Scopes
- * are not here: ./document.ts reads them from ROUTES (broker/http/routes.ts), the table
- * the router enforces. The fault harness's test-hook routes are left out: they exist only
- * in a build with SHARDQ_TEST_HOOKS on, never in one users run.
+ * Every route of the HTTP API, each declared once: its method and path, the token scopes it
+ * accepts, its handler, and what it takes (the very schemas its handler parses with) and
+ * answers (broker/openapi/result-schemas.ts). The router registers these routes under each
+ * base (./router.ts), its check reads their access by path (./path-access.ts), and GET
+ * /openapi.json describes them (broker/openapi/document.ts). Adding a route is adding an
+ * entry here; test/workers/scopes.test.ts then calls it with every kind of token.
+ *
+ * Only /healthz and /openapi.json are PUBLIC (test/workers/healthz.test.ts fails if anything
+ * else is): neither reads a binding nor says anything of an account. The fault harness's
+ * test-hook routes are not here: they exist only in a build with SHARDQ_TEST_HOOKS on, never
+ * in one users run, and are left out of the description (./test-hooks-api.ts).
  */
 import type { z } from "zod";
-import { ackBody, cancelPullBody, extendBody, pullBody } from "../http/pull-api";
-import { createConsumerBody, replaceConsumerBody, updateConsumerBody } from "../http/consumers-api";
-import { createQueueBody, listQueuesQuery, replaceQueueBody, updateQueueBody } from "../http/queues-api";
-import { peekBody, peekQuery, purgePeekedBody } from "../http/dashboard-api";
-import { purgeBody } from "../http/operations-api";
-import { redriveBody } from "../http/redrive";
-import { heldQuery, releaseBody } from "../http/ordering-api";
-import { httpBatch, httpMessage } from "../../src/routing/pending-messages";
+import { HttpError } from "../../src/kernel/errors";
 import { LIMITS } from "../../src/kernel/limits";
-import * as R from "./result-schemas";
+import { httpBatch, httpMessage } from "../../src/routing/pending-messages";
+import { prometheusMetrics } from "../metrics/prometheus-api";
+import * as R from "../openapi/result-schemas";
+import { createConsumer, createConsumerBody, deleteConsumer, getConsumer, listConsumers, replaceConsumer, replaceConsumerBody, updateConsumer, updateConsumerBody } from "./consumers-api";
+import { getSeries, peekBody, peekByPost, peekMessages, peekQuery, purgePeeked, purgePeekedBody } from "./dashboard-api";
+import { eventSubscriptions } from "./event-subscriptions";
+import { getMetrics, sendBatch, sendMessage } from "./messages-api";
+import { cancelMessage, lookupMessage, purgeBody, purgeQueue, purgeStatus } from "./operations-api";
+import { heldQuery, listHeldKeys, releaseBody, releaseKey } from "./ordering-api";
+import { healthz, openApi } from "./public-api";
+import { ackBody, ackMessages, cancelPull, cancelPullBody, extendBody, extendLeases, pullBody, pullMessages } from "./pull-api";
+import { createQueue, createQueueBody, deleteQueue, getQueue, listQueues, listQueuesQuery, replaceQueue, replaceQueueBody, updateQueue, updateQueueBody } from "./queues-api";
+import { redriveBody, redriveQueue } from "./redrive";
+import { param, PUBLIC, type Answer, type ApiRequest, type Route } from "./route";
+import { getShards } from "./shards-api";
 
-export type Method = "get" | "head" | "post" | "put" | "patch" | "delete";
-
-/** Statuses an operation may answer beyond those every operation of its kind does (document.ts, errorsOf). */
-export type ExtraError = 409 | 413 | 501 | 503;
-
-export interface RequestBody {
-  /** Its name among the description's schemas. */
-  id: string;
-  schema: z.ZodType;
-  /** False where no body at all reads as `{}` (readOptionalJson). */
-  required: boolean;
-  /**
-   * Array properties the schema takes as `unknown[]` because the handler checks each item
-   * on its own, so that an error names the item's index: what each item must be.
-   */
-  items?: Record<string, { id: string; schema: z.ZodType; minItems: number; maxItems: number }>;
-}
-
-export type Answer =
-  /** `created`: a 201 too, with the same result, and what it means (a PUT that adds what it names). */
-  | { kind: "envelope"; status: 200 | 201; result: z.ZodType; paged?: true; description: string; created?: string }
-  /** Not the JSON envelope: a body of its own media type. */
-  | { kind: "raw"; mediaType: string; schema: Record<string, unknown>; description: string }
-  | { kind: "empty"; description: string }
-  /** Never a success: every call answers the 501 its description explains (what shardq cannot serve). */
-  | { kind: "unsupported"; description: string };
-
-export interface Operation {
-  method: Method;
-  /** The router's path, its `:name` segments written `{name}`. */
-  path: string;
-  operationId: string;
-  tag: string;
-  summary: string;
-  description?: string;
-  /** Each property a query parameter. */
-  query?: z.ZodObject;
-  /** The send routes take an Idempotency-Key header (src/routing/idempotent-send.ts). */
-  idempotencyKey?: true;
-  body?: RequestBody;
-  answer: Answer;
-  errors?: ExtraError[];
-}
-
+const S = "send", C = "consume", A = "admin";
 const ACCOUNT = "/accounts/{account_id}";
 const QUEUE = `${ACCOUNT}/queues/{queue}`;
 const SUBSCRIPTIONS = `${ACCOUNT}/event_subscriptions/subscriptions`;
 const ok = (result: z.ZodType, description: string): Answer => ({ kind: "envelope", status: 200, result, description });
 
-export const TAGS = [
-  { name: "Health", description: "Readiness probes and this description: no token needed." },
-  { name: "Queues", description: "Creating, reading, changing and deleting queues (admin scope)." },
-  { name: "Messages", description: "Sending (send scope); peeking, looking up and cancelling messages (admin scope)." },
-  { name: "Pull consumers", description: "Leasing, acknowledging and extending messages over HTTP (consume scope)." },
-  { name: "Consumers", description: "A queue's consumer: a Worker, or pull over HTTP (admin scope)." },
-  { name: "Operations", description: "Purge, redrive from a dead-letter queue, ordered lanes held back (admin scope)." },
-  { name: "Figures", description: "Backlog figures, the control plane, the last hour, Prometheus." },
-  { name: "Event subscriptions", description: "Cloudflare's events of its own products into a queue: shardq has no such sources, and answers each call 501 saying so." },
-];
-
-export const OPERATIONS: readonly Operation[] = [
+export const ROUTES: readonly Route[] = [
   {
-    method: "get", path: "/healthz", operationId: "health", tag: "Health",
+    method: "GET", path: "/healthz", access: PUBLIC,
+    handle: healthz,
+    operationId: "health", tag: "Health",
     summary: "Readiness probe",
     description: "200 from a Worker that is up and routing. Reads no binding and needs no token; never cached.",
     answer: ok(R.healthResult, "Up."),
   },
   {
-    method: "head", path: "/healthz", operationId: "healthHead", tag: "Health",
+    method: "HEAD", path: "/healthz", access: PUBLIC,
+    handle: healthz,
+    operationId: "healthHead", tag: "Health",
     summary: "Readiness probe, headers only",
     answer: { kind: "empty", description: "Up." },
   },
   {
-    method: "get", path: "/openapi.json", operationId: "openApiDescription", tag: "Health",
+    method: "GET", path: "/openapi.json", access: PUBLIC,
+    handle: (req) => openApi(req, ROUTES),
+    operationId: "openApiDescription", tag: "Health",
     summary: "This description",
     description: "The OpenAPI 3.1 description of the API, generated from the schemas the routes validate with. Needs no token.",
     answer: { kind: "raw", mediaType: "application/json", schema: { type: "object", description: "An OpenAPI 3.1 document." }, description: "The description." },
   },
   {
-    method: "head", path: "/openapi.json", operationId: "openApiDescriptionHead", tag: "Health",
+    method: "HEAD", path: "/openapi.json", access: PUBLIC,
+    handle: (req) => openApi(req, ROUTES),
+    operationId: "openApiDescriptionHead", tag: "Health",
     summary: "This description, headers only",
     answer: { kind: "empty", description: "The description's headers." },
   },
   {
-    method: "get", path: "/metrics", operationId: "prometheusMetrics", tag: "Figures",
+    method: "GET", path: "/metrics", access: [A],
+    handle: (req, env) => prometheusMetrics(env, account(req)),
+    operationId: "prometheusMetrics", tag: "Figures",
     summary: "Every queue of the token's account, in Prometheus' text format",
     description: "Gauges read now from the storage shards and Coordinators; counters as the shards' heartbeats last reported them (docs/monitoring.md).",
     answer: { kind: "raw", mediaType: "text/plain", schema: { type: "string" }, description: "The Prometheus text exposition format, version 0.0.4." },
   },
   {
-    method: "get", path: `${ACCOUNT}/queues`, operationId: "listQueues", tag: "Queues",
+    method: "GET", path: `${ACCOUNT}/queues`, access: [A], cloudflare: true,
+    handle: (req, env) => listQueues(req.query, env, account(req)),
+    operationId: "listQueues", tag: "Queues",
     summary: "List the account's queues", query: listQueuesQuery,
     description:
       "Queues by name, a page at a time: page (from 1) and per_page (1 to 100, default 20), as Cloudflare pages its lists. " +
@@ -123,7 +94,9 @@ export const OPERATIONS: readonly Operation[] = [
     },
   },
   {
-    method: "post", path: `${ACCOUNT}/queues`, operationId: "createQueue", tag: "Queues",
+    method: "POST", path: `${ACCOUNT}/queues`, access: [A], cloudflare: true,
+    handle: (req, env) => createQueue(req, env, account(req)),
+    operationId: "createQueue", tag: "Queues",
     summary: "Create a queue",
     description: "409 when the account already has a queue of that name.",
     body: { id: "CreateQueueRequest", schema: createQueueBody, required: true },
@@ -131,11 +104,15 @@ export const OPERATIONS: readonly Operation[] = [
     errors: [409],
   },
   {
-    method: "get", path: QUEUE, operationId: "getQueue", tag: "Queues",
+    method: "GET", path: QUEUE, access: [A], cloudflare: true,
+    handle: (req, env) => getQueue(env, account(req), queueRef(req)),
+    operationId: "getQueue", tag: "Queues",
     summary: "Read a queue", answer: ok(R.queueInfo, "The queue."),
   },
   {
-    method: "put", path: QUEUE, operationId: "replaceQueue", tag: "Queues",
+    method: "PUT", path: QUEUE, access: [A], cloudflare: true,
+    handle: (req, env) => replaceQueue(req, env, account(req), queueRef(req)),
+    operationId: "replaceQueue", tag: "Queues",
     summary: "Replace a queue's settings",
     description:
       "Cloudflare's update, which takes no partial update: the queue's settings become those given, and any left out goes back to its default (delivery_delay 0, delivery_paused false, the default retention), as on a queue just created. " +
@@ -144,27 +121,35 @@ export const OPERATIONS: readonly Operation[] = [
     answer: ok(R.queueInfo, "The queue as it is now."),
   },
   {
-    method: "patch", path: QUEUE, operationId: "updateQueue", tag: "Queues",
+    method: "PATCH", path: QUEUE, access: [A], cloudflare: true,
+    handle: (req, env) => updateQueue(req, env, account(req), queueRef(req)),
+    operationId: "updateQueue", tag: "Queues",
     summary: "Change a queue's settings",
     description: "Cloudflare's edit: only the settings given change. queue_name may be given but must not change: a queue cannot be renamed.",
     body: { id: "UpdateQueueRequest", schema: updateQueueBody, required: true },
     answer: ok(R.queueInfo, "The queue as it is now."),
   },
   {
-    method: "delete", path: QUEUE, operationId: "deleteQueue", tag: "Queues",
+    method: "DELETE", path: QUEUE, access: [A], cloudflare: true,
+    handle: (req, env) => deleteQueue(env, account(req), queueRef(req)),
+    operationId: "deleteQueue", tag: "Queues",
     summary: "Delete a queue and every message in it",
     description: "409 naming the consumer and the queue it consumes when the queue is some consumer's dead-letter queue: its messages out of retries would have nowhere to go. Remove that consumer or change its dead_letter_queue first.",
     answer: ok(R.nullResult, "Deleted."),
     errors: [409],
   },
   {
-    method: "get", path: `${QUEUE}/messages`, operationId: "peekMessages", tag: "Messages",
+    method: "GET", path: `${QUEUE}/messages`, access: [A],
+    handle: (req, env) => peekMessages(new URL(req.url), env, account(req), queueRef(req)),
+    operationId: "peekMessages", tag: "Messages",
     summary: "Peek at ready messages, bodies included",
     description: "Oldest first over all shards, keyed messages (with their `ordering_key`) among them: those a consumer could be given now. Leases nothing and counts no attempt.",
     query: peekQuery, answer: ok(R.peekResult, "Up to `limit` ready messages."), errors: [503],
   },
   {
-    method: "post", path: `${QUEUE}/messages`, operationId: "sendMessage", tag: "Messages",
+    method: "POST", path: `${QUEUE}/messages`, access: [S], cloudflare: true,
+    handle: (req, env, ctx) => sendMessage(req, env, ctx, account(req), queueRef(req)),
+    operationId: "sendMessage", tag: "Messages",
     summary: "Send one message",
     description:
       "Stored on a storage shard before the answer. With an Idempotency-Key header or an `id`, stored once however often the request is retried within 24 hours; " +
@@ -178,7 +163,9 @@ export const OPERATIONS: readonly Operation[] = [
     errors: [409, 413, 503],
   },
   {
-    method: "post", path: `${QUEUE}/messages/batch`, operationId: "sendBatch", tag: "Messages",
+    method: "POST", path: `${QUEUE}/messages/batch`, access: [S], cloudflare: true,
+    handle: (req, env, ctx) => sendBatch(req, env, ctx, account(req), queueRef(req)),
+    operationId: "sendBatch", tag: "Messages",
     summary: "Send up to 100 messages, stored all together or not at all",
     description: "At most 100 messages and 256 KB of encoded bodies. Idempotent as POST .../messages is, by key and by each message's `id`. A body that could not be delivered as sent is refused as there (400 naming `messages[i].body`).",
     idempotencyKey: true,
@@ -187,7 +174,9 @@ export const OPERATIONS: readonly Operation[] = [
     errors: [409, 413, 503],
   },
   {
-    method: "post", path: `${QUEUE}/messages/pull`, operationId: "pullMessages", tag: "Pull consumers",
+    method: "POST", path: `${QUEUE}/messages/pull`, access: [C], cloudflare: true,
+    handle: (req, env, ctx) => pullMessages(req, env, ctx, account(req), queueRef(req), req.principal.tokenId),
+    operationId: "pullMessages", tag: "Pull consumers",
     summary: "Lease a batch of messages",
     description: "Needs an http_pull consumer (409 otherwise, and while delivery is paused). With wait_time_ms, waits up to that long for messages (long polling) and answers within moments of one becoming ready, whatever made it ready (a send, a delay or retry delay ending, a lease running out, a redrive, a key released); an empty batch is not an error. A pull waiting when delivery is paused ends with the same 409, having leased nothing. Waiting pulls are capped at 1,000 per queue and 250 per token on a queue: one over a cap gets a 429 with Retry-After, its field `queue` or `authorization` naming the cap, having leased nothing. A wait_id (a new one per pull) lets POST .../messages/pull/cancel end the wait if the client goes away. No body at all reads as `{}`.",
     body: { id: "PullRequest", schema: pullBody, required: false },
@@ -195,7 +184,9 @@ export const OPERATIONS: readonly Operation[] = [
     errors: [409, 503],
   },
   {
-    method: "post", path: `${QUEUE}/messages/pull/cancel`, operationId: "cancelPull", tag: "Pull consumers",
+    method: "POST", path: `${QUEUE}/messages/pull/cancel`, access: [C],
+    handle: (req, env) => cancelPull(req, env, account(req), queueRef(req)),
+    operationId: "cancelPull", tag: "Pull consumers",
     summary: "End a long poll whose client went away",
     description: "Names the pull by the `wait_id` it was sent with. It stops waiting and leases nothing; a wake-up it already took goes to the next waiting pull. `cancelled` is false, with a `reason`, when the pull had already answered with messages (`answered`: nobody else is woken) or no such pull was waiting or just woken (`not_waiting`).",
     body: { id: "CancelPullRequest", schema: cancelPullBody, required: true },
@@ -203,7 +194,9 @@ export const OPERATIONS: readonly Operation[] = [
     errors: [409],
   },
   {
-    method: "post", path: `${QUEUE}/messages/ack`, operationId: "ackMessages", tag: "Pull consumers",
+    method: "POST", path: `${QUEUE}/messages/ack`, access: [C], cloudflare: true,
+    handle: (req, env) => ackMessages(req, env, account(req), queueRef(req)),
+    operationId: "ackMessages", tag: "Pull consumers",
     summary: "Acknowledge or retry leased messages",
     description: "Acks delete; retries come back after their delay, or go to the dead-letter queue when out of retries. A lease id that cannot be honoured is a warning in the answer, never a failed request. A lease id both in `acks` and in `retries` is a 400 naming `retries[i].lease_id`, and nothing of the request is applied.",
     body: { id: "AckRequest", schema: ackBody, required: true },
@@ -211,13 +204,17 @@ export const OPERATIONS: readonly Operation[] = [
     errors: [409],
   },
   {
-    method: "post", path: `${QUEUE}/messages/extend`, operationId: "extendLeases", tag: "Pull consumers",
+    method: "POST", path: `${QUEUE}/messages/extend`, access: [C],
+    handle: (req, env) => extendLeases(req, env, account(req), queueRef(req)),
+    operationId: "extendLeases", tag: "Pull consumers",
     summary: "Extend leases still held",
     body: { id: "ExtendRequest", schema: extendBody, required: true },
     answer: ok(R.extendResult, "How many leases were extended, and a warning for each that was not."),
   },
   {
-    method: "post", path: `${QUEUE}/messages/peek`, operationId: "peekMessagesCloudflare", tag: "Messages",
+    method: "POST", path: `${QUEUE}/messages/peek`, access: [A], cloudflare: true,
+    handle: (req, env) => peekByPost(req, env, account(req), queueRef(req)),
+    operationId: "peekMessagesCloudflare", tag: "Messages",
     summary: "Peek at ready messages, as Cloudflare's API does",
     description:
       "GET .../messages in the shape of Cloudflare's peek: up to batch_size (default 10, at most 100) ready messages, oldest first over all shards, leasing nothing and counting no attempt. " +
@@ -226,7 +223,9 @@ export const OPERATIONS: readonly Operation[] = [
     answer: ok(R.peekPostResult, "Up to `batch_size` ready messages, each with its ref."), errors: [503],
   },
   {
-    method: "post", path: `${QUEUE}/messages/purge`, operationId: "purgePeekedMessages", tag: "Messages",
+    method: "POST", path: `${QUEUE}/messages/purge`, access: [A], cloudflare: true,
+    handle: (req, env) => purgePeeked(req, env, account(req), queueRef(req)),
+    operationId: "purgePeekedMessages", tag: "Messages",
     summary: "Delete peeked messages by their refs",
     description:
       "Cloudflare's purge of peeked messages: each message a ref names is deleted wherever it stands (ready, delayed or leased), as DELETE .../messages/{message_id} deletes one. " +
@@ -235,31 +234,41 @@ export const OPERATIONS: readonly Operation[] = [
     answer: ok(R.purgePeekedResult, "How many were deleted, and a warning for each ref that was not."), errors: [503],
   },
   {
-    method: "get", path: `${QUEUE}/messages/{message_id}`, operationId: "getMessage", tag: "Messages",
+    method: "GET", path: `${QUEUE}/messages/{message_id}`, access: [A],
+    handle: (req, env) => withMessageId(req, (id) => lookupMessage(env, account(req), queueRef(req), id)),
+    operationId: "getMessage", tag: "Messages",
     summary: "Look up a message by id",
     description: "Its state and figures, without its body; a message dead-lettered is found in the dead-letter queue.",
     answer: ok(R.messageStatus, "The message."), errors: [503],
   },
   {
-    method: "delete", path: `${QUEUE}/messages/{message_id}`, operationId: "cancelMessage", tag: "Messages",
+    method: "DELETE", path: `${QUEUE}/messages/{message_id}`, access: [A],
+    handle: (req, env) => withMessageId(req, (id) => cancelMessage(env, account(req), queueRef(req), id)),
+    operationId: "cancelMessage", tag: "Messages",
     summary: "Cancel a message by id",
     answer: ok(R.cancelResult, "Deleted."), errors: [503],
   },
   {
-    method: "post", path: `${QUEUE}/purge`, operationId: "purgeQueue", tag: "Operations",
+    method: "POST", path: `${QUEUE}/purge`, access: [A], cloudflare: true,
+    handle: (req, env) => purgeQueue(req, env, account(req), queueRef(req)),
+    operationId: "purgeQueue", tag: "Operations",
     summary: "Delete every message of the queue",
     description: "Ready, delayed and leased messages alike, in bounded steps: `completed: false` means call again. Answers the queue, as Cloudflare's purge does, with shardq's counts beside its fields. With `return_ids: true` the answer lists the ids deleted, and one request deletes at most 10,000. Messages a redrive is moving out of the queue at that moment are left to it (they go to its target, counted in its `moved`, not in `purged`).",
     body: { id: "PurgeRequest", schema: purgeBody, required: true },
     answer: ok(R.purgeResult, "The queue, as Cloudflare's purge answers it, with how many were deleted."), errors: [503],
   },
   {
-    method: "get", path: `${QUEUE}/purge`, operationId: "purgeStatus", tag: "Operations",
+    method: "GET", path: `${QUEUE}/purge`, access: [A], cloudflare: true,
+    handle: (req, env) => purgeStatus(env, account(req), queueRef(req)),
+    operationId: "purgeStatus", tag: "Operations",
     summary: "How the queue's last purge went",
     description: "Cloudflare's purge status: when the last purge started, and whether it emptied the queue (\"true\" or \"false\", strings as Cloudflare types them). `{}` for a queue never purged.",
     answer: ok(R.purgeStatusResult, "The last purge."),
   },
   {
-    method: "post", path: `${QUEUE}/redrive`, operationId: "redriveQueue", tag: "Operations",
+    method: "POST", path: `${QUEUE}/redrive`, access: [A],
+    handle: (req, env) => redriveQueue(req, env, account(req), queueRef(req)),
+    operationId: "redriveQueue", tag: "Operations",
     summary: "Move messages from this dead-letter queue back to a queue",
     description:
       "By default to the one queue whose consumer dead-letters here. Keeps ids and ordering keys, each key's messages in their order; never loses a message. " +
@@ -268,13 +277,17 @@ export const OPERATIONS: readonly Operation[] = [
     answer: ok(R.redriveResult, "How many moved, and how many still match."), errors: [503],
   },
   {
-    method: "get", path: `${QUEUE}/ordering/held`, operationId: "listHeldKeys", tag: "Operations",
+    method: "GET", path: `${QUEUE}/ordering/held`, access: [A],
+    handle: (req, env) => listHeldKeys(req, env, account(req), queueRef(req)),
+    operationId: "listHeldKeys", tag: "Operations",
     summary: "Ordering keys held back, longest held first",
     description: "Why each is held: `leased` (a batch in flight), `retry` (its head waits out a retry delay), `delayed` (its head was sent with a delay not over yet), `handoff` (another shard holds older messages of it). A retry or a delay that is over no longer holds its key.",
     query: heldQuery, answer: ok(R.heldKeysResult, "The keys held back, with counts by reason."),
   },
   {
-    method: "post", path: `${QUEUE}/ordering/release`, operationId: "releaseOrderingKey", tag: "Operations",
+    method: "POST", path: `${QUEUE}/ordering/release`, access: [A],
+    handle: (req, env) => releaseKey(req, env, account(req), queueRef(req)),
+    operationId: "releaseOrderingKey", tag: "Operations",
     summary: "Release a held ordering key",
     description:
       "Moves the message holding the key, named by `message_id` as `GET .../ordering/held` lists it, to the consumer's dead-letter queue, and the key goes on. " +
@@ -285,23 +298,33 @@ export const OPERATIONS: readonly Operation[] = [
     answer: ok(R.releaseResult, "The message moved."), errors: [409],
   },
   {
-    method: "get", path: `${QUEUE}/metrics`, operationId: "getQueueMetrics", tag: "Figures",
+    method: "GET", path: `${QUEUE}/metrics`, access: [S, C, A], cloudflare: true,
+    handle: (req, env) => getMetrics(env, account(req), queueRef(req)),
+    operationId: "getQueueMetrics", tag: "Figures",
     summary: "The queue's backlog, summed and per shard", answer: ok(R.queueMetrics, "The queue's figures."),
   },
   {
-    method: "get", path: `${QUEUE}/shards`, operationId: "getShards", tag: "Figures",
+    method: "GET", path: `${QUEUE}/shards`, access: [A],
+    handle: (req, env) => getShards(env, account(req), queueRef(req)),
+    operationId: "getShards", tag: "Figures",
     summary: "The queue's control plane", answer: ok(R.shardsResult, "Shard map, heartbeats, consumer shards, decisions."),
   },
   {
-    method: "get", path: `${QUEUE}/series`, operationId: "getSeries", tag: "Figures",
+    method: "GET", path: `${QUEUE}/series`, access: [A],
+    handle: (req, env) => getSeries(env, account(req), queueRef(req)),
+    operationId: "getSeries", tag: "Figures",
     summary: "The queue's last hour, a point per step", answer: ok(R.seriesResult, "Points, oldest first."),
   },
   {
-    method: "get", path: `${QUEUE}/consumers`, operationId: "listConsumers", tag: "Consumers",
+    method: "GET", path: `${QUEUE}/consumers`, access: [A], cloudflare: true,
+    handle: (req, env) => listConsumers(env, account(req), queueRef(req)),
+    operationId: "listConsumers", tag: "Consumers",
     summary: "The queue's consumers (at most one)", answer: ok(R.consumerList, "The consumers."),
   },
   {
-    method: "post", path: `${QUEUE}/consumers`, operationId: "createConsumer", tag: "Consumers",
+    method: "POST", path: `${QUEUE}/consumers`, access: [A], cloudflare: true,
+    handle: (req, env) => createConsumer(req, env, account(req), queueRef(req)),
+    operationId: "createConsumer", tag: "Consumers",
     summary: "Add the queue's consumer",
     description: "A worker consumer names, exactly, a Worker shardq has a service binding to (CONSUMER_<NAME>) for the caller's account (WORKER_CONSUMER_ACCOUNTS; unset: the local account only); any other name, or a Worker bound for other accounts only, is the same 400 naming script_name. 409 when the queue already has a consumer.",
     body: { id: "CreateConsumerRequest", schema: createConsumerBody, required: true },
@@ -309,11 +332,15 @@ export const OPERATIONS: readonly Operation[] = [
     errors: [409],
   },
   {
-    method: "get", path: `${QUEUE}/consumers/{consumer_id}`, operationId: "getConsumer", tag: "Consumers",
+    method: "GET", path: `${QUEUE}/consumers/{consumer_id}`, access: [A], cloudflare: true,
+    handle: (req, env) => getConsumer(env, account(req), queueRef(req), param(req, "consumer_id")),
+    operationId: "getConsumer", tag: "Consumers",
     summary: "Read a consumer", answer: ok(R.consumer, "The consumer."),
   },
   {
-    method: "put", path: `${QUEUE}/consumers/{consumer_id}`, operationId: "replaceConsumer", tag: "Consumers",
+    method: "PUT", path: `${QUEUE}/consumers/{consumer_id}`, access: [A], cloudflare: true,
+    handle: (req, env) => replaceConsumer(req, env, account(req), queueRef(req), param(req, "consumer_id")),
+    operationId: "replaceConsumer", tag: "Consumers",
     summary: "Replace the queue's consumer, or add it",
     description:
       "Cloudflare's update. Replaced (the path names the queue's consumer): its settings become those given over a new consumer's defaults (its transport stays), and no dead_letter_queue means none; type and script_name must not change. " +
@@ -324,30 +351,57 @@ export const OPERATIONS: readonly Operation[] = [
     errors: [409],
   },
   {
-    method: "patch", path: `${QUEUE}/consumers/{consumer_id}`, operationId: "updateConsumer", tag: "Consumers",
+    method: "PATCH", path: `${QUEUE}/consumers/{consumer_id}`, access: [A],
+    handle: (req, env) => updateConsumer(req, env, account(req), queueRef(req), param(req, "consumer_id")),
+    operationId: "updateConsumer", tag: "Consumers",
     summary: "Change a consumer's settings or dead-letter queue",
     description: "type and script_name may be given but must not change.",
     body: { id: "UpdateConsumerRequest", schema: updateConsumerBody, required: true },
     answer: ok(R.consumer, "The consumer as it is now."),
   },
   {
-    method: "delete", path: `${QUEUE}/consumers/{consumer_id}`, operationId: "deleteConsumer", tag: "Consumers",
+    method: "DELETE", path: `${QUEUE}/consumers/{consumer_id}`, access: [A], cloudflare: true,
+    handle: (req, env) => deleteConsumer(env, account(req), queueRef(req), param(req, "consumer_id")),
+    operationId: "deleteConsumer", tag: "Consumers",
     summary: "Remove a consumer", answer: ok(R.nullResult, "Removed."),
   },
   ...(
     [
-      ["get", SUBSCRIPTIONS, "listEventSubscriptions", "List event subscriptions"],
-      ["post", SUBSCRIPTIONS, "createEventSubscription", "Create an event subscription"],
-      ["get", `${SUBSCRIPTIONS}/{subscription_id}`, "getEventSubscription", "Read an event subscription"],
-      ["patch", `${SUBSCRIPTIONS}/{subscription_id}`, "updateEventSubscription", "Change an event subscription"],
-      ["delete", `${SUBSCRIPTIONS}/{subscription_id}`, "deleteEventSubscription", "Delete an event subscription"],
+      ["GET", SUBSCRIPTIONS, "listEventSubscriptions", "List event subscriptions"],
+      ["POST", SUBSCRIPTIONS, "createEventSubscription", "Create an event subscription"],
+      ["GET", `${SUBSCRIPTIONS}/{subscription_id}`, "getEventSubscription", "Read an event subscription"],
+      ["PATCH", `${SUBSCRIPTIONS}/{subscription_id}`, "updateEventSubscription", "Change an event subscription"],
+      ["DELETE", `${SUBSCRIPTIONS}/{subscription_id}`, "deleteEventSubscription", "Delete an event subscription"],
     ] as const
   ).map(
-    ([method, path, operationId, summary]): Operation => ({
-      method, path, operationId, tag: "Event subscriptions", summary,
+    ([method, path, operationId, summary]): Route => ({
+      method, path, access: [A], cloudflare: true, handle: eventSubscriptions,
+      operationId, tag: "Event subscriptions", summary,
       description: "Not served: 501. Cloudflare's event subscriptions deliver events of its own products (R2, KV, Workers AI, Workflows...) into a queue, and shardq has no such sources. Send such events from a Worker, through a producer binding or POST .../messages.",
       answer: { kind: "unsupported", description: "Never: every call answers 501." },
       errors: [501],
     }),
   ),
 ];
+
+/** The token's account: the router has checked it is the one the path names. */
+function account(req: ApiRequest): string {
+  return req.principal.accountId;
+}
+
+function queueRef(req: ApiRequest): string {
+  return param(req, "queue");
+}
+
+/** Verbs that share the shape of .../messages/{message_id} but are POST-only. */
+const MESSAGE_VERBS = new Set(["batch", "pull", "ack", "extend", "peek", "purge"]);
+
+/**
+ * A GET or DELETE on .../messages/pull is not a lookup of a message named "pull". The path
+ * check answers such a request 405 before any handler runs; returning nothing here keeps it
+ * from ever being read as a message id, whatever the order of the router's routes.
+ */
+function withMessageId(req: ApiRequest, handle: (id: string) => Promise<Response>): Promise<Response> | undefined {
+  const id = param(req, "message_id");
+  return MESSAGE_VERBS.has(id) ? undefined : handle(id);
+}
