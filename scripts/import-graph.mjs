@@ -6,7 +6,7 @@
 // test/e2e/import-graph.test.ts runs the same check in `npm test`.
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
-import { ROOT } from "./dev-server.mjs";
+import { ROOT } from "../cli/wrangler/dev-server.mjs";
 
 const FOLDERS = ["src", "broker", "coordinator", "storage-shard", "consumer-shard"];
 

@@ -39,7 +39,7 @@ import { cpSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, writeFil
 import { createHash } from "node:crypto";
 import { tmpdir } from "node:os";
 import { join, relative } from "node:path";
-import { freePort, ROOT, startWrangler } from "./dev-server.mjs";
+import { freePort, ROOT, startWrangler } from "../cli/wrangler/dev-server.mjs";
 import { startDevService } from "../test/e2e/dev-service.mjs";
 
 const [major = 0, minor = 0] = process.versions.node.split(".").map(Number);

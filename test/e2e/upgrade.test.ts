@@ -16,7 +16,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { DatabaseSync } from "node:sqlite";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ROOT } from "../../scripts/dev-server.mjs";
+import { ROOT } from "../../cli/wrangler/dev-server.mjs";
 import { startDevService, type DevService } from "./dev-service.mjs";
 import type { Lookup } from "./message-lookup.js";
 
@@ -102,7 +102,7 @@ describe("upgrade in place from the v4 storage shard schema", () => {
   });
 
   afterAll(async () => {
-    // By process group: wrangler and the workerd it runs (scripts/dev-server.mjs).
+    // By process group: wrangler and the workerd it runs (cli/wrangler/dev-server.mjs).
     await service?.stop();
     rmSync(stateDir, { recursive: true, force: true });
   });
