@@ -3,7 +3,7 @@
 // files); `shardq apply <file>` then creates the queues and consumers on the deployed service.
 import { readFileSync } from "node:fs";
 import { CliError, UsageError, repeated, text } from "../args.mjs";
-import { connection } from "../main.mjs";
+import { connection } from "../client.mjs";
 import { applyConfig } from "../workers/apply-config.mjs";
 import { QUEUES_FILE, SERVICES_FILE, writeDeployConfig } from "../workers/deploy-config.mjs";
 import { shardqName } from "../workers/dev-session.mjs";
