@@ -8,8 +8,8 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
-import { writeDevConfig } from "../scripts/dev-config.mjs";
-import { freePort, ROOT, startWrangler } from "../scripts/dev-server.mjs";
+import { writeDevConfig } from "../cli/wrangler/dev-config.mjs";
+import { freePort, ROOT, startWrangler } from "../cli/wrangler/dev-server.mjs";
 import { groupCpuSeconds } from "./scaling.mjs";
 
 export const CEILING_HELP = `npm run bench -- ceiling [--seconds N] [--inflight K] [--bytes B]

@@ -9,7 +9,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "nod
 import { tmpdir } from "node:os";
 import { basename, join } from "node:path";
 import { parseArgs } from "node:util";
-import { freePort, ROOT, startWrangler } from "../scripts/dev-server.mjs";
+import { freePort, ROOT, startWrangler } from "../cli/wrangler/dev-server.mjs";
 import { ceiling, ceilingMarkdown } from "./ceiling.mjs";
 import { goalsMarkdown } from "./goals.mjs";
 import { startShardq } from "./stacks.mjs";

@@ -10,8 +10,8 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "nod
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
-import { writeDevConfig } from "../scripts/dev-config.mjs";
-import { freePort, ROOT, startWrangler } from "../scripts/dev-server.mjs";
+import { writeDevConfig } from "../cli/wrangler/dev-config.mjs";
+import { freePort, ROOT, startWrangler } from "../cli/wrangler/dev-server.mjs";
 import { Inspector } from "../scripts/v8-inspector.mjs";
 import { stackVars } from "./traffic.mjs";
 

@@ -11,9 +11,9 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
-import { applyConfig } from "../scripts/apply-config.mjs";
-import { writeDevConfig } from "../scripts/dev-config.mjs";
-import { freePort, ROOT, startWrangler } from "../scripts/dev-server.mjs";
+import { applyConfig } from "../cli/workers/apply-config.mjs";
+import { writeDevConfig } from "../cli/wrangler/dev-config.mjs";
+import { freePort, ROOT, startWrangler } from "../cli/wrangler/dev-server.mjs";
 import { groupPids } from "./scaling.mjs";
 
 export const MANY_HELP = `npm run bench -- many [--queues N] [--quiet-seconds S] [--settle-seconds S] [--concurrency C] [--state DIR] [--json FILE]

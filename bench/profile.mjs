@@ -11,8 +11,8 @@ import { parseArgs } from "node:util";
 import { setUpShardq } from "./stacks.mjs";
 import { W8 } from "./ordered.mjs";
 import { groupCpuSeconds, groupPids } from "./scaling.mjs";
-import { writeDevConfig } from "../scripts/dev-config.mjs";
-import { freePort, ROOT, startWrangler } from "../scripts/dev-server.mjs";
+import { writeDevConfig } from "../cli/wrangler/dev-config.mjs";
+import { freePort, ROOT, startWrangler } from "../cli/wrangler/dev-server.mjs";
 
 export const PROFILE_HELP = `npm run bench -- profile [--workload w1|w1b|w2|w8|w8u] [--count N] [--rate R] [--concurrency C] [--shards N] [--paused] [--observability]
   Runs one workload against shardq alone under perf and prints CPU per message, send() latency and workerd's hottest frames.

@@ -7,7 +7,7 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
-import { ROOT } from "../scripts/dev-server.mjs";
+import { ROOT } from "../cli/wrangler/dev-server.mjs";
 import { CLASSES } from "./cost.mjs";
 import { PRICES, queuesUsd, usd } from "./prices.mjs";
 import { rateWindow, withStack } from "./traffic.mjs";

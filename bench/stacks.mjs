@@ -2,8 +2,8 @@
 // service (wrangler.toml with the variables a workload sets) and the sink, on a free loopback
 // port, with the benchmark's queue and its consumer created.
 import { join } from "node:path";
-import { writeDevConfig } from "../scripts/dev-config.mjs";
-import { ROOT, startWranglerOnFreePort } from "../scripts/dev-server.mjs";
+import { writeDevConfig } from "../cli/wrangler/dev-config.mjs";
+import { ROOT, startWranglerOnFreePort } from "../cli/wrangler/dev-server.mjs";
 
 const HEADERS = { authorization: "Bearer shardq-local-dev-token", "content-type": "application/json" };
 

@@ -9,7 +9,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "nod
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
-import { ROOT } from "../scripts/dev-server.mjs";
+import { ROOT } from "../cli/wrangler/dev-server.mjs";
 import { costRateChart } from "./charts.mjs";
 import { CLASSES, costDelta, readCost } from "./cost.mjs";
 import { sinkStats, untilDelivered } from "./driver-run.mjs";

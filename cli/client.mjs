@@ -1,10 +1,16 @@
-// How `shardq` reaches the API: the client library (src/client, `shardq/client`) with the
-// CLI's retry policy and timeout. Only the commands that call the API load it (main.mjs),
-// so that `dev`, `deploy-config` and `apply` run wherever they ran before: Node runs the
+// How `shardq` reaches the API: where it is (URL, token and account, from the flags or the
+// environment), and the client library (src/client, `shardq/client`) with the CLI's retry
+// policy and timeout. Only the commands that call the API load the library (main.mjs), so
+// that `dev`, `deploy-config` and `apply` run wherever they ran before: Node runs the
 // library's TypeScript only from 22.18 on, and never for a file under node_modules (shardq
 // installed as a copy rather than linked, which README's "Use shardq with your own
 // Workers" allows).
-import { CliError } from "./args.mjs";
+import { CliError, UsageError } from "./args.mjs";
+
+/** Local development's: where `npm start` serves, and the token and account .dev.vars gives it. */
+export const DEFAULT_URL = "http://127.0.0.1:8787";
+export const LOCAL_TOKEN = "shardq-local-dev-token";
+export const DEFAULT_ACCOUNT = "local";
 
 /** @typedef {typeof import("../src/client/index.ts")} ClientLibrary */
 /** @typedef {import("../src/client/index.ts").ShardqClient} Client */
@@ -60,9 +66,37 @@ export async function loadClientLibrary() {
 /**
  * A client of the service with the CLI's retry policy and timeout.
  * @param {ClientLibrary} lib
- * @param {{ url: string, token: string, account: string }} connection
+ * @param {{ url: string, token: string, account: string }} conn  as connection() finds it
  * @returns {Client}
  */
-export function cliClient(lib, connection) {
-  return lib.createClient({ ...connection, retry: CLI_RETRY, timeoutMs: CLI_TIMEOUT_MS });
+export function cliClient(lib, conn) {
+  return lib.createClient({ ...conn, retry: CLI_RETRY, timeoutMs: CLI_TIMEOUT_MS });
+}
+
+/**
+ * URL, token and account from the flags, else the environment, else local development's.
+ * The local dev token is only ever sent to a loopback address.
+ * @param {import("./args.mjs").Values} values
+ * @param {Record<string, string | undefined>} env
+ */
+export function connection(values, env) {
+  const url = /** @type {string | undefined} */ (values.url) ?? (env.SHARDQ_URL || DEFAULT_URL);
+  /** @type {URL} */
+  let parsed;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw new UsageError(`--url: "${url}" is not a URL (like ${DEFAULT_URL})`);
+  }
+  if (parsed.protocol !== "http:" && parsed.protocol !== "https:") throw new UsageError(`--url: "${url}" must start with http:// or https://`);
+  const token = /** @type {string | undefined} */ (values.token) ?? (env.SHARDQ_TOKEN || (isLoopback(parsed.hostname) ? LOCAL_TOKEN : undefined));
+  if (!token) throw new UsageError(`--token (or SHARDQ_TOKEN) is required for ${parsed.origin}; the local dev token is only used for a loopback URL`);
+  const account = /** @type {string | undefined} */ (values.account) ?? (env.SHARDQ_ACCOUNT || DEFAULT_ACCOUNT);
+  if (account === "") throw new UsageError("--account must not be empty");
+  return { url, token, account };
+}
+
+/** @param {string} host */
+function isLoopback(host) {
+  return host === "localhost" || host.endsWith(".localhost") || host === "[::1]" || /^127\.\d+\.\d+\.\d+$/.test(host);
 }

@@ -2,13 +2,9 @@
 // Exit status: 0 done, 1 the API refused or could not be reached, 2 a usage error.
 import { createInterface } from "node:readline/promises";
 import { CliError, GLOBAL_OPTIONS, UsageError, checkPositionals, parseOptions, splitCommand } from "./args.mjs";
-import { CLI_RETRY, cliClient, loadClientLibrary } from "./client.mjs";
+import { CLI_RETRY, cliClient, connection, loadClientLibrary } from "./client.mjs";
 import { COMMANDS, FIELD_FLAGS, spellings } from "./commands/index.mjs";
 import { plural } from "./format.mjs";
-
-export const DEFAULT_URL = "http://127.0.0.1:8787";
-export const LOCAL_TOKEN = "shardq-local-dev-token";
-export const DEFAULT_ACCOUNT = "local";
 
 /** @typedef {import("./commands/index.mjs").Command} Command */
 /** @typedef {import("./args.mjs").OptionSpec} OptionSpec */
@@ -128,34 +124,6 @@ export async function main(argv, io = processIo()) {
     io.err(`shardq ${name}: unexpected error: ${/** @type {Error} */ (err)?.stack ?? String(err)}`);
     return 1;
   }
-}
-
-/**
- * URL, token and account from the flags, else the environment, else local development's.
- * The local dev token is only ever sent to a loopback address.
- * @param {import("./args.mjs").Values} values
- * @param {Record<string, string | undefined>} env
- */
-export function connection(values, env) {
-  const url = /** @type {string | undefined} */ (values.url) ?? (env.SHARDQ_URL || DEFAULT_URL);
-  /** @type {URL} */
-  let parsed;
-  try {
-    parsed = new URL(url);
-  } catch {
-    throw new UsageError(`--url: "${url}" is not a URL (like ${DEFAULT_URL})`);
-  }
-  if (parsed.protocol !== "http:" && parsed.protocol !== "https:") throw new UsageError(`--url: "${url}" must start with http:// or https://`);
-  const token = /** @type {string | undefined} */ (values.token) ?? (env.SHARDQ_TOKEN || (isLoopback(parsed.hostname) ? LOCAL_TOKEN : undefined));
-  if (!token) throw new UsageError(`--token (or SHARDQ_TOKEN) is required for ${parsed.origin}; the local dev token is only used for a loopback URL`);
-  const account = /** @type {string | undefined} */ (values.account) ?? (env.SHARDQ_ACCOUNT || DEFAULT_ACCOUNT);
-  if (account === "") throw new UsageError("--account must not be empty");
-  return { url, token, account };
-}
-
-/** @param {string} host */
-function isLoopback(host) {
-  return host === "localhost" || host.endsWith(".localhost") || host === "[::1]" || /^127\.\d+\.\d+\.\d+$/.test(host);
 }
 
 /**

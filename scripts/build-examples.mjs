@@ -4,7 +4,7 @@
 // JavaScript. vitest.config.ts calls these.
 import { build } from "esbuild";
 import { join } from "node:path";
-import { ROOT } from "./dev-server.mjs";
+import { ROOT } from "../cli/wrangler/dev-server.mjs";
 
 async function bundle(entry, outfile) {
   await build({

@@ -9,7 +9,7 @@ import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { Validator } from "@seriousme/openapi-schema-validator";
 import { build } from "esbuild";
-import { ROOT } from "./dev-server.mjs";
+import { ROOT } from "../cli/wrangler/dev-server.mjs";
 
 /** The builder and the route table it describes, in one module. */
 const ENTRY = `

@@ -12,15 +12,15 @@ import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { parse as parseJsonc } from "jsonc-parser";
 import { parse as parseToml } from "smol-toml";
-import { writeDeployConfig } from "./deploy-config.mjs";
-import { writeDevConfig } from "./dev-config.mjs";
-import { ROOT, wranglerBin } from "./dev-server.mjs";
-import { shardqName } from "./dev-session.mjs";
+import { writeDeployConfig } from "../cli/workers/deploy-config.mjs";
+import { writeDevConfig } from "../cli/wrangler/dev-config.mjs";
+import { ROOT, wranglerBin } from "../cli/wrangler/dev-server.mjs";
+import { shardqName } from "../cli/workers/dev-session.mjs";
 
 /**
  * Dry-runs what writeDeployConfig wrote. `bundleDir` gets the bundles, shardq's combined
  * config and wrangler's cache.
- * @param {import("./deploy-config.mjs").DeployConfig} deploy
+ * @param {import("../cli/workers/deploy-config.mjs").DeployConfig} deploy
  * @param {string} bundleDir  absolute
  * @returns {Array<{ name: string, config: string, ok: boolean, output: string }>}
  */

@@ -6,7 +6,7 @@ import { spawnSync } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { ROOT, wranglerBin } from "./dev-server.mjs";
+import { ROOT, wranglerBin } from "../cli/wrangler/dev-server.mjs";
 
 /**
  * What each piece of the hooks' code (src/kernel/test-hooks.ts, its route and the corrupt

@@ -1,22 +1,29 @@
-// The import graph of the service's own code (not tests): which files import which, the
-// circles among them (strongly connected components of more than one file, type-only imports
-// included, since a type circle still ties the files together), and every import that runs
-// up a layer or sideways between two parts of one layer. The layers are docs/architecture.md's.
+// The import graph of the repository's code outside the tests (the service, the CLI, the
+// benchmarks and the scripts): which files import which, the circles among them (strongly
+// connected components of more than one file, type-only imports included, since a type circle
+// still ties the files together), and every import that runs up a layer or sideways between
+// two parts of one layer. The service's layers are docs/architecture.md's.
 // `npm run check:imports` prints what it finds and exits 1 on any circle or wrong-way import;
 // test/e2e/import-graph.test.ts runs the same check in `npm test`.
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
-import { ROOT } from "./dev-server.mjs";
+import { ROOT } from "../cli/wrangler/dev-server.mjs";
 
-const FOLDERS = ["src", "broker", "coordinator", "storage-shard", "consumer-shard"];
+const FOLDERS = ["src", "broker", "coordinator", "storage-shard", "consumer-shard", "bin", "cli", "bench", "scripts"];
 
 /**
  * The layers, top first: a file may import its own part and any part of a lower layer,
  * nothing above it and no other part of its own layer (parts of a layer talk over RPC).
  * The client libraries (the consumer helper, the batching producer) run inside users' Workers,
  * and the HTTP client (src/client) wherever fetch runs: they may import the kernel only.
+ * Above the service sit the tools that run it: the benchmarks, the repository's scripts, and
+ * the CLI (bin/ the command, cli/ its code); they may use the service's code, never the reverse.
  */
 export const LAYERS = [
+  { layer: "benchmarks", parts: ["bench"] },
+  { layer: "repository scripts", parts: ["scripts"] },
+  { layer: "command", parts: ["bin"] },
+  { layer: "command line", parts: ["cli"] },
   { layer: "entry", parts: ["src/worker.ts"] },
   { layer: "edge", parts: ["broker", "consumer-shard"] },
   { layer: "client library", parts: ["src/consumer", "src/producer", "src/client"] },
@@ -131,7 +138,13 @@ export function importGraph() {
 
 if (process.argv[1] && resolve(process.argv[1]) === resolve(new URL(import.meta.url).pathname)) {
   const { files, edges, circles, wrongWay, unplaced } = importGraph();
-  console.log(`${files.length} files, ${edges} imports among them, ${circles.length} circle(s), ${wrongWay.length} wrong-way import(s), ${unplaced.length} file(s) outside the layers`);
+  /** @type {Map<string, number>} */
+  const perFolder = new Map();
+  for (const f of files) {
+    const top = f.slice(0, f.indexOf("/"));
+    perFolder.set(top, (perFolder.get(top) ?? 0) + 1);
+  }
+  console.log(`${files.length} files (${[...perFolder].map(([d, n]) => `${d}/ ${n}`).join(", ")}), ${edges} imports among them, ${circles.length} circle(s), ${wrongWay.length} wrong-way import(s), ${unplaced.length} file(s) outside the layers`);
   for (const c of circles) console.log(`circle of ${c.length}: ${c.join(", ")}`);
   for (const w of wrongWay) console.log(`wrong way: ${w}`);
   for (const u of unplaced) console.log(`outside the layers: ${u}`);

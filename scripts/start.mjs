@@ -5,9 +5,9 @@
 // their consumers). Ctrl-C stops everything.
 import { mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import { applyConfig } from "./apply-config.mjs";
-import { writeDevConfig } from "./dev-config.mjs";
-import { ROOT, startWrangler } from "./dev-server.mjs";
+import { applyConfig } from "../cli/workers/apply-config.mjs";
+import { writeDevConfig } from "../cli/wrangler/dev-config.mjs";
+import { ROOT, startWrangler } from "../cli/wrangler/dev-server.mjs";
 
 const port = Number(process.env.SHARDQ_PORT ?? 8787);
 const producerPort = Number(process.env.SHARDQ_PRODUCER_PORT ?? 8788);

@@ -1,13 +1,13 @@
 // `shardq deploy-config -c <wrangler config>... --out <dir> --account <id>`: the deployable
-// counterpart of `shardq dev`, from the same configs (scripts/deploy-config.mjs writes the
+// counterpart of `shardq dev`, from the same configs (cli/workers/deploy-config.mjs writes the
 // files); `shardq apply <file>` then creates the queues and consumers on the deployed service.
 import { readFileSync } from "node:fs";
 import { CliError, UsageError, repeated, text } from "../args.mjs";
-import { connection } from "../main.mjs";
-import { applyConfig } from "../../scripts/apply-config.mjs";
-import { QUEUES_FILE, SERVICES_FILE, writeDeployConfig } from "../../scripts/deploy-config.mjs";
-import { shardqName } from "../../scripts/dev-session.mjs";
-import { ConfigError } from "../../scripts/worker-configs.mjs";
+import { connection } from "../client.mjs";
+import { applyConfig } from "../workers/apply-config.mjs";
+import { QUEUES_FILE, SERVICES_FILE, writeDeployConfig } from "../workers/deploy-config.mjs";
+import { shardqName } from "../workers/dev-session.mjs";
+import { ConfigError } from "../workers/worker-configs.mjs";
 
 /** @typedef {import("./shared.mjs").Command} Command */
 
@@ -37,7 +37,7 @@ export const DEPLOY_CONFIG = {
     const account = text(ctx.opts, "account") ?? process.env.SHARDQ_ACCOUNT;
     if (!account) throw new UsageError("--account (or SHARDQ_ACCOUNT) is required: the shardq account the Workers' queues belong to");
     const service = text(ctx.opts, "shardq-name") ?? shardqName();
-    /** @type {import("../../scripts/deploy-config.mjs").DeployConfig} */
+    /** @type {import("../workers/deploy-config.mjs").DeployConfig} */
     let result;
     try {
       result = writeDeployConfig({ configs, out, account, shardqName: service });
@@ -72,14 +72,14 @@ export const DEPLOY_CONFIG = {
 export const APPLY = {
   name: "apply",
   group: "Your own Workers",
-  // applyConfig (scripts/apply-config.mjs) makes its own calls, as `npm start` does.
+  // applyConfig (cli/workers/apply-config.mjs) makes its own calls, as `npm start` does.
   callsApi: false,
   args: ["<file>"],
   summary: "Create the queues and consumers a shardq.config.json-style file lists, or update them",
   details: `Queues that exist are kept (their listed settings applied); a queue's consumer is added, or updated in place.\nThe file names its account, as ${QUEUES_FILE} from deploy-config does.`,
   async run(ctx) {
     const file = /** @type {string} */ (ctx.args[0]);
-    /** @type {import("../../scripts/apply-config.mjs").QueuesConfig} */
+    /** @type {import("../workers/apply-config.mjs").QueuesConfig} */
     let config;
     try {
       config = JSON.parse(readFileSync(file, "utf8"));

@@ -1,12 +1,12 @@
 // `shardq dev -c <wrangler config>...`: shardq on this machine with the user's own Workers,
-// their configs read as they are (scripts/dev-session.mjs does the work). It runs until
+// their configs read as they are (cli/workers/dev-session.mjs does the work). It runs until
 // Ctrl-C or SIGTERM, then stops every process it started.
 import { CliError, UsageError, repeated, text, wholeNumber } from "../args.mjs";
-import { DEFAULT_SHARDQ_PORT, LOCAL_ACCOUNT, LOCAL_TOKEN, startDevSession } from "../../scripts/dev-session.mjs";
-import { ConfigError } from "../../scripts/worker-configs.mjs";
+import { DEFAULT_SHARDQ_PORT, LOCAL_ACCOUNT, LOCAL_TOKEN, startDevSession } from "../workers/dev-session.mjs";
+import { ConfigError } from "../workers/worker-configs.mjs";
 
 /** @typedef {import("./shared.mjs").Command} Command */
-/** @typedef {import("../../scripts/dev-session.mjs").DevSession} DevSession */
+/** @typedef {import("../workers/dev-session.mjs").DevSession} DevSession */
 
 /** The line a script (or the e2e test) waits for: everything runs once it is printed. */
 export const RUNNING_LINE = "shardq dev is running";

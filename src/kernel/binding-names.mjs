@@ -1,6 +1,6 @@
 // The name of the service binding shardq reaches a consumer Worker by, written once for
 // the service (src/kernel/consumer-settings.ts, bundled by wrangler) and for the Node
-// scripts that write configs binding those Workers (scripts/worker-configs.mjs): plain
+// scripts that write configs binding those Workers (cli/workers/worker-configs.mjs): plain
 // JavaScript because Node runs the scripts as they are and cannot import TypeScript.
 // Its types are in binding-names.d.mts beside it.
 

@@ -18,7 +18,7 @@
  *
  * - At run time, testHooksEnabled(env): a hook works only when the var SHARDQ_TEST_HOOKS
  *   is "on", which only the fault harness sets, in a config it generates
- *   (scripts/dev-config.mjs); wrangler.toml and .dev.vars never set it, and `npm run
+ *   (cli/wrangler/dev-config.mjs); wrangler.toml and .dev.vars never set it, and `npm run
  *   deploy:dry-run` fails if they do. Without it the broker's route answers 404 like an
  *   unknown path and each object's testHook RPC method throws. Objects get their hooks
  *   from testHooksFor(env, target), which asks it.

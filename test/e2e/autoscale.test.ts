@@ -3,7 +3,7 @@
 // queue grow its storage shards within seconds, every send still succeeds, the map in
 // KV shows the growth, and after the load the queue shrinks back; no message is lost.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { applyConfig } from "../../scripts/apply-config.mjs";
+import { applyConfig } from "../../cli/workers/apply-config.mjs";
 import { startDevService, type DevService } from "./dev-service.mjs";
 
 const TOKEN = "shardq-local-dev-token";

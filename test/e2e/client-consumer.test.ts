@@ -7,8 +7,8 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { applyConfig } from "../../scripts/apply-config.mjs";
-import { freePort, ROOT, startWrangler } from "../../scripts/dev-server.mjs";
+import { applyConfig } from "../../cli/workers/apply-config.mjs";
+import { freePort, ROOT, startWrangler } from "../../cli/wrangler/dev-server.mjs";
 import { AbortedError, createClient, NetworkError, type ConsumeSummary, type ConsumedMessage, type QueueClient } from "../../src/client/index.ts";
 
 type Server = Awaited<ReturnType<typeof startWrangler>>;

@@ -9,7 +9,7 @@ import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ROOT } from "../../scripts/dev-server.mjs";
+import { ROOT } from "../../cli/wrangler/dev-server.mjs";
 import { launchChromium } from "./browser.mjs";
 import { startDevService, type DevService } from "./dev-service.mjs";
 

@@ -6,9 +6,9 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { applyConfig } from "../../scripts/apply-config.mjs";
-import { writeDevConfig } from "../../scripts/dev-config.mjs";
-import { freePort, startWrangler } from "../../scripts/dev-server.mjs";
+import { applyConfig } from "../../cli/workers/apply-config.mjs";
+import { writeDevConfig } from "../../cli/wrangler/dev-config.mjs";
+import { freePort, startWrangler } from "../../cli/wrangler/dev-server.mjs";
 
 const TOKEN = "shardq-local-dev-token";
 type Server = Awaited<ReturnType<typeof startWrangler>>;

@@ -1,4 +1,4 @@
-// scripts/dev-server.mjs's start of `wrangler dev` when another process holds the port it was
+// cli/wrangler/dev-server.mjs's start of `wrangler dev` when another process holds the port it was
 // given: a server that answers on that port is not taken for wrangler, and the start on a free
 // port tries another one.
 import { mkdtempSync, rmSync } from "node:fs";
@@ -7,7 +7,7 @@ import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startWrangler, startWranglerOnFreePort } from "../../scripts/dev-server.mjs";
+import { startWrangler, startWranglerOnFreePort } from "../../cli/wrangler/dev-server.mjs";
 
 const state = mkdtempSync(join(tmpdir(), "shardq-e2e-dev-server-"));
 const args = (port: number) => ["-c", "examples/consumer/wrangler.toml", "--port", String(port), "--ip", "127.0.0.1", "--inspector-port", "0", "--persist-to", state];

@@ -4,8 +4,8 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { writeDevConfig } from "../../scripts/dev-config.mjs";
-import { startWranglerOnFreePort } from "../../scripts/dev-server.mjs";
+import { writeDevConfig } from "../../cli/wrangler/dev-config.mjs";
+import { startWranglerOnFreePort } from "../../cli/wrangler/dev-server.mjs";
 
 /** Ports tried before a start that found its port taken gives up. */
 const PORT_ATTEMPTS = 3;

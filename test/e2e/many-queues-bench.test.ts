@@ -7,7 +7,7 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { ROOT } from "../../scripts/dev-server.mjs";
+import { ROOT } from "../../cli/wrangler/dev-server.mjs";
 
 const dir = mkdtempSync(join(tmpdir(), "shardq-e2e-many-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

@@ -1,4 +1,4 @@
-// `shardq dev` (scripts/dev-session.mjs, what the CLI runs) with one producer Worker written
+// `shardq dev` (cli/workers/dev-session.mjs, what the CLI runs) with one producer Worker written
 // for Cloudflare Queues, as a user would have it: a wrangler.toml with [[queues.producers]] and
 // nothing of shardq's. Each process runs in its own `wrangler dev`, the producer's binding
 // reaching shardq across processes through the dev registry, as under `npx shardq dev`.
@@ -8,8 +8,8 @@
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { freePort } from "../../scripts/dev-server.mjs";
-import { LOCAL_TOKEN, startDevSession } from "../../scripts/dev-session.mjs";
+import { freePort } from "../../cli/wrangler/dev-server.mjs";
+import { LOCAL_TOKEN, startDevSession } from "../../cli/workers/dev-session.mjs";
 
 export const PRODUCER_SOURCE = `export default {
   async fetch(request, env) {

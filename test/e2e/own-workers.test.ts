@@ -9,7 +9,7 @@ import { appendFileSync, cpSync, lstatSync, mkdirSync, mkdtempSync, readFileSync
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ROOT, freePort } from "../../scripts/dev-server.mjs";
+import { ROOT, freePort } from "../../cli/wrangler/dev-server.mjs";
 import { dryRunDeployConfig } from "../../scripts/deploy-dry-run-own-workers.mjs";
 
 const TOKEN = "shardq-local-dev-token";
@@ -188,7 +188,7 @@ describe("shardq dev and deploy-config with the user's own Workers", () => {
     const out = join(project, "shardq-deploy");
     const run = await runCli(["deploy-config", "-c", "producer/wrangler.toml", "-c", "consumer/wrangler.toml", "--out", "shardq-deploy", "--account", "acme", "--json"], project);
     expect(run.code, run.out).toBe(0);
-    const result = JSON.parse(run.out) as import("../../scripts/deploy-config.mjs").DeployConfig;
+    const result = JSON.parse(run.out) as import("../../cli/workers/deploy-config.mjs").DeployConfig;
 
     const producerConfig = readFileSync(join(out, "own-workers-producer", "wrangler.toml"), "utf8");
     expect(producerConfig).not.toMatch(/^\[+queues/m);

@@ -12,7 +12,7 @@ import { lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, w
 import { tmpdir } from "node:os";
 import { delimiter, dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ROOT, freePort } from "../../scripts/dev-server.mjs";
+import { ROOT, freePort } from "../../cli/wrangler/dev-server.mjs";
 
 const TOKEN = "shardq-local-dev-token";
 const RUNNING = "shardq dev is running";
@@ -135,13 +135,14 @@ describe("shardq as an npm package, installed into a Workers project", () => {
     expect(left, `process groups left running after Ctrl-C:\n${d.output().slice(-3000)}`).toEqual([]);
   }
 
-  it("packs only what users run: the service's sources and wrangler.toml, the CLI and the scripts it imports, the dashboard, lib/ (JavaScript and declarations for every export)", () => {
+  it("packs only what users run: the service's sources and wrangler.toml, the CLI (with the modules `shardq dev` and `shardq deploy-config` run), the dashboard, lib/ (JavaScript and declarations for every export)", () => {
     const paths = packed.map((f) => f.path).sort();
     const allowed = [/^package\.json$/, /^README\.md$/, /^LICENSE$/, /^wrangler\.toml$/, /^\.dev\.vars$/, /^bin\/shardq\.mjs$/, /^cli\//, /^lib\//, /^src\//, /^broker\//, /^coordinator\//, /^storage-shard\//, /^consumer-shard\//, /^dashboard\/public\/dashboard\//];
-    const scripts = ["apply-config", "consumer-wrapper", "deploy-config", "dev-config", "dev-server", "dev-session", "queue-plan", "worker-configs"].map((s) => `scripts/${s}.mjs`);
-    expect(paths.filter((p) => !allowed.some((a) => a.test(p)) && !scripts.includes(p))).toEqual([]);
+    expect(paths.filter((p) => !allowed.some((a) => a.test(p)))).toEqual([]);
     for (const p of paths) expect(p).not.toMatch(/(^|\/)(test|tests|bench|examples|docs|test-artifacts|\.wrangler|node_modules|dist)\/|\.test\.ts$|\.(svg|png|jpe?g)$|^wrangler\.(dev|bench)/);
-    for (const s of scripts) expect(paths).toContain(s);
+    const wrangler = ["dev-server", "dev-config"].map((m) => `cli/wrangler/${m}.mjs`);
+    const workers = ["apply-config", "consumer-wrapper", "deploy-config", "dev-session", "queue-plan", "worker-configs"].map((m) => `cli/workers/${m}.mjs`);
+    for (const m of [...wrangler, ...workers]) expect(paths).toContain(m);
     // Every export, its JavaScript and its declarations; the bin; what `shardq dev` reads.
     for (const [name, target] of Object.entries(checkoutPackage.exports)) {
       const files = typeof target === "string" ? [target] : [target.types, target.default];

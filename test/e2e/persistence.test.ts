@@ -4,7 +4,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { freePort, startWrangler } from "../../scripts/dev-server.mjs";
+import { freePort, startWrangler } from "../../cli/wrangler/dev-server.mjs";
 
 const TOKEN = "shardq-local-dev-token";
 const headers = { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" };

@@ -8,8 +8,8 @@ import http from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { writeDevConfig } from "../../scripts/dev-config.mjs";
-import { freePort, startWrangler } from "../../scripts/dev-server.mjs";
+import { writeDevConfig } from "../../cli/wrangler/dev-config.mjs";
+import { freePort, startWrangler } from "../../cli/wrangler/dev-server.mjs";
 
 const TOKEN = "shardq-local-dev-token";
 const QUEUE = "bodies";

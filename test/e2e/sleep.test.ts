@@ -4,7 +4,7 @@
 // isolate by the test hooks' route, which asks no object); and the first send after the sleep
 // wakes what it needs: a waiting long poll answers with it, and the push consumer takes its message.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { applyConfig } from "../../scripts/apply-config.mjs";
+import { applyConfig } from "../../cli/workers/apply-config.mjs";
 import { startDevService, type DevService } from "./dev-service.mjs";
 
 const TOKEN = "shardq-local-dev-token";

@@ -1,7 +1,7 @@
 // Upgrade in place: the service starts on a state directory written by an older version
 // of itself and finds every message there, in the state it was left in, losing and
 // duplicating nothing. The state is test/fixtures/upgrade-v4 (the storage shard's "v4"
-// schema: one row per message), made by scripts/make-upgrade-fixture.mjs with messages
+// schema: one row per message; its README.md says which commit wrote it and how), with messages
 // ready, delayed, retried (due and scheduled), leased (in memory and stored, run out and
 // still held) and acked; expected.json says what each one must be now.
 //
@@ -16,7 +16,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { DatabaseSync } from "node:sqlite";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ROOT } from "../../scripts/dev-server.mjs";
+import { ROOT } from "../../cli/wrangler/dev-server.mjs";
 import { startDevService, type DevService } from "./dev-service.mjs";
 import type { Lookup } from "./message-lookup.js";
 
@@ -96,13 +96,13 @@ describe("upgrade in place from the v4 storage shard schema", () => {
       ...live.filter((m) => !stored.includes(m.id)).map((m) => `${who(m, m.id)}: no row in the fixture's state`),
       ...stored.filter((id, i) => stored.indexOf(id) !== i || !live.some((m) => m.id === id)).map((id) => `${who(all.find((m) => m.id === id), id)}: a row it should not have`),
     ];
-    expect(mismatch, "test/fixtures/upgrade-v4/state does not match its expected.json (scripts/make-upgrade-fixture.mjs writes both)").toEqual([]);
+    expect(mismatch, "test/fixtures/upgrade-v4/state does not match its expected.json (both written together: see its README.md)").toEqual([]);
     service = await startDevService("upgrade", [], { stateDir });
     base = service.base;
   });
 
   afterAll(async () => {
-    // By process group: wrangler and the workerd it runs (scripts/dev-server.mjs).
+    // By process group: wrangler and the workerd it runs (cli/wrangler/dev-server.mjs).
     await service?.stop();
     rmSync(stateDir, { recursive: true, force: true });
   });

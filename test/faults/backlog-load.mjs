@@ -118,7 +118,7 @@ export class FillProducer {
 
 /**
  * Samples, every `periodMs`, the resident memory of the workerd processes under
- * wrangler's pid (wrangler runs workerd as its child; scripts/dev-server.mjs starts
+ * wrangler's pid (wrangler runs workerd as its child; cli/wrangler/dev-server.mjs starts
  * wrangler in its own process group), summed, and wrangler's own apart: workerd holds
  * the Durable Objects, their SQLite and every isolate, so it is where a backlog held in
  * memory would show. RssAnon (heap) and RssFile (mapped files) are kept apart too.

@@ -10,7 +10,7 @@
 // Used by run.mjs and by test/e2e/faults.test.ts (the short run in `npm test`).
 import { mkdirSync } from "node:fs";
 import { join, relative, resolve } from "node:path";
-import { freePort, ROOT } from "../../scripts/dev-server.mjs";
+import { freePort, ROOT } from "../../cli/wrangler/dev-server.mjs";
 import { isolateHeapUsed } from "../../scripts/v8-inspector.mjs";
 import { FillProducer, measuredPulls, probeReads, RssSampler } from "./backlog-load.mjs";
 import { DLQ, drainQueues, QUEUE, restartOverBacklog, setUp } from "./backlog-phases.mjs";

@@ -8,8 +8,8 @@
 import { cpSync, createWriteStream, mkdtempSync, rmSync, symlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { writeDevConfig } from "../../scripts/dev-config.mjs";
-import { ROOT, startWrangler } from "../../scripts/dev-server.mjs";
+import { writeDevConfig } from "../../cli/wrangler/dev-config.mjs";
+import { ROOT, startWrangler } from "../../cli/wrangler/dev-server.mjs";
 import { retrying } from "./client.mjs";
 import { CONTROL_KINDS, runControlFault } from "./control-faults.mjs";
 import { prng } from "./prng.mjs";

@@ -8,7 +8,7 @@
 // test/e2e/faults.test.ts (the short run in `npm test`).
 import { mkdirSync } from "node:fs";
 import { join, relative, resolve } from "node:path";
-import { freePort, ROOT } from "../../scripts/dev-server.mjs";
+import { freePort, ROOT } from "../../cli/wrangler/dev-server.mjs";
 import { check } from "./checker.mjs";
 import { apiClient } from "./client.mjs";
 import { CONTROL_KINDS, MAX_PLAY_OUT_MS } from "./control-faults.mjs";

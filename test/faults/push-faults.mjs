@@ -6,7 +6,7 @@
 // returned and before its acks and retries were applied ("abort-dispatched"), in turn.
 import { cpSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { ROOT } from "../../scripts/dev-server.mjs";
+import { ROOT } from "../../cli/wrangler/dev-server.mjs";
 import { retrying } from "./client.mjs";
 import { prng } from "./prng.mjs";
 import { sleep } from "./workload.mjs";

@@ -13,7 +13,7 @@ export const END_STEP_MS = {
   late: 30_000,
   sink: 10_000,
   history: 10_000,
-  // SIGTERM, SIGKILL 10 s later, 15 s for the group to go (scripts/dev-server.mjs).
+  // SIGTERM, SIGKILL 10 s later, 15 s for the group to go (cli/wrangler/dev-server.mjs).
   service: 30_000,
 };
 

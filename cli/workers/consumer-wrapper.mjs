@@ -9,7 +9,7 @@ import { fileURLToPath } from "node:url";
 export const WRAPPER_FILE = "shardq-consumer-entry.mjs";
 
 /** src/consumer/entrypoint.ts wherever this copy of shardq is: a checkout, or node_modules/shardq. */
-export const CONSUMER_ENTRYPOINT_MODULE = fileURLToPath(new URL("../src/consumer/entrypoint.ts", import.meta.url));
+export const CONSUMER_ENTRYPOINT_MODULE = fileURLToPath(new URL("../../src/consumer/entrypoint.ts", import.meta.url));
 
 /** Starts the error a wrapper throws when the Worker has no queue() handler; the CLI looks for it in wrangler's output. */
 export const WRAPPER_ERROR_PREFIX = "shardq: ";

@@ -4,7 +4,7 @@
 // consumer. Used by `npm start`, `shardq dev` and `shardq apply`.
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { ROOT } from "./dev-server.mjs";
+import { ROOT } from "../wrangler/dev-server.mjs";
 
 /**
  * @typedef {object} QueuesConfig

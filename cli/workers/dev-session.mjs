@@ -13,8 +13,8 @@ import { join, resolve } from "node:path";
 import { parse as parseToml } from "smol-toml";
 import { applyConfig } from "./apply-config.mjs";
 import { CONSUMER_ENTRYPOINT_MODULE, WRAPPER_ERROR_PREFIX, WRAPPER_FILE, consumerWrapperSource } from "./consumer-wrapper.mjs";
-import { writeDevConfig } from "./dev-config.mjs";
-import { portIsFree, ROOT, startWrangler, wranglerBin } from "./dev-server.mjs";
+import { writeDevConfig } from "../wrangler/dev-config.mjs";
+import { portIsFree, ROOT, startWrangler, wranglerBin } from "../wrangler/dev-server.mjs";
 import { queuePlan } from "./queue-plan.mjs";
 import { ConfigError, checkWorkerSet, consumerEntry, configText, consumerBindingName, namedEnvironmentsWithQueues, readWorkerConfig, rewriteForShardq } from "./worker-configs.mjs";
 

@@ -11,7 +11,7 @@ import { existsSync, mkdirSync, readFileSync, realpathSync, writeFileSync } from
 import { createRequire } from "node:module";
 import { dirname, join, resolve } from "node:path";
 import { CONSUMER_ENTRYPOINT_MODULE, WRAPPER_FILE, consumerWrapperSource } from "./consumer-wrapper.mjs";
-import { ROOT } from "./dev-server.mjs";
+import { ROOT } from "../wrangler/dev-server.mjs";
 import { queuePlan } from "./queue-plan.mjs";
 import { ConfigError, checkWorkerSet, consumerEntry, configText, consumerBindingName, namedEnvironmentsWithQueues, readWorkerConfig, relativeTo, rewriteForShardq } from "./worker-configs.mjs";
 

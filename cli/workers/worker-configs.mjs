@@ -193,7 +193,7 @@ export function namedEnvironmentsWithQueues(worker) {
 
 // The service binding shardq reaches a consumer Worker by ("my-consumer" -> CONSUMER_MY_CONSUMER):
 // the service's own rule, shared as plain JavaScript so these scripts name what shardq looks up.
-export { consumerBindingName } from "../src/kernel/binding-names.mjs";
+export { consumerBindingName } from "../../src/kernel/binding-names.mjs";
 
 /**
  * @typedef {object} RewriteOptions

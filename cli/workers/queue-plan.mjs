@@ -1,5 +1,5 @@
 // The queues and consumers a set of Workers' `[[queues.*]]` tables ask for, in the shape of
-// shardq.config.json (what scripts/apply-config.mjs applies): every queue a producer sends
+// shardq.config.json (what cli/workers/apply-config.mjs applies): every queue a producer sends
 // to, a consumer reads or a consumer dead-letters into, and one Worker consumer per
 // consumed queue, with wrangler's settings translated to shardq's consumer API.
 import { ConfigError, QUEUE_NAME } from "./worker-configs.mjs";
