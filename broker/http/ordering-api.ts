@@ -14,7 +14,7 @@ import { MESSAGE_ID_PATTERN } from "../../src/kernel/ids";
 import { parseCount, parseWith } from "../../src/kernel/validate";
 import { moveMessages } from "../../src/routing/move-messages";
 import { lookupQueue } from "../../src/routing/queue-lookup";
-import type { HeldKey } from "../../storage-shard/keyed-operations";
+import type { HeldKey } from "../../storage-shard/keyed/keyed-operations";
 import { ok } from "./envelope";
 import { readJson } from "./read-json";
 

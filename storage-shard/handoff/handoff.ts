@@ -13,11 +13,11 @@
  * the epoch is left, and sent from there (an outbox). A release that arrives before the
  * registration it ends (both travel at once) leaves a tombstone that cancels it.
  */
-import type { Epoch } from "../src/kernel/protocol";
-import { ownerOfKey } from "../src/kernel/ordering";
+import type { Epoch } from "../../src/kernel/protocol";
+import { ownerOfKey } from "../../src/kernel/ordering";
 import { bridgesChanged } from "./bridges";
-import type { DeliveryState } from "./delivery-state";
-import { headersOf, settledOf } from "./segment-rows";
+import type { DeliveryState } from "../segments/delivery-state";
+import { headersOf, settledOf } from "../segments/segment-rows";
 
 /** Keys per registration or release call: bounded RPC payloads however many lanes move. */
 export const HANDOFF_CHUNK = 1000;
