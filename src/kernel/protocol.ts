@@ -172,6 +172,9 @@ export interface LaneFigures {
 /** Why an ordering key is held back: a batch in flight, a retry or a delay not due, a hand-off from another shard. */
 export type HoldReason = "leased" | "retry" | "delayed" | "handoff";
 
+/** A key held back on a shard, as operators see it (GET .../ordering/held): `blocker` is its head, or for a hand-off the shard it waits on. */
+export interface HeldKey { key: string; reason: HoldReason; blocker: string | null; since: number; messages: number }
+
 export interface DeliveryTotals {
   /**
    * Messages stored (sends, and moves in: dead-letter moves, redrives; deduplicated

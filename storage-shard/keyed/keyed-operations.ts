@@ -6,7 +6,7 @@
  * state only while something holds it back (key-book.ts). Every function runs inside the
  * caller's transactionSync.
  */
-import type { HoldReason, LaneFigures, LeasedMessage } from "../../src/kernel/protocol";
+import type { HeldKey, HoldReason, LaneFigures, LeasedMessage } from "../../src/kernel/protocol";
 import { leaseSlots } from "../segments/segment-leases";
 import type { DeliveryState } from "../segments/delivery-state";
 import type { KeyHold } from "./key-book";
@@ -15,18 +15,6 @@ import { comparePos, posOf, slotKey, type Header, type Pos } from "../segments/s
 import { headersOf, readState, settledOf, type SegmentState } from "../segments/segment-rows";
 import { KEYED_DUE } from "../segments/segment-placement";
 import { blockedFrom, bridgedAny, bridgedKeys } from "../handoff/bridges";
-
-/** A key held back here, as operators see it (GET .../ordering/held). */
-export interface HeldKey {
-  key: string;
-  /** leased: a batch is in flight; retry or delayed: its head is not due yet; handoff: another shard holds older messages of it. */
-  reason: HoldReason;
-  /** The message holding it (its head), or for a hand-off the shard it waits on. */
-  blocker: string | null;
-  since: number;
-  /** Its messages here. */
-  messages: number;
-}
 
 /** What a shard answers an operator's release of a key (takeKeyHead). */
 export type HeadTaken =
