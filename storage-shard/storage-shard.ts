@@ -26,7 +26,7 @@ import { appendBatch } from "./segments/append";
 import { writeDeferred } from "./segments/segment-rows";
 import { drawnIds } from "./segments/drawn-ids";
 import { knownIds } from "./segments/remembered-ids";
-import { acceptBridges, acceptReleases, enterEpoch, loadEpoch } from "./handoff/handoff";
+import { acceptBridges, acceptReleases, enterEpoch, forgetHandoffs, loadEpoch } from "./handoff/handoff";
 import { ownerOfKey } from "../src/kernel/ordering";
 import { heldKeys, takeKeyHead, type HeadTaken } from "./keyed/keyed-operations";
 import { type FaultPoint, type TestHookStatus } from "../src/kernel/test-hooks";
@@ -402,9 +402,13 @@ export class StorageShard extends ShardCore {
     migrate(this.sql);
     this.identity = null;
     this.state = "retired";
+    // Whatever mirrors a table or a meta row deleteAll() emptied goes too, as a restart would find it.
+    this.epoch = null;
+    this.retentionMs = null;
     this.backlogCount = 0;
     this.backlogBytes = 0;
     this.leasedNow = 0;
     this.delivery.reset();
+    forgetHandoffs(this.sql);
   }
 }

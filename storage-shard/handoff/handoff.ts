@@ -118,6 +118,13 @@ export function mayOweHandoffs(sql: SqlStorage): boolean {
   return owes;
 }
 
+/** After deleteAll(): what was learnt of the hand-off's tables (here and in bridges.ts) went with them. */
+export function forgetHandoffs(sql: SqlStorage): void {
+  owing.delete(sql);
+  mayOwe.delete(sql);
+  bridgesChanged(sql);
+}
+
 /** Releases waiting to be sent, grouped by owner and epoch. */
 export function pendingReleases(sql: SqlStorage): Registration[] {
   return grouped(sql.exec<{ key: string; owner: string; gen: number }>("SELECT key, owner, gen FROM releases").toArray());

@@ -298,6 +298,8 @@ export class DeliveryState {
     this.lastSeg = 0;
     for (const n of TOTAL_NAMES) this.totals[n] = 0;
     this.dirty = false;
+    this.flushedAt = 0;
+    this.notable = false;
     this.earliestUntil = Infinity;
   }
 }
