@@ -153,7 +153,7 @@ export class StorageShard extends ShardCore {
    * stored moments ago are dropped, so a retry right after a lost reply stores once;
    * with `remember` (ids chosen by the sender) also those stored within a day, consumed
    * or not. A moved message (moveKey set) is dropped only when this very move was stored
-   * here before, whatever the ids (storage-shard/remembered-ids.ts).
+   * here before, whatever the ids (storage-shard/segments/remembered-ids.ts).
    */
   append(req: AppendRequest): AppendResult | Promise<AppendResult> {
     this.cost.rpcs++;

@@ -39,7 +39,7 @@ export interface ShardMap {
 export interface EncodedMessage {
   /**
    * Absent for a fresh message: the shard draws an id that says where it is stored
-   * (storage-shard/segment.ts). Given for an id the sender chose or a message keeps (an
+   * (storage-shard/segments/segment.ts). Given for an id the sender chose or a message keeps (an
    * idempotent send, a move), which the shard indexes.
    */
   id?: string;
@@ -63,7 +63,7 @@ export interface EncodedMessage {
   /**
    * Set when this write moves a stored copy from another queue (dead-lettering, a
    * redrive): the source shard's name and the copy's LeasedMessage.copyKey. The target
-   * stores each move once and never skips one it has not seen (storage-shard/remembered-ids.ts).
+   * stores each move once and never skips one it has not seen (storage-shard/segments/remembered-ids.ts).
    */
   moveKey?: string;
 }
