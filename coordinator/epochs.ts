@@ -1,5 +1,5 @@
 /**
- * The epochs of a queue's storage shards (docs/ordered-lanes.md, storage-shard/handoff.ts):
+ * The epochs of a queue's storage shards (docs/ordered-lanes.md, storage-shard/handoff/handoff.ts):
  * before a map whose active shards changed is stored, and so before any broker can use it,
  * every shard not retired is told the new epoch, and the change waits for all of them. An
  * epoch is pushed under a number never used before (`pushed`); `committed` is the one the

@@ -12,8 +12,8 @@
  * it watches, an alarm (a row written) and a notifyReady RPC per due time that comes before
  * the next heartbeat, and at most one per waiting pull woken: nothing per message stored.
  */
-import type { DeliveryState } from "./delivery-state";
-import { KEYED_DUE } from "./segment-placement";
+import type { DeliveryState } from "./segments/delivery-state";
+import { KEYED_DUE } from "./segments/segment-placement";
 
 export class DueWakeups {
   /** Until when a waiting pull wants to hear of this shard's messages becoming ready. */

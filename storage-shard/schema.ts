@@ -1,12 +1,12 @@
 import type { ContentType } from "../src/kernel/protocol";
 import { runMigrations, type MigrationStep } from "../src/kernel/sqlite-migrations";
-import { encodeHeaders, nextSegment, packBodies, SEGMENT_MAX_BYTES, Settled, type Header } from "./segment";
-import type { NewMessage } from "./segment-rows";
-import { LANE_LEASES_V16, LANES_SCHEMA, LOCATED_LANE_IDS, neverReuseLseq } from "./lanes-schema";
-import { HELD_LEASES_SCHEMA } from "./held-leases";
-import { HANDOFF_SCHEMA } from "./handoff-schema";
-import { KEY_LEASES_SCHEMA } from "./keyed-leases";
-import { convertLanesToSegments } from "./keyed-upgrade";
+import { encodeHeaders, nextSegment, packBodies, SEGMENT_MAX_BYTES, Settled, type Header } from "./segments/segment";
+import type { NewMessage } from "./segments/segment-rows";
+import { LANE_LEASES_V16, LANES_SCHEMA, LOCATED_LANE_IDS, neverReuseLseq } from "./keyed/lanes-schema";
+import { HELD_LEASES_SCHEMA } from "./segments/held-leases";
+import { HANDOFF_SCHEMA } from "./handoff/handoff-schema";
+import { KEY_LEASES_SCHEMA } from "./keyed/keyed-leases";
+import { convertLanesToSegments } from "./keyed/keyed-upgrade";
 
 /** A row of the messages table of schema versions 4 to 9, as the conversion to segments reads it. */
 interface MessageRow {
@@ -103,7 +103,7 @@ export const MIGRATIONS: readonly MigrationStep[] = [
   // Ids written again by their sender after a lost reply must not be stored twice, even consumed (remembered-ids.ts).
   `CREATE TABLE IF NOT EXISTS remembered_ids (id TEXT PRIMARY KEY, at INTEGER NOT NULL);
    CREATE INDEX IF NOT EXISTS remembered_ids_at ON remembered_ids(at);`,
-  // Stored leases, counted at each heartbeat (delivery.ts leasedCount): only rows leased from SQLite have one.
+  // Stored leases, counted at each heartbeat (segment-leases.ts leasedCount): only rows leased from SQLite have one.
   `CREATE INDEX IF NOT EXISTS messages_leased ON messages(due_at) WHERE lease_id IS NOT NULL;`,
   // Moves are remembered by the copy they moved, never by message id (remembered-ids.ts): a nonce per row names it.
   `ALTER TABLE messages ADD COLUMN nonce INTEGER;
@@ -162,7 +162,7 @@ const CONVERT_PER_SEGMENT = 100;
  * move begun before the upgrade is still recognised when it is written again. Each row's
  * number is kept beside its new place (legacy_rows), so an ack or retry under a lease id
  * handed out before the upgrade (`<seq>-<lease>`) still lands, as it would have: under its
- * stored lease, or a memory lease the restart ended (delivery.ts legacyLease). Nobody holds
+ * stored lease, or a memory lease the restart ended (segment-settlement.ts legacyLease). Nobody holds
  * a lease after the upgrade: a message under a stored lease is due when that lease ends.
  */
 function convertMessagesToSegments(sql: SqlStorage): void {

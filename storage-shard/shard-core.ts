@@ -14,22 +14,22 @@ import type {
 import { REPORT_BACKLOG_GROWTH, SLOW_BELOW_SHARE, SLOW_REPORT_MS, type StorageHeartbeat } from "../src/kernel/heartbeat";
 import { ShardAlarm } from "./shard-alarm";
 import { QuietTimer } from "./quiet-timer";
-import { restoreHeldLeases, writeHeldLeases } from "./held-leases";
+import { restoreHeldLeases, writeHeldLeases } from "./segments/held-leases";
 import { ActivityMeter, TokenBucket } from "./capacity";
-import { expireLeases, expireOld, lease, leasedCount, type BacklogDelta } from "./delivery";
-import { DeliveryState } from "./delivery-state";
+import { expireLeases, expireOld, lease, leasedCount, type BacklogDelta } from "./segments/segment-leases";
+import { DeliveryState } from "./segments/delivery-state";
 import { ConsumerWakeups } from "./consumer-wakeups";
 import { DueWakeups, nextDueAfter } from "./due-wakeups";
 import { coordinatorFor } from "../src/kernel/addressing";
 import { meteredSql, newMeter, settleReads, type CostMeter } from "../src/kernel/sql-meter";
-import { peekReady } from "./operations";
-import { writeDeferred } from "./segment-rows";
+import { peekReady } from "./segments/segment-operations";
+import { writeDeferred } from "./segments/segment-rows";
 import { migrate } from "./schema";
-import { loadEpoch, mayOweHandoffs, owedHandoffs, releasesDue } from "./handoff";
-import { HandoffOutbox } from "./handoff-outbox";
-import { exactKeyFigures, keyFigures } from "./keyed-operations";
-import { restoreKeyed } from "./keyed-leases";
-import { shardNumber } from "./segment";
+import { loadEpoch, mayOweHandoffs, owedHandoffs, releasesDue } from "./handoff/handoff";
+import { HandoffOutbox } from "./handoff/handoff-outbox";
+import { exactKeyFigures, keyFigures } from "./keyed/keyed-operations";
+import { restoreKeyed } from "./keyed/keyed-leases";
+import { shardNumber } from "./segments/segment";
 import { testHooksFor } from "../src/kernel/test-hooks";
 
 /**

@@ -18,19 +18,19 @@ import type {
   SettleResult,
   ShardStats,
 } from "../src/kernel/protocol";
-import { expireOld, lease, nextVisible } from "./delivery";
-import { extend, readLeased, settle } from "./settlement";
-import { cancelMessage, countMatching, findMessage, leaseMatching, peekReady, purgeSome, releaseLeases } from "./operations";
+import { expireOld, lease, nextVisible } from "./segments/segment-leases";
+import { extend, readLeased, settle } from "./segments/segment-settlement";
+import { cancelMessage, countMatching, findMessage, leaseMatching, peekReady, purgeSome, releaseLeases } from "./segments/segment-operations";
 import { migrate } from "./schema";
-import { appendBatch } from "./append";
-import { writeDeferred } from "./segment-rows";
-import { drawnIds } from "./drawn-ids";
-import { knownIds } from "./remembered-ids";
-import { acceptBridges, acceptReleases, enterEpoch, loadEpoch } from "./handoff";
+import { appendBatch } from "./segments/append";
+import { writeDeferred } from "./segments/segment-rows";
+import { drawnIds } from "./segments/drawn-ids";
+import { knownIds } from "./segments/remembered-ids";
+import { acceptBridges, acceptReleases, enterEpoch, forgetHandoffs, loadEpoch } from "./handoff/handoff";
 import { ownerOfKey } from "../src/kernel/ordering";
-import { heldKeys, takeKeyHead, type HeadTaken } from "./keyed-operations";
+import { heldKeys, takeKeyHead, type HeadTaken } from "./keyed/keyed-operations";
 import { type FaultPoint, type TestHookStatus } from "../src/kernel/test-hooks";
-import { corruptBodies } from "./corrupt-bodies";
+import { corruptBodies } from "./segments/corrupt-bodies";
 import { PURGE_PER_CALL } from "../src/kernel/limits";
 import { ShardCore } from "./shard-core";
 import { BatchPush } from "./batch-push";
@@ -153,7 +153,7 @@ export class StorageShard extends ShardCore {
    * stored moments ago are dropped, so a retry right after a lost reply stores once;
    * with `remember` (ids chosen by the sender) also those stored within a day, consumed
    * or not. A moved message (moveKey set) is dropped only when this very move was stored
-   * here before, whatever the ids (storage-shard/remembered-ids.ts).
+   * here before, whatever the ids (storage-shard/segments/remembered-ids.ts).
    */
   append(req: AppendRequest): AppendResult | Promise<AppendResult> {
     this.cost.rpcs++;
@@ -280,7 +280,7 @@ export class StorageShard extends ShardCore {
     return this.read(queueId, [], () => readLeased(this.sql, this.delivery, refs));
   }
 
-  // Queue operations (storage-shard/operations.ts): purge, lookup and cancel by id, redrive.
+  // Queue operations (storage-shard/segments/segment-operations.ts): purge, lookup and cancel by id, redrive.
 
   /** Deletes up to `limit` messages of any state (ready, delayed, leased), oldest first; with `withIds`, answers their ids. */
   purge(queueId: string, limit: number = PURGE_PER_CALL, withIds = false): PurgeResult {
@@ -402,9 +402,13 @@ export class StorageShard extends ShardCore {
     migrate(this.sql);
     this.identity = null;
     this.state = "retired";
+    // Whatever mirrors a table or a meta row deleteAll() emptied goes too, as a restart would find it.
+    this.epoch = null;
+    this.retentionMs = null;
     this.backlogCount = 0;
     this.backlogBytes = 0;
     this.leasedNow = 0;
     this.delivery.reset();
+    forgetHandoffs(this.sql);
   }
 }

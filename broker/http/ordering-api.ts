@@ -8,13 +8,12 @@ import { z } from "zod";
 import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import type { Env } from "../../src/kernel/env";
 import { HttpError } from "../../src/kernel/errors";
-import { leaseRefOf, notRetired } from "../../src/kernel/protocol";
+import { leaseRefOf, notRetired, type HeldKey } from "../../src/kernel/protocol";
 import { orderingKeySchema } from "../../src/kernel/send-rules";
 import { MESSAGE_ID_PATTERN } from "../../src/kernel/ids";
 import { parseCount, parseWith } from "../../src/kernel/validate";
 import { moveMessages } from "../../src/routing/move-messages";
 import { lookupQueue } from "../../src/routing/queue-lookup";
-import type { HeldKey } from "../../storage-shard/keyed-operations";
 import { ok } from "./envelope";
 import { readJson } from "./read-json";
 

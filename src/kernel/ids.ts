@@ -49,7 +49,7 @@ export const MESSAGE_ID_PATTERN = /^[0-9a-f]{32}$/;
 /**
  * A located id: the id a storage shard draws for a message it stores, 32 lowercase hex
  * characters as Cloudflare's, that says where the message was written: 14 for its
- * segment (storage-shard/segment.ts: the number counts from the clock, so these ids
+ * segment (storage-shard/segments/segment.ts: the number counts from the clock, so these ids
  * still sort by the time they were made), 6 for the shard's number in its queue
  * (shardNumber), 4 for its slot in the segment, and 8 random. Ids a sender chose, or a
  * message kept from another queue, say nothing: the shard indexes those.

@@ -39,7 +39,7 @@ export interface ShardMap {
 export interface EncodedMessage {
   /**
    * Absent for a fresh message: the shard draws an id that says where it is stored
-   * (storage-shard/segment.ts). Given for an id the sender chose or a message keeps (an
+   * (storage-shard/segments/segment.ts). Given for an id the sender chose or a message keeps (an
    * idempotent send, a move), which the shard indexes.
    */
   id?: string;
@@ -63,7 +63,7 @@ export interface EncodedMessage {
   /**
    * Set when this write moves a stored copy from another queue (dead-lettering, a
    * redrive): the source shard's name and the copy's LeasedMessage.copyKey. The target
-   * stores each move once and never skips one it has not seen (storage-shard/remembered-ids.ts).
+   * stores each move once and never skips one it has not seen (storage-shard/segments/remembered-ids.ts).
    */
   moveKey?: string;
 }
@@ -171,6 +171,9 @@ export interface LaneFigures {
 
 /** Why an ordering key is held back: a batch in flight, a retry or a delay not due, a hand-off from another shard. */
 export type HoldReason = "leased" | "retry" | "delayed" | "handoff";
+
+/** A key held back on a shard, as operators see it (GET .../ordering/held): `blocker` is its head, or for a hand-off the shard it waits on. */
+export interface HeldKey { key: string; reason: HoldReason; blocker: string | null; since: number; messages: number }
 
 export interface DeliveryTotals {
   /**

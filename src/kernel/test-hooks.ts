@@ -14,7 +14,7 @@
  *
  * The hooks' code is here, but for the two pieces that need what lies above the kernel:
  * the broker's route (broker/http/test-hooks-api.ts) and the storage shard's "corrupt"
- * fault (storage-shard/corrupt-bodies.ts). Two fences keep them shut:
+ * fault (storage-shard/segments/corrupt-bodies.ts). Two fences keep them shut:
  *
  * - At run time, testHooksEnabled(env): a hook works only when the var SHARDQ_TEST_HOOKS
  *   is "on", which only the fault harness sets, in a config it generates
@@ -43,7 +43,7 @@ import { randomHex } from "./ids";
  *   (globalThis as BuildGlobals).process?.env?.NODE_ENV !== "production"
  *
  * written out in full wherever code is to be left out of a production build (here,
- * broker/http/test-hooks-api.ts, storage-shard/corrupt-bodies.ts): esbuild folds it only
+ * broker/http/test-hooks-api.ts, storage-shard/segments/corrupt-bodies.ts): esbuild folds it only
  * where it stands, never through a variable or a function, and wrangler's replacement
  * matches it with or without the `?.`. Where no bundler replaced it, the `?.` keeps it from
  * throwing when there is no `process`, and it reads true: the hooks are in, behind the var.

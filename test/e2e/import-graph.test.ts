@@ -24,4 +24,10 @@ describe("the import graph outside the tests", () => {
     expect(order).toEqual([...order].sort((a, b) => a - b));
     expect(new Set(order).size).toBe(order.length);
   });
+
+  it("knows the storage shard's rooms and no folder beside them", () => {
+    const top = placeOf("storage-shard/storage-shard.ts");
+    for (const f of ["storage-shard/segments/segment.ts", "storage-shard/keyed/key-book.ts", "storage-shard/handoff/handoff.ts"]) expect(placeOf(f)).toEqual(top);
+    expect(placeOf("storage-shard/unnamed/file.ts")).toBeNull();
+  });
 });

@@ -354,7 +354,7 @@ async function settle(o, acks, retries, delay = 0) {
 /**
  * The storage shard and stored copy a lease id names. A lease id is `<payload>.<signature>`,
  * the payload base64url JSON [account, queue, shard, message id, "<copy>-<seg>.<slot>-<lease>",
- * attempts] (broker/http/lease-tokens.ts, storage-shard/segment.ts): the checker uses the
+ * attempts] (broker/http/lease-tokens.ts, storage-shard/segments/segment.ts): the checker uses the
  * shard to tell which leases a storage shard's reset ended, and the copy (where the message
  * was first written on that shard, kept when a retry rewrites it) to see a message id stored twice.
  * @param {string} token

@@ -6,8 +6,8 @@ import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import { crc32 } from "../../src/kernel/checksum";
 import type { EncodedMessage } from "../../src/kernel/protocol";
 import type { ShardHeartbeat } from "../../src/kernel/heartbeat";
-import { DeliveryState } from "../../storage-shard/delivery-state";
-import { peekReady } from "../../storage-shard/operations";
+import { DeliveryState } from "../../storage-shard/segments/delivery-state";
+import { peekReady } from "../../storage-shard/segments/segment-operations";
 import type { StorageShard } from "../../storage-shard/storage-shard";
 import { api, BASE, createQueue, OTHER_TOKEN, producer, queuePath } from "./helpers";
 

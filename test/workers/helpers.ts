@@ -6,7 +6,7 @@ import type { ContentType } from "../../src/kernel/protocol";
 import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import { ManualClock } from "../../src/kernel/clock";
 import type { StorageShard } from "../../storage-shard/storage-shard";
-import { bodyOf, decodeHeaders, offsetsOf, Settled } from "../../storage-shard/segment";
+import { bodyOf, decodeHeaders, offsetsOf, Settled } from "../../storage-shard/segments/segment";
 import type { ShardqSendBatchResponse, ShardqSendResponse } from "../../broker/producer/queue-producer";
 import type { Env } from "../../src/kernel/env";
 import worker from "../../src/worker";

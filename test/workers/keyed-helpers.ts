@@ -1,9 +1,9 @@
 // The HTTP calls the keyed-message suites (ordered-lanes, keyed-dead-letters) make, and the count of the keyed messages a shard holds, in one place.
 import { env, runInDurableObject } from "cloudflare:test";
 import { storageShardFor } from "../../src/kernel/addressing";
-import type { DeliveryState } from "../../storage-shard/delivery-state";
-import { decodeHeaders } from "../../storage-shard/segment";
-import { settledOf } from "../../storage-shard/segment-rows";
+import type { DeliveryState } from "../../storage-shard/segments/delivery-state";
+import { decodeHeaders } from "../../storage-shard/segments/segment";
+import { settledOf } from "../../storage-shard/segments/segment-rows";
 import type { StorageShard } from "../../storage-shard/storage-shard";
 import { api, queuePath } from "./helpers";
 

@@ -11,7 +11,7 @@ import { shardOnClock } from "./helpers";
 import { crc32 } from "../../src/kernel/checksum";
 import type { EncodedMessage, LeaseRequest, LeasedMessage } from "../../src/kernel/protocol";
 import type { StorageShard } from "../../storage-shard/storage-shard";
-import { convertLanesToSegments } from "../../storage-shard/keyed-upgrade";
+import { convertLanesToSegments } from "../../storage-shard/keyed/keyed-upgrade";
 
 const QUEUE = "k".padEnd(32, "0");
 const utf8 = new TextEncoder();

@@ -10,7 +10,7 @@ import { describe, expect, it } from "vitest";
 import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import { ManualClock } from "../../src/kernel/clock";
 import { locate } from "../../src/kernel/ids";
-import { decodeHeaders, SEGMENT_MAX_MESSAGES } from "../../storage-shard/segment";
+import { decodeHeaders, SEGMENT_MAX_MESSAGES } from "../../storage-shard/segments/segment";
 import type { StorageShard } from "../../storage-shard/storage-shard";
 import { api, backlog, BASE, createQueue, producer, queuePath, shardsOnFakeClock, TOKEN } from "./helpers";
 import { ack, pull, send, unsettledKeyed, type Pulled } from "./keyed-helpers";

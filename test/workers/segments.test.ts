@@ -5,7 +5,7 @@ import { ManualClock } from "../../src/kernel/clock";
 import { locate } from "../../src/kernel/ids";
 import type { EncodedMessage, LeaseRequest } from "../../src/kernel/protocol";
 import type { StorageShard } from "../../storage-shard/storage-shard";
-import { SEGMENT_MAX_BYTES } from "../../storage-shard/segment";
+import { SEGMENT_MAX_BYTES } from "../../storage-shard/segments/segment";
 
 const QUEUE = "5e".padEnd(32, "0");
 const utf8 = new TextEncoder();

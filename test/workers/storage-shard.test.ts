@@ -4,7 +4,7 @@ import { crc32 } from "../../src/kernel/checksum";
 import { ManualClock } from "../../src/kernel/clock";
 import type { EncodedMessage } from "../../src/kernel/protocol";
 import type { StorageShard } from "../../storage-shard/storage-shard";
-import { decodeHeaders } from "../../storage-shard/segment";
+import { decodeHeaders } from "../../storage-shard/segments/segment";
 import { api, createQueue, peekShard, producer, queuePath, storedMessages } from "./helpers";
 
 const utf8 = new TextEncoder();

@@ -9,8 +9,8 @@
  * segment-rows.ts appendToHead); what changes is which slots are settled (acked,
  * dead-lettered, retried elsewhere, expired, ...), and the segment row is deleted when all are.
  */
-import type { ContentType } from "../src/kernel/protocol";
-export { locate, locatedId, shardNumber } from "../src/kernel/ids";
+import type { ContentType } from "../../src/kernel/protocol";
+export { locate, locatedId, shardNumber } from "../../src/kernel/ids";
 
 /** One message's header, as stored in its segment. */
 export interface Header {

@@ -9,10 +9,10 @@
  * copies waiting in scheduled segments (retries, leases that ran out): each holds its key
  * until it is due and delivered (key-book.ts).
  */
-import type { DeliveryState } from "./delivery-state";
-import { headersOf, readState } from "./segment-rows";
-import { KEYED_DUE } from "./segment-placement";
-import { posOf, Settled, slotKey } from "./segment";
+import type { DeliveryState } from "../segments/delivery-state";
+import { headersOf, readState } from "../segments/segment-rows";
+import { KEYED_DUE } from "../segments/segment-placement";
+import { posOf, Settled, slotKey } from "../segments/segment";
 
 export const KEY_LEASES_SCHEMA = `CREATE TABLE IF NOT EXISTS key_leases (lease TEXT PRIMARY KEY, until INTEGER NOT NULL, slots TEXT NOT NULL) WITHOUT ROWID;`;
 

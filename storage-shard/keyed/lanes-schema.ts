@@ -3,7 +3,7 @@
  * (keyed-upgrade.ts converts them), and the step that made their numbers never given out
  * twice: schema steps of storage-shard/schema.ts, kept so that a shard of any age converts.
  */
-import { HANDOFF_TRIGGER } from "./handoff-schema";
+import { HANDOFF_TRIGGER } from "../handoff/handoff-schema";
 
 /** Version 12 of the shard's schema (schema.ts). */
 export const LANES_SCHEMA = `CREATE TABLE lane_messages (
@@ -37,7 +37,7 @@ export const LANES_SCHEMA = `CREATE TABLE lane_messages (
 
 /**
  * Version 14: lseq is never used twice. A lane message's lseq names its copy for ever (a
- * dead-letter move is remembered by it, storage-shard/remembered-ids.ts), and a plain
+ * dead-letter move is remembered by it, storage-shard/segments/remembered-ids.ts), and a plain
  * INTEGER PRIMARY KEY hands out the largest deleted number again: the full fault run lost
  * 45 messages that way, each dead-lettered under a copy key a move of another message had
  * already used, so the dead-letter queue skipped it and the queue deleted it. AUTOINCREMENT

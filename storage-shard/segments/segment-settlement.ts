@@ -1,20 +1,20 @@
 /**
  * The settling side of a storage shard: acks, retries, dead-letters and drops of leased
  * messages, lease extensions, and reading what a lease holds (for a dead-letter move). Like
- * delivery.ts, plain functions over the shard's segments and its DeliveryState, each inside
+ * segment-leases.ts, plain functions over the shard's segments and its DeliveryState, each inside
  * the caller's transactionSync. An ack settles its slot: one write of the segment row for
  * all the slots one call settles there, or the row's delete when none is left. A retry
  * settles the slot and rewrites the message into a new scheduled segment with one more
  * attempt and its due time, in the same transaction. A reference under a lease someone
  * else holds now settles nothing (stale).
  */
-import { crc32 } from "../src/kernel/checksum";
-import type { LeasedMessage, LeaseRef, SettleRequest, SettleResult } from "../src/kernel/protocol";
-import { timestampOf, writeRewrites, type BacklogDelta } from "./delivery";
+import { crc32 } from "../../src/kernel/checksum";
+import type { LeasedMessage, LeaseRef, SettleRequest, SettleResult } from "../../src/kernel/protocol";
+import { timestampOf, writeRewrites, type BacklogDelta } from "./segment-leases";
 import type { DeliveryState, MemoryLease } from "./delivery-state";
 import { copyOf, parseLeaseId, slotKey, type LeaseName } from "./segment";
 import { Bodies, headersOf, readState, rewritten, SegmentEdit, settledOf, type NewMessage, type SegmentState } from "./segment-rows";
-import { extendKeyedLease } from "./keyed-leases";
+import { extendKeyedLease } from "../keyed/keyed-leases";
 
 /** What a lease reference names here, when it can be current: its slot unsettled, the message id its header's. */
 interface Resolved {

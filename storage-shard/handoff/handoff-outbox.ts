@@ -5,8 +5,8 @@
  * releases the trigger of handoff.ts writes as a handed-off key's messages go, sent in the
  * background, each deleted once its owner has it, the rest tried again by the heartbeat.
  */
-import { storageShardFor } from "../src/kernel/addressing";
-import type { Env } from "../src/kernel/env";
+import { storageShardFor } from "../../src/kernel/addressing";
+import type { Env } from "../../src/kernel/env";
 import { pendingReleases, releasesSent, type Registration } from "./handoff";
 
 export class HandoffOutbox {

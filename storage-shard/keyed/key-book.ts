@@ -16,7 +16,7 @@
  * scheduled segments (delivery-state.ts), delayed heads and parked messages by the scan,
  * which starts again at the first segment.
  */
-import { comparePos, type Pos } from "./segment";
+import { comparePos, type Pos } from "../segments/segment";
 
 /** A message at the head of its key (or right behind it) that is not ready yet, or was rewritten. */
 export interface Waiting {

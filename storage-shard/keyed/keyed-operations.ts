@@ -1,32 +1,20 @@
 /**
- * Operations on keyed messages that are not delivery (delivery.ts and keyed-scan.ts are): the
+ * Operations on keyed messages that are not delivery (segment-leases.ts and keyed-scan.ts are): the
  * keys held back as operators see them and as heartbeats count them, an operator's release of
- * a held key, and what a lookup, a peek and a redrive (operations.ts) must know of a key's
+ * a held key, and what a lookup, a peek and a redrive (segment-operations.ts) must know of a key's
  * order. A keyed message is a segment slot like any other (docs/ordered-lanes.md); a key has
  * state only while something holds it back (key-book.ts). Every function runs inside the
  * caller's transactionSync.
  */
-import type { HoldReason, LaneFigures, LeasedMessage } from "../src/kernel/protocol";
-import { leaseSlots } from "./delivery";
-import type { DeliveryState } from "./delivery-state";
+import type { HeldKey, HoldReason, LaneFigures, LeasedMessage } from "../../src/kernel/protocol";
+import { leaseSlots } from "../segments/segment-leases";
+import type { DeliveryState } from "../segments/delivery-state";
 import type { KeyHold } from "./key-book";
 import type { Candidate } from "./keyed-scan";
-import { comparePos, posOf, slotKey, type Header, type Pos } from "./segment";
-import { headersOf, readState, settledOf, type SegmentState } from "./segment-rows";
-import { KEYED_DUE } from "./segment-placement";
-import { blockedFrom, bridgedAny, bridgedKeys } from "./bridges";
-
-/** A key held back here, as operators see it (GET .../ordering/held). */
-export interface HeldKey {
-  key: string;
-  /** leased: a batch is in flight; retry or delayed: its head is not due yet; handoff: another shard holds older messages of it. */
-  reason: HoldReason;
-  /** The message holding it (its head), or for a hand-off the shard it waits on. */
-  blocker: string | null;
-  since: number;
-  /** Its messages here. */
-  messages: number;
-}
+import { comparePos, posOf, slotKey, type Header, type Pos } from "../segments/segment";
+import { headersOf, readState, settledOf, type SegmentState } from "../segments/segment-rows";
+import { KEYED_DUE } from "../segments/segment-placement";
+import { blockedFrom, bridgedAny, bridgedKeys } from "../handoff/bridges";
 
 /** What a shard answers an operator's release of a key (takeKeyHead). */
 export type HeadTaken =
@@ -344,7 +332,7 @@ export class PeekGate {
 }
 
 /**
- * A redrive's keyed messages (operations.ts leaseMatching): the scan hands in every unsettled
+ * A redrive's keyed messages (segment-operations.ts leaseMatching): the scan hands in every unsettled
  * keyed slot it reads, and `take` answers those the move may lease, each key's in its order.
  * A key is skipped while a batch of it is in flight; in its order, a message the filter skips
  * stays and the ones after it may go ahead of it, but one not due, leased or held by a hand-off

@@ -13,11 +13,11 @@
  * the epoch is left, and sent from there (an outbox). A release that arrives before the
  * registration it ends (both travel at once) leaves a tombstone that cancels it.
  */
-import type { Epoch } from "../src/kernel/protocol";
-import { ownerOfKey } from "../src/kernel/ordering";
+import type { Epoch } from "../../src/kernel/protocol";
+import { ownerOfKey } from "../../src/kernel/ordering";
 import { bridgesChanged } from "./bridges";
-import type { DeliveryState } from "./delivery-state";
-import { headersOf, settledOf } from "./segment-rows";
+import type { DeliveryState } from "../segments/delivery-state";
+import { headersOf, settledOf } from "../segments/segment-rows";
 
 /** Keys per registration or release call: bounded RPC payloads however many lanes move. */
 export const HANDOFF_CHUNK = 1000;
@@ -116,6 +116,13 @@ export function mayOweHandoffs(sql: SqlStorage): boolean {
   let owes = mayOwe.get(sql);
   if (owes === undefined) mayOwe.set(sql, (owes = sql.exec("SELECT 1 FROM registrations UNION ALL SELECT 1 FROM releases LIMIT 1").toArray().length > 0));
   return owes;
+}
+
+/** After deleteAll(): what was learnt of the hand-off's tables (here and in bridges.ts) went with them. */
+export function forgetHandoffs(sql: SqlStorage): void {
+  owing.delete(sql);
+  mayOwe.delete(sql);
+  bridgesChanged(sql);
 }
 
 /** Releases waiting to be sent, grouped by owner and epoch. */

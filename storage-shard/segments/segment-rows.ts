@@ -20,7 +20,7 @@ import {
   Settled,
   type Header,
 } from "./segment";
-import { randomHex } from "../src/kernel/ids";
+import { randomHex } from "../../src/kernel/ids";
 import { isKeyedCopy, KEYED_DUE, placement } from "./segment-placement";
 
 export type { NewMessage } from "./segment-placement";

@@ -4,7 +4,7 @@
  *
  * - Leases. Every lease is held here, by slot, never written: a lease that fails (a
  *   retry, or its time running out) rewrites the message into a new segment with one
- *   more attempt (delivery.ts); one that succeeds settles the slot.
+ *   more attempt (segment-leases.ts); one that succeeds settles the slot.
  * - The scan cursor: every ready slot of a segment at or below the cursor is leased
  *   here or settled, so the next lease reads on from the cursor and never re-reads them.
  * - The number the next segment gets, and the headers of segments read lately (a slot's
@@ -23,8 +23,8 @@
  * is not counted as a retry); a late ack for a lost lease still settles its slot; the
  * next append opens a new head; totals lose what was counted since they were last written.
  */
-import type { DeliveryTotals } from "../src/kernel/protocol";
-import { KeyBook } from "./key-book";
+import type { DeliveryTotals } from "../../src/kernel/protocol";
+import { KeyBook } from "../keyed/key-book";
 import { decodeHeaders, type Header } from "./segment";
 
 export interface MemoryLease {
@@ -298,6 +298,8 @@ export class DeliveryState {
     this.lastSeg = 0;
     for (const n of TOTAL_NAMES) this.totals[n] = 0;
     this.dirty = false;
+    this.flushedAt = 0;
+    this.notable = false;
     this.earliestUntil = Infinity;
   }
 }

@@ -9,11 +9,11 @@
  * messages the scan parked, read from `parkedFrom` up to the cursor), and the scan of fresh
  * segments (verdict: take a slot, leave it for its key, or leave a delayed head waiting).
  */
-import type { DeliveryState } from "./delivery-state";
+import type { DeliveryState } from "../segments/delivery-state";
 import type { Waiting } from "./key-book";
-import { posOf, slotKey, type Header } from "./segment";
-import { headersOf, readState, settledOf, STATE_COLUMNS, type SegmentState } from "./segment-rows";
-import { bridgedKeys } from "./bridges";
+import { posOf, slotKey, type Header } from "../segments/segment";
+import { headersOf, readState, settledOf, STATE_COLUMNS, type SegmentState } from "../segments/segment-rows";
+import { bridgedKeys } from "../handoff/bridges";
 
 /** A message ready to lease: its segment, slot and header. */
 export interface Candidate {

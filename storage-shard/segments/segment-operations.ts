@@ -1,22 +1,22 @@
 /**
  * Operations on a queue's stored messages that are not delivery: purge, look up and
  * cancel one message by id, and the filtered leases a dead-letter redrive moves
- * messages under. Plain functions over the shard's segments, like delivery.ts; every
+ * messages under. Plain functions over the shard's segments, like segment-leases.ts; every
  * function runs inside the caller's transactionSync, and each one that removes messages
  * returns the backlog delta for the shard's in-memory figures. A message is found by
  * its id without a scan: the id says where it was written, or the index of ids that do
  * not (segment-rows.ts findSlot) does.
  */
-import { crc32 } from "../src/kernel/checksum";
-import type { LeasedMessage, LeaseRef, MessageFilter, MessageStatus } from "../src/kernel/protocol";
-import { leaseSlots, timestampOf, type BacklogDelta } from "./delivery";
+import { crc32 } from "../../src/kernel/checksum";
+import type { LeasedMessage, LeaseRef, MessageFilter, MessageStatus } from "../../src/kernel/protocol";
+import { leaseSlots, timestampOf, type BacklogDelta } from "./segment-leases";
 import type { DeliveryState } from "./delivery-state";
-import { MAX_MATCHING_LEASE, PURGE_PER_CALL } from "../src/kernel/limits";
+import { MAX_MATCHING_LEASE, PURGE_PER_CALL } from "../../src/kernel/limits";
 import { offsetsOf, parseLeaseId, slotKey, type Header } from "./segment";
 import { findSlot, headersOf, readState, SegmentEdit, settledOf, STATE_COLUMNS, type SegmentState } from "./segment-rows";
 import { KEYED_DUE } from "./segment-placement";
-import type { Candidate } from "./keyed-scan";
-import { giveBack, KeyedMatches, keyWaitsUntil, PeekGate, trimKeyedLease, unwait } from "./keyed-operations";
+import type { Candidate } from "../keyed/keyed-scan";
+import { giveBack, KeyedMatches, keyWaitsUntil, PeekGate, trimKeyedLease, unwait } from "../keyed/keyed-operations";
 
 /** Removed messages: how many, their bytes, and how many were held under a live lease. */
 interface Removed {

@@ -5,11 +5,11 @@
  * its id (indexed), attempts, times, epoch and its copy key (`L<lseq>`), so a move begun
  * before the upgrade is still recognised when it is written again. A message under a lane
  * lease that has not run out stays leased: its lease becomes a keyed lease row, and its
- * lease id from before (`L<lseq>-<lease>`) still settles it (legacy_lanes, settlement.ts).
+ * lease id from before (`L<lseq>-<lease>`) still settles it (legacy_lanes, segment-settlement.ts).
  * A retried or delayed message keeps its due time and so holds its key until then.
  */
-import { encodeHeaders, nextSegment, packBodies, SEGMENT_MAX_BYTES, Settled, type Header } from "./segment";
-import type { ContentType } from "../src/kernel/protocol";
+import { encodeHeaders, nextSegment, packBodies, SEGMENT_MAX_BYTES, Settled, type Header } from "../segments/segment";
+import type { ContentType } from "../../src/kernel/protocol";
 import { writeKeyedLease, type LeasedSlot } from "./keyed-leases";
 
 /** Lane messages per segment: a batch's worth. */

@@ -1,5 +1,5 @@
 /**
- * The leasing side of a storage shard (settlement.ts is the other): leases, retention and
+ * The leasing side of a storage shard (segment-settlement.ts is the other): leases, retention and
  * leases that run out, as plain functions over the shard's segments (segment.ts,
  * segment-rows.ts) and its in-memory DeliveryState, so the Durable Object stays a thin
  * shell. Every function runs inside the caller's transactionSync.
@@ -12,15 +12,15 @@
  * due_at, which is moved past the leases taken from them so the index does not offer
  * them again.
  */
-import { crc32 } from "../src/kernel/checksum";
-import { randomHex } from "../src/kernel/ids";
-import type { LeasedMessage, LeaseRequest, LeaseResult } from "../src/kernel/protocol";
+import { crc32 } from "../../src/kernel/checksum";
+import { randomHex } from "../../src/kernel/ids";
+import type { LeasedMessage, LeaseRequest, LeaseResult } from "../../src/kernel/protocol";
 import type { DeliveryState, MemoryLease } from "./delivery-state";
 import { copyOf, leaseIdOf, posOf, slotKey, type Header } from "./segment";
 import { Bodies, headersOf, readState, rewritten, SegmentEdit, settledOf, STATE_COLUMNS, writeSegments, type NewMessage, type SegmentState, type Written } from "./segment-rows";
 import { KEYED_DUE } from "./segment-placement";
-import { KeyPlan, type Candidate } from "./keyed-scan";
-import { writeKeyedLease, type LeasedSlot } from "./keyed-leases";
+import { KeyPlan, type Candidate } from "../keyed/keyed-scan";
+import { writeKeyedLease, type LeasedSlot } from "../keyed/keyed-leases";
 
 /** How many segments one lease call deletes at most for retention: bounded work per visit. */
 const EXPIRE_SEGMENTS_PER_CALL = 100;

@@ -6,8 +6,8 @@
  * testHook, after its hooks' control() passed the fence (testHooksEnabled); left out of
  * production builds by the build fence (src/kernel/test-hooks.ts, BuildGlobals).
  */
-import { crc32 } from "../src/kernel/checksum";
-import type { BuildGlobals } from "../src/kernel/test-hooks";
+import { crc32 } from "../../src/kernel/checksum";
+import type { BuildGlobals } from "../../src/kernel/test-hooks";
 import { decodeHeaders, offsetsOf, Settled, slotKey } from "./segment";
 
 /** Most bodies one call corrupts. */

@@ -1,9 +1,9 @@
 /**
  * Writing a batch a storage shard was sent: its new segments, inside append's
  * transaction, skipping what this shard already holds from an earlier write of the same
- * messages (a lost reply, a crash mid-move): storage-shard/remembered-ids.ts.
+ * messages (a lost reply, a crash mid-move): storage-shard/segments/remembered-ids.ts.
  */
-import type { AppendRequest, EncodedMessage } from "../src/kernel/protocol";
+import type { AppendRequest, EncodedMessage } from "../../src/kernel/protocol";
 import type { DeliveryState } from "./delivery-state";
 import { DEDUPE_SEGMENTS, knownIds, movesDone, rememberIds, rememberMoves } from "./remembered-ids";
 import { appendToHead, findSlot, idsOfBatch, writeSegments, type NewMessage } from "./segment-rows";
