@@ -136,7 +136,7 @@ async function moveMatching(env: Env, accountId: string, dlq: ShardMap, target: 
 /**
  * Write, then ack; answers how many were written. A failed write gives the leases back, so
  * nothing waits out MOVE_LEASE_MS. A purge meanwhile leaves a batch under its move lease
- * alone (storage-shard/operations.ts purgeSome), so what is written was not reported purged.
+ * alone (storage-shard/segments/segment-operations.ts purgeSome), so what is written was not reported purged.
  */
 async function moveBatch(env: Env, accountId: string, dlq: ShardMap, shardName: string, target: ShardMap, batch: LeasedMessage[], movedSoFar: number): Promise<number> {
   const shard = storageShardFor(env, shardName);
