@@ -10,7 +10,7 @@ import { decodeBody } from "../src/kernel/encoding";
 import type { Env } from "../src/kernel/env";
 import { leaseRefOf, type DispatchOutcome, type LeasedMessage } from "../src/kernel/protocol";
 import { joinDispositions, type Disposition } from "../src/delivery/disposition";
-import { dispose, FAILED_DISPATCH } from "../src/delivery/outcome";
+import { dispositionOf, FAILED_DISPATCH } from "../src/delivery/outcome";
 import type { Dispatch } from "./transports";
 
 /** A batch as leased: its messages by the storage shard that holds them, in the order they go out. */
@@ -61,12 +61,12 @@ export async function handOver(o: HandOver, batch: LeasedBatch): Promise<{ outco
       shard: p.shard,
       messages: p.messages,
       disposition: joinDispositions(
-        dispose(
+        dispositionOf(
           p.readable.map((r) => r.leased),
           outcome,
           o.consumer.settings,
         ),
-        dispose(p.unreadable, FAILED_DISPATCH, o.consumer.settings),
+        dispositionOf(p.unreadable, FAILED_DISPATCH, o.consumer.settings),
       ),
     })),
   };

@@ -209,12 +209,13 @@ export abstract class ShardCore extends DurableObject<Env> {
   }
 
   /** A read-only RPC (or one that only extends leases): `none` when this shard is not the queue's. */
-  protected read<T>(queueId: string, none: T, fn: () => T): T {
+  protected ifServing<T>(queueId: string, none: T, fn: () => T): T {
     this.cost.rpcs++;
-    return this.refuseRead(queueId) ? none : fn();
+    return this.notServing(queueId) ? none : fn();
   }
 
-  protected refuseRead(queueId: string): boolean {
+  /** Whether this shard does not serve `queueId`: it has no identity yet, belongs to another queue, or is retired. */
+  protected notServing(queueId: string): boolean {
     return !this.identity || this.identity.queueId !== queueId || this.state === "retired";
   }
 
@@ -222,7 +223,7 @@ export abstract class ShardCore extends DurableObject<Env> {
    * Runs `fn` in one transaction, with the deferred acks that are due (writeDeferred) and
    * the running totals (when TOTALS_FLUSH_MS has passed) written in it.
    */
-  protected write<T>(now: number, fn: () => T): T {
+  protected inTransaction<T>(now: number, fn: () => T): T {
     const r = this.ctx.storage.transactionSync(() => {
       const r = fn();
       writeDeferred(this.sql, this.delivery, now);
@@ -324,7 +325,7 @@ export abstract class ShardCore extends DurableObject<Env> {
   protected takeLapsedLeases(now: number): boolean {
     if (!this.delivery.hasLapsed(now)) return false;
     // As a lease's write: the rewrites may close the open head, whose deferred acks go with it.
-    this.write(now, () => expireLeases(this.sql, this.delivery, now));
+    this.inTransaction(now, () => expireLeases(this.sql, this.delivery, now));
     this.leasedNow = leasedCount(this.delivery, now);
     this.wakeups.notifyAgain();
     return true;

@@ -114,7 +114,7 @@ export class StorageShard extends ShardCore {
   /** At a key's owner: `holder` holds messages of these keys older than epoch `gen` (handoff.ts). */
   acceptBridges(queueId: string, holder: string, gen: number, keys: string[]): void {
     this.cost.rpcs++;
-    if (this.refuseRead(queueId)) throw new Error(`shard ${this.identity?.name ?? "(unknown)"} does not serve queue ${queueId}`);
+    if (this.notServing(queueId)) throw new Error(`shard ${this.identity?.name ?? "(unknown)"} does not serve queue ${queueId}`);
     const now = this.clock.now();
     this.ctx.storage.transactionSync(() => acceptBridges(this.sql, holder, gen, keys));
     this.alarms.wake(now, true);
@@ -123,7 +123,7 @@ export class StorageShard extends ShardCore {
   /** At a key's owner: `holder` holds nothing of these keys older than epoch `gen` any more. */
   acceptReleases(queueId: string, holder: string, gen: number, keys: string[]): void {
     this.cost.rpcs++;
-    if (this.refuseRead(queueId)) return;
+    if (this.notServing(queueId)) return;
     const now = this.clock.now();
     this.ctx.storage.transactionSync(() => acceptReleases(this.sql, holder, gen, keys));
     this.alarms.wake(now, true);
@@ -210,10 +210,10 @@ export class StorageShard extends ShardCore {
 
   private leaseHere(req: LeaseRequest): LeaseResult {
     if (req.consumerShard !== undefined) this.leasedRetentionMs = req.retentionMs;
-    const refused = this.refuseRead(req.queueId);
+    const refused = this.notServing(req.queueId);
     if (refused) return { messages: [], waitUntil: null, more: false, nextVisibleAt: null, backlog: { shard: this.identity?.name ?? "", count: 0, bytes: 0, oldestAt: null }, refused: true };
     const now = this.clock.now();
-    const { result, delta } = this.write(now, () => {
+    const { result, delta } = this.inTransaction(now, () => {
       const expired = expireOld(this.sql, this.delivery, now, req.retentionMs);
       const leased = lease(this.sql, this.delivery, now, req, req.retentionMs);
       return { result: leased.result, delta: { count: expired.count + leased.delta.count, bytes: expired.bytes + leased.delta.bytes } };
@@ -237,14 +237,14 @@ export class StorageShard extends ShardCore {
   }
 
   private settleHere(req: SettleRequest): SettleResult {
-    if (this.refuseRead(req.queueId)) {
+    if (this.notServing(req.queueId)) {
       const all = [...req.acks, ...req.retries, ...req.deadLettered, ...req.dropped].map((r) => r.id);
       return { acked: 0, retried: 0, deadLettered: 0, dropped: 0, stale: all };
     }
     // Between lease and ack: the reset ends memory leases, so the messages come again.
     this.hooks.at("abort-settle", this.ctx);
     const now = this.clock.now();
-    const { result, delta, keysReady } = this.write(now, () => settle(this.sql, this.delivery, now, req));
+    const { result, delta, keysReady } = this.inTransaction(now, () => settle(this.sql, this.delivery, now, req));
     this.applyDelta(delta);
     this.alarms.wake(now);
     this.flushReleases();
@@ -268,7 +268,7 @@ export class StorageShard extends ShardCore {
   /** Keeps leases alive for a consumer still working (QuiCK's lease extension). */
   extendLeases(queueId: string, refs: LeaseRef[], leaseMs: number): string[] {
     // A keyed lease is a row (keyed-leases.ts): extending it writes.
-    return this.read(queueId, [], () => {
+    return this.ifServing(queueId, [], () => {
       // A longer lease moves this shard's due work later: a sleeping shard re-plans it at its report.
       this.alarms.wake(this.clock.now());
       return this.ctx.storage.transactionSync(() => extend(this.sql, this.delivery, this.clock.now(), refs, leaseMs));
@@ -277,7 +277,7 @@ export class StorageShard extends ShardCore {
 
   /** Messages still held under these leases, with their bodies: what a dead-letter move needs. */
   readLeased(queueId: string, refs: LeaseRef[]): LeasedMessage[] {
-    return this.read(queueId, [], () => readLeased(this.sql, this.delivery, refs));
+    return this.ifServing(queueId, [], () => readLeased(this.sql, this.delivery, refs));
   }
 
   // Queue operations (storage-shard/segments/segment-operations.ts): purge, lookup and cancel by id, redrive.
@@ -285,10 +285,10 @@ export class StorageShard extends ShardCore {
   /** Deletes up to `limit` messages of any state (ready, delayed, leased), oldest first; with `withIds`, answers their ids. */
   purge(queueId: string, limit: number = PURGE_PER_CALL, withIds = false): PurgeResult {
     this.cost.rpcs++;
-    if (this.refuseRead(queueId)) return { deleted: 0, more: false, ...(withIds ? { ids: [] } : {}) };
+    if (this.notServing(queueId)) return { deleted: 0, more: false, ...(withIds ? { ids: [] } : {}) };
     const now = this.clock.now();
     const ids: string[] | undefined = withIds ? [] : undefined;
-    const r = this.write(now, () => purgeSome(this.sql, this.delivery, now, limit, ids));
+    const r = this.inTransaction(now, () => purgeSome(this.sql, this.delivery, now, limit, ids));
     this.afterRemoval(r, now);
     this.flushReleases();
     // Emptied: the next arrival must wake a consumer again, as after a lease that found nothing.
@@ -298,7 +298,7 @@ export class StorageShard extends ShardCore {
 
   findMessage(queueId: string, id: string): MessageStatus | null {
     const now = this.clock.now();
-    return this.read(queueId, null, () => findMessage(this.sql, this.delivery, now, id));
+    return this.ifServing(queueId, null, () => findMessage(this.sql, this.delivery, now, id));
   }
 
   /**
@@ -324,13 +324,13 @@ export class StorageShard extends ShardCore {
 
   /** The ordering keys held back here and why (keyed-operations.ts heldKeys). */
   heldKeys(queueId: string, limit: number): ReturnType<typeof heldKeys> {
-    return this.read(queueId, { keys: [], lanes: 0, held: { leased: 0, retry: 0, delayed: 0, handoff: 0 } }, () => heldKeys(this.sql, this.delivery, this.clock.now(), limit));
+    return this.ifServing(queueId, { keys: [], lanes: 0, held: { leased: 0, retry: 0, delayed: 0, handoff: 0 } }, () => heldKeys(this.sql, this.delivery, this.clock.now(), limit));
   }
 
   /** The head of a held key, if it is the message named, leased alone for an operator's release (keyed-operations.ts takeKeyHead). */
   takeLaneHead(queueId: string, key: string, expected: string, leaseMs: number): HeadTaken {
     const now = this.clock.now();
-    return this.read(queueId, null, () => {
+    return this.ifServing(queueId, null, () => {
       this.alarms.wake(now);
       return this.ctx.storage.transactionSync(() => takeKeyHead(this.sql, this.delivery, now, key, expected, leaseMs));
     });
@@ -338,15 +338,15 @@ export class StorageShard extends ShardCore {
 
   /** Ready messages with their bodies, untouched (the dashboard's peek). */
   peekReady(queueId: string, limit: number): Array<MessageStatus & { body: Uint8Array; orderingKey?: string }> {
-    return this.read(queueId, [], () => peekReady(this.sql, this.delivery, this.clock.now(), limit));
+    return this.ifServing(queueId, [], () => peekReady(this.sql, this.delivery, this.clock.now(), limit));
   }
 
   /** Deletes one message wherever it stands; false when this shard does not hold it. */
   cancelMessage(queueId: string, id: string): boolean {
     this.cost.rpcs++;
-    if (this.refuseRead(queueId)) return false;
+    if (this.notServing(queueId)) return false;
     const now = this.clock.now();
-    const r = this.write(now, () => cancelMessage(this.sql, this.delivery, now, id));
+    const r = this.inTransaction(now, () => cancelMessage(this.sql, this.delivery, now, id));
     this.afterRemoval(r, now);
     this.flushReleases();
     return r.count > 0;
@@ -355,9 +355,9 @@ export class StorageShard extends ShardCore {
   /** Leases ready messages matching a filter, attempts unchanged: a redrive's batch, acked through settle(). */
   leaseMatching(queueId: string, filter: MessageFilter, limit: number, leaseMs: number): LeasedMessage[] {
     this.cost.rpcs++;
-    if (this.refuseRead(queueId)) return [];
+    if (this.notServing(queueId)) return [];
     const now = this.clock.now();
-    const { messages, delta } = this.write(now, () => leaseMatching(this.sql, this.delivery, now, filter, limit, leaseMs));
+    const { messages, delta } = this.inTransaction(now, () => leaseMatching(this.sql, this.delivery, now, filter, limit, leaseMs));
     this.applyDelta(delta);
     if (messages.length > 0) this.alarms.wake(now);
     this.leasedNow += messages.length;
@@ -367,7 +367,7 @@ export class StorageShard extends ShardCore {
   /** Ends leases early so the messages are ready again now (a redrive that could not write them). */
   releaseLeases(queueId: string, refs: LeaseRef[]): number {
     this.cost.rpcs++;
-    if (this.refuseRead(queueId)) return 0;
+    if (this.notServing(queueId)) return 0;
     const now = this.clock.now();
     const released = this.ctx.storage.transactionSync(() => releaseLeases(this.sql, this.delivery, now, refs));
     this.leasedNow = Math.max(0, this.leasedNow - released);
@@ -376,7 +376,7 @@ export class StorageShard extends ShardCore {
   }
 
   countMatching(queueId: string, filter: MessageFilter): number {
-    return this.read(queueId, 0, () => countMatching(this.sql, this.delivery, this.clock.now(), filter));
+    return this.ifServing(queueId, 0, () => countMatching(this.sql, this.delivery, this.clock.now(), filter));
   }
 
   /**

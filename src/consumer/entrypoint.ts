@@ -92,7 +92,7 @@ function withCollectedWaitUntil(ctx: ExecutionContext, pending: Array<Promise<un
  *   one; a later retryAll() without a delay keeps it. ack() twice counts once.
  * - Calls made before the handler throws stand (the outcome says "exception").
  *
- * src/delivery/outcome.ts dispose() turns the result into acks and retries.
+ * src/delivery/outcome.ts dispositionOf() turns the result into acks and retries.
  */
 export function createBatch(queueName: string, messages: DispatchMessage[], metadata: MessageBatchMetadata = { metrics: { backlogCount: 0, backlogBytes: 0 } }) {
   const acked = new Set<string>();

@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import { verdictOf } from "../../broker/http/pull-api";
 import type { LeaseToken } from "../../broker/http/lease-tokens";
 import { decide } from "../../src/delivery/disposition";
-import { dispose, FAILED_DISPATCH } from "../../src/delivery/outcome";
+import { dispositionOf, FAILED_DISPATCH } from "../../src/delivery/outcome";
 import { consumerEntrypoint, createBatch } from "../../src/consumer/entrypoint";
 import type { LeasedMessage, DispatchOutcome } from "../../src/kernel/protocol";
 
@@ -22,7 +22,7 @@ async function run(ids: string[], handler: (batch: MessageBatch) => void | Promi
   }
 }
 
-const summary = (d: ReturnType<typeof dispose>) => ({
+const summary = (d: ReturnType<typeof dispositionOf>) => ({
   acks: d.acks.map((r) => r.id),
   retries: d.retries.map((r) => [r.ref.id, r.delayMs]),
   outOfRetries: d.outOfRetries.map((r) => r.id),
@@ -32,7 +32,7 @@ describe("consumer outcome semantics (Cloudflare's)", () => {
   const msgs = ["a", "b", "c"].map((id) => leased(id));
 
   it("acks every message when the handler returns normally", async () => {
-    expect(summary(dispose(msgs, await run(["a", "b", "c"], () => {}), settings))).toEqual({ acks: ["a", "b", "c"], retries: [], outOfRetries: [] });
+    expect(summary(dispositionOf(msgs, await run(["a", "b", "c"], () => {}), settings))).toEqual({ acks: ["a", "b", "c"], retries: [], outOfRetries: [] });
   });
 
   it("retries every message not explicitly acked when the handler throws, with the consumer's retry_delay", async () => {
@@ -40,7 +40,7 @@ describe("consumer outcome semantics (Cloudflare's)", () => {
       batch.messages[0]!.ack();
       throw new Error("boom");
     });
-    expect(summary(dispose(msgs, outcome, settings))).toEqual({ acks: ["a"], retries: [["b", 7000], ["c", 7000]], outOfRetries: [] });
+    expect(summary(dispositionOf(msgs, outcome, settings))).toEqual({ acks: ["a"], retries: [["b", 7000], ["c", 7000]], outOfRetries: [] });
   });
 
   it("lets a per-message retry win over ackAll, and a per-message ack win over retryAll", async () => {
@@ -48,12 +48,12 @@ describe("consumer outcome semantics (Cloudflare's)", () => {
       batch.messages[1]!.retry({ delaySeconds: 3 });
       batch.ackAll();
     });
-    expect(summary(dispose(msgs, a, settings))).toEqual({ acks: ["a", "c"], retries: [["b", 3000]], outOfRetries: [] });
+    expect(summary(dispositionOf(msgs, a, settings))).toEqual({ acks: ["a", "c"], retries: [["b", 3000]], outOfRetries: [] });
     const b = await run(["a", "b", "c"], (batch) => {
       batch.messages[2]!.ack();
       batch.retryAll({ delaySeconds: 9 });
     });
-    expect(summary(dispose(msgs, b, settings))).toEqual({ acks: ["c"], retries: [["a", 9000], ["b", 9000]], outOfRetries: [] });
+    expect(summary(dispositionOf(msgs, b, settings))).toEqual({ acks: ["c"], retries: [["a", 9000], ["b", 9000]], outOfRetries: [] });
   });
 
   it("keeps the first call on a message: ack then retry stays acked, retry then ack stays retried", async () => {
@@ -63,7 +63,7 @@ describe("consumer outcome semantics (Cloudflare's)", () => {
       batch.messages[1]!.retry({ delaySeconds: 1 });
       batch.messages[1]!.ack();
     });
-    expect(summary(dispose(msgs, outcome, settings))).toEqual({ acks: ["a", "c"], retries: [["b", 1000]], outOfRetries: [] });
+    expect(summary(dispositionOf(msgs, outcome, settings))).toEqual({ acks: ["a", "c"], retries: [["b", 1000]], outOfRetries: [] });
   });
 
   it("uses the message's delay, else the batch's, else retry_delay", async () => {
@@ -72,18 +72,18 @@ describe("consumer outcome semantics (Cloudflare's)", () => {
       batch.messages[1]!.retry();
       batch.retryAll({ delaySeconds: 5 });
     });
-    expect(summary(dispose(msgs, outcome, settings))).toEqual({ acks: [], retries: [["a", 2000], ["b", 5000], ["c", 5000]], outOfRetries: [] });
+    expect(summary(dispositionOf(msgs, outcome, settings))).toEqual({ acks: [], retries: [["a", 2000], ["b", 5000], ["c", 5000]], outOfRetries: [] });
     const plain = await run(["a"], (batch) => batch.messages[0]!.retry());
-    expect(summary(dispose([leased("a")], plain, settings)).retries).toEqual([["a", 7000]]);
+    expect(summary(dispositionOf([leased("a")], plain, settings)).retries).toEqual([["a", 7000]]);
   });
 
   it("counts deliveries: after max_retries + 1 failed deliveries a message is out of retries", async () => {
     const outcome = await run(["a", "b"], () => {
       throw new Error("always");
     });
-    const d = dispose([leased("a", 3), leased("b", 4)], outcome, settings);
+    const d = dispositionOf([leased("a", 3), leased("b", 4)], outcome, settings);
     expect(summary(d)).toEqual({ acks: [], retries: [["a", 7000]], outOfRetries: ["b"] });
-    const none = dispose([leased("a", 1)], outcome, { max_retries: 0, retry_delay: 0 });
+    const none = dispositionOf([leased("a", 1)], outcome, { max_retries: 0, retry_delay: 0 });
     expect(summary(none).outOfRetries).toEqual(["a"]);
   });
 
@@ -92,7 +92,7 @@ describe("consumer outcome semantics (Cloudflare's)", () => {
       batch.ackAll();
       throw new Error("after ackAll");
     });
-    expect(summary(dispose([leased("a"), leased("b")], outcome, settings))).toEqual({ acks: ["a", "b"], retries: [], outOfRetries: [] });
+    expect(summary(dispositionOf([leased("a"), leased("b")], outcome, settings))).toEqual({ acks: ["a", "b"], retries: [], outOfRetries: [] });
   });
 });
 
@@ -107,7 +107,7 @@ describe("one settlement rule for push and pull consumers", () => {
   it("decides a retry alike whether a handler threw or a pull consumer retried, for every attempts and settings", () => {
     for (const s of cases) {
       for (let attempts = 1; attempts <= 5; attempts++) {
-        const push = dispose([leased("m", attempts)], FAILED_DISPATCH, s);
+        const push = dispositionOf([leased("m", attempts)], FAILED_DISPATCH, s);
         const pull = decide([verdictOf(token("m", attempts), true, undefined)], s);
         expect(pull).toEqual(push);
         // The rule itself: out of retries after max_retries + 1 deliveries, else retry_delay.
@@ -121,15 +121,15 @@ describe("one settlement rule for push and pull consumers", () => {
     const ok = await run(["m"], () => {});
     for (const s of cases) {
       for (let attempts = 1; attempts <= 5; attempts++) {
-        expect(decide([verdictOf(token("m", attempts), true, 4)], s)).toEqual(dispose([leased("m", attempts)], own, s));
-        expect(decide([verdictOf(token("m", attempts), false, undefined)], s)).toEqual(dispose([leased("m", attempts)], ok, s));
+        expect(decide([verdictOf(token("m", attempts), true, 4)], s)).toEqual(dispositionOf([leased("m", attempts)], own, s));
+        expect(decide([verdictOf(token("m", attempts), false, undefined)], s)).toEqual(dispositionOf([leased("m", attempts)], ok, s));
       }
     }
   });
 
   it("names each message by its lease ref only, in the batch's order", () => {
     const msgs = [leased("a", 1), leased("b", 9), leased("c", 2)];
-    const d = dispose(msgs, FAILED_DISPATCH, settings);
+    const d = dispositionOf(msgs, FAILED_DISPATCH, settings);
     expect(d).toEqual({ acks: [], retries: [{ ref: { id: "a", leaseId: "L" }, delayMs: 7000 }, { ref: { id: "c", leaseId: "L" }, delayMs: 7000 }], outOfRetries: [{ id: "b", leaseId: "L" }] });
   });
 });
