@@ -80,8 +80,10 @@ describe("shardq as an npm package, installed into a Workers project", () => {
   const npx = (args: string[], timeoutMs = 120_000) => run("npx", ["--no", "--", ...args], { cwd: project, timeoutMs });
 
   beforeAll(async () => {
-    // The tarball, as `npm pack` makes it (its "prepare" script builds lib/ first).
-    const pack = await run("npm", ["pack", "--json", "--pack-destination", work], { cwd: ROOT, timeoutMs: 180_000 });
+    // The tarball, as `npm pack` makes it, of the lib/ the test run built at its start
+    // (vitest.config.ts): "prepare" would build lib/ again and swap it in under the other test
+    // files' running `wrangler dev`s, whose bundlers read shardq/consumer from it.
+    const pack = await run("npm", ["pack", "--ignore-scripts", "--json", "--pack-destination", work], { cwd: ROOT, timeoutMs: 180_000 });
     expect(pack.code, `npm pack failed:\n${pack.out}\n${pack.err}`).toBe(0);
     const [info] = JSON.parse(pack.out.slice(pack.out.search(/^\[/m))) as Array<{ filename: string; files: PackedFile[] }>;
     tarball = join(work, info!.filename);
