@@ -83,7 +83,7 @@ export async function compare(argv) {
       pinned: shards,
       systems: ["simulator", "shardq"],
     })),
-    // Ordered lanes (issue 18): bench/ordered.mjs.
+    // Ordered lanes: bench/ordered.mjs.
     ...w8Workloads(quick),
   ].filter((w) => !only || only.has(/^w[578]-/.test(w.id) ? w.id.slice(0, 2) : w.id)));
 

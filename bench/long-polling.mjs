@@ -1,5 +1,5 @@
 // `npm run bench -- longpoll [--consumers N] [--seconds S] [--sends N] [--poll-ms P]`: long
-// polling (issue 19), on the benchmark's shardq stack, loopback only. bench/README.md
+// polling, on the benchmark's shardq stack, loopback only. bench/README.md
 // ("Long polling") says what each figure is.
 // - idle: N pull consumers of an empty queue for S seconds, first short-polling (a pull, then
 //   P ms of sleep after an empty answer: a loop without long polling), then long-polling
@@ -7,7 +7,7 @@
 // - latency: one consumer long-polling an idle queue, and single sends one at a time: how
 //   long from a send's start to the pull's answer carrying its message.
 // - wake-up: the same, for a message that becomes ready later while the pull waits: its
-//   delay_seconds end, its retry delay ends, its lease runs out (issue 28).
+//   delay_seconds end, its retry delay ends, its lease runs out.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";

@@ -1,4 +1,4 @@
-// Workload 8 of `compare`: ordered lanes (issue 18), shardq only: the simulator has no
+// Workload 8 of `compare`: ordered lanes, shardq only: the simulator has no
 // ordering keys. bench/README.md ("w8: ordered lanes") says what each figure is and why.
 // - w8 and w8-unordered: the same sends, with `orderingKey` from many keys and without it,
 //   one after the other in each run, so that the goal's ratio comes from one run's pair.

@@ -1,4 +1,4 @@
-// `npm run bench -- rates`: what one message costs at the rates queues really see (issue 30),
+// `npm run bench -- rates`: what one message costs at the rates queues really see,
 // by object, beside Cloudflare Queues' $1.20 a million. For each pinned shard count and each
 // consumer setting: single send()s at each rate, the same through shardq/producer, and keyed
 // single sends; every object's own counters over a window of steady sending (traffic.mjs

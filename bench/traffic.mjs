@@ -1,5 +1,5 @@
 // `npm run bench -- idle` and `npm run bench -- traffic`: what one queue costs a month at its
-// traffic (issue 29), on the deployed defaults, beside what Cloudflare Queues would bill for
+// traffic, on the deployed defaults, beside what Cloudflare Queues would bill for
 // the same messages. bench/README.md ("Cost by traffic") says what each figure is.
 // - idle: a queue with one Worker consumer, set up as an operator would, left alone: its
 //   objects' counters (GET /cost) read once it has settled and again a window later.

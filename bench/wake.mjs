@@ -1,4 +1,4 @@
-// `npm run bench -- wake [--every S] [--times N]`: the first send after a sleep (issue 29),
+// `npm run bench -- wake [--every S] [--times N]`: the first send after a sleep,
 // on the deployed defaults. Two queues, each left alone between sends: one with a Worker
 // consumer (push), one with a pull consumer that long-polls all along. Every S seconds one
 // send to each; how long from the send to the push delivery and to the long poll's answer.

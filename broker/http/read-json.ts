@@ -79,7 +79,7 @@ function keepUnfaithful(this: unknown, _key: string, value: unknown, context?: {
  * and only then cancelled. Cancelling a body the client is still sending closes the
  * connection under it: the client (or wrangler dev's proxy in front of the Worker)
  * then sees a reset instead of the 413, or wrangler dev answers 500 "Network connection
- * lost" with its own stack (issue 13). Bounded, so a body of any size costs a bounded read.
+ * lost" with its own stack. Bounded, so a body of any size costs a bounded read.
  */
 export const DISCARD_LIMIT_BYTES = 32 * 1_048_576;
 

@@ -1,5 +1,5 @@
 /**
- * Whether this shard drew an id a producer now sends as its own (issue 28): ids are unique
+ * Whether this shard drew an id a producer now sends as its own: ids are unique
  * per queue, whoever chose them. A located id names its shard and its place (a segment's
  * slot, or the lseq of a message of the ordered lanes keyed messages once had: src/kernel/ids.ts), so the shard named answers from that
  * place, with no index and nothing remembered per message: the message there is this one

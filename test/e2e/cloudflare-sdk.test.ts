@@ -1,6 +1,6 @@
 // Cloudflare's own TypeScript SDK (the `cloudflare` package, a devDependency) pointed at shardq
 // as a user of Cloudflare Queues would point it: a base URL of the `/client/v4` form, a token,
-// the account id `local` (issue 31). Every queue, consumer, message and purge call the SDK has
+// the account id `local`. Every queue, consumer, message and purge call the SDK has
 // drives a queue through its whole life, and each answer is read through the SDK's types. The
 // requests the SDK sent are recorded, so the test also shows which method and path each call
 // took, and that none went anywhere but /client/v4. Event subscriptions, which shardq cannot

@@ -1,5 +1,5 @@
 // The fault checker (test/faults/purge-checker.mjs, order-checker.mjs) on hand-made histories
-// of keyed dead letters and of purges of the dead-letter queue during a redrive (issue 28):
+// of keyed dead letters and of purges of the dead-letter queue during a redrive:
 // what a purge reported deleted is never delivered after it, is counted apart from the lost
 // messages, and nothing else is; a copy moved back keeps its ordering key.
 import { describe, expect, it } from "vitest";

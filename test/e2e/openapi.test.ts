@@ -1,4 +1,4 @@
-// The OpenAPI description (issue 19) is valid OpenAPI 3.1: the same check CI runs
+// The OpenAPI description is valid OpenAPI 3.1: the same check CI runs
 // (npm run check:openapi), on the document the Worker builds. Which routes it describes and
 // with which scopes is test/workers/openapi.test.ts; its answers, openapi-results.test.ts.
 import { beforeAll, describe, expect, it } from "vitest";

@@ -1,5 +1,5 @@
 // Request bodies that are too large, broken or abandoned, over a real socket to `wrangler dev`
-// (issue 13): a 10 MB chunked upload, with and without `Expect: 100-continue`, is a 413 in
+//: a 10 MB chunked upload, with and without `Expect: 100-continue`, is a 413 in
 // the JSON envelope naming `body`, never a 500 carrying a file path or a stack; a client
 // that goes away mid-body leaves nothing stored and no 500 in the service's log.
 // Sent with node:http, which leaves chunking and 100-continue to the test.

@@ -3,9 +3,9 @@
 // token, the account id `local`. wrangler resolves every
 // queue name through `GET /accounts/:account/queues?name=<name>` and takes the first queue
 // listed, so a list that ignored `name` sent an operator's command to another queue
-// (issue 28, finding 3). Each command here names a queue that does not exist, or one that
+//. Each command here names a queue that does not exist, or one that
 // does but is not listed first, and the queue listed first must come out untouched.
-// Then every verb of `wrangler queues` (issue 31): each works as against Cloudflare, wrangler's
+// Then every verb of `wrangler queues`: each works as against Cloudflare, wrangler's
 // JSON bodies sent as text/plain included, but event subscriptions, which shardq cannot serve
 // and refuses saying so.
 import { spawn } from "node:child_process";

@@ -1,4 +1,4 @@
-// The checker's id rules (issue 28): message ids are unique per queue, whoever chose them,
+// The checker's id rules: message ids are unique per queue, whoever chose them,
 // and a send's answer with an id means that message is stored under it. From the history
 // alone:
 //

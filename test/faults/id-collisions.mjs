@@ -1,4 +1,4 @@
-// Producer-chosen ids over the same id space as the ids the service draws (issue 28): ids
+// Producer-chosen ids over the same id space as the ids the service draws: ids
 // are unique per queue, whoever chose them. A producer remembers the ids its sends were
 // answered with (drawn by a storage shard for plain and keyed messages, by the broker for
 // Idempotency-Key sends, or its own) and, now and then, instead of a batch:

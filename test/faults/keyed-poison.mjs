@@ -1,4 +1,4 @@
-// Keyed dead letters in the fault run (issue 28, finding 7): poison messages are rare
+// Keyed dead letters in the fault run: poison messages are rare
 // (workload.mjs `poisonRate`), and a keyed one rarer, so a short run might redrive none. At
 // `rate` a producer's keyed message is made poison too, from a stream of its own, so every
 // other decision stays what the seed made it: it is retried out in its key's lane (holding

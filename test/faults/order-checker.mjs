@@ -35,7 +35,7 @@
 //                   A message delivered again in the same stay was not released between.
 //   wrong key       a pull answer giving a message another ordering_key than it was sent
 //                   with, or one when it was sent without, in any queue: a copy a
-//                   dead-lettering or a redrive moved keeps its key (issue 28).
+//                   dead-lettering or a redrive moved keeps its key.
 //
 // Only each message's first stay in the queue it was sent to counts (a redrive stores a
 // new copy, accepted anew: a redrive writes a key's messages in their order in the

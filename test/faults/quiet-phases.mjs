@@ -1,4 +1,4 @@
-// Quiet phases (issue 29): at seeded places in the fault schedule, traffic stops long enough
+// Quiet phases: at seeded places in the fault schedule, traffic stops long enough
 // for every object to sleep (the service sleeps after at most 60 s without sends and nothing
 // to do now), faults go on, then traffic resumes. During a phase:
 //

@@ -1,4 +1,4 @@
-// The checker's "ready too long" rule (issue 29): no message stays ready longer than
+// The checker's "ready too long" rule: no message stays ready longer than
 // READY_LIMIT_MS while a consumer is asking for messages. checker.mjs calls it; it reads the
 // history and nothing else.
 //

@@ -394,7 +394,7 @@ function harnessId(m) {
 }
 
 /**
- * The operator who redrives the dead-letter queue while faults run (issue 13): pauses
+ * The operator who redrives the dead-letter queue while faults run: pauses
  * its consumer so dead-lettered messages gather, moves up to a seeded limit of them back
  * to the pull queue or the push queue, and lets the consumer run again. A poison message
  * moved back is retried out and dead-lettered again, so moves repeat: the checker must

@@ -1,5 +1,5 @@
 /**
- * Cloudflare's REST API as its real clients call it (issue 31, part A), at the HTTP level: the
+ * Cloudflare's REST API as its real clients call it, at the HTTP level: the
  * /client/v4 base path, JSON bodies sent as text/plain (wrangler's way) on the routes Cloudflare
  * serves and only there, PUT of a queue and of a consumer, Cloudflare's peek and its purge of
  * peeked messages, purge answering the queue and purge status, both spellings of a send's

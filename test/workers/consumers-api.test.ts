@@ -33,7 +33,7 @@ describe("consumer management over HTTP", () => {
   it.each([
     [{ type: "worker" }, "script_name", "required"],
     [{ type: "worker", script_name: "nobody-bound-this" }, "script_name", "CONSUMER_NOBODY_BOUND_THIS"],
-    // CONSUMER_SHARD was once shardq's own consumer-shard namespace binding (issue 13).
+    // CONSUMER_SHARD was once shardq's own consumer-shard namespace binding.
     [{ type: "worker", script_name: "shard" }, "script_name", "CONSUMER_SHARD"],
     [{ type: "http_pull", script_name: "x" }, "script_name", "worker consumers only"],
     [{ type: "smtp" }, "type", '"worker" or "http_pull"'],

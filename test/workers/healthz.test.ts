@@ -1,5 +1,5 @@
 /**
- * GET and HEAD /healthz, for readiness probes (issue 14): 200 without a token, whatever
+ * GET and HEAD /healthz, for readiness probes: 200 without a token, whatever
  * token is sent, from the Worker alone (no Durable Object, KV or rate limiter touched),
  * and one of the two routes the route table (broker/http/route-table.ts) marks PUBLIC, with /openapi.json.
  * Every other route without a token is 401: scopes.test.ts.

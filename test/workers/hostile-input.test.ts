@@ -1,5 +1,5 @@
 /**
- * Hostile input (issue 7). Every malformed, oversized, mistyped or out-of-range request
+ * Hostile input. Every malformed, oversized, mistyped or out-of-range request
  * is answered with the right 4xx and a JSON error naming the field at fault, never a
  * 5xx, and leaves nothing behind: the queue's backlog, settings and consumers, and the
  * account's queues, are as they were before it.

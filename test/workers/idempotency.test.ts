@@ -1,5 +1,5 @@
 /**
- * Idempotent sends (issue 7): an Idempotency-Key on POST .../messages and
+ * Idempotent sends: an Idempotency-Key on POST .../messages and
  * .../messages/batch, and message ids chosen by the producer, store a message once
  * however often the request is retried, across shard-map changes, consumption and a
  * request that died half-way; the same key or id with a different request is refused.

@@ -1,6 +1,6 @@
 /**
  * A waiting pull answers as soon as any message of its queue becomes ready, whatever made it
- * ready (issue 28, finding 6): a send, its delay ending, a retry delay ending, a lease running
+ * ready: a send, its delay ending, a retry delay ending, a lease running
  * out, a redrive into the queue, a key released. The Coordinator's waits run on timers the
  * test drives, so a pull answers only because it was woken, never because its wait ended.
  */

@@ -1,5 +1,5 @@
 /**
- * Long polling (issue 19): POST .../messages/pull with `wait_time_ms` holds a pull that found
+ * Long polling: POST .../messages/pull with `wait_time_ms` holds a pull that found
  * nothing until messages are ready or the wait ends (an empty answer), waiting at the queue's
  * Coordinator (coordinator/pull-waiters.ts). The Coordinator's waits run on timers the tests
  * drive, so a 20 s wait ends when a test says so.

@@ -1,5 +1,5 @@
 /**
- * Moves between queues (issue 13): dead-lettering and redrive store a message at the
+ * Moves between queues: dead-lettering and redrive store a message at the
  * target, then settle its source copy. A message that comes back to a queue it was in
  * before is a new copy and is stored again; only a repeat of the same move (a crash
  * between store and settle) is stored once.

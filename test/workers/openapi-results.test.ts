@@ -1,5 +1,5 @@
 /**
- * The OpenAPI description's answers are the real ones (issue 19): each operation is called
+ * The OpenAPI description's answers are the real ones: each operation is called
  * as a client would, and its whole answer parsed with the schema the description gives it
  * (broker/openapi/result-schemas.ts, strict: a field renamed, added or dropped fails here).
  * Refusals are parsed with the error envelope, and their status must be one the description

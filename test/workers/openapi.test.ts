@@ -1,5 +1,5 @@
 /**
- * The OpenAPI description (issue 19) against the route table the router registers and checks:
+ * The OpenAPI description against the route table the router registers and checks:
  * every route of ROUTES described at its path and method with exactly its scopes, nothing else
  * described, and each route's path answered by its own entry in the router's check; and the
  * document served at GET /openapi.json without a token. That the document is valid OpenAPI

@@ -1,5 +1,5 @@
 /**
- * Rate limits per account and per queue (issue 7): past its limit a tenant gets 429
+ * Rate limits per account and per queue: past its limit a tenant gets 429
  * with Retry-After and a JSON error naming what is limited, stores nothing, and does
  * not slow anyone else. The service's limiters are swapped for low ones
  * (vitest.config.ts: 10 calls per account and 3 per queue a minute). Windows are

@@ -1,5 +1,5 @@
 /**
- * The security boundary (issue 7): bearer tokens that are missing, malformed, wrong or
+ * The security boundary: bearer tokens that are missing, malformed, wrong or
  * revoked (401); tokens with less scope than a route needs (403, on every route of the
  * table in broker/http/route-table.ts); and one account's token against another's queue,
  * message id or lease id (404 exactly like a missing one, or the warning any foreign lease

@@ -1,5 +1,5 @@
 /**
- * One outcome rule for both transports (issue 14). The probe consumer (test/outcome-probe)
+ * One outcome rule for both transports. The probe consumer (test/outcome-probe)
  * runs a script of MessageBatch calls; the "queue" transport lets the Workers runtime record
  * them (Fetcher.queue()), the "rpc" transport lets shardq's createBatch() record them
  * (the ShardqConsumer entrypoint). Every script of up to 3 calls over two messages, with and

@@ -9,7 +9,7 @@
  * the order the service accepted. The unordered half of a pair sends on the same schedule,
  * so the two differ only in the option.
  *
- * `orderingKey` is an extension of Cloudflare's options (issue 18). A service that does not
+ * `orderingKey` is an extension of Cloudflare's options. A service that does not
  * know it refuses the call (its options are strict); the driver then sends the same messages
  * without it and says so (`refused`), so the workload still runs, as what it is: unordered.
  */
