@@ -23,19 +23,14 @@ import { QueueStore, type InitializeQueue } from "./queue-store";
 import { migrateCoordinator } from "./schema";
 import { PullWaiters } from "./pull-waiters";
 import { MAX_PULL_WAIT_MS } from "../src/kernel/limits";
-import { assertInJurisdiction, jurisdictionField } from "../src/kernel/jurisdiction";
+import { assertInJurisdiction } from "../src/kernel/jurisdiction";
 import { readSendLatency, recordSendLatency } from "./send-latency";
 import { readSeries, recordPoint, SERIES_STEP_MS, type SeriesPoint } from "./time-series";
+import { describeQueue, LAST_PURGE, type PurgeRecord } from "./queue-description";
 
 export type { InitializeQueue } from "./queue-store";
 
-/** The last purge of the queue: when it started, and whether it emptied the queue (false while it runs). */
-export interface PurgeRecord {
-  startedAt: number;
-  completed: boolean;
-}
-/** The key it is kept under (ctx.storage, beside the SQL tables; deleted with the queue). */
-const LAST_PURGE = "last_purge";
+export type { PurgeRecord } from "./queue-description";
 
 /**
  * The Coordinator of one queue (named by queue id): its settings and its shard map.
@@ -111,22 +106,7 @@ export class Coordinator extends DurableObject<Env> {
 
   private queueInfo(): QueueInfo | null {
     const queue = this.store.readyQueue();
-    if (!queue) return null;
-    const consumers = this.consumerList();
-    return {
-      queue_id: queue.queue_id,
-      queue_name: queue.queue_name,
-      created_on: new Date(queue.created_at).toISOString(),
-      modified_on: new Date(queue.modified_at).toISOString(),
-      producers_total_count: 0,
-      producers: [],
-      consumers_total_count: consumers.length,
-      // Whole, as Cloudflare lists them (wrangler's `queues consumer list` shows their settings),
-      // and with `script`, the Worker's name as wrangler reads it.
-      consumers: consumers.map((c) => ({ ...c, ...(c.script_name ? { script: c.script_name } : {}) })),
-      settings: queue.settings,
-      ...jurisdictionField(queue.queue_id),
-    };
+    return queue ? describeQueue(queue, this.consumerList()) : null;
   }
 
   /**
