@@ -1,4 +1,4 @@
-// Your own Workers, unchanged: the producer and consumer of test/own-workers (configs with
+// Your own Workers, unchanged: the producer and consumer of test/fixtures/own-workers (configs with
 // nothing but [[queues.producers]] / [[queues.consumers]]) run under `shardq dev` as a user
 // runs it: from a project directory outside shardq, with shardq "installed" in it
 // (node_modules/shardq, a symlink to this checkout, as `npm install <dir>` makes), on free
@@ -49,7 +49,7 @@ describe("shardq dev and deploy-config with the user's own Workers", () => {
   beforeAll(async () => {
     // The user's project: the two Workers as they are, plus the [dev] ports a user might set
     // (free ones here), and shardq installed.
-    cpSync(join(ROOT, "test", "own-workers"), project, { recursive: true });
+    cpSync(join(ROOT, "test", "fixtures", "own-workers"), project, { recursive: true });
     const ports = new Set<number>();
     while (ports.size < 3) ports.add(await freePort());
     [shardqPort, producerPort, consumerPort] = [...ports] as [number, number, number];

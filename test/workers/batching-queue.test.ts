@@ -171,7 +171,7 @@ describe("batchingQueue", () => {
     expect(delayed.visibleAt - delayed.enqueuedAt).toBe(600_000);
   });
 
-  describe("shared by the requests of one isolate (test/batching-probe)", () => {
+  describe("shared by the requests of one isolate (test/fixtures/batching-probe)", () => {
     const probe = (path: string) => env.BATCHING_PROBE.fetch(`http://probe${path}`, { method: path === "/stats" ? "GET" : "POST" });
     const stats = async () => (await (await probe("/stats")).json()) as { batches: number; messages: number };
 
