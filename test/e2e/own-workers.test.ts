@@ -5,15 +5,15 @@
 // loopback ports, stopped by PID. Then `shardq deploy-config` on the same configs, every
 // file it writes bundled by `wrangler deploy --dry-run`, and the configs it must refuse.
 import { spawn, type ChildProcess } from "node:child_process";
-import { appendFileSync, cpSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { appendFileSync, cpSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ROOT, freePort } from "../../scripts/dev-server.mjs";
 import { dryRunDeployConfig } from "../../scripts/deploy-dry-run-own-workers.mjs";
+import { sleep } from "../../src/kernel/sleep.ts";
+import { groupAlive, HEADERS as headers, listTree, waitFor } from "./helpers.ts";
 
-const TOKEN = "shardq-local-dev-token";
-const headers = { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" };
 const RUNNING = "shardq dev is running";
 
 interface Received {
@@ -257,33 +257,3 @@ describe("shardq dev and deploy-config with the user's own Workers", () => {
   }
 });
 
-/** Every path under `dir` (hidden ones included, symlinks not followed) with its size and mtime. */
-function listTree(dir: string, base = dir, out = new Map<string, string>()): Map<string, string> {
-  for (const name of readdirSync(dir)) {
-    const path = join(dir, name);
-    const st = lstatSync(path);
-    out.set(path.slice(base.length + 1), st.isDirectory() ? "dir" : `${st.size} ${st.mtimeMs}`);
-    if (st.isDirectory() && !st.isSymbolicLink()) listTree(path, base, out);
-  }
-  return out;
-}
-
-function groupAlive(pid: number): boolean {
-  try {
-    process.kill(-pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-async function waitFor<T>(read: () => Promise<T>, done: (value: T) => boolean, timeoutMs: number): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await read();
-    if (done(value) || Date.now() > deadline) return value;
-    await sleep(250);
-  }
-}
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
