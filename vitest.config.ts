@@ -93,6 +93,18 @@ export default defineConfig({
         },
       },
       {
+        // Plain Node, no service started: the client library against a fetch the test answers,
+        // the fault checker on hand-made histories, the import graph, the OpenAPI document, and
+        // the benchmark's figures from made-up runs. Files run side by side.
+        test: {
+          name: "node",
+          include: ["test/node/**/*.test.ts"],
+          environment: "node",
+          // Each takes about a second at most; the margin is for a machine busy with the other projects.
+          testTimeout: 30_000,
+        },
+      },
+      {
         // Starts `wrangler dev` on a free port and drives it over HTTP from Node.
         test: {
           name: "e2e",

@@ -19,6 +19,7 @@ import { load } from "./load.mjs";
 import { driverRun, sinkStats } from "./driver-run.mjs";
 import { hotKeyRun, KEYED_BODY_BYTES, orderingRefusal, pairOrder, pairRatio, W8_METRICS, w8Workloads, warmUp } from "./ordered.mjs";
 import { autoscaleRun, backlogRun, groupCpuSeconds, W6, w6Markdown, w6Vars } from "./scaling.mjs";
+import { sleep } from "../src/kernel/sleep.ts";
 
 export const COMPARE_HELP = `npm run bench -- compare [--quick] [--repeats N] [--only w1,w4,...] [--out DIR]
   Measures the ceiling (npm run bench -- ceiling) first, then starts shardq (service + sink consumer)
@@ -377,4 +378,3 @@ function stats(values) {
 const peakShards = (samples) => Math.max(0, ...samples.map((s) => s.shards));
 /** @param {number | null} x @param {number} [digits] */
 const round = (x, digits = 1) => (x === null ? null : Math.round(x * 10 ** digits) / 10 ** digits);
-const sleep = (/** @type {number} */ ms) => new Promise((r) => setTimeout(r, ms));

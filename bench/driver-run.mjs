@@ -2,6 +2,7 @@
 // sink (bench/workers/sink) has every message: what `compare` does for every workload the
 // driver sends (w1, w1b, w2, w4, w7, and both halves of w8).
 import { groupCpuSeconds } from "./scaling.mjs";
+import { sleep } from "../src/kernel/sleep.ts";
 
 /** The percentiles a run keeps of its latency distributions (for the charts). */
 const CDF_POINTS = [1, 5, 10, 25, 50, 75, 90, 95, 99, 99.9, 100];
@@ -85,4 +86,3 @@ export async function sinkStats(base, o = {}) {
 export const pct = (sorted, p) => (sorted.length ? /** @type {number} */ (sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]) : null);
 /** @param {number | null} x @param {number} [digits] */
 export const round = (x, digits = 1) => (x === null ? null : Math.round(x * 10 ** digits) / 10 ** digits);
-const sleep = (/** @type {number} */ ms) => new Promise((r) => setTimeout(r, ms));

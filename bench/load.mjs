@@ -9,6 +9,7 @@ import { writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { ApiError, NetworkError, createClient } from "../src/client/index.ts";
 import { LIMITS } from "../src/kernel/limits.ts";
+import { sleep } from "../src/kernel/sleep.ts";
 
 export const LOAD_HELP = `npm run bench -- load [options]
   --url URL            service base URL (default http://127.0.0.1:8787)
@@ -227,4 +228,3 @@ function printSummary(f) {
 
 /** @param {Record<string, number | null>} o @param {string[]} keys */
 const ms = (o, keys) => keys.map((k) => (o[k] === null ? "-" : `${o[k]} ms`)).join(" / ");
-const sleep = (/** @type {number} */ t) => new Promise((r) => setTimeout(r, Math.max(0, t)));

@@ -15,6 +15,7 @@ import { applyConfig } from "../cli/workers/apply-config.mjs";
 import { writeDevConfig } from "../cli/wrangler/dev-config.mjs";
 import { freePort, ROOT, startWrangler } from "../cli/wrangler/dev-server.mjs";
 import { groupPids } from "./scaling.mjs";
+import { sleep } from "../src/kernel/sleep.ts";
 
 export const MANY_HELP = `npm run bench -- many [--queues N] [--quiet-seconds S] [--settle-seconds S] [--concurrency C] [--state DIR] [--json FILE]
   Many queues, then quiet: creates N queues (even: a Worker push consumer, odd: an http_pull consumer), sends one
@@ -379,7 +380,6 @@ function dirBytes(dir) {
   return total;
 }
 
-const sleep = (/** @type {number} */ ms) => new Promise((r) => setTimeout(r, Math.max(0, ms)));
 const secs = (/** @type {number} */ ms) => (ms / 1000).toFixed(1);
 const mb = (/** @type {number} */ bytes) => (bytes / 1024 / 1024).toFixed(0);
 const round = (/** @type {number} */ x, /** @type {number} */ digits) => Number(x.toFixed(digits));

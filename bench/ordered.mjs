@@ -6,6 +6,7 @@
 //   backlog without a key drained by a consumer of max_concurrency 1 (the control).
 import { api, groupCpuSeconds } from "./scaling.mjs";
 import { pct, round, sinkStats, untilDelivered } from "./driver-run.mjs";
+import { sleep } from "../src/kernel/sleep.ts";
 
 /** The shapes of w8. Why sendBatch() of 100 and not w1's send()s: bench/README.md. */
 export const W8 = {
@@ -217,5 +218,3 @@ export function timelineFigures(batches, batchSize) {
     full_batches_fraction: notLast.length ? round(notLast.filter((n) => n >= batchSize).length / notLast.length, 3) : null,
   };
 }
-
-const sleep = (/** @type {number} */ ms) => new Promise((r) => setTimeout(r, ms));

@@ -5,6 +5,7 @@
 //     what the machine holds), then none, sampling shards and throughput every second.
 // The simulator has no equivalent of either: it cannot pause delivery and has no shards.
 import { readdirSync, readFileSync } from "node:fs";
+import { sleep } from "../src/kernel/sleep.ts";
 
 const HEADERS = { authorization: "Bearer shardq-local-dev-token", "content-type": "application/json" };
 
@@ -297,5 +298,3 @@ export function w6Markdown(runs) {
 
 /** @param {string} base @returns {Promise<{ shards: Array<{ name: string, state: string, heartbeat: { received_at: number, refusals: number, messages_in: number, period_ms: number } | null }>, decisions: Array<{ at: number, kind: string, target: string | null, reason: string }> }>} */
 const shardsView = (base) => api(base, "/queues/bench/shards", "GET");
-
-const sleep = (/** @type {number} */ ms) => new Promise((r) => setTimeout(r, ms));

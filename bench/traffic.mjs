@@ -15,6 +15,7 @@ import { CLASSES, costDelta, readCost } from "./cost.mjs";
 import { sinkStats, untilDelivered } from "./driver-run.mjs";
 import { PRICES, queuesUsd, usd } from "./prices.mjs";
 import { startShardq } from "./stacks.mjs";
+import { sleep } from "../src/kernel/sleep.ts";
 
 /** An average month (365 x 24 / 12 hours): a queue-month, as issue 29 priced its idle queues. */
 export const HOURS_PER_MONTH = 730;
@@ -347,5 +348,3 @@ function whole(v, flag, min, max) {
   if (!Number.isInteger(n) || n < min || n > max) throw new Error(`${flag} must be an integer from ${min} to ${max}`);
   return n;
 }
-
-const sleep = (/** @type {number} */ ms) => new Promise((r) => setTimeout(r, ms));

@@ -6,6 +6,7 @@
 import { parseArgs } from "node:util";
 import { pct } from "./driver-run.mjs";
 import { withStack } from "./traffic.mjs";
+import { sleep } from "../src/kernel/sleep.ts";
 
 export const WAKE_HELP = `npm run bench -- wake [--every S] [--times N] [--shards N]
   The first send after a sleep: two queues on the deployed defaults, one with a Worker consumer (push), one with a
@@ -153,5 +154,3 @@ function whole(v, flag, min, max) {
   if (!Number.isInteger(n) || n < min || n > max) throw new Error(`${flag} must be an integer from ${min} to ${max}`);
   return n;
 }
-
-const sleep = (/** @type {number} */ ms) => new Promise((r) => setTimeout(r, ms));

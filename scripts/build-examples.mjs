@@ -1,6 +1,6 @@
 // Bundles the example consumer to examples/consumer/dist/index.js, the outcome probe
-// consumer to test/outcome-probe/dist/index.js and the batching probe producer to
-// test/batching-probe/dist/index.js: the Workers test pool loads auxiliary Workers as built
+// consumer to test/fixtures/outcome-probe/dist/index.js and the batching probe producer to
+// test/fixtures/batching-probe/dist/index.js: the Workers test pool loads auxiliary Workers as built
 // JavaScript. vitest.config.ts calls these.
 import { build } from "esbuild";
 import { join } from "node:path";
@@ -24,12 +24,12 @@ export async function buildExampleConsumer() {
   return bundle(join(ROOT, "examples", "consumer", "src", "index.ts"), join(ROOT, "examples", "consumer", "dist", "index.js"));
 }
 
-/** The probe consumer of test/workers/transport-parity.test.ts (test/outcome-probe/index.ts). */
+/** The probe consumer of test/workers/transport-parity.test.ts (test/fixtures/outcome-probe/index.ts). */
 export async function buildOutcomeProbe() {
-  return bundle(join(ROOT, "test", "outcome-probe", "index.ts"), join(ROOT, "test", "outcome-probe", "dist", "index.js"));
+  return bundle(join(ROOT, "test", "fixtures", "outcome-probe", "index.ts"), join(ROOT, "test", "fixtures", "outcome-probe", "dist", "index.js"));
 }
 
-/** The probe producer of test/workers/batching-queue.test.ts (test/batching-probe/index.ts). */
+/** The probe producer of test/workers/batching-queue.test.ts (test/fixtures/batching-probe/index.ts). */
 export async function buildBatchingProbe() {
-  return bundle(join(ROOT, "test", "batching-probe", "index.ts"), join(ROOT, "test", "batching-probe", "dist", "index.js"));
+  return bundle(join(ROOT, "test", "fixtures", "batching-probe", "index.ts"), join(ROOT, "test", "fixtures", "batching-probe", "dist", "index.js"));
 }

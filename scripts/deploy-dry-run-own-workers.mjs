@@ -1,5 +1,5 @@
 // `npm run deploy:dry-run:own-workers`: `shardq deploy-config` on Workers that use only
-// `[[queues.*]]` (by default the pair in test/own-workers), then `wrangler deploy --dry-run`
+// `[[queues.*]]` (by default the pair in test/fixtures/own-workers), then `wrangler deploy --dry-run`
 // on every config it wrote, and on shardq's wrangler.toml with the generated [[services]]
 // lines added: each bundles as `wrangler deploy` would, and none needs an experimental
 // compatibility flag (Cloudflare refuses them on a deployed Worker).
@@ -45,7 +45,7 @@ export function dryRunDeployConfig(deploy, bundleDir) {
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const { values } = parseArgs({ options: { config: { type: "string", short: "c", multiple: true } } });
-  const configs = values.config ?? ["test/own-workers/producer/wrangler.toml", "test/own-workers/consumer/wrangler.toml"].map((c) => join(ROOT, c));
+  const configs = values.config ?? ["test/fixtures/own-workers/producer/wrangler.toml", "test/fixtures/own-workers/consumer/wrangler.toml"].map((c) => join(ROOT, c));
   const work = mkdtempSync(join(tmpdir(), "shardq-deploy-dry-run-"));
   try {
     const deploy = writeDeployConfig({ configs, out: join(work, "out"), account: "dry-run", shardqName: shardqName() });

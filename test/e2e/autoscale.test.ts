@@ -5,9 +5,9 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { applyConfig } from "../../cli/workers/apply-config.mjs";
 import { startDevService, type DevService } from "./dev-service.mjs";
+import { sleep } from "../../src/kernel/sleep.ts";
+import { HEADERS as headers, TOKEN } from "./helpers.ts";
 
-const TOKEN = "shardq-local-dev-token";
-const headers = { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" };
 const LOAD_SECONDS = 10;
 
 interface ShardsView {
@@ -77,7 +77,7 @@ describe("autoscaling under wrangler dev", () => {
         maxActive = Math.max(maxActive, active(v));
         maxPublished = Math.max(maxPublished, active(v.published));
         maxConsumers = Math.max(maxConsumers, v.consumer_shards.running);
-        await new Promise((r) => setTimeout(r, 250));
+        await sleep(250);
       }
     })();
     await Promise.all([...senders, watcher]);
@@ -95,7 +95,7 @@ describe("autoscaling under wrangler dev", () => {
     const deadline = Date.now() + 90_000;
     let view = await shards();
     while (active(view) > 1 && Date.now() < deadline) {
-      await new Promise((r) => setTimeout(r, 1000));
+      await sleep(1000);
       view = await shards();
     }
     expect(active(view)).toBe(1);
@@ -120,7 +120,7 @@ describe("autoscaling under wrangler dev", () => {
     const ackDeadline = Date.now() + 120_000;
     let sum = await totals();
     while (sum.acked < ids.length && Date.now() < ackDeadline) {
-      await new Promise((r) => setTimeout(r, 1000));
+      await sleep(1000);
       sum = await totals();
     }
     expect(sum).toEqual({ acked: ids.length, lost: 0 });

@@ -21,6 +21,7 @@ import { MAX_DELAY_SECONDS } from "../../cli/workers/worker-configs.mjs";
 import { LIMITS } from "../../src/kernel/limits.ts";
 import type { Lookup } from "./message-lookup.ts";
 import { startOneProducer, type CallOutcome, type OneProducerSession } from "./one-producer-session.ts";
+import { sleep } from "../../src/kernel/sleep.ts";
 
 const QUEUE = "bd-jobs";
 const DELAY = 15;
@@ -98,7 +99,7 @@ describe("a [[queues.producers]] binding's delivery_delay under shardq dev", () 
       }
       if (messages.length) expect((await d.api("POST", `/${QUEUE}/messages/ack`, { acks: messages.map((m) => ({ lease_id: m.lease_id })) })).status).toBe(200);
       if (atOnce.some((id) => !pulledAt.has(id))) continue;
-      await new Promise((r) => setTimeout(r, 500));
+      await sleep(500);
     }
     expect([...pulledAt.keys()].sort()).toEqual([...delayed, ...atOnce].sort());
     // The undelayed ones came before any delayed one was due.

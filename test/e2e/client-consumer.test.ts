@@ -9,11 +9,11 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { applyConfig } from "../../cli/workers/apply-config.mjs";
 import { freePort, ROOT, startWrangler } from "../../cli/wrangler/dev-server.mjs";
-import { AbortedError, createClient, NetworkError, type ConsumeSummary, type ConsumedMessage, type QueueClient } from "../../src/client/index.ts";
+import { AbortedError, NetworkError, type ConsumeSummary, type ConsumedMessage, type QueueClient } from "shardq/client";
+import { sleep } from "../../src/kernel/sleep.ts";
+import { clientOf, TOKEN } from "./helpers.ts";
 
 type Server = Awaited<ReturnType<typeof startWrangler>>;
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe("the client's consumer loop under wrangler dev", () => {
   const stateDir = mkdtempSync(join(tmpdir(), "shardq-e2e-client-"));
@@ -27,7 +27,7 @@ describe("the client's consumer loop under wrangler dev", () => {
       env: { WRANGLER_REGISTRY_PATH: registry },
     });
   };
-  const client = () => createClient({ url: `http://127.0.0.1:${port}`, token: "shardq-local-dev-token", retry: { attempts: 5, baseDelayMs: 50, maxDelayMs: 500 } });
+  const client = () => clientOf(`http://127.0.0.1:${port}`, { retry: { attempts: 5, baseDelayMs: 50, maxDelayMs: 500 } });
 
   /** A new queue with an HTTP pull consumer. */
   const newQueue = async (name: string): Promise<QueueClient<{ i: number; key?: string }>> => {
@@ -241,7 +241,7 @@ describe("the client's consumer loop under wrangler dev", () => {
   it("runs the example consumer and producer (examples/node-consumer) through the built shardq/client: on npm's Node (Node 20 here), then on Deno", async () => {
     // shardq.config.json's pull queue and its dead-letter queue, as `npm start` makes them.
     const config = JSON.parse(readFileSync(join(ROOT, "shardq.config.json"), "utf8")) as { account: string; queues: Array<{ queue_name: string }> };
-    await applyConfig(`http://127.0.0.1:${port}`, "shardq-local-dev-token", { ...config, queues: config.queues.filter((q) => q.queue_name === "example-pull" || q.queue_name === "example-dlq") });
+    await applyConfig(`http://127.0.0.1:${port}`, TOKEN, { ...config, queues: config.queues.filter((q) => q.queue_name === "example-pull" || q.queue_name === "example-dlq") });
     // npm's own Node when the test runs under npm; the package's Node otherwise.
     expect(await runExamples([process.env.npm_node_execpath ?? process.execPath])).toMatch(/^v\d+\./);
     // Deno, from the devDependency; it reads `shardq/client` through package.json's exports as Node does.

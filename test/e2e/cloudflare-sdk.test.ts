@@ -8,8 +8,8 @@
 import Cloudflare from "cloudflare";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startDevService, type DevService } from "./dev-service.mjs";
+import { TOKEN } from "./helpers.ts";
 
-const TOKEN = "shardq-local-dev-token";
 const account_id = "local";
 
 describe("the cloudflare SDK against shardq", () => {

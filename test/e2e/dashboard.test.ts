@@ -12,8 +12,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ROOT } from "../../cli/wrangler/dev-server.mjs";
 import { launchChromium } from "./browser.mjs";
 import { startDevService, type DevService } from "./dev-service.mjs";
+import { AUTH, HEADERS, TOKEN } from "./helpers.ts";
 
-const TOKEN = "shardq-local-dev-token";
 const ARTIFACTS = join(ROOT, "test-artifacts", "dashboard");
 const QUEUE = "dash-e2e";
 
@@ -88,7 +88,7 @@ describe("the dashboard in Chromium", () => {
     // 24 more from outside the page: the dashboard picks them up on its own.
     const res = await fetch(`${base}/accounts/local/queues/${QUEUE}/messages/batch`, {
       method: "POST",
-      headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
+      headers: HEADERS,
       body: JSON.stringify({ messages: Array.from({ length: 24 }, (_, i) => ({ body: { n: i } })) }),
     });
     expect(res.status).toBe(200);
@@ -140,7 +140,7 @@ describe("the dashboard in Chromium", () => {
     for (const queue_name of extra) {
       const res = await fetch(`${base}/accounts/local/queues`, {
         method: "POST",
-        headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
+        headers: HEADERS,
         body: JSON.stringify({ queue_name }),
       });
       expect(res.status).toBe(201);

@@ -9,8 +9,9 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { applyConfig } from "../../cli/workers/apply-config.mjs";
 import { writeDevConfig } from "../../cli/wrangler/dev-config.mjs";
 import { freePort, startWrangler } from "../../cli/wrangler/dev-server.mjs";
+import { sleep } from "../../src/kernel/sleep.ts";
+import { TOKEN } from "./helpers.ts";
 
-const TOKEN = "shardq-local-dev-token";
 type Server = Awaited<ReturnType<typeof startWrangler>>;
 interface SendResult {
   sent: number;
@@ -57,7 +58,7 @@ describe("delivery under wrangler dev", () => {
     const deadline = Date.now() + timeoutMs;
     while (!(await check())) {
       if (Date.now() > deadline) throw new Error(`not done within ${timeoutMs} ms`);
-      await new Promise((r) => setTimeout(r, 500));
+      await sleep(500);
     }
   };
 
@@ -88,7 +89,7 @@ describe("delivery under wrangler dev", () => {
 
   it("loses no acknowledged message when the service is killed mid-stream and restarted", async () => {
     const sending = send(10_000);
-    await new Promise((r) => setTimeout(r, 2000));
+    await sleep(2000);
     await service!.stop("SIGKILL");
     const partial = await sending;
     const acknowledged = partial.ids;

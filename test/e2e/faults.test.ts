@@ -1,5 +1,5 @@
 // The fault-injection harness (test/faults) against `wrangler dev` (its checker's own
-// tests, on hand-made histories, are in fault-checker.test.ts): the short run, 3,000
+// tests, on hand-made histories, are in test/node/fault-checker.test.ts): the short run, 3,000
 // messages through HTTP producers, pull consumers and a Worker consumer while the service
 // is SIGKILLed three times and restarted on the same state, storage and consumer shards
 // are reset through the test hooks, the Coordinator is reset mid-autoscale, alarms

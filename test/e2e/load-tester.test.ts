@@ -9,6 +9,7 @@ import { load } from "../../bench/load.mjs";
 import { applyConfig } from "../../cli/workers/apply-config.mjs";
 import { writeDevConfig } from "../../cli/wrangler/dev-config.mjs";
 import { freePort, startWrangler } from "../../cli/wrangler/dev-server.mjs";
+import { TOKEN } from "./helpers.ts";
 
 describe("npm run bench -- load", () => {
   const stateDir = mkdtempSync(join(tmpdir(), "shardq-e2e-load-"));
@@ -37,7 +38,7 @@ describe("npm run bench -- load", () => {
         env,
       }),
     );
-    await applyConfig(url, "shardq-local-dev-token");
+    await applyConfig(url, TOKEN);
   });
 
   afterAll(async () => {

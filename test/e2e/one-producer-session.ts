@@ -9,7 +9,8 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { freePort } from "../../cli/wrangler/dev-server.mjs";
-import { LOCAL_TOKEN, startDevSession } from "../../cli/workers/dev-session.mjs";
+import { startDevSession } from "../../cli/workers/dev-session.mjs";
+import { HEADERS as headers } from "./helpers.ts";
 
 export const PRODUCER_SOURCE = `export default {
   async fetch(request, env) {
@@ -71,8 +72,7 @@ export async function startOneProducer(name: string, producers: string): Promise
     throw err;
   }
   const worker = session.workers[0]!.url;
-  const headers = { authorization: `Bearer ${LOCAL_TOKEN}`, "content-type": "application/json" };
-  return {
+    return {
     shardq: session.shardq.url,
     log: () => lines.join("\n"),
     call: async (request) => {

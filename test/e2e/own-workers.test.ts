@@ -1,19 +1,19 @@
-// Your own Workers, unchanged: the producer and consumer of test/own-workers (configs with
+// Your own Workers, unchanged: the producer and consumer of test/fixtures/own-workers (configs with
 // nothing but [[queues.producers]] / [[queues.consumers]]) run under `shardq dev` as a user
 // runs it: from a project directory outside shardq, with shardq "installed" in it
 // (node_modules/shardq, a symlink to this checkout, as `npm install <dir>` makes), on free
 // loopback ports, stopped by PID. Then `shardq deploy-config` on the same configs, every
 // file it writes bundled by `wrangler deploy --dry-run`, and the configs it must refuse.
 import { spawn, type ChildProcess } from "node:child_process";
-import { appendFileSync, cpSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { appendFileSync, cpSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ROOT, freePort } from "../../cli/wrangler/dev-server.mjs";
 import { dryRunDeployConfig } from "../../scripts/deploy-dry-run-own-workers.mjs";
+import { sleep } from "../../src/kernel/sleep.ts";
+import { groupAlive, HEADERS as headers, listTree, waitFor } from "./helpers.ts";
 
-const TOKEN = "shardq-local-dev-token";
-const headers = { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" };
 const RUNNING = "shardq dev is running";
 
 interface Received {
@@ -49,7 +49,7 @@ describe("shardq dev and deploy-config with the user's own Workers", () => {
   beforeAll(async () => {
     // The user's project: the two Workers as they are, plus the [dev] ports a user might set
     // (free ones here), and shardq installed.
-    cpSync(join(ROOT, "test", "own-workers"), project, { recursive: true });
+    cpSync(join(ROOT, "test", "fixtures", "own-workers"), project, { recursive: true });
     const ports = new Set<number>();
     while (ports.size < 3) ports.add(await freePort());
     [shardqPort, producerPort, consumerPort] = [...ports] as [number, number, number];
@@ -257,33 +257,3 @@ describe("shardq dev and deploy-config with the user's own Workers", () => {
   }
 });
 
-/** Every path under `dir` (hidden ones included, symlinks not followed) with its size and mtime. */
-function listTree(dir: string, base = dir, out = new Map<string, string>()): Map<string, string> {
-  for (const name of readdirSync(dir)) {
-    const path = join(dir, name);
-    const st = lstatSync(path);
-    out.set(path.slice(base.length + 1), st.isDirectory() ? "dir" : `${st.size} ${st.mtimeMs}`);
-    if (st.isDirectory() && !st.isSymbolicLink()) listTree(path, base, out);
-  }
-  return out;
-}
-
-function groupAlive(pid: number): boolean {
-  try {
-    process.kill(-pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-async function waitFor<T>(read: () => Promise<T>, done: (value: T) => boolean, timeoutMs: number): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await read();
-    if (done(value) || Date.now() > deadline) return value;
-    await sleep(250);
-  }
-}
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

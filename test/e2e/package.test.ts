@@ -13,8 +13,9 @@ import { tmpdir } from "node:os";
 import { delimiter, dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ROOT, freePort } from "../../cli/wrangler/dev-server.mjs";
+import { sleep } from "../../src/kernel/sleep.ts";
+import { groupAlive, listTree, TOKEN, waitFor } from "./helpers.ts";
 
-const TOKEN = "shardq-local-dev-token";
 const RUNNING = "shardq dev is running";
 
 interface PackedFile {
@@ -198,7 +199,7 @@ describe("shardq as an npm package, installed into a Workers project", () => {
   it("`npx shardq dev` runs the project's producer (shardq/producer) and consumer (shardq/consumer): a message reaches the consumer, from the producer and from shardq/client in Node", async () => {
     const installed = join(project, "node_modules", "shardq");
     const packageBefore = listTree(installed);
-    const projectBefore = listTree(project, project, new Map(), (p) => p !== "node_modules" && !p.startsWith("node_modules/"));
+    const projectBefore = listTree(project, (p) => p !== "node_modules" && !p.startsWith("node_modules/"));
 
     const child = spawn("npx", ["--no", "--", "shardq", "dev", "-c", "producer/wrangler.toml", "-c", "consumer/wrangler.toml", "--port", String(shardqPort), "--state", state], {
       cwd: project,
@@ -247,7 +248,7 @@ describe("shardq as an npm package, installed into a Workers project", () => {
     await stopDev();
     // Nothing written into the installed package, nor next to the project's files.
     expect(listTree(installed)).toEqual(packageBefore);
-    expect(listTree(project, project, new Map(), (p) => p !== "node_modules" && !p.startsWith("node_modules/"))).toEqual(projectBefore);
+    expect(listTree(project, (p) => p !== "node_modules" && !p.startsWith("node_modules/"))).toEqual(projectBefore);
   }, 300_000);
 
   it("deploys from the installed package: `npx shardq deploy-config`, then every Worker and shardq (its config as docs/install.md writes it) bundled by `wrangler deploy --dry-run`", async () => {
@@ -354,35 +355,3 @@ export default handler;
 export const ShardqConsumer = consumerEntrypoint(handler);
 `;
 
-/** Every path under `dir` that `keep` keeps (hidden ones included, symlinks not followed), with its size and mtime. */
-function listTree(dir: string, base = dir, out = new Map<string, string>(), keep: (path: string) => boolean = () => true): Map<string, string> {
-  for (const name of readdirSync(dir)) {
-    const path = join(dir, name);
-    const rel = path.slice(base.length + 1);
-    if (!keep(rel)) continue;
-    const st = lstatSync(path);
-    out.set(rel, st.isDirectory() ? "dir" : `${st.size} ${st.mtimeMs}`);
-    if (st.isDirectory() && !st.isSymbolicLink()) listTree(path, base, out, keep);
-  }
-  return out;
-}
-
-function groupAlive(pid: number): boolean {
-  try {
-    process.kill(-pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-async function waitFor<T>(read: () => Promise<T>, done: (value: T) => boolean, timeoutMs: number): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await read();
-    if (done(value) || Date.now() > deadline) return value;
-    await sleep(250);
-  }
-}
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

@@ -5,9 +5,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { freePort, startWrangler } from "../../cli/wrangler/dev-server.mjs";
-
-const TOKEN = "shardq-local-dev-token";
-const headers = { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" };
+import { sleep } from "../../src/kernel/sleep.ts";
+import { HEADERS as headers } from "./helpers.ts";
 
 type Server = Awaited<ReturnType<typeof startWrangler>>;
 
@@ -65,7 +64,7 @@ describe("shardq under wrangler dev", () => {
       const m = await metrics();
       const asleep = m.shards.every((s) => (s as typeof s & { heartbeat?: { sleeping?: boolean } | null }).heartbeat?.sleeping === true);
       if (asleep || Date.now() > deadline) return m;
-      await new Promise((r) => setTimeout(r, 500));
+      await sleep(500);
     }
   };
 

@@ -8,6 +8,7 @@
 // detected that your Worker's code had hung" (broker/producer/refusal.ts says why).
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startOneProducer, type OneProducerSession } from "./one-producer-session.ts";
+import { sleep } from "../../src/kernel/sleep.ts";
 
 const QUEUE = "refused-jobs";
 /** What a log must not say after a refusal, in any process's output. */
@@ -60,7 +61,7 @@ describe("refused sends", () => {
     expect((await d.api("GET", `/${QUEUE}/metrics`)).json.result.backlog_count).toBe(2);
 
     // workerd's "hung" verdict came a moment after the call; give it time to show.
-    await new Promise((r) => setTimeout(r, 3000));
+    await sleep(3000);
     const log = d.log().slice(from);
     // The log read is the right one: it has the refused requests in it.
     expect(log).toMatch(/\[shardq\] .*POST \/accounts\/local\/queues\/refused-jobs\/messages 400/);

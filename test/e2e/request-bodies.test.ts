@@ -10,8 +10,9 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { writeDevConfig } from "../../cli/wrangler/dev-config.mjs";
 import { freePort, startWrangler } from "../../cli/wrangler/dev-server.mjs";
+import { sleep } from "../../src/kernel/sleep.ts";
+import { AUTH, HEADERS, TOKEN } from "./helpers.ts";
 
-const TOKEN = "shardq-local-dev-token";
 const QUEUE = "bodies";
 const PATH = `/accounts/local/queues/${QUEUE}/messages`;
 type Server = Awaited<ReturnType<typeof startWrangler>>;
@@ -38,7 +39,7 @@ describe("request bodies under wrangler dev", () => {
     });
     const res = await fetch(`http://127.0.0.1:${port}/accounts/local/queues`, {
       method: "POST",
-      headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
+      headers: HEADERS,
       body: JSON.stringify({ queue_name: QUEUE }),
     });
     expect(res.status).toBe(201);
@@ -114,7 +115,7 @@ describe("request bodies under wrangler dev", () => {
   };
 
   const backlog = async () => {
-    const res = await fetch(`http://127.0.0.1:${port}/accounts/local/queues/${QUEUE}/metrics`, { headers: { authorization: `Bearer ${TOKEN}` } });
+    const res = await fetch(`http://127.0.0.1:${port}/accounts/local/queues/${QUEUE}/metrics`, { headers: AUTH });
     expect(res.status).toBe(200);
     return ((await res.json()) as { result: { backlog_count: number } }).result.backlog_count;
   };
@@ -146,10 +147,10 @@ describe("request bodies under wrangler dev", () => {
       });
     }
     // Let the service finish with the abandoned requests before reading its log.
-    await new Promise((r) => setTimeout(r, 1_000));
+    await sleep(1_000);
     const res = await fetch(`http://127.0.0.1:${port}${PATH}`, {
       method: "POST",
-      headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
+      headers: HEADERS,
       body: JSON.stringify({ body: { after: "abort" } }),
     });
     expect(res.status).toBe(200);

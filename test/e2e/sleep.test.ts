@@ -6,9 +6,9 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { applyConfig } from "../../cli/workers/apply-config.mjs";
 import { startDevService, type DevService } from "./dev-service.mjs";
+import { sleep } from "../../src/kernel/sleep.ts";
+import { HEADERS as headers, TOKEN } from "./helpers.ts";
 
-const TOKEN = "shardq-local-dev-token";
-const headers = { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" };
 /** Longest the stack may take to fall asleep after its last message: the issue's 60 s, and the Coordinator's last ticks. */
 const SLEEP_WITHIN_MS = 90_000;
 
@@ -25,7 +25,7 @@ describe("an idle queue under wrangler dev", () => {
     const until = Date.now() + ms;
     while (!(await check())) {
       if (Date.now() > until) throw new Error(`${what}: not within ${ms} ms`);
-      await new Promise((r) => setTimeout(r, 200));
+      await sleep(200);
     }
   };
 
@@ -60,7 +60,7 @@ describe("an idle queue under wrangler dev", () => {
     const start = Date.now();
     let last = await requests();
     for (;;) {
-      await new Promise((r) => setTimeout(r, 15_000));
+      await sleep(15_000);
       const now = await requests();
       if (now === last) break;
       if (Date.now() - start > SLEEP_WITHIN_MS) throw new Error(`still ${now - last} requests in 15 s after ${Date.now() - start} ms`);
@@ -68,7 +68,7 @@ describe("an idle queue under wrangler dev", () => {
     }
     // Asleep: a further 20 s without a single request.
     const before = await requests();
-    await new Promise((r) => setTimeout(r, 20_000));
+    await sleep(20_000);
     expect((await requests()) - before).toBe(0);
     // Each shard said so in its last report, the one its quiet work sent once its requests
     // stopped: none is left awake on a slow cadence, its figures are exact, and the push
@@ -83,7 +83,7 @@ describe("an idle queue under wrangler dev", () => {
 
     // The first send after the sleep: a waiting long poll answers with it.
     const poll = api("POST", "/queues/sleep-pull/messages/pull", { batch_size: 10, wait_time_ms: 20_000 });
-    await new Promise((r) => setTimeout(r, 1000));
+    await sleep(1000);
     const sentAt = Date.now();
     const sent = await api("POST", "/queues/sleep-pull/messages", { body: "after the sleep" });
     expect(sent.status).toBe(200);

@@ -17,11 +17,12 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ROOT } from "../../cli/wrangler/dev-server.mjs";
 import { startDevService, type DevService } from "./dev-service.mjs";
 import type { Lookup } from "./message-lookup.js";
+import { sleep } from "../../src/kernel/sleep.ts";
+import { HEADERS as headers } from "./helpers.ts";
 
 const OLD = "381a549";
 const QUEUE = "upgrade-381a549";
 const MAX_RETRIES = 5;
-const headers = { authorization: "Bearer shardq-local-dev-token", "content-type": "application/json" };
 const HOUR_S = 3600;
 const LONG_LEASE_MS = 12 * 3600_000;
 const SHORT_LEASE_MS = 1000;
@@ -122,7 +123,6 @@ const keyedSingles = keyed("k-plain-b", 0, 3, () => "deliver");
 const named = (p: Planned | undefined, id: string) => (p ? `"${p.name}" ${id} (left ${p.old?.state ?? "?"}, must be ${p.after})` : `${id} (not sent by the test)`);
 const toWire = (p: Planned) => ({ body: p.body, content_type: p.content_type, ...(p.key ? { ordering_key: p.key } : {}), ...(p.delay_seconds ? { delay_seconds: p.delay_seconds } : {}) });
 const bodyOf = (m: Pulled) => (m.metadata["CF-Content-Type"] === "text" ? m.body : JSON.parse(Buffer.from(m.body, "base64").toString("utf8")));
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe(`upgrade in place from the state ${OLD} wrote`, () => {
   const oldTree = mkdtempSync(join(tmpdir(), "shardq-e2e-old-tree-"));

@@ -19,10 +19,10 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ROOT } from "../../cli/wrangler/dev-server.mjs";
 import { startDevService, type DevService } from "./dev-service.mjs";
 import type { Lookup } from "./message-lookup.js";
+import { sleep } from "../../src/kernel/sleep.ts";
+import { HEADERS as headers } from "./helpers.ts";
 
 const FIXTURE = join(ROOT, "test", "fixtures", "upgrade-v4");
-const TOKEN = "shardq-local-dev-token";
-const headers = { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" };
 
 type AtTest = "deliver" | "delayed" | "held" | "gone";
 interface Expected {
@@ -161,7 +161,7 @@ describe("upgrade in place from the v4 storage shard schema", () => {
       expect(r.status, r.text).toBe(200);
       if (r.result.messages.length === 0) {
         empty++;
-        await new Promise((res) => setTimeout(res, 500));
+        await sleep(500);
         continue;
       }
       empty = 0;

@@ -15,8 +15,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { wranglerBin } from "../../cli/wrangler/dev-server.mjs";
 import { startDevService, type DevService } from "./dev-service.mjs";
-
-const TOKEN = "shardq-local-dev-token";
+import { HEADERS, TOKEN } from "./helpers.ts";
 
 interface Run {
   code: number | null;
@@ -67,7 +66,7 @@ describe("wrangler queues commands against shardq", () => {
   async function api(method: string, path: string, body?: unknown): Promise<{ status: number; json: any }> {
     const res = await fetch(`${base}/accounts/local/queues${path}`, {
       method,
-      headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
+      headers: HEADERS,
       body: body === undefined ? undefined : JSON.stringify(body),
     });
     return { status: res.status, json: await res.json() };

@@ -11,13 +11,12 @@
 //            retried copy only (same queue, shard and stored copy): one out of retries leaves
 //            for the dead-letter queue at once, and a redrive brings back a new copy
 import { prng } from "./prng.mjs";
+import { sleep } from "../../src/kernel/sleep.ts";
 
 export const PAUSE_SLACK_MS = 1000;
 export const DELAY_SLACK_MS = 250;
 /** The delays consumers retry with (s): most retries come back at once, some after 1 or 2 s. */
 export const RETRY_DELAYS_S = [0, 0, 1, 2];
-
-const sleep = (/** @type {number} */ ms) => new Promise((r) => setTimeout(r, Math.max(0, ms)));
 
 /**
  * Pauses delivery of `queue` for 1 to 3 s every 3 to 8 s while the producers send (until the

@@ -1,5 +1,5 @@
 // The checker's push half (checker.mjs calls it): deliveries through a Worker consumer's
-// queue() handler, as the push consumer (push-consumer/) reported them to the push sink
+// queue() handler, as the push consumer (test/fixtures/push-consumer/) reported them to the push sink
 // (push-sink.mjs): one "push" operation per invocation, invoked when the handler started
 // (the messages it was given) and completed just before it ended (what it acked and
 // retried, whether it threw, hung or acked late). The sink logs a report before it

@@ -1,5 +1,5 @@
 // The push side of a fault run: a second queue, PUSH_QUEUE, whose consumer is a Worker
-// (push-consumer/, run in the same `wrangler dev` as shardq and reached at its queue()
+// (test/fixtures/push-consumer/, run in the same `wrangler dev` as shardq and reached at its queue()
 // handler through a service binding), and the fault kind "abort-consumer": one consumer
 // shard of that queue resets itself (ctx.abort(), src/kernel/test-hooks.ts) right after it leased
 // a batch and before it handed it over ("abort-leased"), or after the consumer's queue()
@@ -49,7 +49,7 @@ const CONSUMER_ABORT_RETARGET_MS = 10_000;
  * @param {{ seed: number, sinkUrl: string, leaseMs: number }} o
  */
 export function preparePushConsumer(sourceDir, o) {
-  const from = join(ROOT, "test", "faults", "push-consumer");
+  const from = join(ROOT, "test", "fixtures", "push-consumer");
   const dir = join(sourceDir, "push-consumer");
   cpSync(join(from, "src"), join(dir, "src"), { recursive: true });
   let toml = readFileSync(join(from, "wrangler.toml"), "utf8");

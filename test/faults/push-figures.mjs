@@ -174,7 +174,7 @@ export function pushSection(f) {
   return [
     "## Push consumer",
     "",
-    `A Worker consumer (test/faults/push-consumer) reached at its queue() handler; push lease ${f.lease_ms ?? "?"} ms, renewed every third of it while the handler runs.`,
+    `A Worker consumer (test/fixtures/push-consumer) reached at its queue() handler; push lease ${f.lease_ms ?? "?"} ms, renewed every third of it while the handler runs.`,
     "",
     "| figure | |",
     "| --- | --- |",

@@ -1,4 +1,4 @@
-// The push sink: where the push consumer Worker (push-consumer/) reports each invocation
+// The push sink: where the push consumer Worker (test/fixtures/push-consumer/) reports each invocation
 // of its queue() handler, on loopback. A start report is logged as the invocation of a
 // "push" operation of the process "push-consumer" (the messages delivered), the end
 // report as its completion (what the handler acked and retried, whether it threw, hung or

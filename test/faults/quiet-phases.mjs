@@ -21,6 +21,7 @@
 // and the reset count in the run's planned kills and aborts (harness.mjs), checked as theirs.
 import { retrying } from "./client.mjs";
 import { prng } from "./prng.mjs";
+import { sleep } from "../../src/kernel/sleep.ts";
 
 /** The delayed messages come due this long before the phase ends: time to deliver, within the 10 s ready rule. */
 export const DUE_BEFORE_END_MS = 12_000;
@@ -32,8 +33,6 @@ const DELAYED = 5;
 const ABORT_FIRE_MS = 20_000;
 /** How long the gate waits for the producers, the redriver and the pauser to stop (a keyed send tries for up to 8 s). */
 const PARK_TIMEOUT_MS = 30_000;
-
-const sleep = (/** @type {number} */ ms) => new Promise((r) => setTimeout(r, Math.max(0, ms)));
 
 /**
  * Where the traffic's loops stop during a quiet phase. Each loop calls `pass(name)` at the top

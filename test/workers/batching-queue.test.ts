@@ -3,6 +3,7 @@ import { afterEach, describe, expect, it, vi } from "vitest";
 import { decodeBody } from "../../src/kernel/encoding";
 import { batchingQueue } from "../../src/producer/batching-queue";
 import { createQueue, producer, storedMessages } from "./helpers";
+import { sleep } from "../../src/kernel/sleep";
 
 /** A Queue that records each sendBatch() call and answers with ids "<call>-<index>", or fails while `failing` is set. */
 function fakeQueue() {
@@ -170,7 +171,7 @@ describe("batchingQueue", () => {
     expect(delayed.visibleAt - delayed.enqueuedAt).toBe(600_000);
   });
 
-  describe("shared by the requests of one isolate (test/batching-probe)", () => {
+  describe("shared by the requests of one isolate (test/fixtures/batching-probe)", () => {
     const probe = (path: string) => env.BATCHING_PROBE.fetch(`http://probe${path}`, { method: path === "/stats" ? "GET" : "POST" });
     const stats = async () => (await (await probe("/stats")).json()) as { batches: number; messages: number };
 
@@ -191,7 +192,7 @@ describe("batchingQueue", () => {
       const answers = await Promise.all(Array.from({ length: 10 }, async () => (await probe("/send?await=0")).json()));
       expect(answers).toEqual(Array(10).fill({ awaited: false }));
       // Every request has answered; the batch leaves 50 ms after its first message.
-      await new Promise((r) => setTimeout(r, 300));
+      await sleep(300);
       const after = await stats();
       expect(after.messages - before.messages).toBe(10);
     });

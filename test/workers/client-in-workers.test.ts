@@ -6,20 +6,20 @@
 import { SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { ConflictError, createClient, InvalidRequestError } from "../../src/client/index.ts";
-import { api, backlog, BASE, createQueue, queuePath, TOKEN } from "./helpers";
+import { sleep } from "../../src/kernel/sleep";
+import { backlog, BASE, createQueue, pullQueue, TOKEN } from "./helpers";
 
 const client = () => createClient({ url: BASE, token: TOKEN, fetch: (url, init) => SELF.fetch(url, init), retry: { attempts: 3, baseDelayMs: 10, maxDelayMs: 50 } });
 
-async function pullQueue(name: string) {
-  await createQueue(name);
-  const res = await api("POST", `${queuePath(name)}/consumers`, { type: "http_pull" });
-  expect(res.status).toBe(201);
+/** A new queue with an HTTP pull consumer, as the client library sees it. */
+async function clientQueue(name: string) {
+  await pullQueue(name);
   return client().queue<{ i: number }>(name);
 }
 
 describe("the client library in a Worker", () => {
   it("sends a split batch once under one key, however often it is sent", async () => {
-    const q = await pullQueue("client-workers-send");
+    const q = await clientQueue("client-workers-send");
     const batch = Array.from({ length: 150 }, (_, i) => ({ body: { i }, orderingKey: `k${i % 4}` }));
     const first = await q.sendBatch(batch, { idempotencyKey: "batch-1" });
     const again = await q.sendBatch(batch, { idempotencyKey: "batch-1" });
@@ -30,7 +30,7 @@ describe("the client library in a Worker", () => {
   });
 
   it("runs the consumer loop to the end of the queue and settles everything", async () => {
-    const q = await pullQueue("client-workers-loop");
+    const q = await clientQueue("client-workers-loop");
     await q.sendBatch(Array.from({ length: 60 }, (_, i) => ({ body: { i } })));
     const seen = new Set<number>();
     const stop = new AbortController();
@@ -47,9 +47,9 @@ describe("the client library in a Worker", () => {
   });
 
   it("long-polls: a pull that waits gets the message sent while it waits", async () => {
-    const q = await pullQueue("client-workers-wait");
+    const q = await clientQueue("client-workers-wait");
     const waiting = q.pull({ waitTimeMs: 5_000, batchSize: 1 });
-    await new Promise((r) => setTimeout(r, 100));
+    await sleep(100);
     await q.send({ i: 1 });
     const { messages } = await waiting;
     expect(messages.map((m) => m.body)).toEqual([{ i: 1 }]);

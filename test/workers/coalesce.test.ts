@@ -2,6 +2,7 @@ import { describe, expect, it } from "vitest";
 import { coalesceStats } from "../../src/routing/coalesce";
 import { PROBE_EVERY } from "../../src/routing/linger-policy";
 import { api, createQueue, producer, queuePath, storedMessages } from "./helpers";
+import { sleep } from "../../src/kernel/sleep";
 
 describe("coalescing concurrent single sends", () => {
   it("stores many concurrent sends in far fewer writes, each message once, each sender its own id", async () => {
@@ -30,7 +31,7 @@ describe("coalescing concurrent single sends", () => {
     const before = { ...coalesceStats };
     for (let i = 0; i < 5; i++) {
       await producer("coalesce-idle").send(i);
-      await new Promise((r) => setTimeout(r, 5)); // apart: not a steady stream
+      await sleep(5); // apart: not a steady stream
     }
     expect(coalesceStats.writes - before.writes).toBe(5);
   });

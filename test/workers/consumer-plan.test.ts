@@ -12,8 +12,8 @@ import type { LeaseRequest } from "../../src/kernel/protocol";
 import { ConsumerShard as ConsumerShardClass } from "../../consumer-shard/consumer-shard";
 type ConsumerShard = ConsumerShardClass;
 import { consumerShardFor, coordinatorFor } from "../../src/kernel/addressing";
-import { addConsumer, eventually, fakeConsumer } from "./push-helpers";
-import { api, createQueue, producer, queuePath } from "./helpers";
+import { addConsumer, api, createQueue, eventually, fakeConsumer, producer, queuePath } from "./helpers";
+import { sleep } from "../../src/kernel/sleep";
 
 /** A queue that takes sends on one storage shard (the others drain), with a stand-in handler that acks. */
 async function oneShardQueue(name: string, settings: Record<string, unknown>) {
@@ -76,7 +76,7 @@ describe("a consumer shard's plan and reports", () => {
     expect((await api("PATCH", queuePath("plan-changed"), { settings: { delivery_paused: true } })).status).toBe(200);
     await eventually(fetches, (n) => n >= beforePause + 1);
     await producer("plan-changed").send("held");
-    await new Promise((r) => setTimeout(r, 500));
+    await sleep(500);
     expect(delivered()).toBe(16);
     expect((await api("PATCH", queuePath("plan-changed"), { settings: { delivery_paused: false } })).status).toBe(200);
     await eventually(async () => delivered(), (n) => n === 17);
@@ -140,7 +140,7 @@ describe("a consumer shard's plan and reports", () => {
     });
     await producer("plan-visits").send(1);
     await eventually(async () => delivered(), (n) => n === 2);
-    await new Promise((r) => setTimeout(r, 200));
+    await sleep(200);
     const visited = new Set(leased);
     // The shard the message went to, leased until found empty again; no other.
     expect(visited.size).toBe(1);
@@ -169,12 +169,12 @@ describe("a consumer round's requests per batch", () => {
     await noPushes(active);
     await producer("round-settle-empty").send(0);
     await eventually(async () => delivered(), (n) => n === 1);
-    await new Promise((r) => setTimeout(r, 100));
+    await sleep(100);
     const leases = countLeases(active);
     for (let i = 1; i <= 3; i++) {
       await producer("round-settle-empty").send(i);
       await eventually(async () => delivered(), (n) => n === 1 + i);
-      await new Promise((r) => setTimeout(r, 100));
+      await sleep(100);
     }
     // And the shard, left empty by each settle, still wakes the consumer at the next arrival.
     expect(leases()).toBe(3);
@@ -185,7 +185,7 @@ describe("a consumer round's requests per batch", () => {
     await noPushes(active);
     await producer("round-due-wake").send(0);
     await eventually(async () => delivered(), (n) => n === 1);
-    await new Promise((r) => setTimeout(r, 100));
+    await sleep(100);
     // The storage shard's wake-ups of this queue's consumer shard, with the time each asks for.
     const wakes: Array<number | undefined> = [];
     const original = ConsumerShardClass.prototype.wake;
@@ -213,7 +213,7 @@ describe("a consumer round's requests per batch", () => {
     const { delivered, deliveries } = await oneShardQueue("round-due-filled", { batch_size: 3, max_wait_time_ms: 30_000 });
     await producer("round-due-filled").sendBatch([{ body: 0 }, { body: 1 }, { body: 2 }]);
     await eventually(async () => delivered(), (n) => n === 3);
-    await new Promise((r) => setTimeout(r, 100));
+    await sleep(100);
     const sentAt = Date.now();
     for (let i = 0; i < 3; i++) await producer("round-due-filled").send(i);
     await eventually(async () => delivered(), (n) => n === 6);
@@ -269,7 +269,7 @@ describe("batches a storage shard pushes to its consumer shard", () => {
     const { q, active, delivered, deliveries } = await oneShardQueue("push-lone", { batch_size: 5, max_wait_time_ms: 300 });
     await producer("push-lone").send(0);
     await eventually(async () => delivered(), (n) => n === 1);
-    await new Promise((r) => setTimeout(r, 100));
+    await sleep(100);
     const seen = watch(q.queue_id, active);
     for (let i = 1; i <= 3; i++) {
       const sentAt = Date.now();
@@ -277,7 +277,7 @@ describe("batches a storage shard pushes to its consumer shard", () => {
       await eventually(async () => delivered(), (n) => n === 1 + i);
       // When its batch was due (it waited max_wait_time_ms to fill), not at once.
       expect(seen.pushes.at(-1)!).toBeGreaterThanOrEqual(sentAt + 300);
-      await new Promise((r) => setTimeout(r, 100));
+      await sleep(100);
     }
     expect(seen).toMatchObject({ leases: 0, settles: 0, wakes: 0 });
     expect(seen.pushes).toHaveLength(3);
@@ -320,7 +320,7 @@ describe("batches a storage shard pushes to its consumer shard", () => {
     const { q, shard, active, delivered } = await oneShardQueue("push-spread", { batch_size: 5, max_wait_time_ms: 300 });
     await producer("push-spread").send(0);
     await eventually(async () => delivered(), (n) => n === 1);
-    await new Promise((r) => setTimeout(r, 100));
+    await sleep(100);
     const seen = watch(q.queue_id, active);
     // As if batches had just come from two other shards, 50 messages each: 20 a second over the
     // window fill a batch of 5 within 300 ms, where a pushed remainder would wait them out.
@@ -331,7 +331,7 @@ describe("batches a storage shard pushes to its consumer shard", () => {
     });
     await producer("push-spread").send(1);
     await eventually(async () => delivered(), (n) => n === 2);
-    await new Promise((r) => setTimeout(r, 100));
+    await sleep(100);
     // That batch came pushed, its reply saying no more; the next goes by the consumer shard's round.
     expect(seen.pushes).toHaveLength(1);
     await producer("push-spread").send(2);
@@ -345,7 +345,7 @@ describe("batches a storage shard pushes to its consumer shard", () => {
     const { q, consumer, shard, active, deliveries, delivered } = await oneShardQueue("push-settings", { batch_size: 5, max_wait_time_ms: 300 });
     await producer("push-settings").send(0);
     await eventually(async () => delivered(), (n) => n === 1);
-    await new Promise((r) => setTimeout(r, 100));
+    await sleep(100);
     const seen = watch(q.queue_id, active);
     await producer("push-settings").send(1);
     await eventually(async () => delivered(), (n) => n === 2);
@@ -359,7 +359,7 @@ describe("batches a storage shard pushes to its consumer shard", () => {
     for (let i = 5; i < 8; i++) {
       await producer("push-settings").send(i);
       await eventually(async () => delivered(), (n) => n === i + 1);
-      await new Promise((r) => setTimeout(r, 50));
+      await sleep(50);
     }
     expect(Math.max(...deliveries.slice(2).map((d) => d.ids.length))).toBeLessThanOrEqual(2);
     // The lone sends after it came pushed again, each due by the new max_wait_time_ms.
@@ -372,13 +372,13 @@ describe("batches a storage shard pushes to its consumer shard", () => {
     const map = (await coordinatorFor(env, q.queue_id).shardMap())!;
     for (const s of map.shards.slice(1)) await coordinatorFor(env, q.queue_id).setShardState(s.name, "draining");
     const deliveries = await fakeConsumer(q.queue_id, async () => {
-      if (slow) await new Promise((r) => setTimeout(r, 400));
+      if (slow) await sleep(400);
     });
     await addConsumer("push-backlog", { settings: { batch_size: 5, max_wait_time_ms: 200 } });
     const delivered = () => deliveries.reduce((n, d) => n + d.ids.length, 0);
     await producer("push-backlog").send(0);
     await eventually(async () => delivered(), (n) => n === 1);
-    await new Promise((r) => setTimeout(r, 100));
+    await sleep(100);
     const seen = watch(q.queue_id, map.shards[0]!.name);
     slow = true;
     await producer("push-backlog").send(1);
@@ -404,7 +404,7 @@ describe("batches a storage shard pushes to its consumer shard", () => {
     await addConsumer("push-retry", { settings: { batch_size: 5, max_wait_time_ms: 200, retry_delay: 0 } });
     await producer("push-retry").send(0);
     await eventually(async () => deliveries.length, (n) => n === 1);
-    await new Promise((r) => setTimeout(r, 100));
+    await sleep(100);
     const seen = watch(q.queue_id, map.shards[0]!.name);
     await producer("push-retry").send(1);
     await eventually(async () => deliveries.length, (n) => n === 3);

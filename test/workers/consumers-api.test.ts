@@ -6,6 +6,7 @@ import { consumerShardFor, coordinatorFor } from "../../src/kernel/addressing";
 import { defaultConsumerSettings } from "../../src/kernel/consumer-settings";
 import type { Env } from "../../src/kernel/env";
 import { BASE, OTHER_TOKEN, TOKEN, api, createQueue, queuePath, queuesPath } from "./helpers";
+import { sleep } from "../../src/kernel/sleep";
 
 const consumers = (q: string) => `${queuePath(q)}/consumers`;
 const worker = { type: "worker", script_name: "shardq-example-consumer" };
@@ -142,7 +143,7 @@ describe("consumer management over HTTP", () => {
       await coordinatorFor(env, queue.queue_id).addConsumer({ type: "worker", script_name: "shardq-example-consumer", settings: { ...defaultConsumerSettings("queue"), max_wait_time_ms: 0 }, dead_letter_queue: null });
       for (let i = 0; i < 3; i++) expect((await api("POST", `${other(queuePath("acct-b-pushed"))}/messages`, { body: i }, { token: OTHER_TOKEN })).status).toBe(200);
       await runInDurableObject(consumerShardFor(env, queue.queue_id, 0), (obj: ConsumerShard) => obj.deliverRound(queue.queue_id));
-      await new Promise((r) => setTimeout(r, 500));
+      await sleep(500);
       expect(await stats("acct-b-pushed")).toBe(0);
       expect((await api("GET", `${other(queuePath("acct-b-pushed"))}/metrics`, undefined, { token: OTHER_TOKEN })).json.result.backlog_count).toBe(3);
     });

@@ -7,6 +7,7 @@ import { forgetSticks } from "../../src/routing/sticky-placement";
 import type { ShardMap } from "../../src/kernel/protocol";
 import type { StorageHeartbeat } from "../../src/kernel/heartbeat";
 import { api, backlog, createQueue, producer, queuePath, storedMessages } from "./helpers";
+import { sleep } from "../../src/kernel/sleep";
 
 /** Fake time ahead of real time: the Coordinator's own alarms then wait for runDurableObjectAlarm. */
 const FUTURE = Date.now() + 200_000_000_000;
@@ -145,7 +146,7 @@ describe("the Coordinator's control loop", () => {
     while (Date.now() < deadline) {
       stats = (await (await env.EXAMPLE_CONSUMER.fetch("http://consumer/stats?queue=cp-drain-load")).json()) as typeof stats;
       if (stats.distinct === ids.length) break;
-      await new Promise((r) => setTimeout(r, 100));
+      await sleep(100);
     }
     expect(stats.distinct).toBe(500);
     expect(stats.received).toBe(500 + stats.duplicates);

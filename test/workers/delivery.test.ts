@@ -3,8 +3,8 @@ import { describe, expect, it } from "vitest";
 import type { ConsumerShard } from "../../consumer-shard/consumer-shard";
 import { BACKSTOP_MS, IDLE_MS } from "../../consumer-shard/round-schedule";
 import { consumerShardFor, coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
-import { addConsumer, eventually, fakeConsumer } from "./push-helpers";
-import { api, backlog, createQueue, producer, queuePath, storedMessages } from "./helpers";
+import { addConsumer, api, backlog, createQueue, eventually, fakeConsumer, producer, queuePath, storedMessages } from "./helpers";
+import { sleep } from "../../src/kernel/sleep";
 
 interface Stats {
   received: number;
@@ -20,8 +20,6 @@ async function singleShard(queue: string, queueId: string) {
   const map = (await coordinatorFor(env, queueId).shardMap())!;
   for (const s of map.shards.slice(1)) await coordinatorFor(env, queueId).setShardState(s.name, "draining");
 }
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe("push delivery to a queue() handler", () => {
   it("delivers every message to the example consumer's queue() handler, in batches, each once", async () => {

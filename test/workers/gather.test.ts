@@ -6,8 +6,8 @@ import { crc32 } from "../../src/kernel/checksum";
 import type { EncodedMessage } from "../../src/kernel/protocol";
 import { locate } from "../../src/kernel/ids";
 import { forgetSticks } from "../../src/routing/sticky-placement";
-import { addConsumer, eventually, fakeConsumer } from "./push-helpers";
-import { backlog, createQueue, producer } from "./helpers";
+import { addConsumer, backlog, createQueue, eventually, fakeConsumer, producer } from "./helpers";
+import { sleep } from "../../src/kernel/sleep";
 
 const shardOf = (id: string) => locate(id)!.shard;
 
@@ -124,5 +124,4 @@ function text(i: number): EncodedMessage {
   const body = utf8.encode(`message ${i}`);
   return { body, contentType: "text", delayMs: 0, checksum: crc32(body) };
 }
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

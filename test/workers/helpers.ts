@@ -1,9 +1,13 @@
 import { SELF, createExecutionContext, env, runInDurableObject, waitOnExecutionContext } from "cloudflare:test";
 import { exports } from "cloudflare:workers";
+import type { ConsumerShard } from "../../consumer-shard/consumer-shard";
+import type { Dispatch } from "../../consumer-shard/transports";
+import { createBatch, type DispatchMessage } from "../../src/consumer/entrypoint";
+import { sleep } from "../../src/kernel/sleep";
 import type { ErrorDetail } from "../../src/kernel/errors";
 import { crc32 } from "../../src/kernel/checksum";
 import type { ContentType } from "../../src/kernel/protocol";
-import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
+import { consumerShardFor, coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import { ManualClock } from "../../src/kernel/clock";
 import type { StorageShard } from "../../storage-shard/storage-shard";
 import { bodyOf, decodeHeaders, offsetsOf, Settled } from "../../storage-shard/segments/segment";
@@ -64,6 +68,83 @@ export async function createQueue(name: string, settings?: Record<string, unknow
 }
 
 export const OTHER_TOKEN = "other-account-token";
+
+/** Who calls a message route, when not the local account with its usual token; and extra headers. */
+export interface CallOptions {
+  token?: string | null;
+  account?: string;
+  headers?: Record<string, string>;
+}
+
+const messagesPath = (q: string, opts: CallOptions) => `${queuePath(q, opts.account)}/messages`;
+
+/** One message sent over HTTP: `body` is the message's, `fields` sit beside it (content_type, ordering_key, id, delay_seconds). */
+export const send = (q: string, body: unknown, fields: Record<string, unknown> = {}, opts: CallOptions = {}) =>
+  api("POST", messagesPath(q, opts), { body, ...fields }, opts);
+
+/** A pull over HTTP; `body` is the request's (batch_size, visibility_timeout_ms, wait_time_ms). */
+export const pull = <T = any>(q: string, body: unknown = {}, opts: CallOptions = {}) => api<T>("POST", `${messagesPath(q, opts)}/pull`, body, opts);
+
+/** Acks and retries over HTTP: `body` is `{ acks, retries }`. */
+export const ack = (q: string, body: unknown, opts: CallOptions = {}) => api("POST", `${messagesPath(q, opts)}/ack`, body, opts);
+
+/** A pulled message as the pull route answers it. */
+export interface Pulled {
+  id: string;
+  body: string;
+  attempts: number;
+  lease_id: string;
+  ordering_key?: string;
+}
+
+/** A new queue `name` with an HTTP pull consumer; `consumer` adds to or replaces the consumer's fields (settings). */
+export async function pullQueue(name: string, consumer: Record<string, unknown> = {}): Promise<{ queue_id: string; queue_name: string }> {
+  const q = await createQueue(name);
+  const res = await api("POST", `${queuePath(name)}/consumers`, { type: "http_pull", ...consumer });
+  if (res.status !== 201) throw new Error(`pull consumer for ${name}: ${res.status} ${JSON.stringify(res.json)}`);
+  return q;
+}
+
+/** Probes until `ok` holds of what `probe` answers, every 50 ms; fails after `timeoutMs` with the last value. */
+export async function eventually<T>(probe: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = 15_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await probe();
+    if (ok(v)) return v;
+    if (Date.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms; last value: ${JSON.stringify(v)}`);
+    await sleep(50);
+  }
+}
+
+/** A push consumer on `queue`: the example consumer Worker, `body` adding to or replacing its fields. */
+export async function addConsumer(queue: string, body: Record<string, unknown>) {
+  const res = await api("POST", `${queuePath(queue)}/consumers`, { type: "worker", script_name: "shardq-example-consumer", ...body });
+  if (res.status !== 201) throw new Error(JSON.stringify(res.json));
+  return res.json.result;
+}
+
+/** A stand-in consumer handler installed in consumer shards 0..n-1; records every delivery. */
+export async function fakeConsumer(queueId: string, handler: (batch: MessageBatch) => Promise<void> | void, opts: { shards?: number; leaseMs?: number; maxExecutionMs?: number } = {}) {
+  const deliveries: Array<{ shard: number; ids: string[]; attempts: number[]; at: number }> = [];
+  for (let i = 0; i < (opts.shards ?? 1); i++) {
+    const dispatch: Dispatch = async (queueName, messages: DispatchMessage[], metadata) => {
+      deliveries.push({ shard: i, ids: messages.map((m) => m.id), attempts: messages.map((m) => m.attempts), at: Date.now() });
+      const { batch, outcome } = createBatch(queueName, messages, metadata);
+      try {
+        await handler(batch);
+        return outcome("ok");
+      } catch {
+        return outcome("exception");
+      }
+    };
+    await runInDurableObject(consumerShardFor(env, queueId, i), (obj: ConsumerShard) => {
+      obj.dispatchOverride = dispatch;
+      if (opts.leaseMs) obj.leaseMs = opts.leaseMs;
+      if (opts.maxExecutionMs) obj.maxExecutionMs = opts.maxExecutionMs;
+    });
+  }
+  return deliveries;
+}
 
 /**
  * The QueueProducer entrypoint as a producer Worker's binding sees it (props set by the binding;

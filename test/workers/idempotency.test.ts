@@ -11,11 +11,13 @@ import { router } from "../../broker/http/router";
 import { forgetShardMap } from "../../src/routing/shard-map-cache";
 import { IDEMPOTENCY_WINDOW_MS, IN_PROGRESS_MS, type IdempotencyKeys } from "../../coordinator/idempotency-keys";
 import { coordinatorFor, idempotencyKeysFor } from "../../src/kernel/addressing";
-import { api, backlog, BASE, createQueue, queuePath, storedMessages, TOKEN } from "./helpers";
+import { api, backlog, BASE, createQueue, queuePath, send, storedMessages, TOKEN } from "./helpers";
 import type { AppendRequest, KeyClaim } from "../../src/kernel/protocol";
+import { sleep } from "../../src/kernel/sleep";
 
 const KEY = "idempotency-key";
-const send = (q: string, body: unknown, key?: string) => api("POST", `${queuePath(q)}/messages`, body, { headers: key === undefined ? {} : { [KEY]: key } });
+/** `send`'s options for a request under Idempotency-Key `key`. */
+const keyed = (key: string) => ({ headers: { [KEY]: key } });
 const sendBatch = (q: string, body: unknown, key?: string) => api("POST", `${queuePath(q)}/messages/batch`, body, { headers: key === undefined ? {} : { [KEY]: key } });
 const hexId = (n: number) => n.toString(16).padStart(32, "0");
 
@@ -69,16 +71,16 @@ async function consumeAll(q: string) {
 describe("Idempotency-Key", () => {
   it("stores a message once however often the request is retried, answering with the first id each time", async () => {
     await createQueue("idem-single");
-    const first = await send("idem-single", { body: { order: 1 } }, "order-1");
+    const first = await send("idem-single", { order: 1 }, {}, keyed("order-1"));
     expect(first.status).toBe(200);
     for (let i = 0; i < 5; i++) {
-      const again = await send("idem-single", { body: { order: 1 } }, "order-1");
+      const again = await send("idem-single", { order: 1 }, {}, keyed("order-1"));
       expect(again.status).toBe(200);
       expect(again.json.result.message_id).toBe(first.json.result.message_id);
     }
     expect(await storedIds("idem-single")).toEqual([first.json.result.message_id]);
     // Another key is another message.
-    expect((await send("idem-single", { body: { order: 1 } }, "order-1b")).json.result.message_id).not.toBe(first.json.result.message_id);
+    expect((await send("idem-single", { order: 1 }, {}, keyed("order-1b"))).json.result.message_id).not.toBe(first.json.result.message_id);
     expect(await backlog("idem-single")).toBe(2);
   });
 
@@ -109,7 +111,7 @@ describe("Idempotency-Key", () => {
   ])("refuses the same key with %s: 409 naming idempotency-key, nothing stored", async (_what, body, route) => {
     const q = `idem-mismatch-${Math.random().toString(16).slice(2, 8)}`;
     await createQueue(q);
-    const first = await send(q, { body: { order: 1 } }, "reused");
+    const first = await send(q, { order: 1 }, {}, keyed("reused"));
     const res = await api("POST", `${queuePath(q)}/${route}`, body, { headers: { [KEY]: "reused" } });
     expect(res.status).toBe(409);
     expect(res.json).toMatchObject({ success: false, result: null });
@@ -120,8 +122,8 @@ describe("Idempotency-Key", () => {
   it("keeps keys per queue: the same key on two queues is two messages", async () => {
     await createQueue("idem-per-queue-a");
     await createQueue("idem-per-queue-b");
-    const a = await send("idem-per-queue-a", { body: 1 }, "shared-key");
-    const b = await send("idem-per-queue-b", { body: 1 }, "shared-key");
+    const a = await send("idem-per-queue-a", 1, {}, keyed("shared-key"));
+    const b = await send("idem-per-queue-b", 1, {}, keyed("shared-key"));
     expect(a.status).toBe(200);
     expect(b.status).toBe(200);
     expect(a.json.result.message_id).not.toBe(b.json.result.message_id);
@@ -140,12 +142,12 @@ describe("Idempotency-Key", () => {
 
   it("answers a retry after the shard that took the message stopped taking sends and the broker forgot its map", async () => {
     const q = await createQueue("idem-drained");
-    const first = await send("idem-drained", { body: "x" }, "drained");
+    const first = await send("idem-drained", "x", {}, keyed("drained"));
     const holder = (await storedMessages("idem-drained")).messages[0]!.shard;
     await coordinatorFor(env, q.queue_id).setShardState(holder, "draining");
     // As a fresh broker isolate would: no cached map.
     forgetShardMap("local", "idem-drained", q.queue_id);
-    const again = await send("idem-drained", { body: "x" }, "drained");
+    const again = await send("idem-drained", "x", {}, keyed("drained"));
     expect(again.json.result.message_id).toBe(first.json.result.message_id);
     expect(await storedIds("idem-drained")).toEqual([first.json.result.message_id]);
   });
@@ -162,7 +164,7 @@ describe("Idempotency-Key", () => {
     forgetShardMap("local", "idem-died-moved", q.queue_id);
 
     await shiftKeyClock(q.queue_id, "key:moved", IN_PROGRESS_MS + 1000);
-    const again = await send("idem-died-moved", { body: "once" }, "moved");
+    const again = await send("idem-died-moved", "once", {}, keyed("moved"));
     expect(again.status).toBe(200);
     expect(again.json.result.message_id).toBe(id);
     expect((await storedMessages("idem-died-moved")).messages.map((m) => [m.id, m.shard])).toEqual([[id, holder]]);
@@ -198,7 +200,7 @@ describe("Idempotency-Key", () => {
     expect(refused.status).toBe(503);
     expect(await backlog("idem-died-retired")).toBe(0);
 
-    const again = await send("idem-died-retired", { body: "once" }, "retired");
+    const again = await send("idem-died-retired", "once", {}, keyed("retired"));
     expect(again.status).toBe(200);
     expect(again.json.result.message_id).toBe(id);
     // Consumed once, and not stored again on the shards that take sends now.
@@ -248,7 +250,7 @@ describe("Idempotency-Key", () => {
             throw new Error("shard reset");
           }
           pending++;
-          await new Promise((r) => setTimeout(r, 200));
+          await sleep(200);
           const result = await target.append(req);
           pending--;
           return result;
@@ -274,19 +276,19 @@ describe("Idempotency-Key", () => {
     const id = ((await res.json()) as { result: { message_id: string } }).result.message_id;
 
     // A retry while the claim is young may be racing the first request: told to wait.
-    const early = await send("idem-died", { body: "once" }, "died");
+    const early = await send("idem-died", "once", {}, keyed("died"));
     expect(early.status).toBe(409);
     expect(early.json.errors[0].field).toBe(KEY);
     expect(Number(early.headers.get("retry-after"))).toBeLessThanOrEqual(IN_PROGRESS_MS / 1000);
 
     // Later, the retry takes the key over and writes the same id to the same shard, which skips it.
     await shiftKeyClock(q.queue_id, "key:died", IN_PROGRESS_MS + 1000);
-    const late = await send("idem-died", { body: "once" }, "died");
+    const late = await send("idem-died", "once", {}, keyed("died"));
     expect(late.status).toBe(200);
     expect(late.json.result.message_id).toBe(id);
     expect(await storedIds("idem-died")).toEqual([id]);
     // And from then on the key is done.
-    expect((await send("idem-died", { body: "once" }, "died")).json.result.message_id).toBe(id);
+    expect((await send("idem-died", "once", {}, keyed("died"))).json.result.message_id).toBe(id);
     expect(await storedIds("idem-died")).toEqual([id]);
   });
 
@@ -306,7 +308,7 @@ describe("Idempotency-Key", () => {
 
     // The producer, which never got its answer, sends again with the key once the claim is free.
     await shiftKeyClock(q.queue_id, "key:consumed", IN_PROGRESS_MS + 1000);
-    const again = await send("idem-acked-then-retried", { body: "once" }, "consumed");
+    const again = await send("idem-acked-then-retried", "once", {}, keyed("consumed"));
     expect(again.json.result.message_id).toBe(id);
     // Nothing stored again: the message was delivered and acked once.
     expect(await backlog("idem-acked-then-retried")).toBe(0);
@@ -315,7 +317,7 @@ describe("Idempotency-Key", () => {
   it("does not use up the key of a request refused before storing", async () => {
     await createQueue("idem-refused");
     const taken = hexId(7);
-    await send("idem-refused", { body: "first", id: taken });
+    await send("idem-refused", "first", { id: taken });
     // The key is claimed, then the batch is refused for reusing an id with another body.
     const refused = await sendBatch("idem-refused", { messages: [{ body: "other", id: taken }, { body: "new" }] }, "fresh-key");
     expect(refused.status).toBe(409);
@@ -327,9 +329,9 @@ describe("Idempotency-Key", () => {
 
   it("forgets a key after 24 hours, and an alarm sweeps it away", async () => {
     const q = await createQueue("idem-expiry");
-    const first = await send("idem-expiry", { body: 1 }, "old-key");
+    const first = await send("idem-expiry", 1, {}, keyed("old-key"));
     const target = await shiftKeyClock(q.queue_id, "key:old-key", IDEMPOTENCY_WINDOW_MS + 1000);
-    const reused = await send("idem-expiry", { body: 2 }, "old-key");
+    const reused = await send("idem-expiry", 2, {}, keyed("old-key"));
     expect(reused.status).toBe(200);
     expect(reused.json.result.message_id).not.toBe(first.json.result.message_id);
     await shiftKeyClock(q.queue_id, "key:old-key", 2 * IDEMPOTENCY_WINDOW_MS + 2000);
@@ -344,7 +346,7 @@ describe("message ids chosen by the producer", () => {
     await createQueue("pid-single");
     const id = hexId(1);
     for (let i = 0; i < 4; i++) {
-      const res = await send("pid-single", { body: { n: 1 }, id });
+      const res = await send("pid-single", { n: 1 }, { id });
       expect(res.status).toBe(200);
       expect(res.json.result.message_id).toBe(id);
     }
@@ -354,8 +356,8 @@ describe("message ids chosen by the producer", () => {
   it("refuses an id sent again with another body: 409 naming the id, nothing stored", async () => {
     await createQueue("pid-mismatch");
     const id = hexId(2);
-    await send("pid-mismatch", { body: "one", id });
-    const single = await send("pid-mismatch", { body: "two", id });
+    await send("pid-mismatch", "one", { id });
+    const single = await send("pid-mismatch", "two", { id });
     expect(single.status).toBe(409);
     expect(single.json.errors[0].field).toBe("id");
     const inBatch = await sendBatch("pid-mismatch", { messages: [{ body: "new", id: hexId(3) }, { body: "two", id }] });
@@ -363,7 +365,7 @@ describe("message ids chosen by the producer", () => {
     expect(inBatch.json.errors[0].field).toBe("messages[1].id");
     expect(await storedIds("pid-mismatch")).toEqual([id]);
     // The refused batch used up none of its ids.
-    expect((await send("pid-mismatch", { body: "anything", id: hexId(3) })).status).toBe(200);
+    expect((await send("pid-mismatch", "anything", { id: hexId(3) })).status).toBe(200);
   });
 
   it("stores a batch's messages once each: a retried batch stores nothing, a batch repeating one stores the others", async () => {
@@ -381,9 +383,9 @@ describe("message ids chosen by the producer", () => {
   it("does not store an id again after its message was consumed", async () => {
     await createQueue("pid-consumed");
     await api("POST", `${queuePath("pid-consumed")}/consumers`, { type: "http_pull" });
-    await send("pid-consumed", { body: "x", id: hexId(9) });
+    await send("pid-consumed", "x", { id: hexId(9) });
     await consumeAll("pid-consumed");
-    expect((await send("pid-consumed", { body: "x", id: hexId(9) })).json.result.message_id).toBe(hexId(9));
+    expect((await send("pid-consumed", "x", { id: hexId(9) })).json.result.message_id).toBe(hexId(9));
     expect(await backlog("pid-consumed")).toBe(0);
   });
 });

@@ -9,9 +9,7 @@ import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import { moveMessages } from "../../src/routing/move-messages";
-import { api, backlog, createQueue, queuePath, shardsOnFakeClock, storedMessages } from "./helpers";
-import { ack, pull, send, type Pulled } from "./keyed-helpers";
-
+import { ack, api, backlog, createQueue, pull, type Pulled, queuePath, send, shardsOnFakeClock, storedMessages } from "./helpers";
 
 const redrive = (q: string, body?: unknown) => api("POST", `${queuePath(q)}/redrive`, body);
 const held = (q: string) => api("GET", `${queuePath(q)}/ordering/held`);
@@ -38,7 +36,7 @@ async function pullAll(q: string): Promise<Pulled[]> {
 async function sendInOrder(q: string, messages: Array<[body: string, key?: string]>): Promise<string[]> {
   const ids: string[] = [];
   for (const [body, key] of messages) {
-    const res = await send(q, body, key);
+    const res = await send(q, body, { ordering_key: key });
     expect(res.status).toBe(200);
     ids.push(res.json.result.message_id);
   }
@@ -171,7 +169,7 @@ describe("releasing a held ordering key", () => {
 
   it("lists a key held by a delayed first message, as delayed, and lets it be released", async () => {
     const q = await withDeadLetters("kh-src", "kh-src-dead", 3);
-    const res = await send("kh-src", "later", "slow", { delay_seconds: 86_400 });
+    const res = await send("kh-src", "later", { ordering_key: "slow", delay_seconds: 86_400 });
     const id = res.json.result.message_id as string;
     await sendInOrder("kh-src", [["after", "slow"]]);
     const list = (await held("kh-src")).json.result;
@@ -186,7 +184,7 @@ describe("releasing a held ordering key", () => {
 
   it("no longer counts a key as delayed once its head is due", async () => {
     const q = await withDeadLetters("kh-due-src", "kh-due-src-dead", 3);
-    await send("kh-due-src", "soon", "due", { delay_seconds: 5 });
+    await send("kh-due-src", "soon", { ordering_key: "due", delay_seconds: 5 });
     expect((await held("kh-due-src")).json.result.held_by_reason.delayed).toBe(1);
     q.clock.advance(5_000);
     const list = (await held("kh-due-src")).json.result;

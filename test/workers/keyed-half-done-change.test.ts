@@ -12,10 +12,9 @@ import { describe, expect, it } from "vitest";
 import type { Coordinator } from "../../coordinator/coordinator";
 import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import { ownerOfKey } from "../../src/kernel/ordering";
-import { api, createQueue, queuePath } from "./helpers";
+import { api, createQueue, queuePath, send } from "./helpers";
 import { unsettledKeyed } from "./keyed-helpers";
-
-const send = (q: string, body: unknown, key: string) => api("POST", `${queuePath(q)}/messages`, { body, ordering_key: key });
+import { sleep } from "../../src/kernel/sleep";
 
 /** The keyed messages `shard` holds, unsettled (keyed-helpers.ts). */
 const keyedCount = (shard: string): Promise<number> => unsettledKeyed(shard);
@@ -50,13 +49,13 @@ describe("keyed sends while a Coordinator change is half done", () => {
     const shards = (await coordinatorFor(env, q.queue_id).shardMap())!.shards.map((s) => s.name);
     const owner = shards[1]!;
     const { key } = keyOf(owner, shards);
-    expect((await send(name, "before", key)).status).toBe(200);
+    expect((await send(name, "before", { ordering_key: key })).status).toBe(200);
 
     await drainCutByReset(q.queue_id, owner);
     // The map still names the shard active: the drain was never recorded.
     expect((await coordinatorFor(env, q.queue_id).shardMap())!.shards.find((s) => s.name === owner)?.state).toBe("active");
 
-    const res = await send(name, "after", key);
+    const res = await send(name, "after", { ordering_key: key });
     expect({ status: res.status, error: res.json.errors?.[0]?.message }).toEqual({ status: 200, error: undefined });
     expect(await keyedCount(owner)).toBe(2);
     // Undone, not half done: the shard takes sends again.
@@ -71,8 +70,8 @@ describe("keyed sends while a Coordinator change is half done", () => {
     const { key, heir } = keyOf(owner, shards);
     // A drain's first step: the shard is told, and refuses sends; the epoch and the map come next.
     await storageShardFor(env, owner).setState("draining");
-    const sent = send(name, "k1", key);
-    await new Promise((r) => setTimeout(r, 300));
+    const sent = send(name, "k1", { ordering_key: key });
+    await sleep(300);
     await coordinatorFor(env, q.queue_id).setShardState(owner, "draining");
     const res = await sent;
     expect({ status: res.status, error: res.json.errors?.[0]?.message }).toEqual({ status: 200, error: undefined });
@@ -92,7 +91,7 @@ describe("a keyed batch placed under a map a scale-out has since changed", () =>
     const stays = Array.from({ length: 500 }, (_, i) => `key-${i}`).find((k) => ownerOfKey(k, before) === before[0] && ownerOfKey(k, after) === before[0])!;
     const moves = Array.from({ length: 500 }, (_, i) => `key-${i}`).find((k) => ownerOfKey(k, before) === before[0] && ownerOfKey(k, after) === added)!;
     // This isolate caches the map it has now.
-    expect((await send(name, "warm", stays)).status).toBe(200);
+    expect((await send(name, "warm", { ordering_key: stays })).status).toBe(200);
     const coordinator = env.COORDINATOR.get(env.COORDINATOR.idFromName(q.queue_id));
     await runInDurableObject(coordinator, (obj: Coordinator) => (obj as unknown as { loop: { force(kind: "scale-out", now: number): Promise<string> } }).loop.force("scale-out", Date.now()));
     expect((await coordinatorFor(env, q.queue_id).shardMap())!.shards.map((s) => s.name)).toContain(added);

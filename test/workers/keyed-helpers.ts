@@ -1,26 +1,10 @@
-// The HTTP calls the keyed-message suites (ordered-lanes, keyed-dead-letters) make, and the count of the keyed messages a shard holds, in one place.
+// The count of the keyed messages a shard holds, read from its rows, for the keyed-message suites.
 import { env, runInDurableObject } from "cloudflare:test";
 import { storageShardFor } from "../../src/kernel/addressing";
 import type { DeliveryState } from "../../storage-shard/segments/delivery-state";
 import { decodeHeaders } from "../../storage-shard/segments/segment";
 import { settledOf } from "../../storage-shard/segments/segment-rows";
 import type { StorageShard } from "../../storage-shard/storage-shard";
-import { api, queuePath } from "./helpers";
-
-/** A pulled message as the pull route answers it. */
-export interface Pulled {
-  id: string;
-  body: string;
-  attempts: number;
-  lease_id: string;
-  ordering_key?: string;
-}
-
-export const pull = (q: string, body: unknown = {}) => api("POST", `${queuePath(q)}/messages/pull`, body);
-export const ack = (q: string, body: unknown) => api("POST", `${queuePath(q)}/messages/ack`, body);
-/** One message sent over HTTP, with an ordering key when `key` is given. */
-export const send = (q: string, body: unknown, key?: string, extra: Record<string, unknown> = {}) =>
-  api("POST", `${queuePath(q)}/messages`, { body, ...(key === undefined ? {} : { ordering_key: key }), ...extra });
 
 /**
  * Keyed messages a shard holds unsettled (ready, delayed or leased): the slots of its

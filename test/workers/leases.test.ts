@@ -6,6 +6,7 @@ import type { EncodedMessage, LeaseRequest } from "../../src/kernel/protocol";
 import type { StorageShard } from "../../storage-shard/storage-shard";
 import { ConsumerShard } from "../../consumer-shard/consumer-shard";
 import { Coordinator } from "../../coordinator/coordinator";
+import { sleep } from "../../src/kernel/sleep";
 
 const QUEUE = "l".padEnd(32, "0");
 const utf8 = new TextEncoder();
@@ -259,8 +260,8 @@ describe("leases (vesting times)", () => {
       Coordinator.prototype.notifyReady = original;
     });
     const settled = async (n: number) => {
-      for (let i = 0; i < 50 && told.length < n; i++) await new Promise((r) => setTimeout(r, 20));
-      await new Promise((r) => setTimeout(r, 50));
+      for (let i = 0; i < 50 && told.length < n; i++) await sleep(20);
+      await sleep(50);
       return told.length;
     };
     await shard.append({ queueId: QUEUE, messages: [msg(), msg(), msg()] });
@@ -283,7 +284,7 @@ describe("leases (vesting times)", () => {
       ConsumerShard.prototype.wake = original;
     });
     const settled = async () => {
-      await new Promise((r) => setTimeout(r, 100));
+      await sleep(100);
       return woken.length;
     };
     await shard.append({ queueId: QUEUE, messages: [msg(), msg(), msg()] });

@@ -9,8 +9,7 @@ import { describe, expect, it } from "vitest";
 import type { Coordinator } from "../../coordinator/coordinator";
 import type { WaitTimers } from "../../coordinator/pull-waiters";
 import { coordinatorFor } from "../../src/kernel/addressing";
-import { api, createQueue, queuePath } from "./helpers";
-import { eventually } from "./push-helpers";
+import { api, createQueue, eventually, pull, type Pulled, pullQueue, queuePath, send } from "./helpers";
 
 class ManualTimers implements WaitTimers {
   private due: Array<{ fn: () => void }> = [];
@@ -29,15 +28,11 @@ class ManualTimers implements WaitTimers {
   }
 }
 
-type Pulled = { id: string; body: string; lease_id: string; attempts: number };
 type PullAnswer = Awaited<ReturnType<typeof api<{ messages: Pulled[] }>>>;
 
-const pull = (q: string, body: unknown) => api<{ messages: Pulled[] }>("POST", `${queuePath(q)}/messages/pull`, body);
-const send = (q: string, body: unknown, extra: Record<string, unknown> = {}) => api("POST", `${queuePath(q)}/messages`, { body, content_type: "text", ...extra });
-
-async function pullQueue(name: string, consumer: Record<string, unknown> = {}) {
-  const q = await createQueue(name);
-  expect((await api("POST", `${queuePath(name)}/consumers`, { type: "http_pull", ...consumer })).status).toBe(201);
+/** A pull queue whose Coordinator waits on manual timers, which `endWaits` ends. */
+async function timedPullQueue(name: string, consumer: Record<string, unknown> = {}) {
+  const q = await pullQueue(name, consumer);
   const coordinator = coordinatorFor(env, q.queue_id);
   const timers = new ManualTimers();
   await runInDurableObject(coordinator, (obj: Coordinator) => {
@@ -54,14 +49,14 @@ async function within(pending: Promise<PullAnswer>, ms: number): Promise<{ answe
 }
 
 /** Starts a waiting pull and waits until it waits at the Coordinator (wrapped: an async function would await it). */
-async function waitingPull(q: Awaited<ReturnType<typeof pullQueue>>, name: string): Promise<{ pending: Promise<PullAnswer> }> {
-  const pending = pull(name, { wait_time_ms: 20_000, batch_size: 10, visibility_timeout_ms: 60_000 });
+async function waitingPull(q: Awaited<ReturnType<typeof timedPullQueue>>, name: string): Promise<{ pending: Promise<PullAnswer> }> {
+  const pending = pull<{ messages: Pulled[] }>(name, { wait_time_ms: 20_000, batch_size: 10, visibility_timeout_ms: 60_000 });
   await eventually(q.waiting, (n) => n === 1);
   return { pending };
 }
 
 /** Asserts the pull answered with exactly `bodies`, no sooner than `readyAt` and at most `slackMs` after it. */
-async function expectWokenWith(q: Awaited<ReturnType<typeof pullQueue>>, pending: Promise<PullAnswer>, bodies: string[], readyAt: number, slackMs = 1500) {
+async function expectWokenWith(q: Awaited<ReturnType<typeof timedPullQueue>>, pending: Promise<PullAnswer>, bodies: string[], readyAt: number, slackMs = 1500) {
   const got = await within(pending, Math.max(0, readyAt - Date.now()) + slackMs);
   if (got === "still waiting") await q.endWaits();
   expect(got === "still waiting" ? "still waiting" : got.answer.json.result.messages.map((m) => m.body)).toEqual(bodies);
@@ -70,31 +65,31 @@ async function expectWokenWith(q: Awaited<ReturnType<typeof pullQueue>>, pending
 
 /** One short pull's messages (a lease of `visibility_timeout_ms`). */
 async function shortPull(name: string, visibilityMs = 60_000, batchSize = 10): Promise<Pulled[]> {
-  const res = await pull(name, { batch_size: batchSize, visibility_timeout_ms: visibilityMs });
+  const res = await pull<{ messages: Pulled[] }>(name, { batch_size: batchSize, visibility_timeout_ms: visibilityMs });
   expect(res.status).toBe(200);
   return res.json.result.messages;
 }
 
 describe("a waiting pull is woken by a message becoming ready", () => {
   it("when it is sent", async () => {
-    const q = await pullQueue("wake-send");
+    const q = await timedPullQueue("wake-send");
     const { pending } = await waitingPull(q, "wake-send");
     const at = Date.now();
-    expect((await send("wake-send", "now")).status).toBe(200);
+    expect((await send("wake-send", "now", { content_type: "text" })).status).toBe(200);
     await expectWokenWith(q, pending, ["now"], at);
   });
 
   it("when its delay_seconds end", async () => {
-    const q = await pullQueue("wake-delay");
+    const q = await timedPullQueue("wake-delay");
     const { pending } = await waitingPull(q, "wake-delay");
     const at = Date.now() + 1000;
-    expect((await send("wake-delay", "later", { delay_seconds: 1 })).status).toBe(200);
+    expect((await send("wake-delay", "later", { content_type: "text", delay_seconds: 1 })).status).toBe(200);
     await expectWokenWith(q, pending, ["later"], at);
   });
 
   it("when its retry delay ends", async () => {
-    const q = await pullQueue("wake-retry");
-    expect((await send("wake-retry", "again")).status).toBe(200);
+    const q = await timedPullQueue("wake-retry");
+    expect((await send("wake-retry", "again", { content_type: "text" })).status).toBe(200);
     const [m] = await shortPull("wake-retry");
     const { pending } = await waitingPull(q, "wake-retry");
     const at = Date.now() + 1000;
@@ -104,8 +99,8 @@ describe("a waiting pull is woken by a message becoming ready", () => {
   });
 
   it("when its lease runs out", async () => {
-    const q = await pullQueue("wake-lease");
-    expect((await send("wake-lease", "unacked")).status).toBe(200);
+    const q = await timedPullQueue("wake-lease");
+    expect((await send("wake-lease", "unacked", { content_type: "text" })).status).toBe(200);
     const at = Date.now() + 1000;
     expect(await shortPull("wake-lease", 1000)).toHaveLength(1);
     const { pending } = await waitingPull(q, "wake-lease");
@@ -115,8 +110,8 @@ describe("a waiting pull is woken by a message becoming ready", () => {
   it("when it is redriven into the queue", async () => {
     await createQueue("wake-redrive-dlq");
     expect((await api("POST", `${queuePath("wake-redrive-dlq")}/consumers`, { type: "http_pull" })).status).toBe(201);
-    const q = await pullQueue("wake-redrive", { settings: { max_retries: 0 }, dead_letter_queue: "wake-redrive-dlq" });
-    expect((await send("wake-redrive", "dead")).status).toBe(200);
+    const q = await timedPullQueue("wake-redrive", { settings: { max_retries: 0 }, dead_letter_queue: "wake-redrive-dlq" });
+    expect((await send("wake-redrive", "dead", { content_type: "text" })).status).toBe(200);
     const [m] = await shortPull("wake-redrive");
     expect((await api("POST", `${queuePath("wake-redrive")}/messages/ack`, { retries: [{ lease_id: m!.lease_id }] })).json.result.retryCount).toBe(1);
     const { pending } = await waitingPull(q, "wake-redrive");
@@ -126,8 +121,8 @@ describe("a waiting pull is woken by a message becoming ready", () => {
   });
 
   it("when the key holding it is released (its predecessor acked)", async () => {
-    const q = await pullQueue("wake-key");
-    for (const body of ["k1", "k2"]) expect((await send("wake-key", body, { ordering_key: "k" })).status).toBe(200);
+    const q = await timedPullQueue("wake-key");
+    for (const body of ["k1", "k2"]) expect((await send("wake-key", body, { content_type: "text", ordering_key: "k" })).status).toBe(200);
     const got = await shortPull("wake-key", 60_000, 1);
     expect(got.map((m) => m.body)).toEqual(["k1"]);
     const first = got[0];

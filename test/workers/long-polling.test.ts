@@ -9,8 +9,7 @@ import { describe, expect, it } from "vitest";
 import type { Coordinator } from "../../coordinator/coordinator";
 import { PullWaiters, type WaitTimers } from "../../coordinator/pull-waiters";
 import { coordinatorFor } from "../../src/kernel/addressing";
-import { api, backlog, createQueue, queuePath } from "./helpers";
-import { eventually } from "./push-helpers";
+import { api, backlog, eventually, pull, pullQueue, queuePath, send } from "./helpers";
 
 /** Timers that fire only when advanced. */
 class ManualTimers implements WaitTimers {
@@ -35,12 +34,9 @@ class ManualTimers implements WaitTimers {
 /** The bodies of a pull's answer (sent as JSON: base64 of the JSON text). */
 const bodiesOf = (res: { json: { result: { messages: Array<{ body: string }> } } }) => res.json.result.messages.map((m) => JSON.parse(atob(m.body)) as unknown);
 
-const pull = (q: string, body: unknown) => api("POST", `${queuePath(q)}/messages/pull`, body);
-const send = (q: string, body: unknown) => api("POST", `${queuePath(q)}/messages`, { body });
-
-async function pullQueue(name: string) {
-  const q = await createQueue(name);
-  expect((await api("POST", `${queuePath(name)}/consumers`, { type: "http_pull", settings: { visibility_timeout_ms: 30_000 } })).status).toBe(201);
+/** A pull queue whose Coordinator waits on manual timers, which `advance` moves. */
+async function timedPullQueue(name: string) {
+  const q = await pullQueue(name, { settings: { visibility_timeout_ms: 30_000 } });
   const coordinator = coordinatorFor(env, q.queue_id);
   const timers = new ManualTimers();
   await runInDurableObject(coordinator, (obj: Coordinator) => {
@@ -53,7 +49,7 @@ async function pullQueue(name: string) {
 
 describe("long polling", () => {
   it("refuses a wait_time_ms out of 0 to 20,000 or not a whole number: 400 naming the field, nothing leased", async () => {
-    await pullQueue("lp-bad");
+    await timedPullQueue("lp-bad");
     expect((await send("lp-bad", "kept")).status).toBe(200);
     for (const bad of [20_001, -1, 1.5, "5000", null]) {
       const res = await pull("lp-bad", { wait_time_ms: bad });
@@ -65,7 +61,7 @@ describe("long polling", () => {
   });
 
   it("answers a waiting pull with a message sent while it waits", async () => {
-    const q = await pullQueue("lp-arrives");
+    const q = await timedPullQueue("lp-arrives");
     const pending = pull("lp-arrives", { wait_time_ms: 20_000, batch_size: 10 });
     await eventually(q.waiting, (n) => n === 1);
     expect((await send("lp-arrives", "late")).status).toBe(200);
@@ -76,7 +72,7 @@ describe("long polling", () => {
   });
 
   it("answers an empty batch, not an error, when the wait ends with nothing sent", async () => {
-    const q = await pullQueue("lp-empty");
+    const q = await timedPullQueue("lp-empty");
     const pending = pull("lp-empty", { wait_time_ms: 20_000 });
     await eventually(q.waiting, (n) => n === 1);
     await q.advance(20_000);
@@ -87,7 +83,7 @@ describe("long polling", () => {
   });
 
   it("wakes one waiting pull per message, the one that waited longest, and the others wait on", async () => {
-    const q = await pullQueue("lp-one");
+    const q = await timedPullQueue("lp-one");
     const first = pull("lp-one", { wait_time_ms: 20_000 });
     await eventually(q.waiting, (n) => n === 1);
     const others = [pull("lp-one", { wait_time_ms: 20_000 }), pull("lp-one", { wait_time_ms: 20_000 })];
@@ -104,7 +100,7 @@ describe("long polling", () => {
   });
 
   it("ends a pull whose client went away (pull/cancel by its wait_id): it leases nothing, and the message goes to the next pull", async () => {
-    const q = await pullQueue("lp-cancel");
+    const q = await timedPullQueue("lp-cancel");
     const abandoned = pull("lp-cancel", { wait_time_ms: 20_000, batch_size: 10, wait_id: "client-gone-000001" });
     await eventually(q.waiting, (n) => n === 1);
     const cancelled = await api("POST", `${queuePath("lp-cancel")}/messages/pull/cancel`, { wait_id: "client-gone-000001" });
@@ -123,7 +119,7 @@ describe("long polling", () => {
   });
 
   it("keeps waiting across a Coordinator restart and still gets the message", async () => {
-    const q = await pullQueue("lp-restart");
+    const q = await timedPullQueue("lp-restart");
     const pending = pull("lp-restart", { wait_time_ms: 5_000, batch_size: 10 });
     await eventually(q.waiting, (n) => n === 1);
     await runInDurableObject(q.coordinator, (_o: Coordinator, state) => state.abort("reset while a pull waits")).catch(() => {});
@@ -221,7 +217,7 @@ describe("pull waiters", () => {
 
 describe("long polling under pause, cancel and load (issue 28)", () => {
   it("ends pulls already waiting with the 409 a short pull gets when delivery is paused, and leases nothing while paused", async () => {
-    const q = await pullQueue("lp-paused");
+    const q = await timedPullQueue("lp-paused");
     const waiting = Array.from({ length: 5 }, () => pull("lp-paused", { wait_time_ms: 20_000, batch_size: 100 }));
     await eventually(q.waiting, (n) => n === 5);
     expect((await api("PATCH", queuePath("lp-paused"), { settings: { delivery_paused: true } })).status).toBe(200);
@@ -249,7 +245,7 @@ describe("long polling under pause, cancel and load (issue 28)", () => {
   });
 
   it("answers cancelled: false, and wakes nobody, for a pull that had already answered with messages", async () => {
-    const q = await pullQueue("lp-cancel-late");
+    const q = await timedPullQueue("lp-cancel-late");
     const answered = pull("lp-cancel-late", { wait_time_ms: 20_000, batch_size: 10, wait_id: "answered-pull-000001" });
     await eventually(q.waiting, (n) => n === 1);
     const other = pull("lp-cancel-late", { wait_time_ms: 20_000, batch_size: 10, wait_id: "other-pull-00000001" });
@@ -266,7 +262,7 @@ describe("long polling under pause, cancel and load (issue 28)", () => {
   });
 
   it("caps the pulls waiting at once, per token and per queue: 429 with Retry-After naming what was capped, nothing leased", async () => {
-    const q = await pullQueue("lp-capped");
+    const q = await timedPullQueue("lp-capped");
     await runInDurableObject(q.coordinator, (obj: Coordinator) => {
       (obj.pullWaiters as unknown as { limits: { perQueue: number; perToken: number } }).limits = { perQueue: 5, perToken: 3 };
     });

@@ -10,9 +10,8 @@ import { describe, expect, it } from "vitest";
 import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import { locate, shardNumber } from "../../src/kernel/ids";
 import { forgetShardMap } from "../../src/routing/shard-map-cache";
-import { api, backlog, createQueue, producer, queuePath } from "./helpers";
+import { api, backlog, createQueue, producer, queuePath, send } from "./helpers";
 
-const send = (q: string, body: unknown, headers: Record<string, string> = {}) => api("POST", `${queuePath(q)}/messages`, body, { headers });
 const sendBatch = (q: string, body: unknown, headers: Record<string, string> = {}) => api("POST", `${queuePath(q)}/messages/batch`, body, { headers });
 
 async function queueWithPuller(q: string) {
@@ -43,10 +42,10 @@ describe("an id drawn for an Idempotency-Key send", () => {
   it("sent again as a producer's id with another body is refused with 409 naming id, and only the first is delivered", async () => {
     const q = "ids-key-other-body";
     await queueWithPuller(q);
-    const first = await send(q, { body: "first" }, { "idempotency-key": "k1" });
+    const first = await send(q, "first", {}, { headers: { "idempotency-key": "k1" } });
     expect(first.status).toBe(200);
     const y = first.json.result.message_id as string;
-    const second = await send(q, { id: y, body: "second" });
+    const second = await send(q, "second", { id: y });
     expectConflictOn(second, "id");
     expect(await backlog(q)).toBe(1);
     expect(await drain(q)).toEqual([{ id: y, body: "first" }]);
@@ -55,8 +54,8 @@ describe("an id drawn for an Idempotency-Key send", () => {
   it("sent again as a producer's id with the same body answers 200 with that id and stores nothing", async () => {
     const q = "ids-key-same-body";
     await queueWithPuller(q);
-    const y = (await send(q, { body: "first" }, { "idempotency-key": "k1" })).json.result.message_id as string;
-    const again = await send(q, { id: y, body: "first" });
+    const y = (await send(q, "first", {}, { headers: { "idempotency-key": "k1" } })).json.result.message_id as string;
+    const again = await send(q, "first", { id: y });
     expect(again.status).toBe(200);
     expect(again.json.result.message_id).toBe(y);
     expect(await backlog(q)).toBe(1);
@@ -66,8 +65,8 @@ describe("an id drawn for an Idempotency-Key send", () => {
   it("of a keyed message is refused as a keyless producer's id with another body", async () => {
     const q = "ids-key-keyed";
     await queueWithPuller(q);
-    const y = (await send(q, { body: "first", ordering_key: "acct-7" }, { "idempotency-key": "k1" })).json.result.message_id as string;
-    expectConflictOn(await send(q, { id: y, body: "second" }), "id");
+    const y = (await send(q, "first", { ordering_key: "acct-7" }, { headers: { "idempotency-key": "k1" } })).json.result.message_id as string;
+    expectConflictOn(await send(q, "second", { id: y }), "id");
     expectConflictOn(await sendBatch(q, { messages: [{ body: "fine" }, { id: y, body: "second", ordering_key: "acct-7" }] }), "messages[1].id");
     expect(await backlog(q)).toBe(1);
     expect(await drain(q)).toEqual([{ id: y, body: "first" }]);
@@ -80,8 +79,8 @@ describe("an id a storage shard drew", () => {
     await queueWithPuller(q);
     const xs: string[] = [];
     // Several, so that some are drawn on another shard than the one a producer's id would pick.
-    for (let i = 0; i < 6; i++) xs.push((await send(q, { body: `real-${i}` })).json.result.message_id);
-    for (const x of xs) expectConflictOn(await send(q, { id: x, body: "evil" }), "id");
+    for (let i = 0; i < 6; i++) xs.push((await send(q, `real-${i}`)).json.result.message_id);
+    for (const x of xs) expectConflictOn(await send(q, "evil", { id: x }), "id");
     expect(await backlog(q)).toBe(6);
     const cancelled = await api("DELETE", `${queuePath(q)}/messages/${xs[0]}`);
     expect(cancelled.json.result).toEqual({ id: xs[0], cancelled: true });
@@ -92,8 +91,8 @@ describe("an id a storage shard drew", () => {
   it("taken with the same body answers 200 with that id and stores nothing", async () => {
     const q = "ids-drawn-same-body";
     await queueWithPuller(q);
-    const x = (await send(q, { body: "real" })).json.result.message_id as string;
-    const again = await send(q, { id: x, body: "real" });
+    const x = (await send(q, "real")).json.result.message_id as string;
+    const again = await send(q, "real", { id: x });
     expect(again.status).toBe(200);
     expect(again.json.result.message_id).toBe(x);
     expect(await backlog(q)).toBe(1);
@@ -103,9 +102,9 @@ describe("an id a storage shard drew", () => {
   it("for a keyed message is refused as a producer's id, keyed or not", async () => {
     const q = "ids-drawn-keyed";
     await queueWithPuller(q);
-    const x = (await send(q, { body: "real", ordering_key: "acct-1" })).json.result.message_id as string;
-    expectConflictOn(await send(q, { id: x, body: "evil" }), "id");
-    expectConflictOn(await send(q, { id: x, body: "evil", ordering_key: "acct-1" }), "id");
+    const x = (await send(q, "real", { ordering_key: "acct-1" })).json.result.message_id as string;
+    expectConflictOn(await send(q, "evil", { id: x }), "id");
+    expectConflictOn(await send(q, "evil", { id: x, ordering_key: "acct-1" }), "id");
     expect(await backlog(q)).toBe(1);
     expect(await drain(q)).toEqual([{ id: x, body: "real" }]);
   });
@@ -113,10 +112,10 @@ describe("an id a storage shard drew", () => {
   it("stays taken after its message was consumed: refused, nothing stored", async () => {
     const q = "ids-drawn-consumed";
     await queueWithPuller(q);
-    const plain = (await send(q, { body: "real" })).json.result.message_id as string;
-    const keyed = (await send(q, { body: "real", ordering_key: "acct-2" })).json.result.message_id as string;
+    const plain = (await send(q, "real")).json.result.message_id as string;
+    const keyed = (await send(q, "real", { ordering_key: "acct-2" })).json.result.message_id as string;
     expect(await drain(q)).toHaveLength(2);
-    expectConflictOn(await send(q, { id: plain, body: "evil" }), "id");
+    expectConflictOn(await send(q, "evil", { id: plain }), "id");
     expectConflictOn(await sendBatch(q, { messages: [{ id: keyed, body: "evil" }] }), "messages[0].id");
     expect(await backlog(q)).toBe(0);
     expect(await drain(q)).toEqual([]);
@@ -128,12 +127,12 @@ describe("an id a storage shard drew", () => {
     const q = "ids-drawn-keyed-restart";
     const { queue_id } = await createQueue(q);
     expect((await api("POST", `${queuePath(q)}/consumers`, { type: "http_pull" })).status).toBe(201);
-    const keyed = (await send(q, { body: "real", ordering_key: "acct-9" })).json.result.message_id as string;
+    const keyed = (await send(q, "real", { ordering_key: "acct-9" })).json.result.message_id as string;
     expect(await drain(q)).toEqual([{ id: keyed, body: "real" }]);
     const map = (await coordinatorFor(env, queue_id).shardMap())!;
     const drew = map.shards.find((s) => shardNumber(s.name) === locate(keyed)!.shard)!;
     await runInDurableObject(storageShardFor(env, drew.name, drew.region), (_o, state) => state.abort("restart")).catch(() => {});
-    expectConflictOn(await send(q, { id: keyed, body: "evil" }), "id");
+    expectConflictOn(await send(q, "evil", { id: keyed }), "id");
     expect(await backlog(q)).toBe(0);
   });
 
@@ -142,27 +141,27 @@ describe("an id a storage shard drew", () => {
     const q = "ids-drawn-retired";
     const { queue_id } = await createQueue(q);
     expect((await api("POST", `${queuePath(q)}/consumers`, { type: "http_pull" })).status).toBe(201);
-    const x = (await send(q, { body: "real" })).json.result.message_id as string;
+    const x = (await send(q, "real")).json.result.message_id as string;
     expect(await drain(q)).toEqual([{ id: x, body: "real" }]);
     const map = (await coordinatorFor(env, queue_id).shardMap())!;
     const drew = map.shards.find((s) => shardNumber(s.name) === locate(x)!.shard)!.name;
     await coordinatorFor(env, queue_id).setShardState(drew, "draining");
     await coordinatorFor(env, queue_id).setShardState(drew, "retired");
     forgetShardMap("local", q, queue_id);
-    expectConflictOn(await send(q, { id: x, body: "real" }), "id");
-    expectConflictOn(await send(q, { id: x, body: "evil" }), "id");
+    expectConflictOn(await send(q, "real", { id: x }), "id");
+    expectConflictOn(await send(q, "evil", { id: x }), "id");
     expect(await backlog(q)).toBe(0);
   });
 
   it("in a batch refuses the whole batch, naming the message", async () => {
     const q = "ids-drawn-batch";
     await queueWithPuller(q);
-    const x = (await send(q, { body: "real" })).json.result.message_id as string;
+    const x = (await send(q, "real")).json.result.message_id as string;
     const res = await sendBatch(q, { messages: [{ id: "0123456789abcdef0123456789abcdef", body: "mine" }, { id: x, body: "evil" }] });
     expectConflictOn(res, "messages[1].id");
     expect(await backlog(q)).toBe(1);
     // Nothing was kept of the refused batch: its own id is free to send.
-    expect((await send(q, { id: "0123456789abcdef0123456789abcdef", body: "mine" })).status).toBe(200);
+    expect((await send(q, "mine", { id: "0123456789abcdef0123456789abcdef" })).status).toBe(200);
     expect(await backlog(q)).toBe(2);
   });
 });
@@ -175,8 +174,8 @@ describe("the producer binding", () => {
     await expect(binding.send("mine", { id: "0123456789abcdef0123456789abcdef" })).rejects.toThrow(/options/);
     const x = (await binding.send("real")).messageId;
     const [y] = (await binding.sendBatch([{ body: "real-keyed", orderingKey: "acct-3" }])).messageIds;
-    expectConflictOn(await send(q, { id: x, body: "evil" }), "id");
-    expectConflictOn(await send(q, { id: y, body: "evil" }), "id");
+    expectConflictOn(await send(q, "evil", { id: x }), "id");
+    expectConflictOn(await send(q, "evil", { id: y }), "id");
     expect(await backlog(q)).toBe(2);
   });
 });
@@ -186,7 +185,7 @@ describe("ids of the producer's choosing", () => {
     const q = "ids-own";
     await queueWithPuller(q);
     const ids = ["00000000000000000000000000000042", "ffffffffffffffffffffffffffffffff", "0123456789abcdef0123456789abcdef"];
-    for (const id of ids) expect((await send(q, { id, body: id })).json.result.message_id).toBe(id);
+    for (const id of ids) expect((await send(q, id, { id })).json.result.message_id).toBe(id);
     expect(await drain(q)).toEqual(ids.map((id) => ({ id, body: id })).sort((a, b) => a.id.localeCompare(b.id)));
   });
 });

@@ -10,10 +10,11 @@ import { moveMessages } from "../../src/routing/move-messages";
 import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import { crc32 } from "../../src/kernel/checksum";
 import type { EncodedMessage, LeasedMessage } from "../../src/kernel/protocol";
-import { api, backlog, createQueue, queuePath, storedMessages } from "./helpers";
+import { api, backlog, createQueue, pull, type Pulled, queuePath, storedMessages } from "./helpers";
 
 const utf8 = new TextEncoder();
-const pull = async (q: string) => (await api("POST", `${queuePath(q)}/messages/pull`, { batch_size: 100, visibility_timeout_ms: 60_000 })).json.result.messages as Array<{ id: string; lease_id: string; attempts: number }>;
+/** The messages of one pull of up to 100, leased for a minute. */
+const leaseAll = async (q: string) => (await pull(q, { batch_size: 100, visibility_timeout_ms: 60_000 })).json.result.messages as Pulled[];
 const retryAll = async (q: string, leases: Array<{ lease_id: string }>) => {
   const res = await api("POST", `${queuePath(q)}/messages/ack`, { retries: leases.map((m) => ({ lease_id: m.lease_id })) });
   expect(res.status).toBe(200);
@@ -32,7 +33,7 @@ async function pair(q: string, dlq: string) {
 
 /** Pulls the one message of `q` and fails it: with max_retries 0 it leaves for the dead-letter queue. */
 async function failOnce(q: string, id: string) {
-  const got = await pull(q);
+  const got = await leaseAll(q);
   expect(got.map((m) => m.id)).toEqual([id]);
   await retryAll(q, got);
 }
@@ -61,7 +62,7 @@ describe("a message moved between queues", () => {
     expect(found.status).toBe(200);
     expect(found.json.result).toMatchObject({ id, state: "ready" });
     expect([await backlog(q), await backlog(dlq)]).toEqual([1, 0]);
-    expect((await pull(q)).map((m) => [m.id, m.attempts])).toEqual([[id, 1]]);
+    expect((await leaseAll(q)).map((m) => [m.id, m.attempts])).toEqual([[id, 1]]);
   });
 
   it.each(sends.map(([what, send], i) => [what, send, i] as const))("sent with %s, whose dead-lettering was cut off before the queue let go, is in the queue once after a redrive", async (_what, send, i) => {
@@ -82,7 +83,7 @@ describe("a message moved between queues", () => {
     expect([await backlog(q), await backlog(dlq)]).toEqual([1, 0]);
     expect((await storedMessages(q)).messages.map((m) => m.id)).toEqual([id]);
     expect((await lookup(q, id)).json.result).toMatchObject({ id, state: "ready" });
-    expect((await pull(q)).map((m) => m.id)).toEqual([id]);
+    expect((await leaseAll(q)).map((m) => m.id)).toEqual([id]);
   });
 
   it.each(sends.map(([what, send], i) => [what, send, i] as const))("sent with %s, dead-lettered a second time after a redrive, is held by the dead-letter queue", async (_what, send, i) => {
@@ -98,7 +99,7 @@ describe("a message moved between queues", () => {
     expect((await lookup(q, id)).json.result).toMatchObject({ id, state: "dead_lettered", dead_letter_queue: dlq });
     // And round again: every move is a new copy, every one is stored.
     expect((await redrive(dlq, { target_queue: q })).json.result.moved).toBe(1);
-    expect((await pull(q)).map((m) => m.id)).toEqual([id]);
+    expect((await leaseAll(q)).map((m) => m.id)).toEqual([id]);
   });
 });
 

@@ -5,9 +5,8 @@ import { moveMessages } from "../../src/routing/move-messages";
 import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import { crc32 } from "../../src/kernel/checksum";
 import type { EncodedMessage, LeaseRequest } from "../../src/kernel/protocol";
-import { api, backlog, createQueue, OTHER_TOKEN, queuePath, shardsOnFakeClock, storedMessages } from "./helpers";
+import { api, backlog, createQueue, OTHER_TOKEN, queuePath, send, shardsOnFakeClock, storedMessages } from "./helpers";
 
-const send = (q: string, body: unknown, extra: Record<string, unknown> = {}) => api("POST", `${queuePath(q)}/messages`, { body, ...extra });
 const lookup = (q: string, id: string) => api("GET", `${queuePath(q)}/messages/${id}`);
 const cancel = (q: string, id: string) => api("DELETE", `${queuePath(q)}/messages/${id}`);
 const purge = (q: string, body: unknown = { delete_messages_permanently: true }) => api("POST", `${queuePath(q)}/purge`, body);

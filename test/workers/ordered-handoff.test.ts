@@ -10,26 +10,14 @@ import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import { ownerOfKey } from "../../src/kernel/ordering";
 import { forgetShardMap } from "../../src/routing/shard-map-cache";
 import type { StorageShard } from "../../storage-shard/storage-shard";
-import { api, createQueue, queuePath, shardsOnFakeClock } from "./helpers";
+import { ack, eventually, pull, type Pulled, pullQueue, send, shardsOnFakeClock } from "./helpers";
 import { unsettledKeyed } from "./keyed-helpers";
-import { eventually } from "./push-helpers";
-
-const pull = (q: string, body: unknown = {}) => api("POST", `${queuePath(q)}/messages/pull`, body);
-const ack = (q: string, body: unknown) => api("POST", `${queuePath(q)}/messages/ack`, body);
-const send = (q: string, body: unknown, key: string) => api("POST", `${queuePath(q)}/messages`, { body, ordering_key: key });
-
-interface Pulled {
-  id: string;
-  body: string;
-  lease_id: string;
-  ordering_key?: string;
-}
+import { sleep } from "../../src/kernel/sleep";
 
 const bodyOf = (m: Pulled) => JSON.parse(atob(m.body)) as string;
 
 async function orderedQueue(name: string) {
-  const q = await createQueue(name);
-  expect((await api("POST", `${queuePath(name)}/consumers`, { type: "http_pull", settings: { visibility_timeout_ms: 60_000, max_retries: 3 } })).status).toBe(201);
+  const q = await pullQueue(name, { settings: { visibility_timeout_ms: 60_000, max_retries: 3 } });
   const { shards } = await shardsOnFakeClock(q.queue_id);
   return { queueId: q.queue_id, shards };
 }
@@ -66,12 +54,12 @@ describe("ordered lanes across map changes", () => {
     await coordinator.setShardState(added, "draining");
     forgetShardMap("local", name, queueId);
     const key = keyMoving(a, added, shards.slice(0, 3), shards);
-    for (const n of ["k1", "k2"]) expect((await send(name, n, key)).status).toBe(200);
+    for (const n of ["k1", "k2"]) expect((await send(name, n, { ordering_key: key })).status).toBe(200);
     expect(await keyedCount(a)).toBe(2);
 
     await coordinator.setShardState(added, "active");
     // The broker still holds the map without the new shard: the old shard refuses the key, the broker reads the map again.
-    expect((await send(name, "k3", key)).status).toBe(200);
+    expect((await send(name, "k3", { ordering_key: key })).status).toBe(200);
     expect(await keyedCount(a)).toBe(2);
     expect(await keyedCount(added)).toBe(1);
 
@@ -93,18 +81,18 @@ describe("ordered lanes across map changes", () => {
     forgetShardMap("local", name, queueId);
     const key = keyMoving(a, moved, shards.slice(0, 3), shards);
 
-    expect((await send(name, "k1", key)).status).toBe(200);
+    expect((await send(name, "k1", { ordering_key: key })).status).toBe(200);
     const [k1] = (await pull(name, { batch_size: 1 })).json.result.messages as Pulled[];
     expect(bodyOf(k1!)).toBe("k1");
     // Away: the key's new shard takes k2 and holds it behind k1.
     await coordinator.setShardState(moved, "active");
     forgetShardMap("local", name, queueId);
-    expect((await send(name, "k2", key)).status).toBe(200);
+    expect((await send(name, "k2", { ordering_key: key })).status).toBe(200);
     expect(await keyedCount(moved)).toBe(1);
     // And back: the first shard takes k3 and holds it behind k2, while k1 is still in flight.
     await coordinator.setShardState(moved, "draining");
     forgetShardMap("local", name, queueId);
-    expect((await send(name, "k3", key)).status).toBe(200);
+    expect((await send(name, "k3", { ordering_key: key })).status).toBe(200);
     expect(await keyedCount(a)).toBe(2);
     expect(await pullAll(name)).toEqual([]);
 
@@ -126,8 +114,8 @@ describe("ordered lanes across map changes", () => {
     // A drain pushed to every shard and not stored (as a Coordinator reset between the two leaves it):
     // the key's shard in the stored map refuses it.
     await enter(1000, shards.slice(0, 3));
-    const sent = send(name, "u1", key);
-    await new Promise((r) => setTimeout(r, 300));
+    const sent = send(name, "u1", { ordering_key: key });
+    await sleep(300);
     // The Coordinator's next tick pushes the stored map's shards again: the send lands where that map says.
     await enter(1001, shards);
     expect((await sent).status).toBe(200);
@@ -144,12 +132,12 @@ describe("ordered lanes across map changes", () => {
     forgetShardMap("local", name, queueId);
     const moving = keyMoving(a, added, shards.slice(0, 3), shards);
     const staying = keyMoving(a, a, shards.slice(0, 3), shards);
-    expect((await send(name, "m1", moving)).status).toBe(200);
+    expect((await send(name, "m1", { ordering_key: moving })).status).toBe(200);
     const [m1] = (await pull(name, { batch_size: 1 })).json.result.messages as Pulled[];
     await coordinator.setShardState(added, "active");
     forgetShardMap("local", name, queueId);
-    expect((await send(name, "m2", moving)).status).toBe(200);
-    expect((await send(name, "s1", staying)).status).toBe(200);
+    expect((await send(name, "m2", { ordering_key: moving })).status).toBe(200);
+    expect((await send(name, "s1", { ordering_key: staying })).status).toBe(200);
     expect((await pullAll(name)).map(bodyOf)).toEqual(["s1"]);
     await ackAll(name, [m1!]);
     const after = await eventually(() => pullAll(name), (ms) => ms.length > 0);

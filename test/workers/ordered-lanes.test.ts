@@ -12,17 +12,13 @@ import { ManualClock } from "../../src/kernel/clock";
 import { locate } from "../../src/kernel/ids";
 import { decodeHeaders, SEGMENT_MAX_MESSAGES } from "../../storage-shard/segments/segment";
 import type { StorageShard } from "../../storage-shard/storage-shard";
-import { api, backlog, BASE, createQueue, producer, queuePath, shardsOnFakeClock, TOKEN } from "./helpers";
-import { ack, pull, send, unsettledKeyed, type Pulled } from "./keyed-helpers";
+import { ack, addConsumer, api, backlog, BASE, createQueue, eventually, fakeConsumer, producer, pull, type Pulled, pullQueue, queuePath, send, shardsOnFakeClock, TOKEN } from "./helpers";
+import { unsettledKeyed } from "./keyed-helpers";
 import { parseExposition, valueOf } from "./exposition";
-import { addConsumer, eventually, fakeConsumer } from "./push-helpers";
-
-
+import { sleep } from "../../src/kernel/sleep";
 
 async function orderedQueue(name: string, consumer: Record<string, unknown> = {}) {
-  const q = await createQueue(name);
-  const res = await api("POST", `${queuePath(name)}/consumers`, { type: "http_pull", settings: { visibility_timeout_ms: 1000, max_retries: 3, ...(consumer.settings as object) }, ...consumer });
-  expect(res.status).toBe(201);
+  const q = await pullQueue(name, { settings: { visibility_timeout_ms: 1000, max_retries: 3, ...(consumer.settings as object) }, ...consumer });
   return { ...q, ...(await shardsOnFakeClock(q.queue_id)) };
 }
 
@@ -53,7 +49,7 @@ const bodies = (ms: Pulled[]) => ms.map((m) => JSON.parse(atob(m.body)) as strin
 async function sendInOrder(q: string, key: string, names: string[]): Promise<string[]> {
   const ids: string[] = [];
   for (const n of names) {
-    const res = await send(q, n, key);
+    const res = await send(q, n, { ordering_key: key });
     expect(res.status).toBe(200);
     ids.push(res.json.result.message_id);
   }
@@ -166,7 +162,7 @@ describe("ordered lanes", () => {
   it("refuses an ordering key that is not 1 to 128 printable characters: 400 naming the field, nothing stored", async () => {
     await orderedQueue("lanes-bad-key");
     for (const bad of ["", "x".repeat(129), "tab\there", 42]) {
-      const one = await send("lanes-bad-key", "x", bad as string);
+      const one = await send("lanes-bad-key", "x", { ordering_key: bad });
       expect(one.status).toBe(400);
       expect(one.json.errors[0].field).toBe("ordering_key");
     }
@@ -174,7 +170,7 @@ describe("ordered lanes", () => {
     expect(batch.status).toBe(400);
     expect(batch.json.errors[0].field).toBe("messages[1].ordering_key");
     expect(await backlog("lanes-bad-key")).toBe(0);
-    expect((await send("lanes-bad-key", "x", "x".repeat(128))).status).toBe(200);
+    expect((await send("lanes-bad-key", "x", { ordering_key: "x".repeat(128) })).status).toBe(200);
   });
 
   it("keeps each key's order for a push consumer through retryAll() and a throwing handler", async () => {
@@ -225,7 +221,7 @@ describe("ordered lanes", () => {
       batch.ackAll();
     });
     // The consumer finds the key leased; nothing of the shards' clock moves, so no lease runs out.
-    await new Promise((r) => setTimeout(r, 200));
+    await sleep(200);
     expect(seen).toEqual([]);
     await runInDurableObject(storageShardFor(env, held!.shard), (obj: StorageShard) => obj.settle({ queueId: q.queue_id, acks: [{ id: held!.id, leaseId: held!.leaseId }], retries: [], deadLettered: [], dropped: [] }));
     await eventually(async () => seen, (s) => s.length === 1, 3_000);

@@ -6,6 +6,7 @@ import { decide } from "../../src/delivery/disposition";
 import { dispositionOf, FAILED_DISPATCH } from "../../src/delivery/outcome";
 import { consumerEntrypoint, createBatch } from "../../src/consumer/entrypoint";
 import type { LeasedMessage, DispatchOutcome } from "../../src/kernel/protocol";
+import { sleep } from "../../src/kernel/sleep";
 
 const settings = { max_retries: 3, retry_delay: 7 };
 const leased = (id: string, attempts = 1): LeasedMessage => ({ id, body: new Uint8Array(), contentType: "json", enqueuedAt: 0, attempts, leaseId: "L", copyKey: "" });
@@ -135,7 +136,6 @@ describe("one settlement rule for push and pull consumers", () => {
 });
 
 describe("the ShardqConsumer entrypoint (transport \"rpc\")", () => {
-  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
   const deliver = (queue: QueueHandler) => {
     const Entrypoint = consumerEntrypoint(queue);
     return new Entrypoint(createExecutionContext(), {}).deliver("q", batchOf("a", "b", "c"));

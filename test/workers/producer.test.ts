@@ -3,6 +3,7 @@ import { decodeBody } from "../../src/kernel/encoding";
 import { env, runDurableObjectAlarm } from "cloudflare:test";
 import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import { backlog, createQueue, producer, storedMessages } from "./helpers";
+import { sleep } from "../../src/kernel/sleep";
 
 describe("the QueueProducer binding", () => {
   it("sends with Cloudflare's content types and resolves with the message id beside Cloudflare's response", async () => {
@@ -78,7 +79,7 @@ describe("the QueueProducer binding", () => {
     // The shard a send writes to answers exactly; the others are summed from their latest heartbeats.
     const heartbeats = async () => {
       for (const s of shards) await runDurableObjectAlarm(storageShardFor(env, s));
-      await new Promise((r) => setTimeout(r, 1100)); // past the isolate's one-second cache
+      await sleep(1100); // past the isolate's one-second cache
     };
     const before = Date.now();
     // Typed code reads metadata.metrics as on Cloudflare: it must be there, and right.

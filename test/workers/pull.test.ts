@@ -3,21 +3,16 @@ import { describe, expect, it } from "vitest";
 import { router } from "../../broker/http/router";
 import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import { defaultConsumerSettings } from "../../src/kernel/consumer-settings";
-import { api, backlog, BASE, createQueue, OTHER_TOKEN, producer, queuePath, queuesPath, storedMessages, shardsOnFakeClock, TOKEN } from "./helpers";
+import { ack, api, backlog, BASE, createQueue, OTHER_TOKEN, producer, pull, pullQueue, queuePath, queuesPath, send, shardsOnFakeClock, storedMessages, TOKEN } from "./helpers";
 
-const pull = (q: string, body: unknown = {}, token?: string, account?: string) => api("POST", `${queuePath(q, account)}/messages/pull`, body, { token });
-const ack = (q: string, body: unknown, token?: string, account?: string) => api("POST", `${queuePath(q, account)}/messages/ack`, body, { token });
 const extend = (q: string, body: unknown) => api("POST", `${queuePath(q)}/messages/extend`, body);
-const send = (q: string, body: unknown, content_type = "json") => api("POST", `${queuePath(q)}/messages`, { body, content_type });
 
 /**
  * A queue with an http_pull consumer whose storage shards all run on one fake clock,
  * so visibility timeouts and retry delays pass without waiting.
  */
-async function pullQueue(name: string, consumer: Record<string, unknown> = {}) {
-  const q = await createQueue(name);
-  const res = await api("POST", `${queuePath(name)}/consumers`, { type: "http_pull", settings: { visibility_timeout_ms: 1000, max_retries: 1 }, ...consumer });
-  expect(res.status).toBe(201);
+async function clockedPullQueue(name: string, consumer: Record<string, unknown> = {}) {
+  const q = await pullQueue(name, { settings: { visibility_timeout_ms: 1000, max_retries: 1 }, ...consumer });
   return { ...q, ...(await shardsOnFakeClock(q.queue_id)) };
 }
 
@@ -32,9 +27,9 @@ const ids = (res: { json: { result: { messages: Array<{ id: string }> } } }) => 
 
 describe("pulling messages over HTTP", () => {
   it("leases messages in Cloudflare's shape: text raw, json and bytes base64, attempts from 1", async () => {
-    const { clock } = await pullQueue("pull-shape");
+    const { clock } = await clockedPullQueue("pull-shape");
     const json = (await send("pull-shape", { order: 42, items: ["ü"] })).json.result.message_id;
-    const text = (await send("pull-shape", "plain wörds", "text")).json.result.message_id;
+    const text = (await send("pull-shape", "plain wörds", { content_type: "text" })).json.result.message_id;
     const bytes = (await producer("pull-shape").send(new Uint8Array([1, 2, 255]), { contentType: "bytes" })).messageId;
 
     const res = await pull("pull-shape", { batch_size: 10 });
@@ -55,8 +50,8 @@ describe("pulling messages over HTTP", () => {
   });
 
   it("answers sends, batches and pulls with the queue's figures in metadata.metrics, as Cloudflare's REST API does", async () => {
-    const { clock } = await pullQueue("pull-metrics");
-    const one = await send("pull-metrics", "12345", "text");
+    const { clock } = await clockedPullQueue("pull-metrics");
+    const one = await send("pull-metrics", "12345", { content_type: "text" });
     // Under shardq's first spelling and under Cloudflare's current one (its SDK's types).
     const figures = (count: number, bytes: number, oldest: number) => ({
       metrics: { backlogCount: count, backlogBytes: bytes, oldestMessageTimestampMs: oldest, backlog_count: count, backlog_bytes: bytes, oldest_message_timestamp_ms: oldest },
@@ -72,7 +67,7 @@ describe("pulling messages over HTTP", () => {
   });
 
   it("fills a batch from every shard, up to batch_size, and defaults to 5", async () => {
-    await pullQueue("pull-sizes");
+    await clockedPullQueue("pull-sizes");
     const sent: string[] = [];
     for (let i = 0; i < 12; i++) sent.push((await send("pull-sizes", i)).json.result.message_id);
     const first = await pull("pull-sizes", undefined);
@@ -87,7 +82,7 @@ describe("pulling messages over HTTP", () => {
   });
 
   it("keeps a pulled message invisible until its visibility timeout passes, then leases it again with attempts 2", async () => {
-    const { clock } = await pullQueue("pull-visibility");
+    const { clock } = await clockedPullQueue("pull-visibility");
     const id = (await send("pull-visibility", "once")).json.result.message_id;
     const first = await pullOne("pull-visibility");
     expect(first).toMatchObject({ id, attempts: 1 });
@@ -100,7 +95,7 @@ describe("pulling messages over HTTP", () => {
   });
 
   it("uses the pull's own visibility_timeout_ms over the consumer's", async () => {
-    const { clock } = await pullQueue("pull-own-timeout");
+    const { clock } = await clockedPullQueue("pull-own-timeout");
     await send("pull-own-timeout", 1);
     expect((await pull("pull-own-timeout", { visibility_timeout_ms: 60_000 })).json.result.messages).toHaveLength(1);
     clock.advance(59_999);
@@ -110,7 +105,7 @@ describe("pulling messages over HTTP", () => {
   });
 
   it("answers 409 while delivery is paused, and leases again once resumed", async () => {
-    await pullQueue("pull-paused");
+    await clockedPullQueue("pull-paused");
     await send("pull-paused", 1);
     await api("PATCH", queuePath("pull-paused"), { settings: { delivery_paused: true } });
     const res = await pull("pull-paused");
@@ -145,7 +140,7 @@ describe("pulling messages over HTTP", () => {
 
 describe("acknowledging pulled messages", () => {
   it("deletes exactly the acked messages; the rest come back after the timeout", async () => {
-    const { clock } = await pullQueue("ack-some");
+    const { clock } = await clockedPullQueue("ack-some");
     for (let i = 0; i < 5; i++) await send("ack-some", i);
     const batch = (await pull("ack-some", { batch_size: 5 })).json.result.messages as Array<{ id: string; lease_id: string }>;
     const acked = batch.slice(0, 3);
@@ -163,7 +158,7 @@ describe("acknowledging pulled messages", () => {
   });
 
   it("refuses a lease id both in acks and in retries with a 400 naming retries[i].lease_id, settling nothing of the request", async () => {
-    const { clock } = await pullQueue("ack-and-retry");
+    const { clock } = await clockedPullQueue("ack-and-retry");
     for (let i = 0; i < 2; i++) await send("ack-and-retry", i);
     const [a, b] = (await pull("ack-and-retry", { batch_size: 2 })).json.result.messages as Array<{ id: string; lease_id: string }>;
     const res = await ack("ack-and-retry", { acks: [{ lease_id: a!.lease_id }, { lease_id: b!.lease_id }], retries: [{ lease_id: b!.lease_id, delay_seconds: 5 }] });
@@ -177,7 +172,7 @@ describe("acknowledging pulled messages", () => {
   });
 
   it("brings a retried message back after its delay_seconds, or the consumer's retry_delay", async () => {
-    const { clock } = await pullQueue("ack-retry", { settings: { visibility_timeout_ms: 1000, retry_delay: 30 } });
+    const { clock } = await clockedPullQueue("ack-retry", { settings: { visibility_timeout_ms: 1000, retry_delay: 30 } });
     await send("ack-retry", "own delay");
     await send("ack-retry", "consumer delay");
     const [a, b] = (await pull("ack-retry", { batch_size: 2 })).json.result.messages;
@@ -197,7 +192,7 @@ describe("acknowledging pulled messages", () => {
   });
 
   it("refuses a late ack after another pull took the message over, with a warning, changing nothing", async () => {
-    const { clock } = await pullQueue("ack-late");
+    const { clock } = await clockedPullQueue("ack-late");
     await send("ack-late", "contested");
     const first = await pullOne("ack-late");
     clock.advance(1000);
@@ -214,7 +209,7 @@ describe("acknowledging pulled messages", () => {
   });
 
   it("accepts an ack after the timeout when no one else pulled the message (as Cloudflare does)", async () => {
-    const { clock } = await pullQueue("ack-after-timeout");
+    const { clock } = await clockedPullQueue("ack-after-timeout");
     await send("ack-after-timeout", 1);
     const m = await pullOne("ack-after-timeout");
     clock.advance(10_000);
@@ -223,14 +218,14 @@ describe("acknowledging pulled messages", () => {
   });
 
   it("gives forged, tampered, other queues' and other accounts' lease ids a warning, never a 5xx, changing nothing", async () => {
-    await pullQueue("ack-forged");
+    await clockedPullQueue("ack-forged");
     await send("ack-forged", "mine");
     const mine = await pullOne("ack-forged");
     const [payload, signature] = mine.lease_id.split(".");
     const flip = (s: string, i: number) => s.slice(0, i) + (s[i] === "A" ? "B" : "A") + s.slice(i + 1);
     const reencoded = btoa(atob(payload.replace(/-/g, "+").replace(/_/g, "/")).replace(/,1\]$/, ",0]")).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
 
-    await pullQueue("ack-forged-sibling");
+    await clockedPullQueue("ack-forged-sibling");
     await send("ack-forged-sibling", "sibling");
     const sibling = await pullOne("ack-forged-sibling");
 
@@ -239,7 +234,7 @@ describe("acknowledging pulled messages", () => {
     expect((await api("POST", queuesPath("other"), { queue_name: "ack-forged" }, other)).status).toBe(201);
     expect((await api("POST", `${queuePath("ack-forged", "other")}/consumers`, { type: "http_pull" }, other)).status).toBe(201);
     await api("POST", `${queuePath("ack-forged", "other")}/messages`, { body: "theirs" }, other);
-    const theirs = (await pull("ack-forged", {}, OTHER_TOKEN, "other")).json.result.messages[0];
+    const theirs = (await pull("ack-forged", {}, { token: OTHER_TOKEN, account: "other" })).json.result.messages[0];
 
     const bad = {
       "not-a-lease": "not a lease id",
@@ -266,7 +261,7 @@ describe("acknowledging pulled messages", () => {
     expect(extended.json.result.extended).toBe(0);
     expect(Object.keys(extended.json.result.warnings).sort()).toEqual([...tokens].sort());
     // Our lease id is just as useless on the other account's queue of the same name.
-    const cross = await ack("ack-forged", { acks: [{ lease_id: mine.lease_id }] }, OTHER_TOKEN, "other");
+    const cross = await ack("ack-forged", { acks: [{ lease_id: mine.lease_id }] }, { token: OTHER_TOKEN, account: "other" });
     expect(cross.json.result.ackCount).toBe(0);
     expect(cross.json.result.warnings[mine.lease_id]).toContain("another queue");
 
@@ -276,14 +271,14 @@ describe("acknowledging pulled messages", () => {
     expect((await pull("ack-forged")).json.result.messages).toEqual([]);
     expect((await ack("ack-forged", { acks: [{ lease_id: mine.lease_id }] })).json.result.ackCount).toBe(1);
     expect((await ack("ack-forged-sibling", { acks: [{ lease_id: sibling.lease_id }] })).json.result.ackCount).toBe(1);
-    expect((await ack("ack-forged", { acks: [{ lease_id: theirs.lease_id }] }, OTHER_TOKEN, "other")).json.result.ackCount).toBe(1);
+    expect((await ack("ack-forged", { acks: [{ lease_id: theirs.lease_id }] }, { token: OTHER_TOKEN, account: "other" })).json.result.ackCount).toBe(1);
   });
 
   it("sends a retry that used up max_retries to the dead-letter queue: body, id and timestamp intact, attempts from 1 again", async () => {
     await createQueue("ack-dlq-dead");
     expect((await api("POST", `${queuePath("ack-dlq-dead")}/consumers`, { type: "http_pull" })).status).toBe(201);
-    const { clock } = await pullQueue("ack-dlq", { dead_letter_queue: "ack-dlq-dead" });
-    const id = (await send("ack-dlq", "doomed", "text")).json.result.message_id;
+    const { clock } = await clockedPullQueue("ack-dlq", { dead_letter_queue: "ack-dlq-dead" });
+    const id = (await send("ack-dlq", "doomed", { content_type: "text" })).json.result.message_id;
     const sentAt = clock.now();
     clock.advance(60_000);
     const first = await pullOne("ack-dlq");
@@ -303,7 +298,7 @@ describe("acknowledging pulled messages", () => {
   });
 
   it("drops a retry that used up max_retries when there is no dead-letter queue", async () => {
-    const { shards } = await pullQueue("ack-drop", { settings: { visibility_timeout_ms: 1000, max_retries: 0 } });
+    const { shards } = await clockedPullQueue("ack-drop", { settings: { visibility_timeout_ms: 1000, max_retries: 0 } });
     await send("ack-drop", "gone");
     const m = await pullOne("ack-drop");
     expect((await ack("ack-drop", { retries: [{ lease_id: m.lease_id }] })).json.result).toEqual({ ackCount: 0, retryCount: 1, warnings: {} });
@@ -316,7 +311,7 @@ describe("acknowledging pulled messages", () => {
 
 describe("extending leases", () => {
   it("keeps a message invisible past its original timeout, and refuses a lease that was taken over", async () => {
-    const { clock } = await pullQueue("extend-lease");
+    const { clock } = await clockedPullQueue("extend-lease");
     const id = (await send("extend-lease", "slow work")).json.result.message_id;
     const m = await pullOne("extend-lease");
     clock.advance(900);
@@ -363,7 +358,7 @@ describe("refusing bad requests", () => {
     ["extend", { lease_ids: ["x"], visibility_timeout_ms: 500 }, "visibility_timeout_ms", "at least 1000"],
   ] as const).map(([verb, body, field, text]) => [verb, field, text, body] as const))("%s: a bad %s (%s) answers 400 naming it, leasing and settling nothing", async (verb, field, text, body) => {
     const q = `bad-pull-${Math.random().toString(16).slice(2, 10)}`;
-    await pullQueue(q);
+    await clockedPullQueue(q);
     await send(q, "untouched");
     const res = await api("POST", `${queuePath(q)}/messages/${verb}`, body);
     expect(res.status).toBe(400);
@@ -374,7 +369,7 @@ describe("refusing bad requests", () => {
   });
 
   it("refuses malformed JSON and a non-JSON body, but takes a pull with no body at all", async () => {
-    await pullQueue("pull-malformed");
+    await clockedPullQueue("pull-malformed");
     await send("pull-malformed", 1);
     for (const verb of ["pull", "ack", "extend"]) {
       const broken = await api("POST", `${queuePath("pull-malformed")}/messages/${verb}`, undefined, { raw: "{", headers: { "content-type": "application/json" } });
@@ -389,7 +384,7 @@ describe("refusing bad requests", () => {
   });
 
   it("answers 503 when LEASE_SIGNING_KEY is not set, rather than sign with an empty key", async () => {
-    await pullQueue("pull-unsigned");
+    await clockedPullQueue("pull-unsigned");
     await send("pull-unsigned", 1);
     for (const key of [undefined, ""]) {
       for (const verb of ["pull", "ack", "extend"]) {

@@ -10,8 +10,7 @@ import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import { crc32 } from "../../src/kernel/checksum";
 import { findQueue } from "../../src/routing/queue-lookup";
 import { ACCOUNT, createQueue, producer } from "./helpers";
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+import { sleep } from "../../src/kernel/sleep";
 
 /** Counts the Coordinator's reads of the queue's figures (RPC reaches class methods only: listen on the prototype). */
 function countFigureReads(): () => number {

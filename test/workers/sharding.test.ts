@@ -11,9 +11,8 @@ import { cachedShardMap } from "../../src/routing/shard-map-cache";
 import type { ServiceConfig } from "../../src/kernel/config";
 import type { ShardMap } from "../../src/kernel/protocol";
 import { catalogFor, coordinatorFor } from "../../src/kernel/addressing";
-import { api, createQueue, producer, queuePath, storedMessages } from "./helpers";
-
-const send = (q: string, body: unknown) => api("POST", `${queuePath(q)}/messages`, { body });
+import { api, createQueue, producer, queuePath, send, storedMessages } from "./helpers";
+import { sleep } from "../../src/kernel/sleep";
 
 describe("sharding", () => {
   it("creates SHARDS_PER_REGION shards per region and spreads messages over them", async () => {
@@ -96,7 +95,7 @@ describe("sharding", () => {
     const published = await read();
     expect(published.version).toBe(1);
     const coordinator = env.COORDINATOR.get(env.COORDINATOR.idFromName(q.queue_id));
-    await new Promise((r) => setTimeout(r, 1100));
+    await sleep(1100);
     await runDurableObjectAlarm(coordinator);
     const after = await read();
     expect(after.version).toBe(3);

@@ -1,5 +1,5 @@
 /**
- * One outcome rule for both transports. The probe consumer (test/outcome-probe)
+ * One outcome rule for both transports. The probe consumer (test/fixtures/outcome-probe)
  * runs a script of MessageBatch calls; the "queue" transport lets the Workers runtime record
  * them (Fetcher.queue()), the "rpc" transport lets shardq's createBatch() record them
  * (the ShardqConsumer entrypoint). Every script of up to 3 calls over two messages, with and
@@ -9,7 +9,7 @@ import { env } from "cloudflare:test";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { transportFor } from "../../consumer-shard/transports";
 import { createBatch, type DispatchMessage } from "../../src/consumer/entrypoint";
-import type { ProbeCall } from "../outcome-probe/index";
+import type { ProbeCall } from "../fixtures/outcome-probe/index";
 import type { DispatchOutcome } from "../../src/kernel/protocol";
 
 const viaRuntime = transportFor(env.OUTCOME_PROBE_QUEUE, "queue");

@@ -16,6 +16,7 @@ import {
   backoffMs,
   type FetchLike,
 } from "../../src/client/index.ts";
+import { sleep } from "../../src/kernel/sleep.ts";
 
 interface Sent {
   url: string;
@@ -249,7 +250,7 @@ describe("client requests", () => {
       ok({ cancelled: true }),
     ]);
     const pending = client(svc.fetch).queue("q").pull({ waitTimeMs: 20_000, signal: gone.signal });
-    await new Promise((r) => setTimeout(r, 10));
+    await sleep(10);
     gone.abort();
     const err = await pending.catch((e) => e);
     expect(err).toBeInstanceOf(AbortedError);
