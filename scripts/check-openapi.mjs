@@ -2,7 +2,7 @@
 // own code (broker/openapi/document.ts over the route table, broker/http/route-table.ts: what
 // GET /openapi.json serves) and checks it: against the OpenAPI 3.1 schema with
 // @seriousme/openapi-schema-validator (which also resolves every $ref), then what a schema
-// cannot say: each path's parameters declared, operation ids unique. Prints what it finds and exits 1 on any problem; test/e2e/openapi.test.ts runs the same check in `npm test`.
+// cannot say: each path's parameters declared, operation ids unique. Prints what it finds and exits 1 on any problem; test/node/openapi.test.ts runs the same check in `npm test`.
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";

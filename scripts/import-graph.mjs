@@ -4,7 +4,7 @@
 // still ties the files together), and every import that runs up a layer or sideways between
 // two parts of one layer. The service's layers are docs/architecture.md's.
 // `npm run check:imports` prints what it finds and exits 1 on any circle or wrong-way import;
-// test/e2e/import-graph.test.ts runs the same check in `npm test`.
+// test/node/import-graph.test.ts runs the same check in `npm test`.
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
 import { ROOT } from "../cli/wrangler/dev-server.mjs";

@@ -15,7 +15,7 @@ import { consumer as consumerSchema, errorEnvelope, resultInfo, successEnvelope 
 import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import type { Env } from "../../src/kernel/env";
 import { api, BASE, createQueue, queuePath, queuesPath } from "./helpers";
-import { addConsumer, eventually, fakeConsumer } from "./push-helpers";
+import { addConsumer, eventually, fakeConsumer } from "./helpers";
 
 type Responses = Record<string, { $ref?: string }>;
 const document = buildOpenApiDocument(ROUTES) as { paths: Record<string, Record<string, { responses: Responses }>>; components: { responses: Record<string, { headers?: Record<string, { required?: boolean }> }> } };

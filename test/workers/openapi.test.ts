@@ -3,7 +3,7 @@
  * every route of ROUTES described at its path and method with exactly its scopes, nothing else
  * described, and each route's path answered by its own entry in the router's check; and the
  * document served at GET /openapi.json without a token. That the document is valid OpenAPI
- * 3.1 is test/e2e/openapi.test.ts; that its answers are the real ones, openapi-results.test.ts.
+ * 3.1 is test/node/openapi.test.ts; that its answers are the real ones, openapi-results.test.ts.
  */
 import { SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
