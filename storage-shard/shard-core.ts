@@ -214,7 +214,6 @@ export abstract class ShardCore extends DurableObject<Env> {
     return this.notServing(queueId) ? none : fn();
   }
 
-  /** Whether this shard does not serve `queueId`: it has no identity yet, belongs to another queue, or is retired. */
   protected notServing(queueId: string): boolean {
     return !this.identity || this.identity.queueId !== queueId || this.state === "retired";
   }

@@ -7,35 +7,13 @@
  */
 import { z } from "zod";
 import type { ConsumerRecord } from "../../src/kernel/consumer-settings";
-import { MESSAGE_ID_PATTERN, QUEUE_ID_PATTERN } from "../../src/kernel/ids";
-import { CONTENT_TYPES, type ContentType } from "../../src/kernel/protocol";
+import { QUEUE_ID_PATTERN } from "../../src/kernel/ids";
 import type { QueueInfo, QueueMetrics } from "../../src/kernel/queue-info";
 import { jurisdictionSchema } from "../../src/kernel/settings";
+import { contentType, count, described, epochMs, holdCounts, isoTime, messageId, named, shardState } from "./schema-kit";
 
-/**
- * Names and descriptions for the description's components. A registry of its own rather
- * than zod's global one, so that nothing else converted to JSON Schema picks these up.
- */
-export const resultRegistry = z.registry<{ id?: string; description?: string }>();
+export { resultRegistry } from "./schema-kit";
 
-function named<T extends z.ZodType>(id: string, schema: T, description?: string): T {
-  resultRegistry.add(schema, description === undefined ? { id } : { id, description });
-  return schema;
-}
-
-function described<T extends z.ZodType>(schema: T, description: string): T {
-  resultRegistry.add(schema, { description });
-  return schema;
-}
-
-// A fresh schema per use: one registered with a description would carry it everywhere it is used.
-const count = () => z.number().int().min(0);
-const epochMs = () => z.number().int();
-const messageId = () => z.string().regex(MESSAGE_ID_PATTERN);
-const isoTime = () => z.iso.datetime();
-const contentType = () => z.enum(CONTENT_TYPES as [ContentType, ...ContentType[]]);
-const shardState = () => z.enum(["active", "draining", "retired"]);
-const holdCounts = () => z.strictObject({ leased: count(), retry: count(), delayed: count(), handoff: count() });
 
 // --- The envelope every JSON answer comes in (broker/http/envelope.ts, src/kernel/errors.ts).
 
