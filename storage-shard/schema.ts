@@ -148,6 +148,9 @@ export const MIGRATIONS: readonly MigrationStep[] = [
   convertLanesToSegments,
   // Whether a shard has held keyed messages, kept across restarts (segment-rows.ts noteKeyed): one pass here, once.
   `INSERT OR REPLACE INTO meta (key, value) SELECT 'keyed', '1' WHERE EXISTS (SELECT 1 FROM segments WHERE keyed > 0)`,
+  // A move remembered with the message it brought, forgotten when that message moves on (remembered-ids.ts forgetMovesOf).
+  `ALTER TABLE remembered_moves ADD COLUMN id TEXT;
+   CREATE INDEX IF NOT EXISTS remembered_moves_id ON remembered_moves(id) WHERE id IS NOT NULL;`,
 ];
 
 /** Old rows converted per segment: a batch's worth, as a broker writes them. */

@@ -150,7 +150,7 @@ async function moveBatch(env: Env, accountId: string, dlq: ShardMap, shardName: 
   }
   try {
     // A stale ack (the lease ran out and someone else took the message) leaves it here: at least once, never lost.
-    const { stale } = await shard.settle({ queueId: dlq.queueId, acks: refs, retries: [], deadLettered: [], dropped: [] });
+    const { stale } = await shard.settle({ queueId: dlq.queueId, acks: refs, retries: [], deadLettered: [], dropped: [], moved: true });
     if (stale.length > 0) console.warn(`redrive: ${stale.length} message(s) written to "${target.queueName}" were no longer leased on ${shardName}; they may be moved again`);
     return batch.length;
   } catch (err) {

@@ -297,6 +297,11 @@ export interface SettleRequest {
   /** Out of retries with no dead-letter queue: delete and count. */
   dropped: LeaseRef[];
   /**
+   * The acks are a redrive's: the messages were written to another queue, and the moves
+   * that brought them here are forgotten, as for dead-lettered ones (remembered-ids.ts).
+   */
+  moved?: true;
+  /**
    * Wake consumers at once for the lanes this frees, instead of a moment later: no consumer
    * that settled a batch is about to lease again (an operator's release).
    */

@@ -5,7 +5,7 @@
  */
 import type { AppendRequest, EncodedMessage } from "../../src/kernel/protocol";
 import type { DeliveryState } from "./delivery-state";
-import { DEDUPE_SEGMENTS, knownIds, movesDone, rememberIds, rememberMoves } from "./remembered-ids";
+import { DEDUPE_SEGMENTS, knownIds, movesDone, rememberIds, rememberMoves, type MoveIn } from "./remembered-ids";
 import { appendToHead, findSlot, idsOfBatch, writeSegments, type NewMessage } from "./segment-rows";
 import { placement } from "./segment-placement";
 
@@ -31,12 +31,12 @@ export function appendBatch(sql: SqlStorage, ds: DeliveryState, shardNo: number,
   const writes: NewMessage[] = [];
   const at: number[] = [];
   const storedIds: string[] = [];
-  const storedMoves: string[] = [];
+  const storedMoves: MoveIn[] = [];
   req.messages.forEach((m, i) => {
     if (m.moveKey !== undefined) {
       if (moved.has(m.moveKey)) return void (ids[i] = m.id!);
       moved.add(m.moveKey);
-      storedMoves.push(m.moveKey);
+      storedMoves.push({ key: m.moveKey, id: m.id! });
       // A move that cut off before its source let go leaves the message in both queues; moved
       // back while its first copy is still here, it would be here twice under one id.
       if (m.id !== undefined && holdsLive(sql, ds, m.id)) return void (ids[i] = m.id);

@@ -15,7 +15,8 @@
  *   move of a copy never seen here must be stored, or the mover would settle its source
  *   and the message would be gone from every queue.
  *
- * One extra row per such message, kept REMEMBER_MS, the idempotency window; plain sends
+ * One extra row per such message (a move's also indexed by message id, so that leaving by a
+ * move forgets it: forgetMovesOf), kept REMEMBER_MS, the idempotency window; plain sends
  * (ids the shard draws) pay nothing: one written again after a lost reply carries the
  * token of its batch, found among the newest segments (segment-rows.ts idsOfBatch).
  */
@@ -47,9 +48,25 @@ export function movesDone(sql: SqlStorage, keys: string[]): Set<string> {
   return done;
 }
 
-/** Records moves just stored, and forgets those past the window. */
-export function rememberMoves(sql: SqlStorage, keys: string[], now: number): void {
-  if (keys.length === 0) return;
-  for (const key of keys) sql.exec("INSERT OR REPLACE INTO remembered_moves (move, at) VALUES (?, ?)", key, now);
+/** A move carried out here: its key, and the id of the message it brought. */
+export interface MoveIn {
+  key: string;
+  id: string;
+}
+
+/** Records moves just stored (or found here already), and forgets those past the window. */
+export function rememberMoves(sql: SqlStorage, moves: readonly MoveIn[], now: number): void {
+  if (moves.length === 0) return;
+  for (const m of moves) sql.exec("INSERT OR REPLACE INTO remembered_moves (move, at, id) VALUES (?, ?, ?)", m.key, now, m.id);
   sql.exec("DELETE FROM remembered_moves WHERE at < ?", now - REMEMBER_MS);
+}
+
+/**
+ * The message left by a move (dead-lettered, redriven): the moves that brought it here are
+ * forgotten. Remembering one is right while its copy is here or was consumed here; once the
+ * copy has moved on, the same move written again (its source copy outlived a cut-off settle
+ * and was moved again) is the only copy left, and skipping it would lose the message.
+ */
+export function forgetMovesOf(sql: SqlStorage, ids: readonly string[]): void {
+  for (const id of new Set(ids)) sql.exec("DELETE FROM remembered_moves WHERE id = ?", id);
 }

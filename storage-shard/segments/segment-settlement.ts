@@ -15,6 +15,7 @@ import type { DeliveryState, MemoryLease } from "./delivery-state";
 import { copyOf, parseLeaseId, slotKey, type LeaseName } from "./segment";
 import { Bodies, headersOf, readState, rewritten, SegmentEdit, settledOf, type NewMessage, type SegmentState } from "./segment-rows";
 import { extendKeyedLease } from "../keyed/keyed-leases";
+import { forgetMovesOf } from "./remembered-ids";
 
 /** What a lease reference names here, when it can be current: its slot unsettled, the message id its header's. */
 interface Resolved {
@@ -99,6 +100,8 @@ export function settle(sql: SqlStorage, ds: DeliveryState, now: number, req: Set
   const delays = new Map(req.retries.map((r) => [r.leaseId, r.delayMs]));
   const heldKeys = ds.keys.holds.size;
   const rewrites: NewMessage[] = [];
+  // Messages that leave for another queue: dead-lettered, or acked by a redrive that moved them.
+  const movedOut: string[] = [];
   for (const [seg, list] of resolveAll(sql, ds, refs, stale)) {
     const state = readState(sql, seg);
     if (!state) {
@@ -122,6 +125,7 @@ export function settle(sql: SqlStorage, ds: DeliveryState, now: number, req: Set
       }
       ds.drop(slotKey(seg, r.name.slot));
       tally[r.kind]!++;
+      if (r.kind === DEAD_LETTER || (r.kind === ACK && req.moved)) movedOut.push(h.id);
       if (r.kind === RETRY) {
         // A lease lost to a restart was a delivery too: it counts. One that ran out was counted when it did.
         const counts = r.counted || r.held?.counts === false ? 0 : 1;
@@ -134,6 +138,7 @@ export function settle(sql: SqlStorage, ds: DeliveryState, now: number, req: Set
     edit.commit(sql, ds);
   }
   writeRewrites(sql, ds, now, rewrites);
+  forgetMovesOf(sql, movedOut);
   const [acked, deadLettered, dropped, retried] = tally as [number, number, number, number];
   ds.bump("acked", acked);
   ds.bump("dead_lettered", deadLettered);

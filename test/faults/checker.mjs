@@ -154,8 +154,10 @@ export function check(ops, opts = {}) {
         acks.confirmed += o.value?.acked?.length ?? 0;
         acks.retriesConfirmed += o.value?.retried?.length ?? 0;
         acks.stale += o.value?.stale?.length ?? 0;
-        // Warned that the shard did not answer: applied or not, nobody knows.
-        for (const l of o.value?.unknown ?? []) mayBeAcked.add(l);
+        // Warned that the shard did not answer: applied or not, nobody knows. Only an ack can
+        // have ended the message; a retry left unknown (even one that dead-letters) leaves it somewhere.
+        const asAcks = new Set(named);
+        for (const l of o.value?.unknown ?? []) if (asAcks.has(l)) mayBeAcked.add(l);
         acks.unknown += o.value?.unknown?.length ?? 0;
         if (o.value?.stale?.length) staleAcks.push({ t: o.t, n: o.value.stale.length });
       } else {

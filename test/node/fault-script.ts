@@ -40,6 +40,10 @@ export class Script {
   ackUnsure(leases: string[], unsure: string[], dt = 10) {
     this.op("consumer-0", "ack", { q: "faults", acks: leases, retries: [] }, "ok", { acked: leases.filter((l) => !unsure.includes(l)), retried: [], stale: [], unknown: unsure }, dt);
   }
+  /** A retry answered ok whose `unsure` leases were warned that their shard did not answer: retried or not, nobody knows. */
+  retryUnsure(leases: string[], unsure: string[]) {
+    this.op("consumer-0", "ack", { q: "faults", acks: [], retries: leases }, "ok", { acked: [], retried: leases.filter((l) => !unsure.includes(l)), stale: [], unknown: unsure });
+  }
   /** An ack whose answer never came (a kill): it may have applied. */
   ackUnknown(leases: string[]) {
     this.op("consumer-0", "ack", { q: "faults", acks: leases, retries: [] }, "unknown", { error: "socket hang up" });

@@ -83,7 +83,13 @@ describe("a message moved between queues", () => {
     expect([await backlog(q), await backlog(dlq)]).toEqual([1, 0]);
     expect((await storedMessages(q)).messages.map((m) => m.id)).toEqual([id]);
     expect((await lookup(q, id)).json.result).toMatchObject({ id, state: "ready" });
-    expect((await leaseAll(q)).map((m) => m.id)).toEqual([id]);
+    // Failed again, the copy the cut-off move left in the queue goes to the dead-letter queue
+    // under the same move key as the first time: its first copy there has left, so it is stored.
+    const again = await leaseAll(q);
+    expect(again.map((m) => m.id)).toEqual([id]);
+    await retryAll(q, again);
+    expect([await backlog(q), await backlog(dlq)]).toEqual([0, 1]);
+    expect((await storedMessages(dlq)).messages.map((m) => m.id)).toEqual([id]);
   });
 
   it.each(sends.map(([what, send], i) => [what, send, i] as const))("sent with %s, dead-lettered a second time after a redrive, is held by the dead-letter queue", async (_what, send, i) => {
@@ -99,6 +105,27 @@ describe("a message moved between queues", () => {
     expect((await lookup(q, id)).json.result).toMatchObject({ id, state: "dead_lettered", dead_letter_queue: dlq });
     // And round again: every move is a new copy, every one is stored.
     expect((await redrive(dlq, { target_queue: q })).json.result.moved).toBe(1);
+    expect((await leaseAll(q)).map((m) => m.id)).toEqual([id]);
+  });
+
+  it.each(sends.map(([what, send], i) => [what, send, i] as const))("sent with %s, whose redrive was cut off before the dead-letter queue let go, is held once after it is dead-lettered and redriven again", async (_what, send, i) => {
+    const [q, dlq] = [`mv-redrive-cut-${i}`, `mv-redrive-cut-${i}-dlq`];
+    await pair(q, dlq);
+    const id = await send(q);
+    await failOnce(q, id);
+    // The redrive stored its copy in the queue and stopped there: the message is in both queues.
+    const dlqId = (await api("GET", queuePath(dlq))).json.result.queue_id as string;
+    const shard = (await storedMessages(dlq)).messages.find((m) => m.id === id)!.shard;
+    const leased = await storageShardFor(env, shard).leaseMatching(dlqId, {}, 1, 60_000);
+    await moveMessages(env, "local", q, { queueId: dlqId, shard }, leased);
+    await storageShardFor(env, shard).releaseLeases(dlqId, leased.map((m) => ({ id: m.id, leaseId: m.leaseId })));
+    expect([await backlog(q), await backlog(dlq)]).toEqual([1, 1]);
+    // Its copy in the queue fails out: the dead-letter queue still holds it, so it is not stored twice there.
+    await failOnce(q, id);
+    expect([await backlog(q), await backlog(dlq)]).toEqual([0, 1]);
+    // The redrive again writes the same move as the cut-off one: the copy it stored has left, so it is stored again.
+    expect((await redrive(dlq, { target_queue: q })).json.result.moved).toBe(1);
+    expect([await backlog(q), await backlog(dlq)]).toEqual([1, 0]);
     expect((await leaseAll(q)).map((m) => m.id)).toEqual([id]);
   });
 });
