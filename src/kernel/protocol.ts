@@ -296,10 +296,7 @@ export interface SettleRequest {
   deadLettered: LeaseRef[];
   /** Out of retries with no dead-letter queue: delete and count. */
   dropped: LeaseRef[];
-  /**
-   * The acks are a redrive's: the messages were written to another queue, and the moves
-   * that brought them here are forgotten, as for dead-lettered ones (remembered-ids.ts).
-   */
+  /** The acks are a redrive's, its messages written elsewhere: the moves that brought them are forgotten (remembered-ids.ts). */
   moved?: true;
   /**
    * Wake consumers at once for the lanes this frees, instead of a moment later: no consumer
