@@ -1,9 +1,9 @@
-// Issue 17's goals, read off a report's rows (medians over the runs), each marked met or not met.
+// The latency and throughput goals, read off a report's rows (medians over the runs), each marked met or not met.
 // Throughput against the simulator's plain w1: w1 on shardq at least 1.2x, w1b (w1 through
 // batchingQueue) at least 3x. Latency against the simulator at the same steady rate, at any
 // shard count (w4, w7-1, w7-12): end-to-end p50 at most 2x the simulator's and at most 100 ms,
 // p99 at most 3x.
-// Issue 18's, ordered lanes (w8, bench/ordered.mjs): ordered sends and deliveries at least 0.5x
+// The ordered lanes' (w8, bench/ordered.mjs): ordered sends and deliveries at least 0.5x
 // the unordered ones of the same runs, and a hot key at least 1 batch per consumer round trip.
 // Neither is judged on runs where the service refused orderingKey or did not keep a key's
 // order: those say what they measured instead.
@@ -34,12 +34,12 @@ export function goalsMarkdown(rows) {
   return [
     ...(throughput.length ? ["### Throughput against the simulator's w1", "", ...throughput] : []),
     ...(latency.length ? [...(throughput.length ? [""] : []), "### Latency against the simulator, at any shard count", "", ...latency] : []),
-    ...(ordered.length ? [...(throughput.length || latency.length ? [""] : []), "### Ordered lanes (issue 18)", "", ...ordered] : []),
+    ...(ordered.length ? [...(throughput.length || latency.length ? [""] : []), "### Ordered lanes", "", ...ordered] : []),
   ].join("\n");
 }
 
 /**
- * The two goals of issue 18, from w8's rows (shardq only). A run where the service refused
+ * The two goals of ordered lanes, from w8's rows (shardq only). A run where the service refused
  * orderingKey sent without it (ordering_sent 0); a run whose sink saw a key's messages out of
  * order or two batches of one key at once did not get ordering either, and neither did w8's
  * pair when its hot key did not.

@@ -1,4 +1,4 @@
-// `npm run bench -- many`: many queues on one machine, then quiet (issue 29, "Ten thousand
+// `npm run bench -- many`: many queues on one machine, then quiet ("Ten thousand
 // queues"). Starts the stack as `npm start` does (the service with the example consumer, the
 // example producer, shardq.config.json applied) on free loopback ports with its own state,
 // creates N queues through the REST API, each with a consumer (alternately a Worker push

@@ -25,7 +25,7 @@ export const CONSUMERS = /** @type {const} */ ({
 });
 
 export const RATES_HELP = `npm run bench -- rates [--shards N,...] [--consumers bench,cloudflare] [--single R,...] [--producer R,...] [--linger MS] [--keyed R,...] [--seconds S] [--warm U] [--out DIR]
-  What one message costs at each rate (issue 30): requests and rows written per delivered message by object
+  What one message costs at each rate: requests and rows written per delivered message by object
   (storage shard, Coordinator, consumer shard, the rest), $ per million messages and the ratio to Cloudflare
   Queues' $1.20, for each pinned storage-shard count and consumer setting. A table and JSON in DIR.
   --shards N,...      storage shards the queue is pinned at, one stack each (default 1; the issue also asks 12)

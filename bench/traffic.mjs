@@ -17,11 +17,11 @@ import { PRICES, queuesUsd, usd } from "./prices.mjs";
 import { startShardq } from "./stacks.mjs";
 import { sleep } from "../src/kernel/sleep.ts";
 
-/** An average month (365 x 24 / 12 hours): a queue-month, as issue 29 priced its idle queues. */
+/** An average month (365 x 24 / 12 hours): a queue-month, as idle queues are priced. */
 export const HOURS_PER_MONTH = 730;
 /** The driver's bodies ({ i, sent_at }), for Cloudflare Queues' 64 KB operations: one each. */
 const BODY_BYTES = 40;
-/** Long enough for a queue that has gone quiet to sleep: issue 29 allows 60 s without sends, plus a heartbeat's 5 s and a margin. */
+/** Long enough for a queue that has gone quiet to sleep: a queue sleeps after 60 s without sends, plus a heartbeat's 5 s and a margin. */
 const SETTLE_S = 75;
 const MAX_CALLS = 4;
 
@@ -157,7 +157,7 @@ export function withoutReading(window, reading) {
 /**
  * A window's counts per hour and per month at list prices: Durable Object requests (RPCs and
  * alarms), rows written and rows read, beside Cloudflare Queues' price for the messages
- * delivered in it. Duration and Workers CPU are left out, as in issue 29's idle figures.
+ * delivered in it. Duration and Workers CPU are left out, as in the idle figures.
  * @param {Delta} delta @param {number} seconds @param {number} delivered
  */
 export function priceWindow(delta, seconds, delivered) {

@@ -95,7 +95,7 @@ export const MIGRATIONS: string[] = [
   `CREATE TABLE IF NOT EXISTS state_changes (name TEXT PRIMARY KEY, state TEXT NOT NULL);`,
   // Sends a shard took from other regions (docs/cost.md, "Regions"), from its latest report.
   `ALTER TABLE heartbeats ADD COLUMN in_from TEXT;`,
-  // Issue 30: a shard on a slow cadence says when it reports next (heartbeats.ts), and a
+  // A shard on a slow cadence says when it reports next (heartbeats.ts), and a
   // consumer shard reporting every ~30 s says until when it counts as delivering.
   `ALTER TABLE heartbeats ADD COLUMN next_report_at INTEGER;
    ALTER TABLE consumer_shards ADD COLUMN running_until INTEGER;`,

@@ -50,7 +50,7 @@ describe("npm run bench -- compare --quick", () => {
     expect(rows.find((r) => r.workload === "w8" && r.metric === "ordered_to_unordered")?.shardq?.median).toBeGreaterThan(0);
     expect(rows.find((r) => r.workload === "w8-hot" && r.metric === "batches_per_round_trip")?.shardq?.median).toBeGreaterThan(0);
     const md = readFileSync(files.md, "utf8");
-    expect(md).toContain("### Ordered lanes (issue 18)");
+    expect(md).toContain("### Ordered lanes");
     expect(md).toContain("### Cost at Cloudflare's list prices");
     expect(md).toMatch(/\| w1 \| [\d.]+ \| 1\.2 \|/);
     expect(md).toContain("### Ceiling: one storage shard alone");

@@ -1,4 +1,4 @@
-// The cost-by-traffic and wake-up benchmarks (bench/traffic.mjs, bench/wake.mjs, issue 29):
+// The cost-by-traffic and wake-up benchmarks (bench/traffic.mjs, bench/wake.mjs):
 // their pricing and readings from made-up figures, then each command in its quickest form
 // against a stack of its own, checking what it prints and writes (not the figures).
 import { spawn } from "node:child_process";
@@ -15,7 +15,7 @@ const delta = (d: Partial<Record<"storage" | "coordinator" | "consumer" | "catal
   Object.fromEntries((["storage", "coordinator", "consumer", "catalog", "idempotency"] as const).map((c) => [c, { ...zero, ...d[c] }])) as Parameters<typeof withoutReading>[0];
 
 describe("pricing a queue by its traffic", () => {
-  it("prices issue 29's idle queues as the issue did: $4.68 with 1 storage shard, $47.47 with 24", () => {
+  it("prices idle queues as the cost goals did: $4.68 with 1 storage shard, $47.47 with 24", () => {
     expect(monthlyUsd({ requests: 5753, rowsWritten: 5513, rowsRead: 39_283 }).toFixed(2)).toBe("4.68");
     expect(monthlyUsd({ requests: 56_247, rowsWritten: 55_258, rowsRead: 1_332_222 }).toFixed(2)).toBe("47.47");
     expect(monthlyUsd({ requests: 0, rowsWritten: 0, rowsRead: 0 })).toBe(0);

@@ -1,4 +1,4 @@
-// The large-backlog run (issue 7; `npm run test:faults -- --backlog`): start shardq
+// The large-backlog run (`npm run test:faults -- --backlog`): start shardq
 // under `wrangler dev` with fresh state, pause delivery of a queue with an HTTP pull
 // consumer and a dead-letter queue, fill it with a large backlog of large bodies (300,000
 // messages, about 2.6 GB, by default) while sampling workerd's resident memory, ask every

@@ -1,10 +1,10 @@
-// The operator who purges the dead-letter queue while a redrive of it runs (issue 28, finding
-// 10): the redriver calls `during()` as it starts a redrive, and now and then (its own seeded
-// stream, so every other decision stays what the seed made it) a purge of the same queue
-// follows a moment later, racing the redrive's batches. The purge asks for the ids it deleted
-// (`return_ids`), and the history keeps them: purge-checker.mjs holds the run to "what a purge
-// reports deleted is never delivered again", and counts the messages it deleted apart from
-// the lost ones (an operator deleted them).
+// The operator who purges the dead-letter queue while a redrive of it runs: the redriver
+// calls `during()` as it starts a redrive, and now and then (its own seeded stream, so every
+// other decision stays what the seed made it) a purge of the same queue follows a moment
+// later, racing the redrive's batches. The purge asks for the ids it deleted (`return_ids`),
+// and the history keeps them: purge-checker.mjs holds the run to "what a purge reports
+// deleted is never delivered again", and counts the messages it deleted apart from the lost
+// ones (an operator deleted them).
 import { prng } from "./prng.mjs";
 import { sleep } from "./workload.mjs";
 

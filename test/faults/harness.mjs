@@ -30,7 +30,7 @@ export const QUEUE = "faults";
 export const DLQ = "faults-dlq";
 /** Deliveries of a poison message before it is dead-lettered: max_retries + 1. */
 const MAX_RETRIES = 2;
-/** The waits pull consumers draw for each pull (long polling, issue 19): at once half the time. */
+/** The waits pull consumers draw for each pull (long polling): at once half the time. */
 const LONG_POLLS_MS = [0, 0, 250, 1000, 3000];
 /** Long polls of a second or more abandoned part way and cancelled, as a consumer that stops does. */
 const ABANDON_RATE = 0.1;

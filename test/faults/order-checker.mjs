@@ -1,4 +1,4 @@
-// The checker's order half (issue 18, ordered lanes; checker.mjs calls it). With
+// The checker's order half (ordered lanes; checker.mjs calls it). With
 // `--ordered` some of the producers' messages carry an ordering_key, and a producer sends
 // a key's messages one after another (workload.mjs). Per queue and key:
 //

@@ -1,4 +1,4 @@
-// Issue 28 in the fault run: an operator pausing and resuming delivery of the pull queue while
+// In the fault run: an operator pausing and resuming delivery of the pull queue while
 // pulls wait, and messages that become ready later under long polls (producers' delay_seconds,
 // consumers' retries with a delay). The operator's loop, and the checker's rules for them:
 //

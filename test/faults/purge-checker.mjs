@@ -1,4 +1,4 @@
-// The checker's purge half (issue 28, finding 10; checker.mjs calls it). The operator purges
+// The checker's purge half (checker.mjs calls it). The operator purges
 // the dead-letter queue while a redrive of it runs (dlq-purger.mjs), and each purge answered ok
 // names the ids it deleted. Rules:
 //

@@ -41,7 +41,7 @@ const HELP = `npm run test:faults -- [options]
                      queues) carry an ordering_key, one of 20 keys per producer, each key's sends
                      one after another; the checker then checks each key's delivery order
                      (order-checker.mjs)
-  --unordered        no ordering keys: the traffic of runs before issue 18 (replays of their seeds)
+  --unordered        no ordering keys: the traffic of runs before ordered lanes (replays of their seeds)
   --ordered-rate F   with --ordered, the share of messages that carry a key (default 0.5; at most
                      one message of a key in a batch)
   --quiet N          quiet phases (default 2; short 1): producers stop while consumers keep asking,

@@ -78,7 +78,7 @@ export function rateLimiter(perSecond) {
  * corrupt fault needs (consumers keep the ready backlog near empty). At `pushRate` a
  * step goes to `pushQueue` instead of `queue` (a draw from a stream of its own, so the
  * other decisions stay what the seed made them).
- * Ordered traffic (issue 18, `--ordered`): at `orderedRate` a message carries an
+ * Ordered traffic (`--ordered`): at `orderedRate` a message carries an
  * `ordering_key`, one of `orderingKeys` keys of this producer, drawn from a stream of its
  * own. A step holds at most one message of a key and a producer takes one step at a time,
  * so the next message of a key is invoked only once the previous one's send returned ok or

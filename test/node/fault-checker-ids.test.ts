@@ -1,4 +1,4 @@
-// The fault checker's id rules (test/faults/id-checker.mjs, issue 28) on hand-made
+// The fault checker's id rules (test/faults/id-checker.mjs) on hand-made
 // histories: an acknowledged id delivered with another message's body, one id answered to
 // two messages, a chosen id answered with another; and what must pass: a steal refused
 // with 409, the same message sent again under its id (200 or 409), an own id. Each

@@ -1,4 +1,4 @@
-// The fault checker's order check (test/faults/order-checker.mjs, issue 18) on hand-made
+// The fault checker's order check (test/faults/order-checker.mjs) on hand-made
 // histories: a key's messages first delivered out of the order the service accepted them,
 // a batch holding them out of order, one delivered while an earlier one of its key is
 // leased or waits for a retry, and what must pass: a dead-lettered message releasing its

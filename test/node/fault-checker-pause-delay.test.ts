@@ -1,4 +1,4 @@
-// The fault checker's rules for issue 28's long-polling workload (test/faults/pause-delay.mjs) on
+// The fault checker's rules for the long-polling workload (test/faults/pause-delay.mjs) on
 // hand-made histories: nothing leased to a pull inside a confirmed pause of delivery, a delayed
 // message not delivered before its delay, a retried one not before its retry delay.
 import { describe, expect, it } from "vitest";

@@ -1,4 +1,4 @@
-// The fault checker's issue 29 rules on hand-made histories: no message ready longer than 10 s
+// The fault checker's readiness rules on hand-made histories: no message ready longer than 10 s
 // while a consumer asked for messages (test/faults/ready-checker.mjs), each excuse taken out
 // precisely, and the quiet phases' delayed messages delivered within their phase
 // (test/faults/quiet-phases.mjs).

@@ -5,7 +5,7 @@ import { CONSUMER_BINDING_PREFIX, consumerBinding, isServiceBinding } from "../.
 
 /**
  * CONSUMER_<SCRIPT_NAME> is how shardq finds a consumer Worker's service binding, so a
- * binding of shardq's own under that prefix would pass for a consumer (issue 13: the
+ * binding of shardq's own under that prefix would pass for a consumer (the
  * consumer-shard namespace, once CONSUMER_SHARD, for a consumer named "shard").
  */
 

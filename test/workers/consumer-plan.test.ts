@@ -1,5 +1,5 @@
 /**
- * Issue 30: a consumer shard's control traffic off the per-message path. It keeps its
+ * A consumer shard's control traffic off the per-message path. It keeps its
  * delivery plan from round to round (a wake-up carrying another version, a refused lease
  * or a long refresh makes it ask again), reports at most every REPORT_EVERY_MS while it
  * delivers, and is woken by the storage shard it leased from, not through the Coordinator.

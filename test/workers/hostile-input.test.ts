@@ -242,7 +242,7 @@ describe("hostile input: bodies read with care", () => {
     const before = await snapshot();
     // 64 MiB offered in 64 KiB chunks: refused after about 16 of them. The rest is read on,
     // kept nowhere, up to DISCARD_LIMIT_BYTES (so that the client gets the 413 rather than a
-    // reset connection, issue 13), then cancelled: never the whole 64 MiB.
+    // reset connection), then cancelled: never the whole 64 MiB.
     const { body, pulled } = chunked('{"body":"', 1024, 65_536);
     const res = await post(`${P}/messages`, body);
     expect(res.status).toBe(413);

@@ -1,5 +1,5 @@
 /**
- * Keyed messages in a dead-letter queue (issue 28, findings 7, 8, 9, 10, 14): a redrive, a
+ * Keyed messages in a dead-letter queue: a redrive, a
  * peek and `remaining_matching` see them, and a redrive gives a key's messages back in their
  * order with their key; an operator's release moves only the head it names of a key that is
  * held, a delayed head holds its key visibly, and a failed release leaves nothing held; a

@@ -1,5 +1,5 @@
 /**
- * Keyed sends while a Coordinator change is half done (issue 28, "keyed sends refused while
+ * Keyed sends while a Coordinator change is half done ("keyed sends refused while
  * a Coordinator change is half done"; docs/ordered-lanes.md "Map changes"). A drain tells
  * its shard first and records the change after the epoch is pushed: between the two, and
  * for good when a reset cuts the Coordinator there, the map and every epoch still name the

@@ -215,7 +215,7 @@ describe("pull waiters", () => {
   });
 });
 
-describe("long polling under pause, cancel and load (issue 28)", () => {
+describe("long polling under pause, cancel and load", () => {
   it("ends pulls already waiting with the 409 a short pull gets when delivery is paused, and leases nothing while paused", async () => {
     const q = await timedPullQueue("lp-paused");
     const waiting = Array.from({ length: 5 }, () => pull("lp-paused", { wait_time_ms: 20_000, batch_size: 100 }));

@@ -1,5 +1,5 @@
 /**
- * Message ids are unique per queue, whoever chose them (issue 28, findings 1 and 2): an id
+ * Message ids are unique per queue, whoever chose them: an id
  * the service drew (by the broker for an Idempotency-Key send, by a storage shard for a
  * plain or keyed send) cannot be taken as a producer's own `id`. Sent again as one, it is
  * recognised: the same message answers 200 with that id and stores nothing, another body

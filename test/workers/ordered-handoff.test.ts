@@ -1,5 +1,5 @@
 /**
- * Ordered lanes across map changes (issue 18, docs/ordered-lanes.md "Map changes"): when a
+ * Ordered lanes across map changes (docs/ordered-lanes.md "Map changes"): when a
  * key's shard changes, its old shard refuses the key from then on (the fence), and the new
  * shard delivers none of the key's messages while an older one is still ready or in flight
  * on the old shard (the bridge), however often the key moves.

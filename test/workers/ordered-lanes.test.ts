@@ -1,5 +1,5 @@
 /**
- * Ordered lanes (issue 18, docs/ordered-lanes.md): messages sent with an ordering key are
+ * Ordered lanes (docs/ordered-lanes.md): messages sent with an ordering key are
  * delivered in the order they were accepted, a key has at most one batch in flight, a
  * retried message holds the rest of its key back (its delay too) until it is acked or
  * dead-lettered, and different keys never wait for one another. Pull consumers, storage

@@ -1,5 +1,5 @@
 /**
- * The queue's figures a send answers with (QueueSendResponse.metadata.metrics), issue 30: the
+ * The queue's figures a send answers with (QueueSendResponse.metadata.metrics): the
  * shard written to exact, every other shard as of its latest report, handed on by the shard
  * written to (its Coordinator's heartbeat reply) instead of a Coordinator read per second.
  */

@@ -21,7 +21,7 @@ export interface KeyedBody {
   s: number;
 }
 
-/** Cloudflare's send options with the ordering key of issue 18. */
+/** Cloudflare's send options with shardq's ordering key. */
 type OrderedQueue = {
   send(body: unknown, options?: { orderingKey?: string }): Promise<unknown>;
   sendBatch(messages: Iterable<{ body: unknown; orderingKey?: string }>): Promise<unknown>;
