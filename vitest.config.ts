@@ -14,6 +14,18 @@ const outcomeProbe = await buildOutcomeProbe();
 // And the batching probe producer of test/workers/batching-queue.test.ts.
 const batchingProbe = await buildBatchingProbe();
 
+/**
+ * End-to-end files that run for long (a fault run, a benchmark, a queue left to fall asleep,
+ * wrangler or npm driven dozens of times): the `e2e-slow` project, which `npm run test:slow` and
+ * CI run and `npm test` leaves out, so the default suite stays a few minutes.
+ */
+const SLOW_E2E = [
+  "autoscale", "binding-delay", "cli", "client-consumer", "compare", "delivery", "faults", "many-queues-bench",
+  "own-workers", "package", "persistence", "sleep", "traffic-bench", "wrangler-queues",
+].map((name) => `test/e2e/${name}.test.ts`);
+/** What both end-to-end projects share: Node driving `wrangler dev` on a free port, one file at a time. */
+const e2eProject = { environment: "node", testTimeout: 180_000, hookTimeout: 180_000, fileParallelism: false } as const;
+
 export default defineConfig({
   test: {
     // Every rejected RPC call leaks a second, unhandled copy of its error in the workers
@@ -106,14 +118,10 @@ export default defineConfig({
       },
       {
         // Starts `wrangler dev` on a free port and drives it over HTTP from Node.
-        test: {
-          name: "e2e",
-          include: ["test/e2e/**/*.test.ts"],
-          environment: "node",
-          testTimeout: 180_000,
-          hookTimeout: 180_000,
-          fileParallelism: false,
-        },
+        test: { name: "e2e", include: ["test/e2e/**/*.test.ts"], exclude: SLOW_E2E, ...e2eProject },
+      },
+      {
+        test: { name: "e2e-slow", include: SLOW_E2E, ...e2eProject },
       },
     ],
   },
