@@ -16,6 +16,7 @@ import { transportFor, type Dispatch } from "./transports";
 import { decideGather, oldestFirst, reserveFor, type FillingShard } from "./gather";
 import { keepFresher, pickWeighted } from "./shard-choice";
 import { meteredStorage, newMeter, readMeter, type MeterReading } from "../src/kernel/sql-meter";
+import { meteredRpcs } from "../src/kernel/rpc-meter";
 import { testHooksFor, type FaultPoint, type TestHookStatus } from "../src/kernel/test-hooks";
 
 /** Wall-clock limit of one Cloudflare queue() invocation; leases are not extended past it. */
@@ -110,6 +111,12 @@ export class ConsumerShard extends DurableObject<Env> {
   /** When rounds run: on a timer for a short wait, else on the alarm, never two at once (round-schedule.ts). */
   private readonly rounds = new RoundSchedule(this.storage, () => (this.clock === systemClock ? this.timers : null), () => this.clock.now(), () => this.roundOnce());
 
+  constructor(ctx: DurableObjectState, env: Env) {
+    super(ctx, env);
+    // Its rounds, and tests driving them, are not requests; wake() and takePushed() are.
+    return meteredRpcs(this, this.cost, ["costFigures", "testHook", "schedule", "deliverRound"]);
+  }
+
   /**
    * Makes sure a round runs now, unless one is already due. `planVersion` is the Coordinator's
    * delivery plan as of this wake-up (absent when a storage shard wakes it): a round under way
@@ -119,7 +126,6 @@ export class ConsumerShard extends DurableObject<Env> {
    * round runs then, not now, so a partial batch costs one lease, not two.
    */
   async wake(queueId: string, index: number, planVersion?: string, shard?: string, dueAt?: number): Promise<void> {
-    this.cost.rpcs++;
     if (planVersion !== undefined && planVersion !== this.plan?.version) this.planWanted = planVersion;
     if (shard !== undefined) this.named.add(shard);
     else this.sweepAsked = true;
@@ -134,7 +140,6 @@ export class ConsumerShard extends DurableObject<Env> {
    * from that shard), paused, or with no Worker bound.
    */
   async takePushed(queueId: string, index: number, shard: string, messages: LeasedMessage[], figures: ShardBacklog[]): Promise<PushReply> {
-    this.cost.rpcs++;
     await this.remember(queueId, index);
     // A Coordinator that does not answer: not taken, and a round tries again.
     const plan = this.busy() ? null : await this.currentPlan(queueId).catch(() => undefined);

@@ -6,6 +6,7 @@ import type { QueueInfo } from "../src/kernel/queue-info";
 import type { QueueSettings } from "../src/kernel/settings";
 import { coordinatorFor } from "../src/kernel/addressing";
 import { meteredSql, newMeter, readMeter, type MeterReading } from "../src/kernel/sql-meter";
+import { meteredRpcs } from "../src/kernel/rpc-meter";
 import { runMigrations } from "../src/kernel/sqlite-migrations";
 
 /**
@@ -66,6 +67,7 @@ export class AccountCatalog extends DurableObject<Env> {
     super(ctx, env);
     this.sql = meteredSql(ctx.storage.sql, this.cost);
     runMigrations(this.sql, MIGRATIONS);
+    return meteredRpcs(this, this.cost, ["costFigures"]);
   }
 
   /** What this object was billed for since it started: the benchmark's read, not counted as an RPC. */
@@ -78,7 +80,6 @@ export class AccountCatalog extends DurableObject<Env> {
    * of the same name sees it; a create that failed half-way is finished by the next.
    */
   async createQueue(accountId: string, queueName: string, settings: QueueSettings, jurisdiction?: Jurisdiction): Promise<CreateQueueResult> {
-    this.cost.rpcs++;
     let row = this.byName(queueName);
     // Active, or being created by a request still in flight here: the name is taken.
     if (row?.state === "active" || this.inFlight.has(queueName)) return { queue: null };
@@ -108,7 +109,6 @@ export class AccountCatalog extends DurableObject<Env> {
 
   /** A queue's id from its name or id; null when this account has no such queue. */
   resolve(ref: string): string | null {
-    this.cost.rpcs++;
     const row = QUEUE_ID_PATTERN.test(ref) ? this.byId(ref) : this.byName(ref);
     return row?.state === "active" ? row.queue_id : null;
   }
@@ -122,7 +122,6 @@ export class AccountCatalog extends DurableObject<Env> {
    * before it kept them), once.
    */
   async listQueues(page: number, perPage: number, filter: QueueListFilter = {}): Promise<{ queues: QueueInfo[]; total: number }> {
-    this.cost.rpcs++;
     const conds = ["state = 'active'"];
     const args: SqlStorageValue[] = [];
     if (filter.name !== undefined) {
@@ -161,7 +160,6 @@ export class AccountCatalog extends DurableObject<Env> {
    * Cost: one RPC here, one Coordinator RPC, one row written, per queue or consumer change.
    */
   async refreshInfo(queueId: string): Promise<void> {
-    this.cost.rpcs++;
     const ticket = ++this.refreshSeq;
     this.refreshes.set(queueId, ticket);
     const info = await coordinatorFor(this.env, queueId).info();
@@ -179,7 +177,6 @@ export class AccountCatalog extends DurableObject<Env> {
 
   /** Every queue of the account, by name, without asking their Coordinators (GET /metrics walks them). */
   queueIds(): Array<{ queue_name: string; queue_id: string }> {
-    this.cost.rpcs++;
     return this.sql.exec("SELECT queue_name, queue_id FROM queues WHERE state = 'active' ORDER BY queue_name").toArray() as unknown as Array<{
       queue_name: string;
       queue_id: string;
@@ -188,7 +185,6 @@ export class AccountCatalog extends DurableObject<Env> {
 
   /** Deletes the queue's data first and its name last, so a retried delete finishes the job. */
   async deleteQueue(ref: string): Promise<boolean> {
-    this.cost.rpcs++;
     const row = QUEUE_ID_PATTERN.test(ref) ? this.byId(ref) : this.byName(ref);
     if (!row) return false;
     await coordinatorFor(this.env, row.queue_id).destroy();

@@ -10,6 +10,7 @@ import type { HeartbeatReply, ShardHeartbeat, StorageHeartbeat } from "../src/ke
 import type { QueueInfo } from "../src/kernel/queue-info";
 import { applySettingsPatch, type QueueSettingsPatch } from "../src/kernel/settings";
 import { meteredStorage, newMeter, readMeter, type CostMeter, type MeterReading } from "../src/kernel/sql-meter";
+import { meteredRpcs } from "../src/kernel/rpc-meter";
 import { testHooksFor, type FaultPoint, type TestHookStatus } from "../src/kernel/test-hooks";
 import { deliveringNow } from "./consumer-scaler";
 import { versionedPlan, type VersionedPlan } from "./delivery-plan";
@@ -41,9 +42,7 @@ export type { PurgeRecord } from "./queue-description";
 export class Coordinator extends DurableObject<Env> {
   /**
    * RPCs served, alarms run and SQLite rows written and read since this object started
-   * (src/kernel/sql-meter.ts). Each RPC method counts itself once; they reach one another only
-   * through private methods (queueInfo, consumerList, backlog, beats, consumerStatus), so one
-   * call is one request whatever it does.
+   * (src/kernel/sql-meter.ts); RPCs are counted by meteredRpcs (src/kernel/rpc-meter.ts).
    */
   private readonly cost = newMeter();
   private readonly since = Date.now();
@@ -70,6 +69,7 @@ export class Coordinator extends DurableObject<Env> {
     // A change a reset cut short is finished or undone now, not at the next tick: keyed
     // sends of the keys it moves wait for it (docs/ordered-lanes.md).
     if (this.loop.halfDone()) void ctx.blockConcurrencyWhile(() => armAlarm(this.storage, this.clock.now()));
+    return meteredRpcs(this, this.cost, ["testHook", "costFigures"]);
   }
 
   /**
@@ -78,7 +78,6 @@ export class Coordinator extends DurableObject<Env> {
    * Idempotent for the same queue id, so the catalog can retry a half-finished create.
    */
   async initialize(init: InitializeQueue): Promise<QueueInfo> {
-    this.cost.rpcs++;
     let queue = this.store.queue();
     if (queue && queue.queue_id !== init.queueId) throw new Error(`coordinator already holds queue ${queue.queue_id}`);
     assertInJurisdiction(this.ctx.id, init.queueId);
@@ -96,17 +95,12 @@ export class Coordinator extends DurableObject<Env> {
       await this.publisher.publish();
       await armAlarm(this.storage, this.clock.now() + serviceConfig(this.env).heartbeatIntervalMs);
     }
-    return this.queueInfo()!;
+    return this.info()!;
   }
 
   info(): QueueInfo | null {
-    this.cost.rpcs++;
-    return this.queueInfo();
-  }
-
-  private queueInfo(): QueueInfo | null {
     const queue = this.store.readyQueue();
-    return queue ? describeQueue(queue, this.consumerList()) : null;
+    return queue ? describeQueue(queue, this.consumers()) : null;
   }
 
   /**
@@ -115,25 +109,18 @@ export class Coordinator extends DurableObject<Env> {
    * the queue as it is now (what the purge answers), null when there is none.
    */
   async notePurge(startedAt: number, completed: boolean): Promise<QueueInfo | null> {
-    this.cost.rpcs++;
     if (!this.store.readyQueue()) return null;
     await this.storage.put(LAST_PURGE, { startedAt, completed } satisfies PurgeRecord);
-    return this.queueInfo();
+    return this.info();
   }
 
   /** The last purge noted; `queue: false` when there is no queue. */
   async lastPurge(): Promise<{ queue: boolean; last: PurgeRecord | null }> {
-    this.cost.rpcs++;
     if (!this.store.readyQueue()) return { queue: false, last: null };
     return { queue: true, last: (await this.storage.get<PurgeRecord>(LAST_PURGE)) ?? null };
   }
 
   consumers(): ConsumerRecord[] {
-    this.cost.rpcs++;
-    return this.consumerList();
-  }
-
-  private consumerList(): ConsumerRecord[] {
     const queue = this.store.queue();
     return queue ? readConsumers(this.sql, queue.queue_name) : [];
   }
@@ -143,25 +130,22 @@ export class Coordinator extends DurableObject<Env> {
    * `id` is the one a PUT of Cloudflare's API names (broker/http/consumers-api.ts); a new one otherwise.
    */
   async addConsumer(c: NewConsumer, id: string = randomHex(16)): Promise<ConsumerRecord | null> {
-    this.cost.rpcs++;
-    if (!this.store.readyQueue() || this.consumerList().length > 0) return null;
+    if (!this.store.readyQueue() || this.consumers().length > 0) return null;
     insertConsumer(this.sql, id, c, this.clock.now());
     await this.loop.tellPlan(this.clock.now());
-    return this.consumerList().find((x) => x.consumer_id === id)!;
+    return this.consumers().find((x) => x.consumer_id === id)!;
   }
 
   async updateConsumer(id: string, patch: ConsumerSettingsPatch, deadLetterQueue: string | null | undefined): Promise<ConsumerRecord | null> {
-    this.cost.rpcs++;
-    const current = this.consumerList().find((c) => c.consumer_id === id);
+    const current = this.consumers().find((c) => c.consumer_id === id);
     if (!current) return null;
     const settings = applyConsumerPatch(current.settings, patch);
     updateConsumer(this.sql, id, settings, deadLetterQueue === undefined ? current.dead_letter_queue : deadLetterQueue, this.clock.now());
     await this.loop.tellPlan(this.clock.now());
-    return this.consumerList().find((c) => c.consumer_id === id)!;
+    return this.consumers().find((c) => c.consumer_id === id)!;
   }
 
   async removeConsumer(id: string): Promise<boolean> {
-    this.cost.rpcs++;
     const removed = deleteConsumer(this.sql, id);
     // Consumer shards keep their plan: they stop pushing once told.
     if (removed) await this.loop.tellPlan(this.clock.now());
@@ -170,16 +154,15 @@ export class Coordinator extends DurableObject<Env> {
 
   /** Everything a consumer shard needs for its rounds of delivery; it keeps it while wake-ups carry the same version. */
   deliveryPlan(): DeliveryPlan | null {
-    this.cost.rpcs++;
     const plan = this.plan();
-    const backlog = new Map(this.backlog().map((b) => [b.shard, b]));
+    const backlog = new Map(this.backlogByShard().map((b) => [b.shard, b]));
     return plan && { ...plan, shards: plan.shards.map((s) => ({ ...s, backlog: backlog.get(s.name) ?? null })) };
   }
 
   /** The plan without its backlogs, and its version (delivery-plan.ts). */
   private plan(): VersionedPlan | null {
     const queue = this.store.readyQueue();
-    return queue ? versionedPlan(queue, this.consumerList()[0] ?? null, this.store.shards()) : null;
+    return queue ? versionedPlan(queue, this.consumers()[0] ?? null, this.store.shards()) : null;
   }
 
   /**
@@ -189,7 +172,6 @@ export class Coordinator extends DurableObject<Env> {
    * on its next new messages.
    */
   async notifyReady(shard: string): Promise<boolean> {
-    this.cost.rpcs++;
     if (!this.store.shards().some((s) => s.name === shard)) return false;
     const more = this.pullWaiters.wakeOne();
     await this.loop.wakeConsumers("one", this.clock.now(), shard);
@@ -204,7 +186,6 @@ export class Coordinator extends DurableObject<Env> {
    * before it waits. `token` names the caller's token (its digest's prefix), for its cap.
    */
   async waitForMessages(ms: number, waitId?: string, token?: string): Promise<PullWaitAnswer> {
-    this.cost.rpcs++;
     if (this.paused()) return "paused";
     const over = this.pullWaiters.overCap(token);
     if (over) return over;
@@ -219,7 +200,6 @@ export class Coordinator extends DurableObject<Env> {
    * the next pull waiting (as notifyReady).
    */
   async pullAnswered(waitId: string, fullFrom: string | null): Promise<void> {
-    this.cost.rpcs++;
     this.pullWaiters.answered(waitId);
     if (fullFrom !== null && this.store.shards().some((s) => s.name === fullFrom)) {
       this.pullWaiters.wakeOne();
@@ -234,7 +214,6 @@ export class Coordinator extends DurableObject<Env> {
    * no such pull waited or was just woken.
    */
   cancelWait(waitId: string): PullCancelAnswer {
-    this.cost.rpcs++;
     if (this.pullWaiters.hasAnswered(waitId)) return { cancelled: false, reason: "answered" };
     return this.pullWaiters.cancel(waitId) ? { cancelled: true } : { cancelled: false, reason: "not_waiting" };
   }
@@ -245,16 +224,14 @@ export class Coordinator extends DurableObject<Env> {
 
   /** The authoritative map; brokers come here when KV has none yet or theirs proved stale. */
   shardMap(): ShardMap | null {
-    this.cost.rpcs++;
     return this.store.shardMap(this.clock.now());
   }
 
   async updateSettings(patch: QueueSettingsPatch): Promise<QueueInfo | null> {
-    this.cost.rpcs++;
     const queue = this.store.readyQueue();
     if (!queue) return null;
     const settings = applySettingsPatch(queue.settings, patch);
-    if (!this.store.writeSettings(settings, this.clock.now())) return this.queueInfo();
+    if (!this.store.writeSettings(settings, this.clock.now())) return this.info();
     // Pulls waiting now must not lease while paused: they answer as a short pull would.
     if (settings.delivery_paused) this.pullWaiters.endAll();
     // A sleeping shard's retention alarm moves with the setting (it hears of it otherwise only when it next reports).
@@ -264,12 +241,11 @@ export class Coordinator extends DurableObject<Env> {
     }
     await this.publisher.publish();
     await this.loop.tellPlan(this.clock.now());
-    return this.queueInfo();
+    return this.info();
   }
 
   /** Changes a shard's state (the shard is told first: control-loop.ts) and publishes the map. */
   async setShardState(name: string, state: ShardState): Promise<ShardMap | null> {
-    this.cost.rpcs++;
     const shard = this.store.shards().find((s) => s.name === name);
     if (!shard) return null;
     await this.loop.changeState(shard, state, this.clock.now());
@@ -285,7 +261,6 @@ export class Coordinator extends DurableObject<Env> {
    * while a push consumer should take them, the shard is asked to report again.
    */
   heartbeat(beat: StorageHeartbeat): HeartbeatReply {
-    this.cost.rpcs++;
     const queue = this.store.queue();
     if (!queue || !this.store.shards().some((s) => s.name === beat.shard)) return { known: false, retentionMs: null };
     const now = this.clock.now();
@@ -296,11 +271,11 @@ export class Coordinator extends DurableObject<Env> {
     const interval = serviceConfig(this.env).heartbeatIntervalMs;
     const slow = beat.nextReportAt !== undefined && beat.nextReportAt - beat.sentAt > 2 * interval;
     if (queue.ready && !slow) this.ctx.waitUntil(armAlarm(this.storage, now + interval));
-    const pushed = this.consumerList()[0]?.type === "worker" && !queue.settings.delivery_paused;
+    const pushed = this.consumers()[0]?.type === "worker" && !queue.settings.delivery_paused;
     const region = this.store.shards().find((s) => s.name === beat.shard)!.region;
     // The shard learns the queue's retention here, so it can expire messages no consumer reads,
     // and its peers' figures, which it hands on to brokers and consumer shards.
-    const backlogs = this.backlog().filter((b) => b.shard !== beat.shard);
+    const backlogs = this.backlogByShard().filter((b) => b.shard !== beat.shard);
     // Ready messages a consumer took some of in the period are being taken: no need to report sooner for them.
     const untaken = ready && pushed && beat.messagesOut === 0;
     return { known: true, retentionMs: queue.settings.message_retention_period * 1000, stayAwake: untaken || this.loop.settling(region, now), backlogs };
@@ -308,17 +283,11 @@ export class Coordinator extends DurableObject<Env> {
 
   /** A consumer shard's report after a round of delivery. */
   consumerReport(report: ConsumerShardReport): void {
-    this.cost.rpcs++;
     if (this.store.exists()) recordConsumerReport(this.sql, report, this.clock.now());
   }
 
   /** Consumer shards that have reported, and how many are delivering now. */
   consumerShards(): { running: number; shards: ConsumerShardStatus[] } {
-    this.cost.rpcs++;
-    return this.consumerStatus();
-  }
-
-  private consumerStatus(): { running: number; shards: ConsumerShardStatus[] } {
     const shards = readConsumerShards(this.sql, this.clock.now());
     return { running: deliveringNow(shards, this.clock.now(), serviceConfig(this.env).heartbeatIntervalMs).length, shards };
   }
@@ -326,14 +295,10 @@ export class Coordinator extends DurableObject<Env> {
   /**
    * The backlog of every shard not retired, as its latest heartbeat reported it: what
    * send answers sum their queue figures from (src/routing/queue-figures.ts), cached by brokers.
+   * Each figure is as of its report, or now for a sleeping shard: its last report stays true while it sleeps.
    */
   backlogByShard(): ShardBacklog[] {
-    this.cost.rpcs++;
-    return this.backlog();
-  }
-
-  /** Each figure is as of its report, or now for a sleeping shard: its last report stays true while it sleeps. */
-  private backlog(beats = this.beats()): ShardBacklog[] {
+    const beats = this.heartbeats();
     const live = new Set(notRetired(this.store.shards()).map((s) => s.name));
     const now = this.clock.now();
     return beats
@@ -343,17 +308,11 @@ export class Coordinator extends DurableObject<Env> {
 
   /** The latest heartbeat of every shard that has sent one. */
   heartbeats(): ShardHeartbeat[] {
-    this.cost.rpcs++;
-    return this.beats();
-  }
-
-  private beats(): ShardHeartbeat[] {
     return readStorageBeats(this.sql, this.clock.now(), serviceConfig(this.env).heartbeatIntervalMs);
   }
 
   /** Deletes the queue: every shard's data, the published maps, then this object's own state. */
   async destroy(): Promise<boolean> {
-    this.cost.rpcs++;
     const queue = this.store.queue();
     if (!queue) return false;
     await Promise.all(this.store.shards().map((s) => storageShardFor(this.env, s.name, s.region).destroy()));
@@ -394,13 +353,13 @@ export class Coordinator extends DurableObject<Env> {
     await this.loop.wakeConsumers("idle", this.clock.now());
     this.loop.pruneRetired(now);
     const interval = serviceConfig(this.env).heartbeatIntervalMs;
-    const beats = this.beats();
+    const beats = this.heartbeats();
     // Shards report while they are busy; once none has for two intervals, they all sleep, and so does
     // this loop. Shards on the slow cadence (traffic far below what the autoscaler acts on) and
     // shards whose report was their last keep it asleep.
     const awake = beats.some((b) => !b.sleeping && b.received_at >= now - 2 * interval && (b.next_report_at ?? 0) <= b.received_at + 2 * interval) || this.loop.halfDone();
     // The point before a sleep is written whatever the step: the series carries it through the quiet time (time-series.ts).
-    recordPoint(this.sql, now, beats, this.store.shards().filter((s) => s.state === "active").length, this.consumerStatus().running, !awake);
+    recordPoint(this.sql, now, beats, this.store.shards().filter((s) => s.state === "active").length, this.consumerShards().running, !awake);
     await this.publisher.publish();
     // A scale-in due between ticks is decided when due, so a queue is back at its minimum
     // within SCALE_IN_AFTER_MS of its load going quiet (and the heartbeat that shows it);
@@ -427,25 +386,21 @@ export class Coordinator extends DurableObject<Env> {
 
   /** The last hour of backlog, rates and shards, a point every SERIES_STEP_MS, oldest first. */
   series(): { stepMs: number; points: SeriesPoint[] } {
-    this.cost.rpcs++;
     return { stepMs: SERIES_STEP_MS, points: readSeries(this.sql, this.clock.now()) };
   }
 
   /** What the autoscaler has done lately, newest first. */
   decisions(limit = 50): Decision[] {
-    this.cost.rpcs++;
     return recentDecisions(this.sql, limit);
   }
 
   /** Adds what a broker isolate measured since its last flush (broker/metrics/latency-histogram.ts). */
   recordSendLatency(counts: SendLatencyCounts): void {
-    this.cost.rpcs++;
     if (this.store.exists()) recordSendLatency(this.sql, counts);
   }
 
   /** GET /metrics: the delivery counters (counters.ts) and the send latency histogram, cumulative. */
   metricsTotals(): { counters: QueueCounters; sendLatency: SendLatencyCounts } {
-    this.cost.rpcs++;
     return { counters: queueCounters(this.sql), sendLatency: readSendLatency(this.sql) };
   }
 

@@ -4,6 +4,7 @@ import type { Env } from "../src/kernel/env";
 import { runMigrations } from "../src/kernel/sqlite-migrations";
 import type { ClaimOutcome, KeyClaim } from "../src/kernel/protocol";
 import { meteredStorage, newMeter, readMeter, type MeterReading } from "../src/kernel/sql-meter";
+import { meteredRpcs } from "../src/kernel/rpc-meter";
 
 /** How long a key is remembered after its first use (Stripe's window; documented in the README). */
 export const IDEMPOTENCY_WINDOW_MS = 24 * 3_600_000;
@@ -80,6 +81,7 @@ export class IdempotencyKeys extends DurableObject<Env> {
     void ctx.blockConcurrencyWhile(async () => {
       this.sweepArmed = (await this.storage.getAlarm()) !== null;
     });
+    return meteredRpcs(this, this.cost, ["costFigures"]);
   }
 
   /** What this object was billed for since it started: the benchmark's read, not counted as an RPC. */
@@ -92,7 +94,6 @@ export class IdempotencyKeys extends DurableObject<Env> {
    * refused, so nothing is written; a key already done is answered, not claimed.
    */
   claim(claims: KeyClaim[], token: string): ClaimOutcome[] {
-    this.cost.rpcs++;
     const now = this.clock.now();
     const rows = claims.map((c) => {
       const row = this.sql.exec<KeyRow>("SELECT * FROM keys WHERE key = ?", c.key).toArray()[0];
@@ -155,7 +156,6 @@ export class IdempotencyKeys extends DurableObject<Env> {
 
   /** The messages are stored: from now on the keys answer with their ids. */
   complete(keys: string[]): void {
-    this.cost.rpcs++;
     this.storage.transactionSync(() => {
       for (const key of keys) this.sql.exec("UPDATE keys SET state = 'done' WHERE key = ?", key);
     });
@@ -167,7 +167,6 @@ export class IdempotencyKeys extends DurableObject<Env> {
    * once (storing with dedupe). Otherwise a key this attempt created is forgotten.
    */
   release(keys: string[], token: string, sent: boolean): void {
-    this.cost.rpcs++;
     this.storage.transactionSync(() => {
       for (const key of keys) {
         if (!sent) this.sql.exec("DELETE FROM keys WHERE key = ? AND token = ? AND state = 'pending' AND attempt = 1", key, token);

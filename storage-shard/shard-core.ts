@@ -82,7 +82,7 @@ export abstract class ShardCore extends DurableObject<Env> {
   protected readonly due: DueWakeups;
   /** When the Coordinator hears that this shard has messages ready (consumer-wakeups.ts). */
   protected readonly wakeups: ConsumerWakeups;
-  /** RPCs served and SQLite rows written since this object started (the benchmark's cost figures). */
+  /** RPCs served (counted by meteredRpcs, src/kernel/rpc-meter.ts, in StorageShard) and SQLite rows written since this object started (the benchmark's cost figures). */
   protected readonly cost: CostMeter = newMeter();
   /** This shard's number in its queue, written into the ids it draws (segment.ts locatedId). */
   protected get shardNo(): number {
@@ -210,7 +210,6 @@ export abstract class ShardCore extends DurableObject<Env> {
 
   /** A read-only RPC (or one that only extends leases): `none` when this shard is not the queue's. */
   protected ifServing<T>(queueId: string, none: T, fn: () => T): T {
-    this.cost.rpcs++;
     return this.notServing(queueId) ? none : fn();
   }
 

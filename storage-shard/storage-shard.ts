@@ -38,6 +38,7 @@ import { systemClock } from "../src/kernel/clock";
 import type { Env } from "../src/kernel/env";
 import { consumerShardFor } from "../src/kernel/addressing";
 import { assertInJurisdiction } from "../src/kernel/jurisdiction";
+import { meteredRpcs } from "../src/kernel/rpc-meter";
 
 /**
  * One storage shard of one queue. Persists every batch in a single transaction
@@ -50,11 +51,11 @@ export class StorageShard extends ShardCore {
     timers: () => (this.clock === systemClock ? this.timers : null),
     now: () => this.clock.now(),
     lease: (t) => {
-      const r = this.leaseHere({ queueId: this.identity?.queueId ?? "", limit: t.limit, leaseMs: t.leaseMs, maxWaitMs: t.maxWaitMs, retentionMs: this.retentionMs ?? this.leasedRetentionMs ?? Number.MAX_SAFE_INTEGER, consumerShard: t.shard });
+      const r = this.lease({ queueId: this.identity?.queueId ?? "", limit: t.limit, leaseMs: t.leaseMs, maxWaitMs: t.maxWaitMs, retentionMs: this.retentionMs ?? this.leasedRetentionMs ?? Number.MAX_SAFE_INTEGER, consumerShard: t.shard });
       return { messages: r.messages, waitUntil: r.waitUntil, figures: [r.backlog, ...(r.peers ?? [])] };
     },
     deliver: (t, messages, figures) => consumerShardFor(this.env, this.identity!.queueId, t.shard).takePushed(this.identity!.queueId, t.shard, this.identity!.name, messages, figures),
-    settle: (t, req, pushes) => this.settleHere({ ...req, queueId: this.identity?.queueId ?? "", consumer: { shard: t.shard, limit: t.limit, maxWaitMs: t.maxWaitMs, ...(pushes ? { leaseMs: t.leaseMs } : {}) } }).after?.ready === true,
+    settle: (t, req, pushes) => this.settle({ ...req, queueId: this.identity?.queueId ?? "", consumer: { shard: t.shard, limit: t.limit, maxWaitMs: t.maxWaitMs, ...(pushes ? { leaseMs: t.leaseMs } : {}) } }).after?.ready === true,
     release: (refs) => {
       const released = this.ctx.storage.transactionSync(() => releaseLeases(this.sql, this.delivery, this.clock.now(), refs));
       this.leasedNow = Math.max(0, this.leasedNow - released);
@@ -68,6 +69,8 @@ export class StorageShard extends ShardCore {
     super(ctx, env);
     // Not with the queue's retention unknown: the lease would keep what it should delete.
     this.wakeups.push = (t, at) => this.pushBatches && (this.retentionMs ?? this.leasedRetentionMs) !== null && this.pushes.arm(t, at ?? this.clock.now());
+    // Here, not in ShardCore: this is the class instantiated (src/kernel/rpc-meter.ts).
+    return meteredRpcs(this, this.cost, ["testHook", "quietNow"]);
   }
 
   /** Tests of a consumer shard's own rounds turn pushed batches off. */
@@ -78,7 +81,6 @@ export class StorageShard extends ShardCore {
 
   /** Called by the Coordinator when it creates this shard. Idempotent. */
   activate(identity: ShardIdentity): void {
-    this.cost.rpcs++;
     if (this.identity && this.identity.queueId !== identity.queueId) {
       throw new Error(`shard ${identity.name} already belongs to queue ${this.identity.queueId}`);
     }
@@ -100,7 +102,6 @@ export class StorageShard extends ShardCore {
    * change back and tries again. Answers the epoch this shard is in.
    */
   async enterEpoch(queueId: string, epoch: Epoch): Promise<number> {
-    this.cost.rpcs++;
     if (!this.identity || this.identity.queueId !== queueId) throw new Error(`shard ${this.identity?.name ?? "(unknown)"} is not a shard of queue ${queueId}`);
     const self = this.identity.name;
     const { registrations } = this.ctx.storage.transactionSync(() => enterEpoch(this.sql, this.delivery, self, epoch));
@@ -113,7 +114,6 @@ export class StorageShard extends ShardCore {
 
   /** At a key's owner: `holder` holds messages of these keys older than epoch `gen` (handoff.ts). */
   acceptBridges(queueId: string, holder: string, gen: number, keys: string[]): void {
-    this.cost.rpcs++;
     if (this.notServing(queueId)) throw new Error(`shard ${this.identity?.name ?? "(unknown)"} does not serve queue ${queueId}`);
     const now = this.clock.now();
     this.ctx.storage.transactionSync(() => acceptBridges(this.sql, holder, gen, keys));
@@ -122,7 +122,6 @@ export class StorageShard extends ShardCore {
 
   /** At a key's owner: `holder` holds nothing of these keys older than epoch `gen` any more. */
   acceptReleases(queueId: string, holder: string, gen: number, keys: string[]): void {
-    this.cost.rpcs++;
     if (this.notServing(queueId)) return;
     const now = this.clock.now();
     this.ctx.storage.transactionSync(() => acceptReleases(this.sql, holder, gen, keys));
@@ -133,7 +132,6 @@ export class StorageShard extends ShardCore {
 
   /** Draining and retired shards refuse new sends with a typed refusal. */
   setState(state: ShardState): void {
-    this.cost.rpcs++;
     this.sql.exec("INSERT OR REPLACE INTO meta (key, value) VALUES ('state', ?)", state);
     this.state = state;
     // The Coordinator waits for this shard's report in its new state (a drained shard is retired on it).
@@ -142,7 +140,6 @@ export class StorageShard extends ShardCore {
 
   /** The queue's retention changed: a sleeping shard's due alarm moves with it. */
   setRetention(queueId: string, retentionMs: number): void {
-    this.cost.rpcs++;
     if (!this.identity || this.identity.queueId !== queueId) return;
     this.learnRetention(retentionMs);
     if (!this.alarms.awake) this.alarms.sleep(this.nextDue(this.clock.now()));
@@ -156,7 +153,6 @@ export class StorageShard extends ShardCore {
    * here before, whatever the ids (storage-shard/segments/remembered-ids.ts).
    */
   append(req: AppendRequest): AppendResult | Promise<AppendResult> {
-    this.cost.rpcs++;
     if (!this.identity) return { ok: false, refused: "unknown_shard" };
     if (req.queueId !== this.identity.queueId) return { ok: false, refused: "wrong_queue" };
     if (this.state !== "active") return this.refuse(this.state);
@@ -204,11 +200,6 @@ export class StorageShard extends ShardCore {
    * draining shard empties this way.
    */
   lease(req: LeaseRequest): LeaseResult {
-    this.cost.rpcs++;
-    return this.leaseHere(req);
-  }
-
-  private leaseHere(req: LeaseRequest): LeaseResult {
     if (req.consumerShard !== undefined) this.leasedRetentionMs = req.retentionMs;
     const refused = this.notServing(req.queueId);
     if (refused) return { messages: [], waitUntil: null, more: false, nextVisibleAt: null, backlog: { shard: this.identity?.name ?? "", count: 0, bytes: 0, oldestAt: null }, refused: true };
@@ -232,11 +223,6 @@ export class StorageShard extends ShardCore {
 
   /** Applies a batch's outcome: deletes acked and dead-lettered messages, schedules retries. */
   settle(req: SettleRequest): SettleResult {
-    this.cost.rpcs++;
-    return this.settleHere(req);
-  }
-
-  private settleHere(req: SettleRequest): SettleResult {
     if (this.notServing(req.queueId)) {
       const all = [...req.acks, ...req.retries, ...req.deadLettered, ...req.dropped].map((r) => r.id);
       return { acked: 0, retried: 0, deadLettered: 0, dropped: 0, stale: all };
@@ -284,7 +270,6 @@ export class StorageShard extends ShardCore {
 
   /** Deletes up to `limit` messages of any state (ready, delayed, leased), oldest first; with `withIds`, answers their ids. */
   purge(queueId: string, limit: number = PURGE_PER_CALL, withIds = false): PurgeResult {
-    this.cost.rpcs++;
     if (this.notServing(queueId)) return { deleted: 0, more: false, ...(withIds ? { ids: [] } : {}) };
     const now = this.clock.now();
     const ids: string[] | undefined = withIds ? [] : undefined;
@@ -307,7 +292,6 @@ export class StorageShard extends ShardCore {
    * since the shard that took an earlier attempt may have stopped taking sends since.
    */
   heldIds(queueId: string, ids: string[]): string[] {
-    this.cost.rpcs++;
     if (!this.identity || this.identity.queueId !== queueId) return [];
     return [...knownIds(this.sql, ids)];
   }
@@ -317,7 +301,6 @@ export class StorageShard extends ShardCore {
    * another (drawn-ids.ts). Retired too: the ids it drew stay taken once it is emptied.
    */
   drawnIds(queueId: string, probes: DrawnIdProbe[]): DrawnIdAnswer[] {
-    this.cost.rpcs++;
     if (!this.identity || this.identity.queueId !== queueId) return probes.map(() => null);
     return drawnIds(this.sql, this.delivery, this.shardNo, this.clock.now(), probes);
   }
@@ -343,7 +326,6 @@ export class StorageShard extends ShardCore {
 
   /** Deletes one message wherever it stands; false when this shard does not hold it. */
   cancelMessage(queueId: string, id: string): boolean {
-    this.cost.rpcs++;
     if (this.notServing(queueId)) return false;
     const now = this.clock.now();
     const r = this.inTransaction(now, () => cancelMessage(this.sql, this.delivery, now, id));
@@ -354,7 +336,6 @@ export class StorageShard extends ShardCore {
 
   /** Leases ready messages matching a filter, attempts unchanged: a redrive's batch, acked through settle(). */
   leaseMatching(queueId: string, filter: MessageFilter, limit: number, leaseMs: number): LeasedMessage[] {
-    this.cost.rpcs++;
     if (this.notServing(queueId)) return [];
     const now = this.clock.now();
     const { messages, delta } = this.inTransaction(now, () => leaseMatching(this.sql, this.delivery, now, filter, limit, leaseMs));
@@ -366,7 +347,6 @@ export class StorageShard extends ShardCore {
 
   /** Ends leases early so the messages are ready again now (a redrive that could not write them). */
   releaseLeases(queueId: string, refs: LeaseRef[]): number {
-    this.cost.rpcs++;
     if (this.notServing(queueId)) return 0;
     const now = this.clock.now();
     const released = this.ctx.storage.transactionSync(() => releaseLeases(this.sql, this.delivery, now, refs));
@@ -391,13 +371,11 @@ export class StorageShard extends ShardCore {
   }
 
   stats(): ShardStats {
-    this.cost.rpcs++;
     return this.figures(true);
   }
 
   /** Removes every message and forgets the shard's identity: used when its queue is deleted. */
   async destroy(): Promise<void> {
-    this.cost.rpcs++;
     await this.ctx.storage.deleteAll();
     migrate(this.sql);
     this.identity = null;

@@ -88,9 +88,9 @@ export function requestsCounted(): number {
 export function newMeter(): CostMeter {
   let rpcs = 0;
   let alarms = 0;
-  // Accessors, so that every object's own `cost.rpcs++` is counted here as well, with no
-  // second counter to keep in step at each entry point. Spread or serialised, a meter
-  // is plain figures.
+  // Accessors, so that every RPC meteredRpcs counts (rpc-meter.ts) and every alarm an object
+  // counts is counted here as well, with no second counter to keep in step. Spread or
+  // serialised, a meter is plain figures.
   return {
     get rpcs() {
       return rpcs;

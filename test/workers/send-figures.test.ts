@@ -12,16 +12,32 @@ import { findQueue } from "../../src/routing/queue-lookup";
 import { ACCOUNT, createQueue, producer } from "./helpers";
 import { sleep } from "../../src/kernel/sleep";
 
-/** Counts the Coordinator's reads of the queue's figures (RPC reaches class methods only: listen on the prototype). */
+/**
+ * Counts the reads of the queue's figures asked of the Coordinator (RPC reaches class methods only:
+ * listen on the prototype). Its own reads, for a heartbeat's reply or a delivery plan, are not asked.
+ */
 function countFigureReads(): () => number {
   let reads = 0;
-  const original = Coordinator.prototype.backlogByShard;
-  Coordinator.prototype.backlogByShard = function (this: Coordinator) {
-    reads++;
-    return original.call(this);
+  let own = 0;
+  const proto = Coordinator.prototype;
+  const { backlogByShard, heartbeat, deliveryPlan } = proto;
+  proto.backlogByShard = function (this: Coordinator) {
+    if (own === 0) reads++;
+    return backlogByShard.call(this);
   };
+  const itself = <A extends unknown[], R>(method: (this: Coordinator, ...args: A) => R) =>
+    function (this: Coordinator, ...args: A): R {
+      own++;
+      try {
+        return method.apply(this, args);
+      } finally {
+        own--;
+      }
+    };
+  proto.heartbeat = itself(heartbeat);
+  proto.deliveryPlan = itself(deliveryPlan);
   onTestFinished(() => {
-    Coordinator.prototype.backlogByShard = original;
+    Object.assign(proto, { backlogByShard, heartbeat, deliveryPlan });
   });
   return () => reads;
 }
