@@ -20,8 +20,20 @@ const batchingProbe = await buildBatchingProbe();
  * CI run and `npm test` leaves out, so the default suite stays a few minutes.
  */
 const SLOW_E2E = [
-  "autoscale", "binding-delay", "cli", "client-consumer", "compare", "delivery", "faults", "many-queues-bench",
-  "own-workers", "package", "persistence", "sleep", "traffic-bench", "wrangler-queues",
+  "autoscale",
+  "binding-delay",
+  "cli",
+  "client-consumer",
+  "compare",
+  "delivery",
+  "faults",
+  "many-queues-bench",
+  "own-workers",
+  "package",
+  "persistence",
+  "sleep",
+  "traffic-bench",
+  "wrangler-queues",
 ].map((name) => `test/e2e/${name}.test.ts`);
 /** What both end-to-end projects share: Node driving `wrangler dev` on a free port, one file at a time. */
 const e2eProject = { environment: "node", testTimeout: 180_000, hookTimeout: 180_000, fileParallelism: false } as const;

@@ -26,8 +26,15 @@ export const CEILING_HELP = `npm run bench -- ceiling [--seconds N] [--inflight 
 
 /** @param {string[]} argv */
 export async function ceilingCommand(argv) {
-  const { values: o } = parseArgs({ args: argv, options: { seconds: { type: "string" }, inflight: { type: "string" }, bytes: { type: "string" } } });
-  const result = await ceiling({ seconds: Number(o.seconds ?? 10), inflight: Number(o.inflight ?? 8), bytes: Number(o.bytes ?? 128) });
+  const { values: o } = parseArgs({
+    args: argv,
+    options: { seconds: { type: "string" }, inflight: { type: "string" }, bytes: { type: "string" } },
+  });
+  const result = await ceiling({
+    seconds: Number(o.seconds ?? 10),
+    inflight: Number(o.inflight ?? 8),
+    bytes: Number(o.bytes ?? 128),
+  });
   console.log(JSON.stringify(result, null, 2));
   console.log(`\n${ceilingMarkdown(result)}`);
   return result;
@@ -41,14 +48,29 @@ export async function ceilingCommand(argv) {
  */
 export async function ceiling({ seconds = 10, inflight = 8, bytes = 128 } = {}) {
   if (!(seconds > 0 && seconds <= 600)) throw new Error("--seconds must be from 1 to 600");
-  if (!(Number.isInteger(inflight) && inflight >= 1 && inflight <= 256)) throw new Error("--inflight must be an integer from 1 to 256");
-  if (!(Number.isInteger(bytes) && bytes >= 1 && bytes <= 128_000)) throw new Error("--bytes must be an integer from 1 to 128000");
+  if (!(Number.isInteger(inflight) && inflight >= 1 && inflight <= 256))
+    throw new Error("--inflight must be an integer from 1 to 256");
+  if (!(Number.isInteger(bytes) && bytes >= 1 && bytes <= 128_000))
+    throw new Error("--bytes must be an integer from 1 to 128000");
   const work = mkdtempSync(join(tmpdir(), "shardq-ceiling-"));
   const port = await freePort();
   // shardq as local dev runs it, with no consumer Worker bound: nothing but the shard works.
   const config = writeDevConfig({ file: join(ROOT, "wrangler.bench-ceiling.toml"), consumers: [] });
   const stack = await startWrangler({
-    args: ["-c", "bench/workers/ceiling/wrangler.toml", "-c", config, "--port", String(port), "--ip", "127.0.0.1", "--persist-to", join(work, "state"), "--inspector-port", "0"],
+    args: [
+      "-c",
+      "bench/workers/ceiling/wrangler.toml",
+      "-c",
+      config,
+      "--port",
+      String(port),
+      "--ip",
+      "127.0.0.1",
+      "--persist-to",
+      join(work, "state"),
+      "--inspector-port",
+      "0",
+    ],
     readyUrl: `http://127.0.0.1:${port}/ready`,
     env: { WRANGLER_REGISTRY_PATH: join(work, "registry") },
   });
@@ -74,7 +96,9 @@ export async function ceiling({ seconds = 10, inflight = 8, bytes = 128 } = {}) 
  */
 async function run(base, pid, p) {
   const cpu0 = groupCpuSeconds(pid);
-  const res = await fetch(`${base}/run?seconds=${p.seconds}&batch=${p.batch}&inflight=${p.inflight}&bytes=${p.bytes}`, { method: "POST" });
+  const res = await fetch(`${base}/run?seconds=${p.seconds}&batch=${p.batch}&inflight=${p.inflight}&bytes=${p.bytes}`, {
+    method: "POST",
+  });
   const r = /** @type {any} */ (await res.json());
   const cpu1 = groupCpuSeconds(pid);
   if (!res.ok || r.error) throw new Error(`ceiling driver: ${res.status} ${JSON.stringify(r)}`);
@@ -104,7 +128,7 @@ export function ceilingMarkdown(c) {
   return [
     "### Ceiling: one storage shard alone",
     "",
-    "`npm run bench -- ceiling`: one StorageShard object taking append() calls as fast as it can, nothing else running (bench/README.md, \"Ceiling\").",
+    '`npm run bench -- ceiling`: one StorageShard object taking append() calls as fast as it can, nothing else running (bench/README.md, "Ceiling").',
     "",
     "| append | msg/s | CPU µs per message | rows written per message | rows read per message | append p50 / p99 ms | calls in flight | seconds |",
     "| --- | --- | --- | --- | --- | --- | --- | --- |",

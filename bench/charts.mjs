@@ -25,7 +25,11 @@ export function throughputChart(rows) {
       return `<rect x="${x}" y="${210 - bh}" width="50" height="${bh}" fill="${b.system === "shardq" ? SQ : SIM}"/><text x="${x + 25}" y="${205 - bh}" font-size="11" text-anchor="middle">${b.value}</text><text x="${x + 25}" y="228" font-size="11" text-anchor="middle">${b.label} ${b.system === "shardq" ? "sq" : "sim"}</text>`;
     })
     .join("");
-  return svg(w, 260, `<text x="10" y="20" font-size="13">messages/s (median): shardq (orange) vs simulator (grey)</text><line x1="40" y1="210" x2="${w - 10}" y2="210" stroke="#999"/>${body}`);
+  return svg(
+    w,
+    260,
+    `<text x="10" y="20" font-size="13">messages/s (median): shardq (orange) vs simulator (grey)</text><line x1="40" y1="210" x2="${w - 10}" y2="210" stroke="#999"/>${body}`,
+  );
 }
 
 /**
@@ -45,8 +49,18 @@ export function latencyChart(title, series) {
   const x = (/** @type {number} */ ms) => left + ((Math.log10(Math.max(0.5, ms)) - lo) / (hi - lo)) * (W - left - 20);
   const y = (/** @type {number} */ p) => bottom - (p / 100) * 210;
   const ticks = [1, 10, 100, 1000, 10000].filter((t) => Math.log10(t) <= hi);
-  const grid = ticks.map((t) => `<line x1="${x(t)}" y1="${y(100)}" x2="${x(t)}" y2="${bottom}" stroke="#eee"/><text x="${x(t)}" y="${bottom + 14}" font-size="10" text-anchor="middle">${t} ms</text>`).join("");
-  const pgrid = [50, 90, 99].map((p) => `<line x1="${left}" y1="${y(p)}" x2="${W - 20}" y2="${y(p)}" stroke="#eee"/><text x="${left - 4}" y="${y(p) + 3}" font-size="10" text-anchor="end">p${p}</text>`).join("");
+  const grid = ticks
+    .map(
+      (t) =>
+        `<line x1="${x(t)}" y1="${y(100)}" x2="${x(t)}" y2="${bottom}" stroke="#eee"/><text x="${x(t)}" y="${bottom + 14}" font-size="10" text-anchor="middle">${t} ms</text>`,
+    )
+    .join("");
+  const pgrid = [50, 90, 99]
+    .map(
+      (p) =>
+        `<line x1="${left}" y1="${y(p)}" x2="${W - 20}" y2="${y(p)}" stroke="#eee"/><text x="${left - 4}" y="${y(p) + 3}" font-size="10" text-anchor="end">p${p}</text>`,
+    )
+    .join("");
   const lines = series
     .map((s, i) => {
       const color = s.system === "shardq" ? SQ : SIM;
@@ -55,7 +69,11 @@ export function latencyChart(title, series) {
       return `<polyline fill="none" stroke="${color}" stroke-width="2"${s.dashed ? ' stroke-dasharray="4 3"' : ""} points="${pts}"/>${legend}`;
     })
     .join("");
-  return svg(W, H, `<text x="10" y="16" font-size="13">${esc(title)}</text>${grid}${pgrid}<line x1="${left}" y1="${bottom}" x2="${W - 20}" y2="${bottom}" stroke="#999"/>${lines}`);
+  return svg(
+    W,
+    H,
+    `<text x="10" y="16" font-size="13">${esc(title)}</text>${grid}${pgrid}<line x1="${left}" y1="${bottom}" x2="${W - 20}" y2="${bottom}" stroke="#999"/>${lines}`,
+  );
 }
 
 /**
@@ -76,13 +94,22 @@ export function timelineChart(title, samples, opts = {}) {
   const rates = { top: 45, bottom: 195 };
   const counts = { top: 235, bottom: 385 };
   const tMax = Math.max(1, ...samples.map((s) => s.t));
-  const rMax = Math.max(1, opts.rate ?? 0, ...samples.map((s) => Math.max(s.offered_per_s ?? 0, s.sent_per_s, s.delivered_per_s)));
+  const rMax = Math.max(
+    1,
+    opts.rate ?? 0,
+    ...samples.map((s) => Math.max(s.offered_per_s ?? 0, s.sent_per_s, s.delivered_per_s)),
+  );
   const allowed = opts.needed ? Math.floor(opts.needed * 1.5) : 0;
   const sMax = Math.max(1, allowed + 1, ...samples.map((s) => Math.max(s.shards, s.draining ?? 0)));
   const x = (/** @type {number} */ t) => left + (t / tMax) * (W - left - right);
   const yr = (/** @type {number} */ v) => rates.bottom - (v / rMax) * (rates.bottom - rates.top);
   const ys = (/** @type {number} */ v) => counts.bottom - (v / sMax) * (counts.bottom - counts.top);
-  const line = (/** @type {(s: typeof samples[0]) => number} */ f, /** @type {(v: number) => number} */ yf, /** @type {string} */ color, dash = "") =>
+  const line = (
+    /** @type {(s: typeof samples[0]) => number} */ f,
+    /** @type {(v: number) => number} */ yf,
+    /** @type {string} */ color,
+    dash = "",
+  ) =>
     `<polyline fill="none" stroke="${color}" stroke-width="2"${dash ? ` stroke-dasharray="${dash}"` : ""} points="${samples.map((s) => `${x(s.t).toFixed(1)},${yf(f(s)).toFixed(1)}`).join(" ")}"/>`;
   const level = (/** @type {number} */ y, /** @type {string} */ color, /** @type {string} */ label) =>
     `<line x1="${left}" y1="${y.toFixed(1)}" x2="${W - right}" y2="${y.toFixed(1)}" stroke="${color}" stroke-dasharray="2 3"/><text x="${W - right + 4}" y="${(y + 4).toFixed(1)}" font-size="10" fill="${color}">${esc(label)}</text>`;
@@ -91,16 +118,30 @@ export function timelineChart(title, samples, opts = {}) {
   const offered = samples.some((s) => s.offered_per_s !== undefined);
   const draining = samples.some((s) => s.draining);
   const legend = (/** @type {number} */ y, /** @type {string[][]} */ items) =>
-    items.map(([color, dash, label], i) => `<line x1="${left + 10 + i * 110}" y1="${y}" x2="${left + 28 + i * 110}" y2="${y}" stroke="${color}" stroke-width="2"${dash ? ` stroke-dasharray="${dash}"` : ""}/><text x="${left + 32 + i * 110}" y="${y + 4}" font-size="11">${label}</text>`).join("");
+    items
+      .map(
+        ([color, dash, label], i) =>
+          `<line x1="${left + 10 + i * 110}" y1="${y}" x2="${left + 28 + i * 110}" y2="${y}" stroke="${color}" stroke-width="2"${dash ? ` stroke-dasharray="${dash}"` : ""}/><text x="${left + 32 + i * 110}" y="${y + 4}" font-size="11">${label}</text>`,
+      )
+      .join("");
   const stop = opts.stoppedAt
-    ? [rates, counts].map((p) => `<rect x="${(x(opts.stoppedAt ?? 0) - 2).toFixed(1)}" y="${p.top}" width="4" height="${p.bottom - p.top}" fill="#bbb" opacity="0.6"/>`).join("") +
+    ? [rates, counts]
+        .map(
+          (p) =>
+            `<rect x="${(x(opts.stoppedAt ?? 0) - 2).toFixed(1)}" y="${p.top}" width="4" height="${p.bottom - p.top}" fill="#bbb" opacity="0.6"/>`,
+        )
+        .join("") +
       `<text x="${x(opts.stoppedAt).toFixed(1)}" y="${counts.bottom + 14}" font-size="10" text-anchor="middle">load stops</text>`
     : "";
   const body = [
     `<text x="10" y="16" font-size="13">${esc(title)}</text>`,
     panel(rates, `${Math.round(rMax)}/s`),
     panel(counts, `${sMax}`),
-    legend(rates.top - 12, [[SQ, "", "delivered/s"], [SIM, "", "accepted/s"], ...(offered ? [[SIM, "4 3", "offered/s"]] : [])]),
+    legend(rates.top - 12, [
+      [SQ, "", "delivered/s"],
+      [SIM, "", "accepted/s"],
+      ...(offered ? [[SIM, "4 3", "offered/s"]] : []),
+    ]),
     legend(counts.top - 12, [[BLUE, "", "active shards"], ...(draining ? [[BLUE, "4 3", "draining"]] : [])]),
     opts.rate ? level(yr(opts.rate), SIM, `${opts.rate}/s offered`) : "",
     opts.needed ? level(ys(opts.needed), BLUE, `${opts.needed} needed`) : "",
@@ -117,7 +158,8 @@ export function timelineChart(title, samples, opts = {}) {
 }
 
 /** @param {number} w @param {number} h @param {string} body */
-const svg = (w, h, body) => `<svg xmlns="http://www.w3.org/2000/svg" width="${w}" height="${h}" font-family="sans-serif">${body}</svg>\n`;
+const svg = (w, h, body) =>
+  `<svg xmlns="http://www.w3.org/2000/svg" width="${w}" height="${h}" font-family="sans-serif">${body}</svg>\n`;
 
 /**
  * A queue's monthly bill against its traffic, both axes logarithmic: shardq (orange) and
@@ -142,17 +184,29 @@ export function costRateChart(title, levels, idle, note = "") {
   const xHi = Math.max(xLo * 10, decade(Math.max(1, ...rates), Math.ceil));
   const yLo = decade(dollars.length ? Math.min(...dollars) : 0.01, Math.floor);
   const yHi = Math.max(yLo * 10, decade(Math.max(1, ...dollars), Math.ceil));
-  const x = (/** @type {number} */ r) => left + ((Math.log10(r) - Math.log10(xLo)) / (Math.log10(xHi) - Math.log10(xLo))) * (W - left - right);
-  const y = (/** @type {number} */ v) => bottom - ((Math.log10(v) - Math.log10(yLo)) / (Math.log10(yHi) - Math.log10(yLo))) * (bottom - top);
-  const ticks = (/** @type {number} */ lo, /** @type {number} */ hi) => Array.from({ length: Math.round(Math.log10(hi / lo)) + 1 }, (_, i) => lo * 10 ** i);
+  const x = (/** @type {number} */ r) =>
+    left + ((Math.log10(r) - Math.log10(xLo)) / (Math.log10(xHi) - Math.log10(xLo))) * (W - left - right);
+  const y = (/** @type {number} */ v) =>
+    bottom - ((Math.log10(v) - Math.log10(yLo)) / (Math.log10(yHi) - Math.log10(yLo))) * (bottom - top);
+  const ticks = (/** @type {number} */ lo, /** @type {number} */ hi) =>
+    Array.from({ length: Math.round(Math.log10(hi / lo)) + 1 }, (_, i) => lo * 10 ** i);
   const money = (/** @type {number} */ v) => (v >= 1 ? `$${v.toLocaleString("en-US")}` : `$${v}`);
   const grid = [
-    ...ticks(xLo, xHi).map((t) => `<line x1="${x(t).toFixed(1)}" y1="${top}" x2="${x(t).toFixed(1)}" y2="${bottom}" stroke="#eee"/><text x="${x(t).toFixed(1)}" y="${bottom + 14}" font-size="10" text-anchor="middle">${t.toLocaleString("en-US")}/s</text>`),
-    ...ticks(yLo, yHi).map((t) => `<line x1="${left}" y1="${y(t).toFixed(1)}" x2="${W - right}" y2="${y(t).toFixed(1)}" stroke="#eee"/><text x="${left - 4}" y="${(y(t) + 3).toFixed(1)}" font-size="10" text-anchor="end">${money(t)}</text>`),
+    ...ticks(xLo, xHi).map(
+      (t) =>
+        `<line x1="${x(t).toFixed(1)}" y1="${top}" x2="${x(t).toFixed(1)}" y2="${bottom}" stroke="#eee"/><text x="${x(t).toFixed(1)}" y="${bottom + 14}" font-size="10" text-anchor="middle">${t.toLocaleString("en-US")}/s</text>`,
+    ),
+    ...ticks(yLo, yHi).map(
+      (t) =>
+        `<line x1="${left}" y1="${y(t).toFixed(1)}" x2="${W - right}" y2="${y(t).toFixed(1)}" stroke="#eee"/><text x="${left - 4}" y="${(y(t) + 3).toFixed(1)}" font-size="10" text-anchor="end">${money(t)}</text>`,
+    ),
   ].join("");
   const series = (/** @type {string} */ color, /** @type {(l: typeof levels[0]) => number} */ f) => {
     const pts = levels.filter((l) => f(l) > 0);
-    return `<polyline fill="none" stroke="${color}" stroke-width="2" points="${pts.map((l) => `${x(l.rate).toFixed(1)},${y(f(l)).toFixed(1)}`).join(" ")}"/>` + pts.map((l) => `<circle cx="${x(l.rate).toFixed(1)}" cy="${y(f(l)).toFixed(1)}" r="3" fill="${color}"/>`).join("");
+    return (
+      `<polyline fill="none" stroke="${color}" stroke-width="2" points="${pts.map((l) => `${x(l.rate).toFixed(1)},${y(f(l)).toFixed(1)}`).join(" ")}"/>` +
+      pts.map((l) => `<circle cx="${x(l.rate).toFixed(1)}" cy="${y(f(l)).toFixed(1)}" r="3" fill="${color}"/>`).join("")
+    );
   };
   const idleLine =
     idle.usd > 0
@@ -162,7 +216,10 @@ export function costRateChart(title, levels, idle, note = "") {
     [SQ, `shardq (idle: $${idle.usd.toFixed(2)}${idle.usd > 0 ? ", dashed" : ", off the log axis"})`],
     [SIM, `Cloudflare Queues (idle: $${idle.cq_usd.toFixed(2)}${idle.cq_usd > 0 ? "" : ", off the log axis"})`],
   ]
-    .map(([color, label], i) => `<line x1="${left + 10}" y1="${42 + i * 14}" x2="${left + 34}" y2="${42 + i * 14}" stroke="${color}" stroke-width="2"/><text x="${left + 40}" y="${46 + i * 14}" font-size="11">${esc(/** @type {string} */ (label))}</text>`)
+    .map(
+      ([color, label], i) =>
+        `<line x1="${left + 10}" y1="${42 + i * 14}" x2="${left + 34}" y2="${42 + i * 14}" stroke="${color}" stroke-width="2"/><text x="${left + 40}" y="${46 + i * 14}" font-size="11">${esc(/** @type {string} */ (label))}</text>`,
+    )
     .join("");
   return svg(
     W,

@@ -24,7 +24,9 @@ try {
   else if (command === "rates" && !rest.includes("--help")) await ratesCommand(rest);
   else if (command === "heap" && !rest.includes("--help")) await heapCommand(rest);
   else {
-    console.log(`usage:\n${LOAD_HELP}\n\n${COMPARE_HELP}\n\n${CEILING_HELP}\n\n${PROFILE_HELP}\n\n${LONGPOLL_HELP}\n\n${IDLE_HELP}\n\n${TRAFFIC_HELP}\n\n${WAKE_HELP}\n\n${MANY_HELP}\n\n${RATES_HELP}\n\n${HEAP_HELP}`);
+    console.log(
+      `usage:\n${LOAD_HELP}\n\n${COMPARE_HELP}\n\n${CEILING_HELP}\n\n${PROFILE_HELP}\n\n${LONGPOLL_HELP}\n\n${IDLE_HELP}\n\n${TRAFFIC_HELP}\n\n${WAKE_HELP}\n\n${MANY_HELP}\n\n${RATES_HELP}\n\n${HEAP_HELP}`,
+    );
     if (command !== undefined && command !== "help" && command !== "--help") process.exitCode = 2;
   }
 } catch (err) {

@@ -46,7 +46,9 @@ export function costDelta(before, after) {
     const d = { rpcs: 0, alarms: 0, rowsWritten: 0, rowsRead: 0, objects: 0, active: 0, restarted: 0 };
     for (const [name, now] of Object.entries(a)) {
       const was = b[name];
-      const restarted = was !== undefined && (now.since !== undefined ? now.since !== was.since : now.rpcs < was.rpcs || now.rowsWritten < was.rowsWritten);
+      const restarted =
+        was !== undefined &&
+        (now.since !== undefined ? now.since !== was.since : now.rpcs < was.rpcs || now.rowsWritten < was.rowsWritten);
       const fresh = was === undefined || restarted;
       if (fresh && now.rpcs - selfRpcs + (now.alarms ?? 0) <= 0) continue;
       const from = fresh ? { rpcs: 0, rowsWritten: 0, rowsRead: 0, alarms: 0 } : was;
@@ -100,7 +102,8 @@ export function costModel(m) {
   const rowsRead = sum("rowsRead");
   const active = sum("active");
   const cpuMs = m.cpuSeconds === null ? null : m.cpuSeconds * 1000;
-  const storageGbMonth = ((m.peakMessages * (m.bytesPerMessage + ROW_BYTES_ALLOWANCE)) / 1e9) * (m.seconds / SECONDS_PER_MONTH);
+  const storageGbMonth =
+    ((m.peakMessages * (m.bytesPerMessage + ROW_BYTES_ALLOWANCE)) / 1e9) * (m.seconds / SECONDS_PER_MONTH);
   const durationGbS = active * m.seconds * DO_MEMORY_GB;
   const dollars = {
     do_requests: usd(PRICES.doRequests, rpcs + alarms),
@@ -114,7 +117,11 @@ export function costModel(m) {
   const n = Math.max(1, m.delivered);
   const perMillion = (/** @type {number} */ x) => sig((x / n) * 1e6);
   const total = Object.values(dollars).reduce((a, b) => a + b, 0);
-  const cq = queuesUsd({ delivered: m.delivered, bytesPerMessage: m.bytesPerMessage, redeliveries: m.redeliveries ?? 0 });
+  const cq = queuesUsd({
+    delivered: m.delivered,
+    bytesPerMessage: m.bytesPerMessage,
+    redeliveries: m.redeliveries ?? 0,
+  });
   return {
     counts: {
       delivered: m.delivered,
@@ -166,7 +173,7 @@ export function costMarkdown(workloads, runs) {
   const lines = [
     "### Cost at Cloudflare's list prices",
     "",
-    "Dollars per million delivered messages, from every Durable Object's own counters over the run (bench/README.md, \"Cost model\"); the run with the median price of each workload. " +
+    'Dollars per million delivered messages, from every Durable Object\'s own counters over the run (bench/README.md, "Cost model"); the run with the median price of each workload. ' +
       "Cloudflare Queues: 3 operations (write, read, delete) per message of up to 64 KB, $0.40 per million operations. " +
       "Duration is an upper bound (every object that worked during the run, active all of it) and is in the total.",
     "",
@@ -174,7 +181,9 @@ export function costMarkdown(workloads, runs) {
     "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
   ];
   for (const w of workloads) {
-    const mine = runs.filter((r) => r.workload === w.id && r.system === "shardq" && r.cost).sort((a, b) => (a.cost?.usd_per_million_delivered ?? 0) - (b.cost?.usd_per_million_delivered ?? 0));
+    const mine = runs
+      .filter((r) => r.workload === w.id && r.system === "shardq" && r.cost)
+      .sort((a, b) => (a.cost?.usd_per_million_delivered ?? 0) - (b.cost?.usd_per_million_delivered ?? 0));
     const c = mine[mine.length >> 1]?.cost;
     if (!c) continue;
     const n = Math.max(1, c.counts.delivered);

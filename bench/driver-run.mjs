@@ -35,8 +35,17 @@ export async function driverRun(base, pgid, w, o = {}) {
     const n = Math.min(chunk, w.count - sent);
     const producer = w.producer ? `&producer=${w.producer}` : "";
     // Once refused, the rest of the run sends as the unordered half does, not a refused call first each time.
-    const keyed = w.keys ? `&keys=${w.keys}&offset=${sent}${w.ordered && refused === undefined ? "&ordered=1" : ""}` : "";
-    const r = /** @type {any} */ (await (await fetch(`${base}/run?count=${n}&concurrency=${w.concurrency}&batch=${w.batch}&rate=${w.rate ?? 0}${producer}${keyed}`, { method: "POST" })).json());
+    const keyed = w.keys
+      ? `&keys=${w.keys}&offset=${sent}${w.ordered && refused === undefined ? "&ordered=1" : ""}`
+      : "";
+    const r = /** @type {any} */ (
+      await (
+        await fetch(
+          `${base}/run?count=${n}&concurrency=${w.concurrency}&batch=${w.batch}&rate=${w.rate ?? 0}${producer}${keyed}`,
+          { method: "POST" },
+        )
+      ).json()
+    );
     if (r.error) throw new Error(`driver: ${r.error}`);
     refused ??= r.ordering_refused;
     sent += r.sent;
@@ -57,12 +66,18 @@ export async function driverRun(base, pgid, w, o = {}) {
     e2e_p99_ms: s.latency_ms.p99,
     delivered: s.distinct,
     duplicates: s.duplicates,
-    cpu_us_per_msg: cpuBefore !== null && cpuAfter !== null ? Math.round(((cpuAfter - cpuBefore) * 1e6) / w.count) : null,
-    ...(w.keys ? { keys: w.keys, order_violations: s.order_violations ?? null, key_overlaps: s.key_overlaps ?? null } : {}),
+    cpu_us_per_msg:
+      cpuBefore !== null && cpuAfter !== null ? Math.round(((cpuAfter - cpuBefore) * 1e6) / w.count) : null,
+    ...(w.keys
+      ? { keys: w.keys, order_violations: s.order_violations ?? null, key_overlaps: s.key_overlaps ?? null }
+      : {}),
     ...(w.ordered ? { ordering_sent: refused === undefined ? 1 : 0 } : {}),
   };
   /** @type {Record<string, Array<[number, number]>>} */
-  const cdf = { send: CDF_POINTS.map((p) => /** @type {[number, number]} */ ([p, round(pct(latencies, p)) ?? 0])), e2e: s.latency_ms.cdf ?? [] };
+  const cdf = {
+    send: CDF_POINTS.map((p) => /** @type {[number, number]} */ ([p, round(pct(latencies, p)) ?? 0])),
+    e2e: s.latency_ms.cdf ?? [],
+  };
   return { figures, cdf, ...(refused !== undefined ? { refused } : {}) };
 }
 
@@ -83,6 +98,9 @@ export async function sinkStats(base, o = {}) {
 }
 
 /** @param {number[]} sorted @param {number} p */
-export const pct = (sorted, p) => (sorted.length ? /** @type {number} */ (sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]) : null);
+export const pct = (sorted, p) =>
+  sorted.length
+    ? /** @type {number} */ (sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))])
+    : null;
 /** @param {number | null} x @param {number} [digits] */
 export const round = (x, digits = 1) => (x === null ? null : Math.round(x * 10 ** digits) / 10 ** digits);

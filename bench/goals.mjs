@@ -13,11 +13,20 @@
 
 /** @param {Row[]} rows */
 export function goalsMarkdown(rows) {
-  const median = (/** @type {string} */ w, /** @type {string} */ metric, /** @type {"simulator" | "shardq"} */ system) => rows.find((r) => r.workload === w && r.metric === metric)?.[system]?.median;
+  const median = (
+    /** @type {string} */ w,
+    /** @type {string} */ metric,
+    /** @type {"simulator" | "shardq"} */ system,
+  ) => rows.find((r) => r.workload === w && r.metric === metric)?.[system]?.median;
   const base = median("w1", "delivered_msgs_per_s", "simulator");
-  const throughput = /** @type {Array<[string, number]>} */ ([["w1", 1.2], ["w1b", 3]]).flatMap(([w, goal]) => {
+  const throughput = /** @type {Array<[string, number]>} */ ([
+    ["w1", 1.2],
+    ["w1b", 3],
+  ]).flatMap(([w, goal]) => {
     const x = median(w, "delivered_msgs_per_s", "shardq");
-    return base && x ? [`- ${w} on shardq: ${round(x / base)}x the simulator's w1 (goal ${goal}x: ${verdict(x / base >= goal)})`] : [];
+    return base && x
+      ? [`- ${w} on shardq: ${round(x / base)}x the simulator's w1 (goal ${goal}x: ${verdict(x / base >= goal)})`]
+      : [];
   });
   const latency = ["w4", "w7-1", "w7-12"].flatMap((w) => {
     const p50 = median(w, "e2e_p50_ms", "shardq");
@@ -33,8 +42,12 @@ export function goalsMarkdown(rows) {
   const ordered = orderedGoals(rows);
   return [
     ...(throughput.length ? ["### Throughput against the simulator's w1", "", ...throughput] : []),
-    ...(latency.length ? [...(throughput.length ? [""] : []), "### Latency against the simulator, at any shard count", "", ...latency] : []),
-    ...(ordered.length ? [...(throughput.length || latency.length ? [""] : []), "### Ordered lanes", "", ...ordered] : []),
+    ...(latency.length
+      ? [...(throughput.length ? [""] : []), "### Latency against the simulator, at any shard count", "", ...latency]
+      : []),
+    ...(ordered.length
+      ? [...(throughput.length || latency.length ? [""] : []), "### Ordered lanes", "", ...ordered]
+      : []),
   ].join("\n");
 }
 
@@ -46,13 +59,16 @@ export function goalsMarkdown(rows) {
  * @param {Row[]} rows
  */
 function orderedGoals(rows) {
-  const stat = (/** @type {string} */ w, /** @type {string} */ metric) => rows.find((r) => r.workload === w && r.metric === metric)?.shardq ?? undefined;
-  const range = (/** @type {Stat | undefined} */ s) => (s ? `${s.median}${s.n && s.n > 1 ? ` (${s.min}–${s.max})` : ""}` : "–");
+  const stat = (/** @type {string} */ w, /** @type {string} */ metric) =>
+    rows.find((r) => r.workload === w && r.metric === metric)?.shardq ?? undefined;
+  const range = (/** @type {Stat | undefined} */ s) =>
+    s ? `${s.median}${s.n && s.n > 1 ? ` (${s.min}–${s.max})` : ""}` : "–";
   /** Why the goal cannot be judged on these runs, or null when every run was ordered. @param {string} w */
   const unordered = (w) => {
     const sent = stat(w, "ordering_sent");
     if (!sent) return null;
-    if ((sent.max ?? sent.median) === 0) return "the service refused orderingKey in every run, so they all sent without it";
+    if ((sent.max ?? sent.median) === 0)
+      return "the service refused orderingKey in every run, so they all sent without it";
     if ((sent.min ?? sent.median) === 0) return "the service refused orderingKey in some runs";
     const late = stat(w, "order_violations")?.max ?? 0;
     if (late > 0) return `the sink received up to ${late} messages after a later one of their key in a run`;
@@ -77,7 +93,11 @@ function orderedGoals(rows) {
   const hot = stat("w8-hot", "batches_per_round_trip");
   if (hot) {
     const f = (/** @type {string} */ m) => range(stat("w8-hot", m));
-    const why = unordered("w8-hot") ?? ((stat("w8-hot", "control_max_concurrent_batches")?.max ?? 1) > 1 ? "the control had more than one batch at a time" : null);
+    const why =
+      unordered("w8-hot") ??
+      ((stat("w8-hot", "control_max_concurrent_batches")?.max ?? 1) > 1
+        ? "the control had more than one batch at a time"
+        : null);
     lines.push(
       `- w8-hot, one key: ${f("batches_per_round_trip")} batches per consumer round trip (goal at least 1: ${why ? `not measured, ${why}` : verdict(hot.median >= 1)}); ` +
         `a batch every ${f("gap_ms")} ms against the round trip's ${f("round_trip_ms")} ms (handler ${f("handler_ms")} ms, then ${f("turnaround_ms")} ms to the next batch, ` +

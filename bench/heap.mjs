@@ -31,18 +31,38 @@ export const HEAP_HELP = `npm run bench -- heap [--messages N] [--bytes B] [--le
 export async function heapCommand(argv) {
   const { values: o } = parseArgs({
     args: argv,
-    options: { messages: { type: "string", default: "1000000" }, bytes: { type: "string", default: "100" }, leased: { type: "string", default: "1000" }, out: { type: "string", default: join(ROOT, "bench", "results") } },
+    options: {
+      messages: { type: "string", default: "1000000" },
+      bytes: { type: "string", default: "100" },
+      leased: { type: "string", default: "1000" },
+      out: { type: "string", default: join(ROOT, "bench", "results") },
+    },
   });
   const messages = whole(o.messages, "--messages", 100, 10_000_000);
   const bytes = whole(o.bytes, "--bytes", 20, 128_000);
   const leased = whole(o.leased, "--leased", 0, 100_000);
   const work = mkdtempSync(join(tmpdir(), "shardq-heap-"));
-  const { vars, label } = stackVars(readFileSync(join(ROOT, "wrangler.toml"), "utf8"), readFileSync(join(ROOT, ".dev.vars"), "utf8"), 1);
+  const { vars, label } = stackVars(
+    readFileSync(join(ROOT, "wrangler.toml"), "utf8"),
+    readFileSync(join(ROOT, ".dev.vars"), "utf8"),
+    1,
+  );
   const config = writeDevConfig({ file: join(work, "wrangler.service.toml"), consumers: [], vars, outsideRoot: true });
   const [port, inspectorPort] = [await freePort(), await freePort()];
   const base = `http://127.0.0.1:${port}`;
   const service = await startWrangler({
-    args: ["-c", config, "--port", String(port), "--ip", "127.0.0.1", "--persist-to", join(work, "state"), "--inspector-port", String(inspectorPort)],
+    args: [
+      "-c",
+      config,
+      "--port",
+      String(port),
+      "--ip",
+      "127.0.0.1",
+      "--persist-to",
+      join(work, "state"),
+      "--inspector-port",
+      String(inspectorPort),
+    ],
     readyUrl: `${base}/ready`,
     env: { WRANGLER_REGISTRY_PATH: join(work, "registry") },
   });
@@ -57,7 +77,13 @@ export async function heapCommand(argv) {
     const reading = async (/** @type {string} */ step) => {
       const h = await inspector.heap();
       const backlog = (await api("GET", "/queues/heap/metrics")).backlog_count;
-      const row = { step, backlog, heap_used_mb: mb(h.usedSize), heap_total_mb: mb(h.totalSize), seconds: Math.round((performance.now() - t0) / 1000) };
+      const row = {
+        step,
+        backlog,
+        heap_used_mb: mb(h.usedSize),
+        heap_total_mb: mb(h.totalSize),
+        seconds: Math.round((performance.now() - t0) / 1000),
+      };
       rows.push(row);
       console.log(JSON.stringify(row));
     };
@@ -72,14 +98,19 @@ export async function heapCommand(argv) {
             const from = sent;
             const n = Math.min(100, upto - from);
             sent += n;
-            await api("POST", "/queues/heap/messages/batch", { messages: Array.from({ length: n }, (_, k) => ({ body: { i: from + k, pad } })) });
+            await api("POST", "/queues/heap/messages/batch", {
+              messages: Array.from({ length: n }, (_, k) => ({ body: { i: from + k, pad } })),
+            });
           }
         }),
       );
       await reading(`filled: ${upto.toLocaleString("en-US")} messages`);
     }
-    for (let got = 0; got < leased; ) {
-      const r = await api("POST", "/queues/heap/messages/pull", { batch_size: Math.min(100, leased - got), visibility_timeout_ms: 3_600_000 });
+    for (let got = 0; got < leased;) {
+      const r = await api("POST", "/queues/heap/messages/pull", {
+        batch_size: Math.min(100, leased - got),
+        visibility_timeout_ms: 3_600_000,
+      });
       if (r.messages.length === 0) throw new Error(`pull: nothing to lease after ${got}`);
       got += r.messages.length;
     }
@@ -104,7 +135,10 @@ export async function heapCommand(argv) {
     "",
     "| step | backlog | heap used (MB) | heap reserved (MB) | s since start |",
     "| --- | --- | --- | --- | --- |",
-    ...rows.map((r) => `| ${r.step} | ${r.backlog.toLocaleString("en-US")} | ${r.heap_used_mb} | ${r.heap_total_mb} | ${r.seconds} |`),
+    ...rows.map(
+      (r) =>
+        `| ${r.step} | ${r.backlog.toLocaleString("en-US")} | ${r.heap_used_mb} | ${r.heap_total_mb} | ${r.seconds} |`,
+    ),
     "",
   ].join("\n");
   writeFileSync(join(out, `${stamp}-heap.md`), md);
@@ -115,9 +149,14 @@ export async function heapCommand(argv) {
 /** @param {string} base */
 function apiOf(base) {
   return async (/** @type {string} */ method, /** @type {string} */ path, /** @type {unknown} */ body = undefined) => {
-    const res = await fetch(`${base}/accounts/local${path}`, { method, headers: HEADERS, ...(body === undefined ? {} : { body: JSON.stringify(body) }) });
+    const res = await fetch(`${base}/accounts/local${path}`, {
+      method,
+      headers: HEADERS,
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    });
     const text = await res.text();
-    if (!res.ok && !(res.status === 409 && method === "POST")) throw new Error(`${method} ${path}: ${res.status} ${text.slice(0, 300)}`);
+    if (!res.ok && !(res.status === 409 && method === "POST"))
+      throw new Error(`${method} ${path}: ${res.status} ${text.slice(0, 300)}`);
     return /** @type {any} */ (JSON.parse(text)).result;
   };
 }

@@ -54,7 +54,8 @@ export async function load(argv) {
   });
   const num = (/** @type {string} */ name, /** @type {number} */ min, /** @type {number} */ max) => {
     const n = Number(o[/** @type {keyof typeof o} */ (name)]);
-    if (!Number.isInteger(n) || n < min || n > max) throw new Error(`--${name} must be an integer from ${min} to ${max}`);
+    if (!Number.isInteger(n) || n < min || n > max)
+      throw new Error(`--${name} must be an integer from ${min} to ${max}`);
     return n;
   };
   if (o.transport !== "http" && o.transport !== "binding") throw new Error('--transport must be "http" or "binding"');
@@ -72,7 +73,14 @@ export async function load(argv) {
   // a retry would turn an error into a slower success and fold its backoff into the send
   // latency, and a keyed send costs the broker a claim and a look-up that an unkeyed one
   // does not (src/routing/idempotent-send.ts). The timeout is fetch's own (undici's 300 s).
-  const client = createClient({ url: o.url, token: o.token, account: o.account, idempotentSends: false, retry: { attempts: 1 }, timeoutMs: 300_000 });
+  const client = createClient({
+    url: o.url,
+    token: o.token,
+    account: o.account,
+    idempotentSends: false,
+    retry: { attempts: 1 },
+    timeoutMs: 300_000,
+  });
   const queue = client.queue(o.queue);
   const consumerStats = o["consumer-stats"] ?? `${o["producer-url"]}/consumer/stats?queue=${o.queue}`;
   const pad = "x".repeat(cfg.size);
@@ -81,7 +89,9 @@ export async function load(argv) {
   // request, or throughput and latency would be of something else than --batch says.
   const batchBytes = cfg.batch * JSON.stringify(message()).length;
   if (o.transport === "http" && cfg.batch > 1 && batchBytes > LIMITS.maxBatchBytes) {
-    throw new Error(`--batch ${cfg.batch} of --size ${cfg.size} makes ${batchBytes} bytes of bodies, over the ${LIMITS.maxBatchBytes} one request takes: lower --batch or --size`);
+    throw new Error(
+      `--batch ${cfg.batch} of --size ${cfg.size} makes ${batchBytes} bytes of bodies, over the ${LIMITS.maxBatchBytes} one request takes: lower --batch or --size`,
+    );
   }
 
   /** One request's worth: returns how many were stored, or throws with a kind. */
@@ -96,7 +106,9 @@ export async function load(argv) {
   };
   /** Through the driver Worker: one call sends `n` messages with the binding, `batch` per call. */
   const sendBinding = async (/** @type {number} */ n) => {
-    const res = await fetch(`${o["producer-url"]}/send?count=${n}&batch=${cfg.batch}&concurrency=1`, { method: "POST" });
+    const res = await fetch(`${o["producer-url"]}/send?count=${n}&batch=${cfg.batch}&concurrency=1`, {
+      method: "POST",
+    });
     const json = /** @type {any} */ (await res.json().catch(() => null));
     if (!json || typeof json.sent !== "number") throw new Kind(`driver http ${res.status}`);
     if (json.error) throw new Kind(`binding: ${String(json.error).slice(0, 120)}`, json.sent, json.latencies);
@@ -106,7 +118,10 @@ export async function load(argv) {
   // Through the driver, each request makes one call (send() or a sendBatch() of --batch).
   const perRequest = cfg.batch;
 
-  const metricsAt = async () => /** @type {any} */ (await client.request("GET", `/queues/${encodeURIComponent(o.queue)}/metrics`).catch(() => null));
+  const metricsAt = async () =>
+    /** @type {any} */ (
+      await client.request("GET", `/queues/${encodeURIComponent(o.queue)}/metrics`).catch(() => null)
+    );
   const received = async () => {
     const res = await fetch(consumerStats).catch(() => null);
     return res?.ok ? /** @type {any} */ (await res.json()) : null;
@@ -126,7 +141,9 @@ export async function load(argv) {
     const elapsed = (performance.now() - started) / 1000;
     const delivered = r && startStats ? r.distinct - startStats.distinct : null;
     const errs = Object.values(errors).reduce((a, b) => a + b, 0);
-    console.log(`${elapsed.toFixed(0).padStart(4)} s  sent ${sent}  errors ${errs}  ${Math.round(sent / elapsed)} msg/s  backlog ${m?.backlog_count ?? "?"}${delivered === null ? "" : `  delivered ${delivered}`}`);
+    console.log(
+      `${elapsed.toFixed(0).padStart(4)} s  sent ${sent}  errors ${errs}  ${Math.round(sent / elapsed)} msg/s  backlog ${m?.backlog_count ?? "?"}${delivered === null ? "" : `  delivered ${delivered}`}`,
+    );
   }, 1000);
 
   await Promise.all(
@@ -165,7 +182,8 @@ export async function load(argv) {
 
   latencies.sort((a, b) => a - b);
   const at = (/** @type {number} */ i) => /** @type {number} */ (latencies[i]);
-  const pct = (/** @type {number} */ p) => (latencies.length ? +at(Math.min(latencies.length - 1, Math.floor((p / 100) * latencies.length))).toFixed(2) : null);
+  const pct = (/** @type {number} */ p) =>
+    latencies.length ? +at(Math.min(latencies.length - 1, Math.floor((p / 100) * latencies.length))).toFixed(2) : null;
   const e2e = endStats?.latencyMs ?? null;
   const figures = {
     transport: o.transport,
@@ -177,7 +195,12 @@ export async function load(argv) {
     errors,
     seconds: +sendSeconds.toFixed(2),
     throughput_msgs_per_s: Math.round(sent / sendSeconds),
-    send_latency_ms: { p50: pct(50), p95: pct(95), p99: pct(99), max: latencies.length ? +at(latencies.length - 1).toFixed(2) : null },
+    send_latency_ms: {
+      p50: pct(50),
+      p95: pct(95),
+      p99: pct(99),
+      max: latencies.length ? +at(latencies.length - 1).toFixed(2) : null,
+    },
     // The consumer's figures over everything it received (first deliveries), this run and any before it.
     end_to_end_latency_ms: e2e ? { p50: e2e.p50, p95: e2e.p95, p99: e2e.p99, max: e2e.max, samples: e2e.count } : null,
     delivered: endStats && startStats ? endStats.distinct - startStats.distinct : null,
@@ -213,13 +236,26 @@ class Kind extends Error {
 function printSummary(f) {
   /** @type {Array<[string, string]>} */
   const rows = [
-    ["transport", `${f.transport}${f.batch > 1 ? `, ${f.batch} per call` : ""}, ${f.rate ? `${f.rate} msg/s` : `${f.concurrency} in flight`}, ${f.size} B`],
+    [
+      "transport",
+      `${f.transport}${f.batch > 1 ? `, ${f.batch} per call` : ""}, ${f.rate ? `${f.rate} msg/s` : `${f.concurrency} in flight`}, ${f.size} B`,
+    ],
     ["sent", `${f.sent} in ${f.seconds} s`],
     ["throughput", `${f.throughput_msgs_per_s} msg/s`],
     ["send latency p50 / p95 / p99 / max", ms(f.send_latency_ms, ["p50", "p95", "p99", "max"])],
-    ["end-to-end latency p50 / p95 / p99", f.end_to_end_latency_ms ? ms(f.end_to_end_latency_ms, ["p50", "p95", "p99"]) : "n/a (no consumer stats)"],
+    [
+      "end-to-end latency p50 / p95 / p99",
+      f.end_to_end_latency_ms ? ms(f.end_to_end_latency_ms, ["p50", "p95", "p99"]) : "n/a (no consumer stats)",
+    ],
     ["delivered / duplicates", f.delivered === null ? "n/a" : `${f.delivered} / ${f.duplicates}`],
-    ["errors", Object.keys(f.errors).length ? Object.entries(f.errors).map(([k, v]) => `${v} x ${k}`).join("; ") : "none"],
+    [
+      "errors",
+      Object.keys(f.errors).length
+        ? Object.entries(f.errors)
+            .map(([k, v]) => `${v} x ${k}`)
+            .join("; ")
+        : "none",
+    ],
   ];
   const w = Math.max(...rows.map(([k]) => k.length));
   console.log("");

@@ -33,44 +33,81 @@ const WAIT_MS = 20_000;
 
 /** @param {string[]} argv */
 export async function longPolling(argv) {
-  const { values: o } = parseArgs({ args: argv, options: { consumers: { type: "string", default: "1000" }, seconds: { type: "string", default: "60" }, sends: { type: "string", default: "1000" }, "poll-ms": { type: "string", default: "1000" }, "wake-samples": { type: "string", default: "100" } } });
+  const { values: o } = parseArgs({
+    args: argv,
+    options: {
+      consumers: { type: "string", default: "1000" },
+      seconds: { type: "string", default: "60" },
+      sends: { type: "string", default: "1000" },
+      "poll-ms": { type: "string", default: "1000" },
+      "wake-samples": { type: "string", default: "100" },
+    },
+  });
   const consumers = whole(o.consumers, "--consumers", 1, 5000);
   const seconds = whole(o.seconds, "--seconds", 5, 600);
   const sends = whole(o.sends, "--sends", 10, 100_000);
   const pollMs = whole(o["poll-ms"], "--poll-ms", 0, 60_000);
   const wakeSamples = whole(o["wake-samples"], "--wake-samples", 0, 10_000);
   const work = mkdtempSync(join(tmpdir(), "shardq-longpoll-"));
-  const stack = await startShardq({ work, env: { WRANGLER_REGISTRY_PATH: join(work, "registry") }, file: "wrangler.bench.toml", name: "state" });
+  const stack = await startShardq({
+    work,
+    env: { WRANGLER_REGISTRY_PATH: join(work, "registry") },
+    file: "wrangler.bench.toml",
+    name: "state",
+  });
   try {
     const base = `${stack.base}/shardq/accounts/local/queues`;
     await post(`${stack.base}/shardq/accounts/local/queues`, { queue_name: QUEUE });
     await post(`${stack.base}/shardq/accounts/local/queues`, { queue_name: DLQ });
-    await post(`${base}/${QUEUE}/consumers`, { type: "http_pull", settings: { visibility_timeout_ms: 30_000 }, dead_letter_queue: DLQ });
+    await post(`${base}/${QUEUE}/consumers`, {
+      type: "http_pull",
+      settings: { visibility_timeout_ms: 30_000 },
+      dead_letter_queue: DLQ,
+    });
     const queueId = (await (await fetch(`${base}/${QUEUE}`, { headers: HEADERS })).json()).result.queue_id;
 
-    const short = await idlePhase(stack.base, queueId, consumers, seconds, (signal) => shortPoller(base, pollMs, signal));
+    const short = await idlePhase(stack.base, queueId, consumers, seconds, (signal) =>
+      shortPoller(base, pollMs, signal),
+    );
     const long = await idlePhase(stack.base, queueId, consumers, seconds, (signal) => longPoller(base, signal));
     const latency = await latencyRun(base, sends);
     /** @type {Array<[WakeCause, Awaited<ReturnType<typeof wakeRun>>]>} */
     const wakes = [];
-    for (const cause of /** @type {const} */ (["delay", "retry", "lease", "redrive", "release"])) if (wakeSamples > 0) wakes.push([cause, await wakeRun(base, cause, wakeSamples)]);
+    for (const cause of /** @type {const} */ (["delay", "retry", "lease", "redrive", "release"]))
+      if (wakeSamples > 0) wakes.push([cause, await wakeRun(base, cause, wakeSamples)]);
 
     console.log(`idle: ${consumers} pull consumers of an empty queue, ${seconds} s each way`);
     console.log("| loop | HTTP requests per consumer-minute | Durable Object RPCs per consumer-minute | by class |");
     console.log("| --- | --- | --- | --- |");
-    for (const [name, r] of [[`short polling (${pollMs} ms after an empty answer)`, short], [`long polling (wait_time_ms ${WAIT_MS})`, long]]) {
+    for (const [name, r] of [
+      [`short polling (${pollMs} ms after an empty answer)`, short],
+      [`long polling (wait_time_ms ${WAIT_MS})`, long],
+    ]) {
       const r2 = /** @type {typeof short} */ (r);
       console.log(`| ${name} | ${r2.requestsPerMinute.toFixed(2)} | ${r2.rpcsPerMinute.toFixed(2)} | ${r2.byClass} |`);
     }
-    console.log(`\nlatency: ${latency.count} single sends to an idle queue with one long-polling consumer, from a send's start to the answer carrying its message`);
-    console.log(`p50 ${latency.p50.toFixed(1)} ms, p99 ${latency.p99.toFixed(1)} ms, max ${latency.max.toFixed(1)} ms (goal: p99 at most 50 ms); from the send's answer: p99 ${latency.afterAnswerP99.toFixed(1)} ms`);
+    console.log(
+      `\nlatency: ${latency.count} single sends to an idle queue with one long-polling consumer, from a send's start to the answer carrying its message`,
+    );
+    console.log(
+      `p50 ${latency.p50.toFixed(1)} ms, p99 ${latency.p99.toFixed(1)} ms, max ${latency.max.toFixed(1)} ms (goal: p99 at most 50 ms); from the send's answer: p99 ${latency.afterAnswerP99.toFixed(1)} ms`,
+    );
     if (wakes.length > 0) {
-      console.log(`\nwake-up: a waiting pull's answer after its message became ready later (${wakeSamples} each; goal: p99 at most 50 ms)`);
-      console.log("The message became ready between the start of the request that made it ready and its answer (plus the delay): the true latency lies between the two figures.");
+      console.log(
+        `\nwake-up: a waiting pull's answer after its message became ready later (${wakeSamples} each; goal: p99 at most 50 ms)`,
+      );
+      console.log(
+        "The message became ready between the start of the request that made it ready and its answer (plus the delay): the true latency lies between the two figures.",
+      );
       console.log("| cause | p50 ms | p99 ms | max ms | from the answer: p50 / p99 ms |");
       console.log("| --- | --- | --- | --- | --- |");
-      console.log(`| send (above, from the send's start) | ${latency.p50.toFixed(1)} | ${latency.p99.toFixed(1)} | ${latency.max.toFixed(1)} | - / ${latency.afterAnswerP99.toFixed(1)} |`);
-      for (const [cause, w] of wakes) console.log(`| ${WAKE_CAUSES[cause]} | ${w.p50.toFixed(1)} | ${w.p99.toFixed(1)} | ${w.max.toFixed(1)} | ${w.answerP50.toFixed(1)} / ${w.answerP99.toFixed(1)} |`);
+      console.log(
+        `| send (above, from the send's start) | ${latency.p50.toFixed(1)} | ${latency.p99.toFixed(1)} | ${latency.max.toFixed(1)} | - / ${latency.afterAnswerP99.toFixed(1)} |`,
+      );
+      for (const [cause, w] of wakes)
+        console.log(
+          `| ${WAKE_CAUSES[cause]} | ${w.p50.toFixed(1)} | ${w.p99.toFixed(1)} | ${w.max.toFixed(1)} | ${w.answerP50.toFixed(1)} / ${w.answerP99.toFixed(1)} |`,
+        );
     }
   } finally {
     await stack.stop();
@@ -89,13 +126,18 @@ async function idlePhase(root, queueId, consumers, seconds, poller) {
   const started = performance.now();
   const stop = new AbortController();
   const timer = setTimeout(() => stop.abort(), seconds * 1000);
-  const requests = (await Promise.all(Array.from({ length: consumers }, () => poller(stop.signal)))).reduce((a, b) => a + b, 0);
+  const requests = (await Promise.all(Array.from({ length: consumers }, () => poller(stop.signal)))).reduce(
+    (a, b) => a + b,
+    0,
+  );
   clearTimeout(timer);
   // Until the last poller's last pull ended: a long poll begun just before the stop runs its wait out.
   const minutes = (consumers * (performance.now() - started)) / 60_000;
   const delta = costDelta(before, await readCost(root, queueId));
   const rpcs = CLASSES.reduce((n, c) => n + delta[c].rpcs + delta[c].alarms, 0);
-  const byClass = CLASSES.filter((c) => delta[c].rpcs + delta[c].alarms > 0).map((c) => `${c} ${((delta[c].rpcs + delta[c].alarms) / minutes).toFixed(2)}`).join(", ");
+  const byClass = CLASSES.filter((c) => delta[c].rpcs + delta[c].alarms > 0)
+    .map((c) => `${c} ${((delta[c].rpcs + delta[c].alarms) / minutes).toFixed(2)}`)
+    .join(", ");
   return { requestsPerMinute: requests / minutes, rpcsPerMinute: rpcs / minutes, byClass };
 }
 
@@ -134,7 +176,10 @@ async function latencyRun(base, count) {
       const messages = await pull(base, WAIT_MS, true);
       const at = performance.now();
       for (const m of messages) received.set(JSON.parse(Buffer.from(m.body, "base64").toString()).i, at);
-      if (messages.length) await post(`${base}/${QUEUE}/messages/ack`, { acks: messages.map((/** @type {any} */ m) => ({ lease_id: m.lease_id })) });
+      if (messages.length)
+        await post(`${base}/${QUEUE}/messages/ack`, {
+          acks: messages.map((/** @type {any} */ m) => ({ lease_id: m.lease_id })),
+        });
     }
   })();
   /** @type {number[]} */
@@ -161,7 +206,13 @@ async function latencyRun(base, count) {
   await consumer;
   fromStart.sort((a, b) => a - b);
   fromAnswer.sort((a, b) => a - b);
-  return { count, p50: pct(fromStart, 50) ?? 0, p99: pct(fromStart, 99) ?? 0, max: fromStart[fromStart.length - 1] ?? 0, afterAnswerP99: pct(fromAnswer, 99) ?? 0 };
+  return {
+    count,
+    p50: pct(fromStart, 50) ?? 0,
+    p99: pct(fromStart, 99) ?? 0,
+    max: fromStart[fromStart.length - 1] ?? 0,
+    afterAnswerP99: pct(fromAnswer, 99) ?? 0,
+  };
 }
 
 /** @typedef {"delay" | "retry" | "lease" | "redrive" | "release"} WakeCause */
@@ -242,7 +293,13 @@ async function wakeRun(base, cause, count) {
   }
   lat.sort((a, b) => a - b);
   fromAnswer.sort((a, b) => a - b);
-  return { p50: pct(lat, 50) ?? 0, p99: pct(lat, 99) ?? 0, max: lat[lat.length - 1] ?? 0, answerP50: pct(fromAnswer, 50) ?? 0, answerP99: pct(fromAnswer, 99) ?? 0 };
+  return {
+    p50: pct(lat, 50) ?? 0,
+    p99: pct(lat, 99) ?? 0,
+    max: lat[lat.length - 1] ?? 0,
+    answerP50: pct(fromAnswer, 50) ?? 0,
+    answerP99: pct(fromAnswer, 99) ?? 0,
+  };
 }
 
 /** Long-polls until a pull answers with the message tagged `tag` (acking all it gets); when it came. @param {string} base @param {string} tag */
@@ -250,15 +307,23 @@ async function waitForTag(base, tag) {
   for (;;) {
     const messages = await pullWith(base, { batch_size: 10, visibility_timeout_ms: 30_000, wait_time_ms: WAIT_MS });
     const at = performance.now();
-    if (messages.length) await post(`${base}/${QUEUE}/messages/ack`, { acks: messages.map((/** @type {any} */ m) => ({ lease_id: m.lease_id })) });
-    if (messages.some((/** @type {any} */ m) => JSON.parse(Buffer.from(m.body, "base64").toString()).tag === tag)) return at;
+    if (messages.length)
+      await post(`${base}/${QUEUE}/messages/ack`, {
+        acks: messages.map((/** @type {any} */ m) => ({ lease_id: m.lease_id })),
+      });
+    if (messages.some((/** @type {any} */ m) => JSON.parse(Buffer.from(m.body, "base64").toString()).tag === tag))
+      return at;
     if (messages.length === 0) throw new Error(`${tag}: the pull's wait ended without it`);
   }
 }
 
 /** @param {string} base @param {Record<string, number>} body @returns {Promise<any[]>} */
 async function pullWith(base, body) {
-  const res = await fetch(`${base}/${QUEUE}/messages/pull`, { method: "POST", headers: HEADERS, body: JSON.stringify(body) });
+  const res = await fetch(`${base}/${QUEUE}/messages/pull`, {
+    method: "POST",
+    headers: HEADERS,
+    body: JSON.stringify(body),
+  });
   const json = /** @type {any} */ (await res.json());
   if (!res.ok) throw new Error(`pull: ${res.status} ${JSON.stringify(json.errors)}`);
   return json.result.messages;
@@ -266,7 +331,11 @@ async function pullWith(base, body) {
 
 /** @param {string} base @param {number} waitMs @param {boolean} [full] @returns {Promise<any[]>} */
 async function pull(base, waitMs, full = false) {
-  const res = await fetch(`${base}/${QUEUE}/messages/pull`, { method: "POST", headers: HEADERS, body: JSON.stringify({ batch_size: full ? 10 : 1, visibility_timeout_ms: 30_000, wait_time_ms: waitMs }) });
+  const res = await fetch(`${base}/${QUEUE}/messages/pull`, {
+    method: "POST",
+    headers: HEADERS,
+    body: JSON.stringify({ batch_size: full ? 10 : 1, visibility_timeout_ms: 30_000, wait_time_ms: waitMs }),
+  });
   const body = /** @type {any} */ (await res.json());
   if (!res.ok) throw new Error(`pull: ${res.status} ${JSON.stringify(body.errors)}`);
   return body.result.messages;

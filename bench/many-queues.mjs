@@ -72,7 +72,15 @@ export async function manyQueues(argv) {
   const base = `http://127.0.0.1:${port}`;
   const producerBase = `http://127.0.0.1:${producerPort}`;
   /** @type {Record<string, unknown>} */
-  const report = { queues: n, push: Math.ceil(n / 2), pull: Math.floor(n / 2), concurrency, quiet_seconds: quietSeconds, settle_seconds: settleSeconds, phases: {} };
+  const report = {
+    queues: n,
+    push: Math.ceil(n / 2),
+    pull: Math.floor(n / 2),
+    concurrency,
+    quiet_seconds: quietSeconds,
+    settle_seconds: settleSeconds,
+    phases: {},
+  };
   const phases = /** @type {Record<string, Phase>} */ (report.phases);
   const log = (/** @type {string} */ line) => console.log(`[many] ${line}`);
 
@@ -84,12 +92,36 @@ export async function manyQueues(argv) {
     // As `npm start`, plus SHARDQ_TEST_HOOKS: the route that reads the request count without asking an object.
     const config = writeDevConfig({ file: join(ROOT, CONFIG_FILE), vars: { SHARDQ_TEST_HOOKS: "on" } });
     service = await startWrangler({
-      args: ["-c", config, "-c", "examples/consumer/wrangler.toml", "--port", String(port), "--ip", "127.0.0.1", "--persist-to", stateDir, "--inspector-port", "0"],
+      args: [
+        "-c",
+        config,
+        "-c",
+        "examples/consumer/wrangler.toml",
+        "--port",
+        String(port),
+        "--ip",
+        "127.0.0.1",
+        "--persist-to",
+        stateDir,
+        "--inspector-port",
+        "0",
+      ],
       readyUrl: `${base}/`,
       env,
     });
     producer = await startWrangler({
-      args: ["-c", "examples/producer/wrangler.toml", "--port", String(producerPort), "--ip", "127.0.0.1", "--persist-to", join(work, "producer-state"), "--inspector-port", "0"],
+      args: [
+        "-c",
+        "examples/producer/wrangler.toml",
+        "--port",
+        String(producerPort),
+        "--ip",
+        "127.0.0.1",
+        "--persist-to",
+        join(work, "producer-state"),
+        "--inspector-port",
+        "0",
+      ],
       readyUrl: `${producerBase}/`,
       env,
     });
@@ -100,15 +132,25 @@ export async function manyQueues(argv) {
     log(`stack up on ${base}; workerd ${mb(workerdFigures(servicePid).rss_bytes)} MB`);
 
     /** @type {Q[]} */
-    const queues = Array.from({ length: n }, (_, i) => ({ name: `${PREFIX}${String(i).padStart(5, "0")}`, kind: i % 2 === 0 ? "push" : "pull", created: false, consumer: false, id: null, received: 0 }));
-    const call = (/** @type {string} */ method, /** @type {string} */ path, /** @type {unknown} */ body = undefined) => api(base, method, path, body);
+    const queues = Array.from({ length: n }, (_, i) => ({
+      name: `${PREFIX}${String(i).padStart(5, "0")}`,
+      kind: i % 2 === 0 ? "push" : "pull",
+      created: false,
+      consumer: false,
+      id: null,
+      received: 0,
+    }));
+    const call = (/** @type {string} */ method, /** @type {string} */ path, /** @type {unknown} */ body = undefined) =>
+      api(base, method, path, body);
 
     // 1. Queues, then a consumer on each.
     phases.create = await phase(queues, concurrency, async (q) => {
       await call("POST", "/queues", { queue_name: q.name });
       q.created = true;
     });
-    log(`created ${phases.create.ok} queues in ${secs(phases.create.ms)} s (${phases.create.failed} failed); workerd ${mb(workerdFigures(servicePid).rss_bytes)} MB`);
+    log(
+      `created ${phases.create.ok} queues in ${secs(phases.create.ms)} s (${phases.create.failed} failed); workerd ${mb(workerdFigures(servicePid).rss_bytes)} MB`,
+    );
     phases.consumers = await phase(
       queues.filter((q) => q.created),
       concurrency,
@@ -116,7 +158,11 @@ export async function manyQueues(argv) {
         // As the example queue's consumer in shardq.config.json.
         const consumer =
           q.kind === "push"
-            ? { type: "worker", script_name: PUSH_SCRIPT, settings: { batch_size: 10, max_wait_time_ms: 1000, max_retries: 3 } }
+            ? {
+                type: "worker",
+                script_name: PUSH_SCRIPT,
+                settings: { batch_size: 10, max_wait_time_ms: 1000, max_retries: 3 },
+              }
             : { type: "http_pull", settings: { visibility_timeout_ms: 30_000, max_retries: 3 } };
         await call("POST", `/queues/${q.name}/consumers`, consumer);
         q.consumer = true;
@@ -143,13 +189,18 @@ export async function manyQueues(argv) {
       concurrency,
       async (q) => {
         for (;;) {
-          const r = await call("POST", `/queues/${q.name}/messages/pull`, { batch_size: 10, visibility_timeout_ms: 60_000 });
+          const r = await call("POST", `/queues/${q.name}/messages/pull`, {
+            batch_size: 10,
+            visibility_timeout_ms: 60_000,
+          });
           const messages = /** @type {Array<{ id: string, lease_id: string }>} */ (r.messages);
           if (messages.length > 0) {
             q.received += messages.length;
             pull.pulled += messages.length;
             pull.wrong_ids += messages.filter((m) => m.id !== q.id).length;
-            const acked = await call("POST", `/queues/${q.name}/messages/ack`, { acks: messages.map((m) => ({ lease_id: m.lease_id })) });
+            const acked = await call("POST", `/queues/${q.name}/messages/ack`, {
+              acks: messages.map((m) => ({ lease_id: m.lease_id })),
+            });
             pull.acked += acked.ackCount;
             break;
           }
@@ -157,11 +208,16 @@ export async function manyQueues(argv) {
           if (Date.now() > deadline) throw new Error(`no message within the deadline`);
           await sleep(200);
         }
-        const again = await call("POST", `/queues/${q.name}/messages/pull`, { batch_size: 10, visibility_timeout_ms: 60_000 });
+        const again = await call("POST", `/queues/${q.name}/messages/pull`, {
+          batch_size: 10,
+          visibility_timeout_ms: 60_000,
+        });
         pull.duplicates += again.messages.length;
       },
     );
-    log(`pulled ${pull.pulled} and acked ${pull.acked} in ${secs(phases.receive_pull.ms)} s (${phases.receive_pull.failed} queues failed, ${pull.duplicates} pulled twice)`);
+    log(
+      `pulled ${pull.pulled} and acked ${pull.acked} in ${secs(phases.receive_pull.ms)} s (${phases.receive_pull.failed} queues failed, ${pull.duplicates} pulled twice)`,
+    );
 
     // Push queues: the example consumer's tally, over every queue (only these queues get messages).
     const pushSent = sent.filter((q) => q.kind === "push").length;
@@ -173,16 +229,41 @@ export async function manyQueues(argv) {
       if (stats.received >= pushSent || Date.now() > deadline) break;
       await sleep(1000);
     }
-    const push = { sent: pushSent, received: stats.received, distinct: stats.distinct, duplicates: stats.duplicates, latency_ms: stats.latencyMs, missing: /** @type {string[]} */ ([]) };
+    const push = {
+      sent: pushSent,
+      received: stats.received,
+      distinct: stats.distinct,
+      duplicates: stats.duplicates,
+      latency_ms: stats.latencyMs,
+      missing: /** @type {string[]} */ ([]),
+    };
     if (stats.distinct < pushSent) {
       // Which ones: asked per queue only when some are missing.
-      await phase(sent.filter((q) => q.kind === "push"), concurrency, async (q) => {
-        const r = /** @type {any} */ (await (await fetch(`${producerBase}/consumer/missing`, { method: "POST", body: JSON.stringify({ queue: q.name, ids: [q.id] }) })).json());
-        if (r.missing.length > 0 && push.missing.length < 20) push.missing.push(q.name);
-      });
+      await phase(
+        sent.filter((q) => q.kind === "push"),
+        concurrency,
+        async (q) => {
+          const r = /** @type {any} */ (
+            await (
+              await fetch(`${producerBase}/consumer/missing`, {
+                method: "POST",
+                body: JSON.stringify({ queue: q.name, ids: [q.id] }),
+              })
+            ).json()
+          );
+          if (r.missing.length > 0 && push.missing.length < 20) push.missing.push(q.name);
+        },
+      );
     }
-    phases.receive_push = { ms: Date.now() - pushStarted, ok: stats.distinct, failed: Math.max(0, pushSent - stats.distinct), errors: [] };
-    log(`push consumer received ${stats.received} (${stats.distinct} distinct, ${stats.duplicates} duplicates) of ${pushSent}`);
+    phases.receive_push = {
+      ms: Date.now() - pushStarted,
+      ok: stats.distinct,
+      failed: Math.max(0, pushSent - stats.distinct),
+      errors: [],
+    };
+    log(
+      `push consumer received ${stats.received} (${stats.distinct} distinct, ${stats.duplicates} duplicates) of ${pushSent}`,
+    );
     const lastReceived = Date.now();
 
     // 4. Nothing left anywhere (a push message is acked after the tally recorded it: waited for here).
@@ -199,9 +280,19 @@ export async function manyQueues(argv) {
       if (left.messages === 0 || Date.now() > deadline) break;
       await sleep(1000);
     }
-    const once = sent.length === n && pull.acked === report.pull && pull.duplicates === 0 && pull.wrong_ids === 0 && push.distinct === report.push && push.duplicates === 0 && push.received === report.push && left.messages === 0;
+    const once =
+      sent.length === n &&
+      pull.acked === report.pull &&
+      pull.duplicates === 0 &&
+      pull.wrong_ids === 0 &&
+      push.distinct === report.push &&
+      push.duplicates === 0 &&
+      push.received === report.push &&
+      left.messages === 0;
     report.delivery = { sent: sent.length, push, pull, backlog_left: left, every_message_once: once };
-    log(`every message delivered once: ${once ? "yes" : "NO"} (backlog left: ${left.messages} in ${left.queues} queues)`);
+    log(
+      `every message delivered once: ${once ? "yes" : "NO"} (backlog left: ${left.messages} in ${left.queues} queues)`,
+    );
 
     // 5. Settle, then the quiet window.
     const settleLeft = lastReceived + settleSeconds * 1000 - Date.now();
@@ -212,7 +303,9 @@ export async function manyQueues(argv) {
     log(`quiet window: ${quietSeconds} s`);
     report.quiet = await quietWindow(base, servicePid, producerPid, quietSeconds);
     const q = /** @type {any} */ (report.quiet);
-    log(`quiet ${quietSeconds} s: ${q.do_requests} Durable Object requests (${q.do_requests_per_hour} /h), workerd ${q.workerd.cpu_percent_of_core} % of a core, RSS ${mb(q.workerd.rss_bytes_end)} MB (max ${mb(q.workerd.rss_bytes_max)} MB)`);
+    log(
+      `quiet ${quietSeconds} s: ${q.do_requests} Durable Object requests (${q.do_requests_per_hour} /h), workerd ${q.workerd.cpu_percent_of_core} % of a core, RSS ${mb(q.workerd.rss_bytes_end)} MB (max ${mb(q.workerd.rss_bytes_max)} MB)`,
+    );
     report.state_bytes = dirBytes(stateDir);
   } catch (err) {
     report.error = /** @type {Error} */ (err).message;
@@ -250,11 +343,20 @@ async function quietWindow(base, servicePid, producerPid, seconds) {
   const samples = [];
   let rssMax = s0.rss_bytes;
   // A sample that came late (a busy machine) moves the next ones, never the window's end.
-  for (let t = SAMPLE_MS; t < seconds * 1000; t = Math.max(t + SAMPLE_MS, Math.ceil((performance.now() - t0) / SAMPLE_MS) * SAMPLE_MS)) {
+  for (
+    let t = SAMPLE_MS;
+    t < seconds * 1000;
+    t = Math.max(t + SAMPLE_MS, Math.ceil((performance.now() - t0) / SAMPLE_MS) * SAMPLE_MS)
+  ) {
     await sleep(t0 + t - performance.now());
     const s = workerdFigures(servicePid);
     rssMax = Math.max(rssMax, s.rss_bytes);
-    samples.push({ t_s: Math.round(t / 1000), do_requests: (await requests()) - r0, cpu_seconds: round(s.cpu_seconds - s0.cpu_seconds, 2), rss_bytes: s.rss_bytes });
+    samples.push({
+      t_s: Math.round(t / 1000),
+      do_requests: (await requests()) - r0,
+      cpu_seconds: round(s.cpu_seconds - s0.cpu_seconds, 2),
+      rss_bytes: s.rss_bytes,
+    });
   }
   await sleep(t0 + seconds * 1000 - performance.now());
   const r1 = await requests();
@@ -276,9 +378,19 @@ async function quietWindow(base, servicePid, producerPid, seconds) {
       rss_bytes_end: s1.rss_bytes,
       rss_bytes_max: rssMax,
       // Which of the two does the work: the runtime's own figures beside the sum.
-      each: s1.each.map((p) => ({ role: p.role, cpu_percent_of_core: round((100 * (p.cpu_seconds - (s0.each.find((q) => q.pid === p.pid)?.cpu_seconds ?? 0))) / elapsed, 2), rss_bytes: p.rss_bytes })),
+      each: s1.each.map((p) => ({
+        role: p.role,
+        cpu_percent_of_core: round(
+          (100 * (p.cpu_seconds - (s0.each.find((q) => q.pid === p.pid)?.cpu_seconds ?? 0))) / elapsed,
+          2,
+        ),
+        rss_bytes: p.rss_bytes,
+      })),
     },
-    producer_workerd: { cpu_percent_of_core: round((100 * (p1.cpu_seconds - p0.cpu_seconds)) / elapsed, 2), rss_bytes: p1.rss_bytes },
+    producer_workerd: {
+      cpu_percent_of_core: round((100 * (p1.cpu_seconds - p0.cpu_seconds)) / elapsed, 2),
+      rss_bytes: p1.rss_bytes,
+    },
     samples,
   };
 }
@@ -341,7 +453,11 @@ async function phase(items, concurrency, fn) {
 
 /** A call of the local account's API; its `result`, or an error naming the call. @param {string} base @param {string} method @param {string} path @param {unknown} [body] */
 async function api(base, method, path, body) {
-  const res = await fetch(`${base}/accounts/local${path}`, { method, headers: HEADERS, ...(body === undefined ? {} : { body: JSON.stringify(body) }) });
+  const res = await fetch(`${base}/accounts/local${path}`, {
+    method,
+    headers: HEADERS,
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+  });
   const text = await res.text();
   if (!res.ok) throw new Error(`${method} ${path}: ${res.status} ${text.slice(0, 300)}`);
   return /** @type {any} */ (JSON.parse(text)).result;
@@ -350,19 +466,37 @@ async function api(base, method, path, body) {
 /** @param {Record<string, any>} r */
 function printReport(r) {
   const lines = [`many queues: ${r.queues} (${r.push} push, ${r.pull} pull)`];
-  for (const [name, p] of Object.entries(r.phases)) lines.push(`  ${name.padEnd(13)} ${String(p.ok).padStart(6)} ok ${String(p.failed).padStart(6)} failed  ${secs(p.ms).padStart(7)} s${p.errors.length ? `  first errors: ${p.errors.join(" | ")}` : ""}`);
+  for (const [name, p] of Object.entries(r.phases))
+    lines.push(
+      `  ${name.padEnd(13)} ${String(p.ok).padStart(6)} ok ${String(p.failed).padStart(6)} failed  ${secs(p.ms).padStart(7)} s${p.errors.length ? `  first errors: ${p.errors.join(" | ")}` : ""}`,
+    );
   if (r.delivery) {
     const d = r.delivery;
-    lines.push(`  delivered once: ${d.every_message_once ? "yes" : "NO"}; push ${d.push.received} received, ${d.push.distinct} distinct, ${d.push.duplicates} duplicates of ${d.push.sent}${d.push.latency_ms ? ` (latency p50 ${d.push.latency_ms.p50} ms, p99 ${d.push.latency_ms.p99} ms)` : ""}; pull ${d.pull.acked} acked, ${d.pull.duplicates} duplicates of ${r.pull}; backlog left ${d.backlog_left.messages}`);
+    lines.push(
+      `  delivered once: ${d.every_message_once ? "yes" : "NO"}; push ${d.push.received} received, ${d.push.distinct} distinct, ${d.push.duplicates} duplicates of ${d.push.sent}${d.push.latency_ms ? ` (latency p50 ${d.push.latency_ms.p50} ms, p99 ${d.push.latency_ms.p99} ms)` : ""}; pull ${d.pull.acked} acked, ${d.pull.duplicates} duplicates of ${r.pull}; backlog left ${d.backlog_left.messages}`,
+    );
   }
-  if (r.memory_after_setup) lines.push(`  workerd after set-up: RSS ${mb(r.memory_after_setup.rss_bytes)} MB (at start ${mb(r.memory_at_start.rss_bytes)} MB)`);
+  if (r.memory_after_setup)
+    lines.push(
+      `  workerd after set-up: RSS ${mb(r.memory_after_setup.rss_bytes)} MB (at start ${mb(r.memory_at_start.rss_bytes)} MB)`,
+    );
   if (r.quiet) {
     const q = r.quiet;
-    lines.push(`  quiet ${q.seconds} s (after ${r.settle_seconds} s settling): ${q.do_requests} Durable Object requests (${q.do_requests_per_hour} /h; the count read in at most ${q.count_read_ms.max} ms)`);
-    lines.push(`  workerd: ${q.workerd.cpu_percent_of_core} % of a core (${q.workerd.cpu_seconds} CPU s), RSS ${mb(q.workerd.rss_bytes_start)} -> ${mb(q.workerd.rss_bytes_end)} MB (max ${mb(q.workerd.rss_bytes_max)} MB), ${q.workerd.processes} process(es)`);
-    lines.push(`    ${q.workerd.each.map((/** @type {any} */ p) => `${p.role}: ${p.cpu_percent_of_core} %, ${mb(p.rss_bytes)} MB`).join("; ")}`);
-    lines.push(`  producer's workerd: ${q.producer_workerd.cpu_percent_of_core} % of a core, RSS ${mb(q.producer_workerd.rss_bytes)} MB`);
-    lines.push(`  goals: 0 requests ${q.do_requests === 0 ? "met" : "NOT met"}; under 2 % of a core ${q.workerd.cpu_percent_of_core < 2 ? "met" : "NOT met"}`);
+    lines.push(
+      `  quiet ${q.seconds} s (after ${r.settle_seconds} s settling): ${q.do_requests} Durable Object requests (${q.do_requests_per_hour} /h; the count read in at most ${q.count_read_ms.max} ms)`,
+    );
+    lines.push(
+      `  workerd: ${q.workerd.cpu_percent_of_core} % of a core (${q.workerd.cpu_seconds} CPU s), RSS ${mb(q.workerd.rss_bytes_start)} -> ${mb(q.workerd.rss_bytes_end)} MB (max ${mb(q.workerd.rss_bytes_max)} MB), ${q.workerd.processes} process(es)`,
+    );
+    lines.push(
+      `    ${q.workerd.each.map((/** @type {any} */ p) => `${p.role}: ${p.cpu_percent_of_core} %, ${mb(p.rss_bytes)} MB`).join("; ")}`,
+    );
+    lines.push(
+      `  producer's workerd: ${q.producer_workerd.cpu_percent_of_core} % of a core, RSS ${mb(q.producer_workerd.rss_bytes)} MB`,
+    );
+    lines.push(
+      `  goals: 0 requests ${q.do_requests === 0 ? "met" : "NOT met"}; under 2 % of a core ${q.workerd.cpu_percent_of_core < 2 ? "met" : "NOT met"}`,
+    );
   }
   if (r.state_bytes !== undefined) lines.push(`  state on disk: ${mb(r.state_bytes)} MB`);
   if (r.error) lines.push(`  stopped by an error: ${r.error}`);
@@ -373,7 +507,8 @@ function printReport(r) {
 function dirBytes(dir) {
   let total = 0;
   try {
-    for (const e of readdirSync(dir, { withFileTypes: true })) total += e.isDirectory() ? dirBytes(join(dir, e.name)) : statSync(join(dir, e.name)).size;
+    for (const e of readdirSync(dir, { withFileTypes: true }))
+      total += e.isDirectory() ? dirBytes(join(dir, e.name)) : statSync(join(dir, e.name)).size;
   } catch {
     // not there
   }

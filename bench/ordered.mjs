@@ -29,9 +29,23 @@ export const KEYED_BODY_BYTES = JSON.stringify({ i: 99_999, sent_at: Date.now(),
 
 /** Figures of w8's runs, beside the ones every workload has (compare's summary table). */
 export const W8_METRICS = [
-  "keys", "ordered_to_unordered", "ordering_sent", "order_violations", "key_overlaps",
-  "batches_per_round_trip", "round_trip_ms", "gap_ms", "handler_ms", "turnaround_ms", "batches", "batch_size_p50", "full_batches_fraction", "max_concurrent_batches",
-  "control_handler_ms", "control_turnaround_ms", "control_max_concurrent_batches",
+  "keys",
+  "ordered_to_unordered",
+  "ordering_sent",
+  "order_violations",
+  "key_overlaps",
+  "batches_per_round_trip",
+  "round_trip_ms",
+  "gap_ms",
+  "handler_ms",
+  "turnaround_ms",
+  "batches",
+  "batch_size_p50",
+  "full_batches_fraction",
+  "max_concurrent_batches",
+  "control_handler_ms",
+  "control_turnaround_ms",
+  "control_max_concurrent_batches",
 ];
 
 /**
@@ -46,13 +60,31 @@ export function w8Workloads(quick) {
   const shape = { count, concurrency: W8.concurrency, batch: W8.batch, keys, systems: ["shardq"], pinned: W8.shards };
   const hot = { count: Math.round(W8.hot.count * (quick ? 0.2 : 1)), sleepMs: W8.hot.sleepMs };
   return [
-    { id: "w8", name: `sendBatch() of ${W8.batch}, ${W8.concurrency} in flight, orderingKey from ${keys.toLocaleString("en-US")} keys (no simulator equivalent)`, ordered: true, ...shape },
+    {
+      id: "w8",
+      name: `sendBatch() of ${W8.batch}, ${W8.concurrency} in flight, orderingKey from ${keys.toLocaleString("en-US")} keys (no simulator equivalent)`,
+      ordered: true,
+      ...shape,
+    },
     // Measured by w8's runs, each paired with one of them: not run on its own.
-    { id: "w8-unordered", name: "w8's sends without orderingKey, in the same run", ordered: false, pairedWith: "w8", ...shape },
+    {
+      id: "w8-unordered",
+      name: "w8's sends without orderingKey, in the same run",
+      ordered: false,
+      pairedWith: "w8",
+      ...shape,
+    },
     {
       id: "w8-hot",
       name: `one key: a backlog of ${hot.count.toLocaleString("en-US")}, the sink sleeping ${hot.sleepMs} ms a batch (no simulator equivalent)`,
-      count: hot.count, concurrency: 1, batch: W8.batch, keys: 1, ordered: true, sleepMs: hot.sleepMs, systems: ["shardq"], pinned: W8.shards,
+      count: hot.count,
+      concurrency: 1,
+      batch: W8.batch,
+      keys: 1,
+      ordered: true,
+      sleepMs: hot.sleepMs,
+      systems: ["shardq"],
+      pinned: W8.shards,
     },
   ];
 }
@@ -73,9 +105,15 @@ export function orderingRefusal(base) {
   if (!answer) {
     answer = (async () => {
       await fetch(`${base}/sink/reset`, { method: "POST" });
-      const r = /** @type {any} */ (await (await fetch(`${base}/run?count=1&concurrency=1&batch=1&keys=1&ordered=1`, { method: "POST" })).json());
+      const r = /** @type {any} */ (
+        await (await fetch(`${base}/run?count=1&concurrency=1&batch=1&keys=1&ordered=1`, { method: "POST" })).json()
+      );
       if (r.error) throw new Error(`driver: ${r.error}`);
-      for (const deadline = Date.now() + 30_000; !r.ordering_refused && (await sinkStats(base)).distinct < 1 && Date.now() < deadline; ) await sleep(50);
+      for (
+        const deadline = Date.now() + 30_000;
+        !r.ordering_refused && (await sinkStats(base)).distinct < 1 && Date.now() < deadline;
+      )
+        await sleep(50);
       return r.ordering_refused;
     })();
     refusals.set(base, answer);
@@ -122,7 +160,13 @@ export async function hotKeyRun(stack, w, startMeter, costFigures) {
   const refused = await orderingRefusal(stack.base);
   const meter = await startMeter();
   const hot = await keyedBacklog(stack, w, true, refused);
-  const cost = await meter.stop({ delivered: hot.figures.delivered ?? 0, workerRequests: 0, bytesPerMessage: KEYED_BODY_BYTES, peakMessages: w.count, redeliveries: hot.figures.duplicates ?? 0 });
+  const cost = await meter.stop({
+    delivered: hot.figures.delivered ?? 0,
+    workerRequests: 0,
+    bytesPerMessage: KEYED_BODY_BYTES,
+    peakMessages: w.count,
+    redeliveries: hot.figures.duplicates ?? 0,
+  });
   const consumer = (await api(stack.base, "/queues/bench/consumers", "GET"))[0].consumer_id;
   const path = `/queues/bench/consumers/${consumer}`;
   await api(stack.base, path, "PATCH", { settings: { max_concurrency: 1 } });
@@ -142,7 +186,10 @@ export async function hotKeyRun(stack, w, startMeter, costFigures) {
     control_handler_ms: c.handler_ms,
     control_turnaround_ms: c.turnaround_ms,
     control_max_concurrent_batches: c.max_concurrent_batches,
-    batches_per_round_trip: typeof c.gap_ms === "number" && typeof f.gap_ms === "number" && f.gap_ms > 0 ? round(c.gap_ms / f.gap_ms, 3) : null,
+    batches_per_round_trip:
+      typeof c.gap_ms === "number" && typeof f.gap_ms === "number" && f.gap_ms > 0
+        ? round(c.gap_ms / f.gap_ms, 3)
+        : null,
   };
   return { figures, cdf: hot.cdf, cost, ...(hot.refused !== undefined ? { refused: hot.refused } : {}) };
 }
@@ -157,10 +204,16 @@ async function keyedBacklog({ base, pid }, w, ordered, refused) {
   await fetch(`${base}/sink/reset?sleep_ms=${w.sleepMs}`, { method: "POST" });
   await api(base, "/queues/bench", "PATCH", { settings: { delivery_paused: true } });
   try {
-    for (let sent = 0; sent < w.count; ) {
+    for (let sent = 0; sent < w.count;) {
       const n = Math.min(5000, w.count - sent);
       const key = ordered && refused === undefined ? "&ordered=1" : "";
-      const r = /** @type {any} */ (await (await fetch(`${base}/run?count=${n}&concurrency=1&batch=${w.batch}&keys=1&offset=${sent}${key}`, { method: "POST" })).json());
+      const r = /** @type {any} */ (
+        await (
+          await fetch(`${base}/run?count=${n}&concurrency=1&batch=${w.batch}&keys=1&offset=${sent}${key}`, {
+            method: "POST",
+          })
+        ).json()
+      );
       if (r.error) throw new Error(`driver: ${r.error}`);
       refused ??= r.ordering_refused;
       sent += r.sent;
@@ -174,14 +227,19 @@ async function keyedBacklog({ base, pid }, w, ordered, refused) {
   const seconds = (performance.now() - started) / 1000;
   const cpu1 = groupCpuSeconds(pid);
   // The last batch's handler is still sleeping when its messages are counted: its end is part of the timeline.
-  for (const until = Date.now() + 10 * w.sleepMs + 1000; (s = await sinkStats(base, { batches: true })).running_batches > 0 && Date.now() < until; ) await sleep(w.sleepMs);
+  for (
+    const until = Date.now() + 10 * w.sleepMs + 1000;
+    (s = await sinkStats(base, { batches: true })).running_batches > 0 && Date.now() < until;
+  )
+    await sleep(w.sleepMs);
   const figures = {
     delivered: s.distinct,
     duplicates: s.duplicates,
     delivered_msgs_per_s: Math.round(s.distinct / seconds),
     e2e_p50_ms: s.latency_ms.p50,
     e2e_p99_ms: s.latency_ms.p99,
-    cpu_us_per_msg: cpu0 !== null && cpu1 !== null && s.distinct ? Math.round(((cpu1 - cpu0) * 1e6) / s.distinct) : null,
+    cpu_us_per_msg:
+      cpu0 !== null && cpu1 !== null && s.distinct ? Math.round(((cpu1 - cpu0) * 1e6) / s.distinct) : null,
     order_violations: s.order_violations,
     key_overlaps: s.key_overlaps,
     max_concurrent_batches: s.max_concurrent_batches,
@@ -205,7 +263,9 @@ export function timelineFigures(batches, batchSize) {
   const b = [...batches].sort((x, y) => x[0] - y[0]);
   const mean = (/** @type {number[]} */ v) => (v.length ? round(v.reduce((a, x) => a + x, 0) / v.length) : null);
   /** Each batch with the one that started next. */
-  const pairs = b.slice(1).map((next, i) => /** @type {[[number, number, number], [number, number, number]]} */ ([b[i], next]));
+  const pairs = b
+    .slice(1)
+    .map((next, i) => /** @type {[[number, number, number], [number, number, number]]} */ ([b[i], next]));
   const sizes = b.map((x) => x[2]);
   const notLast = sizes.slice(0, -1);
   return {
@@ -214,7 +274,12 @@ export function timelineFigures(batches, batchSize) {
     // A handler still running when the timeline was read (end -1) has no time yet.
     handler_ms: mean(b.filter((x) => x[1] >= 0).map((x) => x[1] - x[0])),
     turnaround_ms: mean(pairs.filter(([x]) => x[1] >= 0).map(([x, next]) => next[0] - x[1])),
-    batch_size_p50: pct(sizes.sort((x, y) => x - y), 50),
-    full_batches_fraction: notLast.length ? round(notLast.filter((n) => n >= batchSize).length / notLast.length, 3) : null,
+    batch_size_p50: pct(
+      sizes.sort((x, y) => x - y),
+      50,
+    ),
+    full_batches_fraction: notLast.length
+      ? round(notLast.filter((n) => n >= batchSize).length / notLast.length, 3)
+      : null,
   };
 }

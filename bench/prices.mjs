@@ -12,7 +12,8 @@
 export const PRICES_READ_ON = "2026-11-23";
 
 const DO_PRICING = "https://developers.cloudflare.com/durable-objects/platform/pricing/";
-const DO_PRICING_SOURCE = "cloudflare/cloudflare-docs: src/content/partials/durable-objects/durable-objects-pricing.mdx";
+const DO_PRICING_SOURCE =
+  "cloudflare/cloudflare-docs: src/content/partials/durable-objects/durable-objects-pricing.mdx";
 const WORKERS_PRICING = "https://developers.cloudflare.com/workers/platform/pricing/";
 const WORKERS_PRICING_SOURCE = "cloudflare/cloudflare-docs: src/content/docs/workers/platform/pricing.mdx";
 const QUEUES_PRICING = "https://developers.cloudflare.com/queues/platform/pricing/";
@@ -57,7 +58,8 @@ export const PRICES = {
     url: DO_PRICING,
     source: DO_PRICING_SOURCE,
     read: PRICES_READ_ON,
-    quote: "Rows reads: First 25 billion / month included + $0.001 / million rows. Key-value methods like get(), put(), delete(), or list() store and query data in a hidden SQLite table and are billed as rows read and rows written.",
+    quote:
+      "Rows reads: First 25 billion / month included + $0.001 / million rows. Key-value methods like get(), put(), delete(), or list() store and query data in a hidden SQLite table and are billed as rows read and rows written.",
   },
   rowsWritten: {
     usd: 1.0,
@@ -67,7 +69,8 @@ export const PRICES = {
     url: DO_PRICING,
     source: DO_PRICING_SOURCE,
     read: PRICES_READ_ON,
-    quote: "Rows written: First 50 million / month included + $1.00 / million rows. Each setAlarm() is billed as a single row written. Deletes are counted as rows written.",
+    quote:
+      "Rows written: First 50 million / month included + $1.00 / million rows. Each setAlarm() is billed as a single row written. Deletes are counted as rows written.",
   },
   storage: {
     usd: 0.2,
@@ -149,6 +152,8 @@ export function pricesMarkdown() {
   return [
     "| what | list price | source (read " + PRICES_READ_ON + ") |",
     "| --- | --- | --- |",
-    ...Object.values(PRICES).map((p) => `| ${p.unit} | $${p.usd.toFixed(p.usd < 0.01 ? 3 : 2)} per ${p.perLabel} | ${p.url} |`),
+    ...Object.values(PRICES).map(
+      (p) => `| ${p.unit} | $${p.usd.toFixed(p.usd < 0.01 ? 3 : 2)} per ${p.perLabel} | ${p.url} |`,
+    ),
   ].join("\n");
 }

@@ -43,21 +43,38 @@ export async function ratesCommand(argv) {
   const { values: o } = parseArgs({
     args: argv,
     options: {
-      shards: { type: "string", default: "1" }, consumers: { type: "string", default: "bench,cloudflare" },
-      single: { type: "string", default: "1,10,100,1000" }, producer: { type: "string", default: "100,1000" }, linger: { type: "string", default: "2" },
-      keyed: { type: "string", default: "100" }, seconds: { type: "string", default: "60" }, warm: { type: "string", default: "15" },
+      shards: { type: "string", default: "1" },
+      consumers: { type: "string", default: "bench,cloudflare" },
+      single: { type: "string", default: "1,10,100,1000" },
+      producer: { type: "string", default: "100,1000" },
+      linger: { type: "string", default: "2" },
+      keyed: { type: "string", default: "100" },
+      seconds: { type: "string", default: "60" },
+      warm: { type: "string", default: "15" },
       out: { type: "string", default: join(ROOT, "bench", "results") },
     },
   });
   const shardCounts = list(o.shards, "--shards", 1, 64);
-  const consumers = String(o.consumers).split(",").map((c) => c.trim()).filter(Boolean);
-  for (const c of consumers) if (!(c in CONSUMERS)) throw new Error(`--consumers: ${c} is not one of ${Object.keys(CONSUMERS).join(", ")}`);
+  const consumers = String(o.consumers)
+    .split(",")
+    .map((c) => c.trim())
+    .filter(Boolean);
+  for (const c of consumers)
+    if (!(c in CONSUMERS)) throw new Error(`--consumers: ${c} is not one of ${Object.keys(CONSUMERS).join(", ")}`);
   const linger = whole(o.linger, "--linger", 0, 1000);
   /** @type {Array<{ kind: string, rate: number, params: string }>} */
   const traffic = [
     ...list(o.single, "--single", 1, 5000).map((rate) => ({ kind: "single send()", rate, params: "" })),
-    ...list(o.producer, "--producer", 1, 5000).map((rate) => ({ kind: `shardq/producer (linger ${linger} ms)`, rate, params: `&producer=batching&linger=${linger}` })),
-    ...list(o.keyed, "--keyed", 1, 5000).map((rate) => ({ kind: `keyed send() (${KEYS.toLocaleString("en-US")} keys)`, rate, params: `&keys=${KEYS}&ordered=1` })),
+    ...list(o.producer, "--producer", 1, 5000).map((rate) => ({
+      kind: `shardq/producer (linger ${linger} ms)`,
+      rate,
+      params: `&producer=batching&linger=${linger}`,
+    })),
+    ...list(o.keyed, "--keyed", 1, 5000).map((rate) => ({
+      kind: `keyed send() (${KEYS.toLocaleString("en-US")} keys)`,
+      rate,
+      params: `&keys=${KEYS}&ordered=1`,
+    })),
   ];
   const seconds = whole(o.seconds, "--seconds", 1, 3600);
   const warm = whole(o.warm, "--warm", 0, 600);
@@ -70,7 +87,14 @@ export async function ratesCommand(argv) {
         await setConsumer(stack.base, consumer);
         for (const t of traffic) {
           const w = await rateWindow(stack, t.rate, warm, seconds, t.params);
-          const r = perMessage(w.delta, w.perHour.delivered * (w.seconds / 3600), { shards, consumer: c, kind: t.kind, rate: t.rate, failed: w.failed, restarted: w.restarted });
+          const r = perMessage(w.delta, w.perHour.delivered * (w.seconds / 3600), {
+            shards,
+            consumer: c,
+            kind: t.kind,
+            rate: t.rate,
+            failed: w.failed,
+            restarted: w.restarted,
+          });
           rows.push(r);
           console.log(tableRow(r));
         }
@@ -109,10 +133,28 @@ export function perMessage(delta, messages, labels) {
     into.rowsWritten += per(delta[c].rowsWritten);
     into.rowsRead += per(delta[c].rowsRead);
   }
-  const total = Object.values(byClass).reduce((t, c) => ({ requests: t.requests + c.requests, rowsWritten: t.rowsWritten + c.rowsWritten, rowsRead: t.rowsRead + c.rowsRead }), zero());
-  const usdPerMillion = usd(PRICES.doRequests, total.requests * 1e6) + usd(PRICES.rowsWritten, total.rowsWritten * 1e6) + usd(PRICES.rowsRead, total.rowsRead * 1e6);
+  const total = Object.values(byClass).reduce(
+    (t, c) => ({
+      requests: t.requests + c.requests,
+      rowsWritten: t.rowsWritten + c.rowsWritten,
+      rowsRead: t.rowsRead + c.rowsRead,
+    }),
+    zero(),
+  );
+  const usdPerMillion =
+    usd(PRICES.doRequests, total.requests * 1e6) +
+    usd(PRICES.rowsWritten, total.rowsWritten * 1e6) +
+    usd(PRICES.rowsRead, total.rowsRead * 1e6);
   const cqUsdPerMillion = queuesUsd({ delivered: 1e6, bytesPerMessage: BODY_BYTES });
-  return { ...labels, messages: Math.round(messages), total, byClass, usdPerMillion, cqUsdPerMillion, ratio: usdPerMillion / cqUsdPerMillion };
+  return {
+    ...labels,
+    messages: Math.round(messages),
+    total,
+    byClass,
+    usdPerMillion,
+    cqUsdPerMillion,
+    ratio: usdPerMillion / cqUsdPerMillion,
+  };
 }
 
 const zero = () => ({ requests: 0, rowsWritten: 0, rowsRead: 0 });
@@ -125,8 +167,14 @@ const HEAD = [
 /** @param {PerMessage} r */
 function tableRow(r) {
   const f = (/** @type {number} */ x) => (x >= 10 ? x.toFixed(1) : x.toFixed(3));
-  const split = (/** @type {"requests" | "rowsWritten"} */ k) => `**${f(r.total[k])}** (${["storage", "coordinator", "consumer", "other"].map((c) => f(/** @type {Counts} */ (r.byClass[c])[k])).join(", ")})`;
-  const notes = [r.failed ? `${r.failed} not sent` : "", r.restarted ? `${r.restarted} object(s) restarted: a lower bound` : ""].filter(Boolean).join("; ");
+  const split = (/** @type {"requests" | "rowsWritten"} */ k) =>
+    `**${f(r.total[k])}** (${["storage", "coordinator", "consumer", "other"].map((c) => f(/** @type {Counts} */ (r.byClass[c])[k])).join(", ")})`;
+  const notes = [
+    r.failed ? `${r.failed} not sent` : "",
+    r.restarted ? `${r.restarted} object(s) restarted: a lower bound` : "",
+  ]
+    .filter(Boolean)
+    .join("; ");
   return `| ${r.kind}${notes ? ` (${notes})` : ""} | ${r.rate} | ${r.messages.toLocaleString("en-US")} | ${split("requests")} | ${split("rowsWritten")} | $${r.usdPerMillion.toFixed(2)} | **${r.ratio.toFixed(2)}x** |`;
 }
 
@@ -150,7 +198,13 @@ export function ratesMarkdown(rows, o) {
   }
   for (const [key, group] of groups) {
     const [shards, consumer] = key.split("|");
-    lines.push("", `### ${shards} storage shard(s), ${CONSUMERS[/** @type {keyof typeof CONSUMERS} */ (consumer)].label}`, "", ...HEAD, ...group.map(tableRow));
+    lines.push(
+      "",
+      `### ${shards} storage shard(s), ${CONSUMERS[/** @type {keyof typeof CONSUMERS} */ (consumer)].label}`,
+      "",
+      ...HEAD,
+      ...group.map(tableRow),
+    );
   }
   return lines.join("\n");
 }
@@ -161,13 +215,23 @@ async function setConsumer(base, settings) {
   const list = /** @type {any} */ (await (await fetch(api, { headers: HEADERS })).json());
   const id = list.result?.[0]?.consumer_id;
   if (!id) throw new Error(`the bench queue has no consumer: ${JSON.stringify(list)}`);
-  const res = await fetch(`${api}/${id}`, { method: "PATCH", headers: HEADERS, body: JSON.stringify({ settings: { batch_size: settings.batch_size, max_wait_time_ms: settings.max_wait_time_ms } }) });
+  const res = await fetch(`${api}/${id}`, {
+    method: "PATCH",
+    headers: HEADERS,
+    body: JSON.stringify({
+      settings: { batch_size: settings.batch_size, max_wait_time_ms: settings.max_wait_time_ms },
+    }),
+  });
   if (!res.ok) throw new Error(`PATCH consumer: ${res.status} ${await res.text()}`);
 }
 
 /** @param {string | undefined} v @param {string} flag @param {number} min @param {number} max */
 function list(v, flag, min, max) {
-  return String(v ?? "").split(",").map((x) => x.trim()).filter(Boolean).map((x) => whole(x, flag, min, max));
+  return String(v ?? "")
+    .split(",")
+    .map((x) => x.trim())
+    .filter(Boolean)
+    .map((x) => whole(x, flag, min, max));
 }
 
 /** @param {string | undefined} v @param {string} flag @param {number} min @param {number} max */

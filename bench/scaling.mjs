@@ -47,7 +47,11 @@ function statFields(pid) {
 
 /** @param {string} base @param {string} path @param {string} method @param {unknown} [body] */
 export async function api(base, path, method, body) {
-  const res = await fetch(`${base}/shardq/accounts/local${path}`, { method, headers: HEADERS, ...(body === undefined ? {} : { body: JSON.stringify(body) }) });
+  const res = await fetch(`${base}/shardq/accounts/local${path}`, {
+    method,
+    headers: HEADERS,
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+  });
   if (!res.ok) throw new Error(`${method} ${path}: ${res.status} ${await res.text()}`);
   return /** @type {any} */ (await res.json()).result;
 }
@@ -65,9 +69,11 @@ async function sinkStats(base) {
 export async function backlogRun(base, pgid, backlog) {
   await fetch(`${base}/sink/reset`, { method: "POST" });
   await api(base, "/queues/bench", "PATCH", { settings: { delivery_paused: true } });
-  for (let sent = 0; sent < backlog; ) {
+  for (let sent = 0; sent < backlog;) {
     const n = Math.min(50_000, backlog - sent);
-    const r = /** @type {any} */ (await (await fetch(`${base}/run?count=${n}&concurrency=8&batch=100&rate=0`, { method: "POST" })).json());
+    const r = /** @type {any} */ (
+      await (await fetch(`${base}/run?count=${n}&concurrency=8&batch=100&rate=0`, { method: "POST" })).json()
+    );
     if (r.error) throw new Error(`driver: ${r.error}`);
     sent += r.sent;
   }
@@ -87,7 +93,8 @@ export async function backlogRun(base, pgid, backlog) {
     backlog: metrics.backlog_count,
     delivered: s.distinct,
     delivered_msgs_per_s: Math.round(s.distinct / seconds),
-    cpu_us_per_msg: cpu0 !== null && cpu1 !== null && s.distinct ? Math.round(((cpu1 - cpu0) * 1e6) / s.distinct) : null,
+    cpu_us_per_msg:
+      cpu0 !== null && cpu1 !== null && s.distinct ? Math.round(((cpu1 - cpu0) * 1e6) / s.distinct) : null,
   };
 }
 
@@ -106,8 +113,10 @@ export const W6 = { capacity: 100, rate: 400, minShards: 1, maxShards: 16, heart
  */
 export function w6Vars() {
   return {
-    SHARD_CAPACITY_PER_SECOND: String(W6.capacity), MAX_SHARDS_PER_REGION: String(W6.maxShards),
-    HEARTBEAT_INTERVAL_MS: String(W6.heartbeatMs), SCALE_IN_AFTER_MS: String(W6.scaleInAfterMs),
+    SHARD_CAPACITY_PER_SECOND: String(W6.capacity),
+    MAX_SHARDS_PER_REGION: String(W6.maxShards),
+    HEARTBEAT_INTERVAL_MS: String(W6.heartbeatMs),
+    SCALE_IN_AFTER_MS: String(W6.scaleInAfterMs),
   };
 }
 
@@ -137,7 +146,19 @@ export async function autoscaleRun(base, w) {
   const tally = { offered: 0, sent: 0, failed: 0, error: "" };
   const first = await shardsView(base);
   /** @type {Array<{ t: number, shards: number, draining: number, offered_per_s: number, sent_per_s: number, delivered_per_s: number, refused: number, shard_refusals: number, room: boolean }>} */
-  const samples = [{ t: 0, shards: first.shards.filter((s) => s.state === "active").length, draining: 0, offered_per_s: 0, sent_per_s: 0, delivered_per_s: 0, refused: 0, shard_refusals: 0, room: true }];
+  const samples = [
+    {
+      t: 0,
+      shards: first.shards.filter((s) => s.state === "active").length,
+      draining: 0,
+      offered_per_s: 0,
+      sent_per_s: 0,
+      delivered_per_s: 0,
+      refused: 0,
+      shard_refusals: 0,
+      room: true,
+    },
+  ];
   const started = performance.now();
   const loadEnd = started + w.seconds * 1000;
   let stoppedAt = /** @type {number | null} */ (null);
@@ -173,19 +194,39 @@ export async function autoscaleRun(base, w) {
       refused: tally.failed - last.failed,
       shard_refusals: shardRefusals,
       // Some active shard refused nothing and took under 90% of its capacity in its latest report (or has not reported yet).
-      room: active.some((s) => !s.heartbeat || !s.heartbeat.period_ms || (s.heartbeat.refusals === 0 && (s.heartbeat.messages_in * 1000) / s.heartbeat.period_ms < 0.9 * W6.capacity)),
+      room: active.some(
+        (s) =>
+          !s.heartbeat ||
+          !s.heartbeat.period_ms ||
+          (s.heartbeat.refusals === 0 && (s.heartbeat.messages_in * 1000) / s.heartbeat.period_ms < 0.9 * W6.capacity),
+      ),
     });
     last = { t, offered: tally.offered, sent: tally.sent, failed: tally.failed, delivered: sink.distinct };
     received = sink.received;
     for (const d of view.decisions) decisions.set(`${d.at} ${d.kind} ${d.target}`, d);
     const settled = active.length === W6.minShards && samples.at(-1)?.draining === 0 && sink.distinct >= tally.sent;
-    if (stoppedAt !== null && (settled || performance.now() > stoppedAt + W6.scaleInAfterMs + W6.heartbeatMs + DRAIN_MARGIN_MS)) break;
+    if (
+      stoppedAt !== null &&
+      (settled || performance.now() > stoppedAt + W6.scaleInAfterMs + W6.heartbeatMs + DRAIN_MARGIN_MS)
+    )
+      break;
   }
   await offering;
   // The Coordinator's wall clock (ms since the epoch) against the samples' seconds since the start.
   const epoch = Date.now() - (performance.now() - started);
-  const log = [...decisions.values()].sort((a, b) => a.at - b.at).map((d) => ({ t: Math.round((d.at - epoch) / 100) / 10, kind: d.kind, reason: d.reason })).filter((d) => d.t >= 0);
-  const run = { ...w, offered: tally.offered, sent: tally.sent, failed: tally.failed, delivered: last.delivered, received, stoppedAt: ((stoppedAt ?? started) - started) / 1000 };
+  const log = [...decisions.values()]
+    .sort((a, b) => a.at - b.at)
+    .map((d) => ({ t: Math.round((d.at - epoch) / 100) / 10, kind: d.kind, reason: d.reason }))
+    .filter((d) => d.t >= 0);
+  const run = {
+    ...w,
+    offered: tally.offered,
+    sent: tally.sent,
+    failed: tally.failed,
+    delivered: last.delivered,
+    received,
+    stoppedAt: ((stoppedAt ?? started) - started) / 1000,
+  };
   return { figures: w6Figures(samples, run, log), samples, decisions: log };
 }
 
@@ -196,11 +237,13 @@ export async function autoscaleRun(base, w) {
 async function offer(base, rate, end, tally) {
   const perCall = Math.max(1, Math.round((rate * CALL_MS) / 1000));
   const calls = new Set();
-  for (let due = performance.now(); due < end; ) {
+  for (let due = performance.now(); due < end;) {
     await sleep(Math.max(0, due - performance.now()));
     while (calls.size >= MAX_CALLS) await Promise.race(calls);
     tally.offered += perCall;
-    const call = fetch(`${base}/run?count=${perCall}&concurrency=${perCall}&batch=1&rate=${rate}&continue=1`, { method: "POST" })
+    const call = fetch(`${base}/run?count=${perCall}&concurrency=${perCall}&batch=1&rate=${rate}&continue=1`, {
+      method: "POST",
+    })
       .then((r) => r.json())
       .then(
         (/** @type {any} */ r) => {
@@ -229,12 +272,17 @@ async function offer(base, rate, end, tally) {
 export function w6Figures(samples, r, decisions) {
   const loading = samples.filter((s) => s.t <= r.seconds);
   // Accepted over the last HOLD_WINDOW samples: the first second from which it stays at 0.9 of the rate or more.
-  const held = loading.map((_, i) => i >= HOLD_WINDOW - 1 && loading.slice(i - HOLD_WINDOW + 1, i + 1).reduce((n, s) => n + s.sent_per_s, 0) / HOLD_WINDOW >= 0.9 * r.rate);
+  const held = loading.map(
+    (_, i) =>
+      i >= HOLD_WINDOW - 1 &&
+      loading.slice(i - HOLD_WINDOW + 1, i + 1).reduce((n, s) => n + s.sent_per_s, 0) / HOLD_WINDOW >= 0.9 * r.rate,
+  );
   const from = held.lastIndexOf(false) + 1;
   const after = samples.filter((s) => s.t >= r.stoppedAt);
   const atMin = after.find((s) => s.shards === W6.minShards);
   // When the drain that brought it there was decided: the samples only bound it to the second.
-  const drained = atMin && decisions.filter((d) => d.kind === "drain_shard" && d.t >= r.stoppedAt && d.t <= atMin.t).at(-1);
+  const drained =
+    atMin && decisions.filter((d) => d.kind === "drain_shard" && d.t >= r.stoppedAt && d.t <= atMin.t).at(-1);
   const retired = after.find((s) => s.shards === W6.minShards && s.draining === 0);
   const steady = loading.filter((s) => s.t > r.seconds / 2);
   const mean = (/** @type {number[]} */ v) => (v.length ? Math.round(v.reduce((a, b) => a + b, 0) / v.length) : null);

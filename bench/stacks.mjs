@@ -17,9 +17,29 @@ const HEADERS = { authorization: "Bearer shardq-local-dev-token", "content-type"
  * @returns {Promise<Stack>}
  */
 export async function startShardq({ work, env, file, name, vars, outside = false }) {
-  const config = writeDevConfig({ file: outside ? file : join(ROOT, file), consumers: [{ binding: "CONSUMER_BENCH_SINK", service: "bench-sink" }], ...(vars ? { vars } : {}), ...(outside ? { outsideRoot: true } : {}) });
+  const config = writeDevConfig({
+    file: outside ? file : join(ROOT, file),
+    consumers: [{ binding: "CONSUMER_BENCH_SINK", service: "bench-sink" }],
+    ...(vars ? { vars } : {}),
+    ...(outside ? { outsideRoot: true } : {}),
+  });
   const stack = await startWranglerOnFreePort((port) => ({
-    args: ["-c", "bench/workers/driver/wrangler.shardq.toml", "-c", config, "-c", "bench/workers/sink/wrangler.shardq.toml", "--port", String(port), "--ip", "127.0.0.1", "--persist-to", join(work, name), "--inspector-port", "0"],
+    args: [
+      "-c",
+      "bench/workers/driver/wrangler.shardq.toml",
+      "-c",
+      config,
+      "-c",
+      "bench/workers/sink/wrangler.shardq.toml",
+      "--port",
+      String(port),
+      "--ip",
+      "127.0.0.1",
+      "--persist-to",
+      join(work, name),
+      "--inspector-port",
+      "0",
+    ],
     readyUrl: `http://127.0.0.1:${port}/ready`,
     env,
   }));
@@ -35,12 +55,20 @@ export async function startShardq({ work, env, file, name, vars, outside = false
  */
 export async function setUpShardq(base) {
   const call = async (/** @type {string} */ path, /** @type {unknown} */ body) => {
-    const res = await fetch(`${base}/shardq/accounts/local${path}`, { method: "POST", headers: HEADERS, body: JSON.stringify(body) });
+    const res = await fetch(`${base}/shardq/accounts/local${path}`, {
+      method: "POST",
+      headers: HEADERS,
+      body: JSON.stringify(body),
+    });
     if (!res.ok && res.status !== 409) throw new Error(`shardq set-up ${path}: ${res.status} ${await res.text()}`);
   };
   await call("/queues", { queue_name: "bench" });
   // As the simulator's consumer: batches of 100, at most 1 s to fill, 3 retries.
-  await call("/queues/bench/consumers", { type: "worker", script_name: "bench-sink", settings: { batch_size: 100, max_wait_time_ms: 1000, max_retries: 3, transport: "queue" } });
+  await call("/queues/bench/consumers", {
+    type: "worker",
+    script_name: "bench-sink",
+    settings: { batch_size: 100, max_wait_time_ms: 1000, max_retries: 3, transport: "queue" },
+  });
   const res = await fetch(`${base}/shardq/accounts/local/queues/bench`, { headers: HEADERS });
   if (!res.ok) throw new Error(`shardq set-up: GET /queues/bench: ${res.status} ${await res.text()}`);
   return /** @type {any} */ (await res.json()).result.queue_id;

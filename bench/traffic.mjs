@@ -48,14 +48,25 @@ export const TRAFFIC_HELP = `npm run bench -- traffic [--idle-seconds W] [--seco
 
 /** @param {string[]} argv */
 export async function idleCommand(argv) {
-  const { values: o } = parseArgs({ args: argv, options: { settle: { type: "string", default: String(SETTLE_S) }, seconds: { type: "string", default: "120" }, shards: { type: "string" } } });
+  const { values: o } = parseArgs({
+    args: argv,
+    options: {
+      settle: { type: "string", default: String(SETTLE_S) },
+      seconds: { type: "string", default: "120" },
+      shards: { type: "string" },
+    },
+  });
   const settle = whole(o.settle, "--settle", 0, 3600);
   const seconds = whole(o.seconds, "--seconds", 1, 86_400);
   const shards = o.shards === undefined ? undefined : whole(o.shards, "--shards", 1, 64);
   return withStack(shards, async (stack, label) => {
     const idle = await idleWindow(stack, settle, seconds);
-    console.log(`idle: queue "bench" with one Worker consumer, ${label}: ${idle.shards.storage} storage shard(s), ${idle.shards.consumer} consumer shard(s)`);
-    console.log(`read ${settle} s after the set-up (one message sent and delivered) and again ${idle.seconds.toFixed(0)} s later; a month is ${HOURS_PER_MONTH} h`);
+    console.log(
+      `idle: queue "bench" with one Worker consumer, ${label}: ${idle.shards.storage} storage shard(s), ${idle.shards.consumer} consumer shard(s)`,
+    );
+    console.log(
+      `read ${settle} s after the set-up (one message sent and delivered) and again ${idle.seconds.toFixed(0)} s later; a month is ${HOURS_PER_MONTH} h`,
+    );
     console.log(TABLE_HEAD.join("\n"));
     console.log(row(`idle, ${idle.shards.storage} storage shard(s)`, idle));
     console.log(byClass(idle));
@@ -68,8 +79,13 @@ export async function trafficCommand(argv) {
   const { values: o } = parseArgs({
     args: argv,
     options: {
-      "idle-seconds": { type: "string", default: "600" }, seconds: { type: "string", default: "60" }, warm: { type: "string", default: "15" },
-      rates: { type: "string", default: "1,10,100,1000" }, settle: { type: "string", default: String(SETTLE_S) }, shards: { type: "string" }, out: { type: "string", default: join(ROOT, "bench", "results") },
+      "idle-seconds": { type: "string", default: "600" },
+      seconds: { type: "string", default: "60" },
+      warm: { type: "string", default: "15" },
+      rates: { type: "string", default: "1,10,100,1000" },
+      settle: { type: "string", default: String(SETTLE_S) },
+      shards: { type: "string" },
+      out: { type: "string", default: join(ROOT, "bench", "results") },
     },
   });
   const idleSeconds = whole(o["idle-seconds"], "--idle-seconds", 1, 86_400);
@@ -77,7 +93,9 @@ export async function trafficCommand(argv) {
   const warm = whole(o.warm, "--warm", 0, 600);
   const settle = whole(o.settle, "--settle", 0, 3600);
   const shards = o.shards === undefined ? undefined : whole(o.shards, "--shards", 1, 64);
-  const rates = String(o.rates).split(",").map((r) => whole(r.trim(), "--rates", 1, 5000));
+  const rates = String(o.rates)
+    .split(",")
+    .map((r) => whole(r.trim(), "--rates", 1, 5000));
   return withStack(shards, async (stack, label) => {
     const idle = await idleWindow(stack, settle, idleSeconds);
     /** @type {Array<Priced & { rate: number, offered: number, failed: number }>} */
@@ -87,8 +105,19 @@ export async function trafficCommand(argv) {
     const out = resolve(String(o.out));
     mkdirSync(out, { recursive: true });
     const md = trafficMarkdown({ label, idle, levels, idleSeconds, seconds, warm });
-    const files = { json: join(out, `${stamp}-traffic.json`), md: join(out, `${stamp}-traffic.md`), svg: join(out, `${stamp}-traffic.svg`) };
-    writeFileSync(files.json, JSON.stringify({ label, hours_per_month: HOURS_PER_MONTH, idle_seconds: idleSeconds, seconds, warm, idle, levels }, null, 2) + "\n");
+    const files = {
+      json: join(out, `${stamp}-traffic.json`),
+      md: join(out, `${stamp}-traffic.md`),
+      svg: join(out, `${stamp}-traffic.svg`),
+    };
+    writeFileSync(
+      files.json,
+      JSON.stringify(
+        { label, hours_per_month: HOURS_PER_MONTH, idle_seconds: idleSeconds, seconds, warm, idle, levels },
+        null,
+        2,
+      ) + "\n",
+    );
     writeFileSync(files.svg, costRateChart("$ per queue-month against single send()s per second", levels, idle, label));
     writeFileSync(files.md, md + `\n\n![cost against rate](${stamp}-traffic.svg)\n`);
     console.log(md);
@@ -119,16 +148,24 @@ export function stackVars(toml, devVars, shards) {
     const m = /^\s*([A-Z_][A-Z0-9_]*)\s*=\s*(.*?)\s*$/.exec(line);
     if (m) vars[/** @type {string} */ (m[1])] = /** @type {string} */ (m[2]).replace(/^"(.*)"$/, "$1");
   }
-  if (shards !== undefined) return { vars: { ...vars, SHARDS_PER_REGION: String(shards), MAX_SHARDS_PER_REGION: String(shards) }, label: `pinned at ${shards} storage shard(s) in one local region` };
+  if (shards !== undefined)
+    return {
+      vars: { ...vars, SHARDS_PER_REGION: String(shards), MAX_SHARDS_PER_REGION: String(shards) },
+      label: `pinned at ${shards} storage shard(s) in one local region`,
+    };
   const section = /^\[vars\]\s*$([\s\S]*?)(?=^\[)/m.exec(toml)?.[1] ?? "";
   /** @type {Record<string, string>} */
   const deployed = {};
-  for (const m of section.matchAll(/^([A-Z_][A-Z0-9_]*)\s*=\s*"([^"]*)"/gm)) deployed[/** @type {string} */ (m[1])] = /** @type {string} */ (m[2]);
+  for (const m of section.matchAll(/^([A-Z_][A-Z0-9_]*)\s*=\s*"([^"]*)"/gm))
+    deployed[/** @type {string} */ (m[1])] = /** @type {string} */ (m[2]);
   for (const key of ["REGIONS", "DEFAULT_REGION"]) {
     if (deployed[key] === undefined) delete vars[key];
     else vars[key] = deployed[key];
   }
-  const shape = ["REGIONS", "SHARDS_PER_REGION"].filter((k) => deployed[k] !== undefined).map((k) => `${k} ${deployed[k]}`).join(", ");
+  const shape = ["REGIONS", "SHARDS_PER_REGION"]
+    .filter((k) => deployed[k] !== undefined)
+    .map((k) => `${k} ${deployed[k]}`)
+    .join(", ");
   return { vars, label: `wrangler.toml's defaults (${shape || "no REGIONS"})` };
 }
 
@@ -149,7 +186,14 @@ export function withoutReading(window, reading) {
     const r = reading[c];
     const rpcs = Math.max(0, w.rpcs - r.rpcs);
     const alarms = Math.max(0, w.alarms - r.alarms);
-    out[c] = { ...w, rpcs, alarms, rowsWritten: Math.max(0, w.rowsWritten - r.rowsWritten), rowsRead: Math.max(0, w.rowsRead - r.rowsRead), active: rpcs + alarms > 0 ? w.active : 0 };
+    out[c] = {
+      ...w,
+      rpcs,
+      alarms,
+      rowsWritten: Math.max(0, w.rowsWritten - r.rowsWritten),
+      rowsRead: Math.max(0, w.rowsRead - r.rowsRead),
+      active: rpcs + alarms > 0 ? w.active : 0,
+    };
   }
   return out;
 }
@@ -161,17 +205,34 @@ export function withoutReading(window, reading) {
  * @param {Delta} delta @param {number} seconds @param {number} delivered
  */
 export function priceWindow(delta, seconds, delivered) {
-  const sum = (/** @type {"rpcs" | "alarms" | "rowsWritten" | "rowsRead" | "restarted"} */ k) => CLASSES.reduce((n, c) => n + delta[c][k], 0);
+  const sum = (/** @type {"rpcs" | "alarms" | "rowsWritten" | "rowsRead" | "restarted"} */ k) =>
+    CLASSES.reduce((n, c) => n + delta[c][k], 0);
   const h = 3600 / seconds;
   /** @type {PerHour} */
-  const perHour = { requests: (sum("rpcs") + sum("alarms")) * h, alarms: sum("alarms") * h, rowsWritten: sum("rowsWritten") * h, rowsRead: sum("rowsRead") * h, delivered: delivered * h };
-  return { perHour, usd: monthlyUsd(perHour), cq_usd: delivered > 0 ? queuesUsd({ delivered: perHour.delivered * HOURS_PER_MONTH, bytesPerMessage: BODY_BYTES }) : 0, restarted: sum("restarted") };
+  const perHour = {
+    requests: (sum("rpcs") + sum("alarms")) * h,
+    alarms: sum("alarms") * h,
+    rowsWritten: sum("rowsWritten") * h,
+    rowsRead: sum("rowsRead") * h,
+    delivered: delivered * h,
+  };
+  return {
+    perHour,
+    usd: monthlyUsd(perHour),
+    cq_usd:
+      delivered > 0 ? queuesUsd({ delivered: perHour.delivered * HOURS_PER_MONTH, bytesPerMessage: BODY_BYTES }) : 0,
+    restarted: sum("restarted"),
+  };
 }
 
 /** Dollars a queue-month for these hourly counts. @param {Omit<PerHour, "alarms" | "delivered">} perHour */
 export function monthlyUsd(perHour) {
   const m = HOURS_PER_MONTH;
-  return usd(PRICES.doRequests, perHour.requests * m) + usd(PRICES.rowsWritten, perHour.rowsWritten * m) + usd(PRICES.rowsRead, perHour.rowsRead * m);
+  return (
+    usd(PRICES.doRequests, perHour.requests * m) +
+    usd(PRICES.rowsWritten, perHour.rowsWritten * m) +
+    usd(PRICES.rowsRead, perHour.rowsRead * m)
+  );
 }
 
 /**
@@ -180,8 +241,19 @@ export function monthlyUsd(perHour) {
  */
 export async function withStack(shards, run) {
   const work = mkdtempSync(join(tmpdir(), "shardq-traffic-"));
-  const { vars, label } = stackVars(readFileSync(join(ROOT, "wrangler.toml"), "utf8"), readFileSync(join(ROOT, ".dev.vars"), "utf8"), shards);
-  const stack = await startShardq({ work, env: { WRANGLER_REGISTRY_PATH: join(work, "registry") }, file: join(work, "wrangler.service.toml"), name: "state", vars, outside: true });
+  const { vars, label } = stackVars(
+    readFileSync(join(ROOT, "wrangler.toml"), "utf8"),
+    readFileSync(join(ROOT, ".dev.vars"), "utf8"),
+    shards,
+  );
+  const stack = await startShardq({
+    work,
+    env: { WRANGLER_REGISTRY_PATH: join(work, "registry") },
+    file: join(work, "wrangler.service.toml"),
+    name: "state",
+    vars,
+    outside: true,
+  });
   try {
     return await run(stack, label);
   } finally {
@@ -197,9 +269,12 @@ export async function withStack(shards, run) {
  */
 async function idleWindow(stack, settle, seconds) {
   await fetch(`${stack.base}/sink/reset`, { method: "POST" });
-  const r = /** @type {any} */ (await (await fetch(`${stack.base}/run?count=1&concurrency=1&batch=1`, { method: "POST" })).json());
+  const r = /** @type {any} */ (
+    await (await fetch(`${stack.base}/run?count=1&concurrency=1&batch=1`, { method: "POST" })).json()
+  );
   if (r.error) throw new Error(`driver: ${r.error}`);
-  if ((await untilDelivered(stack.base, 1)).distinct < 1) throw new Error("the set-up's message was not delivered in 2 minutes");
+  if ((await untilDelivered(stack.base, 1)).distinct < 1)
+    throw new Error("the set-up's message was not delivered in 2 minutes");
   await sleep(settle * 1000);
   const w = await costWindow(stack, seconds, async () => 0);
   return { seconds: w.seconds, delta: w.delta, shards: w.shards, ...priceWindow(w.delta, w.seconds, 0) };
@@ -235,7 +310,10 @@ export async function rateWindow(stack, rate, warm, seconds, params = "") {
         tally.skipped += rate;
         continue;
       }
-      const call = fetch(`${stack.base}/run?count=${rate}&concurrency=${concurrency}&batch=1&rate=${rate}&continue=1${params}`, { method: "POST" })
+      const call = fetch(
+        `${stack.base}/run?count=${rate}&concurrency=${concurrency}&batch=1&rate=${rate}&continue=1${params}`,
+        { method: "POST" },
+      )
         .then(async (res) => {
           const r = /** @type {any} */ (await res.json());
           tally.sent += r.sent ?? 0;
@@ -252,8 +330,18 @@ export async function rateWindow(stack, rate, warm, seconds, params = "") {
   stop.abort();
   await sending;
   const done = await untilDelivered(stack.base, tally.sent);
-  if (done.distinct < tally.sent) throw new Error(`${rate}/s: ${tally.sent - done.distinct} of ${tally.sent} sent messages were not delivered in 2 minutes`);
-  return { seconds: w.seconds, delta: w.delta, shards: w.shards, offered: tally.offered, failed: tally.failed + tally.skipped, ...priceWindow(w.delta, w.seconds, w.marked) };
+  if (done.distinct < tally.sent)
+    throw new Error(
+      `${rate}/s: ${tally.sent - done.distinct} of ${tally.sent} sent messages were not delivered in 2 minutes`,
+    );
+  return {
+    seconds: w.seconds,
+    delta: w.delta,
+    shards: w.shards,
+    offered: tally.offered,
+    failed: tally.failed + tally.skipped,
+    ...priceWindow(w.delta, w.seconds, w.marked),
+  };
 }
 
 /**
@@ -298,7 +386,15 @@ function addDeltas(a, b) {
   const out = {};
   for (const c of CLASSES) {
     const [x, y] = [a[c], b[c]];
-    out[c] = { rpcs: x.rpcs + y.rpcs, alarms: x.alarms + y.alarms, rowsWritten: x.rowsWritten + y.rowsWritten, rowsRead: x.rowsRead + y.rowsRead, objects: Math.max(x.objects, y.objects), active: Math.max(x.active, y.active), restarted: x.restarted + y.restarted };
+    out[c] = {
+      rpcs: x.rpcs + y.rpcs,
+      alarms: x.alarms + y.alarms,
+      rowsWritten: x.rowsWritten + y.rowsWritten,
+      rowsRead: x.rowsRead + y.rowsRead,
+      objects: Math.max(x.objects, y.objects),
+      active: Math.max(x.active, y.active),
+      restarted: x.restarted + y.restarted,
+    };
   }
   return out;
 }
@@ -318,7 +414,10 @@ function row(name, p) {
 /** Requests an hour by class, the classes that made any. @param {Priced} p */
 function byClass(p) {
   const h = 3600 / p.seconds;
-  const parts = CLASSES.filter((c) => p.delta[c].rpcs + p.delta[c].alarms > 0).map((c) => `${c} ${Math.round((p.delta[c].rpcs + p.delta[c].alarms) * h).toLocaleString("en-US")} (${p.delta[c].active} active)`);
+  const parts = CLASSES.filter((c) => p.delta[c].rpcs + p.delta[c].alarms > 0).map(
+    (c) =>
+      `${c} ${Math.round((p.delta[c].rpcs + p.delta[c].alarms) * h).toLocaleString("en-US")} (${p.delta[c].active} active)`,
+  );
   return `DO requests / h by class: ${parts.length ? parts.join(", ") : "none"}`;
 }
 
@@ -337,7 +436,12 @@ export function trafficMarkdown(r) {
     "",
     ...TABLE_HEAD,
     row(`idle (${Math.round(r.idle.seconds)} s)`, r.idle),
-    ...r.levels.map((l) => row(`${l.rate} send()/s (${Math.round(l.seconds)} s; ${l.shards.storage} storage shard(s)${l.failed ? `; ${l.failed} not sent` : ""})`, l)),
+    ...r.levels.map((l) =>
+      row(
+        `${l.rate} send()/s (${Math.round(l.seconds)} s; ${l.shards.storage} storage shard(s)${l.failed ? `; ${l.failed} not sent` : ""})`,
+        l,
+      ),
+    ),
   ];
   return lines.join("\n");
 }

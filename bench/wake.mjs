@@ -28,7 +28,14 @@ export const GOAL = { p50: 100, p99: 500 };
 
 /** @param {string[]} argv */
 export async function wakeCommand(argv) {
-  const { values: o } = parseArgs({ args: argv, options: { every: { type: "string", default: "120" }, times: { type: "string", default: "10" }, shards: { type: "string" } } });
+  const { values: o } = parseArgs({
+    args: argv,
+    options: {
+      every: { type: "string", default: "120" },
+      times: { type: "string", default: "10" },
+      shards: { type: "string" },
+    },
+  });
   const every = whole(o.every, "--every", 1, 3600);
   const times = whole(o.times, "--times", 1, 1000);
   const shards = o.shards === undefined ? undefined : whole(o.shards, "--shards", 1, 64);
@@ -37,7 +44,11 @@ export async function wakeCommand(argv) {
     await post(api, { queue_name: PUSH });
     await post(api, { queue_name: PULL });
     // One message makes a full batch: the figure is the wake-up, not a batch waiting to fill.
-    await post(`${api}/${PUSH}/consumers`, { type: "worker", script_name: "bench-sink", settings: { batch_size: 1, max_wait_time_ms: 0, max_retries: 3, transport: "queue" } });
+    await post(`${api}/${PUSH}/consumers`, {
+      type: "worker",
+      script_name: "bench-sink",
+      settings: { batch_size: 1, max_wait_time_ms: 0, max_retries: 3, transport: "queue" },
+    });
     await post(`${api}/${PULL}/consumers`, { type: "http_pull", settings: { visibility_timeout_ms: 30_000 } });
     const poller = longPoller(`${api}/${PULL}`);
     /** @type {Record<"push" | "pull", { start: number[], answer: number[] }>} */
@@ -64,10 +75,17 @@ export async function wakeCommand(argv) {
       await poller.stop();
     }
     const figures = { push: stats(got.push), pull: stats(got.pull) };
-    console.log(`wake: a single send to each of two queues left alone between sends, every ${every} s, ${times} times, ${label}`);
-    console.log(`| consumer | from the send's start: p50 / p99 / max ms | from the send's answer: p50 / p99 ms | goal: p50 ${GOAL.p50} / p99 ${GOAL.p99} ms |`);
+    console.log(
+      `wake: a single send to each of two queues left alone between sends, every ${every} s, ${times} times, ${label}`,
+    );
+    console.log(
+      `| consumer | from the send's start: p50 / p99 / max ms | from the send's answer: p50 / p99 ms | goal: p50 ${GOAL.p50} / p99 ${GOAL.p99} ms |`,
+    );
     console.log("| --- | --- | --- | --- |");
-    for (const [name, f] of /** @type {const} */ ([["push (Worker consumer, batch_size 1)", figures.push], [`long poll (wait_time_ms ${WAIT_MS})`, figures.pull]])) {
+    for (const [name, f] of /** @type {const} */ ([
+      ["push (Worker consumer, batch_size 1)", figures.push],
+      [`long poll (wait_time_ms ${WAIT_MS})`, figures.pull],
+    ])) {
       const met = f.p50 <= GOAL.p50 && f.p99 <= GOAL.p99 ? "met" : "not met";
       console.log(`| ${name} | ${f.p50} / ${f.p99} / ${f.max} | ${f.answerP50} / ${f.answerP99} | ${met} |`);
     }
@@ -79,7 +97,13 @@ export async function wakeCommand(argv) {
 function stats(s) {
   const a = [...s.start].sort((x, y) => x - y);
   const b = [...s.answer].sort((x, y) => x - y);
-  return { p50: pct(a, 50) ?? 0, p99: pct(a, 99) ?? 0, max: a[a.length - 1] ?? 0, answerP50: pct(b, 50) ?? 0, answerP99: pct(b, 99) ?? 0 };
+  return {
+    p50: pct(a, 50) ?? 0,
+    p99: pct(a, 99) ?? 0,
+    max: a[a.length - 1] ?? 0,
+    answerP50: pct(b, 50) ?? 0,
+    answerP99: pct(b, 99) ?? 0,
+  };
 }
 
 /** The push latency of the one message since the sink's reset, once it has it. @param {string} base */
@@ -106,13 +130,20 @@ function longPoller(queue) {
   const loop = (async () => {
     while (!stopped) {
       pullStarted = Date.now();
-      const res = await fetch(`${queue}/messages/pull`, { method: "POST", headers: HEADERS, body: JSON.stringify({ batch_size: 10, visibility_timeout_ms: 30_000, wait_time_ms: WAIT_MS }) });
+      const res = await fetch(`${queue}/messages/pull`, {
+        method: "POST",
+        headers: HEADERS,
+        body: JSON.stringify({ batch_size: 10, visibility_timeout_ms: 30_000, wait_time_ms: WAIT_MS }),
+      });
       const now = Date.now();
       pullStarted = 0;
       const body = /** @type {any} */ (await res.json());
       if (!res.ok) throw new Error(`pull: ${res.status} ${JSON.stringify(body.errors)}`);
       for (const m of body.result.messages) at.set(JSON.parse(Buffer.from(m.body, "base64").toString()).i, now);
-      if (body.result.messages.length) await post(`${queue}/messages/ack`, { acks: body.result.messages.map((/** @type {any} */ m) => ({ lease_id: m.lease_id })) });
+      if (body.result.messages.length)
+        await post(`${queue}/messages/ack`, {
+          acks: body.result.messages.map((/** @type {any} */ m) => ({ lease_id: m.lease_id })),
+        });
     }
   })();
   return {

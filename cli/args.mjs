@@ -26,7 +26,11 @@ export class CliError extends Error {
 /** Options every command takes. */
 export const GLOBAL_OPTIONS = /** @type {Record<string, OptionSpec>} */ ({
   url: { type: "string", value: "url", help: "service URL (env SHARDQ_URL; default http://127.0.0.1:8787)" },
-  token: { type: "string", value: "token", help: "bearer token (env SHARDQ_TOKEN; default the local dev token, for a loopback URL only)" },
+  token: {
+    type: "string",
+    value: "token",
+    help: "bearer token (env SHARDQ_TOKEN; default the local dev token, for a loopback URL only)",
+  },
   account: { type: "string", value: "id", help: "account id (env SHARDQ_ACCOUNT; default local)" },
   json: { type: "boolean", help: "print the API's result as JSON, for scripts" },
   help: { type: "boolean", short: "h", help: "show help" },
@@ -56,7 +60,8 @@ export function splitCommand(argv, spellings) {
     if (token.startsWith("-") && token !== "-") {
       rest.push(token);
       const name = token.replace(/^--?/, "");
-      if (!token.includes("=") && GLOBAL_OPTIONS[name]?.type === "string" && i + 1 < argv.length) rest.push(/** @type {string} */ (argv[++i]));
+      if (!token.includes("=") && GLOBAL_OPTIONS[name]?.type === "string" && i + 1 < argv.length)
+        rest.push(/** @type {string} */ (argv[++i]));
       continue;
     }
     const longer = [...words, token].join(" ");
@@ -81,7 +86,11 @@ export function parseOptions(args, options) {
   /** @type {Record<string, { type: "string" | "boolean", short?: string, multiple?: boolean }>} */
   const config = {};
   for (const [name, spec] of Object.entries({ ...GLOBAL_OPTIONS, ...options })) {
-    config[name] = { type: spec.type, ...(spec.short ? { short: spec.short } : {}), ...(spec.multiple ? { multiple: true } : {}) };
+    config[name] = {
+      type: spec.type,
+      ...(spec.short ? { short: spec.short } : {}),
+      ...(spec.multiple ? { multiple: true } : {}),
+    };
   }
   try {
     const { values, positionals } = parseArgs({ args, options: config, allowPositionals: true, strict: true });
@@ -122,7 +131,8 @@ export function wholeNumber(values, name) {
 export function secondsAsMs(values, name) {
   const raw = values[name];
   if (raw === undefined || typeof raw === "boolean") return undefined;
-  if (!/^-?(\d+\.?\d*|\.\d+)$/.test(raw.trim())) throw new UsageError(`--${name} must be a number of seconds, not "${raw}"`);
+  if (!/^-?(\d+\.?\d*|\.\d+)$/.test(raw.trim()))
+    throw new UsageError(`--${name} must be a number of seconds, not "${raw}"`);
   return Math.round(Number(raw) * 1000);
 }
 
@@ -137,7 +147,8 @@ export function secondsAsMs(values, name) {
 export function oneOf(values, name, allowed) {
   const raw = values[name];
   if (raw === undefined || typeof raw === "boolean") return undefined;
-  if (!allowed.includes(/** @type {T} */ (raw))) throw new UsageError(`--${name} must be ${allowed.map((a) => `"${a}"`).join(" or ")}, not "${raw}"`);
+  if (!allowed.includes(/** @type {T} */ (raw)))
+    throw new UsageError(`--${name} must be ${allowed.map((a) => `"${a}"`).join(" or ")}, not "${raw}"`);
   return /** @type {T} */ (raw);
 }
 

@@ -58,7 +58,9 @@ export async function loadClientLibrary() {
     try {
       return /** @type {ClientLibrary} */ (await import(BUILT));
     } catch {
-      throw new CliError(`this command needs shardq's client library, which Node ${process.version} cannot load from its sources here (${code}): run \`npm run build:client\` in shardq, or use Node.js 22.18 or newer with shardq outside node_modules`);
+      throw new CliError(
+        `this command needs shardq's client library, which Node ${process.version} cannot load from its sources here (${code}): run \`npm run build:client\` in shardq, or use Node.js 22.18 or newer with shardq outside node_modules`,
+      );
     }
   }
 }
@@ -88,9 +90,15 @@ export function connection(values, env) {
   } catch {
     throw new UsageError(`--url: "${url}" is not a URL (like ${DEFAULT_URL})`);
   }
-  if (parsed.protocol !== "http:" && parsed.protocol !== "https:") throw new UsageError(`--url: "${url}" must start with http:// or https://`);
-  const token = /** @type {string | undefined} */ (values.token) ?? (env.SHARDQ_TOKEN || (isLoopback(parsed.hostname) ? LOCAL_TOKEN : undefined));
-  if (!token) throw new UsageError(`--token (or SHARDQ_TOKEN) is required for ${parsed.origin}; the local dev token is only used for a loopback URL`);
+  if (parsed.protocol !== "http:" && parsed.protocol !== "https:")
+    throw new UsageError(`--url: "${url}" must start with http:// or https://`);
+  const token =
+    /** @type {string | undefined} */ (values.token) ??
+    (env.SHARDQ_TOKEN || (isLoopback(parsed.hostname) ? LOCAL_TOKEN : undefined));
+  if (!token)
+    throw new UsageError(
+      `--token (or SHARDQ_TOKEN) is required for ${parsed.origin}; the local dev token is only used for a loopback URL`,
+    );
   const account = /** @type {string | undefined} */ (values.account) ?? (env.SHARDQ_ACCOUNT || DEFAULT_ACCOUNT);
   if (account === "") throw new UsageError("--account must not be empty");
   return { url, token, account };

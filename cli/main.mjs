@@ -40,7 +40,9 @@ export function processIo() {
     readStdin: async () => {
       const chunks = [];
       for await (const chunk of process.stdin) chunks.push(/** @type {Buffer} */ (chunk));
-      return Buffer.concat(chunks).toString("utf8").replace(/\r?\n$/, "");
+      return Buffer.concat(chunks)
+        .toString("utf8")
+        .replace(/\r?\n$/, "");
     },
   };
 }
@@ -60,7 +62,8 @@ export async function main(argv, io = processIo()) {
   const command = known.find(([s]) => s === words.join(" "))?.[1];
   if (!command) {
     if (words.length === 0 && next === undefined && (wantsHelp || argv.length === 0)) return help(io, [], wantsHelp);
-    if (words.length === 0) return usage(io, undefined, next === undefined ? "missing command" : `unknown command "${next}"`);
+    if (words.length === 0)
+      return usage(io, undefined, next === undefined ? "missing command" : `unknown command "${next}"`);
     // A group ("queues", "consumer http"), alone or followed by a word it does not know.
     if (next !== undefined) return usage(io, undefined, `unknown command "${[...words, next].join(" ")}"`, words);
     if (wantsHelp) return help(io, words, true);
@@ -113,7 +116,10 @@ export async function main(argv, io = processIo()) {
     if (lib && err instanceof lib.NetworkError) {
       // Every network error is retried, so this one is the last of CLI_RETRY.attempts tries.
       io.err(`shardq ${name}: ${err.message} (${plural(CLI_RETRY.attempts, "try", "tries")})`);
-      if (err.code === "ECONNREFUSED") io.err(`  Is the service running? Start it with \`npm start\` in the shardq project, or point --url (or SHARDQ_URL) at it.`);
+      if (err.code === "ECONNREFUSED")
+        io.err(
+          `  Is the service running? Start it with \`npm start\` in the shardq project, or point --url (or SHARDQ_URL) at it.`,
+        );
       else io.err(`  Check --url (or SHARDQ_URL).`);
       return 1;
     }
@@ -165,12 +171,17 @@ function flagOf(field) {
  */
 function genericHint(err) {
   if (err.status === 401) return "The token was refused: check --token (or SHARDQ_TOKEN).";
-  if (err.status === 403) return "This token lacks the scope this command needs (README: Tokens and scopes): use one that has it.";
-  if (err.status === 429) return `Over the request rate after ${plural(CLI_RETRY.attempts, "try", "tries")}, each after the wait the service asked for: run the command again later.`;
-  if (err.status === 404 && err.errors[0]?.field === "account_id") return "This token belongs to another account: check --account (or SHARDQ_ACCOUNT).";
+  if (err.status === 403)
+    return "This token lacks the scope this command needs (README: Tokens and scopes): use one that has it.";
+  if (err.status === 429)
+    return `Over the request rate after ${plural(CLI_RETRY.attempts, "try", "tries")}, each after the wait the service asked for: run the command again later.`;
+  if (err.status === 404 && err.errors[0]?.field === "account_id")
+    return "This token belongs to another account: check --account (or SHARDQ_ACCOUNT).";
   // The client library's words for an answer that is not shardq's envelope: some other server.
-  if (err.code === undefined && err.message.startsWith("unexpected answer from ")) return "Check --url (or SHARDQ_URL): it should be the shardq service's base URL.";
-  if (err.status === 503) return `The service is busy or a shard did not answer (${plural(CLI_RETRY.attempts, "try", "tries")}); run the command again in a moment.`;
+  if (err.code === undefined && err.message.startsWith("unexpected answer from "))
+    return "Check --url (or SHARDQ_URL): it should be the shardq service's base URL.";
+  if (err.status === 503)
+    return `The service is busy or a shard did not answer (${plural(CLI_RETRY.attempts, "try", "tries")}); run the command again in a moment.`;
   return undefined;
 }
 
@@ -215,7 +226,8 @@ function globalHelp() {
   const width = Math.max(...COMMANDS.map((c) => synopsis(c).length));
   for (const group of [...new Set(COMMANDS.map((c) => c.group))]) {
     lines.push("", `${group}:`);
-    for (const c of COMMANDS.filter((x) => x.group === group)) lines.push(`  ${synopsis(c).padEnd(width)}  ${c.summary}`);
+    for (const c of COMMANDS.filter((x) => x.group === group))
+      lines.push(`  ${synopsis(c).padEnd(width)}  ${c.summary}`);
   }
   lines.push(
     "",
@@ -237,12 +249,19 @@ function groupHelp(words) {
   const own = all.filter(([s, c]) => s === c.name);
   const matches = own.length ? own : all;
   const width = Math.max(...matches.map(([s, c]) => synopsis(c, s).length));
-  return [`Commands of "shardq ${words.join(" ")}":`, ...matches.map(([s, c]) => `  shardq ${synopsis(c, s).padEnd(width)}  ${c.summary}`)].join("\n");
+  return [
+    `Commands of "shardq ${words.join(" ")}":`,
+    ...matches.map(([s, c]) => `  shardq ${synopsis(c, s).padEnd(width)}  ${c.summary}`),
+  ].join("\n");
 }
 
 /** @param {Command} c @param {string} spelled */
 function commandHelp(c, spelled) {
-  const lines = [`Usage: shardq ${synopsis(c, spelled)}${Object.keys(c.options ?? {}).length ? " [options]" : ""}`, "", `${c.summary}.`];
+  const lines = [
+    `Usage: shardq ${synopsis(c, spelled)}${Object.keys(c.options ?? {}).length ? " [options]" : ""}`,
+    "",
+    `${c.summary}.`,
+  ];
   if (c.details) lines.push(c.details);
   if (c.options && Object.keys(c.options).length) lines.push("", "Options:", optionLines(c.options));
   lines.push("", "Options for every command:", optionLines(GLOBAL_OPTIONS));
@@ -252,7 +271,8 @@ function commandHelp(c, spelled) {
 /** @param {Record<string, OptionSpec>} options */
 function optionLines(options) {
   const shown = Object.entries(options).filter(([, o]) => !o.hidden);
-  const label = (/** @type {string} */ name, /** @type {OptionSpec} */ o) => `${o.short ? `-${o.short}, ` : ""}--${name}${o.value ? ` <${o.value}>` : ""}`;
+  const label = (/** @type {string} */ name, /** @type {OptionSpec} */ o) =>
+    `${o.short ? `-${o.short}, ` : ""}--${name}${o.value ? ` <${o.value}>` : ""}`;
   const width = Math.max(...shown.map(([n, o]) => label(n, o).length));
   return shown.map(([n, o]) => `  ${label(n, o).padEnd(width)}  ${o.help}`).join("\n");
 }

@@ -41,20 +41,37 @@ export interface HandOver {
  * cannot be decoded fails its delivery (and so ends in the dead-letter queue) without reaching
  * the handler; the handler's calls name messages by id, so a part's verdicts are the batch's.
  */
-export async function handOver(o: HandOver, batch: LeasedBatch): Promise<{ outcome: DispatchOutcome; parts: PartOutcome[] }> {
+export async function handOver(
+  o: HandOver,
+  batch: LeasedBatch,
+): Promise<{ outcome: DispatchOutcome; parts: PartOutcome[] }> {
   const parts = batch.map(({ shard, messages }) => {
     const readable: Array<{ leased: LeasedMessage; message: DispatchMessage }> = [];
     const unreadable: LeasedMessage[] = [];
     for (const m of messages) {
       try {
-        readable.push({ leased: m, message: { id: m.id, timestamp: new Date(m.enqueuedAt), body: decodeBody(m.body, m.contentType), attempts: m.attempts } });
+        readable.push({
+          leased: m,
+          message: {
+            id: m.id,
+            timestamp: new Date(m.enqueuedAt),
+            body: decodeBody(m.body, m.contentType),
+            attempts: m.attempts,
+          },
+        });
       } catch {
         unreadable.push(m);
       }
     }
     return { shard, messages, readable, unreadable };
   });
-  const outcome = await withLeasesHeld(o, batch, () => o.dispatch(o.queueName, parts.flatMap((p) => p.readable.map((r) => r.message)), o.metadata));
+  const outcome = await withLeasesHeld(o, batch, () =>
+    o.dispatch(
+      o.queueName,
+      parts.flatMap((p) => p.readable.map((r) => r.message)),
+      o.metadata,
+    ),
+  );
   return {
     outcome,
     parts: parts.map((p) => ({
@@ -77,19 +94,27 @@ export async function handOver(o: HandOver, batch: LeasedBatch): Promise<{ outco
  * handler is not raced by a second delivery, up to the maximum execution time. A
  * dispatch that fails outright counts as a handler that threw.
  */
-async function withLeasesHeld(o: HandOver, batch: LeasedBatch, run: () => Promise<DispatchOutcome>): Promise<DispatchOutcome> {
+async function withLeasesHeld(
+  o: HandOver,
+  batch: LeasedBatch,
+  run: () => Promise<DispatchOutcome>,
+): Promise<DispatchOutcome> {
   const held = batch.map((p) => ({ shard: storageShardFor(o.env, p.shard), refs: p.messages.map(leaseRefOf) }));
   const count = batch.reduce((n, p) => n + p.messages.length, 0);
   const started = Date.now();
   const extend = () => {
-    for (const { shard, refs } of held) shard.extendLeases(o.queueId, refs, o.leaseMs).catch((err) => console.error("lease extension failed:", err));
+    for (const { shard, refs } of held)
+      shard.extendLeases(o.queueId, refs, o.leaseMs).catch((err) => console.error("lease extension failed:", err));
   };
   // A batch gathered from several shards took a while: its first leases are renewed now, not a third of a lease from now.
   if (started - o.leasedAt >= o.leaseMs / 3) extend();
-  const timer = setInterval(() => {
-    if (Date.now() - started + o.leaseMs > o.maxExecutionMs) return clearInterval(timer);
-    extend();
-  }, Math.max(1, Math.floor(o.leaseMs / 3)));
+  const timer = setInterval(
+    () => {
+      if (Date.now() - started + o.leaseMs > o.maxExecutionMs) return clearInterval(timer);
+      extend();
+    },
+    Math.max(1, Math.floor(o.leaseMs / 3)),
+  );
   try {
     return await run();
   } catch (err) {

@@ -107,9 +107,20 @@ export class ConsumerShard extends DurableObject<Env> {
   /** Whether storage shards push it batches or its rounds lease them (push-choice.ts). */
   private readonly pushChoice = new PushChoice();
   /** Its reports to the Coordinator (reports.ts). */
-  private readonly reports = new ConsumerReports(this.env, () => this.clock.now(), async () => (await this.storage.get<number>("index")) ?? 0, this.cost, this.since);
+  private readonly reports = new ConsumerReports(
+    this.env,
+    () => this.clock.now(),
+    async () => (await this.storage.get<number>("index")) ?? 0,
+    this.cost,
+    this.since,
+  );
   /** When rounds run: on a timer for a short wait, else on the alarm, never two at once (round-schedule.ts). */
-  private readonly rounds = new RoundSchedule(this.storage, () => (this.clock === systemClock ? this.timers : null), () => this.clock.now(), () => this.roundOnce());
+  private readonly rounds = new RoundSchedule(
+    this.storage,
+    () => (this.clock === systemClock ? this.timers : null),
+    () => this.clock.now(),
+    () => this.roundOnce(),
+  );
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -139,7 +150,13 @@ export class ConsumerShard extends DurableObject<Env> {
    * outcome (dead-letter writes done), settled there. Not taken while busy (the next round leases
    * from that shard), paused, or with no Worker bound.
    */
-  async takePushed(queueId: string, index: number, shard: string, messages: LeasedMessage[], figures: ShardBacklog[]): Promise<PushReply> {
+  async takePushed(
+    queueId: string,
+    index: number,
+    shard: string,
+    messages: LeasedMessage[],
+    figures: ShardBacklog[],
+  ): Promise<PushReply> {
     await this.remember(queueId, index);
     // A Coordinator that does not answer: not taken, and a round tries again.
     const plan = this.busy() ? null : await this.currentPlan(queueId).catch(() => undefined);
@@ -165,13 +182,27 @@ export class ConsumerShard extends DurableObject<Env> {
     try {
       // Leased and not yet handed over: a reset here leaves the leases to expire.
       this.hooks.at("abort-leased", this.ctx);
-      const [part] = await this.handOver(plan, consumer, [{ shard, messages }], dispatch, { metrics: bindingMetrics(sumFigures([...this.figures.values()])) }, Date.now());
+      const [part] = await this.handOver(
+        plan,
+        consumer,
+        [{ shard, messages }],
+        dispatch,
+        { metrics: bindingMetrics(sumFigures([...this.figures.values()])) },
+        Date.now(),
+      );
       this.lastPushedAt = this.clock.now();
       const settle = await settleRequestFor(this.env, plan, consumer, shard, part!.disposition, messages);
       await this.reports.ifDue(queueId, this.clock.now() + serviceConfig(this.env).heartbeatIntervalMs, false);
-      await this.rounds.backstop().catch((err: unknown) => console.error("consumer shard: backstop alarm not set:", err));
+      await this.rounds
+        .backstop()
+        .catch((err: unknown) => console.error("consumer shard: backstop alarm not set:", err));
       const { batch_size: batchSize, max_wait_time_ms: maxWaitMs } = consumer.settings;
-      return { taken: true, settle, pushes: this.pushChoice.wanted(this.clock.now(), batchSize, maxWaitMs), batch: { limit: batchSize, maxWaitMs } };
+      return {
+        taken: true,
+        settle,
+        pushes: this.pushChoice.wanted(this.clock.now(), batchSize, maxWaitMs),
+        batch: { limit: batchSize, maxWaitMs },
+      };
     } finally {
       this.pushing = null;
       done();
@@ -227,7 +258,10 @@ export class ConsumerShard extends DurableObject<Env> {
     // then a start at the next push, were two reports and rows each time. Within an interval
     // was too short: a trickle's pushes come every max_wait_time_ms (Cloudflare's default 5 s)
     // and more, so the backstop's round found the last one older and reported a stop.
-    const running = (next !== null && next <= now + interval) || this.roundDelivered > 0 || now - this.lastPushedAt < Math.max(interval, BACKSTOP_MS);
+    const running =
+      (next !== null && next <= now + interval) ||
+      this.roundDelivered > 0 ||
+      now - this.lastPushedAt < Math.max(interval, BACKSTOP_MS);
     this.roundDelivered = 0;
     await this.reports.ifDue(queueId, running ? Math.max(next ?? now, now) + interval : null, failed);
     await this.schedule(next);
@@ -260,7 +294,14 @@ export class ConsumerShard extends DurableObject<Env> {
   private async currentPlan(queueId: string): Promise<DeliveryPlan | null> {
     const now = this.clock.now();
     const kept = this.plan;
-    if (kept && kept.queueId === queueId && this.planWanted === undefined && !this.planDoubted && now - this.planAt < PLAN_REFRESH_MS) return kept;
+    if (
+      kept &&
+      kept.queueId === queueId &&
+      this.planWanted === undefined &&
+      !this.planDoubted &&
+      now - this.planAt < PLAN_REFRESH_MS
+    )
+      return kept;
     // Cleared first: a wake-up that comes while this fetch is under way names a version this may not have.
     const wanted = this.planWanted;
     this.planWanted = undefined;
@@ -299,13 +340,16 @@ export class ConsumerShard extends DurableObject<Env> {
     }
     // Shards this shard's own lease found empty, and no wake-up named since, are passed over: that
     // lease made the shard wake a consumer, naming itself, at its next arrival (consumer-wakeups.ts).
-    const idle = new Set<string>(sweep ? [] : plan.shards.filter((s) => this.foundEmpty.has(s.name) && !this.named.has(s.name)).map((s) => s.name));
+    const idle = new Set<string>(
+      sweep ? [] : plan.shards.filter((s) => this.foundEmpty.has(s.name) && !this.named.has(s.name)).map((s) => s.name),
+    );
     // Shards holding a partial batch that is not due yet (gather.ts), found in this round.
     const filling = new Map<string, FillingShard>();
     // The same, as last seen in any round: a remainder seen before joins the next full batch
     // another shard fills. A shard gone from the plan is forgotten, one due by now looked at again.
     const waiting = this.waiting;
-    for (const [name, f] of waiting) if (f.waitUntil <= started || !plan.shards.some((s) => s.name === name)) waiting.delete(name);
+    for (const [name, f] of waiting)
+      if (f.waitUntil <= started || !plan.shards.some((s) => s.name === name)) waiting.delete(name);
     let next: number | null = null;
     const later = (t: number | null) => {
       if (t !== null && (next === null || t < next)) next = t;
@@ -313,17 +357,32 @@ export class ConsumerShard extends DurableObject<Env> {
     const leaseFrom = async (name: string, limit: number, waitMs: number) => {
       this.named.delete(name);
       const pushes = this.pushChoice.wanted(this.clock.now(), batchSize, maxWaitMs);
-      const lease = await storageShardFor(this.env, name).lease({ queueId, limit, leaseMs: this.leaseMs, maxWaitMs: waitMs, retentionMs: plan.retentionMs, consumerShard: index, pushes });
+      const lease = await storageShardFor(this.env, name).lease({
+        queueId,
+        limit,
+        leaseMs: this.leaseMs,
+        maxWaitMs: waitMs,
+        retentionMs: plan.retentionMs,
+        consumerShard: index,
+        pushes,
+      });
       // Retired or unknown: the plan kept is older than the map.
       if (lease.refused) this.planDoubted = true;
       else keepFresher(figures, { ...lease.backlog, at: lease.backlog.at ?? Date.now() });
       for (const b of lease.peers ?? []) if (weights.has(b.shard)) keepFresher(figures, b);
       // Nothing here now or later (no delay, retry or lease to run out, or nothing stored at all):
       // passed over until named.
-      if (lease.messages.length === 0 && lease.waitUntil === null && (lease.nextVisibleAt === null || lease.backlog.count === 0) && !lease.refused) this.foundEmpty.add(name);
+      if (
+        lease.messages.length === 0 &&
+        lease.waitUntil === null &&
+        (lease.nextVisibleAt === null || lease.backlog.count === 0) &&
+        !lease.refused
+      )
+        this.foundEmpty.add(name);
       else this.foundEmpty.delete(name);
       weights.set(name, figures.get(name)?.count ?? lease.backlog.count);
-      if (lease.messages.length === 0 && lease.waitUntil !== null) waiting.set(name, { name, ready: lease.ready ?? 1, waitUntil: lease.waitUntil });
+      if (lease.messages.length === 0 && lease.waitUntil !== null)
+        waiting.set(name, { name, ready: lease.ready ?? 1, waitUntil: lease.waitUntil });
       else waiting.delete(name);
       return lease;
     };
@@ -335,13 +394,17 @@ export class ConsumerShard extends DurableObject<Env> {
       let reserved = 0;
       // When this batch's first lease was taken: its leases run from then, not from the dispatch.
       let leasedAt = Date.now();
-      const shard = pickWeighted(plan.shards.filter((s) => !idle.has(s.name) && !filling.has(s.name)), weights);
+      const shard = pickWeighted(
+        plan.shards.filter((s) => !idle.has(s.name) && !filling.has(s.name)),
+        weights,
+      );
       if (shard) {
         // Room in the batch for what already waits on filling shards, which joins it below.
         reserved = reserveFor(waiting, batchSize, shard.name);
         const lease = await leaseFrom(shard.name, batchSize - reserved, maxWaitMs);
         if (lease.messages.length === 0) {
-          if (lease.waitUntil !== null) filling.set(shard.name, { name: shard.name, ready: lease.ready ?? 1, waitUntil: lease.waitUntil });
+          if (lease.waitUntil !== null)
+            filling.set(shard.name, { name: shard.name, ready: lease.ready ?? 1, waitUntil: lease.waitUntil });
           else idle.add(shard.name);
           later(lease.nextVisibleAt);
           continue;
@@ -386,7 +449,20 @@ export class ConsumerShard extends DurableObject<Env> {
       if (batch.length === 0) continue;
       // Leased and not yet handed over: a reset here leaves the leases to expire.
       this.hooks.at("abort-leased", this.ctx);
-      const settled = await this.deliverBatch(plan, consumer, batch, dispatch, { metrics: bindingMetrics(sumFigures([...figures.values()])) }, leasedAt, { shard: index, limit: batchSize, maxWaitMs, ...(this.pushChoice.wanted(this.clock.now(), batchSize, maxWaitMs) ? { leaseMs: this.leaseMs } : {}) });
+      const settled = await this.deliverBatch(
+        plan,
+        consumer,
+        batch,
+        dispatch,
+        { metrics: bindingMetrics(sumFigures([...figures.values()])) },
+        leasedAt,
+        {
+          shard: index,
+          limit: batchSize,
+          maxWaitMs,
+          ...(this.pushChoice.wanted(this.clock.now(), batchSize, maxWaitMs) ? { leaseMs: this.leaseMs } : {}),
+        },
+      );
       // A shard its settle left with nothing ready is passed over, as an empty lease would have
       // found it (and it wakes this shard at its next arrival): no lease to find out.
       for (const { shard: name, after } of settled) {
@@ -398,7 +474,8 @@ export class ConsumerShard extends DurableObject<Env> {
       }
       // A long round still reports, so the Coordinator sees it working until its next report
       // (a short one reports at its end, when one is due).
-      if (this.clock.now() - started >= serviceConfig(this.env).heartbeatIntervalMs) await this.reports.duringLongRound(queueId);
+      if (this.clock.now() - started >= serviceConfig(this.env).heartbeatIntervalMs)
+        await this.reports.duringLongRound(queueId);
     }
     return this.clock.now();
   }
@@ -415,12 +492,37 @@ export class ConsumerShard extends DurableObject<Env> {
   ): Promise<Array<{ shard: string; after?: SettleResult["after"] }>> {
     const parts = await this.handOver(plan, consumer, batch, dispatch, metadata, leasedAt);
     // Each shard settles its own messages; the batch is in hand, so the dead-letter queue gets its messages without a read.
-    return Promise.all(parts.map(async (p) => ({ shard: p.shard, after: (await applyDisposition(this.env, plan, consumer, p.shard, p.disposition, p.messages, settler)).after })));
+    return Promise.all(
+      parts.map(async (p) => ({
+        shard: p.shard,
+        after: (await applyDisposition(this.env, plan, consumer, p.shard, p.disposition, p.messages, settler)).after,
+      })),
+    );
   }
 
   /** The handler run on a batch (batch-delivery.ts), counted for the next report. */
-  private async handOver(plan: DeliveryPlan, consumer: ConsumerRecord, batch: LeasedBatch, dispatch: Dispatch, metadata: MessageBatchMetadata, leasedAt: number): Promise<PartOutcome[]> {
-    const { outcome, parts } = await handOver({ env: this.env, queueId: plan.queueId, queueName: plan.queueName, consumer, dispatch, metadata, leasedAt, leaseMs: this.leaseMs, maxExecutionMs: this.maxExecutionMs }, batch);
+  private async handOver(
+    plan: DeliveryPlan,
+    consumer: ConsumerRecord,
+    batch: LeasedBatch,
+    dispatch: Dispatch,
+    metadata: MessageBatchMetadata,
+    leasedAt: number,
+  ): Promise<PartOutcome[]> {
+    const { outcome, parts } = await handOver(
+      {
+        env: this.env,
+        queueId: plan.queueId,
+        queueName: plan.queueName,
+        consumer,
+        dispatch,
+        metadata,
+        leasedAt,
+        leaseMs: this.leaseMs,
+        maxExecutionMs: this.maxExecutionMs,
+      },
+      batch,
+    );
     const count = batch.reduce((n, p) => n + p.messages.length, 0);
     for (const p of batch) this.pushChoice.delivered(p.shard, p.messages.length, this.clock.now());
     this.reports.counts.batches++;
@@ -437,7 +539,9 @@ export class ConsumerShard extends DurableObject<Env> {
     // a binding was tied to its accounts, or since taken off them, pushes nothing.
     const binding = consumer.script_name ? consumerBinding(this.env, consumer.script_name, accountId) : null;
     if (!binding) {
-      console.error(`no service binding ${consumerBindingName(consumer.script_name ?? "")} for consumer ${consumer.script_name} of account ${accountId}; add it to shardq's wrangler.toml and the account to WORKER_CONSUMER_ACCOUNTS`);
+      console.error(
+        `no service binding ${consumerBindingName(consumer.script_name ?? "")} for consumer ${consumer.script_name} of account ${accountId}; add it to shardq's wrangler.toml and the account to WORKER_CONSUMER_ACCOUNTS`,
+      );
       return null;
     }
     return transportFor(binding, consumer.settings.transport);

@@ -33,7 +33,12 @@ export type GatherDecision = { gather: true } | { gather: false; wakeAt: number 
  */
 export const MIN_GATHER_WAIT_MS = 10;
 
-export function decideGather(filling: readonly FillingShard[], batchSize: number, maxWaitMs: number, now: number): GatherDecision {
+export function decideGather(
+  filling: readonly FillingShard[],
+  batchSize: number,
+  maxWaitMs: number,
+  now: number,
+): GatherDecision {
   const total = filling.reduce((n, s) => n + s.ready, 0);
   const due = Math.min(...filling.map((s) => s.waitUntil));
   if (total >= batchSize || due <= now) return { gather: true };
@@ -51,7 +56,10 @@ export function decideGather(filling: readonly FillingShard[], batchSize: number
  * messages first (a remainder left on a shard the stream of sends has moved away from would
  * otherwise wait out the batch timeout while fresh shards fill batch after batch), then the rest.
  */
-export function oldestFirst<T extends { name: string }>(shards: readonly T[], filling: ReadonlyMap<string, FillingShard>): T[] {
+export function oldestFirst<T extends { name: string }>(
+  shards: readonly T[],
+  filling: ReadonlyMap<string, FillingShard>,
+): T[] {
   const due = (s: T) => filling.get(s.name)?.waitUntil ?? Infinity;
   return [...shards].sort((a, b) => due(a) - due(b));
 }

@@ -37,6 +37,7 @@ export class PushChoice {
 
   private forget(now: number): void {
     for (const [shard, at] of this.lastFrom) if (now - at >= SPREAD_WINDOW_MS) this.lastFrom.delete(shard);
-    while (this.recent.length > 0 && now - this.recent[0]!.at >= SPREAD_WINDOW_MS) this.messages -= this.recent.shift()!.count;
+    while (this.recent.length > 0 && now - this.recent[0]!.at >= SPREAD_WINDOW_MS)
+      this.messages -= this.recent.shift()!.count;
   }
 }

@@ -44,11 +44,17 @@ export class ConsumerReports {
     const now = this.now();
     const last = this.last;
     const c = this.counts;
-    const news = c.delivered + c.batches + c.errors > 0 || (runningUntil === null) !== (last.runningUntil === null || last.runningUntil < now);
+    const news =
+      c.delivered + c.batches + c.errors > 0 ||
+      (runningUntil === null) !== (last.runningUntil === null || last.runningUntil < now);
     const stopped = runningUntil === null && last.runningUntil !== null && last.runningUntil > now;
     // Delivering again after a report that it stopped (or whose claim ran out): said within an interval.
-    const resumed = runningUntil !== null && (last.runningUntil === null || last.runningUntil < now) && now - last.at >= serviceConfig(this.env).heartbeatIntervalMs;
-    if ((now - last.at >= this.every(now) && news) || stopped || resumed || (failed && last.at === -Infinity)) await this.send(queueId, runningUntil);
+    const resumed =
+      runningUntil !== null &&
+      (last.runningUntil === null || last.runningUntil < now) &&
+      now - last.at >= serviceConfig(this.env).heartbeatIntervalMs;
+    if ((now - last.at >= this.every(now) && news) || stopped || resumed || (failed && last.at === -Infinity))
+      await this.send(queueId, runningUntil);
   }
 
   /** A round still going after an interval reports when one is due, so the Coordinator sees it working. */
@@ -62,7 +68,9 @@ export class ConsumerReports {
     const since = now - this.last.at;
     if (!Number.isFinite(since) || since <= 0) return REPORT_EVERY_MS;
     const perSecond = (this.counts.delivered * 1000) / since;
-    return perSecond < serviceConfig(this.env).targetPerShard * SLOW_BELOW_SHARE ? SLOW_REPORT_EVERY_MS : REPORT_EVERY_MS;
+    return perSecond < serviceConfig(this.env).targetPerShard * SLOW_BELOW_SHARE
+      ? SLOW_REPORT_EVERY_MS
+      : REPORT_EVERY_MS;
   }
 
   /** Tells the Coordinator what this shard delivered, and until when it counts as delivering (null: it stopped). */
@@ -73,10 +81,19 @@ export class ConsumerReports {
     const { delivered, batches, errors } = this.counts;
     this.counts = { delivered: 0, batches: 0, errors: 0 };
     // Delivering: it counts as such until its next report is due, unless it reports sooner that it stopped.
-    if (runningUntil !== null) runningUntil = Math.max(runningUntil, now + every + serviceConfig(this.env).heartbeatIntervalMs);
+    if (runningUntil !== null)
+      runningUntil = Math.max(runningUntil, now + every + serviceConfig(this.env).heartbeatIntervalMs);
     this.last = { at: now, runningUntil };
     try {
-      await coordinatorFor(this.env, queueId).consumerReport({ index, running: runningUntil !== null, runningUntil, delivered, batches, errors, cost: readMeter(this.cost, this.since) });
+      await coordinatorFor(this.env, queueId).consumerReport({
+        index,
+        running: runningUntil !== null,
+        runningUntil,
+        delivered,
+        batches,
+        errors,
+        cost: readMeter(this.cost, this.since),
+      });
     } catch (err) {
       console.error("consumer shard report failed:", err);
     }

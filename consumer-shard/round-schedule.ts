@@ -112,7 +112,10 @@ export class RoundSchedule {
       if (!timers) return this.dropBackstop();
       const since = (this.idleSince = now);
       timers.set(() => {
-        if (this.idleSince === since && this.timer === null && this.running === null) this.dropBackstop().catch((err: unknown) => console.error("consumer shard: backstop alarm not deleted:", err));
+        if (this.idleSince === since && this.timer === null && this.running === null)
+          this.dropBackstop().catch((err: unknown) =>
+            console.error("consumer shard: backstop alarm not deleted:", err),
+          );
       }, IDLE_MS);
       return;
     }
@@ -121,13 +124,16 @@ export class RoundSchedule {
       if (this.timer === null || this.timer.at > at) {
         if (this.timer) timers.clear(this.timer.handle);
         const timer: { at: number; handle: unknown } = { at, handle: null };
-        timer.handle = timers.set(() => {
-          // One replaced by a sooner timer and not cleared (clearTimeout() from another request
-          // of the object may not reach it): that one's round was this one's.
-          if (this.timer !== timer) return;
-          this.timer = null;
-          this.round().catch((err: unknown) => console.error("consumer shard: round failed:", err));
-        }, Math.max(0, at - now));
+        timer.handle = timers.set(
+          () => {
+            // One replaced by a sooner timer and not cleared (clearTimeout() from another request
+            // of the object may not reach it): that one's round was this one's.
+            if (this.timer !== timer) return;
+            this.timer = null;
+            this.round().catch((err: unknown) => console.error("consumer shard: round failed:", err));
+          },
+          Math.max(0, at - now),
+        );
         this.timer = timer;
       }
       if ((await this.storage.getAlarm()) === null) {

@@ -10,7 +10,11 @@ type PlannedShard = DeliveryPlan["shards"][number];
  * A shard picked at random, weighted by its backlog plus one: busy shards are visited
  * more, and a small (or not yet reported) shard always keeps a chance.
  */
-export function pickWeighted(shards: PlannedShard[], weights: Map<string, number | null>, random: () => number = Math.random): PlannedShard | undefined {
+export function pickWeighted(
+  shards: PlannedShard[],
+  weights: Map<string, number | null>,
+  random: () => number = Math.random,
+): PlannedShard | undefined {
   if (shards.length === 0) return undefined;
   const w = shards.map((s) => 1 + Math.max(0, weights.get(s.name) ?? 0));
   let r = random() * w.reduce((a, b) => a + b, 0);

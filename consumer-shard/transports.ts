@@ -12,7 +12,11 @@ import type { ConsumerTransport } from "../src/kernel/consumer-settings";
 import type { DispatchMessage } from "../src/consumer/entrypoint";
 import type { DispatchOutcome } from "../src/kernel/protocol";
 
-export type Dispatch = (queueName: string, messages: DispatchMessage[], metadata: MessageBatchMetadata) => Promise<DispatchOutcome>;
+export type Dispatch = (
+  queueName: string,
+  messages: DispatchMessage[],
+  metadata: MessageBatchMetadata,
+) => Promise<DispatchOutcome>;
 
 interface QueueFetcher {
   queue(queueName: string, messages: DispatchMessage[], metadata?: MessageBatchMetadata): Promise<DispatchOutcome>;
@@ -25,12 +29,20 @@ export function transportFor(binding: unknown, transport: ConsumerTransport): Di
   if (transport === "queue") {
     const fetcher = binding as QueueFetcher;
     if (typeof fetcher.queue !== "function") {
-      throw new Error("this service binding has no queue() method: enable the service_binding_extra_handlers flag, or use transport \"rpc\"");
+      throw new Error(
+        'this service binding has no queue() method: enable the service_binding_extra_handlers flag, or use transport "rpc"',
+      );
     }
     return async (queueName, messages, metadata) => {
       const r = await fetcher.queue(queueName, messages, metadata);
       // Copy out of the RPC result into plain data.
-      return { outcome: r.outcome, ackAll: r.ackAll, retryBatch: { ...r.retryBatch }, explicitAcks: [...r.explicitAcks], retryMessages: r.retryMessages.map((m) => ({ ...m })) };
+      return {
+        outcome: r.outcome,
+        ackAll: r.ackAll,
+        retryBatch: { ...r.retryBatch },
+        explicitAcks: [...r.explicitAcks],
+        retryMessages: r.retryMessages.map((m) => ({ ...m })),
+      };
     };
   }
   const entrypoint = binding as ConsumerEntrypoint;

@@ -79,7 +79,12 @@ export class AccountCatalog extends DurableObject<Env> {
    * The row is written before the Coordinator is initialised, so a concurrent create
    * of the same name sees it; a create that failed half-way is finished by the next.
    */
-  async createQueue(accountId: string, queueName: string, settings: QueueSettings, jurisdiction?: Jurisdiction): Promise<CreateQueueResult> {
+  async createQueue(
+    accountId: string,
+    queueName: string,
+    settings: QueueSettings,
+    jurisdiction?: Jurisdiction,
+  ): Promise<CreateQueueResult> {
     let row = this.byName(queueName);
     // Active, or being created by a request still in flight here: the name is taken.
     if (row?.state === "active" || this.inFlight.has(queueName)) return { queue: null };
@@ -91,14 +96,30 @@ export class AccountCatalog extends DurableObject<Env> {
     }
     if (!row) {
       row = { queue_name: queueName, queue_id: newQueueId(jurisdiction), state: "creating" };
-      this.sql.exec("INSERT INTO queues (queue_name, queue_id, state, created_at) VALUES (?, ?, 'creating', ?)", queueName, row.queue_id, Date.now());
+      this.sql.exec(
+        "INSERT INTO queues (queue_name, queue_id, state, created_at) VALUES (?, ?, 'creating', ?)",
+        queueName,
+        row.queue_id,
+        Date.now(),
+      );
     }
     this.inFlight.add(queueName);
     try {
-      const queue = await coordinatorFor(this.env, row.queue_id).initialize({ accountId, queueId: row.queue_id, queueName, settings });
+      const queue = await coordinatorFor(this.env, row.queue_id).initialize({
+        accountId,
+        queueId: row.queue_id,
+        queueName,
+        settings,
+      });
       this.ctx.storage.transactionSync(() => {
         // A delete may have taken the row meanwhile: only a row that became active is counted.
-        const activated = this.sql.exec("UPDATE queues SET state = 'active', info = ? WHERE queue_id = ? AND state = 'creating' RETURNING queue_id", JSON.stringify(queue), row.queue_id).toArray();
+        const activated = this.sql
+          .exec(
+            "UPDATE queues SET state = 'active', info = ? WHERE queue_id = ? AND state = 'creating' RETURNING queue_id",
+            JSON.stringify(queue),
+            row.queue_id,
+          )
+          .toArray();
         if (activated.length) this.sql.exec("UPDATE totals SET active = active + 1");
       });
       return { queue };
@@ -121,7 +142,11 @@ export class AccountCatalog extends DurableObject<Env> {
    * A Coordinator is asked only for a queue whose description this catalog lacks (created
    * before it kept them), once.
    */
-  async listQueues(page: number, perPage: number, filter: QueueListFilter = {}): Promise<{ queues: QueueInfo[]; total: number }> {
+  async listQueues(
+    page: number,
+    perPage: number,
+    filter: QueueListFilter = {},
+  ): Promise<{ queues: QueueInfo[]; total: number }> {
     const conds = ["state = 'active'"];
     const args: SqlStorageValue[] = [];
     if (filter.name !== undefined) {
@@ -138,7 +163,12 @@ export class AccountCatalog extends DurableObject<Env> {
         ? (this.sql.exec<{ active: number }>("SELECT active FROM totals").toArray()[0]?.active ?? 0)
         : this.sql.exec<{ n: number }>(`SELECT COUNT(*) AS n FROM queues WHERE ${where}`, ...args).one().n;
     const rows = this.sql
-      .exec(`SELECT queue_id, info FROM queues WHERE ${where} ORDER BY queue_name LIMIT ? OFFSET ?`, ...args, perPage, (page - 1) * perPage)
+      .exec(
+        `SELECT queue_id, info FROM queues WHERE ${where} ORDER BY queue_name LIMIT ? OFFSET ?`,
+        ...args,
+        perPage,
+        (page - 1) * perPage,
+      )
       .toArray() as unknown as Array<{ queue_id: string; info: string | null }>;
     const infos = await Promise.all(
       rows.map((r) => {
@@ -165,19 +195,27 @@ export class AccountCatalog extends DurableObject<Env> {
     const info = await coordinatorFor(this.env, queueId).info();
     if (this.refreshes.get(queueId) !== ticket) return;
     this.refreshes.delete(queueId);
-    if (info) this.sql.exec("UPDATE queues SET info = ? WHERE queue_id = ? AND state = 'active'", JSON.stringify(info), queueId);
+    if (info)
+      this.sql.exec(
+        "UPDATE queues SET info = ? WHERE queue_id = ? AND state = 'active'",
+        JSON.stringify(info),
+        queueId,
+      );
   }
 
   /** The queue's description from its Coordinator, kept unless a refresh replaced `had` (the one read) meanwhile. */
   private async describe(queueId: string, had: string | null): Promise<QueueInfo | null> {
     const info = await coordinatorFor(this.env, queueId).info();
-    if (info) this.sql.exec("UPDATE queues SET info = ? WHERE queue_id = ? AND info IS ?", JSON.stringify(info), queueId, had);
+    if (info)
+      this.sql.exec("UPDATE queues SET info = ? WHERE queue_id = ? AND info IS ?", JSON.stringify(info), queueId, had);
     return info;
   }
 
   /** Every queue of the account, by name, without asking their Coordinators (GET /metrics walks them). */
   queueIds(): Array<{ queue_name: string; queue_id: string }> {
-    return this.sql.exec("SELECT queue_name, queue_id FROM queues WHERE state = 'active' ORDER BY queue_name").toArray() as unknown as Array<{
+    return this.sql
+      .exec("SELECT queue_name, queue_id FROM queues WHERE state = 'active' ORDER BY queue_name")
+      .toArray() as unknown as Array<{
       queue_name: string;
       queue_id: string;
     }>;
@@ -190,21 +228,30 @@ export class AccountCatalog extends DurableObject<Env> {
     await coordinatorFor(this.env, row.queue_id).destroy();
     this.ctx.storage.transactionSync(() => {
       // Read again: a concurrent delete of the same queue may have counted it already.
-      const gone = this.sql.exec<{ state: string }>("DELETE FROM queues WHERE queue_id = ? RETURNING state", row.queue_id).toArray();
+      const gone = this.sql
+        .exec<{ state: string }>("DELETE FROM queues WHERE queue_id = ? RETURNING state", row.queue_id)
+        .toArray();
       if (gone[0]?.state === "active") this.sql.exec("UPDATE totals SET active = active - 1");
     });
     return true;
   }
 
   private byName(name: string): CatalogRow | null {
-    return (this.sql.exec("SELECT queue_name, queue_id, state FROM queues WHERE queue_name = ?", name).toArray()[0] as unknown as CatalogRow | undefined) ?? null;
+    return (
+      (this.sql
+        .exec("SELECT queue_name, queue_id, state FROM queues WHERE queue_name = ?", name)
+        .toArray()[0] as unknown as CatalogRow | undefined) ?? null
+    );
   }
 
   private byId(id: string): CatalogRow | null {
-    return (this.sql.exec("SELECT queue_name, queue_id, state FROM queues WHERE queue_id = ?", id).toArray()[0] as unknown as CatalogRow | undefined) ?? null;
+    return (
+      (this.sql
+        .exec("SELECT queue_name, queue_id, state FROM queues WHERE queue_id = ?", id)
+        .toArray()[0] as unknown as CatalogRow | undefined) ?? null
+    );
   }
 }
-
 
 /** The first name after every name that starts with `prefix` (names sort bytewise). */
 function prefixEnd(prefix: string): string {

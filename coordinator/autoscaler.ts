@@ -122,7 +122,9 @@ export const LAST_SHARD_SHARE = OWN_SHARD_SHARE / 10;
 
 /** The load per shard the autoscaler aims at: the configured target, and never above CAPACITY_SHARE of the capacity. */
 export function effectiveTarget(policy: Pick<ScalingPolicy, "targetPerShard" | "capacityPerShard">): number {
-  return policy.capacityPerShard > 0 ? Math.min(policy.targetPerShard, policy.capacityPerShard * CAPACITY_SHARE) : policy.targetPerShard;
+  return policy.capacityPerShard > 0
+    ? Math.min(policy.targetPerShard, policy.capacityPerShard * CAPACITY_SHARE)
+    : policy.targetPerShard;
 }
 
 export function decide(
@@ -132,13 +134,21 @@ export function decide(
   memory: ScalingMemory,
   now: number,
 ): { actions: ScalingAction[]; memory: ScalingMemory; wakeAt: number | null } {
-  const next: ScalingMemory = { lowSince: { ...memory.lowSince }, lastChange: { ...memory.lastChange }, high: { ...memory.high } };
+  const next: ScalingMemory = {
+    lowSince: { ...memory.lowSince },
+    lastChange: { ...memory.lastChange },
+    high: { ...memory.high },
+  };
   const high = next.high!;
   const actions: ScalingAction[] = [];
   let wakeAt: number | null = null;
   const target = effectiveTarget(policy);
   // A shard on the slow cadence (its traffic far below the target) stays fresh until its next report is late.
-  const fresh = (b: ShardView["beat"]) => b !== null && (b.receivedAt >= now - 2 * policy.heartbeatIntervalMs || (b.nextReportAt ?? 0) + policy.heartbeatIntervalMs >= now) && b.periodMs > 0;
+  const fresh = (b: ShardView["beat"]) =>
+    b !== null &&
+    (b.receivedAt >= now - 2 * policy.heartbeatIntervalMs ||
+      (b.nextReportAt ?? 0) + policy.heartbeatIntervalMs >= now) &&
+    b.periodMs > 0;
   const periodStart = (b: NonNullable<ShardView["beat"]>) => b.receivedAt - b.periodMs;
 
   for (const region of regions) {
@@ -153,13 +163,24 @@ export function decide(
       const took = (s.beat!.messagesIn * 1000) / s.beat!.periodMs;
       const refused = policy.capacityPerShard > 0 && s.beat!.refusals > 0;
       rate += took;
-      load += policy.capacityPerShard > 0 ? (refused ? policy.capacityPerShard : Math.min(took, policy.capacityPerShard)) : took;
+      load +=
+        policy.capacityPerShard > 0
+          ? refused
+            ? policy.capacityPerShard
+            : Math.min(took, policy.capacityPerShard)
+          : took;
       refusals += s.beat!.refusals;
       if (refused) full++;
     }
     const perShard = active.length ? rate / active.length : rate;
     const loadPerShard = active.length ? load / active.length : load;
-    const figures: Figures = { activeShards: active.length, messagesPerSecond: Math.round(rate), perShard: Math.round(perShard), target: Math.round(target), refusals };
+    const figures: Figures = {
+      activeShards: active.length,
+      messagesPerSecond: Math.round(rate),
+      perShard: Math.round(perShard),
+      target: Math.round(target),
+      refusals,
+    };
 
     // Retire what has drained: the shard itself says it is draining and empty. That report may be
     // old: a draining shard takes no new messages, and whatever changes it wakes it to report, so
@@ -167,7 +188,13 @@ export function decide(
     for (const s of inRegion) {
       if (s.state !== "draining" || !s.beat) continue;
       if (s.beat!.state === "draining" && s.beat!.backlog === 0 && s.beat!.leasedNow === 0) {
-        actions.push({ kind: "retire_shard", region, shard: s.name, reason: "drained: no messages and no leases left", figures });
+        actions.push({
+          kind: "retire_shard",
+          region,
+          shard: s.name,
+          reason: "drained: no messages and no leases left",
+          figures,
+        });
       }
     }
 
@@ -189,12 +216,24 @@ export function decide(
       if (!reports.every((start) => start > first.since)) continue;
       delete high[region];
       const reason = `${Math.round(from)} msg/s sent from ${region}, which has no shard of its own, >= ${Math.round(target * OWN_SHARD_SHARE)} in two readings in a row`;
-      actions.push({ kind: "add_shards", region, count: 1, reason, figures: { ...figures, messagesPerSecond: Math.round(from) } });
+      actions.push({
+        kind: "add_shards",
+        region,
+        count: 1,
+        reason,
+        figures: { ...figures, messagesPerSecond: Math.round(from) },
+      });
       next.lastChange[region] = now;
       continue;
     }
     if (active.length < min) {
-      actions.push({ kind: "add_shards", region, count: min - active.length, reason: `below the minimum of ${min}`, figures });
+      actions.push({
+        kind: "add_shards",
+        region,
+        count: min - active.length,
+        reason: `below the minimum of ${min}`,
+        figures,
+      });
       next.lastChange[region] = now;
       delete next.lowSince[region];
       delete high[region];
@@ -217,10 +256,22 @@ export function decide(
       // Wait for every shard's next report: the same reports read again are not a second reading.
       if (!reports.every((start) => start > first.since)) continue;
       delete high[region];
-      const wanted = Math.min(policy.maxPerRegion, Math.max(active.length + 1, Math.ceil(Math.min(first.load, load) / target)));
+      const wanted = Math.min(
+        policy.maxPerRegion,
+        Math.max(active.length + 1, Math.ceil(Math.min(first.load, load) / target)),
+      );
       if (wanted > active.length) {
-        const why = full > 0 ? ` (${full} shard(s) full, counted at their capacity; ${refusals} send(s) refused as overloaded)` : "";
-        actions.push({ kind: "add_shards", region, count: wanted - active.length, reason: `${Math.round(loadPerShard)} msg/s per shard > target ${Math.round(target)} in two readings in a row${why}`, figures });
+        const why =
+          full > 0
+            ? ` (${full} shard(s) full, counted at their capacity; ${refusals} send(s) refused as overloaded)`
+            : "";
+        actions.push({
+          kind: "add_shards",
+          region,
+          count: wanted - active.length,
+          reason: `${Math.round(loadPerShard)} msg/s per shard > target ${Math.round(target)} in two readings in a row${why}`,
+          figures,
+        });
         next.lastChange[region] = now;
       }
       continue;
@@ -237,9 +288,12 @@ export function decide(
         const wanted = Math.max(floor, Math.min(active.length - 1, Math.ceil(rate / (target / 2))));
         if (wanted >= active.length) continue;
         // The emptiest shards drain fastest; among equals, the newest go first.
-        const victims = [...active].sort((a, b) => (a.beat?.backlog ?? 0) - (b.beat?.backlog ?? 0) || b.createdAt - a.createdAt).slice(0, active.length - wanted);
+        const victims = [...active]
+          .sort((a, b) => (a.beat?.backlog ?? 0) - (b.beat?.backlog ?? 0) || b.createdAt - a.createdAt)
+          .slice(0, active.length - wanted);
         const reason = `${Math.round(perShard)} msg/s per shard < ${Math.round(target * policy.scaleInBelow)} for ${Math.round((now - since) / 1000)} s: ${active.length} -> ${wanted} shards`;
-        for (const victim of victims) actions.push({ kind: "drain_shard", region, shard: victim.name, reason, figures });
+        for (const victim of victims)
+          actions.push({ kind: "drain_shard", region, shard: victim.name, reason, figures });
         next.lastChange[region] = now;
         next.lowSince[region] = now;
       } else {

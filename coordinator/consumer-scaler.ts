@@ -52,9 +52,15 @@ export interface ConsumerScaling {
  * Consumer shards delivering now: running at their last report, until the time it said
  * (runningUntil), or, from a shard older than that, made within three heartbeat intervals.
  */
-export function deliveringNow<T extends ConsumerShardStatus>(reports: readonly T[], now: number, heartbeatIntervalMs: number): T[] {
+export function deliveringNow<T extends ConsumerShardStatus>(
+  reports: readonly T[],
+  now: number,
+  heartbeatIntervalMs: number,
+): T[] {
   const fresh = now - 3 * heartbeatIntervalMs;
-  return reports.filter((c) => c.running && (c.running_until != null ? c.running_until >= now : c.received_at >= fresh));
+  return reports.filter(
+    (c) => c.running && (c.running_until != null ? c.running_until >= now : c.received_at >= fresh),
+  );
 }
 
 export function scaleConsumers(input: ConsumerScalingInput): ConsumerScaling {

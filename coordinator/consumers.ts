@@ -35,14 +35,32 @@ export function readConsumers(sql: SqlStorage, queueName: string): ConsumerRecor
 export function insertConsumer(sql: SqlStorage, id: string, c: NewConsumer, now: number): void {
   sql.exec(
     "INSERT INTO consumers (consumer_id, type, script_name, settings, dead_letter_queue, created_at, modified_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-    id, c.type, c.script_name, JSON.stringify(c.settings), c.dead_letter_queue, now, now,
+    id,
+    c.type,
+    c.script_name,
+    JSON.stringify(c.settings),
+    c.dead_letter_queue,
+    now,
+    now,
   );
 }
 
-export function updateConsumer(sql: SqlStorage, id: string, settings: ConsumerSettings, deadLetterQueue: string | null, now: number): boolean {
+export function updateConsumer(
+  sql: SqlStorage,
+  id: string,
+  settings: ConsumerSettings,
+  deadLetterQueue: string | null,
+  now: number,
+): boolean {
   return (
     sql
-      .exec("UPDATE consumers SET settings = ?, dead_letter_queue = ?, modified_at = ? WHERE consumer_id = ? RETURNING consumer_id", JSON.stringify(settings), deadLetterQueue, now, id)
+      .exec(
+        "UPDATE consumers SET settings = ?, dead_letter_queue = ?, modified_at = ? WHERE consumer_id = ? RETURNING consumer_id",
+        JSON.stringify(settings),
+        deadLetterQueue,
+        now,
+        id,
+      )
       .toArray().length > 0
   );
 }

@@ -62,7 +62,20 @@ export class ControlLoop {
         state: s.state,
         createdAt: s.created_at,
         // A sleeping shard's activity is of a period that is over: it takes no traffic now.
-        beat: b ? { state: b.state, messagesIn: b.sleeping ? 0 : b.messages_in, periodMs: b.period_ms, backlog: b.backlog_count, leasedNow: b.leased_now + (b.handoffs ?? 0) /* owed hand-offs keep a drained shard from retiring, as leases do */, refusals: b.sleeping ? 0 : b.refusals, receivedAt: b.received_at, inFrom: b.sleeping ? undefined : (b.in_from ?? undefined), ...(b.next_report_at != null ? { nextReportAt: b.next_report_at } : {}) } : null,
+        beat: b
+          ? {
+              state: b.state,
+              messagesIn: b.sleeping ? 0 : b.messages_in,
+              periodMs: b.period_ms,
+              backlog: b.backlog_count,
+              leasedNow:
+                b.leased_now + (b.handoffs ?? 0) /* owed hand-offs keep a drained shard from retiring, as leases do */,
+              refusals: b.sleeping ? 0 : b.refusals,
+              receivedAt: b.received_at,
+              inFrom: b.sleeping ? undefined : (b.in_from ?? undefined),
+              ...(b.next_report_at != null ? { nextReportAt: b.next_report_at } : {}),
+            }
+          : null,
       };
     });
     const policy = {
@@ -104,9 +117,14 @@ export class ControlLoop {
       random: Math.random(),
     });
     const change = scaling.change;
-    if (change) this.store.setConsumerShardsWanted(scaling.wanted, () => logDecision(this.sql, { at: now, region: null, target: null, ...change }));
+    if (change)
+      this.store.setConsumerShardsWanted(scaling.wanted, () =>
+        logDecision(this.sql, { at: now, region: null, target: null, ...change }),
+      );
     const version = this.deps.planVersion();
-    await Promise.all(scaling.wake.map((i) => consumerShardFor(this.env, queue.queue_id, i).wake(queue.queue_id, i, version, shard)));
+    await Promise.all(
+      scaling.wake.map((i) => consumerShardFor(this.env, queue.queue_id, i).wake(queue.queue_id, i, version, shard)),
+    );
   }
 
   /**
@@ -123,7 +141,9 @@ export class ControlLoop {
     if (pushing) await this.wakeConsumers("all", now);
     const version = this.deps.planVersion();
     const wanted = pushing ? Math.max(1, queue.consumer_shards_wanted) : 0;
-    const others = readConsumerShards(this.sql).map((c) => c.index).filter((i) => i >= wanted);
+    const others = readConsumerShards(this.sql)
+      .map((c) => c.index)
+      .filter((i) => i >= wanted);
     await Promise.all(
       others.map((i) =>
         consumerShardFor(this.env, queue.queue_id, i)
@@ -140,9 +160,18 @@ export class ControlLoop {
    * completes or redoes.
    */
   private async apply(action: ScalingAction, now: number): Promise<string[]> {
-    const decision = (target: string): Decision => ({ at: now, kind: action.kind, region: action.region, target, reason: action.reason, figures: action.figures });
+    const decision = (target: string): Decision => ({
+      at: now,
+      kind: action.kind,
+      region: action.region,
+      target,
+      reason: action.reason,
+      figures: action.figures,
+    });
     if (action.kind === "add_shards") {
-      const names = this.store.addPendingShards(action.region, action.count, now, (added) => logDecision(this.sql, decision(added.join(","))));
+      const names = this.store.addPendingShards(action.region, action.count, now, (added) =>
+        logDecision(this.sql, decision(added.join(","))),
+      );
       await this.activatePending();
       return names;
     }
@@ -157,7 +186,12 @@ export class ControlLoop {
    * that made the change, it is logged with it, and the fault harness may end the
    * Coordinator between telling and recording.
    */
-  async changeState(shard: { name: string; region: string }, state: ShardState, now: number, decision?: Decision): Promise<void> {
+  async changeState(
+    shard: { name: string; region: string },
+    state: ShardState,
+    now: number,
+    decision?: Decision,
+  ): Promise<void> {
     // Written before the shard is told, deleted with the record: a Coordinator that starts
     // and finds it knows a reset cut the change short, and undoes it then (undoCutChanges)
     // rather than once the shard's report shows it, while its keys' sends wait.
@@ -167,9 +201,15 @@ export class ControlLoop {
       await storageShardFor(this.env, shard.name, shard.region).setState(state);
       if (decision) this.deps.faultPoint("abort-drain");
       // A shard leaving or joining the active ones moves ordering keys: every shard enters the new epoch first.
-      const active = this.store.shards().filter((s) => s.state === "active" && s.name !== shard.name).map((s) => s.name);
+      const active = this.store
+        .shards()
+        .filter((s) => s.state === "active" && s.name !== shard.name)
+        .map((s) => s.name);
       const wasActive = this.store.shards().some((s) => s.name === shard.name && s.state === "active");
-      const seq = wasActive !== (state === "active") ? await this.pushEpoch(state === "active" ? [...active, shard.name] : active) : null;
+      const seq =
+        wasActive !== (state === "active")
+          ? await this.pushEpoch(state === "active" ? [...active, shard.name] : active)
+          : null;
       this.store.recordShardState(shard.name, state, now, () => {
         this.sql.exec("DELETE FROM state_changes WHERE name = ?", shard.name);
         if (decision) logDecision(this.sql, decision);
@@ -195,7 +235,8 @@ export class ControlLoop {
       if (this.changing.has(row.name)) continue; // under way in this instance, not cut
       const shard = recorded.get(row.name);
       if (shard) await storageShardFor(this.env, shard.name, shard.region).setState(shard.state);
-      if (!this.changing.has(row.name)) this.sql.exec("DELETE FROM state_changes WHERE name = ? AND state = ?", row.name, row.state);
+      if (!this.changing.has(row.name))
+        this.sql.exec("DELETE FROM state_changes WHERE name = ? AND state = ?", row.name, row.state);
     }
   }
 
@@ -207,7 +248,10 @@ export class ControlLoop {
   }
 
   /** Tells every shard not retired the epoch whose active shards are `active` (coordinator/epochs.ts). */
-  private pushEpoch(active: readonly string[], extra: ReadonlyArray<{ name: string; region: string }> = []): Promise<number> {
+  private pushEpoch(
+    active: readonly string[],
+    extra: ReadonlyArray<{ name: string; region: string }> = [],
+  ): Promise<number> {
     const queue = this.store.queue()!;
     const targets = [...this.store.shards().filter((s) => s.state !== "retired"), ...extra];
     return pushEpoch(this.sql, this.env, queue.queue_id, active, targets);
@@ -219,7 +263,12 @@ export class ControlLoop {
    */
   async settleEpoch(): Promise<void> {
     if (!epochUnsettled(this.sql)) return;
-    const seq = await this.pushEpoch(this.store.shards().filter((s) => s.state === "active").map((s) => s.name));
+    const seq = await this.pushEpoch(
+      this.store
+        .shards()
+        .filter((s) => s.state === "active")
+        .map((s) => s.name),
+    );
     commitEpoch(this.sql, seq);
   }
 
@@ -230,7 +279,13 @@ export class ControlLoop {
    */
   async force(kind: "scale-out" | "drain", now: number, shard?: string): Promise<string> {
     const shards = this.store.shards();
-    const figures = { activeShards: shards.filter((s) => s.state === "active").length, messagesPerSecond: 0, perShard: 0, target: 0, refusals: 0 };
+    const figures = {
+      activeShards: shards.filter((s) => s.state === "active").length,
+      messagesPerSecond: 0,
+      perShard: 0,
+      target: 0,
+      refusals: 0,
+    };
     // Remembered before it is carried out, as the autoscaler's own changes are: the cooldown
     // and the scale-in wait count from it, so the tick that finishes a scale-out a reset cut
     // short does not drain the new shard at once for a load that was low before it.
@@ -243,7 +298,9 @@ export class ControlLoop {
     if (kind === "scale-out") {
       const region = serviceConfig(this.env).defaultRegion;
       remember(region);
-      return (await this.apply({ kind: "add_shards", region, count: 1, reason: "test hook: forced scale-out", figures }, now))[0]!;
+      return (
+        await this.apply({ kind: "add_shards", region, count: 1, reason: "test hook: forced scale-out", figures }, now)
+      )[0]!;
     }
     const target = shards.find((s) => s.name === shard && s.state === "active");
     if (!target) throw new Error(`${String(shard)} is not an active storage shard of this queue`);
@@ -251,16 +308,39 @@ export class ControlLoop {
     // as the autoscaler never drains below a region's minimum.
     remember(target.region);
     if (!shards.some((s) => s.state === "active" && s.region === target.region && s.name !== target.name)) {
-      await this.apply({ kind: "add_shards", region: target.region, count: 1, reason: "test hook: a replacement for the forced drain of the region's last active shard", figures }, now);
+      await this.apply(
+        {
+          kind: "add_shards",
+          region: target.region,
+          count: 1,
+          reason: "test hook: a replacement for the forced drain of the region's last active shard",
+          figures,
+        },
+        now,
+      );
     }
-    const drained = (await this.apply({ kind: "drain_shard", region: target.region, shard: target.name, reason: "test hook: forced drain", figures }, now))[0]!;
+    const drained = (
+      await this.apply(
+        { kind: "drain_shard", region: target.region, shard: target.name, reason: "test hook: forced drain", figures },
+        now,
+      )
+    )[0]!;
     await this.tellPlan(now);
     return drained;
   }
 
   /** Tells each shard who it is (its queue, account and region), so it takes the sends a map naming it sends. */
   async activateShards(queue: QueueRecord, shards: ReadonlyArray<{ name: string; region: string }>): Promise<void> {
-    await Promise.all(shards.map((s) => storageShardFor(this.env, s.name, s.region).activate({ name: s.name, queueId: queue.queue_id, accountId: queue.account_id, region: s.region })));
+    await Promise.all(
+      shards.map((s) =>
+        storageShardFor(this.env, s.name, s.region).activate({
+          name: s.name,
+          queueId: queue.queue_id,
+          accountId: queue.account_id,
+          region: s.region,
+        }),
+      ),
+    );
   }
 
   /** Activates shards written as pending (by a scale-out, possibly one a reset interrupted) and puts them on the map. */
@@ -270,7 +350,10 @@ export class ControlLoop {
     if (pending.length === 0) return;
     await this.activateShards(queue, pending);
     this.deps.faultPoint("abort-scale-out");
-    const active = this.store.shards().filter((s) => s.state === "active").map((s) => s.name);
+    const active = this.store
+      .shards()
+      .filter((s) => s.state === "active")
+      .map((s) => s.name);
     const seq = await this.pushEpoch([...active, ...pending.map((s) => s.name)], pending);
     this.store.markActive(pending.map((s) => s.name));
     commitEpoch(this.sql, seq);

@@ -5,7 +5,17 @@ import { minShardsIn, serviceConfig } from "../src/kernel/config";
 import { applyConsumerPatch, type ConsumerRecord, type ConsumerSettingsPatch } from "../src/kernel/consumer-settings";
 import type { Env } from "../src/kernel/env";
 import { randomHex } from "../src/kernel/ids";
-import { notRetired, type DeliveryPlan, type PullCancelAnswer, type PullWaitAnswer, type QueueCounters, type SendLatencyCounts, type ShardBacklog, type ShardMap, type ShardState } from "../src/kernel/protocol";
+import {
+  notRetired,
+  type DeliveryPlan,
+  type PullCancelAnswer,
+  type PullWaitAnswer,
+  type QueueCounters,
+  type SendLatencyCounts,
+  type ShardBacklog,
+  type ShardMap,
+  type ShardState,
+} from "../src/kernel/protocol";
 import type { HeartbeatReply, ShardHeartbeat, StorageHeartbeat } from "../src/kernel/heartbeat";
 import type { QueueInfo } from "../src/kernel/queue-info";
 import { applySettingsPatch, type QueueSettingsPatch } from "../src/kernel/settings";
@@ -18,7 +28,15 @@ import { deleteConsumer, insertConsumer, readConsumers, updateConsumer, type New
 import { ControlLoop } from "./control-loop";
 import { queueCounters } from "./counters";
 import { recentDecisions, type Decision } from "./decisions";
-import { latestConsumerCosts, readConsumerShards, readStorageBeats, recordConsumerReport, recordStorageBeat, type ConsumerShardReport, type ConsumerShardStatus } from "./heartbeats";
+import {
+  latestConsumerCosts,
+  readConsumerShards,
+  readStorageBeats,
+  recordConsumerReport,
+  recordStorageBeat,
+  type ConsumerShardReport,
+  type ConsumerShardStatus,
+} from "./heartbeats";
 import { armAlarm, MapPublisher } from "./map-publisher";
 import { QueueStore, type InitializeQueue } from "./queue-store";
 import { migrateCoordinator } from "./schema";
@@ -64,7 +82,13 @@ export class Coordinator extends DurableObject<Env> {
     this.sql = this.storage.sql;
     migrateCoordinator(this.sql);
     this.store = new QueueStore(this.storage);
-    this.loop = new ControlLoop({ store: this.store, sql: this.sql, env, faultPoint: (point) => this.hooks.at(point, ctx), planVersion: () => this.plan()?.version ?? "" });
+    this.loop = new ControlLoop({
+      store: this.store,
+      sql: this.sql,
+      env,
+      faultPoint: (point) => this.hooks.at(point, ctx),
+      planVersion: () => this.plan()?.version ?? "",
+    });
     this.publisher = new MapPublisher(this.store, this.storage, env.SHARD_MAPS, () => this.clock.now());
     // A change a reset cut short is finished or undone now, not at the next tick: keyed
     // sends of the keys it moves wait for it (docs/ordered-lanes.md).
@@ -83,7 +107,11 @@ export class Coordinator extends DurableObject<Env> {
     assertInJurisdiction(this.ctx.id, init.queueId);
     if (!queue) {
       const config = serviceConfig(this.env);
-      this.store.create(init, Object.fromEntries(config.regions.map((r) => [r, minShardsIn(config, r)])), this.clock.now());
+      this.store.create(
+        init,
+        Object.fromEntries(config.regions.map((r) => [r, minShardsIn(config, r)])),
+        this.clock.now(),
+      );
       queue = this.store.queue()!;
     }
     if (!queue.ready) {
@@ -136,11 +164,21 @@ export class Coordinator extends DurableObject<Env> {
     return this.consumers().find((x) => x.consumer_id === id)!;
   }
 
-  async updateConsumer(id: string, patch: ConsumerSettingsPatch, deadLetterQueue: string | null | undefined): Promise<ConsumerRecord | null> {
+  async updateConsumer(
+    id: string,
+    patch: ConsumerSettingsPatch,
+    deadLetterQueue: string | null | undefined,
+  ): Promise<ConsumerRecord | null> {
     const current = this.consumers().find((c) => c.consumer_id === id);
     if (!current) return null;
     const settings = applyConsumerPatch(current.settings, patch);
-    updateConsumer(this.sql, id, settings, deadLetterQueue === undefined ? current.dead_letter_queue : deadLetterQueue, this.clock.now());
+    updateConsumer(
+      this.sql,
+      id,
+      settings,
+      deadLetterQueue === undefined ? current.dead_letter_queue : deadLetterQueue,
+      this.clock.now(),
+    );
     await this.loop.tellPlan(this.clock.now());
     return this.consumers().find((c) => c.consumer_id === id)!;
   }
@@ -237,7 +275,11 @@ export class Coordinator extends DurableObject<Env> {
     // A sleeping shard's retention alarm moves with the setting (it hears of it otherwise only when it next reports).
     if (settings.message_retention_period !== queue.settings.message_retention_period) {
       const ms = settings.message_retention_period * 1000;
-      await Promise.all(notRetired(this.store.shards()).map((s) => storageShardFor(this.env, s.name, s.region).setRetention(queue.queue_id, ms)));
+      await Promise.all(
+        notRetired(this.store.shards()).map((s) =>
+          storageShardFor(this.env, s.name, s.region).setRetention(queue.queue_id, ms),
+        ),
+      );
     }
     await this.publisher.publish();
     await this.loop.tellPlan(this.clock.now());
@@ -278,7 +320,12 @@ export class Coordinator extends DurableObject<Env> {
     const backlogs = this.backlogByShard().filter((b) => b.shard !== beat.shard);
     // Ready messages a consumer took some of in the period are being taken: no need to report sooner for them.
     const untaken = ready && pushed && beat.messagesOut === 0;
-    return { known: true, retentionMs: queue.settings.message_retention_period * 1000, stayAwake: untaken || this.loop.settling(region, now), backlogs };
+    return {
+      known: true,
+      retentionMs: queue.settings.message_retention_period * 1000,
+      stayAwake: untaken || this.loop.settling(region, now),
+      backlogs,
+    };
   }
 
   /** A consumer shard's report after a round of delivery. */
@@ -289,7 +336,10 @@ export class Coordinator extends DurableObject<Env> {
   /** Consumer shards that have reported, and how many are delivering now. */
   consumerShards(): { running: number; shards: ConsumerShardStatus[] } {
     const shards = readConsumerShards(this.sql, this.clock.now());
-    return { running: deliveringNow(shards, this.clock.now(), serviceConfig(this.env).heartbeatIntervalMs).length, shards };
+    return {
+      running: deliveringNow(shards, this.clock.now(), serviceConfig(this.env).heartbeatIntervalMs).length,
+      shards,
+    };
   }
 
   /**
@@ -303,7 +353,13 @@ export class Coordinator extends DurableObject<Env> {
     const now = this.clock.now();
     return beats
       .filter((h) => live.has(h.name))
-      .map((h) => ({ shard: h.name, count: h.backlog_count, bytes: h.backlog_bytes, oldestAt: h.oldest_at, at: h.sleeping ? now : h.received_at }));
+      .map((h) => ({
+        shard: h.name,
+        count: h.backlog_count,
+        bytes: h.backlog_bytes,
+        oldestAt: h.oldest_at,
+        at: h.sleeping ? now : h.received_at,
+      }));
   }
 
   /** The latest heartbeat of every shard that has sent one. */
@@ -357,14 +413,29 @@ export class Coordinator extends DurableObject<Env> {
     // Shards report while they are busy; once none has for two intervals, they all sleep, and so does
     // this loop. Shards on the slow cadence (traffic far below what the autoscaler acts on) and
     // shards whose report was their last keep it asleep.
-    const awake = beats.some((b) => !b.sleeping && b.received_at >= now - 2 * interval && (b.next_report_at ?? 0) <= b.received_at + 2 * interval) || this.loop.halfDone();
+    const awake =
+      beats.some(
+        (b) =>
+          !b.sleeping && b.received_at >= now - 2 * interval && (b.next_report_at ?? 0) <= b.received_at + 2 * interval,
+      ) || this.loop.halfDone();
     // The point before a sleep is written whatever the step: the series carries it through the quiet time (time-series.ts).
-    recordPoint(this.sql, now, beats, this.store.shards().filter((s) => s.state === "active").length, this.consumerShards().running, !awake);
+    recordPoint(
+      this.sql,
+      now,
+      beats,
+      this.store.shards().filter((s) => s.state === "active").length,
+      this.consumerShards().running,
+      !awake,
+    );
     await this.publisher.publish();
     // A scale-in due between ticks is decided when due, so a queue is back at its minimum
     // within SCALE_IN_AFTER_MS of its load going quiet (and the heartbeat that shows it);
     // a retired shard is forgotten when due. Neither is a loop: one alarm each.
-    const next = Math.min(awake ? now + interval : Infinity, scaleInDue ?? Infinity, this.loop.nextPruneAt() ?? Infinity);
+    const next = Math.min(
+      awake ? now + interval : Infinity,
+      scaleInDue ?? Infinity,
+      this.loop.nextPruneAt() ?? Infinity,
+    );
     if (next !== Infinity) await armAlarm(this.storage, Math.max(next, now + 1));
     this.hooks.alarmEnds(now);
   }
@@ -374,14 +445,26 @@ export class Coordinator extends DurableObject<Env> {
    * drain now, or keep the published map as it is for `holdMapMs`. Throws unless
    * SHARDQ_TEST_HOOKS is "on".
    */
-  async testHook(req: { arm?: FaultPoint | null; times?: number; action?: "scale-out" | "drain"; shard?: string; holdMapMs?: number } = {}): Promise<TestHookStatus & { changed?: string; map_held_until?: number }> {
+  async testHook(
+    req: {
+      arm?: FaultPoint | null;
+      times?: number;
+      action?: "scale-out" | "drain";
+      shard?: string;
+      holdMapMs?: number;
+    } = {},
+  ): Promise<TestHookStatus & { changed?: string; map_held_until?: number }> {
     this.hooks.check();
     if (req.holdMapMs) this.publisher.hold(req.holdMapMs);
     this.hooks.control(req.arm, req.times);
     const changed = req.action ? await this.loop.force(req.action, this.clock.now(), req.shard) : undefined;
     await this.publisher.publish();
     const heldUntil = this.publisher.heldUntil();
-    return { ...this.hooks.status(), ...(changed ? { changed } : {}), ...(heldUntil !== null ? { map_held_until: heldUntil } : {}) };
+    return {
+      ...this.hooks.status(),
+      ...(changed ? { changed } : {}),
+      ...(heldUntil !== null ? { map_held_until: heldUntil } : {}),
+    };
   }
 
   /** The last hour of backlog, rates and shards, a point every SERIES_STEP_MS, oldest first. */
@@ -410,10 +493,19 @@ export class Coordinator extends DurableObject<Env> {
    * for, over its restarts (an idle consumer shard may be evicted, and its figures with it).
    * The benchmark's own read: not counted as an RPC (its rows read are).
    */
-  costFigures(): MeterReading & { storageShards: string[]; consumerShards: Record<string, CostMeter>; consumerLatest: Record<string, MeterReading> } {
+  costFigures(): MeterReading & {
+    storageShards: string[];
+    consumerShards: Record<string, CostMeter>;
+    consumerLatest: Record<string, MeterReading>;
+  } {
     const reading = readMeter(this.cost, this.since);
     const consumerShards: Record<string, CostMeter> = {};
     for (const c of readConsumerShards(this.sql)) if (c.cost) consumerShards[String(c.index)] = c.cost;
-    return { ...reading, storageShards: this.store.shards().map((s) => s.name), consumerShards, consumerLatest: latestConsumerCosts(this.sql) };
+    return {
+      ...reading,
+      storageShards: this.store.shards().map((s) => s.name),
+      consumerShards,
+      consumerLatest: latestConsumerCosts(this.sql),
+    };
   }
 }

@@ -20,13 +20,14 @@
  */
 import { type DeliveryTotals, COUNTER_NAMES, type QueueCounters } from "../src/kernel/protocol";
 
-
 /** The carry row of shards no longer on file. No shard is named "". */
 const FORGOTTEN = "";
 
 /** Call before a shard's new report replaces the one on file. */
 export function carryShardRestart(sql: SqlStorage, shard: string, next: Partial<DeliveryTotals>, sentAt: number): void {
-  const prev = sql.exec<{ totals: string; sent_at: number }>("SELECT totals, sent_at FROM heartbeats WHERE name = ?", shard).toArray()[0];
+  const prev = sql
+    .exec<{ totals: string; sent_at: number }>("SELECT totals, sent_at FROM heartbeats WHERE name = ?", shard)
+    .toArray()[0];
   if (!prev || sentAt <= prev.sent_at) return;
   const before = JSON.parse(prev.totals) as Partial<DeliveryTotals>;
   const lost: Partial<QueueCounters> = {};

@@ -15,16 +15,23 @@ export interface Decision {
 export function logDecision(sql: SqlStorage, d: Decision): void {
   sql.exec(
     "INSERT INTO decisions (at, kind, region, target, reason, figures) VALUES (?, ?, ?, ?, ?, ?)",
-    d.at, d.kind, d.region, d.target, d.reason, JSON.stringify(d.figures),
+    d.at,
+    d.kind,
+    d.region,
+    d.target,
+    d.reason,
+    JSON.stringify(d.figures),
   );
   sql.exec("DELETE FROM decisions WHERE id <= (SELECT MAX(id) FROM decisions) - ?", KEEP_DECISIONS);
-  console.log(`[coordinator] ${d.kind}${d.region ? ` ${d.region}` : ""}${d.target ? ` ${d.target}` : ""}: ${d.reason} ${JSON.stringify(d.figures)}`);
+  console.log(
+    `[coordinator] ${d.kind}${d.region ? ` ${d.region}` : ""}${d.target ? ` ${d.target}` : ""}: ${d.reason} ${JSON.stringify(d.figures)}`,
+  );
 }
 
 export function recentDecisions(sql: SqlStorage, limit = 50): Decision[] {
-  const rows = sql.exec("SELECT at, kind, region, target, reason, figures FROM decisions ORDER BY id DESC LIMIT ?", limit).toArray() as unknown as Array<
-    Omit<Decision, "figures"> & { figures: string }
-  >;
+  const rows = sql
+    .exec("SELECT at, kind, region, target, reason, figures FROM decisions ORDER BY id DESC LIMIT ?", limit)
+    .toArray() as unknown as Array<Omit<Decision, "figures"> & { figures: string }>;
   return rows.map((r) => ({ ...r, figures: JSON.parse(r.figures) as Decision["figures"] }));
 }
 

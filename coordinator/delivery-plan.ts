@@ -10,9 +10,15 @@ import type { ConsumerRecord } from "../src/kernel/consumer-settings";
 import { notRetired, type DeliveryPlan, type ShardEntry, type ShardState } from "../src/kernel/protocol";
 import type { QueueRecord } from "./queue-store";
 
-export type VersionedPlan = Omit<DeliveryPlan, "shards"> & { shards: Array<{ name: string; region: string; state: ShardState }> };
+export type VersionedPlan = Omit<DeliveryPlan, "shards"> & {
+  shards: Array<{ name: string; region: string; state: ShardState }>;
+};
 
-export function versionedPlan(queue: QueueRecord, consumer: ConsumerRecord | null, shards: ShardEntry[]): VersionedPlan {
+export function versionedPlan(
+  queue: QueueRecord,
+  consumer: ConsumerRecord | null,
+  shards: ShardEntry[],
+): VersionedPlan {
   const plan = {
     accountId: queue.account_id,
     queueId: queue.queue_id,

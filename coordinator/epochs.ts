@@ -30,9 +30,18 @@ export function epochUnsettled(sql: SqlStorage): boolean {
  * throws if one could not take it (the caller leaves its change unmade). Returns the
  * epoch's number, for commitEpoch once the map that goes with it is stored.
  */
-export async function pushEpoch(sql: SqlStorage, env: Env, queueId: string, active: readonly string[], shards: ReadonlyArray<{ name: string; region: string }>): Promise<number> {
+export async function pushEpoch(
+  sql: SqlStorage,
+  env: Env,
+  queueId: string,
+  active: readonly string[],
+  shards: ReadonlyArray<{ name: string; region: string }>,
+): Promise<number> {
   const seq = read(sql).pushed + 1;
-  sql.exec("INSERT INTO epochs (one, pushed, committed) VALUES (1, ?, 0) ON CONFLICT(one) DO UPDATE SET pushed = excluded.pushed", seq);
+  sql.exec(
+    "INSERT INTO epochs (one, pushed, committed) VALUES (1, ?, 0) ON CONFLICT(one) DO UPDATE SET pushed = excluded.pushed",
+    seq,
+  );
   const epoch = { seq, active: [...active].sort() };
   await Promise.all(shards.map((s) => storageShardFor(env, s.name, s.region).enterEpoch(queueId, epoch)));
   return seq;

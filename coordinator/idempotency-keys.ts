@@ -17,7 +17,6 @@ export const IN_PROGRESS_MS = 15_000;
 /** Expired keys are swept by an alarm at most this often. */
 const SWEEP_EVERY_MS = 60_000;
 
-
 interface KeyRow extends Record<string, SqlStorageValue> {
   digest: string;
   ids: string;
@@ -101,7 +100,10 @@ export class IdempotencyKeys extends DurableObject<Env> {
     });
     const outcomes: ClaimOutcome[] = claims.map((c, i) => {
       const row = rows[i];
-      if (!row) return (c.key.startsWith("id:") && this.drawnByKeySend(c, now)) || { status: "claimed", ids: c.ids, retry: false };
+      if (!row)
+        return (
+          (c.key.startsWith("id:") && this.drawnByKeySend(c, now)) || { status: "claimed", ids: c.ids, retry: false }
+        );
       if (row.digest !== c.digest) return { status: "mismatch" };
       if (row.state === "done") return { status: "done", ids: JSON.parse(row.ids) as string[] };
       const held = now - row.claimed_at;
@@ -114,14 +116,25 @@ export class IdempotencyKeys extends DurableObject<Env> {
         const row = rows[i];
         if (outcomes[i]!.status !== "claimed") return;
         if (row) {
-          this.sql.exec("UPDATE keys SET token = ?, claimed_at = ?, attempt = attempt + 1 WHERE key = ?", token, now, c.key);
+          this.sql.exec(
+            "UPDATE keys SET token = ?, claimed_at = ?, attempt = attempt + 1 WHERE key = ?",
+            token,
+            now,
+            c.key,
+          );
         } else {
           const drawn = c.key.startsWith("key:") && c.tag !== undefined && c.digests !== undefined;
           this.sql.exec(
             `INSERT OR REPLACE INTO keys (key, digest, ids, state, token, claimed_at, expires_at, attempt, tag, digests)
              VALUES (?, ?, ?, 'pending', ?, ?, ?, 1, ?, ?)`,
-            c.key, c.digest, JSON.stringify(c.ids), token, now, now + IDEMPOTENCY_WINDOW_MS,
-            drawn ? c.tag! : null, drawn ? JSON.stringify(c.digests) : null,
+            c.key,
+            c.digest,
+            JSON.stringify(c.ids),
+            token,
+            now,
+            now + IDEMPOTENCY_WINDOW_MS,
+            drawn ? c.tag! : null,
+            drawn ? JSON.stringify(c.digests) : null,
           );
         }
       });
@@ -169,7 +182,12 @@ export class IdempotencyKeys extends DurableObject<Env> {
   release(keys: string[], token: string, sent: boolean): void {
     this.storage.transactionSync(() => {
       for (const key of keys) {
-        if (!sent) this.sql.exec("DELETE FROM keys WHERE key = ? AND token = ? AND state = 'pending' AND attempt = 1", key, token);
+        if (!sent)
+          this.sql.exec(
+            "DELETE FROM keys WHERE key = ? AND token = ? AND state = 'pending' AND attempt = 1",
+            key,
+            token,
+          );
         this.sql.exec("UPDATE keys SET claimed_at = 0 WHERE key = ? AND token = ? AND state = 'pending'", key, token);
       }
     });

@@ -64,7 +64,8 @@ export class PullWaiters {
   /** The cap a new waiter of `token` would go over, or null when it may wait. */
   overCap(token?: string): { capped: WaitCap; limit: number } | null {
     if (this.waiting.length >= this.limits.perQueue) return { capped: "queue", limit: this.limits.perQueue };
-    if (token !== undefined && (this.byToken.get(token) ?? 0) >= this.limits.perToken) return { capped: "token", limit: this.limits.perToken };
+    if (token !== undefined && (this.byToken.get(token) ?? 0) >= this.limits.perToken)
+      return { capped: "token", limit: this.limits.perToken };
     return null;
   }
 

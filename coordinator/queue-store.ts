@@ -78,7 +78,13 @@ export class QueueStore {
       this.sql.exec(
         `INSERT INTO queue (one, queue_id, account_id, queue_name, created_at, modified_at, settings, next_shard)
          VALUES (1, ?, ?, ?, ?, ?, ?, ?)`,
-        init.queueId, init.accountId, init.queueName, now, now, JSON.stringify(init.settings), most,
+        init.queueId,
+        init.accountId,
+        init.queueName,
+        now,
+        now,
+        JSON.stringify(init.settings),
+        most,
       );
       for (const [region, n] of Object.entries(perRegion)) {
         for (let i = 0; i < n; i++) this.insertShard(shardName(init.queueId, region, i), region, "active", now);
@@ -95,7 +101,12 @@ export class QueueStore {
     const json = JSON.stringify(next);
     return (
       this.sql
-        .exec("UPDATE queue SET settings = ?, modified_at = ?, map_version = map_version + 1 WHERE settings != ? RETURNING one", json, now, json)
+        .exec(
+          "UPDATE queue SET settings = ?, modified_at = ?, map_version = map_version + 1 WHERE settings != ? RETURNING one",
+          json,
+          now,
+          json,
+        )
         .toArray().length > 0
     );
   }
@@ -138,7 +149,10 @@ export class QueueStore {
   }
 
   pendingShards(): Array<{ name: string; region: string }> {
-    return this.sql.exec("SELECT name, region FROM shards WHERE state = 'pending'").toArray() as unknown as Array<{ name: string; region: string }>;
+    return this.sql.exec("SELECT name, region FROM shards WHERE state = 'pending'").toArray() as unknown as Array<{
+      name: string;
+      region: string;
+    }>;
   }
 
   /**
@@ -146,7 +160,9 @@ export class QueueStore {
    * calls `alongside` with their names in the same transaction; returns the names.
    */
   addPendingShards(region: string, count: number, now: number, alongside: (names: string[]) => void): string[] {
-    const { queue_id, next_shard } = this.sql.exec<{ queue_id: string; next_shard: number }>("SELECT queue_id, next_shard FROM queue").one();
+    const { queue_id, next_shard } = this.sql
+      .exec<{ queue_id: string; next_shard: number }>("SELECT queue_id, next_shard FROM queue")
+      .one();
     const names = Array.from({ length: count }, (_, i) => shardName(queue_id, region, next_shard + i));
     this.storage.transactionSync(() => {
       for (const name of names) this.insertShard(name, region, "pending", now);
@@ -159,7 +175,8 @@ export class QueueStore {
   /** Puts shards still pending on the map as active, in a new map version. */
   markActive(names: readonly string[]): void {
     this.storage.transactionSync(() => {
-      for (const name of names) this.sql.exec("UPDATE shards SET state = 'active' WHERE name = ? AND state = 'pending'", name);
+      for (const name of names)
+        this.sql.exec("UPDATE shards SET state = 'active' WHERE name = ? AND state = 'pending'", name);
       this.bumpMapVersion();
     });
   }
@@ -176,11 +193,14 @@ export class QueueStore {
   /** Deletes the shards retired before `before`, in a new map version if there were any; returns their names. */
   /** When the earliest retired shard was retired, or null when none is. */
   firstRetiredAt(): number | null {
-    return this.sql.exec<{ t: number | null }>("SELECT MIN(changed_at) AS t FROM shards WHERE state = 'retired'").one().t;
+    return this.sql.exec<{ t: number | null }>("SELECT MIN(changed_at) AS t FROM shards WHERE state = 'retired'").one()
+      .t;
   }
 
   forgetRetired(before: number): string[] {
-    const gone = this.sql.exec("DELETE FROM shards WHERE state = 'retired' AND changed_at < ? RETURNING name", before).toArray() as unknown as Array<{ name: string }>;
+    const gone = this.sql
+      .exec("DELETE FROM shards WHERE state = 'retired' AND changed_at < ? RETURNING name", before)
+      .toArray() as unknown as Array<{ name: string }>;
     if (gone.length > 0) this.bumpMapVersion();
     return gone.map((g) => g.name);
   }

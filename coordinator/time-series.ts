@@ -24,7 +24,14 @@ export interface SeriesPoint {
  * control loop sleeps), and forgets points older than the span. Rates are summed over
  * the shards' latest reports that are still current: a sleeping shard's shows no activity.
  */
-export function recordPoint(sql: SqlStorage, now: number, beats: ShardHeartbeat[], activeShards: number, consumersRunning: number, always = false): boolean {
+export function recordPoint(
+  sql: SqlStorage,
+  now: number,
+  beats: ShardHeartbeat[],
+  activeShards: number,
+  consumersRunning: number,
+  always = false,
+): boolean {
   const last = sql.exec<{ at: number }>("SELECT at FROM series ORDER BY at DESC LIMIT 1").toArray()[0];
   if (last && now - last.at < SERIES_STEP_MS && !always) return false;
   let count = 0;
@@ -40,7 +47,13 @@ export function recordPoint(sql: SqlStorage, now: number, beats: ShardHeartbeat[
   }
   sql.exec(
     "INSERT OR REPLACE INTO series (at, backlog_count, backlog_bytes, messages_in_per_second, messages_out_per_second, active_shards, consumer_shards_running) VALUES (?, ?, ?, ?, ?, ?, ?)",
-    now, count, bytes, Math.round(inPerS * 10) / 10, Math.round(outPerS * 10) / 10, activeShards, consumersRunning,
+    now,
+    count,
+    bytes,
+    Math.round(inPerS * 10) / 10,
+    Math.round(outPerS * 10) / 10,
+    activeShards,
+    consumersRunning,
   );
   sql.exec("DELETE FROM series WHERE at < ?", now - SERIES_SPAN_MS);
   return true;
@@ -53,9 +66,19 @@ export function recordPoint(sql: SqlStorage, now: number, beats: ShardHeartbeat[
  * the loop) and no traffic.
  */
 export function readSeries(sql: SqlStorage, now: number, since = now - SERIES_SPAN_MS): SeriesPoint[] {
-  const stored = sql.exec<SeriesPoint & Record<string, SqlStorageValue>>("SELECT at AS at_ms, backlog_count, backlog_bytes, messages_in_per_second, messages_out_per_second, active_shards, consumer_shards_running FROM series WHERE at >= ? ORDER BY at", since).toArray();
+  const stored = sql
+    .exec<SeriesPoint & Record<string, SqlStorageValue>>(
+      "SELECT at AS at_ms, backlog_count, backlog_bytes, messages_in_per_second, messages_out_per_second, active_shards, consumer_shards_running FROM series WHERE at >= ? ORDER BY at",
+      since,
+    )
+    .toArray();
   // The last point before the window, so a window that begins asleep starts filled.
-  const before = sql.exec<SeriesPoint & Record<string, SqlStorageValue>>("SELECT at AS at_ms, backlog_count, backlog_bytes, messages_in_per_second, messages_out_per_second, active_shards, consumer_shards_running FROM series WHERE at < ? ORDER BY at DESC LIMIT 1", since).toArray()[0];
+  const before = sql
+    .exec<SeriesPoint & Record<string, SqlStorageValue>>(
+      "SELECT at AS at_ms, backlog_count, backlog_bytes, messages_in_per_second, messages_out_per_second, active_shards, consumer_shards_running FROM series WHERE at < ? ORDER BY at DESC LIMIT 1",
+      since,
+    )
+    .toArray()[0];
   return fillQuiet(before ? [{ ...before }, ...stored] : stored, now).filter((p) => p.at_ms >= since);
 }
 

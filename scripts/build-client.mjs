@@ -45,7 +45,9 @@ export async function buildLib() {
       sourcemap: true,
       logLevel: "warning",
     });
-    const pkg = /** @type {{ dependencies?: Record<string, string> }} */ (JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")));
+    const pkg = /** @type {{ dependencies?: Record<string, string> }} */ (
+      JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8"))
+    );
     for (const entry of WORKER_ENTRIES) {
       await build({
         entryPoints: [join(ROOT, entry.source)],
@@ -70,7 +72,10 @@ export async function buildLib() {
     // A plain JavaScript module of src/ (src/kernel/binding-names.mjs) has its declarations
     // written by hand beside it (.d.mts): copied, for the declarations that import it.
     for (const file of declarationFiles(join(tmp, "types"))) {
-      const text = readFileSync(file, "utf8").replace(/((?:from\s+|import\()["'])(\.{1,2}\/[^"']+?)(?:\.ts)?(["'])/g, (_, lead, path, quote) => `${lead}${/\.m?js$/.test(path) ? path : `${path}.js`}${quote}`);
+      const text = readFileSync(file, "utf8").replace(
+        /((?:from\s+|import\()["'])(\.{1,2}\/[^"']+?)(?:\.ts)?(["'])/g,
+        (_, lead, path, quote) => `${lead}${/\.m?js$/.test(path) ? path : `${path}.js`}${quote}`,
+      );
       writeFileSync(file, text);
       for (const [, spec] of text.matchAll(/(?:from\s+|import\()["'](\.{1,2}\/[^"']+)\.mjs["']/g)) {
         const target = resolve(dirname(file), `${spec}.d.mts`);

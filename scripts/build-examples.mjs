@@ -21,15 +21,24 @@ async function bundle(entry, outfile) {
 }
 
 export async function buildExampleConsumer() {
-  return bundle(join(ROOT, "examples", "consumer", "src", "index.ts"), join(ROOT, "examples", "consumer", "dist", "index.js"));
+  return bundle(
+    join(ROOT, "examples", "consumer", "src", "index.ts"),
+    join(ROOT, "examples", "consumer", "dist", "index.js"),
+  );
 }
 
 /** The probe consumer of test/workers/transport-parity.test.ts (test/fixtures/outcome-probe/index.ts). */
 export async function buildOutcomeProbe() {
-  return bundle(join(ROOT, "test", "fixtures", "outcome-probe", "index.ts"), join(ROOT, "test", "fixtures", "outcome-probe", "dist", "index.js"));
+  return bundle(
+    join(ROOT, "test", "fixtures", "outcome-probe", "index.ts"),
+    join(ROOT, "test", "fixtures", "outcome-probe", "dist", "index.js"),
+  );
 }
 
 /** The probe producer of test/workers/batching-queue.test.ts (test/fixtures/batching-probe/index.ts). */
 export async function buildBatchingProbe() {
-  return bundle(join(ROOT, "test", "fixtures", "batching-probe", "index.ts"), join(ROOT, "test", "fixtures", "batching-probe", "dist", "index.js"));
+  return bundle(
+    join(ROOT, "test", "fixtures", "batching-probe", "index.ts"),
+    join(ROOT, "test", "fixtures", "batching-probe", "dist", "index.js"),
+  );
 }

@@ -51,7 +51,10 @@ export async function openApiProblems(document) {
   const validator = new Validator();
   const result = await validator.validate(structuredClone(document));
   if (!result.valid) {
-    const errors = typeof result.errors === "string" ? [result.errors] : (result.errors ?? []).map((e) => `${e.instancePath || "/"}: ${e.message} ${JSON.stringify(e.params)}`);
+    const errors =
+      typeof result.errors === "string"
+        ? [result.errors]
+        : (result.errors ?? []).map((e) => `${e.instancePath || "/"}: ${e.message} ${JSON.stringify(e.params)}`);
     return errors.length ? errors : ["the validator refused the document without saying why"];
   }
   if (validator.version !== "3.1") return [`validated as OpenAPI ${validator.version}, not 3.1`];
@@ -75,11 +78,18 @@ function pathProblems(document) {
   for (const [path, item] of Object.entries(document.paths ?? {})) {
     const inPath = [...path.matchAll(/\{(\w+)\}/g)].map((m) => m[1]).sort();
     for (const [method, op] of Object.entries(/** @type {Record<string, any>} */ (item))) {
-      if (ids.has(op.operationId)) out.push(`${method.toUpperCase()} ${path}: operationId ${op.operationId} is used twice`);
+      if (ids.has(op.operationId))
+        out.push(`${method.toUpperCase()} ${path}: operationId ${op.operationId} is used twice`);
       ids.add(op.operationId);
       const params = (op.parameters ?? []).map((/** @type {any} */ p) => (p.$ref ? lookup(document, p.$ref) : p));
-      const declared = params.filter((/** @type {any} */ p) => p?.in === "path").map((/** @type {any} */ p) => p.name).sort();
-      if (JSON.stringify(declared) !== JSON.stringify(inPath)) out.push(`${method.toUpperCase()} ${path}: path parameters declared ${JSON.stringify(declared)}, the path has ${JSON.stringify(inPath)}`);
+      const declared = params
+        .filter((/** @type {any} */ p) => p?.in === "path")
+        .map((/** @type {any} */ p) => p.name)
+        .sort();
+      if (JSON.stringify(declared) !== JSON.stringify(inPath))
+        out.push(
+          `${method.toUpperCase()} ${path}: path parameters declared ${JSON.stringify(declared)}, the path has ${JSON.stringify(inPath)}`,
+        );
     }
   }
   return out;
@@ -89,7 +99,9 @@ if (process.argv[1] && resolve(process.argv[1]) === resolve(new URL(import.meta.
   const document = await buildOpenApiDocument();
   const problems = await openApiProblems(document);
   const operations = Object.values(document.paths).reduce((n, item) => n + Object.keys(item).length, 0);
-  console.log(`OpenAPI ${document.openapi} description of ${document.info.title} ${document.info.version}: ${Object.keys(document.paths).length} paths, ${operations} operations, ${problems.length} problem(s)`);
+  console.log(
+    `OpenAPI ${document.openapi} description of ${document.info.title} ${document.info.version}: ${Object.keys(document.paths).length} paths, ${operations} operations, ${problems.length} problem(s)`,
+  );
   for (const p of problems) console.log(`problem: ${p}`);
   process.exitCode = problems.length ? 1 : 0;
 }

@@ -26,26 +26,48 @@ import { shardqName } from "../cli/workers/dev-session.mjs";
  */
 export function dryRunDeployConfig(deploy, bundleDir) {
   mkdirSync(bundleDir, { recursive: true });
-  const services = /** @type {{ services?: Array<{ binding: string, service: string, entrypoint: string }> }} */ (parseToml(readFileSync(deploy.services, "utf8"))).services ?? [];
-  const shardq = writeDevConfig({ file: join(bundleDir, "shardq.wrangler.toml"), outsideRoot: true, devFlag: false, consumers: services });
-  const targets = [...deploy.workers.map((w) => ({ name: w.name, config: w.config })), { name: shardqName(), config: shardq }];
+  const services =
+    /** @type {{ services?: Array<{ binding: string, service: string, entrypoint: string }> }} */ (
+      parseToml(readFileSync(deploy.services, "utf8"))
+    ).services ?? [];
+  const shardq = writeDevConfig({
+    file: join(bundleDir, "shardq.wrangler.toml"),
+    outsideRoot: true,
+    devFlag: false,
+    consumers: services,
+  });
+  const targets = [
+    ...deploy.workers.map((w) => ({ name: w.name, config: w.config })),
+    { name: shardqName(), config: shardq },
+  ];
   return targets.map(({ name, config }) => {
     const text = readFileSync(config, "utf8");
-    const flags = JSON.stringify((config.endsWith(".toml") ? parseToml(text) : parseJsonc(text)).compatibility_flags ?? []);
-    if (/experimental|service_binding_extra_handlers/.test(flags)) return { name, config, ok: false, output: `sets an experimental compatibility flag: ${flags}` };
-    const r = spawnSync(process.execPath, [wranglerBin(), "deploy", "--dry-run", "--outdir", join(bundleDir, name), "-c", config], {
-      cwd: dirname(config),
-      encoding: "utf8",
-      env: { ...process.env, WRANGLER_SEND_METRICS: "false", WRANGLER_CACHE_DIR: join(bundleDir, "cache") },
-      timeout: 120_000,
-    });
+    const flags = JSON.stringify(
+      (config.endsWith(".toml") ? parseToml(text) : parseJsonc(text)).compatibility_flags ?? [],
+    );
+    if (/experimental|service_binding_extra_handlers/.test(flags))
+      return { name, config, ok: false, output: `sets an experimental compatibility flag: ${flags}` };
+    const r = spawnSync(
+      process.execPath,
+      [wranglerBin(), "deploy", "--dry-run", "--outdir", join(bundleDir, name), "-c", config],
+      {
+        cwd: dirname(config),
+        encoding: "utf8",
+        env: { ...process.env, WRANGLER_SEND_METRICS: "false", WRANGLER_CACHE_DIR: join(bundleDir, "cache") },
+        timeout: 120_000,
+      },
+    );
     return { name, config, ok: r.status === 0, output: `${r.stdout ?? ""}${r.stderr ?? ""}` };
   });
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const { values } = parseArgs({ options: { config: { type: "string", short: "c", multiple: true } } });
-  const configs = values.config ?? ["test/fixtures/own-workers/producer/wrangler.toml", "test/fixtures/own-workers/consumer/wrangler.toml"].map((c) => join(ROOT, c));
+  const configs =
+    values.config ??
+    ["test/fixtures/own-workers/producer/wrangler.toml", "test/fixtures/own-workers/consumer/wrangler.toml"].map((c) =>
+      join(ROOT, c),
+    );
   const work = mkdtempSync(join(tmpdir(), "shardq-deploy-dry-run-"));
   try {
     const deploy = writeDeployConfig({ configs, out: join(work, "out"), account: "dry-run", shardqName: shardqName() });

@@ -44,14 +44,20 @@ export function bundleService(outdir, opts = {}) {
     env: { ...(opts.env ?? process.env), WRANGLER_SEND_METRICS: "false" },
     timeout: 120_000,
   });
-  return { ok: result.status === 0, output: `${result.stdout ?? ""}${result.stderr ?? ""}`, bundle: join(outdir, "worker.js") };
+  return {
+    ok: result.status === 0,
+    output: `${result.stdout ?? ""}${result.stderr ?? ""}`,
+    bundle: join(outdir, "worker.js"),
+  };
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const toml = readFileSync(join(ROOT, "wrangler.toml"), "utf8");
   const flags = /^compatibility_flags\s*=\s*\[([^\]]*)\]/m.exec(toml)?.[1] ?? "";
   if (/experimental|service_binding_extra_handlers/.test(flags)) {
-    console.error(`wrangler.toml sets an experimental compatibility flag (${flags.trim()}); a deployed service cannot use it.`);
+    console.error(
+      `wrangler.toml sets an experimental compatibility flag (${flags.trim()}); a deployed service cannot use it.`,
+    );
     process.exit(1);
   }
   // The fault harness's hooks (src/kernel/test-hooks.ts) reset objects and corrupt bodies on
@@ -60,7 +66,9 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
   for (const file of ["wrangler.toml", ".dev.vars"]) {
     const text = existsSync(join(ROOT, file)) ? readFileSync(join(ROOT, file), "utf8") : "";
     if (/^\s*SHARDQ_TEST_HOOKS\s*=/m.test(text)) {
-      console.error(`${file} sets SHARDQ_TEST_HOOKS: the fault harness's hooks must never be on outside a test run (test/faults sets it itself).`);
+      console.error(
+        `${file} sets SHARDQ_TEST_HOOKS: the fault harness's hooks must never be on outside a test run (test/faults sets it itself).`,
+      );
       process.exit(1);
     }
   }
@@ -69,7 +77,9 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
   // The var is the fence at run time; this is the one at build time (test/e2e/production-bundle-hooks.test.ts).
   const found = hookCodeIn(readFileSync(built.bundle, "utf8"));
   if (found.length > 0) {
-    console.error(`the bundle holds the fault harness's hook code (${found.join("; ")}): wrangler bundled with NODE_ENV=${process.env.NODE_ENV}, and \`wrangler deploy\` from this shell would ship it. Unset NODE_ENV (or set it to "production").`);
+    console.error(
+      `the bundle holds the fault harness's hook code (${found.join("; ")}): wrangler bundled with NODE_ENV=${process.env.NODE_ENV}, and \`wrangler deploy\` from this shell would ship it. Unset NODE_ENV (or set it to "production").`,
+    );
     process.exit(1);
   }
 }

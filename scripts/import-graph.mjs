@@ -47,7 +47,10 @@ export function placeOf(file) {
     for (const part of parts) {
       if (file !== part && !file.startsWith(`${part}/`)) continue;
       const rooms = ROOMS[/** @type {keyof typeof ROOMS} */ (part)];
-      const folder = file.slice(part.length + 1).split("/").slice(0, -1)[0];
+      const folder = file
+        .slice(part.length + 1)
+        .split("/")
+        .slice(0, -1)[0];
       return rooms && folder !== undefined && !rooms.includes(folder) ? null : { index, part };
     }
   }
@@ -102,7 +105,8 @@ function components(graph) {
       if (!idx.has(w)) {
         visit(w);
         low.set(v, Math.min(/** @type {number} */ (low.get(v)), /** @type {number} */ (low.get(w))));
-      } else if (on.has(w)) low.set(v, Math.min(/** @type {number} */ (low.get(v)), /** @type {number} */ (idx.get(w))));
+      } else if (on.has(w))
+        low.set(v, Math.min(/** @type {number} */ (low.get(v)), /** @type {number} */ (idx.get(w))));
     }
     if (low.get(v) === idx.get(v)) {
       /** @type {string[]} */ const c = [];
@@ -142,7 +146,7 @@ export function importGraph() {
       const kernel = b.part === "src/kernel";
       // Objects are reached over RPC, with what crosses it in the kernel's protocol: only the entry exports their classes.
       const objectCode = LAYERS[b.index]?.layer === "durable objects" && LAYERS[a.index]?.layer !== "entry";
-      if (b.index < a.index || (b.index === a.index) || (clientOnly && !kernel) || objectCode) {
+      if (b.index < a.index || b.index === a.index || (clientOnly && !kernel) || objectCode) {
         wrongWay.push(`${from} (${LAYERS[a.index]?.layer}) imports ${to} (${LAYERS[b.index]?.layer})`);
       }
     }
@@ -159,7 +163,9 @@ if (process.argv[1] && resolve(process.argv[1]) === resolve(new URL(import.meta.
     const top = f.slice(0, f.indexOf("/"));
     perFolder.set(top, (perFolder.get(top) ?? 0) + 1);
   }
-  console.log(`${files.length} files (${[...perFolder].map(([d, n]) => `${d}/ ${n}`).join(", ")}), ${edges} imports among them, ${circles.length} circle(s), ${wrongWay.length} wrong-way import(s), ${unplaced.length} file(s) outside the layers`);
+  console.log(
+    `${files.length} files (${[...perFolder].map(([d, n]) => `${d}/ ${n}`).join(", ")}), ${edges} imports among them, ${circles.length} circle(s), ${wrongWay.length} wrong-way import(s), ${unplaced.length} file(s) outside the layers`,
+  );
   for (const c of circles) console.log(`circle of ${c.length}: ${c.join(", ")}`);
   for (const w of wrongWay) console.log(`wrong way: ${w}`);
   for (const u of unplaced) console.log(`outside the layers: ${u}`);

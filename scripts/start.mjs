@@ -22,21 +22,48 @@ const prefix = (name) => (/** @type {string} */ line) => console.log(`[${name}] 
 // that was killed (not stopped) would shadow the new service, so it is cleared.
 const registry = join(ROOT, ".wrangler", "registry");
 mkdirSync(registry, { recursive: true });
-for (const worker of ["shardq", "shardq-example-producer", "shardq-example-consumer"]) rmSync(join(registry, worker), { force: true });
+for (const worker of ["shardq", "shardq-example-producer", "shardq-example-consumer"])
+  rmSync(join(registry, worker), { force: true });
 const env = { WRANGLER_REGISTRY_PATH: registry };
 
 // Tunables from the environment, e.g. `SHARD_CAPACITY_PER_SECOND=50 npm start` to watch the autoscaler.
-const TUNABLES = ["SHARD_CAPACITY_PER_SECOND", "TARGET_MESSAGES_PER_SHARD", "MAX_SHARDS_PER_REGION", "SHARDS_PER_REGION", "HEARTBEAT_INTERVAL_MS", "SCALE_IN_AFTER_MS"];
+const TUNABLES = [
+  "SHARD_CAPACITY_PER_SECOND",
+  "TARGET_MESSAGES_PER_SHARD",
+  "MAX_SHARDS_PER_REGION",
+  "SHARDS_PER_REGION",
+  "HEARTBEAT_INTERVAL_MS",
+  "SCALE_IN_AFTER_MS",
+];
 const vars = TUNABLES.filter((name) => process.env[name]).flatMap((name) => ["--var", `${name}:${process.env[name]}`]);
 
 const service = await startWrangler({
-  args: ["-c", writeDevConfig(), "-c", "examples/consumer/wrangler.toml", "--port", String(port), "--persist-to", ".wrangler/state", ...vars],
+  args: [
+    "-c",
+    writeDevConfig(),
+    "-c",
+    "examples/consumer/wrangler.toml",
+    "--port",
+    String(port),
+    "--persist-to",
+    ".wrangler/state",
+    ...vars,
+  ],
   readyUrl: `${base}/`,
   log: prefix("shardq"),
   env,
 });
 const producer = await startWrangler({
-  args: ["-c", "examples/producer/wrangler.toml", "--port", String(producerPort), "--persist-to", ".wrangler/producer-state", "--inspector-port", "0"],
+  args: [
+    "-c",
+    "examples/producer/wrangler.toml",
+    "--port",
+    String(producerPort),
+    "--persist-to",
+    ".wrangler/producer-state",
+    "--inspector-port",
+    "0",
+  ],
   readyUrl: `http://localhost:${producerPort}/`,
   log: prefix("producer"),
   env,

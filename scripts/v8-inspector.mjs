@@ -43,8 +43,11 @@ export class Inspector {
     const answered = new Promise((resolve) => this.pending.set(id, resolve));
     this.ws.send(JSON.stringify({ id, method, params: {} }));
     const deadline = Date.now() + 30_000;
-    for (let done = false; !done; ) {
-      done = await Promise.race([answered.then(() => true), this.poke().then(() => new Promise((r) => setTimeout(() => r(false), 50)))]);
+    for (let done = false; !done;) {
+      done = await Promise.race([
+        answered.then(() => true),
+        this.poke().then(() => new Promise((r) => setTimeout(() => r(false), 50))),
+      ]);
       if (!done && Date.now() > deadline) throw new Error(`the inspector did not answer ${method} in 30 s`);
     }
     const m = await answered;

@@ -14,5 +14,8 @@ export { StorageShard } from "../storage-shard/storage-shard";
 export { ConsumerShard } from "../consumer-shard/consumer-shard";
 
 export default {
-  fetch: (request, env, ctx) => (isDashboardPath(new URL(request.url).pathname) ? serveDashboard(request, env, ctx) : router.fetch(request, env, ctx)),
+  fetch: (request, env, ctx) =>
+    isDashboardPath(new URL(request.url).pathname)
+      ? serveDashboard(request, env, ctx)
+      : router.fetch(request, env, ctx),
 } satisfies ExportedHandler<Env>;

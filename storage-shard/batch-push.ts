@@ -69,11 +69,14 @@ export class BatchPush {
     if (this.timer && this.timer.at <= at && this.timer.target.shard === target.shard) return true;
     if (this.timer) timers.clear(this.timer.handle);
     const timer = { at, target, handle: null as unknown };
-    timer.handle = timers.set(() => {
-      if (this.timer !== timer) return;
-      this.timer = null;
-      this.deps.waitUntil(this.push(target));
-    }, Math.max(0, at - this.deps.now()));
+    timer.handle = timers.set(
+      () => {
+        if (this.timer !== timer) return;
+        this.timer = null;
+        this.deps.waitUntil(this.push(target));
+      },
+      Math.max(0, at - this.deps.now()),
+    );
     this.timer = timer;
     return true;
   }
@@ -118,6 +121,7 @@ export class BatchPush {
     // takes less than a batch, when due; a batch's worth or more is a backlog for the rounds.
     if (!still) return;
     // A timer that does not carry the consumer's settings now (a wait raised past PUSH_WAIT_MAX_MS) wakes it too.
-    if (!pushes || this.deps.unleased() >= target.limit || !this.arm(target, this.deps.now())) this.deps.wakeConsumers();
+    if (!pushes || this.deps.unleased() >= target.limit || !this.arm(target, this.deps.now()))
+      this.deps.wakeConsumers();
   }
 }

@@ -10,7 +10,10 @@ export class TokenBucket {
   private last: number;
 
   /** Holds one second's worth; starts full. */
-  constructor(private readonly perSecond: number, now: number) {
+  constructor(
+    private readonly perSecond: number,
+    now: number,
+  ) {
     this.tokens = perSecond;
     this.last = now;
   }
@@ -56,7 +59,12 @@ export class ActivityMeter {
 
   /** Returns the period's figures and starts a new period. */
   roll(now: number): Period {
-    const out: Period = { messagesIn: this.messagesIn, messagesOut: this.messagesOut, refusals: this.refusals, periodMs: Math.max(0, now - this.periodStart) };
+    const out: Period = {
+      messagesIn: this.messagesIn,
+      messagesOut: this.messagesOut,
+      refusals: this.refusals,
+      periodMs: Math.max(0, now - this.periodStart),
+    };
     if (Object.keys(this.inFrom).length > 0) out.inFrom = this.inFrom;
     this.inFrom = {};
     this.messagesIn = 0;

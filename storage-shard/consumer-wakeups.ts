@@ -68,7 +68,13 @@ export class ConsumerWakeups {
     this.notified = true;
     const leaser = this.leaser;
     const batch = this.leaserBatch;
-    if (pushable && leaser !== null && batch?.leaseMs !== undefined && this.push?.({ shard: leaser, limit: batch.limit, maxWaitMs: batch.maxWaitMs, leaseMs: batch.leaseMs }, dueAt)) return;
+    if (
+      pushable &&
+      leaser !== null &&
+      batch?.leaseMs !== undefined &&
+      this.push?.({ shard: leaser, limit: batch.limit, maxWaitMs: batch.maxWaitMs, leaseMs: batch.leaseMs }, dueAt)
+    )
+      return;
     if (leaser !== null) {
       this.ctx.waitUntil(
         consumerShardFor(this.env, shard.queueId, leaser)
@@ -119,9 +125,17 @@ export class ConsumerWakeups {
    * not; `consumerShard` names the consumer shard that leased (undefined: a pull), `maxWaitMs`
    * how long its batch may take to fill.
    */
-  afterLease(taken: number, waitUntil: number | null, limit: number, consumerShard?: number, maxWaitMs = 0, leaseMs?: number): void {
+  afterLease(
+    taken: number,
+    waitUntil: number | null,
+    limit: number,
+    consumerShard?: number,
+    maxWaitMs = 0,
+    leaseMs?: number,
+  ): void {
     this.leaser = consumerShard ?? null;
-    this.leaserBatch = consumerShard === undefined ? null : { limit, maxWaitMs, ...(leaseMs !== undefined ? { leaseMs } : {}) };
+    this.leaserBatch =
+      consumerShard === undefined ? null : { limit, maxWaitMs, ...(leaseMs !== undefined ? { leaseMs } : {}) };
     // A consumer found nothing ready here: the next arrival must tell one.
     if (taken === 0 && waitUntil === null) this.notified = false;
     this.fillingFor = waitUntil === null ? null : limit;

@@ -61,7 +61,13 @@ export class DueWakeups {
 /** The first time after `now` a message here becomes ready: a scheduled segment, a lease end, a key's waiting head. */
 export function nextDueAfter(sql: SqlStorage, ds: DeliveryState, now: number): number | null {
   const times = [
-    sql.exec<{ t: number | null }>("SELECT MIN(due_at) AS t FROM segments WHERE due_at IS NOT NULL AND due_at > ? AND due_at < ?", now, KEYED_DUE).one().t,
+    sql
+      .exec<{ t: number | null }>(
+        "SELECT MIN(due_at) AS t FROM segments WHERE due_at IS NOT NULL AND due_at > ? AND due_at < ?",
+        now,
+        KEYED_DUE,
+      )
+      .one().t,
     ds.nextExpiryAfter(now),
     ds.keys.nextDue(now),
   ];

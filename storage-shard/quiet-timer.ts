@@ -55,7 +55,9 @@ export class QuietTimer {
       this.firesAt = null;
       const quietFor = Date.now() - this.lastTouch;
       if (quietFor < QUIET_MS) return this.arm(timers, QUIET_MS - quietFor);
-      this.run().catch((err: unknown) => console.error("storage shard: quiet work failed (the next request or alarm does it):", err));
+      this.run().catch((err: unknown) =>
+        console.error("storage shard: quiet work failed (the next request or alarm does it):", err),
+      );
     }, ms);
   }
 }

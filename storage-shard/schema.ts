@@ -172,7 +172,10 @@ function convertMessagesToSegments(sql: SqlStorage): void {
   let last = sql.exec<{ s: number | null }>("SELECT MAX(seg) AS s FROM segments").one().s ?? 0;
   const now = Date.now();
   /** Rows waiting for their segment, by kind: "ready", "scheduled", or "lease:<id>" (one stored lease's rows). */
-  const pending = new Map<string, { messages: NewMessage[]; bytes: number; seqs: number[]; leases: Array<string | null>; dueAt: number | null }>();
+  const pending = new Map<
+    string,
+    { messages: NewMessage[]; bytes: number; seqs: number[]; leases: Array<string | null>; dueAt: number | null }
+  >();
   const flush = (kind: string) => {
     const group = pending.get(kind);
     if (!group || group.messages.length === 0) return;
@@ -181,22 +184,47 @@ function convertMessagesToSegments(sql: SqlStorage): void {
     const seg = nextSegment(last, now);
     last = seg;
     const headers: Header[] = list.map((m) => ({
-      id: m.id!, contentType: m.contentType, size: m.body.byteLength, checksum: m.checksum, enqueuedAt: m.enqueuedAt,
-      dueAt: m.dueAt, attempts: m.attempts, sentAt: m.sentAt, copy: m.copy, indexed: true,
+      id: m.id!,
+      contentType: m.contentType,
+      size: m.body.byteLength,
+      checksum: m.checksum,
+      enqueuedAt: m.enqueuedAt,
+      dueAt: m.dueAt,
+      attempts: m.attempts,
+      sentAt: m.sentAt,
+      copy: m.copy,
+      indexed: true,
     }));
     sql.exec(
       "INSERT INTO segments (seg, enqueued_at, due_at, count, live, live_bytes, settled, batch, headers, bodies) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)",
-      seg, Math.min(...list.map((m) => m.enqueuedAt)), group.dueAt, list.length, list.length,
-      group.bytes, Settled.none(list.length).blob(), encodeHeaders(headers), packBodies(list.map((m) => m.body)),
+      seg,
+      Math.min(...list.map((m) => m.enqueuedAt)),
+      group.dueAt,
+      list.length,
+      list.length,
+      group.bytes,
+      Settled.none(list.length).blob(),
+      encodeHeaders(headers),
+      packBodies(list.map((m) => m.body)),
     );
     for (const h of headers) sql.exec("INSERT OR REPLACE INTO message_ids (id, seg) VALUES (?, ?)", h.id, seg);
     group.leases.forEach((lease, slot) => {
-      if (lease !== null) sql.exec("INSERT INTO legacy_rows (seq, seg, slot, lease) VALUES (?, ?, ?, ?)", group.seqs[slot]!, seg, slot, lease);
+      if (lease !== null)
+        sql.exec(
+          "INSERT INTO legacy_rows (seq, seg, slot, lease) VALUES (?, ?, ?, ?)",
+          group.seqs[slot]!,
+          seg,
+          slot,
+          lease,
+        );
     });
   };
-  for (let after = 0; ; ) {
+  for (let after = 0; ;) {
     const rows = sql
-      .exec("SELECT seq, id, size, enqueued_at, due_at, attempts, lease_id, checksum, content_type, body, nonce, sent_at FROM messages WHERE seq > ? ORDER BY seq LIMIT 500", after)
+      .exec(
+        "SELECT seq, id, size, enqueued_at, due_at, attempts, lease_id, checksum, content_type, body, nonce, sent_at FROM messages WHERE seq > ? ORDER BY seq LIMIT 500",
+        after,
+      )
       .toArray() as unknown as MessageRow[];
     if (rows.length === 0) break;
     for (const r of rows) {
@@ -207,14 +235,22 @@ function convertMessagesToSegments(sql: SqlStorage): void {
       const held = r.lease_id !== null && r.due_at !== null && r.due_at > now;
       const kind = r.due_at === null ? "ready" : held ? `lease:${r.lease_id}` : "scheduled";
       const group = pending.get(kind);
-      if (group && (group.messages.length >= CONVERT_PER_SEGMENT || group.bytes + r.size > SEGMENT_MAX_BYTES)) flush(kind);
+      if (group && (group.messages.length >= CONVERT_PER_SEGMENT || group.bytes + r.size > SEGMENT_MAX_BYTES))
+        flush(kind);
       const g = pending.get(kind) ?? { messages: [], bytes: 0, seqs: [], leases: [], dueAt: null };
       pending.set(kind, g);
       // A scheduled row is due when its row said; never 0, which means "ready on arrival".
       const dueAt = r.due_at === null ? 0 : held ? Math.max(1, r.enqueued_at) : Math.max(1, r.due_at);
       g.messages.push({
-        id: r.id, contentType: r.content_type, checksum: r.checksum, enqueuedAt: r.enqueued_at, dueAt,
-        attempts: r.attempts, sentAt: r.sent_at ?? 0, copy: `${r.seq}.${r.nonce ?? 0}`, body: new Uint8Array(r.body),
+        id: r.id,
+        contentType: r.content_type,
+        checksum: r.checksum,
+        enqueuedAt: r.enqueued_at,
+        dueAt,
+        attempts: r.attempts,
+        sentAt: r.sent_at ?? 0,
+        copy: `${r.seq}.${r.nonce ?? 0}`,
+        body: new Uint8Array(r.body),
       });
       if (r.due_at !== null) g.dueAt = Math.min(g.dueAt ?? Infinity, held ? r.due_at : dueAt);
       g.bytes += r.size;

@@ -11,7 +11,12 @@ import type {
   ShardRefusal,
   ShardStats,
 } from "../src/kernel/protocol";
-import { REPORT_BACKLOG_GROWTH, SLOW_BELOW_SHARE, SLOW_REPORT_MS, type StorageHeartbeat } from "../src/kernel/heartbeat";
+import {
+  REPORT_BACKLOG_GROWTH,
+  SLOW_BELOW_SHARE,
+  SLOW_REPORT_MS,
+  type StorageHeartbeat,
+} from "../src/kernel/heartbeat";
 import { ShardAlarm } from "./shard-alarm";
 import { QuietTimer } from "./quiet-timer";
 import { restoreHeldLeases, writeHeldLeases } from "./segments/held-leases";
@@ -112,12 +117,21 @@ export abstract class ShardCore extends DurableObject<Env> {
     migrate(this.sql);
     // Lease ids from before segments name rows of segments that are gone once settled.
     this.sql.exec("DELETE FROM legacy_rows WHERE seg NOT IN (SELECT seg FROM segments)");
-    const meta = new Map(this.sql.exec<{ key: string; value: string }>("SELECT key, value FROM meta").toArray().map((r) => [r.key, r.value]));
+    const meta = new Map(
+      this.sql
+        .exec<{ key: string; value: string }>("SELECT key, value FROM meta")
+        .toArray()
+        .map((r) => [r.key, r.value]),
+    );
     this.identity = meta.has("identity") ? (JSON.parse(meta.get("identity")!) as ShardIdentity) : null;
     this.state = (meta.get("state") as ShardState | undefined) ?? "active";
     this.retentionMs = meta.has("retention_ms") ? Number(meta.get("retention_ms")) : null;
     // Counted once here rather than written with every batch: rows read are cheap, rows written are not.
-    const c = this.sql.exec<{ n: number; bytes: number }>("SELECT COALESCE(SUM(live), 0) AS n, COALESCE(SUM(live_bytes), 0) AS bytes FROM segments").one();
+    const c = this.sql
+      .exec<{ n: number; bytes: number }>(
+        "SELECT COALESCE(SUM(live), 0) AS n, COALESCE(SUM(live_bytes), 0) AS bytes FROM segments",
+      )
+      .one();
     this.backlogCount = c.n;
     this.backlogBytes = c.bytes;
     this.epoch = loadEpoch(this.sql);
@@ -125,9 +139,16 @@ export abstract class ShardCore extends DurableObject<Env> {
     this.delivery = new DeliveryState(this.sql);
     // Keyed leases and their keys' rewritten copies (keyed-leases.ts); leases a quiet instance wrote before its eviction.
     restoreKeyed(this.sql, this.delivery, this.clock.now());
-    if (restoreHeldLeases(this.sql, this.delivery, this.clock.now()) > 0) this.leasedNow = leasedCount(this.delivery, this.clock.now());
+    if (restoreHeldLeases(this.sql, this.delivery, this.clock.now()) > 0)
+      this.leasedNow = leasedCount(this.delivery, this.clock.now());
     this.due = new DueWakeups(this.sql, this.delivery);
-    this.wakeups = new ConsumerWakeups(ctx, env, () => this.identity, () => this.delivery.keys.ready(this.clock.now()).length > 0, () => this.due.stop());
+    this.wakeups = new ConsumerWakeups(
+      ctx,
+      env,
+      () => this.identity,
+      () => this.delivery.keys.ready(this.clock.now()).length > 0,
+      () => this.due.stop(),
+    );
     const now = this.clock.now();
     this.activity = new ActivityMeter(now);
     const perSecond = serviceConfig(env).shardCapacityPerSecond;
@@ -168,7 +189,13 @@ export abstract class ShardCore extends DurableObject<Env> {
 
   /** This shard's backlog now, exact: the in-memory figures follow every committed write. */
   protected backlog(): ShardBacklog {
-    return { shard: this.identity?.name ?? "", count: this.backlogCount, bytes: this.backlogBytes, oldestAt: this.oldestAt(), at: this.clock.now() };
+    return {
+      shard: this.identity?.name ?? "",
+      count: this.backlogCount,
+      bytes: this.backlogBytes,
+      oldestAt: this.oldestAt(),
+      at: this.clock.now(),
+    };
   }
 
   /**
@@ -179,10 +206,16 @@ export abstract class ShardCore extends DurableObject<Env> {
    */
   protected oldestAt(): number | null {
     if (this.backlogCount === 0) return null;
-    const first = this.sql.exec<{ t: number }>("SELECT enqueued_at AS t FROM segments ORDER BY seg LIMIT 1").toArray()[0]?.t ?? null;
+    const first =
+      this.sql.exec<{ t: number }>("SELECT enqueued_at AS t FROM segments ORDER BY seg LIMIT 1").toArray()[0]?.t ??
+      null;
     const ds = this.delivery;
     if (ds.scheduledOldest === undefined) {
-      ds.scheduledOldest = this.sql.exec<{ t: number | null }>("SELECT MIN(enqueued_at) AS t FROM segments WHERE due_at IS NOT NULL AND due_at > -1").one().t;
+      ds.scheduledOldest = this.sql
+        .exec<{ t: number | null }>(
+          "SELECT MIN(enqueued_at) AS t FROM segments WHERE due_at IS NOT NULL AND due_at > -1",
+        )
+        .one().t;
     }
     const times = [first, ds.scheduledOldest].filter((t): t is number => t !== null);
     return times.length === 0 ? null : Math.min(...times);
@@ -204,8 +237,19 @@ export abstract class ShardCore extends DurableObject<Env> {
     settleReads(this.cost);
     const totals: DeliveryTotals = this.delivery.current();
     const now = this.clock.now();
-    const ordering = exact ? exactKeyFigures(this.sql, this.delivery, now) : this.delivery.keys.used ? keyFigures(this.sql, this.delivery, now) : null;
-    return { backlogCount: this.backlogCount, backlogBytes: this.backlogBytes, oldestEnqueuedAt: this.oldestAt(), totals, cost: { ...this.cost }, ...(ordering ? { ordering } : {}) };
+    const ordering = exact
+      ? exactKeyFigures(this.sql, this.delivery, now)
+      : this.delivery.keys.used
+        ? keyFigures(this.sql, this.delivery, now)
+        : null;
+    return {
+      backlogCount: this.backlogCount,
+      backlogBytes: this.backlogBytes,
+      oldestEnqueuedAt: this.oldestAt(),
+      totals,
+      cost: { ...this.cost },
+      ...(ordering ? { ordering } : {}),
+    };
   }
 
   /** A read-only RPC (or one that only extends leases): `none` when this shard is not the queue's. */
@@ -268,7 +312,9 @@ export abstract class ShardCore extends DurableObject<Env> {
     if (causes.has("due") || (causes.size === 0 && this.identity && this.state !== "retired")) this.dueWork(now);
     if (causes.has("heartbeat")) {
       this.nextReportAt = null;
-      const again = await this.report(now).catch((err: unknown) => (console.error(`storage shard ${this.identity?.name}: heartbeat failed:`, err), true));
+      const again = await this.report(now).catch(
+        (err: unknown) => (console.error(`storage shard ${this.identity?.name}: heartbeat failed:`, err), true),
+      );
       if (again) this.alarms.reportAt(this.nextReportAt ?? now + serviceConfig(this.env).heartbeatIntervalMs);
       else this.alarms.sleep(this.nextDue(now));
     }
@@ -286,12 +332,16 @@ export abstract class ShardCore extends DurableObject<Env> {
   async quietNow(): Promise<void> {
     const now = this.clock.now();
     if (this.alarms.awake) {
-      const again = await this.report(now, true).catch((err: unknown) => (console.error(`storage shard ${this.identity?.name}: heartbeat failed:`, err), true));
+      const again = await this.report(now, true).catch(
+        (err: unknown) => (console.error(`storage shard ${this.identity?.name}: heartbeat failed:`, err), true),
+      );
       if (!again) this.alarms.sleep(this.nextDue(now));
       else if (this.nextReportAt !== null) this.alarms.reportAt(this.nextReportAt);
     }
     this.persistDeferred(now, true);
-    this.leasesWritten = this.ctx.storage.transactionSync(() => writeHeldLeases(this.sql, this.delivery, now, this.leasesWritten));
+    this.leasesWritten = this.ctx.storage.transactionSync(() =>
+      writeHeldLeases(this.sql, this.delivery, now, this.leasesWritten),
+    );
     this.alarms.arm();
   }
 
@@ -331,7 +381,10 @@ export abstract class ShardCore extends DurableObject<Env> {
 
   /** Whether a message here is ready for a consumer now: one read of the first ready message's header. */
   protected readyNow(now: number): boolean {
-    return this.backlogCount > 0 && (peekReady(this.sql, this.delivery, now, 1).length > 0 || this.delivery.keys.ready(now).length > 0);
+    return (
+      this.backlogCount > 0 &&
+      (peekReady(this.sql, this.delivery, now, 1).length > 0 || this.delivery.keys.ready(now).length > 0)
+    );
   }
 
   /**
@@ -384,7 +437,8 @@ export abstract class ShardCore extends DurableObject<Env> {
     // Far below what the autoscaler acts on, an active shard reports on the slow cadence, and says so.
     const config = serviceConfig(this.env);
     const slow = this.state === "active" && !this.stayAwake && (beat.handoffs ?? 0) === 0 && !this.busyPeriod(period);
-    const nextReportAt = now + (slow ? Math.max(SLOW_REPORT_MS, config.heartbeatIntervalMs) : config.heartbeatIntervalMs);
+    const nextReportAt =
+      now + (slow ? Math.max(SLOW_REPORT_MS, config.heartbeatIntervalMs) : config.heartbeatIntervalMs);
     const owes = (beat.handoffs ?? 0) > 0;
     const last = quiet && this.state === "active" && !this.stayAwake && !owes;
     if (last) beat.last = true;
@@ -414,7 +468,9 @@ export abstract class ShardCore extends DurableObject<Env> {
     let expired = false;
     if (reply.retentionMs !== null) {
       this.learnRetention(reply.retentionMs);
-      const delta = this.ctx.storage.transactionSync(() => expireOld(this.sql, this.delivery, now, reply.retentionMs!, true));
+      const delta = this.ctx.storage.transactionSync(() =>
+        expireOld(this.sql, this.delivery, now, reply.retentionMs!, true),
+      );
       this.applyDelta(delta);
       this.flushReleases();
       expired = delta.count !== 0;
@@ -433,13 +489,25 @@ export abstract class ShardCore extends DurableObject<Env> {
   private busyPeriod(p: { messagesIn: number; messagesOut: number; refusals: number; periodMs: number }): boolean {
     if (p.refusals > 0) return true;
     const target = serviceConfig(this.env).targetPerShard * SLOW_BELOW_SHARE;
-    return ((p.messagesIn + p.messagesOut) * 1000) / Math.max(p.periodMs, serviceConfig(this.env).heartbeatIntervalMs) >= target;
+    return (
+      ((p.messagesIn + p.messagesOut) * 1000) / Math.max(p.periodMs, serviceConfig(this.env).heartbeatIntervalMs) >=
+      target
+    );
   }
 
   /** Traffic since the last report that the Coordinator should hear of within an interval (shard-alarm.ts). */
   protected busy(now: number): boolean {
     const a = this.activity;
-    return this.delivery.notable || this.backlogCount - this.reportedBacklog >= REPORT_BACKLOG_GROWTH || this.busyPeriod({ messagesIn: a.messagesIn, messagesOut: a.messagesOut, refusals: a.refusals, periodMs: now - a.periodStart });
+    return (
+      this.delivery.notable ||
+      this.backlogCount - this.reportedBacklog >= REPORT_BACKLOG_GROWTH ||
+      this.busyPeriod({
+        messagesIn: a.messagesIn,
+        messagesOut: a.messagesOut,
+        refusals: a.refusals,
+        periodMs: now - a.periodStart,
+      })
+    );
   }
 
   protected refuse(reason: ShardRefusal): { ok: false; refused: ShardRefusal } {

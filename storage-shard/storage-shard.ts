@@ -20,7 +20,15 @@ import type {
 } from "../src/kernel/protocol";
 import { expireOld, lease, nextVisible } from "./segments/segment-leases";
 import { extend, readLeased, settle } from "./segments/segment-settlement";
-import { cancelMessage, countMatching, findMessage, leaseMatching, peekReady, purgeSome, releaseLeases } from "./segments/segment-operations";
+import {
+  cancelMessage,
+  countMatching,
+  findMessage,
+  leaseMatching,
+  peekReady,
+  purgeSome,
+  releaseLeases,
+} from "./segments/segment-operations";
 import { migrate } from "./schema";
 import { appendBatch } from "./segments/append";
 import { writeDeferred } from "./segments/segment-rows";
@@ -51,13 +59,34 @@ export class StorageShard extends ShardCore {
     timers: () => (this.clock === systemClock ? this.timers : null),
     now: () => this.clock.now(),
     lease: (t) => {
-      const r = this.lease({ queueId: this.identity?.queueId ?? "", limit: t.limit, leaseMs: t.leaseMs, maxWaitMs: t.maxWaitMs, retentionMs: this.retentionMs ?? this.leasedRetentionMs ?? Number.MAX_SAFE_INTEGER, consumerShard: t.shard });
+      const r = this.lease({
+        queueId: this.identity?.queueId ?? "",
+        limit: t.limit,
+        leaseMs: t.leaseMs,
+        maxWaitMs: t.maxWaitMs,
+        retentionMs: this.retentionMs ?? this.leasedRetentionMs ?? Number.MAX_SAFE_INTEGER,
+        consumerShard: t.shard,
+      });
       return { messages: r.messages, waitUntil: r.waitUntil, figures: [r.backlog, ...(r.peers ?? [])] };
     },
-    deliver: (t, messages, figures) => consumerShardFor(this.env, this.identity!.queueId, t.shard).takePushed(this.identity!.queueId, t.shard, this.identity!.name, messages, figures),
-    settle: (t, req, pushes) => this.settle({ ...req, queueId: this.identity?.queueId ?? "", consumer: { shard: t.shard, limit: t.limit, maxWaitMs: t.maxWaitMs, ...(pushes ? { leaseMs: t.leaseMs } : {}) } }).after?.ready === true,
+    deliver: (t, messages, figures) =>
+      consumerShardFor(this.env, this.identity!.queueId, t.shard).takePushed(
+        this.identity!.queueId,
+        t.shard,
+        this.identity!.name,
+        messages,
+        figures,
+      ),
+    settle: (t, req, pushes) =>
+      this.settle({
+        ...req,
+        queueId: this.identity?.queueId ?? "",
+        consumer: { shard: t.shard, limit: t.limit, maxWaitMs: t.maxWaitMs, ...(pushes ? { leaseMs: t.leaseMs } : {}) },
+      }).after?.ready === true,
     release: (refs) => {
-      const released = this.ctx.storage.transactionSync(() => releaseLeases(this.sql, this.delivery, this.clock.now(), refs));
+      const released = this.ctx.storage.transactionSync(() =>
+        releaseLeases(this.sql, this.delivery, this.clock.now(), refs),
+      );
       this.leasedNow = Math.max(0, this.leasedNow - released);
     },
     unleased: () => this.backlogCount - this.leasedNow,
@@ -68,7 +97,10 @@ export class StorageShard extends ShardCore {
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     // Not with the queue's retention unknown: the lease would keep what it should delete.
-    this.wakeups.push = (t, at) => this.pushBatches && (this.retentionMs ?? this.leasedRetentionMs) !== null && this.pushes.arm(t, at ?? this.clock.now());
+    this.wakeups.push = (t, at) =>
+      this.pushBatches &&
+      (this.retentionMs ?? this.leasedRetentionMs) !== null &&
+      this.pushes.arm(t, at ?? this.clock.now());
     // Here, not in ShardCore: this is the class instantiated (src/kernel/rpc-meter.ts).
     return meteredRpcs(this, this.cost, ["testHook", "quietNow"]);
   }
@@ -102,7 +134,8 @@ export class StorageShard extends ShardCore {
    * change back and tries again. Answers the epoch this shard is in.
    */
   async enterEpoch(queueId: string, epoch: Epoch): Promise<number> {
-    if (!this.identity || this.identity.queueId !== queueId) throw new Error(`shard ${this.identity?.name ?? "(unknown)"} is not a shard of queue ${queueId}`);
+    if (!this.identity || this.identity.queueId !== queueId)
+      throw new Error(`shard ${this.identity?.name ?? "(unknown)"} is not a shard of queue ${queueId}`);
     const self = this.identity.name;
     const { registrations } = this.ctx.storage.transactionSync(() => enterEpoch(this.sql, this.delivery, self, epoch));
     this.epoch = loadEpoch(this.sql);
@@ -114,7 +147,8 @@ export class StorageShard extends ShardCore {
 
   /** At a key's owner: `holder` holds messages of these keys older than epoch `gen` (handoff.ts). */
   acceptBridges(queueId: string, holder: string, gen: number, keys: string[]): void {
-    if (this.notServing(queueId)) throw new Error(`shard ${this.identity?.name ?? "(unknown)"} does not serve queue ${queueId}`);
+    if (this.notServing(queueId))
+      throw new Error(`shard ${this.identity?.name ?? "(unknown)"} does not serve queue ${queueId}`);
     const now = this.clock.now();
     this.ctx.storage.transactionSync(() => acceptBridges(this.sql, holder, gen, keys));
     this.alarms.wake(now, true);
@@ -162,7 +196,13 @@ export class StorageShard extends ShardCore {
     }
     // The fence (handoff.ts): a keyed message whose key another shard owns in this shard's epoch.
     const epoch = this.epoch;
-    if (epoch && req.messages.some((m) => m.orderingKey !== undefined && ownerOfKey(m.orderingKey, epoch.active) !== this.identity!.name)) return this.refuse("not_owner");
+    if (
+      epoch &&
+      req.messages.some(
+        (m) => m.orderingKey !== undefined && ownerOfKey(m.orderingKey, epoch.active) !== this.identity!.name,
+      )
+    )
+      return this.refuse("not_owner");
     const now = this.clock.now();
     if (this.capacity && !this.capacity.take(req.messages.length, now)) return this.refuse("overloaded");
     this.alarms.wake(now);
@@ -189,9 +229,17 @@ export class StorageShard extends ShardCore {
     this.wakeups.afterAppend(stored, this.backlogCount - this.leasedNow, now);
     if (this.due.plan(now)) this.alarms.arm();
     this.activity.messagesIn += stored;
-    if (req.origin !== undefined && stored > 0) this.activity.inFrom[req.origin] = (this.activity.inFrom[req.origin] ?? 0) + stored;
+    if (req.origin !== undefined && stored > 0)
+      this.activity.inFrom[req.origin] = (this.activity.inFrom[req.origin] ?? 0) + stored;
     // The fault harness's reset once this is durable, before the reply: the sender cannot know.
-    return this.hooks.afterDurable("abort-append", this.ctx, { ok: true, stored, duplicates: req.messages.length - stored, backlog: this.backlog(), ids, ...this.peerFigures() });
+    return this.hooks.afterDurable("abort-append", this.ctx, {
+      ok: true,
+      stored,
+      duplicates: req.messages.length - stored,
+      backlog: this.backlog(),
+      ids,
+      ...this.peerFigures(),
+    });
   }
 
   /**
@@ -202,12 +250,23 @@ export class StorageShard extends ShardCore {
   lease(req: LeaseRequest): LeaseResult {
     if (req.consumerShard !== undefined) this.leasedRetentionMs = req.retentionMs;
     const refused = this.notServing(req.queueId);
-    if (refused) return { messages: [], waitUntil: null, more: false, nextVisibleAt: null, backlog: { shard: this.identity?.name ?? "", count: 0, bytes: 0, oldestAt: null }, refused: true };
+    if (refused)
+      return {
+        messages: [],
+        waitUntil: null,
+        more: false,
+        nextVisibleAt: null,
+        backlog: { shard: this.identity?.name ?? "", count: 0, bytes: 0, oldestAt: null },
+        refused: true,
+      };
     const now = this.clock.now();
     const { result, delta } = this.inTransaction(now, () => {
       const expired = expireOld(this.sql, this.delivery, now, req.retentionMs);
       const leased = lease(this.sql, this.delivery, now, req, req.retentionMs);
-      return { result: leased.result, delta: { count: expired.count + leased.delta.count, bytes: expired.bytes + leased.delta.bytes } };
+      return {
+        result: leased.result,
+        delta: { count: expired.count + leased.delta.count, bytes: expired.bytes + leased.delta.bytes },
+      };
     });
     this.applyDelta(delta);
     this.flushReleases();
@@ -215,7 +274,14 @@ export class StorageShard extends ShardCore {
     if (result.messages.length > 0 || delta.count !== 0) this.alarms.wake(now);
     this.activity.messagesOut += result.messages.length;
     this.leasedNow += result.messages.length;
-    this.wakeups.afterLease(result.messages.length, result.waitUntil, req.limit, req.consumerShard, req.maxWaitMs, req.pushes === false ? undefined : req.leaseMs);
+    this.wakeups.afterLease(
+      result.messages.length,
+      result.waitUntil,
+      req.limit,
+      req.consumerShard,
+      req.maxWaitMs,
+      req.pushes === false ? undefined : req.leaseMs,
+    );
     if (req.watchUntil !== undefined && result.messages.length === 0) this.due.watch(req.watchUntil);
     if (this.due.plan(now)) this.alarms.arm();
     return { ...result, backlog: this.backlog(), ...this.peerFigures() };
@@ -240,15 +306,32 @@ export class StorageShard extends ShardCore {
       else this.wakeups.wakeIfLanesWait();
     }
     if (this.due.plan(now)) this.alarms.arm();
-    this.leasedNow = Math.max(0, this.leasedNow - (result.acked + result.retried + result.deadLettered + result.dropped));
+    this.leasedNow = Math.max(
+      0,
+      this.leasedNow - (result.acked + result.retried + result.deadLettered + result.dropped),
+    );
     if (!req.consumer) return result;
     // The consumer shard that settled learns here whether to lease again: a lease that finds
     // nothing is a request per batch at low rates. Left with nothing ready, this shard wakes
     // it at the next arrival, as after that empty lease.
     const ready = this.readyNow(now);
-    if (!ready) this.wakeups.afterLease(0, null, req.consumer.limit, req.consumer.shard, req.consumer.maxWaitMs, req.consumer.leaseMs);
+    if (!ready)
+      this.wakeups.afterLease(
+        0,
+        null,
+        req.consumer.limit,
+        req.consumer.shard,
+        req.consumer.maxWaitMs,
+        req.consumer.leaseMs,
+      );
     // Nothing stored at all: nothing becomes ready later either (a lease end of an acked message is no news).
-    return { ...result, after: { ready, nextVisibleAt: ready || this.backlogCount === 0 ? null : nextVisible(this.sql, this.delivery, now) } };
+    return {
+      ...result,
+      after: {
+        ready,
+        nextVisibleAt: ready || this.backlogCount === 0 ? null : nextVisible(this.sql, this.delivery, now),
+      },
+    };
   }
 
   /** Keeps leases alive for a consumer still working (QuiCK's lease extension). */
@@ -307,7 +390,9 @@ export class StorageShard extends ShardCore {
 
   /** The ordering keys held back here and why (keyed-operations.ts heldKeys). */
   heldKeys(queueId: string, limit: number): ReturnType<typeof heldKeys> {
-    return this.ifServing(queueId, { keys: [], lanes: 0, held: { leased: 0, retry: 0, delayed: 0, handoff: 0 } }, () => heldKeys(this.sql, this.delivery, this.clock.now(), limit));
+    return this.ifServing(queueId, { keys: [], lanes: 0, held: { leased: 0, retry: 0, delayed: 0, handoff: 0 } }, () =>
+      heldKeys(this.sql, this.delivery, this.clock.now(), limit),
+    );
   }
 
   /** The head of a held key, if it is the message named, leased alone for an operator's release (keyed-operations.ts takeKeyHead). */
@@ -338,7 +423,9 @@ export class StorageShard extends ShardCore {
   leaseMatching(queueId: string, filter: MessageFilter, limit: number, leaseMs: number): LeasedMessage[] {
     if (this.notServing(queueId)) return [];
     const now = this.clock.now();
-    const { messages, delta } = this.inTransaction(now, () => leaseMatching(this.sql, this.delivery, now, filter, limit, leaseMs));
+    const { messages, delta } = this.inTransaction(now, () =>
+      leaseMatching(this.sql, this.delivery, now, filter, limit, leaseMs),
+    );
     this.applyDelta(delta);
     if (messages.length > 0) this.alarms.wake(now);
     this.leasedNow += messages.length;
@@ -363,7 +450,9 @@ export class StorageShard extends ShardCore {
    * The fault harness's hook (src/kernel/test-hooks.ts): throws unless SHARDQ_TEST_HOOKS is
    * "on", in control(), before anything is armed or corrupted.
    */
-  testHook(req: { arm?: FaultPoint | null; times?: number; corrupt?: number } = {}): TestHookStatus & { corrupted?: Array<{ id: string; slot: string }> } {
+  testHook(
+    req: { arm?: FaultPoint | null; times?: number; corrupt?: number } = {},
+  ): TestHookStatus & { corrupted?: Array<{ id: string; slot: string }> } {
     const status = this.hooks.control(req.arm, req.times);
     // Deferred acks written first: a body corrupted now is one a consumer may still be given.
     if (req.corrupt) this.persistDeferred(this.clock.now(), true);

@@ -30,7 +30,8 @@ interface TokenTable {
 
 let table: TokenTable | null = null;
 
-const SHAPE = 'expected {"<token>": {"account": "<account id>", "scopes"?: ["send", "consume", "admin"], "revoked"?: true}}';
+const SHAPE =
+  'expected {"<token>": {"account": "<account id>", "scopes"?: ["send", "consume", "admin"], "revoked"?: true}}';
 
 async function tokens(env: Env): Promise<TokenTable> {
   const source = env.AUTH_TOKENS ?? "";
@@ -43,10 +44,16 @@ async function tokens(env: Env): Promise<TokenTable> {
     } catch {
       throw new Error(`AUTH_TOKENS is not valid JSON; ${SHAPE}`);
     }
-    for (const [token, value] of Object.entries(parsed as Record<string, { account?: unknown; scopes?: unknown; revoked?: unknown }>)) {
-      if (typeof value?.account !== "string" || value.account === "") throw new Error(`AUTH_TOKENS: every token needs an account; ${SHAPE}`);
+    for (const [token, value] of Object.entries(
+      parsed as Record<string, { account?: unknown; scopes?: unknown; revoked?: unknown }>,
+    )) {
+      if (typeof value?.account !== "string" || value.account === "")
+        throw new Error(`AUTH_TOKENS: every token needs an account; ${SHAPE}`);
       const digest = await sha256Hex(token);
-      byDigest.set(digest, { principal: { accountId: value.account, scopes: parseScopes(value.scopes), tokenId: digest.slice(0, 16) }, revoked: value.revoked === true });
+      byDigest.set(digest, {
+        principal: { accountId: value.account, scopes: parseScopes(value.scopes), tokenId: digest.slice(0, 16) },
+        revoked: value.revoked === true,
+      });
     }
   }
   table = { source, byDigest };
@@ -65,9 +72,11 @@ function parseScopes(raw: unknown): ReadonlySet<Scope> {
 /** The account a request's bearer token belongs to; 401 for a missing, malformed, unknown or revoked token. */
 export async function authenticate(request: Request, env: Env): Promise<Principal> {
   const header = request.headers.get("authorization");
-  if (!header) throw new HttpError("unauthorized", "missing Authorization header; expected 'Bearer <token>'", "authorization");
+  if (!header)
+    throw new HttpError("unauthorized", "missing Authorization header; expected 'Bearer <token>'", "authorization");
   const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
-  if (!match) throw new HttpError("unauthorized", "malformed Authorization header; expected 'Bearer <token>'", "authorization");
+  if (!match)
+    throw new HttpError("unauthorized", "malformed Authorization header; expected 'Bearer <token>'", "authorization");
   const entry = (await tokens(env)).byDigest.get(await sha256Hex(match[1]!));
   if (!entry) throw new HttpError("unauthorized", "invalid token", "authorization");
   if (entry.revoked) throw new HttpError("unauthorized", "this token has been revoked", "authorization");
@@ -77,7 +86,10 @@ export async function authenticate(request: Request, env: Env): Promise<Principa
 /** 403 unless the token holds one of `accepted`. Depends on the route only, so it discloses nothing about any queue. */
 export function authorize(principal: Principal, accepted: readonly Scope[], method: string, path: string): void {
   if (accepted.some((s) => principal.scopes.has(s))) return;
-  const needs = accepted.length === 1 ? `the "${accepted[0]}" scope` : `one of the scopes ${accepted.map((s) => `"${s}"`).join(", ")}`;
+  const needs =
+    accepted.length === 1
+      ? `the "${accepted[0]}" scope`
+      : `one of the scopes ${accepted.map((s) => `"${s}"`).join(", ")}`;
   throw new HttpError("forbidden", `this token lacks ${needs}, which ${method} ${path} needs`, "authorization");
 }
 

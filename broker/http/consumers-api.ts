@@ -27,7 +27,8 @@ import { jurisdictionName, jurisdictionOfQueue } from "../../src/kernel/jurisdic
  */
 const environmentName = z
   .literal("", {
-    error: "shardq reaches a consumer Worker by its name alone (a service binding CONSUMER_<NAME>), without service environments: leave environment_name empty (wrangler: no --env) and give the Worker's own name as script_name",
+    error:
+      "shardq reaches a consumer Worker by its name alone (a service binding CONSUMER_<NAME>), without service environments: leave environment_name empty (wrangler: no --env) and give the Worker's own name as script_name",
   })
   .optional();
 
@@ -66,11 +67,18 @@ export const updateConsumerBody = z
  * PUT's body (Cloudflare's update): the whole consumer, as a create gives it. What it leaves
  * out takes its default, and a dead_letter_queue left out is none.
  */
-export const replaceConsumerBody = createConsumerBody
-  .omit({ environment_name: true })
-  .extend({ type: z.enum(["worker", "http_pull"], { error: (iss) => (iss.input === undefined ? "is required" : 'must be "worker" or "http_pull"') }) });
+export const replaceConsumerBody = createConsumerBody.omit({ environment_name: true }).extend({
+  type: z.enum(["worker", "http_pull"], {
+    error: (iss) => (iss.input === undefined ? "is required" : 'must be "worker" or "http_pull"'),
+  }),
+});
 
-export async function createConsumer(request: Request, env: Env, accountId: string, queueRef: string): Promise<Response> {
+export async function createConsumer(
+  request: Request,
+  env: Env,
+  accountId: string,
+  queueRef: string,
+): Promise<Response> {
   const body = parseWith(createConsumerBody, await readJson(request));
   const queueId = await lookupQueueId(env, accountId, queueRef);
   const consumer = await addConsumer(env, accountId, queueId, queueRef, body);
@@ -84,7 +92,14 @@ type NewConsumerBody = z.infer<typeof replaceConsumerBody>;
  * Checks a consumer to add and adds it, under `consumerId` when given (a PUT's path names it);
  * a new id otherwise. Null when the queue has a consumer already.
  */
-async function addConsumer(env: Env, accountId: string, queueId: string, queueRef: string, body: NewConsumerBody, consumerId?: string): Promise<ConsumerRecord | null> {
+async function addConsumer(
+  env: Env,
+  accountId: string,
+  queueId: string,
+  queueRef: string,
+  body: NewConsumerBody,
+  consumerId?: string,
+): Promise<ConsumerRecord | null> {
   const coordinator = coordinatorFor(env, queueId);
   checkWorker(env, accountId, body);
   const info = await coordinator.info();
@@ -128,7 +143,12 @@ export async function listConsumers(env: Env, accountId: string, queueRef: strin
   return ok(await coordinatorFor(env, queueId).consumers());
 }
 
-export async function getConsumer(env: Env, accountId: string, queueRef: string, consumerId: string): Promise<Response> {
+export async function getConsumer(
+  env: Env,
+  accountId: string,
+  queueRef: string,
+  consumerId: string,
+): Promise<Response> {
   const queueId = await lookupQueueId(env, accountId, queueRef);
   const consumer = (await coordinatorFor(env, queueId).consumers()).find((c) => c.consumer_id === consumerId);
   if (!consumer) throw consumerNotFound(consumerId);
@@ -136,7 +156,13 @@ export async function getConsumer(env: Env, accountId: string, queueRef: string,
 }
 
 /** PATCH .../consumers/:consumer_id (shardq's own): only what is given changes. */
-export async function updateConsumer(request: Request, env: Env, accountId: string, queueRef: string, consumerId: string): Promise<Response> {
+export async function updateConsumer(
+  request: Request,
+  env: Env,
+  accountId: string,
+  queueRef: string,
+  consumerId: string,
+): Promise<Response> {
   const body = parseWith(updateConsumerBody, await readJson(request));
   const queueId = await lookupQueueId(env, accountId, queueRef);
   const coordinator = coordinatorFor(env, queueId);
@@ -153,9 +179,16 @@ export async function updateConsumer(request: Request, env: Env, accountId: stri
  * names, so the same PUT sent again updates it; 201 then, 200 when replaced. A queue has one
  * consumer at most, so a PUT naming another id while it has one is a 409 naming it.
  */
-export async function replaceConsumer(request: Request, env: Env, accountId: string, queueRef: string, consumerId: string): Promise<Response> {
+export async function replaceConsumer(
+  request: Request,
+  env: Env,
+  accountId: string,
+  queueRef: string,
+  consumerId: string,
+): Promise<Response> {
   const body = parseWith(replaceConsumerBody, await readJson(request));
-  if (!CONSUMER_ID_PATTERN.test(consumerId)) throw HttpError.invalid("consumer_id", "must be 32 lowercase hex characters, as a consumer's id is");
+  if (!CONSUMER_ID_PATTERN.test(consumerId))
+    throw HttpError.invalid("consumer_id", "must be 32 lowercase hex characters, as a consumer's id is");
   const queueId = await lookupQueueId(env, accountId, queueRef);
   const coordinator = coordinatorFor(env, queueId);
   // Twice at most: a consumer removed between the read and the add is looked for again.
@@ -167,11 +200,20 @@ export async function replaceConsumer(request: Request, env: Env, accountId: str
       return ok(await changeConsumer(env, accountId, queueId, current, body, settings, body.dead_letter_queue ?? null));
     }
     const other = consumers[0];
-    if (other) throw new HttpError("conflict", `queue "${queueRef}" already has a consumer, ${other.consumer_id}; a queue has one consumer: update that one, or remove it first`, "consumer_id");
+    if (other)
+      throw new HttpError(
+        "conflict",
+        `queue "${queueRef}" already has a consumer, ${other.consumer_id}; a queue has one consumer: update that one, or remove it first`,
+        "consumer_id",
+      );
     const added = await addConsumer(env, accountId, queueId, queueRef, body, consumerId);
     if (added) return ok(added, 201);
   }
-  throw new HttpError("conflict", `queue "${queueRef}" changed its consumer while this request ran; send it again`, "consumer_id");
+  throw new HttpError(
+    "conflict",
+    `queue "${queueRef}" changed its consumer while this request ran; send it again`,
+    "consumer_id",
+  );
 }
 
 /** Applies a PATCH's or a PUT's change to the consumer `current`, and has the listing show it. */
@@ -184,8 +226,10 @@ async function changeConsumer(
   settings: ConsumerSettingsPatch,
   deadLetterQueue: string | null | undefined,
 ): Promise<ConsumerRecord> {
-  if (body.type !== undefined && body.type !== current.type) throw HttpError.invalid("type", "a consumer's type cannot change; remove it and add another");
-  if (body.script_name !== undefined && body.script_name !== current.script_name) throw HttpError.invalid("script_name", "cannot change; remove the consumer and add another");
+  if (body.type !== undefined && body.type !== current.type)
+    throw HttpError.invalid("type", "a consumer's type cannot change; remove it and add another");
+  if (body.script_name !== undefined && body.script_name !== current.script_name)
+    throw HttpError.invalid("script_name", "cannot change; remove the consumer and add another");
   await checkDeadLetterQueue(env, accountId, queueId, deadLetterQueue);
   const updated = await coordinatorFor(env, queueId).updateConsumer(current.consumer_id, settings, deadLetterQueue);
   if (!updated) throw consumerNotFound(current.consumer_id);
@@ -194,7 +238,12 @@ async function changeConsumer(
   return updated;
 }
 
-export async function deleteConsumer(env: Env, accountId: string, queueRef: string, consumerId: string): Promise<Response> {
+export async function deleteConsumer(
+  env: Env,
+  accountId: string,
+  queueRef: string,
+  consumerId: string,
+): Promise<Response> {
   const queueId = await lookupQueueId(env, accountId, queueRef);
   if (!(await coordinatorFor(env, queueId).removeConsumer(consumerId))) throw consumerNotFound(consumerId);
   await catalogFor(env, accountId).refreshInfo(queueId);
@@ -205,13 +254,21 @@ export async function deleteConsumer(env: Env, accountId: string, queueRef: stri
  * A dead-letter queue must be another queue of the same account, in the same jurisdiction. It may be given by name
  * or by id, so it is compared by the queue it resolves to; it is stored as given.
  */
-async function checkDeadLetterQueue(env: Env, accountId: string, queueId: string, dlq: string | null | undefined): Promise<void> {
+async function checkDeadLetterQueue(
+  env: Env,
+  accountId: string,
+  queueId: string,
+  dlq: string | null | undefined,
+): Promise<void> {
   if (dlq === undefined || dlq === null) return;
   const dlqId = await catalogFor(env, accountId).resolve(dlq);
   if (!dlqId) throw HttpError.invalid("dead_letter_queue", `queue "${dlq}" does not exist; create it first`);
   if (dlqId === queueId) throw HttpError.invalid("dead_letter_queue", "must be another queue, not the consumer's own");
   if (jurisdictionOfQueue(dlqId) !== jurisdictionOfQueue(queueId)) {
-    throw HttpError.invalid("dead_letter_queue", `queue "${dlq}" is in ${jurisdictionName(dlqId)} and this queue in ${jurisdictionName(queueId)}: a dead-letter queue must be in its queue's jurisdiction`);
+    throw HttpError.invalid(
+      "dead_letter_queue",
+      `queue "${dlq}" is in ${jurisdictionName(dlqId)} and this queue in ${jurisdictionName(queueId)}: a dead-letter queue must be in its queue's jurisdiction`,
+    );
   }
 }
 

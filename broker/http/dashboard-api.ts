@@ -31,8 +31,17 @@ export async function getSeries(env: Env, accountId: string, queueRef: string): 
 
 /** GET .../messages?limit=N: up to N ready messages, oldest first over all shards. */
 export async function peekMessages(url: URL, env: Env, accountId: string, queueRef: string): Promise<Response> {
-  const limit = parseCount(peekQuery.shape.limit, url.searchParams.get("limit"), "limit", `must be a whole number from 1 to ${MAX_PEEK}`);
-  const { found, incomplete } = await peekShards(env, await lookupQueue(env, accountId, queueRef, { current: true }), limit);
+  const limit = parseCount(
+    peekQuery.shape.limit,
+    url.searchParams.get("limit"),
+    "limit",
+    `must be a whole number from 1 to ${MAX_PEEK}`,
+  );
+  const { found, incomplete } = await peekShards(
+    env,
+    await lookupQueue(env, accountId, queueRef, { current: true }),
+    limit,
+  );
   const messages = found.map(({ message: m }) => ({
     id: m.id,
     body: bodyText(m),
@@ -56,7 +65,11 @@ export const peekBody = z.object({ batch_size: wholeNumber(1, MAX_PEEK).optional
  */
 export async function peekByPost(request: Request, env: Env, accountId: string, queueRef: string): Promise<Response> {
   const body = parseWith(peekBody, await readOptionalJson(request));
-  const { found, incomplete } = await peekShards(env, await lookupQueue(env, accountId, queueRef, { current: true }), body.batch_size ?? DEFAULT_PEEK);
+  const { found, incomplete } = await peekShards(
+    env,
+    await lookupQueue(env, accountId, queueRef, { current: true }),
+    body.batch_size ?? DEFAULT_PEEK,
+  );
   const messages = found.map(({ message: m, shard }) => ({
     id: m.id,
     body: bodyText(m),
@@ -76,9 +89,18 @@ export const MAX_PURGE_REFS = 100;
 export const purgePeekedBody = z
   .object({
     refs: z
-      .array(z.object({ ref: z.string({ error: (iss) => (iss.input === undefined ? "is required" : "must be a string") }).min(1, "must not be empty") }).strict(), {
-        error: (iss) => (iss.input === undefined ? "is required" : "must be an array of { ref }"),
-      })
+      .array(
+        z
+          .object({
+            ref: z
+              .string({ error: (iss) => (iss.input === undefined ? "is required" : "must be a string") })
+              .min(1, "must not be empty"),
+          })
+          .strict(),
+        {
+          error: (iss) => (iss.input === undefined ? "is required" : "must be an array of { ref }"),
+        },
+      )
       .min(1, "must hold at least one ref")
       .max(MAX_PURGE_REFS, `must hold at most ${MAX_PURGE_REFS} refs`),
   })
@@ -104,15 +126,22 @@ export async function purgePeeked(request: Request, env: Env, accountId: string,
       }
       // The shard the peek found it on first, if the queue still has it; then every other.
       const first = shards.find((s) => s.name === named.shard);
-      const there = first ? await storageShardFor(env, first.name, first.region).cancelMessage(map.queueId, named.id).catch(() => null) : false;
+      const there = first
+        ? await storageShardFor(env, first.name, first.region)
+            .cancelMessage(map.queueId, named.id)
+            .catch(() => null)
+        : false;
       if (there) {
         purged++;
         return;
       }
       const others = shards.filter((s) => s !== first || there === null);
-      const outcomes = await Promise.allSettled(others.map((s) => storageShardFor(env, s.name, s.region).cancelMessage(map.queueId, named.id)));
+      const outcomes = await Promise.allSettled(
+        others.map((s) => storageShardFor(env, s.name, s.region).cancelMessage(map.queueId, named.id)),
+      );
       if (outcomes.some((o) => o.status === "fulfilled" && o.value)) purged++;
-      else if (outcomes.some((o) => o.status === "rejected")) warnings[ref] = "may or may not have been purged: a storage shard did not answer; send it again";
+      else if (outcomes.some((o) => o.status === "rejected"))
+        warnings[ref] = "may or may not have been purged: a storage shard did not answer; send it again";
       else warnings[ref] = "was not purged: the message is gone (acked, purged, cancelled, dead-lettered or expired)";
     }),
   );
@@ -141,23 +170,37 @@ function readPeekRef(ref: string): { id: string; shard: string } | null {
 }
 
 function base64url(s: string): string {
-  return btoa(String.fromCharCode(...new TextEncoder().encode(s))).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+  return btoa(String.fromCharCode(...new TextEncoder().encode(s)))
+    .replace(/\+/g, "-")
+    .replace(/\//g, "_")
+    .replace(/=+$/, "");
 }
 
 function fromBase64url(s: string): string {
   if (!/^[A-Za-z0-9_-]*$/.test(s)) throw new Error("not base64url");
   const bin = atob(s.replace(/-/g, "+").replace(/_/g, "/"));
-  return new TextDecoder("utf-8", { fatal: true, ignoreBOM: false }).decode(Uint8Array.from(bin, (c) => c.charCodeAt(0)));
+  return new TextDecoder("utf-8", { fatal: true, ignoreBOM: false }).decode(
+    Uint8Array.from(bin, (c) => c.charCodeAt(0)),
+  );
 }
 
 type Peeked = MessageStatus & { body: Uint8Array; orderingKey?: string };
 
 /** Up to `limit` ready messages, oldest first over the queue's shards, each with the shard it is on. */
-async function peekShards(env: Env, map: ShardMap, limit: number): Promise<{ found: Array<{ message: Peeked; shard: string }>; incomplete: boolean }> {
+async function peekShards(
+  env: Env,
+  map: ShardMap,
+  limit: number,
+): Promise<{ found: Array<{ message: Peeked; shard: string }>; incomplete: boolean }> {
   const shards = notRetired(map.shards);
-  const outcomes = await Promise.allSettled(shards.map((s) => storageShardFor(env, s.name, s.region).peekReady(map.queueId, limit)));
-  if (outcomes.every((o) => o.status === "rejected") && outcomes.length > 0) throw unavailable("no storage shard of this queue answered; retry");
-  const found = outcomes.flatMap((o, i) => (o.status === "fulfilled" ? (o.value as Peeked[]).map((message) => ({ message, shard: shards[i]!.name })) : []));
+  const outcomes = await Promise.allSettled(
+    shards.map((s) => storageShardFor(env, s.name, s.region).peekReady(map.queueId, limit)),
+  );
+  if (outcomes.every((o) => o.status === "rejected") && outcomes.length > 0)
+    throw unavailable("no storage shard of this queue answered; retry");
+  const found = outcomes.flatMap((o, i) =>
+    o.status === "fulfilled" ? (o.value as Peeked[]).map((message) => ({ message, shard: shards[i]!.name })) : [],
+  );
   found.sort((a, b) => a.message.enqueuedAt - b.message.enqueuedAt);
   return { found: found.slice(0, limit), incomplete: outcomes.some((o) => o.status === "rejected") };
 }

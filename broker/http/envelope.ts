@@ -14,7 +14,10 @@ export function ok(result: unknown, status = 200, extra: Record<string, unknown>
 export function errorResponse(err: unknown): Response {
   if (err instanceof HttpError) {
     try {
-      return Response.json({ success: false, errors: err.details, messages: [], result: null }, { status: err.status, headers: err.headers });
+      return Response.json(
+        { success: false, errors: err.details, messages: [], result: null },
+        { status: err.status, headers: err.headers },
+      );
     } catch {
       // An HttpError that cannot be written (a bad header value): the generic 500 below.
     }
@@ -27,4 +30,9 @@ export function errorResponse(err: unknown): Response {
   return new Response(INTERNAL_ERROR, { status: 500, headers: { "content-type": "application/json" } });
 }
 
-const INTERNAL_ERROR = JSON.stringify({ success: false, errors: [{ code: errorCode("internal"), message: "internal error" }], messages: [], result: null });
+const INTERNAL_ERROR = JSON.stringify({
+  success: false,
+  errors: [{ code: errorCode("internal"), message: "internal error" }],
+  messages: [],
+  result: null,
+});

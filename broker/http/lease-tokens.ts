@@ -34,11 +34,17 @@ let cachedKey: { secret: string; key: Promise<CryptoKey> } | null = null;
 export async function leaseSigningKey(env: Env): Promise<CryptoKey> {
   const secret = env.LEASE_SIGNING_KEY;
   if (!secret || secret.trim() === "") {
-    throw new HttpError("unavailable", "pull consumers are unavailable: the LEASE_SIGNING_KEY secret is not set (wrangler secret put LEASE_SIGNING_KEY)");
+    throw new HttpError(
+      "unavailable",
+      "pull consumers are unavailable: the LEASE_SIGNING_KEY secret is not set (wrangler secret put LEASE_SIGNING_KEY)",
+    );
   }
   // importKey per request would cost more than the HMAC itself; the secret only changes on deploy.
   if (cachedKey?.secret !== secret) {
-    const key = crypto.subtle.importKey("raw", utf8.encode(secret), { name: "HMAC", hash: "SHA-256" }, false, ["sign", "verify"]);
+    const key = crypto.subtle.importKey("raw", utf8.encode(secret), { name: "HMAC", hash: "SHA-256" }, false, [
+      "sign",
+      "verify",
+    ]);
     cachedKey = { secret, key };
   }
   return await cachedKey.key;
@@ -46,7 +52,11 @@ export async function leaseSigningKey(env: Env): Promise<CryptoKey> {
 
 /** `<payload>.<signature>`, both base64url: safe in JSON, URLs and headers as they are. */
 export async function signLease(key: CryptoKey, lease: LeaseToken): Promise<string> {
-  const payload = toBase64Url(utf8.encode(JSON.stringify([lease.accountId, lease.queueId, lease.shard, lease.messageId, lease.leaseId, lease.attempts])));
+  const payload = toBase64Url(
+    utf8.encode(
+      JSON.stringify([lease.accountId, lease.queueId, lease.shard, lease.messageId, lease.leaseId, lease.attempts]),
+    ),
+  );
   const signature = await crypto.subtle.sign("HMAC", key, utf8.encode(payload));
   return `${payload}.${toBase64Url(new Uint8Array(signature))}`;
 }
@@ -56,10 +66,15 @@ export async function signLease(key: CryptoKey, lease: LeaseToken): Promise<stri
  * that it was issued for this account and queue. Never throws on bad input: a bad
  * lease id is a warning for the client, not a failed request.
  */
-export async function verifyLease(key: CryptoKey, token: unknown, expected: { accountId: string; queueId: string }): Promise<VerifiedLease> {
+export async function verifyLease(
+  key: CryptoKey,
+  token: unknown,
+  expected: { accountId: string; queueId: string },
+): Promise<VerifiedLease> {
   if (typeof token !== "string" || token.length > MAX_TOKEN_CHARS) return { ok: false, reason: "is not a lease id" };
   const parts = token.split(".");
-  if (parts.length !== 2 || !SEGMENT.test(parts[0]!) || !SEGMENT.test(parts[1]!)) return { ok: false, reason: "is not a lease id" };
+  if (parts.length !== 2 || !SEGMENT.test(parts[0]!) || !SEGMENT.test(parts[1]!))
+    return { ok: false, reason: "is not a lease id" };
   const [payload, signature] = parts as [string, string];
   const sig = fromBase64Url(signature);
   // The signature covers the payload text as sent, so a re-encoded payload fails too.
@@ -86,7 +101,11 @@ function decodePayload(payload: string): LeaseToken | null {
   }
   if (!Array.isArray(v) || v.length !== 6) return null;
   const [accountId, queueId, shard, messageId, leaseId, attempts] = v as unknown[];
-  if (![accountId, queueId, shard, messageId, leaseId].every((s) => typeof s === "string") || !Number.isSafeInteger(attempts)) return null;
+  if (
+    ![accountId, queueId, shard, messageId, leaseId].every((s) => typeof s === "string") ||
+    !Number.isSafeInteger(attempts)
+  )
+    return null;
   return { accountId, queueId, shard, messageId, leaseId, attempts } as LeaseToken;
 }
 

@@ -18,14 +18,26 @@ import { lookupQueue } from "../../src/routing/queue-lookup";
  * as Cloudflare does) and, beyond Cloudflare, the message's id. With an Idempotency-Key
  * or an `id`, stored once however often it is retried (src/routing/idempotent-send.ts).
  */
-export async function sendMessage(request: Request, env: Env, ctx: ExecutionContext, accountId: string, queueRef: string): Promise<Response> {
+export async function sendMessage(
+  request: Request,
+  env: Env,
+  ctx: ExecutionContext,
+  accountId: string,
+  queueRef: string,
+): Promise<Response> {
   const started = Date.now();
   const key = idempotencyKeyOf(request);
   const message = fromHttpMessage(await readJson(request));
   const target = { accountId, queueRef, region: regionOf(request, env) };
   let sent: { id: string; stored: Stored };
   if (key !== null || message.id !== undefined) {
-    const stored = await sendIdempotent(env, target, { key, route: "message", messages: [message], batchDelaySeconds: undefined, idField: () => "id" });
+    const stored = await sendIdempotent(env, target, {
+      key,
+      route: "message",
+      messages: [message],
+      batchDelaySeconds: undefined,
+      idField: () => "id",
+    });
     sent = { id: stored.ids[0]!, stored };
   } else {
     sent = await sendCoalesced(env, target, message);
@@ -35,14 +47,26 @@ export async function sendMessage(request: Request, env: Env, ctx: ExecutionCont
 }
 
 /** POST .../messages/batch: up to 100 messages, stored all together or not at all. */
-export async function sendBatch(request: Request, env: Env, ctx: ExecutionContext, accountId: string, queueRef: string): Promise<Response> {
+export async function sendBatch(
+  request: Request,
+  env: Env,
+  ctx: ExecutionContext,
+  accountId: string,
+  queueRef: string,
+): Promise<Response> {
   const started = Date.now();
   const key = idempotencyKeyOf(request);
   const batch = fromHttpBatch(await readJson(request));
   const target = { accountId, queueRef, region: regionOf(request, env) };
   const stored =
     key !== null || batch.messages.some((m) => m.id !== undefined)
-      ? await sendIdempotent(env, target, { key, route: "batch", messages: batch.messages, batchDelaySeconds: batch.delaySeconds, idField: (i) => `messages[${i}].id` })
+      ? await sendIdempotent(env, target, {
+          key,
+          route: "batch",
+          messages: batch.messages,
+          batchDelaySeconds: batch.delaySeconds,
+          idField: (i) => `messages[${i}].id`,
+        })
       : await storeMessages(env, target, batch.messages, batch.delaySeconds);
   noteSendLatency(env, ctx, { accountId, queueRef }, started);
   return ok({ message_ids: stored.ids, metadata: await metadataAfter(env, stored) });
@@ -52,7 +76,6 @@ export async function sendBatch(request: Request, env: Env, ctx: ExecutionContex
 async function metadataAfter(env: Env, stored: Stored) {
   return { metrics: metadataMetrics(await figuresAfterSend(env, stored.queueId, stored.backlogs, stored)) };
 }
-
 
 /** GET .../metrics: backlog figures summed over the queue's shards, and per shard. */
 export async function getMetrics(env: Env, accountId: string, queueRef: string): Promise<Response> {

@@ -29,7 +29,9 @@ export const MAX_PURGED_IDS = 10_000;
 export const purgeBody = z
   .object({
     // Cloudflare refuses a purge without it: deleting everything must be asked for in so many words.
-    delete_messages_permanently: z.literal(true, { error: (iss) => (iss.input === undefined ? "is required" : "must be true") }),
+    delete_messages_permanently: z.literal(true, {
+      error: (iss) => (iss.input === undefined ? "is required" : "must be true"),
+    }),
     return_ids: z.boolean({ error: "must be true or false" }).optional(),
   })
   .strict();
@@ -71,7 +73,11 @@ export async function purgeStatus(env: Env, accountId: string, queueRef: string)
  * what a purge reports gone must never be delivered again). Shard after shard, up to
  * MAX_PURGED_IDS; `completed: false` means call again.
  */
-export async function purgeShardsWithIds(env: Env, map: ShardMap, most = MAX_PURGED_IDS): Promise<{ purged: number; completed: boolean; ids: string[] }> {
+export async function purgeShardsWithIds(
+  env: Env,
+  map: ShardMap,
+  most = MAX_PURGED_IDS,
+): Promise<{ purged: number; completed: boolean; ids: string[] }> {
   const ids: string[] = [];
   try {
     for (const s of notRetired(map.shards)) {
@@ -85,7 +91,9 @@ export async function purgeShardsWithIds(env: Env, map: ShardMap, most = MAX_PUR
     }
   } catch (err) {
     console.error(`purge of queue ${map.queueId}: a storage shard failed:`, err);
-    throw unavailable(`the purge stopped after deleting ${ids.length} message(s) (${ids.join(", ") || "none"}): a storage shard did not answer; call it again`);
+    throw unavailable(
+      `the purge stopped after deleting ${ids.length} message(s) (${ids.join(", ") || "none"}): a storage shard did not answer; call it again`,
+    );
   }
   return { purged: ids.length, completed: true, ids };
 }
@@ -94,7 +102,11 @@ export async function purgeShardsWithIds(env: Env, map: ShardMap, most = MAX_PUR
  * Empties each shard in bounded steps, the shards side by side. Exported for tests,
  * which lower the limits to see the `completed: false` answer.
  */
-export async function purgeShards(env: Env, map: ShardMap, limits = { perCall: PURGE_PER_CALL, maxCalls: MAX_PURGE_CALLS }): Promise<{ purged: number; completed: boolean }> {
+export async function purgeShards(
+  env: Env,
+  map: ShardMap,
+  limits = { perCall: PURGE_PER_CALL, maxCalls: MAX_PURGE_CALLS },
+): Promise<{ purged: number; completed: boolean }> {
   let calls = 0;
   let purged = 0;
   let completed = true;
@@ -115,14 +127,24 @@ export async function purgeShards(env: Env, map: ShardMap, limits = { perCall: P
   );
   const failed = outcomes.filter((o) => o.status === "rejected");
   if (failed.length > 0) {
-    console.error(`purge of queue ${map.queueId}: ${failed.length} storage shard(s) failed:`, (failed[0] as PromiseRejectedResult).reason);
-    throw unavailable(`the purge stopped after deleting ${purged} message(s): ${failed.length} storage shard(s) did not answer; call it again`);
+    console.error(
+      `purge of queue ${map.queueId}: ${failed.length} storage shard(s) failed:`,
+      (failed[0] as PromiseRejectedResult).reason,
+    );
+    throw unavailable(
+      `the purge stopped after deleting ${purged} message(s): ${failed.length} storage shard(s) did not answer; call it again`,
+    );
   }
   return { purged, completed };
 }
 
 /** GET .../messages/:message_id */
-export async function lookupMessage(env: Env, accountId: string, queueRef: string, messageId: string): Promise<Response> {
+export async function lookupMessage(
+  env: Env,
+  accountId: string,
+  queueRef: string,
+  messageId: string,
+): Promise<Response> {
   checkMessageId(messageId);
   const map = await lookupQueue(env, accountId, queueRef, { current: true });
   const hit = await findOnShards(env, map, messageId);
@@ -136,13 +158,21 @@ export async function lookupMessage(env: Env, accountId: string, queueRef: strin
 }
 
 /** DELETE .../messages/:message_id */
-export async function cancelMessage(env: Env, accountId: string, queueRef: string, messageId: string): Promise<Response> {
+export async function cancelMessage(
+  env: Env,
+  accountId: string,
+  queueRef: string,
+  messageId: string,
+): Promise<Response> {
   checkMessageId(messageId);
   const map = await lookupQueue(env, accountId, queueRef, { current: true });
   // Every shard, not the first hit: an id should live on one shard, but cancel must leave none behind.
-  const outcomes = await Promise.allSettled(notRetired(map.shards).map((s) => storageShardFor(env, s.name, s.region).cancelMessage(map.queueId, messageId)));
+  const outcomes = await Promise.allSettled(
+    notRetired(map.shards).map((s) => storageShardFor(env, s.name, s.region).cancelMessage(map.queueId, messageId)),
+  );
   if (outcomes.some((o) => o.status === "fulfilled" && o.value)) return ok({ id: messageId, cancelled: true });
-  if (outcomes.some((o) => o.status === "rejected")) throw unavailable("a storage shard of this queue did not answer, so the message may be there; retry");
+  if (outcomes.some((o) => o.status === "rejected"))
+    throw unavailable("a storage shard of this queue did not answer, so the message may be there; retry");
   throw messageNotFound(messageId);
 }
 
@@ -152,20 +182,34 @@ export async function cancelMessage(env: Env, accountId: string, queueRef: strin
  * A shard that fails only matters when no other has the message: then "not found" might
  * be wrong, so it is a 503.
  */
-async function findOnShards(env: Env, map: ShardMap, messageId: string): Promise<{ status: MessageStatus; shard: string } | null> {
+async function findOnShards(
+  env: Env,
+  map: ShardMap,
+  messageId: string,
+): Promise<{ status: MessageStatus; shard: string } | null> {
   const named = locate(messageId)?.shard;
   const first = notRetired(map.shards).find((s) => shardNumber(s.name) === named);
-  const there = first ? await storageShardFor(env, first.name, first.region).findMessage(map.queueId, messageId).then((status) => ({ status }), () => null) : null;
+  const there = first
+    ? await storageShardFor(env, first.name, first.region)
+        .findMessage(map.queueId, messageId)
+        .then(
+          (status) => ({ status }),
+          () => null,
+        )
+    : null;
   if (there?.status) return { status: there.status, shard: first!.name };
   // The named shard answered "not here": the message was moved or rewritten, or the id is not one a shard drew.
   const shards = notRetired(map.shards).filter((s) => s !== first || !there);
-  const outcomes = await Promise.allSettled(shards.map((s) => storageShardFor(env, s.name, s.region).findMessage(map.queueId, messageId)));
+  const outcomes = await Promise.allSettled(
+    shards.map((s) => storageShardFor(env, s.name, s.region).findMessage(map.queueId, messageId)),
+  );
   let failed = false;
   for (const [i, o] of outcomes.entries()) {
     if (o.status === "rejected") failed = true;
     else if (o.value) return { status: o.value, shard: shards[i]!.name };
   }
-  if (failed) throw unavailable(`a storage shard of queue "${map.queueName}" did not answer, so the message may be there; retry`);
+  if (failed)
+    throw unavailable(`a storage shard of queue "${map.queueName}" did not answer, so the message may be there; retry`);
   return null;
 }
 
@@ -183,5 +227,6 @@ function view(m: MessageStatus, shard: string) {
 }
 
 function checkMessageId(id: string): void {
-  if (!MESSAGE_ID_PATTERN.test(id)) throw HttpError.invalid("message_id", "must be 32 lowercase hexadecimal characters, as send returns it");
+  if (!MESSAGE_ID_PATTERN.test(id))
+    throw HttpError.invalid("message_id", "must be 32 lowercase hexadecimal characters, as send returns it");
 }

@@ -36,9 +36,19 @@ export const releaseBody = z
 
 /** GET .../ordering/held?limit=N: the keys held back, longest held first, with counts by reason. */
 export async function listHeldKeys(request: Request, env: Env, accountId: string, queueRef: string): Promise<Response> {
-  const limit = parseCount(heldQuery.shape.limit, new URL(request.url).searchParams.get("limit"), "limit", `must be a whole number from 1 to ${MAX_HELD}`);
+  const limit = parseCount(
+    heldQuery.shape.limit,
+    new URL(request.url).searchParams.get("limit"),
+    "limit",
+    `must be a whole number from 1 to ${MAX_HELD}`,
+  );
   const map = await lookupQueue(env, accountId, queueRef, { current: true });
-  const answers = await Promise.all(notRetired(map.shards).map(async (s) => ({ shard: s.name, ...(await storageShardFor(env, s.name, s.region).heldKeys(map.queueId, limit)) })));
+  const answers = await Promise.all(
+    notRetired(map.shards).map(async (s) => ({
+      shard: s.name,
+      ...(await storageShardFor(env, s.name, s.region).heldKeys(map.queueId, limit)),
+    })),
+  );
   const held: Record<HeldKey["reason"], number> = { leased: 0, retry: 0, delayed: 0, handoff: 0 };
   let lanes = 0;
   for (const a of answers) {
@@ -46,10 +56,25 @@ export async function listHeldKeys(request: Request, env: Env, accountId: string
     for (const r of Object.keys(held) as Array<HeldKey["reason"]>) held[r] += a.held[r];
   }
   const keys = answers
-    .flatMap((a) => a.keys.map((k) => ({ ordering_key: k.key, reason: k.reason, ...(k.reason === "handoff" ? { waiting_on_shard: k.blocker } : { message_id: k.blocker }), since_ms: k.since, messages: k.messages, shard: a.shard })))
+    .flatMap((a) =>
+      a.keys.map((k) => ({
+        ordering_key: k.key,
+        reason: k.reason,
+        ...(k.reason === "handoff" ? { waiting_on_shard: k.blocker } : { message_id: k.blocker }),
+        since_ms: k.since,
+        messages: k.messages,
+        shard: a.shard,
+      })),
+    )
     .sort((x, y) => x.since_ms - y.since_ms)
     .slice(0, limit);
-  return ok({ keys, lanes, held_keys: Object.values(held).reduce((n, v) => n + v, 0), held_by_reason: held, oldest_held_since_ms: keys[0]?.since_ms ?? null });
+  return ok({
+    keys,
+    lanes,
+    held_keys: Object.values(held).reduce((n, v) => n + v, 0),
+    held_by_reason: held,
+    oldest_held_since_ms: keys[0]?.since_ms ?? null,
+  });
 }
 
 /**
@@ -65,7 +90,12 @@ export async function releaseKey(request: Request, env: Env, accountId: string, 
   const map = await lookupQueue(env, accountId, queueRef, { current: true });
   const plan = await coordinatorFor(env, map.queueId).deliveryPlan();
   const dlq = plan?.consumer?.dead_letter_queue;
-  if (!plan || !dlq) throw new HttpError("conflict", "the queue's consumer has no dead_letter_queue to move the blocking message to", "dead_letter_queue");
+  if (!plan || !dlq)
+    throw new HttpError(
+      "conflict",
+      "the queue's consumer has no dead_letter_queue to move the blocking message to",
+      "dead_letter_queue",
+    );
   await lookupQueue(env, accountId, dlq, { current: true, field: "dead_letter_queue" });
   let heldBy: string | null = null;
   let notHeld: string | null = null;
@@ -80,13 +110,37 @@ export async function releaseKey(request: Request, env: Env, accountId: string, 
     try {
       await moveMessages(env, accountId, dlq, { queueId: map.queueId, shard: s.name }, [head]);
     } catch (err) {
-      await shard.releaseLeases(map.queueId, [leaseRefOf(head)]).catch((e: unknown) => console.error(`ordering release: giving the lease of ${head.id} back failed (it ends in ${RELEASE_LEASE_MS} ms):`, e));
+      await shard
+        .releaseLeases(map.queueId, [leaseRefOf(head)])
+        .catch((e: unknown) =>
+          console.error(
+            `ordering release: giving the lease of ${head.id} back failed (it ends in ${RELEASE_LEASE_MS} ms):`,
+            e,
+          ),
+        );
       throw err;
     }
-    await shard.settle({ queueId: map.queueId, acks: [], retries: [], deadLettered: [leaseRefOf(head)], dropped: [], wakeAtOnce: true });
+    await shard.settle({
+      queueId: map.queueId,
+      acks: [],
+      retries: [],
+      deadLettered: [leaseRefOf(head)],
+      dropped: [],
+      wakeAtOnce: true,
+    });
     return ok({ ordering_key: key, message_id: head.id, moved_to: dlq });
   }
-  if (heldBy !== null) throw new HttpError("conflict", `ordering key "${key}" is held by message ${heldBy}, not ${expected}: look again (GET .../ordering/held) and name the message holding it`, "message_id");
-  if (notHeld !== null) throw new HttpError("not_found", `ordering key "${key}" is not held: its next message (${notHeld}) can be delivered, or waits on another shard's messages of the key`, "ordering_key");
+  if (heldBy !== null)
+    throw new HttpError(
+      "conflict",
+      `ordering key "${key}" is held by message ${heldBy}, not ${expected}: look again (GET .../ordering/held) and name the message holding it`,
+      "message_id",
+    );
+  if (notHeld !== null)
+    throw new HttpError(
+      "not_found",
+      `ordering key "${key}" is not held: its next message (${notHeld}) can be delivered, or waits on another shard's messages of the key`,
+      "ordering_key",
+    );
   throw new HttpError("not_found", `ordering key "${key}" holds no message in this queue`, "ordering_key");
 }

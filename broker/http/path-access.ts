@@ -10,7 +10,11 @@ import { ROUTES } from "./route-table";
  * A path's pattern, the methods it takes with the access of each, and the methods Cloudflare's
  * API serves there too. The test hooks' routes (./test-hooks-api.ts) have this shape as well.
  */
-export type PathAccess = readonly [pattern: RegExp, methods: Partial<Record<string, Access>>, cloudflare?: readonly string[]];
+export type PathAccess = readonly [
+  pattern: RegExp,
+  methods: Partial<Record<string, Access>>,
+  cloudflare?: readonly string[],
+];
 
 /** The order methods are listed in, as a 405 names those a path takes. */
 const METHOD_ORDER: readonly Method[] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"];
@@ -21,7 +25,10 @@ const METHOD_ORDER: readonly Method[] = ["GET", "HEAD", "POST", "PUT", "PATCH", 
  */
 function patternOf(path: string): RegExp {
   const literal = (s: string) => s.replace(/[.*+?^$()|[\]\\]/g, "\\$&");
-  const body = path.split(/\{\w+\}/).map(literal).join("[^/]+");
+  const body = path
+    .split(/\{\w+\}/)
+    .map(literal)
+    .join("[^/]+");
   const file = /\.[^/]*$/.test(path);
   return new RegExp(`^${body}${file ? "" : "/?"}$`);
 }

@@ -18,7 +18,15 @@ import { HttpError, unavailable } from "../../src/kernel/errors";
 import { LIMITS, MAX_PULL_WAIT_MS } from "../../src/kernel/limits";
 import { randomHex } from "../../src/kernel/ids";
 import { sleep } from "../../src/kernel/sleep";
-import { leaseRefOf, type DeliveryPlan, type LeasedMessage, type LeaseRef, type PullWaitAnswer, type ShardBacklog, type WaitCap } from "../../src/kernel/protocol";
+import {
+  leaseRefOf,
+  type DeliveryPlan,
+  type LeasedMessage,
+  type LeaseRef,
+  type PullWaitAnswer,
+  type ShardBacklog,
+  type WaitCap,
+} from "../../src/kernel/protocol";
 import { ok } from "./envelope";
 import { leaseSigningKey, signLease, toBase64, verifyLease, type LeaseToken } from "./lease-tokens";
 import { readJson, readOptionalJson } from "./read-json";
@@ -31,14 +39,18 @@ const DEFAULT_VISIBILITY_MS = 30_000;
 const MAX_LEASES_PER_CALL = 100;
 
 const visibilityTimeout = int(1000, MAX_VISIBILITY_TIMEOUT_MS, " ms");
-const leaseId = z.string({ error: (iss) => (iss.input === undefined ? "is required" : "must be a string") }).min(1, "must not be empty");
+const leaseId = z
+  .string({ error: (iss) => (iss.input === undefined ? "is required" : "must be a string") })
+  .min(1, "must not be empty");
 const list = <T extends z.ZodType>(item: T, what: string) =>
   z
     .array(item, { error: (iss) => (iss.input === undefined ? "is required" : `must be an array of ${what}`) })
     .max(MAX_LEASES_PER_CALL, `must hold at most ${MAX_LEASES_PER_CALL} entries`);
 
 /** A long poll's name of the client's choosing, by which POST .../messages/pull/cancel ends its wait. */
-const waitId = z.string({ error: "must be a string" }).regex(/^[A-Za-z0-9_-]{16,64}$/, "must be 16 to 64 letters, digits, '-' or '_'");
+const waitId = z
+  .string({ error: "must be a string" })
+  .regex(/^[A-Za-z0-9_-]{16,64}$/, "must be 16 to 64 letters, digits, '-' or '_'");
 
 /** What the handlers below validate with, and what the OpenAPI description says of them (broker/openapi/). */
 export const pullBody = z
@@ -53,28 +65,50 @@ export const cancelPullBody = z.object({ wait_id: waitId }).strict();
 export const ackBody = z
   .object({
     acks: list(z.object({ lease_id: leaseId }).strict(), "{ lease_id }").optional(),
-    retries: list(z.object({ lease_id: leaseId, delay_seconds: int(0, LIMITS.maxDelaySeconds, " s").optional() }).strict(), "{ lease_id, delay_seconds? }").optional(),
+    retries: list(
+      z.object({ lease_id: leaseId, delay_seconds: int(0, LIMITS.maxDelaySeconds, " s").optional() }).strict(),
+      "{ lease_id, delay_seconds? }",
+    ).optional(),
   })
   .strict();
-export const extendBody = z.object({ lease_ids: list(leaseId, "lease ids").min(1, "must hold at least one lease id"), visibility_timeout_ms: visibilityTimeout }).strict();
+export const extendBody = z
+  .object({
+    lease_ids: list(leaseId, "lease ids").min(1, "must hold at least one lease id"),
+    visibility_timeout_ms: visibilityTimeout,
+  })
+  .strict();
 
-const stale = (verb: string) => `was not ${verb}: the lease ended and the message was pulled again, or the message is gone (acked, dead-lettered or expired)`;
+const stale = (verb: string) =>
+  `was not ${verb}: the lease ended and the message was pulled again, or the message is gone (acked, dead-lettered or expired)`;
 /**
  * A settle or extend whose shard call failed may still have been applied: the shard can
  * commit and then be reset before its reply leaves (a restart, a deploy). So the warning
  * says the outcome is unknown, never "not applied"; sent again, an ack that had landed is
  * answered as gone.
  */
-export const UNREACHABLE = "may or may not have been applied: its storage shard did not answer; send it again (if it was applied, the message is gone and the answer says so)";
+export const UNREACHABLE =
+  "may or may not have been applied: its storage shard did not answer; send it again (if it was applied, the message is gone and the answer says so)";
 
 /** The answer of a pull while delivery is paused, whether it came then or was waiting. */
-const pausedError = (plan: DeliveryPlan) => new HttpError("conflict", `delivery of queue "${plan.queueName}" is paused; set settings.delivery_paused to false to pull`, "queue");
+const pausedError = (plan: DeliveryPlan) =>
+  new HttpError(
+    "conflict",
+    `delivery of queue "${plan.queueName}" is paused; set settings.delivery_paused to false to pull`,
+    "queue",
+  );
 
 /** How long a pull refused for a cap of waiting pulls is told to wait: waiting pulls answer all the time. */
 export const WAIT_CAP_RETRY_AFTER_SECONDS = 1;
 
 /** POST .../messages/pull */
-export async function pullMessages(request: Request, env: Env, ctx: ExecutionContext, accountId: string, queueRef: string, tokenId?: string): Promise<Response> {
+export async function pullMessages(
+  request: Request,
+  env: Env,
+  ctx: ExecutionContext,
+  accountId: string,
+  queueRef: string,
+  tokenId?: string,
+): Promise<Response> {
   const key = await leaseSigningKey(env);
   const body = parseWith(pullBody, await readOptionalJson(request));
   const { plan, consumer } = await pullQueue(env, accountId, queueRef, "pull");
@@ -86,7 +120,10 @@ export async function pullMessages(request: Request, env: Env, ctx: ExecutionCon
   let { leased, figures } = await leaseFromShards(env, plan, wanted, leaseMs, waitMs > 0 ? deadline : undefined);
   if (leased.length === 0 && waitMs > 0) {
     const wait = { id: body.wait_id ?? randomHex(16), named: body.wait_id !== undefined, token: tokenId };
-    ({ leased, figures } = await waitAndLease(env, ctx, request.signal, wait, plan, wanted, leaseMs, deadline, { leased, figures }));
+    ({ leased, figures } = await waitAndLease(env, ctx, request.signal, wait, plan, wanted, leaseMs, deadline, {
+      leased,
+      figures,
+    }));
   }
   const utf8 = new TextDecoder();
   const messages = await Promise.all(
@@ -96,7 +133,14 @@ export async function pullMessages(request: Request, env: Env, ctx: ExecutionCon
       body: m.contentType === "text" ? utf8.decode(m.body) : toBase64(m.body),
       timestamp_ms: m.enqueuedAt,
       attempts: m.attempts,
-      lease_id: await signLease(key, { accountId, queueId: plan.queueId, shard, messageId: m.id, leaseId: m.leaseId, attempts: m.attempts }),
+      lease_id: await signLease(key, {
+        accountId,
+        queueId: plan.queueId,
+        shard,
+        messageId: m.id,
+        leaseId: m.leaseId,
+        attempts: m.attempts,
+      }),
       metadata: { "CF-Content-Type": m.contentType },
       // Beyond Cloudflare: the key it was sent with (docs/ordered-lanes.md).
       ...(m.orderingKey !== undefined ? { ordering_key: m.orderingKey } : {}),
@@ -125,7 +169,11 @@ export async function ackMessages(request: Request, env: Env, accountId: string,
   refuseAckedAndRetried(body);
   const { plan, consumer } = await pullQueue(env, accountId, queueRef, "ack");
   const asked = [
-    ...(body.acks ?? []).map((a) => ({ token: a.lease_id, retry: false, delaySeconds: undefined as number | undefined })),
+    ...(body.acks ?? []).map((a) => ({
+      token: a.lease_id,
+      retry: false,
+      delaySeconds: undefined as number | undefined,
+    })),
     ...(body.retries ?? []).map((r) => ({ token: r.lease_id, retry: true, delaySeconds: r.delay_seconds })),
   ];
   const warnings: Record<string, string> = {};
@@ -160,7 +208,11 @@ function refuseAckedAndRetried(body: z.infer<typeof ackBody>): void {
   });
   (body.retries ?? []).forEach((r, i) => {
     const j = acked.get(r.lease_id);
-    if (j !== undefined) throw HttpError.invalid(`retries[${i}].lease_id`, `is also in acks[${j}]: a lease is either acked or retried; send it in one list`);
+    if (j !== undefined)
+      throw HttpError.invalid(
+        `retries[${i}].lease_id`,
+        `is also in acks[${j}]: a lease is either acked or retried; send it in one list`,
+      );
   });
 }
 
@@ -170,12 +222,23 @@ export async function extendLeases(request: Request, env: Env, accountId: string
   const body = parseWith(extendBody, await readJson(request));
   const map = await lookupQueue(env, accountId, queueRef);
   const warnings: Record<string, string> = {};
-  const valid = await verifyAll(key, body.lease_ids.map((token) => ({ token })), { accountId, queueId: map.queueId }, warnings);
+  const valid = await verifyAll(
+    key,
+    body.lease_ids.map((token) => ({ token })),
+    { accountId, queueId: map.queueId },
+    warnings,
+  );
   let extended = 0;
   await Promise.all(
     [...groupByShard(valid)].map(async ([shard, entries]) => {
       try {
-        const done = new Set(await storageShardFor(env, shard).extendLeases(map.queueId, entries.map((e) => tokenRef(e.lease)), body.visibility_timeout_ms));
+        const done = new Set(
+          await storageShardFor(env, shard).extendLeases(
+            map.queueId,
+            entries.map((e) => tokenRef(e.lease)),
+            body.visibility_timeout_ms,
+          ),
+        );
         extended += done.size;
         for (const e of entries) if (!done.has(e.lease.messageId)) warnings[e.token] = stale("extended");
       } catch (err) {
@@ -192,7 +255,12 @@ export async function extendLeases(request: Request, env: Env, accountId: string
  * not as a cached map says), with its http_pull consumer. A cached map may name a
  * queue deleted (and perhaps re-created) since: then the current map is read once.
  */
-async function pullQueue(env: Env, accountId: string, queueRef: string, verb: string): Promise<{ plan: DeliveryPlan; consumer: ConsumerRecord }> {
+async function pullQueue(
+  env: Env,
+  accountId: string,
+  queueRef: string,
+  verb: string,
+): Promise<{ plan: DeliveryPlan; consumer: ConsumerRecord }> {
   const plan = await readQueue(env, accountId, queueRef, async (map) => {
     const plan = await coordinatorFor(env, map.queueId).deliveryPlan();
     return plan && plan.accountId === accountId ? plan : null;
@@ -200,7 +268,11 @@ async function pullQueue(env: Env, accountId: string, queueRef: string, verb: st
   const consumer = plan.consumer;
   if (consumer?.type !== "http_pull") {
     const has = consumer ? "a worker consumer" : "no consumer";
-    throw new HttpError("conflict", `queue "${plan.queueName}" has ${has}; messages/${verb} needs an http_pull consumer (POST .../consumers with {"type": "http_pull"})`, "queue");
+    throw new HttpError(
+      "conflict",
+      `queue "${plan.queueName}" has ${has}; messages/${verb} needs an http_pull consumer (POST .../consumers with {"type": "http_pull"})`,
+      "queue",
+    );
   }
   return { plan, consumer };
 }
@@ -218,7 +290,14 @@ async function leaseFromShards(env: Env, plan: DeliveryPlan, wanted: number, lea
     const limit = wanted - leased.length;
     if (limit <= 0) continue;
     try {
-      const r = await storageShardFor(env, shard.name).lease({ queueId: plan.queueId, limit, leaseMs, maxWaitMs: 0, retentionMs: plan.retentionMs, ...(watchUntil !== undefined ? { watchUntil } : {}) });
+      const r = await storageShardFor(env, shard.name).lease({
+        queueId: plan.queueId,
+        limit,
+        leaseMs,
+        maxWaitMs: 0,
+        retentionMs: plan.retentionMs,
+        ...(watchUntil !== undefined ? { watchUntil } : {}),
+      });
       exact.push(r.backlog);
       for (const message of r.messages) leased.push({ shard: shard.name, message });
     } catch (err) {
@@ -227,8 +306,15 @@ async function leaseFromShards(env: Env, plan: DeliveryPlan, wanted: number, lea
       failed++;
     }
   }
-  if (failed > 0 && failed === plan.shards.length) throw unavailable("no storage shard of this queue answered; retry", null);
-  return { leased, figures: sumFigures(plan.shards.map((s) => s.backlog), exact) };
+  if (failed > 0 && failed === plan.shards.length)
+    throw unavailable("no storage shard of this queue answered; retry", null);
+  return {
+    leased,
+    figures: sumFigures(
+      plan.shards.map((s) => s.backlog),
+      exact,
+    ),
+  };
 }
 
 /** After a Coordinator that held a waiting pull failed (a restart), how long before it is asked again. */
@@ -263,7 +349,10 @@ async function waitAndLease(
     const coordinator = coordinatorFor(env, plan.queueId);
     let woken: PullWaitAnswer | typeof GONE;
     try {
-      woken = await untilGone<PullWaitAnswer>(signal, coordinator.waitForMessages(left, wait.id, wait.token) as Promise<PullWaitAnswer>);
+      woken = await untilGone<PullWaitAnswer>(
+        signal,
+        coordinator.waitForMessages(left, wait.id, wait.token) as Promise<PullWaitAnswer>,
+      );
     } catch (err) {
       // A Coordinator that restarted forgot who waits: look at the shards, then wait again.
       console.error("waiting for messages failed; looking at the shards again:", err);
@@ -271,7 +360,11 @@ async function waitAndLease(
       woken = "woken";
     }
     if (woken === GONE || signal.aborted) {
-      ctx.waitUntil(coordinatorFor(env, plan.queueId).cancelWait(wait.id).catch(() => null));
+      ctx.waitUntil(
+        coordinatorFor(env, plan.queueId)
+          .cancelWait(wait.id)
+          .catch(() => null),
+      );
       return last;
     }
     if (woken === "paused") throw pausedError(plan);
@@ -297,8 +390,16 @@ const GONE = Symbol("client gone");
 function capped({ capped, limit }: { capped: WaitCap; limit: number }, plan: DeliveryPlan): HttpError {
   const err =
     capped === "queue"
-      ? new HttpError("rate_limited", `queue "${plan.queueName}" has ${limit} pulls waiting, the most one queue holds; retry after ${WAIT_CAP_RETRY_AFTER_SECONDS} s`, "queue")
-      : new HttpError("rate_limited", `this token has ${limit} pulls waiting on queue "${plan.queueName}", the most one token holds on a queue; retry after ${WAIT_CAP_RETRY_AFTER_SECONDS} s, or wait in fewer pulls`, "authorization");
+      ? new HttpError(
+          "rate_limited",
+          `queue "${plan.queueName}" has ${limit} pulls waiting, the most one queue holds; retry after ${WAIT_CAP_RETRY_AFTER_SECONDS} s`,
+          "queue",
+        )
+      : new HttpError(
+          "rate_limited",
+          `this token has ${limit} pulls waiting on queue "${plan.queueName}", the most one token holds on a queue; retry after ${WAIT_CAP_RETRY_AFTER_SECONDS} s, or wait in fewer pulls`,
+          "authorization",
+        );
   err.headers["retry-after"] = String(WAIT_CAP_RETRY_AFTER_SECONDS);
   return err;
 }
@@ -330,7 +431,12 @@ interface Asked {
 type Verified<T extends Asked> = T & { lease: LeaseToken };
 
 /** Keeps the lease ids that verify; each other one gets a warning saying why. A repeated one counts once. */
-async function verifyAll<T extends Asked>(key: CryptoKey, asked: T[], expected: { accountId: string; queueId: string }, warnings: Record<string, string>): Promise<Array<Verified<T>>> {
+async function verifyAll<T extends Asked>(
+  key: CryptoKey,
+  asked: T[],
+  expected: { accountId: string; queueId: string },
+  warnings: Record<string, string>,
+): Promise<Array<Verified<T>>> {
   const first = new Map<string, T>();
   for (const a of asked) if (!first.has(a.token)) first.set(a.token, a);
   const unique = [...first.values()];
@@ -344,12 +450,28 @@ async function verifyAll<T extends Asked>(key: CryptoKey, asked: T[], expected: 
 }
 
 /** One settle call for one shard's part of an ack request. */
-async function settleOnShard(env: Env, plan: DeliveryPlan, consumer: ConsumerRecord, shard: string, entries: Array<Verified<Asked>>, warnings: Record<string, string>) {
-  const d = decide(entries.map((e) => verdictOf(e.lease, e.retry === true, e.delaySeconds)), consumer.settings);
+async function settleOnShard(
+  env: Env,
+  plan: DeliveryPlan,
+  consumer: ConsumerRecord,
+  shard: string,
+  entries: Array<Verified<Asked>>,
+  warnings: Record<string, string>,
+) {
+  const d = decide(
+    entries.map((e) => verdictOf(e.lease, e.retry === true, e.delaySeconds)),
+    consumer.settings,
+  );
   let held: LeasedMessage[] = [];
   if (d.outOfRetries.length > 0 && consumer.dead_letter_queue) {
     const out = new Set(d.outOfRetries.map(refKey));
-    held = await readExhausted(env, plan.queueId, shard, entries.filter((e) => out.has(refKey(tokenRef(e.lease)))), warnings);
+    held = await readExhausted(
+      env,
+      plan.queueId,
+      shard,
+      entries.filter((e) => out.has(refKey(tokenRef(e.lease)))),
+      warnings,
+    );
     // Only a message read can be moved; the others are left alone (readExhausted says why).
     const read = new Set(held.map(refKey));
     d.outOfRetries = d.outOfRetries.filter((r) => read.has(refKey(r)));
@@ -371,13 +493,24 @@ export function verdictOf(lease: LeaseToken, retry: boolean, delaySeconds: numbe
  * are read from the shard, under their leases. If that read fails they stay leased and
  * come back when the lease ends, to be retried (and dead-lettered) again: never lost.
  */
-async function readExhausted(env: Env, queueId: string, shard: string, exhausted: Array<Verified<Asked>>, warnings: Record<string, string>): Promise<LeasedMessage[]> {
+async function readExhausted(
+  env: Env,
+  queueId: string,
+  shard: string,
+  exhausted: Array<Verified<Asked>>,
+  warnings: Record<string, string>,
+): Promise<LeasedMessage[]> {
   let found: LeasedMessage[];
   try {
-    found = await storageShardFor(env, shard).readLeased(queueId, exhausted.map((e) => tokenRef(e.lease)));
+    found = await storageShardFor(env, shard).readLeased(
+      queueId,
+      exhausted.map((e) => tokenRef(e.lease)),
+    );
   } catch (err) {
     console.error(`reading exhausted messages from storage shard ${shard} failed:`, err);
-    for (const e of exhausted) warnings[e.token] = "was not applied: the message could not be read for the dead-letter queue; it is delivered again when its lease ends";
+    for (const e of exhausted)
+      warnings[e.token] =
+        "was not applied: the message could not be read for the dead-letter queue; it is delivered again when its lease ends";
     return [];
   }
   const held = new Set(found.map((m) => m.id));
@@ -402,4 +535,3 @@ function shuffled<T>(items: readonly T[]): T[] {
   }
   return out;
 }
-

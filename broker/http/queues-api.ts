@@ -2,7 +2,14 @@ import { z } from "zod";
 import type { Env } from "../../src/kernel/env";
 import { HttpError, queueNotFound } from "../../src/kernel/errors";
 import { QUEUE_ID_PATTERN } from "../../src/kernel/ids";
-import { DEFAULT_QUEUE_SETTINGS, applySettingsPatch, jurisdictionSchema, queueNameSchema, queueSettingsPatchSchema, type QueueSettingsPatch } from "../../src/kernel/settings";
+import {
+  DEFAULT_QUEUE_SETTINGS,
+  applySettingsPatch,
+  jurisdictionSchema,
+  queueNameSchema,
+  queueSettingsPatchSchema,
+  type QueueSettingsPatch,
+} from "../../src/kernel/settings";
 import { catalogFor, coordinatorFor } from "../../src/kernel/addressing";
 import { ok } from "./envelope";
 import { readJson } from "./read-json";
@@ -14,7 +21,10 @@ import { jurisdictionName, jurisdictionOfQueue, type Jurisdiction } from "../../
 /** What the handlers below validate with, and what the OpenAPI description says of them (broker/openapi/). */
 export const createQueueBody = z
   .object({
-    queue_name: queueNameSchema.refine((n) => !QUEUE_ID_PATTERN.test(n), "must not be 32 hex characters (that is the form of a queue id)"),
+    queue_name: queueNameSchema.refine(
+      (n) => !QUEUE_ID_PATTERN.test(n),
+      "must not be 32 hex characters (that is the form of a queue id)",
+    ),
     settings: queueSettingsPatchSchema.optional(),
     jurisdiction: jurisdictionSchema.optional(),
   })
@@ -46,14 +56,29 @@ export const listQueuesQuery = z.object({
     .max(63, "must be at most 63 characters (a queue name's length)")
     .regex(/^[a-z0-9-]*$/, "must be the start of a queue name: lowercase letters, digits and dashes")
     .optional(),
-  page: z.coerce.number({ error: "must be a number" }).int("must be a whole number").min(1, "must be at least 1").max(MAX_PAGE, `must be at most ${MAX_PAGE}`).default(1),
-  per_page: z.coerce.number({ error: "must be a number" }).int("must be a whole number").min(1, "must be at least 1").max(100, "must be at most 100").default(20),
+  page: z.coerce
+    .number({ error: "must be a number" })
+    .int("must be a whole number")
+    .min(1, "must be at least 1")
+    .max(MAX_PAGE, `must be at most ${MAX_PAGE}`)
+    .default(1),
+  per_page: z.coerce
+    .number({ error: "must be a number" })
+    .int("must be a whole number")
+    .min(1, "must be at least 1")
+    .max(100, "must be at most 100")
+    .default(20),
 });
 
 export async function createQueue(request: Request, env: Env, accountId: string): Promise<Response> {
   const body = parseWith(createQueueBody, await readJson(request));
   const settings = applySettingsPatch(DEFAULT_QUEUE_SETTINGS, body.settings ?? {});
-  const { queue } = await catalogFor(env, accountId).createQueue(accountId, body.queue_name, settings, body.jurisdiction);
+  const { queue } = await catalogFor(env, accountId).createQueue(
+    accountId,
+    body.queue_name,
+    settings,
+    body.jurisdiction,
+  );
   if (!queue) throw new HttpError("conflict", `a queue named "${body.queue_name}" already exists`, "queue_name");
   forgetShardMap(accountId, queue.queue_name, queue.queue_id);
   return ok(queue, 201);
@@ -65,8 +90,13 @@ export async function listQueues(query: Record<string, unknown>, env: Env, accou
     { name: query.name, name_prefix: query.name_prefix, page: query.page, per_page: query.per_page },
     ["query"],
   );
-  const { queues, total } = await catalogFor(env, accountId).listQueues(page, per_page, { name, prefix: name_prefix || undefined });
-  return ok(queues, 200, { result_info: { page, per_page, count: queues.length, total_count: total, total_pages: Math.ceil(total / per_page) } });
+  const { queues, total } = await catalogFor(env, accountId).listQueues(page, per_page, {
+    name,
+    prefix: name_prefix || undefined,
+  });
+  return ok(queues, 200, {
+    result_info: { page, per_page, count: queues.length, total_count: total, total_pages: Math.ceil(total / per_page) },
+  });
 }
 
 export async function getQueue(env: Env, accountId: string, ref: string): Promise<Response> {
@@ -90,10 +120,24 @@ export async function updateQueue(request: Request, env: Env, accountId: string,
  */
 export async function replaceQueue(request: Request, env: Env, accountId: string, ref: string): Promise<Response> {
   const body = parseWith(replaceQueueBody, await readJson(request));
-  return changeSettings(env, accountId, ref, body.queue_name, applySettingsPatch(DEFAULT_QUEUE_SETTINGS, body.settings ?? {}), body.jurisdiction);
+  return changeSettings(
+    env,
+    accountId,
+    ref,
+    body.queue_name,
+    applySettingsPatch(DEFAULT_QUEUE_SETTINGS, body.settings ?? {}),
+    body.jurisdiction,
+  );
 }
 
-async function changeSettings(env: Env, accountId: string, ref: string, queueName: string | undefined, patch: QueueSettingsPatch, jurisdiction: Jurisdiction | undefined): Promise<Response> {
+async function changeSettings(
+  env: Env,
+  accountId: string,
+  ref: string,
+  queueName: string | undefined,
+  patch: QueueSettingsPatch,
+  jurisdiction: Jurisdiction | undefined,
+): Promise<Response> {
   const queueId = await lookupQueueId(env, accountId, ref);
   const coordinator = coordinatorFor(env, queueId);
   refuseJurisdictionChange(queueId, jurisdiction);
@@ -112,7 +156,10 @@ async function changeSettings(env: Env, accountId: string, ref: string, queueNam
 /** A queue's jurisdiction is chosen at creation: naming another on update is refused, naming its own is a no-op. */
 function refuseJurisdictionChange(queueId: string, asked: Jurisdiction | undefined): void {
   if (asked === undefined || asked === jurisdictionOfQueue(queueId)) return;
-  throw HttpError.invalid("jurisdiction", `is chosen when a queue is created and cannot change (this queue is in ${jurisdictionName(queueId)})`);
+  throw HttpError.invalid(
+    "jurisdiction",
+    `is chosen when a queue is created and cannot change (this queue is in ${jurisdictionName(queueId)})`,
+  );
 }
 
 export async function deleteQueue(env: Env, accountId: string, ref: string): Promise<Response> {
@@ -138,11 +185,17 @@ async function refuseIfDeadLetterQueue(env: Env, accountId: string, queueId: str
   const others = queues.filter((q) => q.queue_id !== queueId);
   for (let i = 0; i < others.length; i += DLQ_SCAN_CONCURRENCY) {
     const slice = others.slice(i, i + DLQ_SCAN_CONCURRENCY);
-    const found = await Promise.all(slice.map(async (q) => ({ q, consumers: await coordinatorFor(env, q.queue_id).consumers() })));
+    const found = await Promise.all(
+      slice.map(async (q) => ({ q, consumers: await coordinatorFor(env, q.queue_id).consumers() })),
+    );
     for (const { q, consumers } of found) {
-      const holder = consumers.find((c) => c.dead_letter_queue !== null && (c.dead_letter_queue === queueId || c.dead_letter_queue === name));
+      const holder = consumers.find(
+        (c) => c.dead_letter_queue !== null && (c.dead_letter_queue === queueId || c.dead_letter_queue === name),
+      );
       if (holder) {
-        const who = holder.script_name ? `${holder.consumer_id} (${holder.type}, ${holder.script_name})` : `${holder.consumer_id} (${holder.type})`;
+        const who = holder.script_name
+          ? `${holder.consumer_id} (${holder.type}, ${holder.script_name})`
+          : `${holder.consumer_id} (${holder.type})`;
         throw new HttpError(
           "conflict",
           `queue "${name ?? queueId}" is the dead-letter queue of consumer ${who} of queue "${q.queue_name}"; remove that consumer or change its dead_letter_queue first`,

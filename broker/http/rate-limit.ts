@@ -29,12 +29,22 @@ export async function enforceRateLimits(env: Env, accountId: string, queueRef: s
   if (env.RATE_LIMITS !== "on") return;
   const [account, queue] = await Promise.all([
     withinLimit(env.ACCOUNT_RATE_LIMITER, accountId),
-    queueRef === undefined ? true : queueKey(env, accountId, queueRef).then((key) => withinLimit(env.QUEUE_RATE_LIMITER, key)),
+    queueRef === undefined
+      ? true
+      : queueKey(env, accountId, queueRef).then((key) => withinLimit(env.QUEUE_RATE_LIMITER, key)),
   ]);
   if (account && queue) return;
   const err = account
-    ? new HttpError("rate_limited", `queue "${queueRef}" is over its request rate; retry after ${RATE_LIMIT_RETRY_AFTER_SECONDS} s`, "queue")
-    : new HttpError("rate_limited", `account "${accountId}" is over its request rate; retry after ${RATE_LIMIT_RETRY_AFTER_SECONDS} s`, "account_id");
+    ? new HttpError(
+        "rate_limited",
+        `queue "${queueRef}" is over its request rate; retry after ${RATE_LIMIT_RETRY_AFTER_SECONDS} s`,
+        "queue",
+      )
+    : new HttpError(
+        "rate_limited",
+        `account "${accountId}" is over its request rate; retry after ${RATE_LIMIT_RETRY_AFTER_SECONDS} s`,
+        "account_id",
+      );
   err.headers["retry-after"] = String(RATE_LIMIT_RETRY_AFTER_SECONDS);
   throw err;
 }

@@ -25,12 +25,17 @@ const JSON_TYPE = /^application\/(?:[\w.+-]*\+)?json\b/i;
 export async function readJson(request: Request, maxBytes: number = LIMITS.maxRequestBytes): Promise<unknown> {
   const type = request.headers.get("content-type");
   const notJson = type !== null && type !== "" && !JSON_TYPE.test(type);
-  const wrongType = () => new HttpError("unsupported_media_type", `content-type must be application/json, got "${type}"`, "content-type");
+  const wrongType = () =>
+    new HttpError("unsupported_media_type", `content-type must be application/json, got "${type}"`, "content-type");
   if (notJson && !anyContentType.has(request)) throw wrongType();
   // JSON is UTF-8 (RFC 8259); a body declared as anything else would be misread.
   const charset = type && /;\s*charset\s*=\s*"?([^";\s]+)/i.exec(type)?.[1];
   if (charset && !/^utf-?8$/i.test(charset)) {
-    throw new HttpError("unsupported_media_type", `content-type charset must be utf-8, got "${charset}"`, "content-type");
+    throw new HttpError(
+      "unsupported_media_type",
+      `content-type charset must be utf-8, got "${charset}"`,
+      "content-type",
+    );
   }
   const declared = request.headers.get("content-length");
   if (declared !== null && Number(declared) > maxBytes) {
@@ -89,7 +94,10 @@ export const DISCARD_LIMIT_BYTES = 32 * 1_048_576;
  * the stream fails before (the client went away mid-body, a broken chunked encoding).
  * The stream's own error is not passed on: it can carry the runtime's internals.
  */
-async function readBody(body: ReadableStream<Uint8Array>, maxBytes: number): Promise<{ chunks: Uint8Array[]; total: number }> {
+async function readBody(
+  body: ReadableStream<Uint8Array>,
+  maxBytes: number,
+): Promise<{ chunks: Uint8Array[]; total: number }> {
   const reader = body.getReader();
   const chunks: Uint8Array[] = [];
   let total = 0;
@@ -102,7 +110,10 @@ async function readBody(body: ReadableStream<Uint8Array>, maxBytes: number): Pro
       chunks.push(value);
     }
   } catch {
-    throw HttpError.invalid("body", "request body could not be read to its end: the connection closed mid-body, or its chunked encoding is broken");
+    throw HttpError.invalid(
+      "body",
+      "request body could not be read to its end: the connection closed mid-body, or its chunked encoding is broken",
+    );
   }
   chunks.length = 0;
   await discardRest(reader, total);
@@ -137,7 +148,8 @@ function nestedDeeperThan(text: string, max: number): boolean {
   for (let i = 0; i < text.length; i++) {
     const c = text.charCodeAt(i);
     if (inString) {
-      if (c === 0x5c) i++; // backslash: skip the escaped character
+      if (c === 0x5c)
+        i++; // backslash: skip the escaped character
       else if (c === 0x22) inString = false;
     } else if (c === 0x22) inString = true;
     else if (c === 0x7b || c === 0x5b) {

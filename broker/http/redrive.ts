@@ -11,7 +11,13 @@ import { catalogFor, coordinatorFor, storageShardFor } from "../../src/kernel/ad
 import type { Env } from "../../src/kernel/env";
 import { HttpError, unavailable } from "../../src/kernel/errors";
 import { LIMITS, MAX_MATCHING_LEASE } from "../../src/kernel/limits";
-import { leaseRefOf, notRetired, type LeasedMessage, type MessageFilter, type ShardMap } from "../../src/kernel/protocol";
+import {
+  leaseRefOf,
+  notRetired,
+  type LeasedMessage,
+  type MessageFilter,
+  type ShardMap,
+} from "../../src/kernel/protocol";
 import { sleep } from "../../src/kernel/sleep";
 import { ok } from "./envelope";
 import { moveMessages } from "../../src/routing/move-messages";
@@ -40,7 +46,15 @@ export const redriveBody = z
   .object({
     target_queue: z.string({ error: "must be a queue name or id" }).min(1, "must not be empty").optional(),
     filter: z
-      .object({ min_age_seconds: age.optional(), max_age_seconds: age.optional(), min_attempts: attempts.optional(), max_attempts: attempts.optional() }, { error: "must be an object" })
+      .object(
+        {
+          min_age_seconds: age.optional(),
+          max_age_seconds: age.optional(),
+          min_attempts: attempts.optional(),
+          max_attempts: attempts.optional(),
+        },
+        { error: "must be an object" },
+      )
       .strict()
       .optional(),
     limit: int(1, 10_000).optional(),
@@ -55,7 +69,15 @@ export async function redriveQueue(request: Request, env: Env, accountId: string
   const filter = toFilter(body.filter);
   const dlq = await lookupQueue(env, accountId, dlqRef, { current: true });
   const target = await resolveTarget(env, accountId, dlq, body.target_queue);
-  const moved = await moveMatching(env, accountId, dlq, target, filter, body.limit ?? DEFAULT_LIMIT, body.messages_per_second ?? DEFAULT_PER_SECOND);
+  const moved = await moveMatching(
+    env,
+    accountId,
+    dlq,
+    target,
+    filter,
+    body.limit ?? DEFAULT_LIMIT,
+    body.messages_per_second ?? DEFAULT_PER_SECOND,
+  );
   return ok({ moved, target_queue: target.queueName, remaining_matching: await countRemaining(env, dlq, filter) });
 }
 
@@ -79,12 +101,16 @@ function toFilter(f: RedriveBody["filter"]): MessageFilter {
 async function resolveTarget(env: Env, accountId: string, dlq: ShardMap, asked: string | undefined): Promise<ShardMap> {
   if (asked !== undefined) {
     const map = await lookupQueue(env, accountId, asked, { current: true, field: "target_queue" });
-    if (map.queueId === dlq.queueId) throw HttpError.invalid("target_queue", "must be another queue than the one redriven");
+    if (map.queueId === dlq.queueId)
+      throw HttpError.invalid("target_queue", "must be another queue than the one redriven");
     return map;
   }
   const sources = await sourcesOf(env, accountId, dlq.queueName);
   if (sources.length !== 1) {
-    const why = sources.length === 0 ? `no queue's consumer names "${dlq.queueName}" as its dead_letter_queue` : `${sources.map((s) => `"${s}"`).join(", ")} all name "${dlq.queueName}" as their dead_letter_queue`;
+    const why =
+      sources.length === 0
+        ? `no queue's consumer names "${dlq.queueName}" as its dead_letter_queue`
+        : `${sources.map((s) => `"${s}"`).join(", ")} all name "${dlq.queueName}" as their dead_letter_queue`;
     throw HttpError.invalid("target_queue", `is required: ${why}`);
   }
   return lookupQueue(env, accountId, sources[0]!, { current: true, field: "target_queue" });
@@ -98,7 +124,8 @@ async function sourcesOf(env: Env, accountId: string, dlqName: string): Promise<
     const { queues, total } = await catalog.listQueues(page, QUEUES_PER_PAGE);
     const withConsumer = queues.filter((q) => q.consumers_total_count > 0);
     const consumers = await Promise.all(withConsumer.map((q) => coordinatorFor(env, q.queue_id).consumers()));
-    for (const [i, cs] of consumers.entries()) if (cs.some((c) => c.dead_letter_queue === dlqName)) out.push(withConsumer[i]!.queue_name);
+    for (const [i, cs] of consumers.entries())
+      if (cs.some((c) => c.dead_letter_queue === dlqName)) out.push(withConsumer[i]!.queue_name);
     if (queues.length === 0 || page * QUEUES_PER_PAGE >= total) return out;
   }
 }
@@ -108,7 +135,15 @@ async function sourcesOf(env: Env, accountId: string, dlqName: string): Promise<
  * at most a second's worth, each batch written no earlier than the rate allows. The
  * pause comes after the lease, so finding nothing more never costs a pause.
  */
-async function moveMatching(env: Env, accountId: string, dlq: ShardMap, target: ShardMap, filter: MessageFilter, limit: number, perSecond: number): Promise<number> {
+async function moveMatching(
+  env: Env,
+  accountId: string,
+  dlq: ShardMap,
+  target: ShardMap,
+  filter: MessageFilter,
+  limit: number,
+  perSecond: number,
+): Promise<number> {
   const started = Date.now();
   let moved = 0;
   let taken = 0;
@@ -138,29 +173,61 @@ async function moveMatching(env: Env, accountId: string, dlq: ShardMap, target: 
  * nothing waits out MOVE_LEASE_MS. A purge meanwhile leaves a batch under its move lease
  * alone (storage-shard/segments/segment-operations.ts purgeSome), so what is written was not reported purged.
  */
-async function moveBatch(env: Env, accountId: string, dlq: ShardMap, shardName: string, target: ShardMap, batch: LeasedMessage[], movedSoFar: number): Promise<number> {
+async function moveBatch(
+  env: Env,
+  accountId: string,
+  dlq: ShardMap,
+  shardName: string,
+  target: ShardMap,
+  batch: LeasedMessage[],
+  movedSoFar: number,
+): Promise<number> {
   const shard = storageShardFor(env, shardName);
   const refs = batch.map(leaseRefOf);
   try {
     // A fresh start in its queue: attempts from 1, visible at once, id and timestamp kept.
     await moveMessages(env, accountId, target.queueId, { queueId: dlq.queueId, shard: shardName }, batch);
   } catch (err) {
-    await shard.releaseLeases(dlq.queueId, refs).catch((e: unknown) => console.error(`redrive: releasing leases on ${shardName} failed (they end in ${MOVE_LEASE_MS} ms):`, e));
-    throw stopped(movedSoFar, `writing to "${target.queueName}" failed${err instanceof HttpError ? ` (${err.message})` : ""}`, err);
+    await shard
+      .releaseLeases(dlq.queueId, refs)
+      .catch((e: unknown) =>
+        console.error(`redrive: releasing leases on ${shardName} failed (they end in ${MOVE_LEASE_MS} ms):`, e),
+      );
+    throw stopped(
+      movedSoFar,
+      `writing to "${target.queueName}" failed${err instanceof HttpError ? ` (${err.message})` : ""}`,
+      err,
+    );
   }
   try {
     // A stale ack (the lease ran out and someone else took the message) leaves it here: at least once, never lost.
-    const { stale } = await shard.settle({ queueId: dlq.queueId, acks: refs, retries: [], deadLettered: [], dropped: [], moved: true });
-    if (stale.length > 0) console.warn(`redrive: ${stale.length} message(s) written to "${target.queueName}" were no longer leased on ${shardName}; they may be moved again`);
+    const { stale } = await shard.settle({
+      queueId: dlq.queueId,
+      acks: refs,
+      retries: [],
+      deadLettered: [],
+      dropped: [],
+      moved: true,
+    });
+    if (stale.length > 0)
+      console.warn(
+        `redrive: ${stale.length} message(s) written to "${target.queueName}" were no longer leased on ${shardName}; they may be moved again`,
+      );
     return batch.length;
   } catch (err) {
-    throw stopped(movedSoFar + batch.length, `acknowledging on storage shard ${shardName} failed; the copies already written are not written twice`, err);
+    throw stopped(
+      movedSoFar + batch.length,
+      `acknowledging on storage shard ${shardName} failed; the copies already written are not written twice`,
+      err,
+    );
   }
 }
 
 /** Still matching in the dead-letter queue; null when a shard could not be counted. */
 async function countRemaining(env: Env, dlq: ShardMap, filter: MessageFilter): Promise<number | null> {
-  const outcomes = await Promise.allSettled(notRetired(dlq.shards).map((s) => storageShardFor(env, s.name, s.region).countMatching(dlq.queueId, filter)));
+  const outcomes = await Promise.allSettled(
+    notRetired(dlq.shards).map((s) => storageShardFor(env, s.name, s.region).countMatching(dlq.queueId, filter)),
+  );
   let n = 0;
   for (const o of outcomes) {
     if (o.status === "rejected") return null;
@@ -173,4 +240,3 @@ function stopped(moved: number, why: string, cause: unknown): HttpError {
   console.error(`redrive stopped: ${why}:`, cause);
   return unavailable(`the redrive stopped after moving ${moved} message(s): ${why}; nothing was lost, call it again`);
 }
-

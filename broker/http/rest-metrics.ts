@@ -9,5 +9,10 @@ import { restMetrics, type QueueFigures } from "../../src/routing/queue-figures"
  */
 export function metadataMetrics(f: QueueFigures) {
   const m = restMetrics(f);
-  return { ...m, backlog_count: m.backlogCount, backlog_bytes: m.backlogBytes, oldest_message_timestamp_ms: m.oldestMessageTimestampMs };
+  return {
+    ...m,
+    backlog_count: m.backlogCount,
+    backlog_bytes: m.backlogBytes,
+    oldest_message_timestamp_ms: m.oldestMessageTimestampMs,
+  };
 }

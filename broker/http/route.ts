@@ -24,7 +24,11 @@ export type Method = "GET" | "HEAD" | "POST" | "PUT" | "PATCH" | "DELETE";
 export type ApiRequest = IRequest & { principal: Principal };
 
 /** Returning nothing lets the router try the next route that matches (./route-table.ts, withMessageId). */
-export type Handler = (request: ApiRequest, env: Env, ctx: ExecutionContext) => Response | undefined | Promise<Response | undefined>;
+export type Handler = (
+  request: ApiRequest,
+  env: Env,
+  ctx: ExecutionContext,
+) => Response | undefined | Promise<Response | undefined>;
 
 /** Statuses an operation may answer beyond those every operation of its kind does (broker/openapi/document.ts, errorsOf). */
 export type ExtraError = 409 | 413 | 501 | 503;

@@ -81,7 +81,11 @@ function pathOf(path: string, env: Env): PathAccess | undefined {
 function routeAccess(method: string, path: string, entry: PathAccess | undefined): Access | HttpError {
   if (!entry) return new HttpError("not_found", `no route for ${method} ${path}`);
   const accepted = entry[1][method];
-  if (!accepted) return new HttpError("method_not_allowed", `${method} is not allowed on ${path}; use ${Object.keys(entry[1]).join(" or ")}`);
+  if (!accepted)
+    return new HttpError(
+      "method_not_allowed",
+      `${method} is not allowed on ${path}; use ${Object.keys(entry[1]).join(" or ")}`,
+    );
   return accepted;
 }
 

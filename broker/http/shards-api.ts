@@ -23,7 +23,9 @@ export async function getShards(env: Env, accountId: string, queueRef: string): 
   const beatOf = new Map(heartbeats.map((b) => [b.name, b]));
   return ok({
     version: map?.version ?? null,
-    published: published ? { version: published.version, published_at_ms: published.publishedAt, shards: published.shards } : null,
+    published: published
+      ? { version: published.version, published_at_ms: published.publishedAt, shards: published.shards }
+      : null,
     shards: (map?.shards ?? []).map((s) => ({ ...s, heartbeat: beatOf.get(s.name) ?? null })),
     consumer_shards: consumers,
     decisions,

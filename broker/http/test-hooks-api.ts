@@ -30,7 +30,13 @@ import { consumerShardFor, coordinatorFor, storageShardFor } from "../../src/ker
 import type { Env } from "../../src/kernel/env";
 import { HttpError } from "../../src/kernel/errors";
 import { requestsCounted } from "../../src/kernel/sql-meter";
-import { ALL_FAULT_POINTS, MAX_ALARM_THROWS, testHooksEnabled, type BuildGlobals, type FaultPoint } from "../../src/kernel/test-hooks";
+import {
+  ALL_FAULT_POINTS,
+  MAX_ALARM_THROWS,
+  testHooksEnabled,
+  type BuildGlobals,
+  type FaultPoint,
+} from "../../src/kernel/test-hooks";
 import type { Scope } from "./auth";
 import { ok } from "./envelope";
 import { readJson } from "./read-json";
@@ -42,15 +48,25 @@ const REQUESTS_PATH = /^\/accounts\/[^/]+\/test-hooks\/requests\/?$/;
 
 /** The hooks' entries for the router's path check (./path-access.ts, PathAccess): none unless the var is on, so the paths are as unknown as any other. */
 export function testHookRoutes(env: Env): Array<[RegExp, Partial<Record<string, readonly Scope[]>>]> {
-  return testHooksEnabled(env) ? [[PATH, { GET: ["admin"], POST: ["admin"] }], [REQUESTS_PATH, { GET: ["admin"] }]] : [];
+  return testHooksEnabled(env)
+    ? [
+        [PATH, { GET: ["admin"], POST: ["admin"] }],
+        [REQUESTS_PATH, { GET: ["admin"] }],
+      ]
+    : [];
 }
 
 /** A POST's body. Built when called, not at load, so a build without the handler has none of it. */
 function hookBody() {
-  const point = z.enum(ALL_FAULT_POINTS as [FaultPoint, ...FaultPoint[]]).nullable().optional();
+  const point = z
+    .enum(ALL_FAULT_POINTS as [FaultPoint, ...FaultPoint[]])
+    .nullable()
+    .optional();
   const times = z.number().int().min(1).max(MAX_ALARM_THROWS).optional();
   return z.union([
-    z.object({ shard: z.string().min(1), arm: point, times, corrupt: z.number().int().min(1).max(100).optional() }).strict(),
+    z
+      .object({ shard: z.string().min(1), arm: point, times, corrupt: z.number().int().min(1).max(100).optional() })
+      .strict(),
     z.object({ consumer_shard: z.number().int().min(0).max(1000), arm: point, times }).strict(),
     z
       .object({
@@ -76,19 +92,49 @@ async function forwardToHook(request: Request, env: Env, accountId: string, queu
   if (!testHooksEnabled(env)) unknownPath(request);
   const map = await lookupQueue(env, accountId, queueRef);
   const q = url.searchParams;
-  const req = request.method === "POST" ? parseWith(hookBody(), await readJson(request)) : q.has("consumer_shard") ? { consumer_shard: Number(q.get("consumer_shard")) } : q.has("coordinator") ? { coordinator: true as const } : { shard: q.get("shard") ?? "" };
+  const req =
+    request.method === "POST"
+      ? parseWith(hookBody(), await readJson(request))
+      : q.has("consumer_shard")
+        ? { consumer_shard: Number(q.get("consumer_shard")) }
+        : q.has("coordinator")
+          ? { coordinator: true as const }
+          : { shard: q.get("shard") ?? "" };
   if ("coordinator" in req) {
-    const { arm, times: n, action, drain_shard, hold_map_ms } = req as { arm?: FaultPoint | null; times?: number; action?: "scale-out" | "drain"; drain_shard?: string; hold_map_ms?: number };
-    if (action === "drain" && !drain_shard) throw HttpError.invalid("drain_shard", "is required with action \"drain\"");
-    return ok(await coordinatorFor(env, map.queueId).testHook({ arm, times: n, action, shard: drain_shard, holdMapMs: hold_map_ms }));
+    const {
+      arm,
+      times: n,
+      action,
+      drain_shard,
+      hold_map_ms,
+    } = req as {
+      arm?: FaultPoint | null;
+      times?: number;
+      action?: "scale-out" | "drain";
+      drain_shard?: string;
+      hold_map_ms?: number;
+    };
+    if (action === "drain" && !drain_shard) throw HttpError.invalid("drain_shard", 'is required with action "drain"');
+    return ok(
+      await coordinatorFor(env, map.queueId).testHook({
+        arm,
+        times: n,
+        action,
+        shard: drain_shard,
+        holdMapMs: hold_map_ms,
+      }),
+    );
   }
   if ("consumer_shard" in req) {
-    if (!Number.isInteger(req.consumer_shard) || req.consumer_shard < 0) throw HttpError.invalid("consumer_shard", "must be an integer >= 0");
+    if (!Number.isInteger(req.consumer_shard) || req.consumer_shard < 0)
+      throw HttpError.invalid("consumer_shard", "must be an integer >= 0");
     const { arm, times: n } = req as { arm?: FaultPoint | null; times?: number };
     return ok(await consumerShardFor(env, map.queueId, req.consumer_shard).testHook({ arm, times: n }));
   }
   // A shard the cached map does not know yet (the nemesis reads the Coordinator's map) is looked up there.
-  const current = map.shards.some((s) => s.name === req.shard) ? map : ((await findQueue(env, accountId, queueRef, { current: true })) ?? map);
+  const current = map.shards.some((s) => s.name === req.shard)
+    ? map
+    : ((await findQueue(env, accountId, queueRef, { current: true })) ?? map);
   const shard = current.shards.find((s) => s.name === req.shard);
   if (!shard) throw HttpError.invalid("shard", `is not a storage shard of queue "${queueRef}"`);
   const { arm, times: n, corrupt } = req as { arm?: FaultPoint | null; times?: number; corrupt?: number };
@@ -97,7 +143,9 @@ async function forwardToHook(request: Request, env: Env, accountId: string, queu
 
 /** GET or POST .../test-hooks: forwarded to the hook, or (a production build) 404 as any unknown path. */
 export const testHook: (request: Request, env: Env, accountId: string, queueRef: string) => Promise<Response> =
-  (globalThis as BuildGlobals).process?.env?.NODE_ENV !== "production" ? forwardToHook : async (request) => unknownPath(request);
+  (globalThis as BuildGlobals).process?.env?.NODE_ENV !== "production"
+    ? forwardToHook
+    : async (request) => unknownPath(request);
 
 /** GET .../test-hooks/requests, in a build that has the hooks: this isolate's count, no object asked. */
 function countedRequests(request: Request, env: Env): Response {
@@ -107,4 +155,6 @@ function countedRequests(request: Request, env: Env): Response {
 
 /** GET .../test-hooks/requests: the count, or (a production build) 404 as any unknown path. */
 export const testHookRequests: (request: Request, env: Env) => Response | Promise<Response> =
-  (globalThis as BuildGlobals).process?.env?.NODE_ENV !== "production" ? countedRequests : async (request) => unknownPath(request);
+  (globalThis as BuildGlobals).process?.env?.NODE_ENV !== "production"
+    ? countedRequests
+    : async (request) => unknownPath(request);

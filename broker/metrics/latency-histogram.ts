@@ -22,7 +22,9 @@ import type { SendLatencyCounts } from "../../src/kernel/protocol";
 import { sleep } from "../../src/kernel/sleep";
 
 /** Bucket upper bounds, in seconds; +Inf is implied. */
-export const SEND_LATENCY_BOUNDS: readonly number[] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+export const SEND_LATENCY_BOUNDS: readonly number[] = [
+  0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+];
 /** While sends go on, at most one write per queue per isolate this often. */
 export const FLUSH_INTERVAL_MS = 60_000;
 /**
@@ -74,9 +76,7 @@ export function cumulativeBuckets(c: SendLatencyCounts): HistogramValue {
     perBound.set(b, (perBound.get(b) ?? 0) + n);
   }
   let running = 0;
-  const buckets = [...perBound.entries()]
-    .sort(([a], [b]) => a - b)
-    .map(([le, n]) => ({ le, count: (running += n) }));
+  const buckets = [...perBound.entries()].sort(([a], [b]) => a - b).map(([le, n]) => ({ le, count: (running += n) }));
   return { buckets, sum: c.sumSeconds, count: running };
 }
 
@@ -109,7 +109,15 @@ interface Lane {
 export class SendLatencyBuffer {
   private readonly lanes = new Map<string, Lane>();
 
-  constructor(private readonly opts: { intervalMs: number; quietMs?: number; trickle?: { sends: number; intervalMs: number }; write: LatencySink; now?: () => number }) {}
+  constructor(
+    private readonly opts: {
+      intervalMs: number;
+      quietMs?: number;
+      trickle?: { sends: number; intervalMs: number };
+      write: LatencySink;
+      now?: () => number;
+    },
+  ) {}
 
   /**
    * Counts a send; never throws, never waits. The first send after an interval without a
@@ -123,7 +131,10 @@ export class SendLatencyBuffer {
       const now = this.now();
       const since = now - lane.lastFlushAt;
       const trickle = this.opts.trickle;
-      if (since >= this.opts.intervalMs && (!trickle || lane.pending.count >= trickle.sends || since >= trickle.intervalMs)) {
+      if (
+        since >= this.opts.intervalMs &&
+        (!trickle || lane.pending.count >= trickle.sends || since >= trickle.intervalMs)
+      ) {
         ctx.waitUntil(
           sleep(0).then(() => {
             lane.queued = false;
@@ -189,9 +200,19 @@ export class SendLatencyBuffer {
     if (!lane) {
       // One lane per queue this isolate sent to; forget idle ones now and then.
       if (this.lanes.size >= 1000) {
-        for (const [k, l] of this.lanes) if (l.pending.count === 0 && !l.queued && l.timerAt === null && l.writing === 0) this.lanes.delete(k);
+        for (const [k, l] of this.lanes)
+          if (l.pending.count === 0 && !l.queued && l.timerAt === null && l.writing === 0) this.lanes.delete(k);
       }
-      lane = { accountId, queueRef, env, pending: emptyCounts(), queued: false, timerAt: null, lastFlushAt: -Infinity, writing: 0 };
+      lane = {
+        accountId,
+        queueRef,
+        env,
+        pending: emptyCounts(),
+        queued: false,
+        timerAt: null,
+        lastFlushAt: -Infinity,
+        writing: 0,
+      };
       this.lanes.set(key, lane);
     }
     lane.env = env;
@@ -212,9 +233,18 @@ const toCoordinator: LatencySink = async (env, accountId, queueRef, counts) => {
 };
 
 /** This isolate's buffer. */
-export const sendLatency = new SendLatencyBuffer({ intervalMs: FLUSH_INTERVAL_MS, trickle: { sends: TRICKLE_SENDS, intervalMs: TRICKLE_INTERVAL_MS }, write: toCoordinator });
+export const sendLatency = new SendLatencyBuffer({
+  intervalMs: FLUSH_INTERVAL_MS,
+  trickle: { sends: TRICKLE_SENDS, intervalMs: TRICKLE_INTERVAL_MS },
+  write: toCoordinator,
+});
 
 /** Called once a send's messages are stored; `startedAt` is when the send arrived (Date.now()). */
-export function noteSendLatency(env: Env, ctx: WaitUntil, target: { accountId: string; queueRef: string }, startedAt: number): void {
+export function noteSendLatency(
+  env: Env,
+  ctx: WaitUntil,
+  target: { accountId: string; queueRef: string },
+  startedAt: number,
+): void {
   sendLatency.observe(env, ctx, target, (Date.now() - startedAt) / 1000);
 }

@@ -59,7 +59,8 @@ export class Exposition {
     let previous = 0;
     for (const b of h.buckets) {
       if (b.le === Infinity) continue;
-      if (b.count < previous || b.count > h.count) throw new Error(`histogram ${name}: buckets must be cumulative and at most count`);
+      if (b.count < previous || b.count > h.count)
+        throw new Error(`histogram ${name}: buckets must be cumulative and at most count`);
       previous = b.count;
       f.lines.push(sample(`${name}_bucket`, { ...labels, le: formatBound(b.le) }, b.count));
     }

@@ -35,15 +35,28 @@ export const TAGS = [
   { name: "Messages", description: "Sending (send scope); peeking, looking up and cancelling messages (admin scope)." },
   { name: "Pull consumers", description: "Leasing, acknowledging and extending messages over HTTP (consume scope)." },
   { name: "Consumers", description: "A queue's consumer: a Worker, or pull over HTTP (admin scope)." },
-  { name: "Operations", description: "Purge, redrive from a dead-letter queue, ordered lanes held back (admin scope)." },
+  {
+    name: "Operations",
+    description: "Purge, redrive from a dead-letter queue, ordered lanes held back (admin scope).",
+  },
   { name: "Figures", description: "Backlog figures, the control plane, the last hour, Prometheus." },
-  { name: "Event subscriptions", description: "Cloudflare's events of its own products into a queue: shardq has no such sources, and answers each call 501 saying so." },
+  {
+    name: "Event subscriptions",
+    description:
+      "Cloudflare's events of its own products into a queue: shardq has no such sources, and answers each call 501 saying so.",
+  },
 ];
 
 const PATH_PARAMETERS: Record<string, Json> = {
   account_id: { description: "The account the token belongs to. Any other answers 404." },
-  queue: { description: "The queue's name, or its id (32 lowercase hex characters). Another account's queue answers 404, as one that does not exist." },
-  message_id: { description: "A message id as send returns it.", schema: { type: "string", pattern: MESSAGE_ID_PATTERN.source } },
+  queue: {
+    description:
+      "The queue's name, or its id (32 lowercase hex characters). Another account's queue answers 404, as one that does not exist.",
+  },
+  message_id: {
+    description: "A message id as send returns it.",
+    schema: { type: "string", pattern: MESSAGE_ID_PATTERN.source },
+  },
   consumer_id: { description: "The consumer's id, as its creation returned it." },
   subscription_id: { description: "An event subscription's id (shardq has none)." },
 };
@@ -52,18 +65,62 @@ const RETRY_AFTER = { description: "Seconds to wait before calling again.", sche
 
 /** Every error a route can answer, each a JSON envelope with success false. */
 const ERRORS: Record<number, { name: string; description: string; retryAfter?: "always" | "sometimes" }> = {
-  400: { name: "BadRequest", description: "Invalid: errors[0].field names the body field, header, path segment or query parameter at fault, and the message says what is wrong." },
-  401: { name: "Unauthorized", description: "No bearer token, a malformed one, or one unknown or revoked (field: authorization)." },
-  403: { name: "Forbidden", description: "The token holds none of the scopes the operation accepts, whatever the queue (field: authorization)." },
-  404: { name: "NotFound", description: "No such queue, message or consumer; another account's path or queue answers the same (field: account_id, queue, message_id, consumer_id)." },
-  405: { name: "MethodNotAllowed", description: "The path exists but takes other methods: the message names them. Any method a path of this description does not list answers this." },
-  409: { name: "Conflict", description: "Conflicts with the queue's state or an earlier request: the message says which. Retry-After when the request may succeed later (an idempotent send in progress).", retryAfter: "sometimes" },
-  413: { name: "PayloadTooLarge", description: "The body, a message or a batch is over its limit: 1 MB per request, 128 KB per message, 100 messages and 256 KB per batch." },
-  415: { name: "UnsupportedMediaType", description: "A body that is not application/json in UTF-8 (field: content-type)." },
-  429: { name: "TooManyRequests", description: "The account or the queue is over its request rate (field: account_id or queue), or a long-polling pull found its queue or its token at the cap of waiting pulls (field: queue or authorization); nothing was done.", retryAfter: "always" },
+  400: {
+    name: "BadRequest",
+    description:
+      "Invalid: errors[0].field names the body field, header, path segment or query parameter at fault, and the message says what is wrong.",
+  },
+  401: {
+    name: "Unauthorized",
+    description: "No bearer token, a malformed one, or one unknown or revoked (field: authorization).",
+  },
+  403: {
+    name: "Forbidden",
+    description: "The token holds none of the scopes the operation accepts, whatever the queue (field: authorization).",
+  },
+  404: {
+    name: "NotFound",
+    description:
+      "No such queue, message or consumer; another account's path or queue answers the same (field: account_id, queue, message_id, consumer_id).",
+  },
+  405: {
+    name: "MethodNotAllowed",
+    description:
+      "The path exists but takes other methods: the message names them. Any method a path of this description does not list answers this.",
+  },
+  409: {
+    name: "Conflict",
+    description:
+      "Conflicts with the queue's state or an earlier request: the message says which. Retry-After when the request may succeed later (an idempotent send in progress).",
+    retryAfter: "sometimes",
+  },
+  413: {
+    name: "PayloadTooLarge",
+    description:
+      "The body, a message or a batch is over its limit: 1 MB per request, 128 KB per message, 100 messages and 256 KB per batch.",
+  },
+  415: {
+    name: "UnsupportedMediaType",
+    description: "A body that is not application/json in UTF-8 (field: content-type).",
+  },
+  429: {
+    name: "TooManyRequests",
+    description:
+      "The account or the queue is over its request rate (field: account_id or queue), or a long-polling pull found its queue or its token at the cap of waiting pulls (field: queue or authorization); nothing was done.",
+    retryAfter: "always",
+  },
   500: { name: "InternalError", description: "An unexpected failure; the message is fixed text." },
-  501: { name: "NotImplemented", description: "What Cloudflare's API serves and shardq cannot (event subscriptions): the message says why, and what to do instead." },
-  503: { name: "Unavailable", description: "A part of the service did not answer; the request may be sent again (with Retry-After when a wait is known).", retryAfter: "sometimes" },
+  501: {
+    name: "NotImplemented",
+    description:
+      "What Cloudflare's API serves and shardq cannot (event subscriptions): the message says why, and what to do instead.",
+  },
+  503: {
+    name: "Unavailable",
+    description:
+      "A part of the service did not answer; the request may be sent again (with Retry-After when a wait is known).",
+    retryAfter: "sometimes",
+  },
 };
 
 const DESCRIPTION = `A horizontally sharded message queue on Cloudflare Workers and Durable Objects, in Cloudflare Queues' REST shapes.
@@ -81,7 +138,8 @@ class Schemas {
 
   add(name: string, json: Json): void {
     const had = this.byName[name];
-    if (had !== undefined && JSON.stringify(had) !== JSON.stringify(json)) throw new Error(`two different schemas are named ${name}`);
+    if (had !== undefined && JSON.stringify(had) !== JSON.stringify(json))
+      throw new Error(`two different schemas are named ${name}`);
     this.byName[name] = json;
   }
 
@@ -91,7 +149,8 @@ class Schemas {
    */
   hoist(json: Json): Json {
     const { $schema: _dialect, $defs, ...root } = json;
-    for (const [name, def] of Object.entries(($defs ?? {}) as Record<string, Json>)) this.add(name, pointToComponents(def) as Json);
+    for (const [name, def] of Object.entries(($defs ?? {}) as Record<string, Json>))
+      this.add(name, pointToComponents(def) as Json);
     return pointToComponents(root) as Json;
   }
 }
@@ -100,7 +159,10 @@ function pointToComponents(value: unknown): unknown {
   if (Array.isArray(value)) return value.map(pointToComponents);
   if (value === null || typeof value !== "object") return value;
   return Object.fromEntries(
-    Object.entries(value).map(([k, v]) => [k, k === "$ref" && typeof v === "string" ? v.replace(/^#\/\$defs\//, "#/components/schemas/") : pointToComponents(v)]),
+    Object.entries(value).map(([k, v]) => [
+      k,
+      k === "$ref" && typeof v === "string" ? v.replace(/^#\/\$defs\//, "#/components/schemas/") : pointToComponents(v),
+    ]),
   );
 }
 
@@ -128,11 +190,21 @@ function requestBodyOf(body: RequestBody, schemas: Schemas, cloudflares: boolean
   const properties = json.properties as Record<string, Json>;
   for (const [field, item] of Object.entries(body.items ?? {})) {
     schemas.add(item.id, schemas.hoist(z.toJSONSchema(item.schema, REQUEST) as Json));
-    properties[field] = { ...properties[field], items: ref("schemas", item.id), minItems: item.minItems, maxItems: item.maxItems };
+    properties[field] = {
+      ...properties[field],
+      items: ref("schemas", item.id),
+      minItems: item.minItems,
+      maxItems: item.maxItems,
+    };
   }
   schemas.add(body.id, json);
-  const anyType = "Read as JSON whatever its Content-Type says when it parses as JSON, as Cloudflare's API reads it (wrangler sends text/plain).";
-  return { required: body.required, ...(cloudflares ? { description: anyType } : {}), content: { "application/json": { schema: ref("schemas", body.id) } } };
+  const anyType =
+    "Read as JSON whatever its Content-Type says when it parses as JSON, as Cloudflare's API reads it (wrangler sends text/plain).";
+  return {
+    required: body.required,
+    ...(cloudflares ? { description: anyType } : {}),
+    content: { "application/json": { schema: ref("schemas", body.id) } },
+  };
 }
 
 function parametersOf(op: Route): Json[] {
@@ -140,7 +212,8 @@ function parametersOf(op: Route): Json[] {
   if (op.idempotencyKey) out.push(ref("parameters", "idempotency_key"));
   if (op.query) {
     const json = z.toJSONSchema(op.query, REQUEST) as { properties: Record<string, Json>; required?: string[] };
-    for (const [name, schema] of Object.entries(json.properties)) out.push({ name, in: "query", required: json.required?.includes(name) ?? false, schema });
+    for (const [name, schema] of Object.entries(json.properties))
+      out.push({ name, in: "query", required: json.required?.includes(name) ?? false, schema });
   }
   return out;
 }
@@ -150,10 +223,13 @@ function successesOf(op: Route, schemas: Schemas): Array<[string, Json]> {
   const answer = op.answer;
   if (answer.kind === "unsupported") return [];
   if (answer.kind === "empty") return [["200", { description: answer.description }]];
-  if (answer.kind === "raw") return [["200", { description: answer.description, content: { [answer.mediaType]: { schema: answer.schema } } }]];
+  if (answer.kind === "raw")
+    return [["200", { description: answer.description, content: { [answer.mediaType]: { schema: answer.schema } } }]];
   const envelope = successEnvelope(answer.result, answer.paged ? resultInfo : undefined);
   const schema = schemas.hoist(z.toJSONSchema(envelope, RESULT) as Json);
-  const out: Array<[string, Json]> = [[String(answer.status), { description: answer.description, content: { "application/json": { schema } } }]];
+  const out: Array<[string, Json]> = [
+    [String(answer.status), { description: answer.description, content: { "application/json": { schema } } }],
+  ];
   if (answer.created) out.push(["201", { description: answer.created, content: { "application/json": { schema } } }]);
   return out;
 }
@@ -163,7 +239,10 @@ function operationOf(op: Route, schemas: Schemas): Json {
   const parameters = parametersOf(op);
   const errors = errorsOf(op, security.length === 0);
   const cloudflares = op.cloudflare === true;
-  const responses: Json = Object.fromEntries([...successesOf(op, schemas), ...errors.map((s) => [String(s), ref("responses", ERRORS[s]!.name)])]);
+  const responses: Json = Object.fromEntries([
+    ...successesOf(op, schemas),
+    ...errors.map((s) => [String(s), ref("responses", ERRORS[s]!.name)]),
+  ]);
   return {
     operationId: op.operationId,
     tags: [op.tag],
@@ -181,13 +260,17 @@ function componentsOf(schemas: Schemas): Json {
   // Named in resultRegistry, so hoisting puts it among the schemas; the root is only a $ref to it.
   schemas.hoist(z.toJSONSchema(errorEnvelope, RESULT) as Json);
   const parameters: Json = Object.fromEntries(
-    Object.entries(PATH_PARAMETERS).map(([name, p]) => [name, { name, in: "path", required: true, schema: { type: "string" }, ...p }]),
+    Object.entries(PATH_PARAMETERS).map(([name, p]) => [
+      name,
+      { name, in: "path", required: true, schema: { type: "string" }, ...p },
+    ]),
   );
   parameters.idempotency_key = {
     name: "Idempotency-Key",
     in: "header",
     required: false,
-    description: "Stores the request once for 24 hours however often it is retried: a retry is answered with the first request's ids. The same key with a different request is a 409.",
+    description:
+      "Stores the request once for 24 hours however often it is retried: a retry is answered with the first request's ids. The same key with a different request is a 409.",
     schema: { type: "string", pattern: IDEMPOTENCY_KEY_PATTERN.source },
   };
   const responses = Object.fromEntries(
@@ -202,7 +285,12 @@ function componentsOf(schemas: Schemas): Json {
   );
   return {
     securitySchemes: {
-      bearerAuth: { type: "http", scheme: "bearer", description: "A token of AUTH_TOKENS: it names its account, and its scopes (send, consume, admin; all three unless it lists them)." },
+      bearerAuth: {
+        type: "http",
+        scheme: "bearer",
+        description:
+          "A token of AUTH_TOKENS: it names its account, and its scopes (send, consume, admin; all three unless it lists them).",
+      },
     },
     parameters,
     responses,
@@ -218,7 +306,8 @@ export function buildOpenApiDocument(routes: readonly Route[]): Json {
     const method = op.method.toLowerCase();
     const item = (paths[op.path] ??= {});
     if (item[method]) throw new Error(`${op.method} ${op.path} is declared twice`);
-    if (!TAGS.some((t) => t.name === op.tag)) throw new Error(`${op.method} ${op.path}: its tag ${op.tag} is not one of TAGS`);
+    if (!TAGS.some((t) => t.name === op.tag))
+      throw new Error(`${op.method} ${op.path}: its tag ${op.tag} is not one of TAGS`);
     item[method] = operationOf(op, schemas);
   }
   return {
@@ -226,7 +315,10 @@ export function buildOpenApiDocument(routes: readonly Route[]): Json {
     info: { title: "shardq", version, description: DESCRIPTION, license: { name: "MIT", identifier: "MIT" } },
     servers: [
       { url: "/", description: "The service's root." },
-      { url: CLOUDFLARE_BASE, description: "Cloudflare's base path: the same API, where a client made for Cloudflare's looks for it." },
+      {
+        url: CLOUDFLARE_BASE,
+        description: "Cloudflare's base path: the same API, where a client made for Cloudflare's looks for it.",
+      },
     ],
     tags: TAGS,
     paths,

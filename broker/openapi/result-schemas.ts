@@ -10,10 +10,19 @@ import type { ConsumerRecord } from "../../src/kernel/consumer-settings";
 import { QUEUE_ID_PATTERN } from "../../src/kernel/ids";
 import type { QueueInfo, QueueMetrics } from "../../src/kernel/queue-info";
 import { jurisdictionSchema } from "../../src/kernel/settings";
-import { contentType, count, described, epochMs, holdCounts, isoTime, messageId, named, shardState } from "./schema-kit";
+import {
+  contentType,
+  count,
+  described,
+  epochMs,
+  holdCounts,
+  isoTime,
+  messageId,
+  named,
+  shardState,
+} from "./schema-kit";
 
 export { resultRegistry } from "./schema-kit";
-
 
 // --- The envelope every JSON answer comes in (broker/http/envelope.ts, src/kernel/errors.ts).
 
@@ -22,17 +31,28 @@ export const errorDetail = named(
   z.strictObject({
     code: z.number().int(),
     message: z.string(),
-    field: described(z.string().optional(), 'The request field at fault, as a path ("messages[3].body"), or the header, path segment or query parameter ("authorization", "queue", "limit").'),
+    field: described(
+      z.string().optional(),
+      'The request field at fault, as a path ("messages[3].body"), or the header, path segment or query parameter ("authorization", "queue", "limit").',
+    ),
   }),
 );
 
 export const errorEnvelope = named(
   "ErrorEnvelope",
-  z.strictObject({ success: z.literal(false), errors: z.array(errorDetail).min(1), messages: z.array(z.unknown()), result: z.null() }),
+  z.strictObject({
+    success: z.literal(false),
+    errors: z.array(errorDetail).min(1),
+    messages: z.array(z.unknown()),
+    result: z.null(),
+  }),
   "Every refusal and failure: errors[0] says what and, where one is at fault, which field.",
 );
 
-export const resultInfo = named("ResultInfo", z.strictObject({ page: count(), per_page: count(), count: count(), total_count: count(), total_pages: count() }));
+export const resultInfo = named(
+  "ResultInfo",
+  z.strictObject({ page: count(), per_page: count(), count: count(), total_count: count(), total_pages: count() }),
+);
 
 /** A success: `result` is what the route answers; `result_info` only on lists that page. */
 export function successEnvelope(result: z.ZodType, info?: z.ZodType) {
@@ -90,10 +110,18 @@ export const queueInfo = named(
     producers: z.array(z.strictObject({ type: z.literal("worker"), script: z.string() })),
     consumers_total_count: count(),
     consumers: z.array(
-      consumer.extend({ script: described(z.string().optional(), "A worker consumer's Worker (its script_name), under the name wrangler reads.") }),
+      consumer.extend({
+        script: described(
+          z.string().optional(),
+          "A worker consumer's Worker (its script_name), under the name wrangler reads.",
+        ),
+      }),
     ),
     settings: queueSettings,
-    jurisdiction: described(jurisdictionSchema.optional(), "Where the queue stores and processes its messages, chosen at creation; absent for a queue in no jurisdiction."),
+    jurisdiction: described(
+      jurisdictionSchema.optional(),
+      "Where the queue stores and processes its messages, chosen at creation; absent for a queue in no jurisdiction.",
+    ),
   }),
 );
 
@@ -113,7 +141,10 @@ const sendMetadata = named(
       oldestMessageTimestampMs: described(epochMs(), "0 when the queue is empty or this is not known."),
       backlog_count: described(count(), "backlogCount, as Cloudflare's API and SDK name it now."),
       backlog_bytes: described(count(), "backlogBytes, as Cloudflare's API and SDK name it now."),
-      oldest_message_timestamp_ms: described(epochMs(), "oldestMessageTimestampMs, as Cloudflare's API and SDK name it now: 0 when the queue is empty or this is not known."),
+      oldest_message_timestamp_ms: described(
+        epochMs(),
+        "oldestMessageTimestampMs, as Cloudflare's API and SDK name it now: 0 when the queue is empty or this is not known.",
+      ),
     }),
   }),
   "Best-effort figures: exact for the storage shards the call used, as of their latest heartbeat for the others. Each under shardq's first spelling and under Cloudflare's.",
@@ -121,7 +152,10 @@ const sendMetadata = named(
 
 export const sendResult = named("SendResult", z.strictObject({ message_id: messageId(), metadata: sendMetadata }));
 
-export const batchResult = named("SendBatchResult", z.strictObject({ message_ids: z.array(messageId()), metadata: sendMetadata }));
+export const batchResult = named(
+  "SendBatchResult",
+  z.strictObject({ message_ids: z.array(messageId()), metadata: sendMetadata }),
+);
 
 export const pullResult = named(
   "PullResult",
@@ -130,7 +164,10 @@ export const pullResult = named(
     messages: z.array(
       z.strictObject({
         id: messageId(),
-        body: described(z.string(), "A text message's body as it was sent; any other, base64 of its stored bytes (CF-Content-Type says which)."),
+        body: described(
+          z.string(),
+          "A text message's body as it was sent; any other, base64 of its stored bytes (CF-Content-Type says which).",
+        ),
         timestamp_ms: epochMs(),
         attempts: z.number().int().min(1),
         lease_id: described(z.string(), "What ack and extend name this delivery by; valid until the lease ends."),
@@ -145,7 +182,10 @@ export const pullResult = named(
 /** A lease id that could not be honoured, and why: a warning, never a failed request. */
 const warnings = () => described(z.record(z.string(), z.string()), "Lease ids not applied, each with the reason.");
 
-export const ackResult = named("AckResult", z.strictObject({ ackCount: count(), retryCount: count(), warnings: warnings() }));
+export const ackResult = named(
+  "AckResult",
+  z.strictObject({ ackCount: count(), retryCount: count(), warnings: warnings() }),
+);
 
 export const extendResult = named("ExtendResult", z.strictObject({ extended: count(), warnings: warnings() }));
 export const cancelPullResult = named(
@@ -190,7 +230,10 @@ export const messageStatus = named(
     size: count(),
     content_type: contentType(),
     shard: z.string(),
-    dead_letter_queue: described(z.string().optional(), "With state dead_lettered: the queue it was moved to, where it is now."),
+    dead_letter_queue: described(
+      z.string().optional(),
+      "With state dead_lettered: the queue it was moved to, where it is now.",
+    ),
   }),
 );
 
@@ -209,7 +252,10 @@ export const purgeResult = named(
 export const purgeStatusResult = named(
   "PurgeStatusResult",
   z.strictObject({
-    completed: described(z.enum(["true", "false"]), 'Whether the last purge emptied the queue: "false" while it runs, when it stopped at its bound with messages left, or when it failed. A string, as Cloudflare types it.').optional(),
+    completed: described(
+      z.enum(["true", "false"]),
+      'Whether the last purge emptied the queue: "false" while it runs, when it stopped at its bound with messages left, or when it failed. A string, as Cloudflare types it.',
+    ).optional(),
     started_at: described(isoTime(), "When the last purge started.").optional(),
   }),
   "The queue's last purge; empty when it was never purged.",
@@ -221,7 +267,10 @@ export const peekPostResult = named(
     messages: z.array(
       z.strictObject({
         id: messageId(),
-        body: described(z.string(), "A text message's body as it was sent; any other, base64 of its stored bytes (CF-Content-Type says which)."),
+        body: described(
+          z.string(),
+          "A text message's body as it was sent; any other, base64 of its stored bytes (CF-Content-Type says which).",
+        ),
         attempts: count(),
         timestamp_ms: epochMs(),
         metadata: z.strictObject({ "CF-Content-Type": contentType() }),
@@ -246,7 +295,10 @@ export const redriveResult = named(
   z.strictObject({
     moved: count(),
     target_queue: z.string(),
-    remaining_matching: described(count().nullable(), "Messages still matching in the dead-letter queue; null when a shard could not be counted."),
+    remaining_matching: described(
+      count().nullable(),
+      "Messages still matching in the dead-letter queue; null when a shard could not be counted.",
+    ),
   }),
 );
 
@@ -271,10 +323,19 @@ const heldKey = z.discriminatedUnion("reason", [
 
 export const heldKeysResult = named(
   "HeldKeysResult",
-  z.strictObject({ keys: z.array(heldKey), lanes: count(), held_keys: count(), held_by_reason: holdCounts(), oldest_held_since_ms: epochMs().nullable() }),
+  z.strictObject({
+    keys: z.array(heldKey),
+    lanes: count(),
+    held_keys: count(),
+    held_by_reason: holdCounts(),
+    oldest_held_since_ms: epochMs().nullable(),
+  }),
 );
 
-export const releaseResult = named("ReleaseResult", z.strictObject({ ordering_key: z.string(), message_id: messageId(), moved_to: z.string() }));
+export const releaseResult = named(
+  "ReleaseResult",
+  z.strictObject({ ordering_key: z.string(), message_id: messageId(), moved_to: z.string() }),
+);
 
 // --- Figures and the control plane.
 
@@ -305,7 +366,12 @@ export const queueMetrics = named(
     backlog_count: count(),
     backlog_bytes: count(),
     oldest_message_timestamp_ms: epochMs().nullable(),
-    ordering: z.strictObject({ lanes: count(), held_keys: count(), held_by_reason: holdCounts(), oldest_held_since_ms: epochMs().nullable() }),
+    ordering: z.strictObject({
+      lanes: count(),
+      held_keys: count(),
+      held_by_reason: holdCounts(),
+      oldest_held_since_ms: epochMs().nullable(),
+    }),
     consumer_concurrency: count().nullable(),
     shards: z.array(
       z.strictObject({
@@ -336,7 +402,12 @@ export const queueMetrics = named(
 const shardEntry = named("ShardEntry", z.strictObject({ name: z.string(), region: z.string(), state: shardState() }));
 
 /** What a Durable Object was billed for (src/kernel/sql-meter.ts); older reports lack the optional parts. */
-const costFigures = z.strictObject({ rpcs: count(), rowsWritten: count(), rowsRead: count().optional(), alarms: count().optional() });
+const costFigures = z.strictObject({
+  rpcs: count(),
+  rowsWritten: count(),
+  rowsRead: count().optional(),
+  alarms: count().optional(),
+});
 
 const shardHeartbeat = z.strictObject({
   name: z.string(),
@@ -378,7 +449,10 @@ export const shardsResult = named(
           received_at: epochMs(),
           // Until when its report said it counts as delivering (it reports every ~30 s while it does); null once stopped.
           running_until: epochMs().nullable().optional(),
-          cost: z.strictObject({ rpcs: count(), rowsWritten: count(), rowsRead: count(), alarms: count() }).nullable().optional(),
+          cost: z
+            .strictObject({ rpcs: count(), rowsWritten: count(), rowsRead: count(), alarms: count() })
+            .nullable()
+            .optional(),
         }),
       ),
     }),

@@ -78,7 +78,12 @@ export class QueueProducer extends WorkerEntrypoint<Env, ProducerProps> {
       await enforceRateLimits(this.env, target.accountId, target.queueRef);
       const { id, stored } = await sendCoalesced(this.env, target, message);
       noteSendLatency(this.env, this.ctx, target, started);
-      return { metadata: { metrics: bindingMetrics(await figuresAfterSend(this.env, stored.queueId, stored.backlogs, stored)) }, messageId: id };
+      return {
+        metadata: {
+          metrics: bindingMetrics(await figuresAfterSend(this.env, stored.queueId, stored.backlogs, stored)),
+        },
+        messageId: id,
+      };
     });
   }
 
@@ -89,16 +94,28 @@ export class QueueProducer extends WorkerEntrypoint<Env, ProducerProps> {
       const { target, deliveryDelay } = this.binding();
       await enforceRateLimits(this.env, target.accountId, target.queueRef);
       // Each message's own delay still comes first (src/routing/store.ts): this is the batch's default.
-      const stored = await storeMessages(this.env, target, batch.messages, bindingDelay(undefined, batch.delaySeconds, deliveryDelay));
+      const stored = await storeMessages(
+        this.env,
+        target,
+        batch.messages,
+        bindingDelay(undefined, batch.delaySeconds, deliveryDelay),
+      );
       noteSendLatency(this.env, this.ctx, target, started);
-      return { metadata: { metrics: bindingMetrics(await figuresAfterSend(this.env, stored.queueId, stored.backlogs, stored)) }, messageIds: stored.ids };
+      return {
+        metadata: {
+          metrics: bindingMetrics(await figuresAfterSend(this.env, stored.queueId, stored.backlogs, stored)),
+        },
+        messageIds: stored.ids,
+      };
     });
   }
 
   metrics(): Promise<ProducerMetrics> {
     return this.answer(async () => {
       const { target } = this.binding();
-      const m = await queueMetrics(this.env, await lookupQueue(this.env, target.accountId, target.queueRef), { heartbeats: false });
+      const m = await queueMetrics(this.env, await lookupQueue(this.env, target.accountId, target.queueRef), {
+        heartbeats: false,
+      });
       const out: ProducerMetrics = { backlogCount: m.backlog_count, backlogBytes: m.backlog_bytes };
       if (m.oldest_message_timestamp_ms !== null) out.oldestMessageTimestamp = new Date(m.oldest_message_timestamp_ms);
       return out;
@@ -108,9 +125,16 @@ export class QueueProducer extends WorkerEntrypoint<Env, ProducerProps> {
   private binding(): Binding {
     const props = (this.ctx as unknown as { props?: Partial<ProducerProps> }).props ?? {};
     if (typeof props.account !== "string" || typeof props.queue !== "string") {
-      throw new HttpError("invalid", 'the service binding to QueueProducer needs props = { account = "...", queue = "..." }', "props");
+      throw new HttpError(
+        "invalid",
+        'the service binding to QueueProducer needs props = { account = "...", queue = "..." }',
+        "props",
+      );
     }
-    const deliveryDelay = props.delivery_delay === undefined ? undefined : parseWith(delaySecondsSchema, props.delivery_delay, ["props", "delivery_delay"]);
+    const deliveryDelay =
+      props.delivery_delay === undefined
+        ? undefined
+        : parseWith(delaySecondsSchema, props.delivery_delay, ["props", "delivery_delay"]);
     return { target: { accountId: props.account, queueRef: props.queue, region: props.region }, deliveryDelay };
   }
 
@@ -127,7 +151,8 @@ export class QueueProducer extends WorkerEntrypoint<Env, ProducerProps> {
    */
   private answer<T>(fn: () => Promise<T>): Promise<T> {
     return fn().catch((err: unknown) => {
-      if (err instanceof HttpError && (err.status === 400 || err.status === 413)) return refusal(bindingError(err) as Error) as T;
+      if (err instanceof HttpError && (err.status === 400 || err.status === 413))
+        return refusal(bindingError(err) as Error) as T;
       throw bindingError(err);
     });
   }
@@ -139,6 +164,10 @@ export class QueueProducer extends WorkerEntrypoint<Env, ProducerProps> {
  * included) first, then a sendBatch()'s `delaySeconds` option, then the binding's. Undefined
  * when none of them is given, which leaves the queue's own `delivery_delay` setting.
  */
-export function bindingDelay(messageDelay: number | undefined, batchDelay: number | undefined, deliveryDelay: number | undefined): number | undefined {
+export function bindingDelay(
+  messageDelay: number | undefined,
+  batchDelay: number | undefined,
+  deliveryDelay: number | undefined,
+): number | undefined {
   return messageDelay ?? batchDelay ?? deliveryDelay;
 }

@@ -13,8 +13,16 @@ import { consumerName, number, q } from "./shared.mjs";
 const BATCH_SIZE = number("messages per batch (1 to 100, default 10)");
 const MESSAGE_RETRIES = number("deliveries retried before a message is dead-lettered or dropped (0 to 100, default 3)");
 const RETRY_DELAY = number("seconds before a retried message is delivered again (default 0)");
-const DEAD_LETTER_QUEUE = /** @type {OptionSpec} */ ({ type: "string", value: "queue", help: "queue that receives messages out of retries" });
-const VISIBILITY_TIMEOUT = /** @type {OptionSpec} */ ({ type: "string", value: "secs", help: "seconds a pulled message stays leased before it returns (1 to 43200, default 30)" });
+const DEAD_LETTER_QUEUE = /** @type {OptionSpec} */ ({
+  type: "string",
+  value: "queue",
+  help: "queue that receives messages out of retries",
+});
+const VISIBILITY_TIMEOUT = /** @type {OptionSpec} */ ({
+  type: "string",
+  value: "secs",
+  help: "seconds a pulled message stays leased before it returns (1 to 43200, default 30)",
+});
 
 /** `wrangler queues consumer add`'s flags, and --transport. */
 const WORKER_CONSUMER = /** @type {Record<string, OptionSpec>} */ ({
@@ -23,9 +31,17 @@ const WORKER_CONSUMER = /** @type {Record<string, OptionSpec>} */ ({
   "max-batch-timeout": { type: "string", value: "secs", help: "the same as --batch-timeout", hidden: true },
   "message-retries": MESSAGE_RETRIES,
   "dead-letter-queue": DEAD_LETTER_QUEUE,
-  "max-concurrency": { type: "string", value: "n", help: "most batches delivered at once (1 to 250; default: autoscale)" },
+  "max-concurrency": {
+    type: "string",
+    value: "n",
+    help: "most batches delivered at once (1 to 250; default: autoscale)",
+  },
   "retry-delay-secs": RETRY_DELAY,
-  transport: { type: "string", value: "queue|rpc", help: "how shardq reaches the Worker: its queue() handler, or its ShardqConsumer entrypoint" },
+  transport: {
+    type: "string",
+    value: "queue|rpc",
+    help: "how shardq reaches the Worker: its queue() handler, or its ShardqConsumer entrypoint",
+  },
 });
 
 /** `wrangler queues consumer http add`'s flags. */
@@ -56,7 +72,8 @@ function consumerBody(o) {
   set("visibility_timeout_ms", secondsAsMs(o, "visibility-timeout-secs"));
   set("transport", oneOf(o, "transport", ["queue", "rpc"]));
   const concurrency = text(o, "max-concurrency");
-  if (concurrency !== undefined) settings.max_concurrency = concurrency === "auto" ? null : wholeNumber(o, "max-concurrency");
+  if (concurrency !== undefined)
+    settings.max_concurrency = concurrency === "auto" ? null : wholeNumber(o, "max-concurrency");
   /** @type {{ settings?: Record<string, unknown>, dead_letter_queue?: string | null }} */
   const body = {};
   if (Object.keys(settings).length > 0) body.settings = settings;
@@ -119,7 +136,11 @@ export const CONSUMER_COMMANDS = [
     async run(ctx) {
       const [queue] = /** @type {[string]} */ (ctx.args);
       const consumers = /** @type {ConsumerRecord[]} */ (await ctx.api.request("GET", `${q(queue)}/consumers`));
-      ctx.show(consumers, () => (consumers.length ? consumers.map((c) => keyValues(consumerPairs(c))).join("\n\n") : `Queue ${queue} has no consumer.`));
+      ctx.show(consumers, () =>
+        consumers.length
+          ? consumers.map((c) => keyValues(consumerPairs(c))).join("\n\n")
+          : `Queue ${queue} has no consumer.`,
+      );
     },
   },
   {
@@ -127,11 +148,16 @@ export const CONSUMER_COMMANDS = [
     group: "Consumers",
     args: ["<queue>", "<script>"],
     summary: "Add a Worker consumer (its queue() handler gets the messages)",
-    details: "shardq reaches the Worker through a service binding CONSUMER_<SCRIPT_NAME> in its wrangler.toml.\nA queue has at most one consumer.",
+    details:
+      "shardq reaches the Worker through a service binding CONSUMER_<SCRIPT_NAME> in its wrangler.toml.\nA queue has at most one consumer.",
     options: WORKER_CONSUMER,
     async run(ctx) {
       const [queue, script] = /** @type {[string, string]} */ (ctx.args);
-      const c = /** @type {ConsumerRecord} */ (await ctx.api.request("POST", `${q(queue)}/consumers`, { body: { type: "worker", script_name: script, ...consumerBody(ctx.opts) } }));
+      const c = /** @type {ConsumerRecord} */ (
+        await ctx.api.request("POST", `${q(queue)}/consumers`, {
+          body: { type: "worker", script_name: script, ...consumerBody(ctx.opts) },
+        })
+      );
       ctx.show(c, () => `Added consumer ${script} to queue ${c.queue_name}.\n${keyValues(consumerPairs(c))}`);
     },
   },
@@ -143,7 +169,11 @@ export const CONSUMER_COMMANDS = [
     options: HTTP_CONSUMER,
     async run(ctx) {
       const [queue] = /** @type {[string]} */ (ctx.args);
-      const c = /** @type {ConsumerRecord} */ (await ctx.api.request("POST", `${q(queue)}/consumers`, { body: { type: "http_pull", ...consumerBody(ctx.opts) } }));
+      const c = /** @type {ConsumerRecord} */ (
+        await ctx.api.request("POST", `${q(queue)}/consumers`, {
+          body: { type: "http_pull", ...consumerBody(ctx.opts) },
+        })
+      );
       ctx.show(c, () => `Added an HTTP pull consumer to queue ${c.queue_name}.\n${keyValues(consumerPairs(c))}`);
     },
   },
@@ -152,7 +182,8 @@ export const CONSUMER_COMMANDS = [
     group: "Consumers",
     args: ["<queue>", "[<script>]"],
     summary: "Change the settings of a queue's consumer",
-    details: "Names the consumer by its script, or takes the queue's only consumer. --max-concurrency auto\nreturns to autoscaling; --no-dead-letter-queue removes the dead-letter queue.",
+    details:
+      "Names the consumer by its script, or takes the queue's only consumer. --max-concurrency auto\nreturns to autoscaling; --no-dead-letter-queue removes the dead-letter queue.",
     options: {
       ...WORKER_CONSUMER,
       "visibility-timeout-secs": VISIBILITY_TIMEOUT,
@@ -161,9 +192,17 @@ export const CONSUMER_COMMANDS = [
     async run(ctx) {
       const [queue, script] = /** @type {[string, string | undefined]} */ (ctx.args);
       const body = consumerBody(ctx.opts);
-      if (Object.keys(body).length === 0) throw new UsageError("nothing to update: give at least one setting (see --help)");
-      const current = await findConsumer(ctx, queue, (c) => script === undefined || c.script_name === script, script === undefined ? "consumer" : `consumer ${script}`);
-      const c = /** @type {ConsumerRecord} */ (await ctx.api.request("PATCH", `${q(queue)}/consumers/${encodeURIComponent(current.consumer_id)}`, { body }));
+      if (Object.keys(body).length === 0)
+        throw new UsageError("nothing to update: give at least one setting (see --help)");
+      const current = await findConsumer(
+        ctx,
+        queue,
+        (c) => script === undefined || c.script_name === script,
+        script === undefined ? "consumer" : `consumer ${script}`,
+      );
+      const c = /** @type {ConsumerRecord} */ (
+        await ctx.api.request("PATCH", `${q(queue)}/consumers/${encodeURIComponent(current.consumer_id)}`, { body })
+      );
       ctx.show(c, () => `Updated the consumer of queue ${c.queue_name}.\n${keyValues(consumerPairs(c))}`);
     },
   },
@@ -174,7 +213,12 @@ export const CONSUMER_COMMANDS = [
     summary: "Remove a Worker consumer",
     async run(ctx) {
       const [queue, script] = /** @type {[string, string]} */ (ctx.args);
-      const c = await findConsumer(ctx, queue, (x) => x.type === "worker" && x.script_name === script, `consumer ${script}`);
+      const c = await findConsumer(
+        ctx,
+        queue,
+        (x) => x.type === "worker" && x.script_name === script,
+        `consumer ${script}`,
+      );
       await ctx.api.request("DELETE", `${q(queue)}/consumers/${encodeURIComponent(c.consumer_id)}`);
       ctx.show(c, () => `Removed consumer ${script} from queue ${queue}.`);
     },

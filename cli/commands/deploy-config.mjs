@@ -25,17 +25,35 @@ export const DEPLOY_CONFIG = {
     "the queues and consumers, for `shardq apply` once everything is deployed.",
   ].join("\n"),
   options: {
-    config: { type: "string", short: "c", value: "file", multiple: true, help: "a Worker's wrangler.toml, wrangler.json or wrangler.jsonc (repeat for each Worker)" },
-    out: { type: "string", value: "dir", help: "where to write (required; never one of your Workers' own directories)" },
-    "shardq-name": { type: "string", value: "name", help: "the name shardq is deployed as (default: the name in its wrangler.toml)" },
+    config: {
+      type: "string",
+      short: "c",
+      value: "file",
+      multiple: true,
+      help: "a Worker's wrangler.toml, wrangler.json or wrangler.jsonc (repeat for each Worker)",
+    },
+    out: {
+      type: "string",
+      value: "dir",
+      help: "where to write (required; never one of your Workers' own directories)",
+    },
+    "shardq-name": {
+      type: "string",
+      value: "name",
+      help: "the name shardq is deployed as (default: the name in its wrangler.toml)",
+    },
   },
   async run(ctx) {
     const configs = repeated(ctx.opts, "config");
-    if (configs.length === 0) throw new UsageError("give each Worker's config with -c (e.g. -c ./worker/wrangler.toml)");
+    if (configs.length === 0)
+      throw new UsageError("give each Worker's config with -c (e.g. -c ./worker/wrangler.toml)");
     const out = text(ctx.opts, "out");
     if (!out) throw new UsageError("--out <dir> is required: where to write the generated files");
     const account = text(ctx.opts, "account") ?? process.env.SHARDQ_ACCOUNT;
-    if (!account) throw new UsageError("--account (or SHARDQ_ACCOUNT) is required: the shardq account the Workers' queues belong to");
+    if (!account)
+      throw new UsageError(
+        "--account (or SHARDQ_ACCOUNT) is required: the shardq account the Workers' queues belong to",
+      );
     const service = text(ctx.opts, "shardq-name") ?? shardqName();
     /** @type {import("../workers/deploy-config.mjs").DeployConfig} */
     let result;
@@ -52,16 +70,31 @@ export const DEPLOY_CONFIG = {
       const both = result.workers.filter((w) => w.consumes.length && w.sends.length);
       const lines = [`Wrote the deploy configs to ${out}:`];
       for (const w of result.workers) {
-        const role = [w.sends.length ? `sends to ${w.sends.join(", ")}` : "", w.consumes.length ? `consumes ${w.consumes.join(", ")}` : ""].filter(Boolean).join("; ");
+        const role = [
+          w.sends.length ? `sends to ${w.sends.join(", ")}` : "",
+          w.consumes.length ? `consumes ${w.consumes.join(", ")}` : "",
+        ]
+          .filter(Boolean)
+          .join("; ");
         lines.push(`  ${w.config}${w.wrapper ? ` (entry ${w.wrapper})` : ""}${role ? `  ${role}` : ""}`);
       }
-      lines.push(`  ${result.services}  the [[services]] lines for shardq's wrangler.toml`, `  ${result.queues}  the queues and consumers`, "", "Then, in this order:");
+      lines.push(
+        `  ${result.services}  the [[services]] lines for shardq's wrangler.toml`,
+        `  ${result.queues}  the queues and consumers`,
+        "",
+        "Then, in this order:",
+      );
       let step = 0;
       for (const w of consumersOnly) lines.push(`  ${++step}. npx wrangler deploy -c ${w.config}`);
-      lines.push(`  ${++step}. add the lines of ${result.services} to shardq's wrangler.toml and deploy shardq (npx wrangler deploy in shardq)`);
+      lines.push(
+        `  ${++step}. add the lines of ${result.services} to shardq's wrangler.toml and deploy shardq (npx wrangler deploy in shardq)`,
+      );
       for (const w of rest) lines.push(`  ${++step}. npx wrangler deploy -c ${w.config}`);
       lines.push(`  ${++step}. npx shardq apply ${result.queues} --url <shardq's URL> --token <token>`);
-      if (both.length) lines.push(`  ${both.map((w) => w.name).join(", ")} both send and consume: deploy shardq without their lines first, then them, then shardq again.`);
+      if (both.length)
+        lines.push(
+          `  ${both.map((w) => w.name).join(", ")} both send and consume: deploy shardq without their lines first, then them, then shardq again.`,
+        );
       lines.push("No experimental compatibility flag is needed: consumers are reached over RPC (transport rpc).");
       return lines.join("\n");
     });
@@ -86,9 +119,11 @@ export const APPLY = {
     } catch (err) {
       throw new UsageError(`cannot read ${file}: ${/** @type {Error} */ (err).message}`);
     }
-    if (typeof config?.account !== "string" || !Array.isArray(config.queues)) throw new UsageError(`${file} needs "account" and a "queues" list (like shardq.config.json)`);
+    if (typeof config?.account !== "string" || !Array.isArray(config.queues))
+      throw new UsageError(`${file} needs "account" and a "queues" list (like shardq.config.json)`);
     const { url, token, account } = connection(ctx.opts, process.env);
-    if (ctx.opts.account !== undefined && account !== config.account) throw new UsageError(`--account ${account} differs from the file's account "${config.account}"`);
+    if (ctx.opts.account !== undefined && account !== config.account)
+      throw new UsageError(`--account ${account} differs from the file's account "${config.account}"`);
     try {
       await applyConfig(url, token, config);
     } catch (err) {
@@ -97,6 +132,9 @@ export const APPLY = {
     }
     const queues = config.queues ?? [];
     const consumers = queues.filter((q) => q.consumer).length;
-    ctx.show(config, () => `Applied ${queues.length} queue(s) and ${consumers} consumer(s) to account ${config.account} at ${url}.`);
+    ctx.show(
+      config,
+      () => `Applied ${queues.length} queue(s) and ${consumers} consumer(s) to account ${config.account} at ${url}.`,
+    );
   },
 };

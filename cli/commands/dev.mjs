@@ -26,15 +26,27 @@ export const DEV = {
     "Example: shardq dev -c ../shop/producer/wrangler.toml -c ../shop/consumer/wrangler.toml",
   ].join("\n"),
   options: {
-    config: { type: "string", short: "c", value: "file", multiple: true, help: "a Worker's wrangler.toml, wrangler.json or wrangler.jsonc (repeat for each Worker)" },
+    config: {
+      type: "string",
+      short: "c",
+      value: "file",
+      multiple: true,
+      help: "a Worker's wrangler.toml, wrangler.json or wrangler.jsonc (repeat for each Worker)",
+    },
     port: { type: "string", value: "n", help: `shardq's port (default ${DEFAULT_SHARDQ_PORT})` },
-    state: { type: "string", value: "dir", help: "generated configs and persisted data (default ~/.shardq/dev/<hash of the config paths>)" },
+    state: {
+      type: "string",
+      value: "dir",
+      help: "generated configs and persisted data (default ~/.shardq/dev/<hash of the config paths>)",
+    },
   },
   async run(ctx) {
     const configs = repeated(ctx.opts, "config");
-    if (configs.length === 0) throw new UsageError("give each Worker's config with -c (e.g. -c ./worker/wrangler.toml)");
+    if (configs.length === 0)
+      throw new UsageError("give each Worker's config with -c (e.g. -c ./worker/wrangler.toml)");
     const port = wholeNumber(ctx.opts, "port");
-    if (port !== undefined && (port < 1 || port > 65_535)) throw new UsageError(`--port must be from 1 to 65535, not ${port}`);
+    if (port !== undefined && (port < 1 || port > 65_535))
+      throw new UsageError(`--port must be from 1 to 65535, not ${port}`);
 
     // The first Ctrl-C (or SIGTERM) stops everything cleanly, a second one at once.
     const abort = new AbortController();
@@ -73,7 +85,10 @@ export const DEV = {
       console.log(summary(session));
       const exited = await Promise.race([stopped.then(() => null), session.exited]);
       await session.stop();
-      if (exited) throw new CliError(`${exited.name}'s wrangler dev exited (${exited.signal ?? `code ${exited.code}`}); stopped the others`);
+      if (exited)
+        throw new CliError(
+          `${exited.name}'s wrangler dev exited (${exited.signal ?? `code ${exited.code}`}); stopped the others`,
+        );
       console.log("[shardq dev] stopped");
     } finally {
       process.off("SIGINT", onSignal);
@@ -97,7 +112,13 @@ function summary(s) {
     lines.push(`  ${w.name}  ${w.url}  from ${w.shown}  (pid ${w.pid})`);
     for (const p of w.sends) lines.push(`      sends: env.${p.binding} -> queue ${p.queue}`);
     for (const c of w.consumes) {
-      const settings = [`batch ${c.max_batch_size ?? 10}`, `timeout ${c.max_batch_timeout ?? 5} s`, `retries ${c.max_retries ?? 3}`, `retry delay ${c.retry_delay ?? 0} s`, `concurrency ${c.max_concurrency ?? "auto"}`];
+      const settings = [
+        `batch ${c.max_batch_size ?? 10}`,
+        `timeout ${c.max_batch_timeout ?? 5} s`,
+        `retries ${c.max_retries ?? 3}`,
+        `retry delay ${c.retry_delay ?? 0} s`,
+        `concurrency ${c.max_concurrency ?? "auto"}`,
+      ];
       if (c.dead_letter_queue) settings.push(`dead letters -> ${c.dead_letter_queue}`);
       lines.push(`      consumes: queue ${c.queue} (${settings.join(", ")})`);
     }

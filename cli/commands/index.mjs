@@ -29,7 +29,8 @@ export function spellings() {
   const out = [];
   for (const c of COMMANDS) {
     out.push([c.name, c]);
-    if (!c.name.startsWith("queues ") && c.group !== "Messages" && c.group !== "Your own Workers") out.push([`queues ${c.name}`, c]);
+    if (!c.name.startsWith("queues ") && c.group !== "Messages" && c.group !== "Your own Workers")
+      out.push([`queues ${c.name}`, c]);
   }
   return out;
 }

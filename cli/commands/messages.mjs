@@ -24,7 +24,10 @@ function messageFrom(raw, type, label) {
   try {
     return { body: JSON.parse(raw), contentType: "json" };
   } catch (err) {
-    if (type === "json") throw new UsageError(`${label} is not valid JSON (${/** @type {Error} */ (err).message}); add --content-type text to send it as text`);
+    if (type === "json")
+      throw new UsageError(
+        `${label} is not valid JSON (${/** @type {Error} */ (err).message}); add --content-type text to send it as text`,
+      );
     return { body: raw, contentType: "text" };
   }
 }
@@ -51,7 +54,11 @@ export const MESSAGE_COMMANDS = [
     details:
       "A body is sent as JSON when it parses as JSON ('{\"order\": 42}', 42, '\"text\"'), else as text;\n--content-type makes it one or the other. Several bodies go in one batch; past 100 messages\nor 256 KB, in several, one after another. Prints each message's id.",
     options: {
-      "content-type": { type: "string", value: "json|text", help: "how to send the bodies (default: json if they parse as JSON, else text)" },
+      "content-type": {
+        type: "string",
+        value: "json|text",
+        help: "how to send the bodies (default: json if they parse as JSON, else text)",
+      },
       "delay-secs": number("seconds before the messages can be delivered (0 to 86400)"),
     },
     async run(ctx) {
@@ -81,10 +88,17 @@ export const MESSAGE_COMMANDS = [
         const partial = /** @type {PartialSendError} */ (err);
         if (partial?.name !== "PartialSendError") throw err;
         const stored = partial.acceptedIds;
-        ctx.show({ message_ids: stored }, () => `Sent ${stored.length} of ${plural(messages.length, "message")} to queue ${queue} (<body> #1 to #${stored.length}) before a request failed:\n${stored.join("\n")}`);
+        ctx.show(
+          { message_ids: stored },
+          () =>
+            `Sent ${stored.length} of ${plural(messages.length, "message")} to queue ${queue} (<body> #1 to #${stored.length}) before a request failed:\n${stored.join("\n")}`,
+        );
         throw partial.cause;
       }
-      ctx.show({ message_ids: ids }, () => `Sent ${plural(ids.length, "message")} to queue ${queue}:\n${ids.join("\n")}`);
+      ctx.show(
+        { message_ids: ids },
+        () => `Sent ${plural(ids.length, "message")} to queue ${queue}:\n${ids.join("\n")}`,
+      );
     },
   },
   {
@@ -111,7 +125,9 @@ export const MESSAGE_COMMANDS = [
       // The pull route itself rather than the library's pull(), which answers the messages
       // decoded and renamed (leaseId, a Date, a Uint8Array for bytes): --json prints the
       // API's result, lease_id and base64 bodies included, as scripts and `shardq ack` take them.
-      const pulled = /** @type {{ message_backlog_count: number, messages: PulledMessage[] }} */ (await ctx.api.request("POST", `${q(queue)}/messages/pull`, { body }));
+      const pulled = /** @type {{ message_backlog_count: number, messages: PulledMessage[] }} */ (
+        await ctx.api.request("POST", `${q(queue)}/messages/pull`, { body })
+      );
       /** @type {import("../../src/client/index.ts").AckResult | undefined} */
       let acked;
       if (ctx.opts.ack && pulled.messages.length > 0) {
@@ -120,7 +136,13 @@ export const MESSAGE_COMMANDS = [
       ctx.show(acked ? { ...pulled, ack: acked } : pulled, () => {
         const n = pulled.messages.length;
         if (n === 0) return `No message ready in queue ${queue} (backlog ${pulled.message_backlog_count}).`;
-        const rows = pulled.messages.map((m) => [m.id, String(m.attempts), time(m.timestamp_ms), m.metadata?.["CF-Content-Type"] ?? "", oneLine(pulledBody(m))]);
+        const rows = pulled.messages.map((m) => [
+          m.id,
+          String(m.attempts),
+          time(m.timestamp_ms),
+          m.metadata?.["CF-Content-Type"] ?? "",
+          oneLine(pulledBody(m)),
+        ]);
         const after = acked
           ? `Acked ${acked.ackCount} of them.${Object.keys(acked.warnings).length ? ` ${plural(Object.keys(acked.warnings).length, "ack")} did not count: ${Object.values(acked.warnings)[0]}` : ""}`
           : "They are leased, not acked: they return when the lease ends (--ack to ack them; lease ids are in --json).";
@@ -135,14 +157,21 @@ export const MESSAGE_COMMANDS = [
     summary: "Ack (or with --retry, retry) pulled messages by lease id",
     hint: pullHint,
     options: {
-      retry: { type: "boolean", help: "retry them instead: delivered again later, or dead-lettered when out of retries" },
-      "delay-secs": number("with --retry: seconds before they are delivered again (default the consumer's retry delay)"),
+      retry: {
+        type: "boolean",
+        help: "retry them instead: delivered again later, or dead-lettered when out of retries",
+      },
+      "delay-secs": number(
+        "with --retry: seconds before they are delivered again (default the consumer's retry delay)",
+      ),
     },
     async run(ctx) {
       const [queue, ...leases] = /** @type {[string, ...string[]]} */ (ctx.args);
       const delay = wholeNumber(ctx.opts, "delay-secs");
       if (delay !== undefined && !ctx.opts.retry) throw new UsageError("--delay-secs applies with --retry only");
-      const request = ctx.opts.retry ? { retries: leases.map((leaseId) => (delay === undefined ? { leaseId } : { leaseId, delaySeconds: delay })) } : { acks: leases };
+      const request = ctx.opts.retry
+        ? { retries: leases.map((leaseId) => (delay === undefined ? { leaseId } : { leaseId, delaySeconds: delay })) }
+        : { acks: leases };
       const r = await queueClient(ctx, queue).ack(request);
       ctx.show(r, () => {
         const lines = [`Acked ${r.ackCount}, retried ${r.retryCount} (queue ${queue}).`];
@@ -166,9 +195,10 @@ export const MESSAGE_COMMANDS = [
         ctx.show(r, () => `Cancelled message ${id} of queue ${queue}.`);
         return;
       }
-      const m = /** @type {{ id: string, state: string, attempts: number, timestamp_ms: number, visible_at_ms: number, size: number, content_type: string, shard: string, dead_letter_queue?: string }} */ (
-        await ctx.api.request("GET", path)
-      );
+      const m =
+        /** @type {{ id: string, state: string, attempts: number, timestamp_ms: number, visible_at_ms: number, size: number, content_type: string, shard: string, dead_letter_queue?: string }} */ (
+          await ctx.api.request("GET", path)
+        );
       ctx.show(m, () =>
         keyValues([
           ["id", m.id],
@@ -192,7 +222,11 @@ export const MESSAGE_COMMANDS = [
     details:
       "The target is --target-queue, or else the one queue whose consumer dead-letters into this one.\nA call moves at most --limit messages (default 1000) in at most 30 s; run it again to move more.",
     options: {
-      "target-queue": { type: "string", value: "queue", help: "where to move them (default: the queue that dead-letters here)" },
+      "target-queue": {
+        type: "string",
+        value: "queue",
+        help: "where to move them (default: the queue that dead-letters here)",
+      },
       limit: number("most messages to move (1 to 10000, default 1000)"),
       "messages-per-second": number("pace of the move (1 to 5000, default 500)"),
       "min-age-secs": number("only messages at least this old"),
@@ -222,9 +256,16 @@ export const MESSAGE_COMMANDS = [
       if (limit !== undefined) body.limit = limit;
       if (rate !== undefined) body.messages_per_second = rate;
       if (Object.keys(filter).length) body.filter = filter;
-      const r = /** @type {{ moved: number, target_queue: string, remaining_matching: number | null }} */ (await ctx.api.request("POST", `${q(dlq)}/redrive`, { body }));
+      const r = /** @type {{ moved: number, target_queue: string, remaining_matching: number | null }} */ (
+        await ctx.api.request("POST", `${q(dlq)}/redrive`, { body })
+      );
       ctx.show(r, () => {
-        const left = r.remaining_matching === null ? "" : r.remaining_matching > 0 ? ` ${plural(r.remaining_matching, "message")} still match: run it again to move them.` : "";
+        const left =
+          r.remaining_matching === null
+            ? ""
+            : r.remaining_matching > 0
+              ? ` ${plural(r.remaining_matching, "message")} still match: run it again to move them.`
+              : "";
         return `Moved ${plural(r.moved, "message")} from ${dlq} to ${r.target_queue}.${left}`;
       });
     },

@@ -32,9 +32,14 @@ function queueSettings(o) {
 function consumerSummary(c) {
   const s = c.settings;
   const parts = [`batch ${s.batch_size}`];
-  if (c.type === "worker") parts.push(`timeout ${duration(s.max_wait_time_ms)}`, `concurrency ${s.max_concurrency ?? "auto"}`);
+  if (c.type === "worker")
+    parts.push(`timeout ${duration(s.max_wait_time_ms)}`, `concurrency ${s.max_concurrency ?? "auto"}`);
   else parts.push(`visibility ${duration(s.visibility_timeout_ms)}`);
-  parts.push(`${s.max_retries} retries`, `retry delay ${s.retry_delay} s`, `dead-letter queue ${c.dead_letter_queue ?? "none"}`);
+  parts.push(
+    `${s.max_retries} retries`,
+    `retry delay ${s.retry_delay} s`,
+    `dead-letter queue ${c.dead_letter_queue ?? "none"}`,
+  );
   return parts.join(", ");
 }
 
@@ -53,7 +58,9 @@ function settingsPairs(info) {
  */
 async function setPaused(ctx, paused) {
   const [name] = /** @type {[string]} */ (ctx.args);
-  const info = /** @type {QueueInfo} */ (await ctx.api.request("PATCH", q(name), { body: { settings: { delivery_paused: paused } } }));
+  const info = /** @type {QueueInfo} */ (
+    await ctx.api.request("PATCH", q(name), { body: { settings: { delivery_paused: paused } } })
+  );
   ctx.show(info, () => `${paused ? "Paused" : "Resumed"} message delivery for queue ${info.queue_name}.`);
 }
 
@@ -64,7 +71,8 @@ export const QUEUE_COMMANDS = [
     group: "Queues",
     args: [],
     summary: "List queues",
-    details: "Every queue of the account by name, or one page of them with --page; --prefix keeps the names that start with it.",
+    details:
+      "Every queue of the account by name, or one page of them with --page; --prefix keeps the names that start with it.",
     options: {
       page: number("one page of the list (from 1)"),
       "per-page": number("queues per page (1 to 100; default 20 with --page)"),
@@ -80,7 +88,9 @@ export const QUEUE_COMMANDS = [
       let pages = 0;
       let size = 0;
       for (let p = page ?? 1; ; p++) {
-        const res = await ctx.api.requestEnvelope("GET", "/queues", { query: { page: p, per_page: perPage ?? (page === undefined ? 100 : 20), name_prefix: prefix } });
+        const res = await ctx.api.requestEnvelope("GET", "/queues", {
+          query: { page: p, per_page: perPage ?? (page === undefined ? 100 : 20), name_prefix: prefix },
+        });
         const found = /** @type {QueueInfo[]} */ (res.result);
         queues.push(...found);
         total = res.result_info?.total_count ?? queues.length;
@@ -91,7 +101,8 @@ export const QUEUE_COMMANDS = [
       ctx.show(queues, () => {
         const matching = prefix ? ` starting with "${prefix}"` : "";
         if (queues.length === 0) {
-          if (page !== undefined) return `No queues on page ${page}: ${plural(total, "queue")}${matching} in all, ${plural(pages, "page")} of ${size}.`;
+          if (page !== undefined)
+            return `No queues on page ${page}: ${plural(total, "queue")}${matching} in all, ${plural(pages, "page")} of ${size}.`;
           return prefix ? `No queues${matching}.` : "No queues yet. Create one: shardq queues create <name>";
         }
         const rows = queues.map((x) => [
@@ -105,7 +116,10 @@ export const QUEUE_COMMANDS = [
         let footer = prefix ? `\n(${plural(total, "queue")}${matching})` : "";
         if (page !== undefined) {
           const from = (page - 1) * size + 1;
-          const next = page < pages ? `; next: shardq queues list --page ${page + 1}${perPage === undefined ? "" : ` --per-page ${perPage}`}${prefix ? ` --prefix ${prefix}` : ""}` : "";
+          const next =
+            page < pages
+              ? `; next: shardq queues list --page ${page + 1}${perPage === undefined ? "" : ` --per-page ${perPage}`}${prefix ? ` --prefix ${prefix}` : ""}`
+              : "";
           footer = `\n(page ${page} of ${pages}: queues ${from} to ${from + queues.length - 1} of ${total}${matching}${next})`;
         }
         return table(["NAME", "ID", "CREATED", "PRODUCERS", "CONSUMERS", "DELIVERY"], rows) + footer;
@@ -118,14 +132,28 @@ export const QUEUE_COMMANDS = [
     args: ["<name>"],
     summary: "Create a queue",
     details: "A name is 1 to 63 lowercase letters, digits and dashes, not starting or ending with a dash.",
-    options: /** @type {Record<string, OptionSpec>} */ ({ ...QUEUE_SETTINGS, jurisdiction: { type: "string", value: "eu|us|fedramp", help: "keep its messages in one jurisdiction (chosen now, for good)" } }),
+    options: /** @type {Record<string, OptionSpec>} */ ({
+      ...QUEUE_SETTINGS,
+      jurisdiction: {
+        type: "string",
+        value: "eu|us|fedramp",
+        help: "keep its messages in one jurisdiction (chosen now, for good)",
+      },
+    }),
     async run(ctx) {
       const [name] = /** @type {[string]} */ (ctx.args);
       const settings = queueSettings(ctx.opts);
       const jurisdiction = ctx.opts.jurisdiction;
-      const body = { queue_name: name, ...(jurisdiction !== undefined ? { jurisdiction } : {}), ...(Object.keys(settings).length ? { settings } : {}) };
+      const body = {
+        queue_name: name,
+        ...(jurisdiction !== undefined ? { jurisdiction } : {}),
+        ...(Object.keys(settings).length ? { settings } : {}),
+      };
       const info = /** @type {QueueInfo} */ (await ctx.api.request("POST", "/queues", { body }));
-      ctx.show(info, () => `Created queue ${info.queue_name} (id ${info.queue_id}).\n${keyValues(settingsPairs(info))}`);
+      ctx.show(
+        info,
+        () => `Created queue ${info.queue_name} (id ${info.queue_id}).\n${keyValues(settingsPairs(info))}`,
+      );
     },
   },
   {
@@ -137,7 +165,12 @@ export const QUEUE_COMMANDS = [
     async run(ctx) {
       const [name] = /** @type {[string]} */ (ctx.args);
       const info = /** @type {QueueInfo} */ (await ctx.api.request("GET", q(name)));
-      const [metrics, consumers] = /** @type {[QueueMetrics, ConsumerRecord[]]} */ (await Promise.all([ctx.api.request("GET", `${q(name)}/metrics`), ctx.api.request("GET", `${q(name)}/consumers`)]));
+      const [metrics, consumers] = /** @type {[QueueMetrics, ConsumerRecord[]]} */ (
+        await Promise.all([
+          ctx.api.request("GET", `${q(name)}/metrics`),
+          ctx.api.request("GET", `${q(name)}/consumers`),
+        ])
+      );
       ctx.show({ ...info, metrics }, () => {
         /** @type {Map<string, number>} */
         const states = new Map();
@@ -149,8 +182,16 @@ export const QUEUE_COMMANDS = [
           ["created", time(info.created_on)],
           ["modified", time(info.modified_on)],
           ...settingsPairs(info),
-          ["producers", info.producers_total_count ? info.producers.map((p) => `${p.type} ${p.script ?? ""}`.trim()).join(", ") : "0"],
-          ["consumer", consumers.length ? consumers.map((c) => `${consumerName(c)} (${consumerSummary(c)})`).join("; ") : "none"],
+          [
+            "producers",
+            info.producers_total_count
+              ? info.producers.map((p) => `${p.type} ${p.script ?? ""}`.trim()).join(", ")
+              : "0",
+          ],
+          [
+            "consumer",
+            consumers.length ? consumers.map((c) => `${consumerName(c)} (${consumerSummary(c)})`).join("; ") : "none",
+          ],
           ["backlog", `${plural(metrics.backlog_count, "message")}, ${bytes(metrics.backlog_bytes)}`],
           ["oldest message", time(metrics.oldest_message_timestamp_ms)],
           ["storage shards", [...states].map(([state, n]) => `${n} ${state}`).join(", ") || "0"],
@@ -168,7 +209,8 @@ export const QUEUE_COMMANDS = [
     async run(ctx) {
       const [name] = /** @type {[string]} */ (ctx.args);
       const settings = queueSettings(ctx.opts);
-      if (Object.keys(settings).length === 0) throw new UsageError("nothing to update: give --delivery-delay-secs or --message-retention-period-secs");
+      if (Object.keys(settings).length === 0)
+        throw new UsageError("nothing to update: give --delivery-delay-secs or --message-retention-period-secs");
       const info = /** @type {QueueInfo} */ (await ctx.api.request("PATCH", q(name), { body: { settings } }));
       ctx.show(info, () => `Updated queue ${info.queue_name}.\n${keyValues(settingsPairs(info))}`);
     },
@@ -209,13 +251,20 @@ export const QUEUE_COMMANDS = [
     async run(ctx) {
       const [name] = /** @type {[string]} */ (ctx.args);
       if (!ctx.opts.force) {
-        if (!ctx.interactive) throw new UsageError("refusing to purge without --force when not run in a terminal: add --force to delete every message");
-        const answer = await ctx.ask(`This permanently deletes every message in queue ${name}. Type the queue's name to proceed: `);
+        if (!ctx.interactive)
+          throw new UsageError(
+            "refusing to purge without --force when not run in a terminal: add --force to delete every message",
+          );
+        const answer = await ctx.ask(
+          `This permanently deletes every message in queue ${name}. Type the queue's name to proceed: `,
+        );
         if (answer.trim() !== name) throw new CliError(`"${answer.trim()}" is not ${name}; nothing was purged`);
       }
       let purged = 0;
       for (let calls = 0; ; calls++) {
-        const r = /** @type {{ purged: number, completed: boolean }} */ (await ctx.api.request("POST", `${q(name)}/purge`, { body: { delete_messages_permanently: true } }));
+        const r = /** @type {{ purged: number, completed: boolean }} */ (
+          await ctx.api.request("POST", `${q(name)}/purge`, { body: { delete_messages_permanently: true } })
+        );
         purged += r.purged;
         if (r.completed) break;
         if (calls >= 1000) throw new CliError(`stopped after ${purged} messages and ${calls} calls; run purge again`);

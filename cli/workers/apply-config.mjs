@@ -37,7 +37,11 @@ export async function applyConfig(base, token, fileOrConfig = join(ROOT, "shardq
   // Every queue first: a consumer's dead-letter queue must exist before the consumer,
   // wherever the file lists it.
   for (const q of config.queues ?? []) {
-    const created = await call("POST", queues, { queue_name: q.queue_name, ...(q.jurisdiction ? { jurisdiction: q.jurisdiction } : {}), ...(q.settings ? { settings: q.settings } : {}) });
+    const created = await call("POST", queues, {
+      queue_name: q.queue_name,
+      ...(q.jurisdiction ? { jurisdiction: q.jurisdiction } : {}),
+      ...(q.settings ? { settings: q.settings } : {}),
+    });
     if (created.status === 409) {
       // A jurisdiction is chosen at creation: a queue that exists elsewhere than the file says is not moved, and the file is refused.
       const existing = (await call("GET", `${queues}/${q.queue_name}`)).json.result;
@@ -57,10 +61,16 @@ export async function applyConfig(base, token, fileOrConfig = join(ROOT, "shardq
   for (const q of config.queues ?? []) {
     if (!q.consumer) continue;
     const existing = (await call("GET", `${queues}/${q.queue_name}/consumers`)).json.result?.[0];
-    const same = existing && existing.type === (q.consumer.type ?? "worker") && existing.script_name === (q.consumer.script_name ?? null);
+    const same =
+      existing &&
+      existing.type === (q.consumer.type ?? "worker") &&
+      existing.script_name === (q.consumer.script_name ?? null);
     if (existing && !same) await call("DELETE", `${queues}/${q.queue_name}/consumers/${existing.consumer_id}`);
     const res = same
-      ? await call("PATCH", `${queues}/${q.queue_name}/consumers/${existing.consumer_id}`, { settings: q.consumer.settings ?? {}, dead_letter_queue: q.consumer.dead_letter_queue ?? null })
+      ? await call("PATCH", `${queues}/${q.queue_name}/consumers/${existing.consumer_id}`, {
+          settings: q.consumer.settings ?? {},
+          dead_letter_queue: q.consumer.dead_letter_queue ?? null,
+        })
       : await call("POST", `${queues}/${q.queue_name}/consumers`, q.consumer);
     if (res.status !== 200 && res.status !== 201) fail(`consumer of ${q.queue_name}`, res);
   }

@@ -12,11 +12,25 @@ import { homedir } from "node:os";
 import { join, resolve } from "node:path";
 import { parse as parseToml } from "smol-toml";
 import { applyConfig } from "./apply-config.mjs";
-import { CONSUMER_ENTRYPOINT_MODULE, WRAPPER_ERROR_PREFIX, WRAPPER_FILE, consumerWrapperSource } from "./consumer-wrapper.mjs";
+import {
+  CONSUMER_ENTRYPOINT_MODULE,
+  WRAPPER_ERROR_PREFIX,
+  WRAPPER_FILE,
+  consumerWrapperSource,
+} from "./consumer-wrapper.mjs";
 import { writeDevConfig } from "../wrangler/dev-config.mjs";
 import { portIsFree, ROOT, startWrangler, wranglerBin } from "../wrangler/dev-server.mjs";
 import { queuePlan } from "./queue-plan.mjs";
-import { ConfigError, checkWorkerSet, consumerEntry, configText, consumerBindingName, namedEnvironmentsWithQueues, readWorkerConfig, rewriteForShardq } from "./worker-configs.mjs";
+import {
+  ConfigError,
+  checkWorkerSet,
+  consumerEntry,
+  configText,
+  consumerBindingName,
+  namedEnvironmentsWithQueues,
+  readWorkerConfig,
+  rewriteForShardq,
+} from "./worker-configs.mjs";
 
 export const DEFAULT_SHARDQ_PORT = 8799;
 /** `wrangler dev`'s first port, and the one after which it tries the next. */
@@ -37,7 +51,10 @@ export function shardqName() {
  * @param {string[]} files  absolute config paths
  */
 export function defaultStateDir(files) {
-  const hash = createHash("sha256").update([...files].sort().join("\n")).digest("hex").slice(0, 12);
+  const hash = createHash("sha256")
+    .update([...files].sort().join("\n"))
+    .digest("hex")
+    .slice(0, 12);
   return join(homedir(), ".shardq", "dev", hash);
 }
 
@@ -75,7 +92,10 @@ export async function startDevSession(opts) {
   const { config: plan, warnings } = queuePlan(workers, LOCAL_ACCOUNT);
   for (const w of workers) {
     const envs = namedEnvironmentsWithQueues(w);
-    if (envs.length) warnings.push(`${w.shown}: the queues of [env.${envs.join("], [env.")}] are left as they are; shardq dev runs the top-level config`);
+    if (envs.length)
+      warnings.push(
+        `${w.shown}: the queues of [env.${envs.join("], [env.")}] are left as they are; shardq dev runs the top-level config`,
+      );
   }
   for (const w of warnings) opts.warn(w);
   checkWrangler();
@@ -83,7 +103,10 @@ export async function startDevSession(opts) {
   const stateDir = opts.stateDir ?? defaultStateDir(workers.map((w) => w.file));
   mkdirSync(stateDir, { recursive: true });
   const releaseLock = lockStateDir(stateDir);
-  writeFileSync(join(stateDir, "configs.json"), `${JSON.stringify({ configs: workers.map((w) => w.file) }, null, 2)}\n`);
+  writeFileSync(
+    join(stateDir, "configs.json"),
+    `${JSON.stringify({ configs: workers.map((w) => w.file) }, null, 2)}\n`,
+  );
 
   /** @type {Array<Awaited<ReturnType<typeof startWrangler>> & { name: string }>} */
   const started = [];
@@ -99,7 +122,8 @@ export async function startDevSession(opts) {
     // killed (not stopped) would shadow the new one, so ours are cleared first.
     const registry = process.env.WRANGLER_REGISTRY_PATH || join(stateDir, "registry");
     mkdirSync(registry, { recursive: true });
-    for (const name of [service, ...workers.map((w) => w.name)]) rmSync(join(registry, name), { recursive: true, force: true });
+    for (const name of [service, ...workers.map((w) => w.name)])
+      rmSync(join(registry, name), { recursive: true, force: true });
     const env = { WRANGLER_REGISTRY_PATH: registry, WRANGLER_CACHE_DIR: join(stateDir, "cache") };
 
     const consumers = workers.filter((w) => w.consumers.length > 0);
@@ -108,7 +132,11 @@ export async function startDevSession(opts) {
     const shardqConfig = writeDevConfig({
       file: join(shardqDir, "wrangler.toml"),
       outsideRoot: true,
-      consumers: consumers.map((w) => ({ binding: consumerBindingName(w.name), service: w.name, entrypoint: "ShardqConsumer" })),
+      consumers: consumers.map((w) => ({
+        binding: consumerBindingName(w.name),
+        service: w.name,
+        entrypoint: "ShardqConsumer",
+      })),
     });
     const workerConfigs = workers.map((w) => writeWorkerConfig(w, join(stateDir, "workers", w.name), service));
 
@@ -118,7 +146,20 @@ export async function startDevSession(opts) {
     started.push({
       name: service,
       ...(await startWrangler({
-        args: ["-c", shardqConfig, "--port", String(ports.shardq), "--ip", "127.0.0.1", "--persist-to", join(stateDir, "persist", service), "--inspector-port", "0", "--env-file", devVars],
+        args: [
+          "-c",
+          shardqConfig,
+          "--port",
+          String(ports.shardq),
+          "--ip",
+          "127.0.0.1",
+          "--persist-to",
+          join(stateDir, "persist", service),
+          "--inspector-port",
+          "0",
+          "--env-file",
+          devVars,
+        ],
         readyUrl: `${shardqUrl}/`,
         log: (line) => opts.log(service, line),
         env,
@@ -132,7 +173,19 @@ export async function startDevSession(opts) {
       workers.map(async (w, i) => {
         const port = /** @type {{ ip: string, port: number, inspector: number }} */ (ports.workers[i]);
         const server = await startWrangler({
-          args: ["-c", /** @type {string} */ (workerConfigs[i]), "--port", String(port.port), "--ip", port.ip, "--inspector-port", String(port.inspector), "--persist-to", join(stateDir, "persist", w.name), ...envFileArgs(w.dir)],
+          args: [
+            "-c",
+            /** @type {string} */ (workerConfigs[i]),
+            "--port",
+            String(port.port),
+            "--ip",
+            port.ip,
+            "--inspector-port",
+            String(port.inspector),
+            "--persist-to",
+            join(stateDir, "persist", w.name),
+            ...envFileArgs(w.dir),
+          ],
           readyUrl: `http://${port.ip}:${port.port}/`,
           // Not readyUrl: a probe would call the user's fetch handler.
           readyLine: /Ready on http/,
@@ -146,7 +199,11 @@ export async function startDevSession(opts) {
       }),
     );
     const failed = results.findIndex((r) => r.status === "rejected");
-    if (failed >= 0) throw startFailure(/** @type {PromiseRejectedResult} */ (results[failed]).reason, /** @type {import("./worker-configs.mjs").WorkerConfig} */ (workers[failed]));
+    if (failed >= 0)
+      throw startFailure(
+        /** @type {PromiseRejectedResult} */ (results[failed]).reason,
+        /** @type {import("./worker-configs.mjs").WorkerConfig} */ (workers[failed]),
+      );
 
     await applyConfig(shardqUrl, LOCAL_TOKEN, plan);
 
@@ -190,10 +247,28 @@ function writeWorkerConfig(worker, dir, service) {
   if (worker.consumers.length) {
     const userMain = consumerEntry(worker);
     main = join(dir, WRAPPER_FILE);
-    writeFileSync(main, consumerWrapperSource({ userMain, entrypointModule: CONSUMER_ENTRYPOINT_MODULE, workerName: worker.name, shownMain: userMain, header: `GENERATED by shardq dev from ${worker.file}. Do not edit: it is written again on every run.` }));
+    writeFileSync(
+      main,
+      consumerWrapperSource({
+        userMain,
+        entrypointModule: CONSUMER_ENTRYPOINT_MODULE,
+        workerName: worker.name,
+        shownMain: userMain,
+        header: `GENERATED by shardq dev from ${worker.file}. Do not edit: it is written again on every run.`,
+      }),
+    );
   }
-  const config = rewriteForShardq(worker, { account: LOCAL_ACCOUNT, shardqName: service, dir, main: main && `./${WRAPPER_FILE}` });
-  const { text, fileName } = configText(config, worker.format, `GENERATED by \`shardq dev\` from ${worker.file}. Do not edit: it is written again on every run.`);
+  const config = rewriteForShardq(worker, {
+    account: LOCAL_ACCOUNT,
+    shardqName: service,
+    dir,
+    main: main && `./${WRAPPER_FILE}`,
+  });
+  const { text, fileName } = configText(
+    config,
+    worker.format,
+    `GENERATED by \`shardq dev\` from ${worker.file}. Do not edit: it is written again on every run.`,
+  );
   const file = join(dir, fileName);
   writeFileSync(file, text);
   return file;
@@ -207,7 +282,10 @@ function writeWorkerConfig(worker, dir, service) {
 function envFileArgs(dir) {
   const devVars = join(dir, ".dev.vars");
   if (existsSync(devVars)) return ["--env-file", devVars];
-  return [".env", ".env.local"].map((f) => join(dir, f)).filter((f) => existsSync(f)).flatMap((f) => ["--env-file", f]);
+  return [".env", ".env.local"]
+    .map((f) => join(dir, f))
+    .filter((f) => existsSync(f))
+    .flatMap((f) => ["--env-file", f]);
 }
 
 /**
@@ -217,7 +295,8 @@ function envFileArgs(dir) {
  * @param {number} shardqPort
  */
 async function choosePorts(workers, shardqPort) {
-  if (!(await portIsFree(shardqPort, "127.0.0.1"))) throw new ConfigError(`port ${shardqPort} (shardq's; --port) is in use`);
+  if (!(await portIsFree(shardqPort, "127.0.0.1")))
+    throw new ConfigError(`port ${shardqPort} (shardq's; --port) is in use`);
   const taken = new Set([shardqPort]);
   const pick = async (/** @type {number} */ from, /** @type {string} */ ip) => {
     for (let p = from; p < from + 100; p++) if (!taken.has(p) && (await portIsFree(p, ip))) return p;
@@ -229,13 +308,17 @@ async function choosePorts(workers, shardqPort) {
     const ip = typeof dev.ip === "string" && dev.ip !== "localhost" ? dev.ip : "127.0.0.1";
     let port;
     if (typeof dev.port === "number") {
-      if (taken.has(dev.port) || !(await portIsFree(dev.port, ip))) throw new ConfigError(`${w.shown}: its [dev] port ${dev.port} is in use${taken.has(dev.port) ? " (by another Worker of this command, or shardq's --port)" : ""}`);
+      if (taken.has(dev.port) || !(await portIsFree(dev.port, ip)))
+        throw new ConfigError(
+          `${w.shown}: its [dev] port ${dev.port} is in use${taken.has(dev.port) ? " (by another Worker of this command, or shardq's --port)" : ""}`,
+        );
       port = dev.port;
     } else {
       port = await pick(FIRST_WORKER_PORT, ip);
     }
     taken.add(port);
-    const inspector = typeof dev.inspector_port === "number" ? dev.inspector_port : await pick(FIRST_INSPECTOR_PORT, "127.0.0.1");
+    const inspector =
+      typeof dev.inspector_port === "number" ? dev.inspector_port : await pick(FIRST_INSPECTOR_PORT, "127.0.0.1");
     taken.add(inspector);
     out.push({ ip, port, inspector });
   }
@@ -251,7 +334,10 @@ function lockStateDir(stateDir) {
   const file = join(stateDir, "dev.pid");
   if (existsSync(file)) {
     const pid = Number(readFileSync(file, "utf8").trim());
-    if (pid && pid !== process.pid && isAlive(pid)) throw new ConfigError(`another shardq dev (pid ${pid}) runs on ${stateDir}; stop it, or give this one another --state`);
+    if (pid && pid !== process.pid && isAlive(pid))
+      throw new ConfigError(
+        `another shardq dev (pid ${pid}) runs on ${stateDir}; stop it, or give this one another --state`,
+      );
   }
   writeFileSync(file, `${process.pid}\n`);
   return () => rmSync(file, { force: true });
@@ -276,13 +362,19 @@ function checkWrangler() {
   } catch {
     throw new Error("wrangler is not installed where shardq can find it: npm install --save-dev wrangler");
   }
-  const wanted = /** @type {{ engines?: { node?: string } }} */ (JSON.parse(readFileSync(join(bin, "..", "..", "package.json"), "utf8"))).engines?.node;
-  const min = /(\d+)\.(\d+)\.(\d+)/.exec(wanted ?? "")?.slice(1).map(Number);
+  const wanted = /** @type {{ engines?: { node?: string } }} */ (
+    JSON.parse(readFileSync(join(bin, "..", "..", "package.json"), "utf8"))
+  ).engines?.node;
+  const min = /(\d+)\.(\d+)\.(\d+)/
+    .exec(wanted ?? "")
+    ?.slice(1)
+    .map(Number);
   const have = process.versions.node.split(".").map(Number);
   if (!min) return;
   for (let i = 0; i < 3; i++) {
     if ((have[i] ?? 0) > (min[i] ?? 0)) return;
-    if ((have[i] ?? 0) < (min[i] ?? 0)) throw new Error(`wrangler needs Node.js ${wanted}; this is ${process.versions.node}`);
+    if ((have[i] ?? 0) < (min[i] ?? 0))
+      throw new Error(`wrangler needs Node.js ${wanted}; this is ${process.versions.node}`);
   }
 }
 

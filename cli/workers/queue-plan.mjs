@@ -40,9 +40,17 @@ export function queuePlan(workers, account) {
     for (const p of w.producers) add(p.queue);
     for (const c of w.consumers) {
       const other = consumerOf.get(c.queue);
-      if (other) throw new ConfigError(`queue "${c.queue}" has a consumer in ${other.worker.shown} and in ${w.shown}; a queue has one consumer`);
-      if (c.dead_letter_queue !== undefined && (typeof c.dead_letter_queue !== "string" || !QUEUE_NAME.test(c.dead_letter_queue))) {
-        throw new ConfigError(`${w.shown}: [[queues.consumers]] for "${c.queue}": dead_letter_queue ${JSON.stringify(c.dead_letter_queue)} is not a queue name`);
+      if (other)
+        throw new ConfigError(
+          `queue "${c.queue}" has a consumer in ${other.worker.shown} and in ${w.shown}; a queue has one consumer`,
+        );
+      if (
+        c.dead_letter_queue !== undefined &&
+        (typeof c.dead_letter_queue !== "string" || !QUEUE_NAME.test(c.dead_letter_queue))
+      ) {
+        throw new ConfigError(
+          `${w.shown}: [[queues.consumers]] for "${c.queue}": dead_letter_queue ${JSON.stringify(c.dead_letter_queue)} is not a queue name`,
+        );
       }
       consumerOf.set(c.queue, { worker: w, entry: c });
       add(c.queue);
@@ -73,25 +81,45 @@ export function queuePlan(workers, account) {
  */
 function workerConsumer(worker, entry, warnings) {
   const where = `${worker.shown}: [[queues.consumers]] for "${entry.queue}"`;
-  if (entry.type !== undefined && entry.type !== "worker") throw new ConfigError(`${where}: type "${entry.type}" is not supported; wrangler configs declare Worker consumers only`);
-  if (entry.visibility_timeout_ms !== undefined) warnings.push(`${where}: visibility_timeout_ms applies to HTTP pull consumers and is ignored for a Worker consumer`);
+  if (entry.type !== undefined && entry.type !== "worker")
+    throw new ConfigError(
+      `${where}: type "${entry.type}" is not supported; wrangler configs declare Worker consumers only`,
+    );
+  if (entry.visibility_timeout_ms !== undefined)
+    warnings.push(
+      `${where}: visibility_timeout_ms applies to HTTP pull consumers and is ignored for a Worker consumer`,
+    );
   /** @type {Record<string, unknown>} */
   const settings = {};
   for (const f of CONSUMER_FIELDS) {
     const raw = /** @type {Record<string, unknown>} */ (entry)[f.field];
     const value = raw === undefined ? f.fallback : raw;
-    if (typeof value !== "number" || !Number.isFinite(value) || value < f.min || value > f.max || (f.whole && !Number.isInteger(value))) {
-      throw new ConfigError(`${where}: ${f.field} must be ${f.whole ? "a whole number" : "a number"} from ${f.min} to ${f.max}, not ${JSON.stringify(raw)}`);
+    if (
+      typeof value !== "number" ||
+      !Number.isFinite(value) ||
+      value < f.min ||
+      value > f.max ||
+      (f.whole && !Number.isInteger(value))
+    ) {
+      throw new ConfigError(
+        `${where}: ${f.field} must be ${f.whole ? "a whole number" : "a number"} from ${f.min} to ${f.max}, not ${JSON.stringify(raw)}`,
+      );
     }
     settings[f.setting] = Math.round(value * f.scale);
   }
   const concurrency = entry.max_concurrency ?? null;
-  if (concurrency !== null && (typeof concurrency !== "number" || !Number.isInteger(concurrency) || concurrency < 1 || concurrency > 250)) {
-    throw new ConfigError(`${where}: max_concurrency must be a whole number from 1 to 250 (or absent, to autoscale), not ${JSON.stringify(concurrency)}`);
+  if (
+    concurrency !== null &&
+    (typeof concurrency !== "number" || !Number.isInteger(concurrency) || concurrency < 1 || concurrency > 250)
+  ) {
+    throw new ConfigError(
+      `${where}: max_concurrency must be a whole number from 1 to 250 (or absent, to autoscale), not ${JSON.stringify(concurrency)}`,
+    );
   }
   settings.max_concurrency = concurrency;
   // The transport that reaches the generated ShardqConsumer entrypoint, locally and deployed alike.
   settings.transport = "rpc";
-  if (entry.dead_letter_queue === entry.queue) throw new ConfigError(`${where}: dead_letter_queue must be another queue, not the consumer's own`);
+  if (entry.dead_letter_queue === entry.queue)
+    throw new ConfigError(`${where}: dead_letter_queue must be another queue, not the consumer's own`);
   return { type: "worker", script_name: worker.name, settings, dead_letter_queue: entry.dead_letter_queue ?? null };
 }

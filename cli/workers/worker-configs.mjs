@@ -84,14 +84,24 @@ export function readWorkerConfig(path, cwd = process.cwd()) {
     text = readFileSync(file, "utf8");
   } catch (err) {
     const code = /** @type {NodeJS.ErrnoException} */ (err).code;
-    throw new ConfigError(`cannot read ${path}: ${code === "ENOENT" ? "no such file" : code === "EACCES" ? "permission denied" : /** @type {Error} */ (err).message}`);
+    throw new ConfigError(
+      `cannot read ${path}: ${code === "ENOENT" ? "no such file" : code === "EACCES" ? "permission denied" : /** @type {Error} */ (err).message}`,
+    );
   }
-  const format = file.endsWith(".toml") ? "toml" : file.endsWith(".json") || file.endsWith(".jsonc") ? "json" : undefined;
+  const format = file.endsWith(".toml")
+    ? "toml"
+    : file.endsWith(".json") || file.endsWith(".jsonc")
+      ? "json"
+      : undefined;
   if (!format) throw new ConfigError(`${path}: a Worker config is a .toml, .json or .jsonc file`);
   const raw = format === "toml" ? parseTomlConfig(text, path) : parseJsonConfig(text, path);
   const name = raw.name;
-  if (typeof name !== "string" || name === "") throw new ConfigError(`${path} has no name: shardq binds and addresses a Worker by its name (name = "my-worker")`);
-  if (!WORKER_NAME.test(name)) throw new ConfigError(`${path}: name "${name}" is not a Worker name (lowercase letters, digits, dashes and underscores, at most 63)`);
+  if (typeof name !== "string" || name === "")
+    throw new ConfigError(`${path} has no name: shardq binds and addresses a Worker by its name (name = "my-worker")`);
+  if (!WORKER_NAME.test(name))
+    throw new ConfigError(
+      `${path}: name "${name}" is not a Worker name (lowercase letters, digits, dashes and underscores, at most 63)`,
+    );
   return { file, shown: path, dir: dirname(file), format, name, raw, ...queueEntries(raw, path) };
 }
 
@@ -112,9 +122,12 @@ function parseJsonConfig(text, path) {
   const first = errors[0];
   if (first) {
     const before = text.slice(0, first.offset).split("\n");
-    throw new ConfigError(`${path} is not valid JSON: ${printParseErrorCode(first.error)} at line ${before.length}, column ${(before.at(-1)?.length ?? 0) + 1}`);
+    throw new ConfigError(
+      `${path} is not valid JSON: ${printParseErrorCode(first.error)} at line ${before.length}, column ${(before.at(-1)?.length ?? 0) + 1}`,
+    );
   }
-  if (typeof value !== "object" || value === null || Array.isArray(value)) throw new ConfigError(`${path} is not a JSON object`);
+  if (typeof value !== "object" || value === null || Array.isArray(value))
+    throw new ConfigError(`${path} is not a JSON object`);
   return /** @type {Record<string, any>} */ (value);
 }
 
@@ -127,25 +140,39 @@ function parseJsonConfig(text, path) {
 function queueEntries(raw, path) {
   const queues = raw.queues;
   if (queues === undefined) return { producers: [], consumers: [] };
-  if (typeof queues !== "object" || queues === null || Array.isArray(queues)) throw new ConfigError(`${path}: queues must be a table ([[queues.producers]], [[queues.consumers]])`);
+  if (typeof queues !== "object" || queues === null || Array.isArray(queues))
+    throw new ConfigError(`${path}: queues must be a table ([[queues.producers]], [[queues.consumers]])`);
   /** @param {"producers" | "consumers"} kind */
   const list = (kind) => {
     const value = queues[kind] ?? [];
-    if (!Array.isArray(value)) throw new ConfigError(`${path}: queues.${kind} must be a list of tables ([[queues.${kind}]])`);
+    if (!Array.isArray(value))
+      throw new ConfigError(`${path}: queues.${kind} must be a list of tables ([[queues.${kind}]])`);
     return value.map((entry, i) => {
       const where = `${path}: [[queues.${kind}]] #${i + 1}`;
       if (typeof entry !== "object" || entry === null) throw new ConfigError(`${where} must be a table`);
-      if (typeof entry.queue !== "string" || entry.queue === "") throw new ConfigError(`${where} names no queue (queue = "my-queue")`);
-      if (!QUEUE_NAME.test(entry.queue)) throw new ConfigError(`${where}: queue "${entry.queue}" is not a queue name (lowercase letters, digits and dashes, at most 63)`);
+      if (typeof entry.queue !== "string" || entry.queue === "")
+        throw new ConfigError(`${where} names no queue (queue = "my-queue")`);
+      if (!QUEUE_NAME.test(entry.queue))
+        throw new ConfigError(
+          `${where}: queue "${entry.queue}" is not a queue name (lowercase letters, digits and dashes, at most 63)`,
+        );
       return entry;
     });
   };
   const producers = /** @type {ProducerEntry[]} */ (list("producers"));
   for (const [i, p] of producers.entries()) {
-    if (typeof p.binding !== "string" || !/^[A-Za-z_$][\w$]*$/.test(p.binding)) throw new ConfigError(`${path}: [[queues.producers]] #${i + 1} (queue "${p.queue}") needs a binding name (binding = "MY_QUEUE")`);
+    if (typeof p.binding !== "string" || !/^[A-Za-z_$][\w$]*$/.test(p.binding))
+      throw new ConfigError(
+        `${path}: [[queues.producers]] #${i + 1} (queue "${p.queue}") needs a binding name (binding = "MY_QUEUE")`,
+      );
     const delay = p.delivery_delay;
-    if (delay !== undefined && (typeof delay !== "number" || !Number.isInteger(delay) || delay < 0 || delay > MAX_DELAY_SECONDS)) {
-      throw new ConfigError(`${path}: [[queues.producers]] #${i + 1} (binding ${p.binding}): delivery_delay must be a whole number of seconds from 0 to ${MAX_DELAY_SECONDS}, not ${JSON.stringify(delay)}`);
+    if (
+      delay !== undefined &&
+      (typeof delay !== "number" || !Number.isInteger(delay) || delay < 0 || delay > MAX_DELAY_SECONDS)
+    ) {
+      throw new ConfigError(
+        `${path}: [[queues.producers]] #${i + 1} (binding ${p.binding}): delivery_delay must be a whole number of seconds from 0 to ${MAX_DELAY_SECONDS}, not ${JSON.stringify(delay)}`,
+      );
     }
   }
   return { producers, consumers: /** @type {ConsumerEntry[]} */ (list("consumers")) };
@@ -157,13 +184,22 @@ function queueEntries(raw, path) {
  * @param {string} shardqName
  */
 export function checkWorkerSet(workers, shardqName) {
-  if (workers.length === 0) throw new ConfigError("give at least one Worker config with -c (e.g. -c ./my-worker/wrangler.toml)");
+  if (workers.length === 0)
+    throw new ConfigError("give at least one Worker config with -c (e.g. -c ./my-worker/wrangler.toml)");
   /** @type {Map<string, WorkerConfig>} */
   const byName = new Map();
   for (const w of workers) {
-    if (w.name === shardqName) throw new ConfigError(`${w.shown}: the Worker is named "${w.name}", which is shardq's own name; rename one (--shardq-name for shardq)`);
+    if (w.name === shardqName)
+      throw new ConfigError(
+        `${w.shown}: the Worker is named "${w.name}", which is shardq's own name; rename one (--shardq-name for shardq)`,
+      );
     const other = byName.get(w.name);
-    if (other) throw new ConfigError(other.file === w.file ? `${w.shown} is given twice` : `${other.shown} and ${w.shown} both name their Worker "${w.name}"`);
+    if (other)
+      throw new ConfigError(
+        other.file === w.file
+          ? `${w.shown} is given twice`
+          : `${other.shown} and ${w.shown} both name their Worker "${w.name}"`,
+      );
     byName.set(w.name, w);
   }
 }
@@ -173,7 +209,10 @@ export function checkWorkerSet(workers, shardqName) {
  * @param {WorkerConfig} worker
  */
 export function consumerEntry(worker) {
-  if (typeof worker.raw.main !== "string") throw new ConfigError(`${worker.shown} consumes a queue but has no main: shardq needs the Worker's entry to add the ShardqConsumer entrypoint to it`);
+  if (typeof worker.raw.main !== "string")
+    throw new ConfigError(
+      `${worker.shown} consumes a queue but has no main: shardq needs the Worker's entry to add the ShardqConsumer entrypoint to it`,
+    );
   return resolve(worker.dir, worker.raw.main);
 }
 
@@ -214,23 +253,36 @@ export function rewriteForShardq(worker, opts) {
   const place = relativeTo(opts.dir);
   const out = movePaths(worker.raw, worker.dir, place);
   if (out.env && typeof out.env === "object") {
-    out.env = Object.fromEntries(Object.entries(out.env).map(([k, block]) => [k, typeof block === "object" && block !== null ? movePaths(block, worker.dir, place) : block]));
+    out.env = Object.fromEntries(
+      Object.entries(out.env).map(([k, block]) => [
+        k,
+        typeof block === "object" && block !== null ? movePaths(block, worker.dir, place) : block,
+      ]),
+    );
   }
   delete out.queues;
   if (worker.producers.length) {
     const services = Array.isArray(out.services) ? [...out.services] : [];
     for (const p of worker.producers) {
       // The binding's delivery_delay goes with it, in its props (broker/producer/queue-producer.ts).
-      const props = { account: opts.account, queue: p.queue, ...(p.delivery_delay !== undefined ? { delivery_delay: p.delivery_delay } : {}) };
+      const props = {
+        account: opts.account,
+        queue: p.queue,
+        ...(p.delivery_delay !== undefined ? { delivery_delay: p.delivery_delay } : {}),
+      };
       services.push({ binding: p.binding, service: opts.shardqName, entrypoint: "QueueProducer", props });
     }
     out.services = services;
   }
   if (opts.main) {
-    if (worker.raw.no_bundle) throw new ConfigError(`${worker.shown}: no_bundle is set, but shardq bundles a small entry module around this consumer's own (it adds the ShardqConsumer entrypoint)`);
+    if (worker.raw.no_bundle)
+      throw new ConfigError(
+        `${worker.shown}: no_bundle is set, but shardq bundles a small entry module around this consumer's own (it adds the ShardqConsumer entrypoint)`,
+      );
     out.main = opts.main;
     // wrangler collects additional modules from the entry's directory unless told otherwise.
-    if (worker.raw.find_additional_modules && worker.raw.base_dir === undefined) out.base_dir = place(dirname(resolve(worker.dir, worker.raw.main)));
+    if (worker.raw.find_additional_modules && worker.raw.base_dir === undefined)
+      out.base_dir = place(dirname(resolve(worker.dir, worker.raw.main)));
   }
   return out;
 }
@@ -248,7 +300,8 @@ function movePaths(block, fromDir, place) {
   const out = { ...block };
   for (const key of ["main", "base_dir", "tsconfig"]) if (typeof out[key] === "string") out[key] = at(out[key]);
   if (isTable(out.site) && typeof out.site.bucket === "string") out.site = { ...out.site, bucket: at(out.site.bucket) };
-  if (isTable(out.assets) && typeof out.assets.directory === "string") out.assets = { ...out.assets, directory: at(out.assets.directory) };
+  if (isTable(out.assets) && typeof out.assets.directory === "string")
+    out.assets = { ...out.assets, directory: at(out.assets.directory) };
   if (isTable(out.build)) {
     // The build command's cwd is taken from where wrangler runs, not from the config: made
     // absolute. Without one wrangler runs the command where it was started, which is the
@@ -274,10 +327,13 @@ function movePaths(block, fromDir, place) {
     });
   }
   if (isTable(out.alias)) {
-    out.alias = Object.fromEntries(Object.entries(out.alias).map(([k, v]) => [k, typeof v === "string" && /^\.\.?\//.test(v) ? at(v) : v]));
+    out.alias = Object.fromEntries(
+      Object.entries(out.alias).map(([k, v]) => [k, typeof v === "string" && /^\.\.?\//.test(v) ? at(v) : v]),
+    );
   }
   for (const key of ["wasm_modules", "text_blobs", "data_blobs"]) {
-    if (isTable(out[key])) out[key] = Object.fromEntries(Object.entries(out[key]).map(([k, v]) => [k, typeof v === "string" ? at(v) : v]));
+    if (isTable(out[key]))
+      out[key] = Object.fromEntries(Object.entries(out[key]).map(([k, v]) => [k, typeof v === "string" ? at(v) : v]));
   }
   return out;
 }

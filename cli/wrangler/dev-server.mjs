@@ -38,7 +38,16 @@ export function portIsFree(port, host) {
  * `signal` gives up the wait and stops it.
  * @param {{ args: string[], readyUrl: string, readyLine?: RegExp, log?: (line: string) => void, timeoutMs?: number, env?: Record<string, string>, cwd?: string, signal?: AbortSignal }} opts
  */
-export async function startWrangler({ args, readyUrl, readyLine, log, timeoutMs = 90_000, env = {}, cwd = ROOT, signal }) {
+export async function startWrangler({
+  args,
+  readyUrl,
+  readyLine,
+  log,
+  timeoutMs = 90_000,
+  env = {},
+  cwd = ROOT,
+  signal,
+}) {
   const child = spawn(process.execPath, [wranglerBin(), "dev", ...args], {
     cwd,
     detached: true,
@@ -46,7 +55,12 @@ export async function startWrangler({ args, readyUrl, readyLine, log, timeoutMs 
     // wrangler's local trace collector records every invocation (every RPC, alarm and queue()
     // call) and took a quarter of workerd's CPU in the benchmark's profile (bench/README.md);
     // X_LOCAL_OBSERVABILITY=true in the environment keeps it.
-    env: { ...process.env, WRANGLER_SEND_METRICS: "false", X_LOCAL_OBSERVABILITY: process.env.X_LOCAL_OBSERVABILITY ?? "false", ...env },
+    env: {
+      ...process.env,
+      WRANGLER_SEND_METRICS: "false",
+      X_LOCAL_OBSERVABILITY: process.env.X_LOCAL_OBSERVABILITY ?? "false",
+      ...env,
+    },
   });
   let output = "";
   let announced = false;

@@ -29,13 +29,19 @@ console.log(`consuming ${queue.name} at ${client.url} (Ctrl-C stops)`);
 const summary = await queue.consume(
   async (message) => {
     // Your work goes here. Return to ack the message; throw to have it retried.
-    if (/** @type {{ fail?: boolean } | null} */ (message.body)?.fail) throw new Error(`message ${message.id} asked to fail`);
+    if (/** @type {{ fail?: boolean } | null} */ (message.body)?.fail)
+      throw new Error(`message ${message.id} asked to fail`);
     console.log(JSON.stringify({ id: message.id, attempts: message.attempts, body: message.body }));
   },
   {
     concurrency: Number(env.CONCURRENCY ?? 8),
     signal: stop.signal,
-    onError: (err, { stage, message }) => console.error(`${stage}${message ? ` of ${message.id}` : ""}: ${err instanceof Error ? err.message : String(err)}`),
+    onError: (err, { stage, message }) =>
+      console.error(
+        `${stage}${message ? ` of ${message.id}` : ""}: ${err instanceof Error ? err.message : String(err)}`,
+      ),
   },
 );
-console.log(`stopped: ${summary.handled} handled, ${summary.failed} failed, ${summary.acked} acked, ${summary.retried} retried`);
+console.log(
+  `stopped: ${summary.handled} handled, ${summary.failed} failed, ${summary.acked} acked, ${summary.retried} retried`,
+);

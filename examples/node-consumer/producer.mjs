@@ -12,5 +12,7 @@ const client = createClient({
 });
 const count = Number(process.argv[2] ?? 10);
 const queue = client.queue(env.SHARDQ_QUEUE ?? "example-pull");
-const { messageIds, requests } = await queue.sendBatch(Array.from({ length: count }, (_, i) => ({ body: { n: i, sent_at: Date.now() } })));
+const { messageIds, requests } = await queue.sendBatch(
+  Array.from({ length: count }, (_, i) => ({ body: { n: i, sent_at: Date.now() } })),
+);
 console.log(`sent ${messageIds.length} messages to ${queue.name} in ${requests} request(s)`);

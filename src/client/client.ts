@@ -4,8 +4,25 @@
  * (queues, consumers, purge, redrive) with the same token, retries and typed errors.
  */
 import { ConsumerLoop, type ConsumeOptions, type ConsumeSummary, type MessageHandler } from "./consumer.ts";
-import { ack, extend, pull, type AckRequest, type AckResult, type ExtendResult, type PullOptions, type PullResult } from "./pull.ts";
-import { send, sendBatch, type MessageSendRequest, type SendBatchOptions, type SendBatchResult, type SendOptions, type SendResult } from "./producer.ts";
+import {
+  ack,
+  extend,
+  pull,
+  type AckRequest,
+  type AckResult,
+  type ExtendResult,
+  type PullOptions,
+  type PullResult,
+} from "./pull.ts";
+import {
+  send,
+  sendBatch,
+  type MessageSendRequest,
+  type SendBatchOptions,
+  type SendBatchResult,
+  type SendOptions,
+  type SendResult,
+} from "./producer.ts";
 import { retryPolicy, type RetryOptions } from "./retry.ts";
 import { Transport, type Envelope, type TransportOptions } from "./transport.ts";
 
@@ -62,7 +79,9 @@ export class ShardqClient {
   /** As request(), with the whole envelope: `result_info` of a list, `messages`. */
   async requestEnvelope<T = unknown>(method: string, path: string, opts: RequestOptions = {}): Promise<Envelope<T>> {
     if (!path.startsWith("/")) throw new TypeError('path must start with "/" (it is below /accounts/<account>)');
-    const query = Object.entries(opts.query ?? {}).filter((e): e is [string, string | number | boolean] => e[1] !== undefined);
+    const query = Object.entries(opts.query ?? {}).filter(
+      (e): e is [string, string | number | boolean] => e[1] !== undefined,
+    );
     const qs = query.length ? `?${new URLSearchParams(query.map(([k, v]) => [k, String(v)])).toString()}` : "";
     return this.#transport.call<T>(method, path + qs, {
       body: opts.body,

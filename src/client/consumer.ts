@@ -105,9 +105,13 @@ export class ConsumerLoop<Body = unknown> {
     this.#batchSize = whole(options.batchSize ?? 100, "batchSize", 1, 100);
     this.#waitMs = whole(options.waitTimeMs ?? 20_000, "waitTimeMs", 0, 20_000);
     this.#visibilityMs = whole(options.visibilityTimeoutMs ?? 30_000, "visibilityTimeoutMs", 1000, 43_200_000);
-    const delay = options.retryDelaySeconds ?? ((m: PulledMessage<Body>) => Math.min(60, 2 ** Math.max(0, m.attempts - 1)));
+    const delay =
+      options.retryDelaySeconds ?? ((m: PulledMessage<Body>) => Math.min(60, 2 ** Math.max(0, m.attempts - 1)));
     this.#retryDelay = typeof delay === "number" ? () => delay : delay;
-    this.#onError = options.onError ?? ((err, { stage, message }) => console.error(`shardq consumer: ${stage}${message ? ` of message ${message.id}` : ""} failed:`, err));
+    this.#onError =
+      options.onError ??
+      ((err, { stage, message }) =>
+        console.error(`shardq consumer: ${stage}${message ? ` of message ${message.id}` : ""} failed:`, err));
     this.#stop = options.signal ?? new AbortController().signal;
     this.#stopped = aborted(this.#stop);
     this.#settles = new Settles<Body>({
@@ -162,7 +166,14 @@ export class ConsumerLoop<Body = unknown> {
         if (!isRetryable(err) && !(err instanceof ConflictError)) return err;
         this.#report(err, "pull");
         failures++;
-        await sleep(backoffMs(failures, { ...this.#transport.retry, maxDelayMs: Math.max(this.#transport.retry.maxDelayMs, 1000) }, err), this.#stop).catch(ignoreAbort);
+        await sleep(
+          backoffMs(
+            failures,
+            { ...this.#transport.retry, maxDelayMs: Math.max(this.#transport.retry.maxDelayMs, 1000) },
+            err,
+          ),
+          this.#stop,
+        ).catch(ignoreAbort);
       }
     }
     return undefined;
@@ -224,11 +235,18 @@ export class ConsumerLoop<Body = unknown> {
       const part = due.slice(i, i + MAX_LEASES_PER_CALL);
       const sentAt = Date.now();
       try {
-        const r = await extend(this.#transport, this.#queue, part.map((h) => h.message.leaseId), this.#visibilityMs, { retry: { ...this.#transport.retry, attempts: 1 } });
+        const r = await extend(
+          this.#transport,
+          this.#queue,
+          part.map((h) => h.message.leaseId),
+          this.#visibilityMs,
+          { retry: { ...this.#transport.retry, attempts: 1 } },
+        );
         for (const h of part) {
           const warning = r.warnings[h.message.leaseId];
           if (warning === undefined) h.leaseEnds = sentAt + this.#visibilityMs;
-          else if (this.#held.delete(h.message.leaseId)) this.#report(new ShardqError(`lease of message ${h.message.id} ${warning}`), "extend", h.message);
+          else if (this.#held.delete(h.message.leaseId))
+            this.#report(new ShardqError(`lease of message ${h.message.id} ${warning}`), "extend", h.message);
         }
       } catch (err) {
         // The next tick tries again, well before the lease ends.
@@ -269,7 +287,14 @@ class Settles<Body> {
   readonly #report: (err: unknown, message?: PulledMessage<Body>) => void;
   readonly #summary: ConsumeSummary;
 
-  constructor(o: { transport: Transport; queue: string; retry: RetryPolicy; done: (leaseIds: string[]) => void; report: (err: unknown, message?: PulledMessage<Body>) => void; summary: ConsumeSummary }) {
+  constructor(o: {
+    transport: Transport;
+    queue: string;
+    retry: RetryPolicy;
+    done: (leaseIds: string[]) => void;
+    report: (err: unknown, message?: PulledMessage<Body>) => void;
+    summary: ConsumeSummary;
+  }) {
     this.#transport = o.transport;
     this.#queue = o.queue;
     this.#retry = o.retry;
@@ -304,13 +329,23 @@ class Settles<Body> {
     }
   }
 
-  async #send(acks: Array<PulledMessage<Body>>, retries: Array<{ message: PulledMessage<Body>; delaySeconds: number | undefined }>): Promise<void> {
+  async #send(
+    acks: Array<PulledMessage<Body>>,
+    retries: Array<{ message: PulledMessage<Body>; delaySeconds: number | undefined }>,
+  ): Promise<void> {
     const all = [...acks, ...retries.map((r) => r.message)];
     try {
       const r = await ack(
         this.#transport,
         this.#queue,
-        { acks: acks.map((m) => m.leaseId), retries: retries.map((x) => (x.delaySeconds === undefined ? { leaseId: x.message.leaseId } : { leaseId: x.message.leaseId, delaySeconds: x.delaySeconds })) },
+        {
+          acks: acks.map((m) => m.leaseId),
+          retries: retries.map((x) =>
+            x.delaySeconds === undefined
+              ? { leaseId: x.message.leaseId }
+              : { leaseId: x.message.leaseId, delaySeconds: x.delaySeconds },
+          ),
+        },
         { retry: this.#retry },
       );
       this.#summary.acked += r.ackCount;
@@ -339,6 +374,7 @@ function ignoreAbort(err: unknown): void {
 }
 
 function whole(n: unknown, name: string, min: number, max: number): number {
-  if (typeof n !== "number" || !Number.isInteger(n) || n < min || n > max) throw new RangeError(`${name} must be a whole number from ${min} to ${max}`);
+  if (typeof n !== "number" || !Number.isInteger(n) || n < min || n > max)
+    throw new RangeError(`${name} must be a whole number from ${min} to ${max}`);
   return n;
 }

@@ -82,7 +82,10 @@ export class UnavailableError extends ApiError {
   override readonly name = "UnavailableError";
 }
 
-const BY_STATUS: Record<number, new (status: number, errors: ApiErrorDetail[], opts?: { retryAfterMs?: number; sent?: boolean }) => ApiError> = {
+const BY_STATUS: Record<
+  number,
+  new (status: number, errors: ApiErrorDetail[], opts?: { retryAfterMs?: number; sent?: boolean }) => ApiError
+> = {
   400: InvalidRequestError,
   401: AuthenticationError,
   403: PermissionError,

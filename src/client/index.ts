@@ -21,7 +21,14 @@ export {
   UnavailableError,
   type ApiErrorDetail,
 } from "./errors.ts";
-export type { MessageSendRequest, SendBatchOptions, SendBatchResult, SendOptions, SendResult, HttpContentType } from "./producer.ts";
+export type {
+  MessageSendRequest,
+  SendBatchOptions,
+  SendBatchResult,
+  SendOptions,
+  SendResult,
+  HttpContentType,
+} from "./producer.ts";
 export type { AckRequest, AckResult, ExtendResult, PulledMessage, PullOptions, PullResult } from "./pull.ts";
 export { backoffMs, isRetryable, type RetryOptions } from "./retry.ts";
 export type { Envelope, FetchLike, TransportOptions } from "./transport.ts";

@@ -70,29 +70,55 @@ interface Wire {
   wireBytes: number;
 }
 
-export async function send(transport: Transport, queue: string, body: unknown, opts: SendOptions = {}, autoIdempotency = true): Promise<SendResult> {
+export async function send(
+  transport: Transport,
+  queue: string,
+  body: unknown,
+  opts: SendOptions = {},
+  autoIdempotency = true,
+): Promise<SendResult> {
   const wire = toWire({ body, ...pick(opts) }, "");
   checkIdempotencyKey(opts.idempotencyKey);
   const headers = idempotencyHeader(opts.idempotencyKey, autoIdempotency);
-  const env = await transport.call<{ message_id: string }>("POST", `/queues/${encodeURIComponent(queue)}/messages`, { body: wire.json, headers, signal: opts.signal });
+  const env = await transport.call<{ message_id: string }>("POST", `/queues/${encodeURIComponent(queue)}/messages`, {
+    body: wire.json,
+    headers,
+    signal: opts.signal,
+  });
   return { messageId: env.result.message_id };
 }
 
-export async function sendBatch(transport: Transport, queue: string, messages: MessageSendRequest[], opts: SendBatchOptions = {}, autoIdempotency = true): Promise<SendBatchResult> {
-  if (!Array.isArray(messages)) throw invalid("messages", "must be an array of { body, contentType?, delaySeconds?, orderingKey?, id? }");
+export async function sendBatch(
+  transport: Transport,
+  queue: string,
+  messages: MessageSendRequest[],
+  opts: SendBatchOptions = {},
+  autoIdempotency = true,
+): Promise<SendBatchResult> {
+  if (!Array.isArray(messages))
+    throw invalid("messages", "must be an array of { body, contentType?, delaySeconds?, orderingKey?, id? }");
   if (messages.length === 0) throw invalid("messages", "must hold at least one message");
   if (opts.delaySeconds !== undefined) checkDelay(opts.delaySeconds, "delay_seconds");
   checkIdempotencyKey(opts.idempotencyKey);
   const wires = messages.map((m, i) => toWire(m, `messages[${i}].`));
   const chunks = split(wires);
-  if (opts.idempotencyKey !== undefined && chunks.length > 1) checkIdempotencyKey(`${opts.idempotencyKey}.${chunks.length - 1}`, `a batch cut into ${chunks.length} requests uses keys up to "<key>.${chunks.length - 1}", so the key`);
+  if (opts.idempotencyKey !== undefined && chunks.length > 1)
+    checkIdempotencyKey(
+      `${opts.idempotencyKey}.${chunks.length - 1}`,
+      `a batch cut into ${chunks.length} requests uses keys up to "<key>.${chunks.length - 1}", so the key`,
+    );
   const ids: string[] = [];
   for (const [n, chunk] of chunks.entries()) {
-    const key = opts.idempotencyKey === undefined ? undefined : n === 0 ? opts.idempotencyKey : `${opts.idempotencyKey}.${n}`;
+    const key =
+      opts.idempotencyKey === undefined ? undefined : n === 0 ? opts.idempotencyKey : `${opts.idempotencyKey}.${n}`;
     const body: Record<string, unknown> = { messages: chunk.map((w) => w.json) };
     if (opts.delaySeconds !== undefined) body.delay_seconds = opts.delaySeconds;
     try {
-      const env = await transport.call<{ message_ids: string[] }>("POST", `/queues/${encodeURIComponent(queue)}/messages/batch`, { body, headers: idempotencyHeader(key, autoIdempotency), signal: opts.signal });
+      const env = await transport.call<{ message_ids: string[] }>(
+        "POST",
+        `/queues/${encodeURIComponent(queue)}/messages/batch`,
+        { body, headers: idempotencyHeader(key, autoIdempotency), signal: opts.signal },
+      );
       ids.push(...env.result.message_ids);
     } catch (err) {
       const shifted = err instanceof ApiError ? shiftFields(err, ids.length) : err;
@@ -110,7 +136,10 @@ export function split<T extends { bodyBytes: number; wireBytes: number }>(wires:
   let bodyBytes = 0;
   let wireBytes = REQUEST_OVERHEAD;
   for (const w of wires) {
-    const fits = chunk.length < LIMITS.maxBatchMessages && bodyBytes + w.bodyBytes <= LIMITS.maxBatchBytes && wireBytes + w.wireBytes + 1 <= LIMITS.maxRequestBytes;
+    const fits =
+      chunk.length < LIMITS.maxBatchMessages &&
+      bodyBytes + w.bodyBytes <= LIMITS.maxBatchBytes &&
+      wireBytes + w.wireBytes + 1 <= LIMITS.maxRequestBytes;
     if (!fits && chunk.length > 0) {
       chunks.push(chunk);
       chunk = [];
@@ -127,9 +156,17 @@ export function split<T extends { bodyBytes: number; wireBytes: number }>(wires:
 
 /** A message checked as the broker checks it, in the API's field names (`at` prefixes them). */
 function toWire(m: MessageSendRequest, at: string): Wire {
-  if (m === null || typeof m !== "object") throw invalid(at.slice(0, -1) || "message", "must be an object { body, contentType?, delaySeconds?, orderingKey?, id? }");
+  if (m === null || typeof m !== "object")
+    throw invalid(
+      at.slice(0, -1) || "message",
+      "must be an object { body, contentType?, delaySeconds?, orderingKey?, id? }",
+    );
   const contentType = m.contentType ?? "json";
-  if (contentType !== "json" && contentType !== "text") throw invalid(`${at}content_type`, 'must be "json" or "text" (bytes and v8 bodies travel only through the producer binding)');
+  if (contentType !== "json" && contentType !== "text")
+    throw invalid(
+      `${at}content_type`,
+      'must be "json" or "text" (bytes and v8 bodies travel only through the producer binding)',
+    );
   let stored: string | undefined;
   if (contentType === "text") {
     if (typeof m.body !== "string") throw invalid(`${at}body`, 'must be a string when content type is "text"');
@@ -143,16 +180,19 @@ function toWire(m: MessageSendRequest, at: string): Wire {
     if (stored === undefined) throw invalid(`${at}body`, "is not serialisable as JSON");
   }
   const bodyBytes = utf8.encode(stored).byteLength;
-  if (bodyBytes > LIMITS.maxMessageBytes) throw tooLarge(`${at}body`, `is ${bodyBytes} bytes; a message holds at most ${LIMITS.maxMessageBytes} bytes`);
+  if (bodyBytes > LIMITS.maxMessageBytes)
+    throw tooLarge(`${at}body`, `is ${bodyBytes} bytes; a message holds at most ${LIMITS.maxMessageBytes} bytes`);
   const json: Record<string, unknown> = { body: m.body };
   if (m.contentType !== undefined) json.content_type = contentType;
   if (m.delaySeconds !== undefined) json.delay_seconds = checkDelay(m.delaySeconds, `${at}delay_seconds`);
   if (m.orderingKey !== undefined) {
-    if (typeof m.orderingKey !== "string" || !ORDERING_KEY.test(m.orderingKey)) throw invalid(`${at}ordering_key`, "must be 1 to 128 printable ASCII characters (U+0020 to U+007E)");
+    if (typeof m.orderingKey !== "string" || !ORDERING_KEY.test(m.orderingKey))
+      throw invalid(`${at}ordering_key`, "must be 1 to 128 printable ASCII characters (U+0020 to U+007E)");
     json.ordering_key = m.orderingKey;
   }
   if (m.id !== undefined) {
-    if (typeof m.id !== "string" || !MESSAGE_ID.test(m.id)) throw invalid(`${at}id`, "must be 32 lowercase hex characters");
+    if (typeof m.id !== "string" || !MESSAGE_ID.test(m.id))
+      throw invalid(`${at}id`, "must be 32 lowercase hex characters");
     json.id = m.id;
   }
   return { json, bodyBytes, wireBytes: utf8.encode(JSON.stringify(json)).byteLength };
@@ -167,7 +207,10 @@ function checkDelay(seconds: unknown, field: string): number {
 
 function checkIdempotencyKey(key: string | undefined, what = "the key"): void {
   if (key !== undefined && (typeof key !== "string" || !IDEMPOTENCY_KEY.test(key))) {
-    throw invalid("idempotency-key", `${what} must be 1 to 255 visible ASCII characters (no spaces or control characters)`);
+    throw invalid(
+      "idempotency-key",
+      `${what} must be 1 to 255 visible ASCII characters (no spaces or control characters)`,
+    );
   }
 }
 
@@ -189,7 +232,18 @@ function pick(o: SendOptions): Omit<MessageSendRequest, "body"> {
 function shiftFields(err: ApiError, offset: number): ApiError {
   if (offset === 0) return err;
   const renumber = (s: string) => s.replace(/messages\[(\d+)\]/g, (_, i: string) => `messages[${Number(i) + offset}]`);
-  const errors: ApiErrorDetail[] = err.errors.map((e) => ({ ...e, message: renumber(e.message), ...(e.field !== undefined ? { field: renumber(e.field) } : {}) }));
-  const Class = err.constructor as new (status: number, errors: ApiErrorDetail[], opts?: { retryAfterMs?: number; sent?: boolean }) => ApiError;
-  return new Class(err.status, errors, { ...(err.retryAfterMs !== undefined ? { retryAfterMs: err.retryAfterMs } : {}), sent: err.sent });
+  const errors: ApiErrorDetail[] = err.errors.map((e) => ({
+    ...e,
+    message: renumber(e.message),
+    ...(e.field !== undefined ? { field: renumber(e.field) } : {}),
+  }));
+  const Class = err.constructor as new (
+    status: number,
+    errors: ApiErrorDetail[],
+    opts?: { retryAfterMs?: number; sent?: boolean },
+  ) => ApiError;
+  return new Class(err.status, errors, {
+    ...(err.retryAfterMs !== undefined ? { retryAfterMs: err.retryAfterMs } : {}),
+    sent: err.sent,
+  });
 }

@@ -70,10 +70,15 @@ interface WireMessage {
   ordering_key?: string;
 }
 
-export async function pull<Body = unknown>(transport: Transport, queue: string, opts: PullOptions = {}): Promise<PullResult<Body>> {
+export async function pull<Body = unknown>(
+  transport: Transport,
+  queue: string,
+  opts: PullOptions = {},
+): Promise<PullResult<Body>> {
   const body: Record<string, number> = {};
   if (opts.batchSize !== undefined) body.batch_size = whole(opts.batchSize, "batch_size", 1, LIMITS.maxBatchMessages);
-  if (opts.visibilityTimeoutMs !== undefined) body.visibility_timeout_ms = whole(opts.visibilityTimeoutMs, "visibility_timeout_ms", 1000, 43_200_000);
+  if (opts.visibilityTimeoutMs !== undefined)
+    body.visibility_timeout_ms = whole(opts.visibilityTimeoutMs, "visibility_timeout_ms", 1000, 43_200_000);
   const wait = opts.waitTimeMs === undefined ? 0 : whole(opts.waitTimeMs, "wait_time_ms", 0, MAX_PULL_WAIT_MS);
   if (wait > 0) body.wait_time_ms = wait;
   // A long poll the caller may abort is named, so that the service can be told it went away.
@@ -100,20 +105,40 @@ export async function pull<Body = unknown>(transport: Transport, queue: string, 
  */
 async function cancelWait(transport: Transport, queue: string, waitId: string): Promise<void> {
   try {
-    await transport.call("POST", `${path(queue)}/pull/cancel`, { body: { wait_id: waitId }, retry: { ...transport.retry, attempts: 2, maxDelayMs: 200 } });
+    await transport.call("POST", `${path(queue)}/pull/cancel`, {
+      body: { wait_id: waitId },
+      retry: { ...transport.retry, attempts: 2, maxDelayMs: 200 },
+    });
   } catch {
     // Nothing more to do: the pull ends with its wait, and any lease with its timeout.
   }
 }
 
-export async function ack(transport: Transport, queue: string, req: AckRequest, opts: { signal?: AbortSignal; retry?: RetryPolicy } = {}): Promise<AckResult> {
+export async function ack(
+  transport: Transport,
+  queue: string,
+  req: AckRequest,
+  opts: { signal?: AbortSignal; retry?: RetryPolicy } = {},
+): Promise<AckResult> {
   const acks = (req.acks ?? []).map((lease_id) => ({ lease_id }));
-  const retries = (req.retries ?? []).map((r) => (r.delaySeconds === undefined ? { lease_id: r.leaseId } : { lease_id: r.leaseId, delay_seconds: r.delaySeconds }));
-  const env = await transport.call<AckResult>("POST", `${path(queue)}/ack`, { body: { acks, retries }, signal: opts.signal, retry: opts.retry });
+  const retries = (req.retries ?? []).map((r) =>
+    r.delaySeconds === undefined ? { lease_id: r.leaseId } : { lease_id: r.leaseId, delay_seconds: r.delaySeconds },
+  );
+  const env = await transport.call<AckResult>("POST", `${path(queue)}/ack`, {
+    body: { acks, retries },
+    signal: opts.signal,
+    retry: opts.retry,
+  });
   return { ackCount: env.result.ackCount, retryCount: env.result.retryCount, warnings: env.result.warnings ?? {} };
 }
 
-export async function extend(transport: Transport, queue: string, leaseIds: string[], visibilityTimeoutMs: number, opts: { signal?: AbortSignal; retry?: RetryPolicy } = {}): Promise<ExtendResult> {
+export async function extend(
+  transport: Transport,
+  queue: string,
+  leaseIds: string[],
+  visibilityTimeoutMs: number,
+  opts: { signal?: AbortSignal; retry?: RetryPolicy } = {},
+): Promise<ExtendResult> {
   const env = await transport.call<ExtendResult>("POST", `${path(queue)}/extend`, {
     body: { lease_ids: leaseIds, visibility_timeout_ms: visibilityTimeoutMs },
     signal: opts.signal,
@@ -152,7 +177,8 @@ function fromBase64(b64: string): Uint8Array {
 }
 
 function whole(n: unknown, field: string, min: number, max: number): number {
-  if (typeof n !== "number" || !Number.isInteger(n) || n < min || n > max) throw invalid(field, `must be a whole number from ${min} to ${max}`);
+  if (typeof n !== "number" || !Number.isInteger(n) || n < min || n > max)
+    throw invalid(field, `must be a whole number from ${min} to ${max}`);
   return n;
 }
 

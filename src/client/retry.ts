@@ -27,7 +27,8 @@ export const DEFAULT_RETRY: RetryPolicy = { attempts: 5, baseDelayMs: 100, maxDe
 
 export function retryPolicy(options: RetryOptions | undefined, base: RetryPolicy = DEFAULT_RETRY): RetryPolicy {
   const p = { ...base, ...definedOnly(options ?? {}) };
-  if (!Number.isInteger(p.attempts) || p.attempts < 1) throw new RangeError("retry.attempts must be a whole number of at least 1");
+  if (!Number.isInteger(p.attempts) || p.attempts < 1)
+    throw new RangeError("retry.attempts must be a whole number of at least 1");
   if (!(p.baseDelayMs >= 0) || !(p.maxDelayMs >= 0)) throw new RangeError("retry delays must be at least 0");
   return p;
 }
@@ -35,7 +36,11 @@ export function retryPolicy(options: RetryOptions | undefined, base: RetryPolicy
 /** Whether sending the same request again can succeed. */
 export function isRetryable(err: unknown): boolean {
   if (err instanceof NetworkError) return true;
-  return err instanceof ApiError && err.sent && (err.status === 429 || err.status === 502 || err.status === 503 || err.status === 504);
+  return (
+    err instanceof ApiError &&
+    err.sent &&
+    (err.status === 429 || err.status === 502 || err.status === 503 || err.status === 504)
+  );
 }
 
 /** The wait before retry number `retry` (1 is the first retry). */
@@ -75,10 +80,13 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
       clearTimeout(timer);
       reject(new AbortedError(signal?.reason));
     };
-    const timer = setTimeout(() => {
-      signal?.removeEventListener("abort", onAbort);
-      resolve();
-    }, Math.max(0, ms));
+    const timer = setTimeout(
+      () => {
+        signal?.removeEventListener("abort", onAbort);
+        resolve();
+      },
+      Math.max(0, ms),
+    );
     signal?.addEventListener("abort", onAbort, { once: true });
   });
 }

@@ -56,8 +56,10 @@ export class Transport {
   readonly #fetch: FetchLike;
 
   constructor(options: TransportOptions) {
-    if (typeof options.url !== "string" || !/^https?:\/\//.test(options.url)) throw new TypeError('url must be an http:// or https:// URL, such as "http://127.0.0.1:8787"');
-    if (typeof options.token !== "string" || options.token === "") throw new TypeError("token must be a non-empty string");
+    if (typeof options.url !== "string" || !/^https?:\/\//.test(options.url))
+      throw new TypeError('url must be an http:// or https:// URL, such as "http://127.0.0.1:8787"');
+    if (typeof options.token !== "string" || options.token === "")
+      throw new TypeError("token must be a non-empty string");
     this.url = options.url.replace(/\/+$/, "");
     this.account = options.account ?? "local";
     this.#base = `${this.url}/accounts/${encodeURIComponent(this.account)}`;
@@ -70,7 +72,10 @@ export class Transport {
 
   /** One call, sent again as the retry policy says. `path` starts at the account: "/queues/orders". */
   async call<T = unknown>(method: string, path: string, opts: CallOptions = {}): Promise<Envelope<T>> {
-    return withRetries(opts.retry ?? this.retry, () => this.once<T>(method, path, opts), { signal: opts.signal, onRetry: opts.onRetry });
+    return withRetries(opts.retry ?? this.retry, () => this.once<T>(method, path, opts), {
+      signal: opts.signal,
+      onRetry: opts.onRetry,
+    });
   }
 
   /** One request, never sent again. */
@@ -84,7 +89,12 @@ export class Transport {
     let res: Response;
     let text: string;
     try {
-      res = await this.#fetch(url, { method, headers, body: opts.body === undefined ? null : JSON.stringify(opts.body), signal });
+      res = await this.#fetch(url, {
+        method,
+        headers,
+        body: opts.body === undefined ? null : JSON.stringify(opts.body),
+        signal,
+      });
       text = await res.text();
     } catch (err) {
       // The caller's own abort is not a network fault.
@@ -98,7 +108,11 @@ export class Transport {
       throw apiError(res.status >= 400 ? res.status : 502, [{ message }], retryAfterOf(res));
     }
     if (!envelope.success || !res.ok) {
-      throw apiError(res.status, envelope.errors?.length ? envelope.errors : [{ message: `HTTP ${res.status}` }], retryAfterOf(res));
+      throw apiError(
+        res.status,
+        envelope.errors?.length ? envelope.errors : [{ message: `HTTP ${res.status}` }],
+        retryAfterOf(res),
+      );
     }
     return envelope;
   }
@@ -128,8 +142,10 @@ function retryAfterOf(res: Response): number | undefined {
  * `cause.errors` when a name resolved to several addresses (localhost: ::1 and 127.0.0.1).
  */
 function networkError(url: string, err: unknown, timedOutAfterMs: number | undefined): NetworkError {
-  if (timedOutAfterMs !== undefined) return new NetworkError(url, `no answer within ${timedOutAfterMs / 1000} s`, "ETIMEDOUT", err);
-  const e = err as { message?: string; cause?: { code?: string; message?: string; errors?: Array<{ code?: string }> } } | undefined;
+  if (timedOutAfterMs !== undefined)
+    return new NetworkError(url, `no answer within ${timedOutAfterMs / 1000} s`, "ETIMEDOUT", err);
+  const e = err as
+    { message?: string; cause?: { code?: string; message?: string; errors?: Array<{ code?: string }> } } | undefined;
   const code = e?.cause?.code ?? e?.cause?.errors?.find((x) => x.code)?.code;
   const reason = (code && REASONS[code]) ?? e?.cause?.message ?? e?.message ?? String(err);
   return new NetworkError(url, reason, code, err);

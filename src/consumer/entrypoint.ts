@@ -39,7 +39,11 @@ export type ShardqConsumerEntrypoint<Env = unknown> = new (
 
 export function consumerEntrypoint<Env = unknown>(handler: QueueHandler<Env>): ShardqConsumerEntrypoint<Env> {
   return class ShardqConsumer extends WorkerEntrypoint<Env> {
-    async deliver(queueName: string, messages: DispatchMessage[], metadata?: MessageBatchMetadata): Promise<DispatchOutcome> {
+    async deliver(
+      queueName: string,
+      messages: DispatchMessage[],
+      metadata?: MessageBatchMetadata,
+    ): Promise<DispatchOutcome> {
       const { batch, outcome } = createBatch(queueName, messages, metadata);
       // Acks and retries made in ctx.waitUntil() count, as on Cloudflare and through the
       // "queue" transport: the outcome is read once those promises have settled too
@@ -94,7 +98,11 @@ function withCollectedWaitUntil(ctx: ExecutionContext, pending: Array<Promise<un
  *
  * src/delivery/outcome.ts dispositionOf() turns the result into acks and retries.
  */
-export function createBatch(queueName: string, messages: DispatchMessage[], metadata: MessageBatchMetadata = { metrics: { backlogCount: 0, backlogBytes: 0 } }) {
+export function createBatch(
+  queueName: string,
+  messages: DispatchMessage[],
+  metadata: MessageBatchMetadata = { metrics: { backlogCount: 0, backlogBytes: 0 } },
+) {
   const acked = new Set<string>();
   const retried = new Map<string, number | undefined>();
   let ackedAll = false;
@@ -138,9 +146,13 @@ export function createBatch(queueName: string, messages: DispatchMessage[], meta
   const outcome = (result: "ok" | "exception"): DispatchOutcome => ({
     outcome: result,
     ackAll: ackedAll,
-    retryBatch: retriedAll ? { retry: true, ...(retriedAll.delaySeconds === undefined ? {} : { delaySeconds: retriedAll.delaySeconds }) } : { retry: false },
+    retryBatch: retriedAll
+      ? { retry: true, ...(retriedAll.delaySeconds === undefined ? {} : { delaySeconds: retriedAll.delaySeconds }) }
+      : { retry: false },
     explicitAcks: [...acked],
-    retryMessages: [...retried].map(([msgId, delaySeconds]) => (delaySeconds === undefined ? { msgId } : { msgId, delaySeconds })),
+    retryMessages: [...retried].map(([msgId, delaySeconds]) =>
+      delaySeconds === undefined ? { msgId } : { msgId, delaySeconds },
+    ),
   });
   return { batch, outcome };
 }

@@ -23,7 +23,11 @@ import { leaseRefOf, type LeasedMessage, type DispatchOutcome } from "../kernel/
 import { decide, type Disposition, type RetrySettings, type Verdict } from "./disposition";
 
 /** The push side of the settlement rule: the handler's calls as verdicts, decided by decide(). */
-export function dispositionOf(messages: readonly LeasedMessage[], result: DispatchOutcome, settings: RetrySettings): Disposition {
+export function dispositionOf(
+  messages: readonly LeasedMessage[],
+  result: DispatchOutcome,
+  settings: RetrySettings,
+): Disposition {
   return decide(verdictsOf(messages, result), settings);
 }
 

@@ -8,7 +8,13 @@ import { moveMessages } from "../routing/move-messages";
 import { storageShardFor } from "../kernel/addressing";
 import type { ConsumerRecord } from "../kernel/consumer-settings";
 import type { Env } from "../kernel/env";
-import { leaseRefOf, type LeasedMessage, type LeaseRef, type SettleRequest, type SettleResult } from "../kernel/protocol";
+import {
+  leaseRefOf,
+  type LeasedMessage,
+  type LeaseRef,
+  type SettleRequest,
+  type SettleResult,
+} from "../kernel/protocol";
 import type { Disposition } from "./disposition";
 
 /** How long a message waits before another try when its dead-letter queue could not be written. */
@@ -30,7 +36,11 @@ export async function applyDisposition(
   settler?: SettleRequest["consumer"],
 ): Promise<SettleResult> {
   const req = await settleRequestFor(env, queue, consumer, shardName, d, held);
-  return storageShardFor(env, shardName).settle({ queueId: queue.queueId, ...req, ...(settler ? { consumer: settler } : {}) });
+  return storageShardFor(env, shardName).settle({
+    queueId: queue.queueId,
+    ...req,
+    ...(settler ? { consumer: settler } : {}),
+  });
 }
 
 /**
@@ -53,10 +63,19 @@ export async function settleRequestFor(
       const moving = messagesOf(d.outOfRetries, held);
       try {
         // Stored there before deleted here (src/routing/move-messages.ts): id and timestamp kept, attempts from 1.
-        await moveMessages(env, queue.accountId, consumer.dead_letter_queue, { queueId: queue.queueId, shard: shardName }, moving);
+        await moveMessages(
+          env,
+          queue.accountId,
+          consumer.dead_letter_queue,
+          { queueId: queue.queueId, shard: shardName },
+          moving,
+        );
         deadLettered = d.outOfRetries;
       } catch (err) {
-        console.error(`dead-letter write to "${consumer.dead_letter_queue}" failed; keeping ${moving.length} message(s):`, err);
+        console.error(
+          `dead-letter write to "${consumer.dead_letter_queue}" failed; keeping ${moving.length} message(s):`,
+          err,
+        );
         retries.push(...d.outOfRetries.map((r) => ({ ...leaseRefOf(r), delayMs: DEAD_LETTER_RETRY_MS })));
       }
     } else {
@@ -78,7 +97,8 @@ function messagesOf(refs: readonly LeaseRef[], held: readonly LeasedMessage[]): 
   const byRef = new Map(held.map((m) => [refKey(m), m]));
   return refs.map((r) => {
     const m = byRef.get(refKey(r));
-    if (!m) throw new Error(`message ${r.id} is out of retries but not held: a dead-letter move needs the message itself`);
+    if (!m)
+      throw new Error(`message ${r.id} is out of retries but not held: a dead-letter move needs the message itself`);
     return m;
   });
 }

@@ -43,14 +43,20 @@ export function serviceConfig(env: Env): ServiceConfig {
   const config: ServiceConfig = {
     regions,
     defaultRegion,
-    shardsPerRegion: env.SHARDS_PER_REGION && env.SHARDS_PER_REGION.trim() !== "0" ? positiveInt("SHARDS_PER_REGION", env.SHARDS_PER_REGION, 0, 64) : 0,
+    shardsPerRegion:
+      env.SHARDS_PER_REGION && env.SHARDS_PER_REGION.trim() !== "0"
+        ? positiveInt("SHARDS_PER_REGION", env.SHARDS_PER_REGION, 0, 64)
+        : 0,
     heartbeatIntervalMs: positiveInt("HEARTBEAT_INTERVAL_MS", env.HEARTBEAT_INTERVAL_MS, 5000, 3_600_000),
     shardMapCacheTtlMs: positiveInt("SHARD_MAP_CACHE_TTL_MS", env.SHARD_MAP_CACHE_TTL_MS, 5000, 300_000),
     targetPerShard: positiveInt("TARGET_MESSAGES_PER_SHARD", env.TARGET_MESSAGES_PER_SHARD, 500, 1_000_000),
     maxShardsPerRegion: positiveInt("MAX_SHARDS_PER_REGION", env.MAX_SHARDS_PER_REGION, 32, 1000),
     scaleInAfterMs: positiveInt("SCALE_IN_AFTER_MS", env.SCALE_IN_AFTER_MS, 30_000, 86_400_000),
     pushLeaseMs: positiveInt("PUSH_LEASE_MS", env.PUSH_LEASE_MS, 30_000, 15 * 60_000),
-    shardCapacityPerSecond: env.SHARD_CAPACITY_PER_SECOND && env.SHARD_CAPACITY_PER_SECOND.trim() !== "0" ? positiveInt("SHARD_CAPACITY_PER_SECOND", env.SHARD_CAPACITY_PER_SECOND, 0, 1_000_000) : 0,
+    shardCapacityPerSecond:
+      env.SHARD_CAPACITY_PER_SECOND && env.SHARD_CAPACITY_PER_SECOND.trim() !== "0"
+        ? positiveInt("SHARD_CAPACITY_PER_SECOND", env.SHARD_CAPACITY_PER_SECOND, 0, 1_000_000)
+        : 0,
   };
   cache.set(env, config);
   return config;

@@ -52,7 +52,11 @@ export function defaultConsumerSettings(transport: ConsumerTransport): ConsumerS
 }
 
 const int = (min: number, max: number, unit = "") =>
-  z.number({ error: "must be a number" }).int("must be a whole number").min(min, `must be at least ${min}${unit}`).max(max, `must be at most ${max}${unit}`);
+  z
+    .number({ error: "must be a number" })
+    .int("must be a whole number")
+    .min(min, `must be at least ${min}${unit}`)
+    .max(max, `must be at most ${max}${unit}`);
 
 export const consumerSettingsPatchSchema = z
   .object({
@@ -105,13 +109,21 @@ function accountsByWorker(raw: string): Record<string, readonly string[]> | null
   let parsed: Record<string, readonly string[]> | null = null;
   try {
     const value: unknown = JSON.parse(raw);
-    if (typeof value === "object" && value !== null && !Array.isArray(value) && Object.values(value).every((v) => Array.isArray(v) && v.every((a) => typeof a === "string"))) {
+    if (
+      typeof value === "object" &&
+      value !== null &&
+      !Array.isArray(value) &&
+      Object.values(value).every((v) => Array.isArray(v) && v.every((a) => typeof a === "string"))
+    ) {
       parsed = value as Record<string, readonly string[]>;
     }
   } catch {
     // reported below
   }
-  if (!parsed) console.error('WORKER_CONSUMER_ACCOUNTS is not a JSON object of { "<script name>": ["<account id>", ...] }; no consumer Worker is bound until it is');
+  if (!parsed)
+    console.error(
+      'WORKER_CONSUMER_ACCOUNTS is not a JSON object of { "<script name>": ["<account id>", ...] }; no consumer Worker is bound until it is',
+    );
   parsedAccounts.set(raw, parsed);
   return parsed;
 }

@@ -24,7 +24,11 @@ export function encodeBody(body: unknown, contentType: ContentType, field: strin
       // It also writes NaN and ±Infinity as null, silently; only a text with a null can hide one.
       if (text.includes("null")) {
         const at = nonFiniteIn(body, "", 0);
-        if (at !== null) throw HttpError.invalid(field, `holds a number JSON cannot carry (${at.value}${at.path ? ` at ${at.path}` : ""}): it would arrive as null`);
+        if (at !== null)
+          throw HttpError.invalid(
+            field,
+            `holds a number JSON cannot carry (${at.value}${at.path ? ` at ${at.path}` : ""}): it would arrive as null`,
+          );
       }
       return utf8.encode(text);
     }
@@ -34,7 +38,10 @@ export function encodeBody(body: unknown, contentType: ContentType, field: strin
       // runtime does, silently). A body is stored as sent or refused. JSON escapes it, so it travels there.
       if (!body.isWellFormed()) {
         const i = loneSurrogateAt(body);
-        throw HttpError.invalid(field, `is not well-formed Unicode: a lone surrogate (U+${body.charCodeAt(i).toString(16).toUpperCase()}) at index ${i}, which UTF-8 cannot carry; send it as JSON or bytes`);
+        throw HttpError.invalid(
+          field,
+          `is not well-formed Unicode: a lone surrogate (U+${body.charCodeAt(i).toString(16).toUpperCase()}) at index ${i}, which UTF-8 cannot carry; send it as JSON or bytes`,
+        );
       }
       return utf8.encode(body);
     case "bytes":
@@ -65,7 +72,9 @@ export class UnfaithfulNumber {
   ) {}
   toJSON(): never {
     const arrives = Number.isFinite(this.parsed) ? JSON.stringify(this.parsed) : "null";
-    throw new UnfaithfulNumberError(`holds the number ${this.source}, which a double cannot hold: it would arrive as ${arrives}; send it as a string`);
+    throw new UnfaithfulNumberError(
+      `holds the number ${this.source}, which a double cannot hold: it would arrive as ${arrives}; send it as a string`,
+    );
   }
 }
 class UnfaithfulNumberError extends Error {}
@@ -134,7 +143,13 @@ export function decodeBody(bytes: Uint8Array, contentType: ContentType): unknown
  * clone also carries. Only the round trip is promised, not V8's wire format.
  */
 const ERROR_TYPES: Record<string, ErrorConstructor> = {
-  Error, EvalError, RangeError, ReferenceError, SyntaxError, TypeError, URIError,
+  Error,
+  EvalError,
+  RangeError,
+  ReferenceError,
+  SyntaxError,
+  TypeError,
+  URIError,
 };
 
 const REDUCERS = {

@@ -55,7 +55,12 @@ export const MESSAGE_ID_PATTERN = /^[0-9a-f]{32}$/;
  * message kept from another queue, say nothing: the shard indexes those.
  */
 export function locatedId(seg: number, shard: number, slot: number, random: string): string {
-  return seg.toString(16).padStart(14, "0") + (shard & 0xffffff).toString(16).padStart(6, "0") + slot.toString(16).padStart(4, "0") + random;
+  return (
+    seg.toString(16).padStart(14, "0") +
+    (shard & 0xffffff).toString(16).padStart(6, "0") +
+    slot.toString(16).padStart(4, "0") +
+    random
+  );
 }
 
 /** Where a located id says its message was written. Any 32-hex id parses: the shard's header decides. */

@@ -98,20 +98,27 @@ export const localPrefix = (j: Jurisdiction) => `jurisdiction:${j}/`;
 export function localJurisdiction<N extends Namespace>(ns: N, j: Jurisdiction): N {
   const prefix = localPrefix(j);
   // Untyped here: the stub types of a generic namespace are too deep for the checker to follow.
-  const plain = ns as unknown as { idFromName(name: string): DurableObjectId; get(id: DurableObjectId, opts?: DurableObjectNamespaceGetDurableObjectOptions): unknown };
+  const plain = ns as unknown as {
+    idFromName(name: string): DurableObjectId;
+    get(id: DurableObjectId, opts?: DurableObjectNamespaceGetDurableObjectOptions): unknown;
+  };
   const stand = {
     idFromName: (name: string) => plain.idFromName(prefix + name),
     newUniqueId: () => {
       throw new Error(`newUniqueId() in jurisdiction "${j}" is not available under workerd: shardq names its objects`);
     },
     idFromString: (id: string) => {
-      throw new Error(`idFromString("${id}") in jurisdiction "${j}" is not available under workerd: shardq names its objects`);
+      throw new Error(
+        `idFromString("${id}") in jurisdiction "${j}" is not available under workerd: shardq names its objects`,
+      );
     },
     get: (id: DurableObjectId, opts?: DurableObjectNamespaceGetDurableObjectOptions) => {
-      if (!id.name?.startsWith(prefix)) throw new TypeError(`the Durable Object id ${id.toString()} is not of jurisdiction "${j}"`);
+      if (!id.name?.startsWith(prefix))
+        throw new TypeError(`the Durable Object id ${id.toString()} is not of jurisdiction "${j}"`);
       return plain.get(id, opts);
     },
-    getByName: (name: string, opts?: DurableObjectNamespaceGetDurableObjectOptions) => plain.get(plain.idFromName(prefix + name), opts),
+    getByName: (name: string, opts?: DurableObjectNamespaceGetDurableObjectOptions) =>
+      plain.get(plain.idFromName(prefix + name), opts),
     jurisdiction: (other: string) => {
       if (other !== j) throw new TypeError(`a namespace of jurisdiction "${j}" cannot be narrowed to "${other}"`);
       return stand;
@@ -133,7 +140,10 @@ export function jurisdictionOfObject(id: DurableObjectId): Jurisdiction | undefi
 export function assertInJurisdiction(objectId: DurableObjectId, queueId: string): void {
   const want = jurisdictionOfQueue(queueId);
   const here = jurisdictionOfObject(objectId);
-  if (want !== here) throw new Error(`queue ${queueId} is ${want ? `in jurisdiction "${want}"` : "in no jurisdiction"}, and this object is ${here ? `in "${here}"` : "in none"}`);
+  if (want !== here)
+    throw new Error(
+      `queue ${queueId} is ${want ? `in jurisdiction "${want}"` : "in no jurisdiction"}, and this object is ${here ? `in "${here}"` : "in none"}`,
+    );
 }
 
 /** The `jurisdiction` field of a queue's description and metrics: present only for a queue in one, as Cloudflare shows it. */

@@ -15,7 +15,8 @@ export type ShardState = "active" | "draining" | "retired";
  * The shards that may still hold messages: active ones, and draining ones until they are empty.
  * A retired shard holds nothing and is kept on the map only until the Coordinator forgets it.
  */
-export const notRetired = <T extends { state: ShardState }>(shards: readonly T[]): T[] => shards.filter((s) => s.state !== "retired");
+export const notRetired = <T extends { state: ShardState }>(shards: readonly T[]): T[] =>
+  shards.filter((s) => s.state !== "retired");
 
 export interface ShardEntry {
   /** The Durable Object name of the storage shard. */
@@ -93,7 +94,8 @@ export interface AppendRequest {
  * Why a storage shard refused a send without storing anything. Every refusal means
  * "nothing of this batch was written", so the broker may safely try another shard.
  */
-export type ShardRefusal = "draining" | "retired" | "unknown_shard" | "wrong_queue" | "corrupt" | "overloaded" | "not_owner";
+export type ShardRefusal =
+  "draining" | "retired" | "unknown_shard" | "wrong_queue" | "corrupt" | "overloaded" | "not_owner";
 
 /**
  * What the Coordinator tells every storage shard before a map whose active shards changed
@@ -173,7 +175,13 @@ export interface LaneFigures {
 export type HoldReason = "leased" | "retry" | "delayed" | "handoff";
 
 /** A key held back on a shard, as operators see it (GET .../ordering/held): `blocker` is its head, or for a hand-off the shard it waits on. */
-export interface HeldKey { key: string; reason: HoldReason; blocker: string | null; since: number; messages: number }
+export interface HeldKey {
+  key: string;
+  reason: HoldReason;
+  blocker: string | null;
+  since: number;
+  messages: number;
+}
 
 export interface DeliveryTotals {
   /**
@@ -315,7 +323,12 @@ export interface SettleRequest {
    * then says whether anything is left to lease (SettleResult.after), so the consumer shard
    * need not lease to find out, and a shard left empty wakes it, as after an empty lease.
    */
-  consumer?: { shard: number; limit: number; maxWaitMs: number; /** Present when the storage shard may push it its next batch. */ leaseMs?: number };
+  consumer?: {
+    shard: number;
+    limit: number;
+    maxWaitMs: number;
+    /** Present when the storage shard may push it its next batch. */ leaseMs?: number;
+  };
 }
 
 export interface SettleResult {
@@ -382,10 +395,18 @@ export interface MessageFilter {
 // What crosses RPC between the parts besides the calls above (heartbeats: heartbeat.ts): the queue's counters, send latency counts, idempotency claims, and
 // what a consumer Worker reports of a batch.
 
-
 export type CounterName = keyof DeliveryTotals;
 export const COUNTER_NAMES: readonly CounterName[] = [
-  "stored", "leased", "acked", "retried", "deadLettered", "dropped", "expired", "quarantined", "purged", "cancelled",
+  "stored",
+  "leased",
+  "acked",
+  "retried",
+  "deadLettered",
+  "dropped",
+  "expired",
+  "quarantined",
+  "purged",
+  "cancelled",
 ];
 export type QueueCounters = Record<CounterName, number>;
 

@@ -5,7 +5,14 @@ import type { CostMeter } from "./sql-meter";
  * object counts its alarms itself (CostMeter.alarms); no object here answers fetch, connect or
  * WebSockets.
  */
-const RUNTIME_HANDLERS: ReadonlySet<PropertyKey> = new Set(["fetch", "connect", "alarm", "webSocketMessage", "webSocketClose", "webSocketError"]);
+const RUNTIME_HANDLERS: ReadonlySet<PropertyKey> = new Set([
+  "fetch",
+  "connect",
+  "alarm",
+  "webSocketMessage",
+  "webSocketClose",
+  "webSocketError",
+]);
 
 /**
  * The one place a Durable Object's RPCs are counted: `object` as its callers must reach it, each
@@ -25,7 +32,11 @@ const RUNTIME_HANDLERS: ReadonlySet<PropertyKey> = new Set(["fetch", "connect", 
  *
  * Instance fields are left as they are: workerd serves only prototype methods over RPC.
  */
-export function meteredRpcs<T extends object>(object: T, meter: CostMeter, uncounted: ReadonlyArray<keyof T & string>): T {
+export function meteredRpcs<T extends object>(
+  object: T,
+  meter: CostMeter,
+  uncounted: ReadonlyArray<keyof T & string>,
+): T {
   const notRpcs = new Set<PropertyKey>([...RUNTIME_HANDLERS, ...uncounted]);
   const calls = new Map<PropertyKey, { method: unknown; call: (...args: unknown[]) => unknown }>();
   return new Proxy(object, {

@@ -29,7 +29,9 @@ export const orderingKeySchema = z
 /** The options of Cloudflare's Queue.send(), and shardq's `orderingKey`. */
 export const sendOptionsSchema = z
   .object({
-    contentType: z.enum(CONTENT_TYPES as [ContentType, ...ContentType[]], { error: `must be one of ${CONTENT_TYPES.join(", ")}` }).optional(),
+    contentType: z
+      .enum(CONTENT_TYPES as [ContentType, ...ContentType[]], { error: `must be one of ${CONTENT_TYPES.join(", ")}` })
+      .optional(),
     delaySeconds: delaySecondsSchema.optional(),
     orderingKey: orderingKeySchema.optional(),
   })
@@ -52,7 +54,10 @@ export const batchOptionsSchema = z.object({ delaySeconds: delaySecondsSchema.op
 export function encodeMessage(body: unknown, contentType: ContentType, field: string): Uint8Array {
   const bytes = encodeBody(body, contentType, field);
   if (bytes.byteLength > LIMITS.maxMessageBytes) {
-    throw HttpError.tooLarge(field, `is ${bytes.byteLength} bytes; a message holds at most ${LIMITS.maxMessageBytes} bytes`);
+    throw HttpError.tooLarge(
+      field,
+      `is ${bytes.byteLength} bytes; a message holds at most ${LIMITS.maxMessageBytes} bytes`,
+    );
   }
   return bytes;
 }
@@ -66,10 +71,18 @@ export function fitsOneBatch(count: number, bytes: number): boolean {
 }
 
 /** A send() checked as the binding checks it: its options, then its body. */
-export function checkSend(body: unknown, options: unknown): { bytes: Uint8Array; contentType: ContentType; delaySeconds: number | undefined; orderingKey: string | undefined } {
+export function checkSend(
+  body: unknown,
+  options: unknown,
+): { bytes: Uint8Array; contentType: ContentType; delaySeconds: number | undefined; orderingKey: string | undefined } {
   const o = parseWith(sendOptionsSchema, options ?? {}, ["options"]);
   const contentType = o.contentType ?? "json";
-  return { bytes: encodeMessage(body, contentType, fieldName(["body"])), contentType, delaySeconds: o.delaySeconds, orderingKey: o.orderingKey };
+  return {
+    bytes: encodeMessage(body, contentType, fieldName(["body"])),
+    contentType,
+    delaySeconds: o.delaySeconds,
+    orderingKey: o.orderingKey,
+  };
 }
 
 /**

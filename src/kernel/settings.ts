@@ -16,7 +16,11 @@ export const DEFAULT_QUEUE_SETTINGS: QueueSettings = {
 };
 
 const seconds = (min: number, max: number) =>
-  z.number({ error: "must be a number" }).int("must be a whole number of seconds").min(min, `must be at least ${min}`).max(max, `must be at most ${max}`);
+  z
+    .number({ error: "must be a number" })
+    .int("must be a whole number of seconds")
+    .min(min, `must be at least ${min}`)
+    .max(max, `must be at most ${max}`);
 
 export const queueSettingsPatchSchema = z
   .object({
@@ -32,7 +36,9 @@ export type QueueSettingsPatch = z.infer<typeof queueSettingsPatchSchema>;
 export const QUEUE_NAME_PATTERN = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/;
 
 /** Where a queue keeps its messages, chosen at creation (./jurisdiction.ts). */
-export const jurisdictionSchema = z.enum(JURISDICTIONS, { error: `must be one of ${JURISDICTIONS.map((j) => `"${j}"`).join(", ")}` });
+export const jurisdictionSchema = z.enum(JURISDICTIONS, {
+  error: `must be one of ${JURISDICTIONS.map((j) => `"${j}"`).join(", ")}`,
+});
 
 export const queueNameSchema = z
   .string({ error: (issue) => (issue.input === undefined ? "is required" : "must be a string") })

@@ -41,7 +41,10 @@ interface OpenCursor {
 }
 const open = new WeakMap<CostMeter, OpenCursor[]>();
 
-function counted<T extends Record<string, SqlStorageValue>>(cursor: SqlStorageCursor<T>, meter: CostMeter): SqlStorageCursor<T> {
+function counted<T extends Record<string, SqlStorageValue>>(
+  cursor: SqlStorageCursor<T>,
+  meter: CostMeter,
+): SqlStorageCursor<T> {
   settleReads(meter);
   const list = open.get(meter) ?? [];
   open.set(meter, list);

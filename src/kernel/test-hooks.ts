@@ -120,16 +120,29 @@ class ArmableHooks implements TestHooks {
     this.check();
     if (arm !== undefined) {
       if (arm !== null && !(FAULT_POINTS[this.target] as readonly string[]).includes(arm)) {
-        throw new Error(`fault point ${String(arm)} is not one of the ${this.target}'s (${FAULT_POINTS[this.target].join(", ")})`);
+        throw new Error(
+          `fault point ${String(arm)} is not one of the ${this.target}'s (${FAULT_POINTS[this.target].join(", ")})`,
+        );
       }
       this.armed = arm === "throw-alarm" ? null : arm;
-      this.throwsLeft = arm === "throw-alarm" ? Math.max(1, Math.min(MAX_ALARM_THROWS, Math.floor(times))) : arm === null ? 0 : this.throwsLeft;
+      this.throwsLeft =
+        arm === "throw-alarm"
+          ? Math.max(1, Math.min(MAX_ALARM_THROWS, Math.floor(times)))
+          : arm === null
+            ? 0
+            : this.throwsLeft;
     }
     return this.status();
   }
 
   status(): TestHookStatus {
-    return { instance: this.instance, armed: this.throwsLeft > 0 ? "throw-alarm" : this.armed, throws_left: this.throwsLeft, alarms_thrown: this.alarmsThrown, alarm_ok_at: this.alarmOkAt };
+    return {
+      instance: this.instance,
+      armed: this.throwsLeft > 0 ? "throw-alarm" : this.armed,
+      throws_left: this.throwsLeft,
+      alarms_thrown: this.alarmsThrown,
+      alarm_ok_at: this.alarmOkAt,
+    };
   }
 
   at(point: FaultPoint, ctx: DurableObjectState): void {

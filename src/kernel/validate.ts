@@ -2,7 +2,11 @@ import { z } from "zod";
 import { HttpError } from "./errors";
 
 /** Parses with a schema; the first problem becomes a 400 naming its field ("messages[2].delay_seconds"). */
-export function parseWith<S extends z.ZodType>(schema: S, value: unknown, prefix: Array<string | number> = []): z.infer<S> {
+export function parseWith<S extends z.ZodType>(
+  schema: S,
+  value: unknown,
+  prefix: Array<string | number> = [],
+): z.infer<S> {
   const result = schema.safeParse(value);
   if (result.success) return result.data;
   const issue = result.error.issues[0]!;
@@ -13,7 +17,8 @@ export function parseWith<S extends z.ZodType>(schema: S, value: unknown, prefix
   }
   const field = path.length ? fieldName(path) : "body";
   // zod reports a missing key as an invalid type; say what a client needs to hear.
-  const missing = issue.code === "invalid_type" && (issue.expected === "nonoptional" || /received undefined$/.test(issue.message));
+  const missing =
+    issue.code === "invalid_type" && (issue.expected === "nonoptional" || /received undefined$/.test(issue.message));
   throw HttpError.invalid(field, missing ? "is required" : issue.message);
 }
 
@@ -28,7 +33,12 @@ export function fieldName(path: Array<string | number>): string {
  * or "0x10"), then the bounds of `schema`, or its default when absent. Every refusal is a 400
  * naming `field` with `message`.
  */
-export function parseCount(schema: z.ZodType<number, number | undefined>, raw: string | null, field: string, message: string): number {
+export function parseCount(
+  schema: z.ZodType<number, number | undefined>,
+  raw: string | null,
+  field: string,
+  message: string,
+): number {
   const result = schema.safeParse(raw === null ? undefined : /^\d+$/.test(raw) ? Number(raw) : Number.NaN);
   if (!result.success) throw HttpError.invalid(field, message);
   return result.data;

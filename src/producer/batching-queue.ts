@@ -70,7 +70,8 @@ export function batchingQueue<Body = unknown>(queue: Queue<Body>, options: Batch
   if (!Number.isInteger(maxBatch) || maxBatch < 1 || maxBatch > LIMITS.maxBatchMessages) {
     throw new RangeError(`batchingQueue: maxBatch must be a whole number from 1 to ${LIMITS.maxBatchMessages}`);
   }
-  if (!Number.isFinite(lingerMs) || lingerMs < 0) throw new RangeError("batchingQueue: lingerMs must be a number of ms, 0 or more");
+  if (!Number.isFinite(lingerMs) || lingerMs < 0)
+    throw new RangeError("batchingQueue: lingerMs must be a number of ms, 0 or more");
 
   let open: Batch<Body> | undefined;
   const inFlight = new Set<Promise<void>>();
@@ -92,7 +93,13 @@ export function batchingQueue<Body = unknown>(queue: Queue<Body>, options: Batch
       // shardq's binding adds the ids, in the order sent; Cloudflare's has none to give.
       const ids = (response as { messageIds?: unknown }).messageIds;
       const own = Array.isArray(ids) && ids.length === batch.waiting.length ? (ids as unknown[]) : null;
-      batch.waiting.forEach((w, i) => w.resolve(own ? ({ metadata: response.metadata, messageId: own[i] } as QueueSendResponse) : { metadata: response.metadata }));
+      batch.waiting.forEach((w, i) =>
+        w.resolve(
+          own
+            ? ({ metadata: response.metadata, messageId: own[i] } as QueueSendResponse)
+            : { metadata: response.metadata },
+        ),
+      );
     } catch (error) {
       for (const w of batch.waiting) w.reject(error);
     }
@@ -114,8 +121,11 @@ export function batchingQueue<Body = unknown>(queue: Queue<Body>, options: Batch
     if (sendOptions?.contentType !== undefined) message.contentType = sendOptions.contentType;
     if (sendOptions?.delaySeconds !== undefined) message.delaySeconds = sendOptions.delaySeconds;
     // shardq's ordering key (docs/ordered-lanes.md) rides along; a batch keeps the sends' order.
-    if (checked.orderingKey !== undefined) (message as MessageSendRequest<Body> & { orderingKey?: string }).orderingKey = checked.orderingKey;
-    const result = new Promise<QueueSendResponse>((resolve, reject) => batch.waiting.push({ message, resolve, reject }));
+    if (checked.orderingKey !== undefined)
+      (message as MessageSendRequest<Body> & { orderingKey?: string }).orderingKey = checked.orderingKey;
+    const result = new Promise<QueueSendResponse>((resolve, reject) =>
+      batch.waiting.push({ message, resolve, reject }),
+    );
     batch.bytes += size;
     if (batch.waiting.length >= maxBatch) cut();
     else if (batch.waiting.length === 1) batch.timer = setTimeout(() => open === batch && cut(), lingerMs);

@@ -78,7 +78,11 @@ const lanes = new Map<string, Lane>();
 export const coalesceStats = { sends: 0, writes: 0, lingers: 0 };
 
 /** Stores one message, alone or with concurrent ones: its id, and the batch it was stored with. */
-export async function sendCoalesced(env: Env, target: SendTarget, message: PendingMessage): Promise<{ id: string; stored: Stored }> {
+export async function sendCoalesced(
+  env: Env,
+  target: SendTarget,
+  message: PendingMessage,
+): Promise<{ id: string; stored: Stored }> {
   coalesceStats.sends++;
   const key = `${target.accountId}/${target.queueRef}/${target.region ?? ""}`;
   let lane = lanes.get(key);
@@ -87,7 +91,11 @@ export async function sendCoalesced(env: Env, target: SendTarget, message: Pendi
   const policy = policyOf(key);
   policy.noteArrival(lane.open !== null || lane.writes.size > 0);
   const size = message.body.byteLength;
-  const joinable = lane.open && !lane.open.closed && lane.open.messages.length < LIMITS.maxBatchMessages && lane.open.bytes + size <= LIMITS.maxBatchBytes;
+  const joinable =
+    lane.open &&
+    !lane.open.closed &&
+    lane.open.messages.length < LIMITS.maxBatchMessages &&
+    lane.open.bytes + size <= LIMITS.maxBatchBytes;
   if (joinable) {
     const batch = lane.open!;
     batch.messages.push(message);

@@ -28,7 +28,8 @@ export const HEADER = "idempotency-key";
 export function idempotencyKeyOf(request: Request): string | null {
   const raw = request.headers.get(HEADER);
   if (raw === null) return null;
-  if (!IDEMPOTENCY_KEY_PATTERN.test(raw)) throw HttpError.invalid(HEADER, "must be 1 to 255 visible ASCII characters (no spaces or control characters)");
+  if (!IDEMPOTENCY_KEY_PATTERN.test(raw))
+    throw HttpError.invalid(HEADER, "must be 1 to 255 visible ASCII characters (no spaces or control characters)");
   return raw;
 }
 
@@ -59,14 +60,30 @@ export async function sendIdempotent(env: Env, target: SendTarget, req: Idempote
   const digests = await Promise.all(req.messages.map(messageDigest));
   const tag = randomHex(6);
   const drawn = new Set<string>();
-  let ids = req.messages.map((m) => m.id ?? (req.key === null ? newMessageId(now) : drawForKey(now, tag, req.key, drawn)));
+  let ids = req.messages.map(
+    (m) => m.id ?? (req.key === null ? newMessageId(now) : drawForKey(now, tag, req.key, drawn)),
+  );
   const held: Held[] = [];
   const skip = new Set<number>();
   let retry = false;
   try {
     if (req.key !== null) {
-      const digest = await sha256Hex(utf8.encode(JSON.stringify([req.route, req.batchDelaySeconds ?? null, req.messages.map((m, i) => [m.id ?? null, digests[i]])])));
-      const [outcome] = await claim(env, map.queueId, [{ key: `key:${req.key}`, digest, ids, tag, digests }], token, held);
+      const digest = await sha256Hex(
+        utf8.encode(
+          JSON.stringify([
+            req.route,
+            req.batchDelaySeconds ?? null,
+            req.messages.map((m, i) => [m.id ?? null, digests[i]]),
+          ]),
+        ),
+      );
+      const [outcome] = await claim(
+        env,
+        map.queueId,
+        [{ key: `key:${req.key}`, digest, ids, tag, digests }],
+        token,
+        held,
+      );
       if (outcome!.status === "done") return { ids: outcome!.ids, queueId: map.queueId, backlogs: [] };
       const claimed = claimedOrThrow(outcome!, HEADER, "was already used with a different request to this queue");
       ids = claimed.ids;
@@ -74,13 +91,29 @@ export async function sendIdempotent(env: Env, target: SendTarget, req: Idempote
     }
     const withIds = req.messages.flatMap((m, i) => (m.id === undefined ? [] : [i]));
     if (withIds.length > 0) {
-      const claims = withIds.map((i) => ({ key: `id:${ids[i]}`, digest: digests[i]!, ids: [ids[i]!], tag: drawTagOf(ids[i]!) }));
+      const claims = withIds.map((i) => ({
+        key: `id:${ids[i]}`,
+        digest: digests[i]!,
+        ids: [ids[i]!],
+        tag: drawTagOf(ids[i]!),
+      }));
       const outcomes = await claim(env, map.queueId, claims, token, held);
       outcomes.forEach((o, j) => {
         if (o.status === "done") skip.add(withIds[j]!);
-        else retry ||= claimedOrThrow(o, req.idField(withIds[j]!), "was already sent to this queue with a different body, content type or delay").retry;
+        else
+          retry ||= claimedOrThrow(
+            o,
+            req.idField(withIds[j]!),
+            "was already sent to this queue with a different body, content type or delay",
+          ).retry;
       });
-      for (const i of await drawnByShards(env, target, req, withIds.filter((i) => !skip.has(i)))) skip.add(i);
+      for (const i of await drawnByShards(
+        env,
+        target,
+        req,
+        withIds.filter((i) => !skip.has(i)),
+      ))
+        skip.add(i);
     }
   } catch (err) {
     // Refused before anything was sent: keys this request claimed are let go.
@@ -93,12 +126,24 @@ export async function sendIdempotent(env: Env, target: SendTarget, req: Idempote
   if (store.length > 0) {
     try {
       if (retry) {
-        const there = await heldAnywhere(env, target, store.map((i) => ids[i]!));
+        const there = await heldAnywhere(
+          env,
+          target,
+          store.map((i) => ids[i]!),
+        );
         store = store.filter((i) => !there.has(ids[i]!));
       }
       // Each on the shard its id picks, which skips ids it has: with `retry`, one may
       // have been stored there since the look above, by an attempt that is still running.
-      if (store.length > 0) ({ backlogs } = await storeMessages(env, target, store.map((i) => req.messages[i]!), req.batchDelaySeconds, store.map((i) => ids[i]!), retry));
+      if (store.length > 0)
+        ({ backlogs } = await storeMessages(
+          env,
+          target,
+          store.map((i) => req.messages[i]!),
+          req.batchDelaySeconds,
+          store.map((i) => ids[i]!),
+          retry,
+        ));
     } catch (err) {
       await release(env, map.queueId, held, token, true);
       throw err;
@@ -106,7 +151,9 @@ export async function sendIdempotent(env: Env, target: SendTarget, req: Idempote
   }
   // Stored and so acknowledged, whatever happens next. A key left pending is taken over
   // by a retry after IN_PROGRESS_MS, which stores with dedupe on the same shard.
-  const done = await Promise.allSettled(held.map((h) => idempotencyKeysFor(env, map.queueId, h.bucket).complete(h.keys)));
+  const done = await Promise.allSettled(
+    held.map((h) => idempotencyKeysFor(env, map.queueId, h.bucket).complete(h.keys)),
+  );
   for (const d of done) if (d.status === "rejected") console.error("marking idempotency keys done failed:", d.reason);
   return { ids, queueId: map.queueId, backlogs };
 }
@@ -142,7 +189,8 @@ async function drawnByShards(env: Env, target: SendTarget, req: IdempotentSend, 
   // A shard added since this isolate read the map may have drawn it: shards are numbered on
   // from the last, so only a number just past the map's asks the Coordinator for its current one.
   const last = Math.max(...map.shards.map((s) => shardNumber(s.name)));
-  if (indexes.some((i) => isJustPast(locate(req.messages[i]!.id!)?.shard, last))) map = await lookupQueue(env, target.accountId, target.queueRef, { current: true });
+  if (indexes.some((i) => isJustPast(locate(req.messages[i]!.id!)?.shard, last)))
+    map = await lookupQueue(env, target.accountId, target.queueRef, { current: true });
   const byShard = new Map<ShardEntry, number[]>();
   for (const i of indexes) {
     const named = locate(req.messages[i]!.id!)?.shard;
@@ -153,11 +201,21 @@ async function drawnByShards(env: Env, target: SendTarget, req: IdempotentSend, 
     [...byShard].map(async ([s, at]) => {
       const probes = at.map((i) => {
         const m = req.messages[i]!;
-        return { id: m.id!, contentType: m.contentType, body: m.body, ...(m.orderingKey !== undefined ? { orderingKey: m.orderingKey } : {}) };
+        return {
+          id: m.id!,
+          contentType: m.contentType,
+          body: m.body,
+          ...(m.orderingKey !== undefined ? { orderingKey: m.orderingKey } : {}),
+        };
       });
       const said = await storageShardFor(env, s.name, s.region).drawnIds(map.queueId, probes);
       at.forEach((i, k) => {
-        if (said[k] === "other") throw new HttpError("conflict", `${req.idField(i)}: is an id this queue drew for another message; choose another`, req.idField(i));
+        if (said[k] === "other")
+          throw new HttpError(
+            "conflict",
+            `${req.idField(i)}: is an id this queue drew for another message; choose another`,
+            req.idField(i),
+          );
         if (said[k] === "same") same.add(i);
       });
     }),
@@ -191,7 +249,9 @@ function isJustPast(n: number | undefined, last: number): boolean {
  */
 async function heldAnywhere(env: Env, target: SendTarget, ids: string[]): Promise<Set<string>> {
   const map = await lookupQueue(env, target.accountId, target.queueRef, { current: true });
-  const answers = await Promise.allSettled(map.shards.map((s) => storageShardFor(env, s.name, s.region).heldIds(map.queueId, ids)));
+  const answers = await Promise.allSettled(
+    map.shards.map((s) => storageShardFor(env, s.name, s.region).heldIds(map.queueId, ids)),
+  );
   const held = new Set<string>();
   for (const a of answers) {
     if (a.status === "rejected") {
@@ -205,15 +265,26 @@ async function heldAnywhere(env: Env, target: SendTarget, ids: string[]): Promis
 
 function claimedOrThrow(outcome: ClaimOutcome, field: string, mismatch: string): { ids: string[]; retry: boolean } {
   if (outcome.status === "claimed") return outcome;
-  if (outcome.status === "mismatch") throw new HttpError("conflict", `${field}: ${mismatch} in the last 24 hours`, field);
+  if (outcome.status === "mismatch")
+    throw new HttpError("conflict", `${field}: ${mismatch} in the last 24 hours`, field);
   const seconds = Math.max(1, Math.ceil((outcome.status === "busy" ? outcome.retryAfterMs : 1000) / 1000));
-  const err = new HttpError("conflict", `${field}: a request with this ${field === HEADER ? "key" : "message id"} is in progress; retry after ${seconds} s`, field);
+  const err = new HttpError(
+    "conflict",
+    `${field}: a request with this ${field === HEADER ? "key" : "message id"} is in progress; retry after ${seconds} s`,
+    field,
+  );
   err.headers["retry-after"] = String(seconds);
   throw err;
 }
 
 /** Claims over the buckets the keys hash to, side by side; what each bucket claimed is added to `held`. */
-async function claim(env: Env, queueId: string, claims: KeyClaim[], token: string, held: Held[]): Promise<ClaimOutcome[]> {
+async function claim(
+  env: Env,
+  queueId: string,
+  claims: KeyClaim[],
+  token: string,
+  held: Held[],
+): Promise<ClaimOutcome[]> {
   const byBucket = new Map<number, number[]>();
   claims.forEach((c, i) => {
     const b = bucketOf(c.key);
@@ -222,7 +293,10 @@ async function claim(env: Env, queueId: string, claims: KeyClaim[], token: strin
   const outcomes: ClaimOutcome[] = new Array(claims.length);
   const calls = await Promise.allSettled(
     [...byBucket].map(async ([bucket, indexes]) => {
-      const answer = await idempotencyKeysFor(env, queueId, bucket).claim(indexes.map((i) => claims[i]!), token);
+      const answer = await idempotencyKeysFor(env, queueId, bucket).claim(
+        indexes.map((i) => claims[i]!),
+        token,
+      );
       indexes.forEach((i, j) => (outcomes[i] = answer[j]!));
       const keys = indexes.filter((_, j) => answer[j]!.status === "claimed").map((i) => claims[i]!.key);
       if (keys.length > 0) held.push({ bucket, keys });
@@ -237,7 +311,9 @@ async function claim(env: Env, queueId: string, claims: KeyClaim[], token: strin
 }
 
 async function release(env: Env, queueId: string, held: Held[], token: string, sent: boolean): Promise<void> {
-  const calls = await Promise.allSettled(held.map((h) => idempotencyKeysFor(env, queueId, h.bucket).release(h.keys, token, sent)));
+  const calls = await Promise.allSettled(
+    held.map((h) => idempotencyKeysFor(env, queueId, h.bucket).release(h.keys, token, sent)),
+  );
   // Unreleased keys free themselves after IN_PROGRESS_MS.
   for (const c of calls) if (c.status === "rejected") console.error("releasing idempotency keys failed:", c.reason);
 }
@@ -247,7 +323,9 @@ const utf8 = new TextEncoder();
 /** What makes two sends of a message the same: its content type, its own delay, its ordering key and its body bytes. */
 async function messageDigest(m: PendingMessage): Promise<string> {
   // The key only when there is one: digests of keyless sends stay what they were before keys existed.
-  const head = utf8.encode(`${m.contentType}\n${m.delaySeconds ?? ""}\n${m.orderingKey === undefined ? "" : `key:${m.orderingKey}\n`}`);
+  const head = utf8.encode(
+    `${m.contentType}\n${m.delaySeconds ?? ""}\n${m.orderingKey === undefined ? "" : `key:${m.orderingKey}\n`}`,
+  );
   const bytes = new Uint8Array(head.byteLength + m.body.byteLength);
   bytes.set(head);
   bytes.set(m.body, head.byteLength);

@@ -32,16 +32,30 @@ export interface MoveSource {
 }
 
 /** Stores every message at the target queue (name or id), or throws; returns the target's queue id. */
-export async function moveMessages(env: Env, accountId: string, targetRef: string, source: MoveSource, messages: LeasedMessage[]): Promise<string> {
+export async function moveMessages(
+  env: Env,
+  accountId: string,
+  targetRef: string,
+  source: MoveSource,
+  messages: LeasedMessage[],
+): Promise<string> {
   const map = await lookupQueue(env, accountId, targetRef);
   // A move into its own queue would reset a message's retries for ever instead of ending them.
-  if (map.queueId === source.queueId) throw HttpError.invalid("dead_letter_queue", `must be another queue than the one the messages come from ("${map.queueName}")`);
+  if (map.queueId === source.queueId)
+    throw HttpError.invalid(
+      "dead_letter_queue",
+      `must be another queue than the one the messages come from ("${map.queueName}")`,
+    );
   // A message never leaves its jurisdiction, whatever was configured (docs/jurisdictions.md).
   if (jurisdictionOfQueue(map.queueId) !== jurisdictionOfQueue(source.queueId)) {
-    throw HttpError.invalid("dead_letter_queue", `"${map.queueName}" is in ${jurisdictionName(map.queueId)} and the messages are in ${jurisdictionName(source.queueId)}: a message never leaves its queue's jurisdiction`);
+    throw HttpError.invalid(
+      "dead_letter_queue",
+      `"${map.queueName}" is in ${jurisdictionName(map.queueId)} and the messages are in ${jurisdictionName(source.queueId)}: a message never leaves its queue's jurisdiction`,
+    );
   }
   if (messages.length === 0) return map.queueId;
-  if (messages.some((m) => !m.copyKey)) throw new Error("a move needs the key of every copy it moves (a message read from its shard)");
+  if (messages.some((m) => !m.copyKey))
+    throw new Error("a move needs the key of every copy it moves (a message read from its shard)");
   // The ids are kept, so each message goes to the shard its id picks (src/routing/placement.ts),
   // whatever batch it travels in: a move repeated after a crash lands where the first one
   // did and is recognised there. Placed in the default region: where a move lands must not
@@ -49,18 +63,16 @@ export async function moveMessages(env: Env, accountId: string, targetRef: strin
   await storeMessages(
     env,
     { accountId, queueRef: map.queueId, region: undefined },
-    messages.map(
-      (m): PendingMessage => ({
-        body: m.body,
-        contentType: m.contentType,
-        delaySeconds: 0,
-        checksum: crc32(m.body),
-        moveKey: `${source.shard}/${m.copyKey}`,
-        sentAt: m.enqueuedAt,
-        // A keyed message keeps its key where it moves: a redrive back keeps its order.
-        ...(m.orderingKey !== undefined ? { orderingKey: m.orderingKey } : {}),
-      }),
-    ),
+    messages.map((m): PendingMessage => ({
+      body: m.body,
+      contentType: m.contentType,
+      delaySeconds: 0,
+      checksum: crc32(m.body),
+      moveKey: `${source.shard}/${m.copyKey}`,
+      sentAt: m.enqueuedAt,
+      // A keyed message keeps its key where it moves: a redrive back keeps its order.
+      ...(m.orderingKey !== undefined ? { orderingKey: m.orderingKey } : {}),
+    })),
     0,
     messages.map((m) => m.id),
   );

@@ -4,7 +4,15 @@ import { HttpError } from "../kernel/errors";
 import { MESSAGE_ID_PATTERN } from "../kernel/ids";
 import { LIMITS } from "../kernel/limits";
 import type { ContentType } from "../kernel/protocol";
-import { batchOptionsSchema, batchRequestSchema, checkSend, delaySecondsSchema, encodeMessage, fitsOneBatch, orderingKeySchema } from "../kernel/send-rules";
+import {
+  batchOptionsSchema,
+  batchRequestSchema,
+  checkSend,
+  delaySecondsSchema,
+  encodeMessage,
+  fitsOneBatch,
+  orderingKeySchema,
+} from "../kernel/send-rules";
 import { fieldName, parseWith } from "../kernel/validate";
 
 /** A message validated and encoded by the broker, not yet given an id or a shard. */
@@ -33,7 +41,10 @@ export const httpMessage = z
     body: z.unknown(),
     content_type: z.enum(["json", "text"], { error: 'must be "json" or "text"' }).optional(),
     delay_seconds: delaySecondsSchema.optional(),
-    id: z.string({ error: "must be a string" }).regex(MESSAGE_ID_PATTERN, "must be 32 lowercase hex characters").optional(),
+    id: z
+      .string({ error: "must be a string" })
+      .regex(MESSAGE_ID_PATTERN, "must be 32 lowercase hex characters")
+      .optional(),
     ordering_key: orderingKeySchema.optional(),
   })
   .strict();
@@ -48,7 +59,17 @@ export const httpBatch = z
 
 export function fromHttpMessage(input: unknown): PendingMessage {
   const m = parseWith(httpMessage, input);
-  const [one] = encodeAll([{ body: m.body, contentType: m.content_type ?? "json", delaySeconds: m.delay_seconds, orderingKey: m.ordering_key }], []);
+  const [one] = encodeAll(
+    [
+      {
+        body: m.body,
+        contentType: m.content_type ?? "json",
+        delaySeconds: m.delay_seconds,
+        orderingKey: m.ordering_key,
+      },
+    ],
+    [],
+  );
   return m.id === undefined ? one! : { ...one!, id: m.id };
 }
 
@@ -64,24 +85,48 @@ export function fromHttpBatch(input: unknown): { messages: PendingMessage[]; del
       if (first !== undefined) throw HttpError.invalid(`messages[${i}].id`, `repeats the id of messages[${first}]`);
       seen.set(m.id, i);
     }
-    return { body: m.body, contentType: m.content_type ?? ("json" as const), delaySeconds: m.delay_seconds, id: m.id, orderingKey: m.ordering_key };
+    return {
+      body: m.body,
+      contentType: m.content_type ?? ("json" as const),
+      delaySeconds: m.delay_seconds,
+      id: m.id,
+      orderingKey: m.ordering_key,
+    };
   });
   const encoded = encodeAll(parsed, ["messages"]);
-  return { messages: encoded.map((e, i) => (parsed[i]!.id === undefined ? e : { ...e, id: parsed[i]!.id })), delaySeconds: b.delay_seconds };
+  return {
+    messages: encoded.map((e, i) => (parsed[i]!.id === undefined ? e : { ...e, id: parsed[i]!.id })),
+    delaySeconds: b.delay_seconds,
+  };
 }
 
 export function fromSend(body: unknown, options: unknown): PendingMessage {
   const { bytes, contentType, delaySeconds, orderingKey } = checkSend(body, options);
-  return { body: bytes, contentType, delaySeconds, checksum: crc32(bytes), ...(orderingKey !== undefined ? { orderingKey } : {}) };
+  return {
+    body: bytes,
+    contentType,
+    delaySeconds,
+    checksum: crc32(bytes),
+    ...(orderingKey !== undefined ? { orderingKey } : {}),
+  };
 }
 
-export function fromSendBatch(messages: unknown, options: unknown): { messages: PendingMessage[]; delaySeconds: number | undefined } {
-  if (!Array.isArray(messages)) throw HttpError.invalid("messages", "must be an array of { body, contentType?, delaySeconds? }");
+export function fromSendBatch(
+  messages: unknown,
+  options: unknown,
+): { messages: PendingMessage[]; delaySeconds: number | undefined } {
+  if (!Array.isArray(messages))
+    throw HttpError.invalid("messages", "must be an array of { body, contentType?, delaySeconds? }");
   checkCount(messages.length);
   const o = parseWith(batchOptionsSchema, options ?? {}, ["options"]);
   const parsed = messages.map((raw, i) => {
     const m = parseWith(batchRequestSchema, raw, ["messages", i]);
-    return { body: m.body, contentType: m.contentType ?? ("json" as const), delaySeconds: m.delaySeconds, orderingKey: m.orderingKey };
+    return {
+      body: m.body,
+      contentType: m.contentType ?? ("json" as const),
+      delaySeconds: m.delaySeconds,
+      orderingKey: m.orderingKey,
+    };
   });
   return { messages: encodeAll(parsed, ["messages"]), delaySeconds: o.delaySeconds };
 }
@@ -95,7 +140,12 @@ function checkCount(n: number): void {
 
 /** Encodes and checksums each body; enforces the per-message and per-batch byte limits. */
 function encodeAll(
-  messages: Array<{ body: unknown; contentType: ContentType; delaySeconds: number | undefined; orderingKey?: string | undefined }>,
+  messages: Array<{
+    body: unknown;
+    contentType: ContentType;
+    delaySeconds: number | undefined;
+    orderingKey?: string | undefined;
+  }>,
   path: Array<string | number>,
 ): PendingMessage[] {
   let total = 0;
@@ -103,10 +153,19 @@ function encodeAll(
     const at = path.length ? [...path, i, "body"] : ["body"];
     const bytes = encodeMessage(m.body, m.contentType, fieldName(at));
     total += bytes.byteLength;
-    return { body: bytes, contentType: m.contentType, delaySeconds: m.delaySeconds, checksum: crc32(bytes), ...(m.orderingKey !== undefined ? { orderingKey: m.orderingKey } : {}) };
+    return {
+      body: bytes,
+      contentType: m.contentType,
+      delaySeconds: m.delaySeconds,
+      checksum: crc32(bytes),
+      ...(m.orderingKey !== undefined ? { orderingKey: m.orderingKey } : {}),
+    };
   });
   if (!fitsOneBatch(out.length, total)) {
-    throw HttpError.tooLarge(path.length ? fieldName(path) : "body", `batch is ${total} bytes; a batch holds at most ${LIMITS.maxBatchBytes} bytes`);
+    throw HttpError.tooLarge(
+      path.length ? fieldName(path) : "body",
+      `batch is ${total} bytes; a batch holds at most ${LIMITS.maxBatchBytes} bytes`,
+    );
   }
   return out;
 }

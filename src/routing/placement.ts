@@ -21,7 +21,12 @@ const NONE: ReadonlySet<string> = new Set();
  * A random active shard in the caller's region; any active shard when the region has
  * none. `random` fixed by an id makes the choice the id's own (shardForId).
  */
-export function pickShard(map: ShardMap, region: string, exclude: ReadonlySet<string>, random: () => number = Math.random): ShardEntry | undefined {
+export function pickShard(
+  map: ShardMap,
+  region: string,
+  exclude: ReadonlySet<string>,
+  random: () => number = Math.random,
+): ShardEntry | undefined {
   const pool = shardsTakingSends(map, region, exclude);
   return pool.length ? pool[Math.floor(random() * pool.length)] : undefined;
 }
@@ -34,12 +39,20 @@ export function shardsTakingSends(map: ShardMap, region: string, exclude: Readon
 }
 
 /** The shard a message whose id is fixed is stored on; undefined when no shard (outside `exclude`) takes sends. */
-export function shardForId(map: ShardMap, region: string, id: string, exclude: ReadonlySet<string> = NONE): ShardEntry | undefined {
+export function shardForId(
+  map: ShardMap,
+  region: string,
+  id: string,
+  exclude: ReadonlySet<string> = NONE,
+): ShardEntry | undefined {
   // An id a shard drew names that shard: a message moved back to its queue goes where it
   // lived, which skips it if its first copy is still there (a move cut off before its
   // source let go), instead of a second shard storing it beside that copy.
   const named = locate(id)?.shard;
-  const drew = named === undefined ? undefined : shardsTakingSends(map, region, exclude).find((s) => shardNumber(s.name) === named);
+  const drew =
+    named === undefined
+      ? undefined
+      : shardsTakingSends(map, region, exclude).find((s) => shardNumber(s.name) === named);
   return drew ?? pickShard(map, region, exclude, seededRandom(id));
 }
 
@@ -51,7 +64,10 @@ export function shardForId(map: ShardMap, region: string, id: string, exclude: R
  */
 export function shardForKey(map: ShardMap, key: string, exclude: ReadonlySet<string> = NONE): ShardEntry | undefined {
   const active = map.shards.filter((s) => s.state === "active");
-  const owner = ownerOfKey(key, active.map((s) => s.name));
+  const owner = ownerOfKey(
+    key,
+    active.map((s) => s.name),
+  );
   return owner === undefined || exclude.has(owner) ? undefined : active.find((s) => s.name === owner);
 }
 

@@ -18,7 +18,10 @@ export interface QueueFigures {
 }
 
 /** Sums the shards' figures, taking each of `exact` in place of what they say of its shard. */
-export function sumFigures(shards: ReadonlyArray<ShardBacklog | null>, exact: readonly ShardBacklog[] = []): QueueFigures {
+export function sumFigures(
+  shards: ReadonlyArray<ShardBacklog | null>,
+  exact: readonly ShardBacklog[] = [],
+): QueueFigures {
   let backlogCount = 0;
   let backlogBytes = 0;
   let oldestAt: number | null = null;
@@ -34,12 +37,24 @@ export function sumFigures(shards: ReadonlyArray<ShardBacklog | null>, exact: re
 }
 
 /** As the Workers binding types them (QueueSendMetrics, MessageBatchMetrics): the oldest as a Date, absent when empty. */
-export function bindingMetrics(f: QueueFigures): { backlogCount: number; backlogBytes: number; oldestMessageTimestamp?: Date } {
-  return { backlogCount: f.backlogCount, backlogBytes: f.backlogBytes, ...(f.oldestAt !== null ? { oldestMessageTimestamp: new Date(f.oldestAt) } : {}) };
+export function bindingMetrics(f: QueueFigures): {
+  backlogCount: number;
+  backlogBytes: number;
+  oldestMessageTimestamp?: Date;
+} {
+  return {
+    backlogCount: f.backlogCount,
+    backlogBytes: f.backlogBytes,
+    ...(f.oldestAt !== null ? { oldestMessageTimestamp: new Date(f.oldestAt) } : {}),
+  };
 }
 
 /** As the REST answers carry them (Cloudflare's API schema, QueueMetrics): the oldest in ms, 0 when unknown. */
-export function restMetrics(f: QueueFigures): { backlogCount: number; backlogBytes: number; oldestMessageTimestampMs: number } {
+export function restMetrics(f: QueueFigures): {
+  backlogCount: number;
+  backlogBytes: number;
+  oldestMessageTimestampMs: number;
+} {
   return { backlogCount: f.backlogCount, backlogBytes: f.backlogBytes, oldestMessageTimestampMs: f.oldestAt ?? 0 };
 }
 
@@ -93,14 +108,21 @@ export interface SendFigures {
  * waits only on another's I/O for hung and cancel it (src/routing/coalesce.ts). A failed
  * read costs the send nothing: the figures it has, or the shards' own, stand.
  */
-export async function figuresAfterSend(env: Env, queueId: string, mine: readonly ShardBacklog[], learned: SendFigures = {}, now = Date.now()): Promise<QueueFigures> {
+export async function figuresAfterSend(
+  env: Env,
+  queueId: string,
+  mine: readonly ShardBacklog[],
+  learned: SendFigures = {},
+  now = Date.now(),
+): Promise<QueueFigures> {
   let entry = cached.get(queueId);
   if (!entry) cached.set(queueId, (entry = { shards: new Map(), live: undefined, refreshingSince: null }));
   for (const b of learned.peers ?? []) keep(entry, b, b.at ?? 0);
   for (const b of mine) keep(entry, b, b.at ?? now);
   if (learned.live) entry.live = learned.live;
   const exact = new Set(mine.map((b) => b.shard));
-  const stale = (name: string) => !exact.has(name) && (entry.shards.get(name)?.checked ?? -Infinity) < now - FIGURES_REFRESH_MS;
+  const stale = (name: string) =>
+    !exact.has(name) && (entry.shards.get(name)?.checked ?? -Infinity) < now - FIGURES_REFRESH_MS;
   // Without a map (an idempotent send that stored nothing), any shard heard of counts: a read when none is fresh.
   const due = entry.live ? entry.live.some(stale) : entry.shards.size === 0 || [...entry.shards.keys()].every(stale);
   const refreshing = entry.refreshingSince !== null && now - entry.refreshingSince < REFRESH_GIVE_UP_MS;
@@ -110,7 +132,9 @@ export async function figuresAfterSend(env: Env, queueId: string, mine: readonly
       const shards = await coordinatorFor(env, queueId).backlogByShard();
       const read = Date.now();
       // A shard the Coordinator has no report of holds nothing it knows of: counted as empty until one says otherwise.
-      for (const name of entry.live ?? []) if (!shards.some((b) => b.shard === name)) keep(entry, { shard: name, count: 0, bytes: 0, oldestAt: null }, -1, read);
+      for (const name of entry.live ?? [])
+        if (!shards.some((b) => b.shard === name))
+          keep(entry, { shard: name, count: 0, bytes: 0, oldestAt: null }, -1, read);
       for (const b of shards) keep(entry, b, b.at ?? 0, read);
     } catch (err) {
       console.error(`queue figures of ${queueId}: the Coordinator did not answer:`, err);

@@ -26,12 +26,22 @@ export interface QueueLookup {
 }
 
 /** The queue's shard map, or null when the account has no such queue. */
-export async function findQueue(env: Env, accountId: string, queueRef: string, opts: Pick<QueueLookup, "current"> = {}): Promise<ShardMap | null> {
+export async function findQueue(
+  env: Env,
+  accountId: string,
+  queueRef: string,
+  opts: Pick<QueueLookup, "current"> = {},
+): Promise<ShardMap | null> {
   return (opts.current ? authoritativeShardMap : cachedShardMap)(env, accountId, queueRef);
 }
 
 /** The queue's shard map; 404 when the account has no such queue. */
-export async function lookupQueue(env: Env, accountId: string, queueRef: string, opts: QueueLookup = {}): Promise<ShardMap> {
+export async function lookupQueue(
+  env: Env,
+  accountId: string,
+  queueRef: string,
+  opts: QueueLookup = {},
+): Promise<ShardMap> {
   const map = await findQueue(env, accountId, queueRef, opts);
   if (!map) throw queueNotFound(queueRef, opts.field);
   return map;
@@ -49,7 +59,12 @@ export async function lookupQueueId(env: Env, accountId: string, queueRef: strin
  * map may name a queue deleted (and perhaps created again) since: when `read` answers null
  * for it, the current map is read and `read` asked once more; null again is a 404.
  */
-export async function readQueue<T>(env: Env, accountId: string, queueRef: string, read: (map: ShardMap) => Promise<T | null>): Promise<T> {
+export async function readQueue<T>(
+  env: Env,
+  accountId: string,
+  queueRef: string,
+  read: (map: ShardMap) => Promise<T | null>,
+): Promise<T> {
   for (const current of [false, true]) {
     const found = await read(await lookupQueue(env, accountId, queueRef, { current }));
     if (found !== null) return found;

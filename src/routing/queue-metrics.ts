@@ -20,7 +20,12 @@ export async function queueMetrics(env: Env, map: ShardMap, opts: { heartbeats: 
   let oldest: number | null = null;
   let count = 0;
   let bytes = 0;
-  const ordering: QueueMetrics["ordering"] = { lanes: 0, held_keys: 0, held_by_reason: { leased: 0, retry: 0, delayed: 0, handoff: 0 }, oldest_held_since_ms: null };
+  const ordering: QueueMetrics["ordering"] = {
+    lanes: 0,
+    held_keys: 0,
+    held_by_reason: { leased: 0, retry: 0, delayed: 0, handoff: 0 },
+    oldest_held_since_ms: null,
+  };
   const perShard = shards.map((s, i) => {
     const st = stats[i]!;
     count += st.backlogCount;
@@ -28,12 +33,15 @@ export async function queueMetrics(env: Env, map: ShardMap, opts: { heartbeats: 
     if (st.oldestEnqueuedAt !== null && (oldest === null || st.oldestEnqueuedAt < oldest)) oldest = st.oldestEnqueuedAt;
     if (st.ordering) {
       ordering.lanes += st.ordering.lanes;
-      for (const [reason, n] of Object.entries(st.ordering.held) as Array<[keyof typeof ordering.held_by_reason, number]>) {
+      for (const [reason, n] of Object.entries(st.ordering.held) as Array<
+        [keyof typeof ordering.held_by_reason, number]
+      >) {
         ordering.held_by_reason[reason] += n;
         ordering.held_keys += n;
       }
       const since = st.ordering.oldestHeldSince;
-      if (since !== null && (ordering.oldest_held_since_ms === null || since < ordering.oldest_held_since_ms)) ordering.oldest_held_since_ms = since;
+      if (since !== null && (ordering.oldest_held_since_ms === null || since < ordering.oldest_held_since_ms))
+        ordering.oldest_held_since_ms = since;
     }
     return {
       name: s.name,

@@ -28,7 +28,9 @@ export async function cachedShardMap(env: Env, accountId: string, queueRef: stri
   const hit = entries.get(key);
   const now = Date.now();
   if (hit && hit.expiresAt > now) return hit.map;
-  const kvKey = QUEUE_ID_PATTERN.test(queueRef) ? shardMapKeyById(accountId, queueRef) : shardMapKeyByName(accountId, queueRef);
+  const kvKey = QUEUE_ID_PATTERN.test(queueRef)
+    ? shardMapKeyById(accountId, queueRef)
+    : shardMapKeyByName(accountId, queueRef);
   const fromKv = await env.SHARD_MAPS.get<ShardMap>(kvKey, "json");
   const map = fromKv && fromKv.accountId === accountId ? fromKv : await authoritativeShardMap(env, accountId, queueRef);
   remember(env, key, map);

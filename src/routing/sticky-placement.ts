@@ -52,7 +52,14 @@ const sticks = new Map<string, Stick>();
  * The shard `count` fresh messages of queue `queueId` go to. A shard in `exclude` (it
  * refused this send) is never picked, and a new one is drawn at random.
  */
-export function stickyShard(map: ShardMap, region: string, exclude: ReadonlySet<string>, count: number, now: number, random: () => number = Math.random): ShardEntry | undefined {
+export function stickyShard(
+  map: ShardMap,
+  region: string,
+  exclude: ReadonlySet<string>,
+  count: number,
+  now: number,
+  random: () => number = Math.random,
+): ShardEntry | undefined {
   const stick = sticks.get(map.queueId);
   if (stick && !stintOver(stick, now)) {
     const shard = shardsTakingSends(map, region, exclude).find((s) => s.name === stick.shard);

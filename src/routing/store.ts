@@ -2,7 +2,15 @@ import { serviceConfig } from "../kernel/config";
 import type { Env } from "../kernel/env";
 import { unavailable } from "../kernel/errors";
 import { randomHex } from "../kernel/ids";
-import { notRetired, type AppendRequest, type AppendResult, type EncodedMessage, type ShardBacklog, type ShardEntry, type ShardMap } from "../kernel/protocol";
+import {
+  notRetired,
+  type AppendRequest,
+  type AppendResult,
+  type EncodedMessage,
+  type ShardBacklog,
+  type ShardEntry,
+  type ShardMap,
+} from "../kernel/protocol";
 import { storageShardFor } from "../kernel/addressing";
 import { sleep } from "../kernel/sleep";
 import type { PendingMessage } from "./pending-messages";
@@ -96,7 +104,14 @@ export async function storeMessages(
     // Fresh messages get their ids from the shard that stores them: ids that say where they live.
     // A write again after a lost reply is recognised by its batch token and answered with the same ids.
     const batch = randomHex(8);
-    const { queueId, backlog, ids, peers, live } = await storeOnOneShard(env, target, map, messages, { ...flags, batch }, (m, exclude) => stickyShard(m, region, exclude, messages.length, Date.now()));
+    const { queueId, backlog, ids, peers, live } = await storeOnOneShard(
+      env,
+      target,
+      map,
+      messages,
+      { ...flags, batch },
+      (m, exclude) => stickyShard(m, region, exclude, messages.length, Date.now()),
+    );
     return { ids, queueId, backlogs: [backlog], peers, live };
   }
   const ids: string[] = keepIds ? [...keepIds] : new Array<string>(messages.length);
@@ -126,7 +141,13 @@ export async function storeMessages(
     return settled.flatMap((s) => (s as PromiseFulfilledResult<OneShard[]>).value);
   };
   const stored = await storeGroups(map, placeEach(map, region, messages, keepIds));
-  return { ids, queueId: stored[0]?.queueId ?? map.queueId, backlogs: stored.map((s) => s.backlog), peers: stored.flatMap((s) => s.peers ?? []), ...(stored[0] ? { live: stored[0].live } : {}) };
+  return {
+    ids,
+    queueId: stored[0]?.queueId ?? map.queueId,
+    backlogs: stored.map((s) => s.backlog),
+    peers: stored.flatMap((s) => s.peers ?? []),
+    ...(stored[0] ? { live: stored[0].live } : {}),
+  };
 }
 
 /** One shard's write: its exact figures and what it knew of the others. */
@@ -158,7 +179,13 @@ interface Placed {
  * shard. A write holds keyed or keyless messages, never both. A keyed write whose keys
  * part in a newer map throws KeysApart from its choose, to be placed again by that map.
  */
-function placeEach(map: ShardMap, region: string, messages: EncodedMessage[], keepIds: string[] | undefined, only: readonly number[] = messages.map((_, i) => i)): Placed[] {
+function placeEach(
+  map: ShardMap,
+  region: string,
+  messages: EncodedMessage[],
+  keepIds: string[] | undefined,
+  only: readonly number[] = messages.map((_, i) => i),
+): Placed[] {
   const groups = new Map<string, Placed>();
   const keyless = only.filter((i) => messages[i]!.orderingKey === undefined).length;
   for (const i of only) {
@@ -172,7 +199,8 @@ function placeEach(map: ShardMap, region: string, messages: EncodedMessage[], ke
       choose = (current, exclude) => {
         // Placed by one map, asked again with a newer one: its keys may part.
         const keys = new Set(groups.get(groupKey)!.indexes.map((j) => messages[j]!.orderingKey!));
-        if (keys.size > 1 && new Set([...keys].map((k) => shardForKey(current, k)?.name)).size > 1) throw new KeysApart(current);
+        if (keys.size > 1 && new Set([...keys].map((k) => shardForKey(current, k)?.name)).size > 1)
+          throw new KeysApart(current);
         return shardForKey(current, orderingKey, exclude);
       };
     } else if (keepIds) {
@@ -245,7 +273,14 @@ async function storeOnOneShard(
     // A send from a region without a shard of its own says so: the autoscaler gives the region one once it sends enough.
     const origin = target.region !== undefined && target.region !== shard.region ? { origin: target.region } : {};
     const result = await appendWithRetry(env, shard, { queueId: map.queueId, messages, ...flags, ...origin });
-    if (result.ok) return { queueId: map.queueId, backlog: result.backlog, ids: result.ids, peers: result.peers, live: notRetired(map.shards).map((s) => s.name) };
+    if (result.ok)
+      return {
+        queueId: map.queueId,
+        backlog: result.backlog,
+        ids: result.ids,
+        peers: result.peers,
+        live: notRetired(map.shards).map((s) => s.name),
+      };
     if (result.refused === "overloaded") {
       full.add(shard.name);
       continue;

@@ -11,13 +11,17 @@
  */
 export function blockedFrom(sql: SqlStorage, key: string): number | null {
   if (!bridgedAny(sql)) return null;
-  return sql.exec<{ g: number | null }>("SELECT MIN(gen) AS g FROM bridges WHERE key = ? AND released = 0", key).one().g;
+  return sql.exec<{ g: number | null }>("SELECT MIN(gen) AS g FROM bridges WHERE key = ? AND released = 0", key).one()
+    .g;
 }
 
 /** Of `keys`, those a bridge holds here, each with its blockedFrom(): one read for them all. */
 export function bridgedKeys(sql: SqlStorage, keys: readonly string[]): Map<string, number> {
   if (keys.length === 0 || !bridgedAny(sql)) return new Map();
-  const rows = sql.exec<{ key: string; g: number }>("SELECT key, MIN(gen) AS g FROM bridges WHERE released = 0 AND key IN (SELECT value FROM json_each(?)) GROUP BY key", JSON.stringify(keys));
+  const rows = sql.exec<{ key: string; g: number }>(
+    "SELECT key, MIN(gen) AS g FROM bridges WHERE released = 0 AND key IN (SELECT value FROM json_each(?)) GROUP BY key",
+    JSON.stringify(keys),
+  );
   return new Map(rows.toArray().map((r) => [r.key, r.g]));
 }
 
@@ -29,7 +33,8 @@ const bridged = new WeakMap<SqlStorage, boolean>();
 
 export function bridgedAny(sql: SqlStorage): boolean {
   let any = bridged.get(sql);
-  if (any === undefined) bridged.set(sql, (any = sql.exec("SELECT 1 FROM bridges WHERE released = 0 LIMIT 1").toArray().length > 0));
+  if (any === undefined)
+    bridged.set(sql, (any = sql.exec("SELECT 1 FROM bridges WHERE released = 0 LIMIT 1").toArray().length > 0));
   return any;
 }
 

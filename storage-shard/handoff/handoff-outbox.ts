@@ -21,7 +21,9 @@ export class HandoffOutbox {
 
   /** Delivers every registration to its owner; throws if one could not be. */
   async register(queueId: string, self: string, registrations: readonly Registration[]): Promise<void> {
-    await Promise.all(registrations.map((r) => storageShardFor(this.env, r.owner).acceptBridges(queueId, self, r.gen, r.keys)));
+    await Promise.all(
+      registrations.map((r) => storageShardFor(this.env, r.owner).acceptBridges(queueId, self, r.gen, r.keys)),
+    );
   }
 
   /** Sends the releases owed, if any and none are on their way. */
@@ -37,7 +39,9 @@ export class HandoffOutbox {
     this.ctx.waitUntil(
       Promise.allSettled(owed.map(send)).then((done) => {
         this.sending = false;
-        for (const d of done) if (d.status === "rejected") console.error("sending releases of ordering keys failed (the heartbeat tries again):", d.reason);
+        for (const d of done)
+          if (d.status === "rejected")
+            console.error("sending releases of ordering keys failed (the heartbeat tries again):", d.reason);
       }),
     );
   }

@@ -40,28 +40,48 @@ export interface Registration {
  * whose key another shard owns now. Returns every registration not yet answered, to send:
  * those of earlier epochs too, since an epoch entered before a reset may have sent none.
  */
-export function enterEpoch(sql: SqlStorage, ds: DeliveryState, self: string, epoch: Epoch): { entered: boolean; registrations: Registration[] } {
+export function enterEpoch(
+  sql: SqlStorage,
+  ds: DeliveryState,
+  self: string,
+  epoch: Epoch,
+): { entered: boolean; registrations: Registration[] } {
   const current = loadEpoch(sql);
   const entered = current === null || epoch.seq > current.seq;
   if (entered) {
-    sql.exec("INSERT OR REPLACE INTO epoch (one, seq, active) VALUES (1, ?, ?)", epoch.seq, JSON.stringify(epoch.active));
+    sql.exec(
+      "INSERT OR REPLACE INTO epoch (one, seq, active) VALUES (1, ?, ?)",
+      epoch.seq,
+      JSON.stringify(epoch.active),
+    );
     sql.exec("DELETE FROM bridges WHERE released = 1 AND gen < ?", epoch.seq);
     bridgesChanged(sql);
     for (const key of keysHeld(sql, ds).keys()) {
       const owner = ownerOfKey(key, epoch.active);
-      if (owner !== undefined && owner !== self) sql.exec("INSERT OR IGNORE INTO registrations (key, owner, gen) VALUES (?, ?, ?)", key, owner, epoch.seq);
+      if (owner !== undefined && owner !== self)
+        sql.exec("INSERT OR IGNORE INTO registrations (key, owner, gen) VALUES (?, ?, ?)", key, owner, epoch.seq);
     }
     owing.delete(sql);
     mayOwe.delete(sql);
   }
-  return { entered, registrations: grouped(sql.exec<{ key: string; owner: string; gen: number }>("SELECT key, owner, gen FROM registrations").toArray()) };
+  return {
+    entered,
+    registrations: grouped(
+      sql.exec<{ key: string; owner: string; gen: number }>("SELECT key, owner, gen FROM registrations").toArray(),
+    ),
+  };
 }
 
 /** The keys of the keyed messages held here, unsettled, each with the oldest epoch among them: a read of every segment holding keyed ones. */
 function keysHeld(sql: SqlStorage, ds: DeliveryState): Map<string, number> {
   const out = new Map<string, number>();
-  for (let after = 0; ; ) {
-    const rows = sql.exec<{ seg: number; settled: ArrayBuffer }>("SELECT seg, settled FROM segments WHERE seg > ? AND keyed > 0 ORDER BY seg LIMIT 64", after).toArray();
+  for (let after = 0; ;) {
+    const rows = sql
+      .exec<{ seg: number; settled: ArrayBuffer }>(
+        "SELECT seg, settled FROM segments WHERE seg > ? AND keyed > 0 ORDER BY seg LIMIT 64",
+        after,
+      )
+      .toArray();
     if (rows.length === 0) return out;
     for (const r of rows) {
       after = r.seg;
@@ -89,12 +109,18 @@ const RELEASE_CHECK_MS = 250;
  */
 export function releasesDue(sql: SqlStorage, ds: DeliveryState, now: number, force = false): number {
   let o = owing.get(sql);
-  if (!o) owing.set(sql, (o = { any: sql.exec("SELECT 1 FROM registrations LIMIT 1").toArray().length > 0, lookedAt: -Infinity }));
+  if (!o)
+    owing.set(
+      sql,
+      (o = { any: sql.exec("SELECT 1 FROM registrations LIMIT 1").toArray().length > 0, lookedAt: -Infinity }),
+    );
   if (!o.any || (!force && now - o.lookedAt < RELEASE_CHECK_MS)) return 0;
   o.lookedAt = now;
   const held = keysHeld(sql, ds);
   let n = 0;
-  for (const r of sql.exec<{ key: string; owner: string; gen: number }>("SELECT key, owner, gen FROM registrations").toArray()) {
+  for (const r of sql
+    .exec<{ key: string; owner: string; gen: number }>("SELECT key, owner, gen FROM registrations")
+    .toArray()) {
     const oldest = held.get(r.key);
     if (oldest !== undefined && oldest < r.gen) continue;
     sql.exec("INSERT OR IGNORE INTO releases (key, owner, gen) VALUES (?, ?, ?)", r.key, r.owner, r.gen);
@@ -114,7 +140,11 @@ const mayOwe = new WeakMap<SqlStorage, boolean>();
 
 export function mayOweHandoffs(sql: SqlStorage): boolean {
   let owes = mayOwe.get(sql);
-  if (owes === undefined) mayOwe.set(sql, (owes = sql.exec("SELECT 1 FROM registrations UNION ALL SELECT 1 FROM releases LIMIT 1").toArray().length > 0));
+  if (owes === undefined)
+    mayOwe.set(
+      sql,
+      (owes = sql.exec("SELECT 1 FROM registrations UNION ALL SELECT 1 FROM releases LIMIT 1").toArray().length > 0),
+    );
   return owes;
 }
 
@@ -127,18 +157,23 @@ export function forgetHandoffs(sql: SqlStorage): void {
 
 /** Releases waiting to be sent, grouped by owner and epoch. */
 export function pendingReleases(sql: SqlStorage): Registration[] {
-  return grouped(sql.exec<{ key: string; owner: string; gen: number }>("SELECT key, owner, gen FROM releases").toArray());
+  return grouped(
+    sql.exec<{ key: string; owner: string; gen: number }>("SELECT key, owner, gen FROM releases").toArray(),
+  );
 }
 
 /** The releases the owner confirmed. */
 export function releasesSent(sql: SqlStorage, sent: Registration): void {
-  for (const key of sent.keys) sql.exec("DELETE FROM releases WHERE key = ? AND owner = ? AND gen = ?", key, sent.owner, sent.gen);
+  for (const key of sent.keys)
+    sql.exec("DELETE FROM releases WHERE key = ? AND owner = ? AND gen = ?", key, sent.owner, sent.gen);
   mayOwe.delete(sql);
 }
 
 /** Hand-offs this shard still owes: registrations not yet released, and releases not yet sent. */
 export function owedHandoffs(sql: SqlStorage): number {
-  return sql.exec<{ n: number }>("SELECT (SELECT COUNT(*) FROM registrations) + (SELECT COUNT(*) FROM releases) AS n").one().n;
+  return sql
+    .exec<{ n: number }>("SELECT (SELECT COUNT(*) FROM registrations) + (SELECT COUNT(*) FROM releases) AS n")
+    .one().n;
 }
 
 /**
@@ -148,7 +183,15 @@ export function owedHandoffs(sql: SqlStorage): number {
 export function acceptBridges(sql: SqlStorage, holder: string, gen: number, keys: readonly string[]): void {
   bridgesChanged(sql);
   for (const key of keys) {
-    const cancelled = sql.exec("DELETE FROM bridges WHERE key = ? AND holder = ? AND gen = ? AND released = 1 RETURNING key", key, holder, gen).toArray().length > 0;
+    const cancelled =
+      sql
+        .exec(
+          "DELETE FROM bridges WHERE key = ? AND holder = ? AND gen = ? AND released = 1 RETURNING key",
+          key,
+          holder,
+          gen,
+        )
+        .toArray().length > 0;
     if (cancelled) continue;
     sql.exec("INSERT OR IGNORE INTO bridges (key, holder, gen, released) VALUES (?, ?, ?, 0)", key, holder, gen);
   }
@@ -158,9 +201,18 @@ export function acceptBridges(sql: SqlStorage, holder: string, gen: number, keys
 export function acceptReleases(sql: SqlStorage, holder: string, gen: number, keys: readonly string[]): void {
   bridgesChanged(sql);
   for (const key of keys) {
-    const ended = sql.exec("DELETE FROM bridges WHERE key = ? AND holder = ? AND gen = ? AND released = 0 RETURNING key", key, holder, gen).toArray().length > 0;
+    const ended =
+      sql
+        .exec(
+          "DELETE FROM bridges WHERE key = ? AND holder = ? AND gen = ? AND released = 0 RETURNING key",
+          key,
+          holder,
+          gen,
+        )
+        .toArray().length > 0;
     // Before its registration (both were under way at once): a tombstone cancels it when it comes.
-    if (!ended) sql.exec("INSERT OR IGNORE INTO bridges (key, holder, gen, released) VALUES (?, ?, ?, 1)", key, holder, gen);
+    if (!ended)
+      sql.exec("INSERT OR IGNORE INTO bridges (key, holder, gen, released) VALUES (?, ?, ?, 1)", key, holder, gen);
   }
 }
 

@@ -20,7 +20,12 @@ export const KEY_LEASES_SCHEMA = `CREATE TABLE IF NOT EXISTS key_leases (lease T
 export type LeasedSlot = [seg: number, slot: number, id: string, counts: 0 | 1];
 
 export function writeKeyedLease(sql: SqlStorage, lease: string, until: number, slots: readonly LeasedSlot[]): void {
-  sql.exec("INSERT OR REPLACE INTO key_leases (lease, until, slots) VALUES (?, ?, ?)", lease, until, JSON.stringify(slots));
+  sql.exec(
+    "INSERT OR REPLACE INTO key_leases (lease, until, slots) VALUES (?, ?, ?)",
+    lease,
+    until,
+    JSON.stringify(slots),
+  );
 }
 
 export function deleteKeyedLease(sql: SqlStorage, lease: string): void {
@@ -46,7 +51,9 @@ export function restoreKeyed(sql: SqlStorage, ds: DeliveryState, now: number): v
     }
     return states.get(seg)!;
   };
-  for (const row of sql.exec<{ lease: string; until: number; slots: string }>("SELECT lease, until, slots FROM key_leases").toArray()) {
+  for (const row of sql
+    .exec<{ lease: string; until: number; slots: string }>("SELECT lease, until, slots FROM key_leases")
+    .toArray()) {
     const held: Array<[string, string]> = [];
     for (const [seg, slot, id, counts] of JSON.parse(row.slots) as LeasedSlot[]) {
       const bits = settledBits(seg);
@@ -58,7 +65,9 @@ export function restoreKeyed(sql: SqlStorage, ds: DeliveryState, now: number): v
     if (held.length === 0) deleteKeyedLease(sql, row.lease);
     else ds.keys.taken(row.lease, row.until, held, now);
   }
-  for (const { seg, settled } of sql.exec<{ seg: number; settled: ArrayBuffer }>("SELECT seg, settled FROM segments WHERE due_at = ?", KEYED_DUE).toArray()) {
+  for (const { seg, settled } of sql
+    .exec<{ seg: number; settled: ArrayBuffer }>("SELECT seg, settled FROM segments WHERE due_at = ?", KEYED_DUE)
+    .toArray()) {
     const bits = Settled.of(settled);
     headersOf(sql, ds, seg)?.forEach((h, slot) => {
       if (bits.has(slot) || h.key === undefined || ds.leases.has(slotKey(seg, slot))) return;

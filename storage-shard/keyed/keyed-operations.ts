@@ -42,9 +42,13 @@ const KEYED_PAGE = 64;
  * again (its segment is KEYED_DUE). Reads the keyed segments' headers: an operator's pass.
  */
 function eachKeyed(sql: SqlStorage, ds: DeliveryState, visit: (at: KeyedSlot, rewrite: boolean) => void): void {
-  for (let after = 0; ; ) {
+  for (let after = 0; ;) {
     const rows = sql
-      .exec<{ seg: number; due_at: number | null; settled: ArrayBuffer }>("SELECT seg, due_at, settled FROM segments WHERE keyed > 0 AND seg > ? ORDER BY seg LIMIT ?", after, KEYED_PAGE)
+      .exec<{ seg: number; due_at: number | null; settled: ArrayBuffer }>(
+        "SELECT seg, due_at, settled FROM segments WHERE keyed > 0 AND seg > ? ORDER BY seg LIMIT ?",
+        after,
+        KEYED_PAGE,
+      )
       .toArray();
     if (rows.length === 0) return;
     for (const r of rows) {
@@ -53,7 +57,8 @@ function eachKeyed(sql: SqlStorage, ds: DeliveryState, visit: (at: KeyedSlot, re
       if (!headers) continue;
       const settled = settledOf(ds, r.seg, r.settled);
       headers.forEach((h, slot) => {
-        if (h.key !== undefined && !settled.has(slot)) visit({ seg: r.seg, slot, header: h, pos: posOf(h, r.seg, slot) }, r.due_at === KEYED_DUE);
+        if (h.key !== undefined && !settled.has(slot))
+          visit({ seg: r.seg, slot, header: h, pos: posOf(h, r.seg, slot) }, r.due_at === KEYED_DUE);
       });
     }
   }
@@ -70,7 +75,13 @@ interface KeySeen {
  * Why a key is held back now, or null when its head could be leased. Its batch in flight comes
  * first, then a hand-off holding its head, then its head's own time (a retry's, or a delay's).
  */
-function reasonOf(ds: DeliveryState, now: number, key: string, seen: KeySeen, from: number | undefined): HoldReason | null {
+function reasonOf(
+  ds: DeliveryState,
+  now: number,
+  key: string,
+  seen: KeySeen,
+  from: number | undefined,
+): HoldReason | null {
   if ((ds.keys.holds.get(key)?.lease ?? null) !== null) return "leased";
   const h = seen.head.header;
   if (from !== undefined && (h.gen ?? 0) >= from) return "handoff";
@@ -83,7 +94,12 @@ function reasonOf(ds: DeliveryState, now: number, key: string, seen: KeySeen, fr
  * keys have messages here and how many are held, by reason. One pass over the keyed segments:
  * a delayed head the lease scan has not reached yet is in no hold, and is found here.
  */
-export function heldKeys(sql: SqlStorage, ds: DeliveryState, now: number, limit: number): { keys: HeldKey[]; lanes: number; held: Record<HoldReason, number> } {
+export function heldKeys(
+  sql: SqlStorage,
+  ds: DeliveryState,
+  now: number,
+  limit: number,
+): { keys: HeldKey[]; lanes: number; held: Record<HoldReason, number> } {
   const seen = new Map<string, KeySeen>();
   eachKeyed(sql, ds, (at, rewrite) => {
     const key = at.header.key!;
@@ -102,7 +118,13 @@ export function heldKeys(sql: SqlStorage, ds: DeliveryState, now: number, limit:
     if (reason === null) continue;
     held[reason]++;
     // A key with no hold has been held since its head arrived: a delayed head nothing has read yet, or one a hand-off holds.
-    keys.push({ key, reason, blocker: null, since: ds.keys.holds.get(key)?.since ?? s.head.header.enqueuedAt, messages: s.count });
+    keys.push({
+      key,
+      reason,
+      blocker: null,
+      since: ds.keys.holds.get(key)?.since ?? s.head.header.enqueuedAt,
+      messages: s.count,
+    });
   }
   keys.sort((a, b) => a.since - b.since || (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
   const listed = keys.slice(0, Math.max(0, limit));
@@ -112,8 +134,17 @@ export function heldKeys(sql: SqlStorage, ds: DeliveryState, now: number, limit:
 
 /** The message holding a listed key (the first of its batch in flight, or its head), or the shard a hand-off waits on. */
 function blockerOf(sql: SqlStorage, ds: DeliveryState, k: HeldKey, head: KeyedSlot): string | null {
-  if (k.reason === "handoff") return sql.exec<{ holder: string }>("SELECT holder FROM bridges WHERE key = ? AND released = 0 ORDER BY gen LIMIT 1", k.key).toArray()[0]?.holder ?? null;
-  if (k.reason === "leased") return leaseHead(sql, ds, ds.keys.holds.get(k.key)!.lease!, k.key)?.header.id ?? head.header.id;
+  if (k.reason === "handoff")
+    return (
+      sql
+        .exec<{ holder: string }>(
+          "SELECT holder FROM bridges WHERE key = ? AND released = 0 ORDER BY gen LIMIT 1",
+          k.key,
+        )
+        .toArray()[0]?.holder ?? null
+    );
+  if (k.reason === "leased")
+    return leaseHead(sql, ds, ds.keys.holds.get(k.key)!.lease!, k.key)?.header.id ?? head.header.id;
   return head.header.id;
 }
 
@@ -186,7 +217,10 @@ function headOf(sql: SqlStorage, ds: DeliveryState, key: string, hold: KeyHold |
   // A batch in flight and a retried copy waiting may both hold the key: the head is the first of them in the key's order.
   const leased = hold && hold.lease !== null ? leaseHead(sql, ds, hold.lease, key) : null;
   const w = hold?.waiting[0];
-  const waiting = w && (hold!.parkedFrom === null || comparePos(w.pos, [hold!.parkedFrom, 0]) <= 0) ? liveSlot(sql, ds, w.seg, w.slot, w.id) : null;
+  const waiting =
+    w && (hold!.parkedFrom === null || comparePos(w.pos, [hold!.parkedFrom, 0]) <= 0)
+      ? liveSlot(sql, ds, w.seg, w.slot, w.id)
+      : null;
   if (leased && waiting) return byPos(leased, waiting) <= 0 ? leased : waiting;
   if (leased ?? waiting) return leased ?? waiting;
   let best: KeyedSlot | null = null;
@@ -205,7 +239,14 @@ function headOf(sql: SqlStorage, ds: DeliveryState, key: string, hold: KeyHold |
  * was acked. A batch of the key in flight loses its slots of the key, which are deliverable
  * again in their order once the head is gone.
  */
-export function takeKeyHead(sql: SqlStorage, ds: DeliveryState, now: number, key: string, expected: string, leaseMs: number): HeadTaken {
+export function takeKeyHead(
+  sql: SqlStorage,
+  ds: DeliveryState,
+  now: number,
+  key: string,
+  expected: string,
+  leaseMs: number,
+): HeadTaken {
   const hold = ds.keys.holds.get(key);
   const head = headOf(sql, ds, key, hold);
   if (!head) return null;
@@ -226,7 +267,8 @@ export function takeKeyHead(sql: SqlStorage, ds: DeliveryState, now: number, key
     trimKeyedLease(sql, ds, lease);
   }
   unwait(ds, key, head.seg, head.slot);
-  const taken = leaseSlots(sql, ds, [{ seg: head.seg, slot: head.slot, header: head.header }], now, leaseMs, false).messages[0];
+  const taken = leaseSlots(sql, ds, [{ seg: head.seg, slot: head.slot, header: head.header }], now, leaseMs, false)
+    .messages[0];
   // A head whose body fails its checksum was quarantined instead: the key holds nothing now.
   return taken ? { taken } : { notHeld: head.header.id };
 }
@@ -240,7 +282,9 @@ export function takeKeyHead(sql: SqlStorage, ds: DeliveryState, now: number, key
 export function giveBack(ds: DeliveryState, now: number, state: SegmentState, slot: number, h: Header): void {
   const key = h.key!;
   if (state.due_at === KEYED_DUE) {
-    ds.keys.wait(key, now, [{ seg: state.seg, slot, pos: posOf(h, state.seg, slot), id: h.id, dueAt: Math.max(h.dueAt, now), rewrite: true }]);
+    ds.keys.wait(key, now, [
+      { seg: state.seg, slot, pos: posOf(h, state.seg, slot), id: h.id, dueAt: Math.max(h.dueAt, now), rewrite: true },
+    ]);
   } else {
     ds.keys.park(key, state.seg, now);
   }
@@ -255,7 +299,9 @@ export function trimKeyedLease(sql: SqlStorage, ds: DeliveryState, lease: string
   if (!held) return;
   const row = sql.exec<{ slots: string }>("SELECT slots FROM key_leases WHERE lease = ?", lease).toArray()[0];
   if (!row) return;
-  const kept = (JSON.parse(row.slots) as Array<[number, number, ...unknown[]]>).filter(([seg, slot]) => held.slots.has(slotKey(seg, slot)));
+  const kept = (JSON.parse(row.slots) as Array<[number, number, ...unknown[]]>).filter(([seg, slot]) =>
+    held.slots.has(slotKey(seg, slot)),
+  );
   sql.exec("UPDATE key_leases SET slots = ? WHERE lease = ?", JSON.stringify(kept), lease);
 }
 
@@ -326,7 +372,11 @@ export class PeekGate {
   private free(seg: number, slot: number, h: Header): boolean {
     if (h.dueAt > this.now || this.ds.leases.has(slotKey(seg, slot))) return false;
     const hold = this.ds.keys.holds.get(h.key!);
-    if (hold && (hold.lease !== null || (hold.waiting.length > 0 && comparePos(posOf(h, seg, slot), hold.waiting[0]!.pos) > 0))) return false;
+    if (
+      hold &&
+      (hold.lease !== null || (hold.waiting.length > 0 && comparePos(posOf(h, seg, slot), hold.waiting[0]!.pos) > 0))
+    )
+      return false;
     return !this.handOffs.holds(h);
   }
 }

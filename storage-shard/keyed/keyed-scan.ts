@@ -77,7 +77,8 @@ export class KeyPlan {
     const flowing = this.taken.has(key) || this.caughtUp.has(key);
     if (!flowing && this.ds.keys.blocks(key, posOf(h, seg, slot))) return this.leave(key, seg);
     if (h.dueAt > this.now) {
-      if (!this.heads.has(key)) this.heads.set(key, { seg, slot, pos: posOf(h, seg, slot), id: h.id, dueAt: h.dueAt, rewrite: false });
+      if (!this.heads.has(key))
+        this.heads.set(key, { seg, slot, pos: posOf(h, seg, slot), id: h.id, dueAt: h.dueAt, rewrite: false });
       this.stopped.add(key);
       return "skip";
     }
@@ -134,7 +135,13 @@ export class KeyPlan {
     const state = readState(this.sql, w.seg);
     if (!state) return null;
     const h = headersOf(this.sql, this.ds, w.seg)?.[w.slot];
-    if (!h || h.id !== w.id || settledOf(this.ds, w.seg, state.settled).has(w.slot) || this.ds.leases.has(slotKey(w.seg, w.slot))) return null;
+    if (
+      !h ||
+      h.id !== w.id ||
+      settledOf(this.ds, w.seg, state.settled).has(w.slot) ||
+      this.ds.leases.has(slotKey(w.seg, w.slot))
+    )
+      return null;
     return h;
   }
 
@@ -148,7 +155,13 @@ export class KeyPlan {
       open.clear();
     };
     while (open.size > 0) {
-      const rows = this.sql.exec(`SELECT ${STATE_COLUMNS} FROM segments WHERE seg > ? AND seg <= ? AND due_at IS NULL ORDER BY seg LIMIT 16`, after, this.ds.cursor).toArray() as unknown as SegmentState[];
+      const rows = this.sql
+        .exec(
+          `SELECT ${STATE_COLUMNS} FROM segments WHERE seg > ? AND seg <= ? AND due_at IS NULL ORDER BY seg LIMIT 16`,
+          after,
+          this.ds.cursor,
+        )
+        .toArray() as unknown as SegmentState[];
       if (rows.length === 0) break;
       for (const state of rows) {
         after = state.seg;
@@ -160,13 +173,28 @@ export class KeyPlan {
           const h = headers[slot]!;
           const key = h.key;
           const at = slotKey(state.seg, slot);
-          if (key === undefined || !open.has(key) || state.seg < pulling.get(key)! || settled.has(slot) || this.ds.leases.has(at) || this.chosen.has(at)) continue;
+          if (
+            key === undefined ||
+            !open.has(key) ||
+            state.seg < pulling.get(key)! ||
+            settled.has(slot) ||
+            this.ds.leases.has(at) ||
+            this.chosen.has(at)
+          )
+            continue;
           if (this.handedOff(h)) {
             open.delete(key);
             this.stop(key, state.seg);
           } else if (h.dueAt > this.now) {
             open.delete(key);
-            this.heads.set(key, { seg: state.seg, slot, pos: posOf(h, state.seg, slot), id: h.id, dueAt: h.dueAt, rewrite: false });
+            this.heads.set(key, {
+              seg: state.seg,
+              slot,
+              pos: posOf(h, state.seg, slot),
+              id: h.id,
+              dueAt: h.dueAt,
+              rewrite: false,
+            });
             this.stop(key, state.seg);
           } else if (out.length >= want) {
             return stopAll(state.seg);

@@ -46,12 +46,25 @@ export function convertLanesToSegments(sql: SqlStorage): void {
     const headers = group.map((g) => g.header);
     sql.exec(
       "INSERT INTO segments (seg, enqueued_at, due_at, count, live, live_bytes, settled, batch, headers, bodies, keyed) VALUES (?, ?, NULL, ?, ?, ?, ?, NULL, ?, ?, ?)",
-      seg, Math.min(...headers.map((h) => h.enqueuedAt)), headers.length, headers.length, bytes,
-      Settled.none(headers.length).blob(), encodeHeaders(headers), packBodies(group.map((g) => new Uint8Array(g.r.body))), headers.length,
+      seg,
+      Math.min(...headers.map((h) => h.enqueuedAt)),
+      headers.length,
+      headers.length,
+      bytes,
+      Settled.none(headers.length).blob(),
+      encodeHeaders(headers),
+      packBodies(group.map((g) => new Uint8Array(g.r.body))),
+      headers.length,
     );
     group.forEach(({ r }, slot) => {
       sql.exec("INSERT OR REPLACE INTO message_ids (id, seg) VALUES (?, ?)", r.id, seg);
-      if (r.lease === null || r.leased !== 1 || (r.lease_until ?? 0) <= now || r.lseq > (r.upto ?? Number.MAX_SAFE_INTEGER)) return;
+      if (
+        r.lease === null ||
+        r.leased !== 1 ||
+        (r.lease_until ?? 0) <= now ||
+        r.lseq > (r.upto ?? Number.MAX_SAFE_INTEGER)
+      )
+        return;
       const l = leases.get(r.lease) ?? { until: r.lease_until!, slots: [] };
       l.slots.push([seg, slot, r.id, 1]);
       leases.set(r.lease, l);
@@ -60,8 +73,10 @@ export function convertLanesToSegments(sql: SqlStorage): void {
     group = [];
     bytes = 0;
   };
-  sql.exec("CREATE TABLE IF NOT EXISTS legacy_lanes (lseq INTEGER PRIMARY KEY, seg INTEGER NOT NULL, slot INTEGER NOT NULL)");
-  for (let after = 0; ; ) {
+  sql.exec(
+    "CREATE TABLE IF NOT EXISTS legacy_lanes (lseq INTEGER PRIMARY KEY, seg INTEGER NOT NULL, slot INTEGER NOT NULL)",
+  );
+  for (let after = 0; ;) {
     const rows = sql
       .exec(
         `SELECT m.lseq, m.key, m.id, m.content_type, m.checksum, m.enqueued_at, m.due_at, m.attempts, m.sent_at, m.leased, m.gen, m.body, l.lease, l.lease_until, l.upto
@@ -77,9 +92,20 @@ export function convertLanesToSegments(sql: SqlStorage): void {
       group.push({
         r,
         header: {
-          id: r.id, contentType: r.content_type, size, checksum: r.checksum, enqueuedAt: r.enqueued_at, dueAt: r.due_at,
+          id: r.id,
+          contentType: r.content_type,
+          size,
+          checksum: r.checksum,
+          enqueuedAt: r.enqueued_at,
+          dueAt: r.due_at,
           // A lease that ran out was a delivery that failed, as the lanes counted it when they saw it had.
-          attempts: r.attempts + (r.leased === 1 && (r.lease_until ?? 0) <= now ? 1 : 0), sentAt: r.sent_at, copy: `L${r.lseq}`, indexed: true, key: r.key, gen: r.gen, pos: "",
+          attempts: r.attempts + (r.leased === 1 && (r.lease_until ?? 0) <= now ? 1 : 0),
+          sentAt: r.sent_at,
+          copy: `L${r.lseq}`,
+          indexed: true,
+          key: r.key,
+          gen: r.gen,
+          pos: "",
         },
       });
       bytes += size;
@@ -88,7 +114,8 @@ export function convertLanesToSegments(sql: SqlStorage): void {
   flush();
   for (const [lease, l] of leases) writeKeyedLease(sql, lease, l.until, l.slots);
   // The last lseq drawn: a located id naming one up to it was this shard's (drawn-ids.ts), though the table goes.
-  const lastLseq = sql.exec<{ seq: number }>("SELECT seq FROM sqlite_sequence WHERE name = 'lane_messages'").toArray()[0]?.seq ?? 0;
+  const lastLseq =
+    sql.exec<{ seq: number }>("SELECT seq FROM sqlite_sequence WHERE name = 'lane_messages'").toArray()[0]?.seq ?? 0;
   sql.exec("INSERT OR REPLACE INTO meta (key, value) VALUES ('last_lseq', ?)", String(lastLseq));
   sql.exec("DROP TABLE lane_ids");
   sql.exec("DROP TABLE lane_messages");

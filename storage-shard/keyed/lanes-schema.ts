@@ -45,7 +45,8 @@ export const LANES_SCHEMA = `CREATE TABLE lane_messages (
  * number the table gave out before.
  */
 export function neverReuseLseq(sql: SqlStorage): void {
-  const columns = "lseq, key, id, content_type, checksum, enqueued_at, due_at, attempts, sent_at, leased, batch, gen, body";
+  const columns =
+    "lseq, key, id, content_type, checksum, enqueued_at, due_at, attempts, sent_at, leased, batch, gen, body";
   sql.exec(`CREATE TABLE lane_messages_v14 (
      lseq         INTEGER PRIMARY KEY AUTOINCREMENT,
      key          TEXT    NOT NULL,
@@ -70,7 +71,10 @@ export function neverReuseLseq(sql: SqlStorage): void {
   sql.exec(HANDOFF_TRIGGER);
   const floor = Date.now() * 1024;
   sql.exec("UPDATE sqlite_sequence SET seq = MAX(seq, ?) WHERE name = 'lane_messages'", floor);
-  sql.exec("INSERT INTO sqlite_sequence (name, seq) SELECT 'lane_messages', ? WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'lane_messages')", floor);
+  sql.exec(
+    "INSERT INTO sqlite_sequence (name, seq) SELECT 'lane_messages', ? WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'lane_messages')",
+    floor,
+  );
 }
 
 /**

@@ -15,10 +15,24 @@ import { placement } from "./segment-placement";
  * write stored, if it was stored; messages given ids are skipped when this shard
  * holds or remembers them, moves when it carried them out or holds the message still.
  */
-export function appendBatch(sql: SqlStorage, ds: DeliveryState, shardNo: number, req: AppendRequest, now: number, gen = 0): { stored: number; bytes: number; ids: string[] } {
+export function appendBatch(
+  sql: SqlStorage,
+  ds: DeliveryState,
+  shardNo: number,
+  req: AppendRequest,
+  now: number,
+  gen = 0,
+): { stored: number; bytes: number; ids: string[] } {
   const fresh = req.messages.every((m) => m.id === undefined);
   if (fresh && req.dedupe && req.batch) {
-    const again = idsOfBatch(sql, ds, req.batch, placement(req.messages.map(toNew(now, gen))), req.messages.length, DEDUPE_SEGMENTS);
+    const again = idsOfBatch(
+      sql,
+      ds,
+      req.batch,
+      placement(req.messages.map(toNew(now, gen))),
+      req.messages.length,
+      DEDUPE_SEGMENTS,
+    );
     if (again) return { stored: 0, bytes: 0, ids: again };
   }
   // A move is known by the copy it moves, a send by its id: never one by the other.
@@ -49,7 +63,9 @@ export function appendBatch(sql: SqlStorage, ds: DeliveryState, shardNo: number,
     at.push(i);
   });
   // A small write of messages ready at once goes into the open head; anything else is new segments.
-  const written = appendToHead(sql, ds, shardNo, now, writes, req.batch ?? null) ?? writeSegments(sql, ds, shardNo, now, writes, req.batch ?? null, true);
+  const written =
+    appendToHead(sql, ds, shardNo, now, writes, req.batch ?? null) ??
+    writeSegments(sql, ds, shardNo, now, writes, req.batch ?? null, true);
   written.forEach((w, k) => (ids[at[k]!] = w.id));
   if (req.remember) rememberIds(sql, storedIds, now);
   rememberMoves(sql, storedMoves, now);

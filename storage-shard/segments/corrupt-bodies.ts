@@ -21,11 +21,17 @@ const MAX_CORRUPT = 100;
  * and only that message of its segment is quarantined. Returns each one's id and the
  * place it was written ("<segment>.<slot>").
  */
-function flipBodies(sql: SqlStorage, held: ReadonlyMap<string, unknown>, count: number): Array<{ id: string; slot: string }> {
+function flipBodies(
+  sql: SqlStorage,
+  held: ReadonlyMap<string, unknown>,
+  count: number,
+): Array<{ id: string; slot: string }> {
   const want = Math.max(0, Math.min(MAX_CORRUPT, Math.floor(count)));
   const picks: Array<{ seg: number; slot: number; id: string; at: number; free: boolean }> = [];
   let scanned = 0;
-  for (const r of sql.exec<{ seg: number; settled: ArrayBuffer; headers: string; bodies: ArrayBuffer }>("SELECT seg, settled, headers, bodies FROM segments ORDER BY seg DESC")) {
+  for (const r of sql.exec<{ seg: number; settled: ArrayBuffer; headers: string; bodies: ArrayBuffer }>(
+    "SELECT seg, settled, headers, bodies FROM segments ORDER BY seg DESC",
+  )) {
     const headers = decodeHeaders(r.headers);
     const settled = Settled.of(r.settled);
     const offsets = offsetsOf(headers);
@@ -40,7 +46,9 @@ function flipBodies(sql: SqlStorage, held: ReadonlyMap<string, unknown>, count: 
     scanned += headers.length;
     if (scanned >= want + held.size + 1000) break;
   }
-  const chosen = picks.sort((a, b) => Number(b.free) - Number(a.free) || b.seg - a.seg || b.slot - a.slot).slice(0, want);
+  const chosen = picks
+    .sort((a, b) => Number(b.free) - Number(a.free) || b.seg - a.seg || b.slot - a.slot)
+    .slice(0, want);
   const bySeg = new Map<number, typeof chosen>();
   for (const c of chosen) bySeg.set(c.seg, [...(bySeg.get(c.seg) ?? []), c]);
   for (const [seg, list] of bySeg) {
@@ -57,4 +65,5 @@ function notInThisBuild(): never {
   throw new Error("test hooks are off (left out of this build)");
 }
 
-export const corruptBodies: typeof flipBodies = (globalThis as BuildGlobals).process?.env?.NODE_ENV !== "production" ? flipBodies : notInThisBuild;
+export const corruptBodies: typeof flipBodies =
+  (globalThis as BuildGlobals).process?.env?.NODE_ENV !== "production" ? flipBodies : notInThisBuild;

@@ -41,8 +41,29 @@ export interface MemoryLease {
 const HEADER_CACHE = 512;
 
 /** The running totals, by the column names of the `counters` table. */
-export type TotalName = "stored" | "leased" | "acked" | "retried" | "dead_lettered" | "dropped" | "expired" | "quarantined" | "purged" | "cancelled";
-const TOTAL_NAMES: readonly TotalName[] = ["stored", "leased", "acked", "retried", "dead_lettered", "dropped", "expired", "quarantined", "purged", "cancelled"];
+export type TotalName =
+  | "stored"
+  | "leased"
+  | "acked"
+  | "retried"
+  | "dead_lettered"
+  | "dropped"
+  | "expired"
+  | "quarantined"
+  | "purged"
+  | "cancelled";
+const TOTAL_NAMES: readonly TotalName[] = [
+  "stored",
+  "leased",
+  "acked",
+  "retried",
+  "dead_lettered",
+  "dropped",
+  "expired",
+  "quarantined",
+  "purged",
+  "cancelled",
+];
 /**
  * How often, at most, the running totals are written while traffic flows: a row each
  * second would be a row per message for a queue of slow, steady sends. A shard going to
@@ -129,7 +150,8 @@ export class DeliveryState {
   }
 
   remember(seg: number, headers: Header[]): void {
-    if (!this.headers.has(seg) && this.headers.size >= HEADER_CACHE) this.headers.delete(this.headers.keys().next().value!);
+    if (!this.headers.has(seg) && this.headers.size >= HEADER_CACHE)
+      this.headers.delete(this.headers.keys().next().value!);
     this.headers.set(seg, headers);
   }
 
@@ -157,7 +179,11 @@ export class DeliveryState {
     const head = this.head;
     if (!head) return { head };
     const d = this.deferred.get(head.seg);
-    return { head: { ...head }, headers: this.headers.get(head.seg), ...(d ? { deferred: { slots: new Set(d.slots), since: d.since } } : {}) };
+    return {
+      head: { ...head },
+      headers: this.headers.get(head.seg),
+      ...(d ? { deferred: { slots: new Set(d.slots), since: d.since } } : {}),
+    };
   }
 
   restoreHead(s: ReturnType<DeliveryState["headSnapshot"]>): void {
@@ -272,15 +298,26 @@ export class DeliveryState {
   current(): DeliveryTotals {
     const t = this.totals;
     return {
-      stored: t.stored, leased: t.leased, acked: t.acked, retried: t.retried, deadLettered: t.dead_lettered, dropped: t.dropped,
-      expired: t.expired, quarantined: t.quarantined, purged: t.purged, cancelled: t.cancelled,
+      stored: t.stored,
+      leased: t.leased,
+      acked: t.acked,
+      retried: t.retried,
+      deadLettered: t.dead_lettered,
+      dropped: t.dropped,
+      expired: t.expired,
+      quarantined: t.quarantined,
+      purged: t.purged,
+      cancelled: t.cancelled,
     };
   }
 
   /** Writes the totals (one row) when they changed and the last write is TOTALS_FLUSH_MS old, or when `force`d. */
   flushTotals(now: number, force = false): void {
     if (!this.dirty || (!force && now - this.flushedAt < TOTALS_FLUSH_MS)) return;
-    this.sql.exec(`UPDATE counters SET ${TOTAL_NAMES.map((n) => `${n} = ?`).join(", ")}`, ...TOTAL_NAMES.map((n) => this.totals[n]));
+    this.sql.exec(
+      `UPDATE counters SET ${TOTAL_NAMES.map((n) => `${n} = ?`).join(", ")}`,
+      ...TOTAL_NAMES.map((n) => this.totals[n]),
+    );
     this.dirty = false;
     this.flushedAt = now;
   }

@@ -23,26 +23,49 @@ const LANE_SLOT = 0xffff;
  */
 const FIRST_DRAWN = Date.UTC(2024, 0, 1) * SEGS_PER_MS;
 
-export function drawnIds(sql: SqlStorage, ds: DeliveryState, shardNo: number, now: number, probes: readonly DrawnIdProbe[]): DrawnIdAnswer[] {
+export function drawnIds(
+  sql: SqlStorage,
+  ds: DeliveryState,
+  shardNo: number,
+  now: number,
+  probes: readonly DrawnIdProbe[],
+): DrawnIdAnswer[] {
   return probes.map((p) => {
     const at = locate(p.id);
     if (!at || at.shard !== shardNo || at.seg < FIRST_DRAWN) return null;
-    return at.slot === LANE_SLOT ? laneAnswer(sql, ds, at.seg, p) : at.slot < SEGMENT_MAX_MESSAGES ? segmentAnswer(sql, ds, now, at.seg, at.slot, p) : null;
+    return at.slot === LANE_SLOT
+      ? laneAnswer(sql, ds, at.seg, p)
+      : at.slot < SEGMENT_MAX_MESSAGES
+        ? segmentAnswer(sql, ds, now, at.seg, at.slot, p)
+        : null;
   });
 }
 
-function segmentAnswer(sql: SqlStorage, ds: DeliveryState, now: number, seg: number, slot: number, p: DrawnIdProbe): DrawnIdAnswer {
+function segmentAnswer(
+  sql: SqlStorage,
+  ds: DeliveryState,
+  now: number,
+  seg: number,
+  slot: number,
+  p: DrawnIdProbe,
+): DrawnIdAnswer {
   const first = headersOf(sql, ds, seg);
   // Its first place still stands (settled or not): it says whether this shard drew the id there.
   if (first && (first[slot]?.id !== p.id || first[slot]!.indexed)) return null;
   if (!first && seg > Math.max(ds.lastSeg, now * SEGS_PER_MS)) return null;
   // The copy held now, wherever a retry rewrote it (it keeps its id), else the first, settled.
   const found = findSlot(sql, ds, p.id);
-  const place = found ? { seg: found.state.seg, slot: found.slot, headers: found.headers } : first ? { seg, slot, headers: first } : null;
+  const place = found
+    ? { seg: found.state.seg, slot: found.slot, headers: found.headers }
+    : first
+      ? { seg, slot, headers: first }
+      : null;
   if (!place) return "other";
   const h = place.headers[place.slot]!;
   if (p.orderingKey !== h.key || h.contentType !== p.contentType || h.size !== p.body.byteLength) return "other";
-  return sameBytes(bodyOf(bodiesOf(sql, place.seg)!, offsetsOf(place.headers), place.headers, place.slot), p.body) ? "same" : "other";
+  return sameBytes(bodyOf(bodiesOf(sql, place.seg)!, offsetsOf(place.headers), place.headers, place.slot), p.body)
+    ? "same"
+    : "other";
 }
 
 function laneAnswer(sql: SqlStorage, ds: DeliveryState, lseq: number, p: DrawnIdProbe): DrawnIdAnswer {
@@ -51,9 +74,16 @@ function laneAnswer(sql: SqlStorage, ds: DeliveryState, lseq: number, p: DrawnId
   if (found) {
     const h = found.headers[found.slot]!;
     if (h.key !== p.orderingKey || h.contentType !== p.contentType || h.size !== p.body.byteLength) return "other";
-    return sameBytes(bodyOf(bodiesOf(sql, found.state.seg)!, offsetsOf(found.headers), found.headers, found.slot), p.body) ? "same" : "other";
+    return sameBytes(
+      bodyOf(bodiesOf(sql, found.state.seg)!, offsetsOf(found.headers), found.headers, found.slot),
+      p.body,
+    )
+      ? "same"
+      : "other";
   }
-  const last = Number(sql.exec<{ value: string }>("SELECT value FROM meta WHERE key = 'last_lseq'").toArray()[0]?.value ?? 0);
+  const last = Number(
+    sql.exec<{ value: string }>("SELECT value FROM meta WHERE key = 'last_lseq'").toArray()[0]?.value ?? 0,
+  );
   return lseq <= last ? "other" : null;
 }
 

@@ -29,7 +29,12 @@ export function writeHeldLeases(sql: SqlStorage, ds: DeliveryState, now: number,
   for (const [key, l] of ds.leases) if (l.until > now) rows.push([key, l.id, l.lease, l.until, l.counts ? 1 : 0]);
   if (rows.length === 0 && !written) return false;
   sql.exec("DELETE FROM held_leases");
-  for (let i = 0; i * PER_ROW < rows.length; i++) sql.exec("INSERT INTO held_leases (chunk, leases) VALUES (?, ?)", i, JSON.stringify(rows.slice(i * PER_ROW, (i + 1) * PER_ROW)));
+  for (let i = 0; i * PER_ROW < rows.length; i++)
+    sql.exec(
+      "INSERT INTO held_leases (chunk, leases) VALUES (?, ?)",
+      i,
+      JSON.stringify(rows.slice(i * PER_ROW, (i + 1) * PER_ROW)),
+    );
   return rows.length > 0;
 }
 

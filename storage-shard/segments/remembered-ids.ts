@@ -28,7 +28,11 @@ export const DEDUPE_SEGMENTS = 1000;
 export function knownIds(sql: SqlStorage, ids: string[]): Set<string> {
   const found = new Set<string>();
   for (const id of new Set(ids)) {
-    const held = sql.exec("SELECT 1 FROM message_ids WHERE id = ? UNION ALL SELECT 1 FROM remembered_ids WHERE id = ?", id, id);
+    const held = sql.exec(
+      "SELECT 1 FROM message_ids WHERE id = ? UNION ALL SELECT 1 FROM remembered_ids WHERE id = ?",
+      id,
+      id,
+    );
     if (held.toArray().length > 0) found.add(id);
   }
   return found;
@@ -44,7 +48,8 @@ export function rememberIds(sql: SqlStorage, ids: string[], now: number): void {
 /** Which of these moves this shard already carried out (stored, within the window). */
 export function movesDone(sql: SqlStorage, keys: string[]): Set<string> {
   const done = new Set<string>();
-  for (const key of keys) if (sql.exec("SELECT 1 FROM remembered_moves WHERE move = ?", key).toArray().length > 0) done.add(key);
+  for (const key of keys)
+    if (sql.exec("SELECT 1 FROM remembered_moves WHERE move = ?", key).toArray().length > 0) done.add(key);
   return done;
 }
 
@@ -57,7 +62,8 @@ export interface MoveIn {
 /** Records moves just stored (or found here already), and forgets those past the window. */
 export function rememberMoves(sql: SqlStorage, moves: readonly MoveIn[], now: number): void {
   if (moves.length === 0) return;
-  for (const m of moves) sql.exec("INSERT OR REPLACE INTO remembered_moves (move, at, id) VALUES (?, ?, ?)", m.key, now, m.id);
+  for (const m of moves)
+    sql.exec("INSERT OR REPLACE INTO remembered_moves (move, at, id) VALUES (?, ?, ?)", m.key, now, m.id);
   sql.exec("DELETE FROM remembered_moves WHERE at < ?", now - REMEMBER_MS);
 }
 

@@ -17,7 +17,19 @@ import { randomHex } from "../../src/kernel/ids";
 import type { LeasedMessage, LeaseRequest, LeaseResult } from "../../src/kernel/protocol";
 import type { DeliveryState, MemoryLease } from "./delivery-state";
 import { copyOf, leaseIdOf, posOf, slotKey, type Header } from "./segment";
-import { Bodies, headersOf, readState, rewritten, SegmentEdit, settledOf, STATE_COLUMNS, writeSegments, type NewMessage, type SegmentState, type Written } from "./segment-rows";
+import {
+  Bodies,
+  headersOf,
+  readState,
+  rewritten,
+  SegmentEdit,
+  settledOf,
+  STATE_COLUMNS,
+  writeSegments,
+  type NewMessage,
+  type SegmentState,
+  type Written,
+} from "./segment-rows";
 import { KEYED_DUE } from "./segment-placement";
 import { KeyPlan, type Candidate } from "../keyed/keyed-scan";
 import { writeKeyedLease, type LeasedSlot } from "../keyed/keyed-leases";
@@ -46,15 +58,29 @@ export function timestampOf(h: Header): number {
  * old (a rewritten message keeps its arrival time); a lease skips those it finds itself. A
  * keyed message's key goes on without it.
  */
-export function expireOld(sql: SqlStorage, ds: DeliveryState, now: number, retentionMs: number, scheduledToo = false): BacklogDelta {
+export function expireOld(
+  sql: SqlStorage,
+  ds: DeliveryState,
+  now: number,
+  retentionMs: number,
+  scheduledToo = false,
+): BacklogDelta {
   const cutoff = now - retentionMs;
   const first = sql.exec<{ enqueued_at: number }>("SELECT enqueued_at FROM segments ORDER BY seg LIMIT 1").toArray()[0];
   const prefix =
     first && first.enqueued_at < cutoff
-      ? (sql.exec(`SELECT ${STATE_COLUMNS} FROM segments ORDER BY seg LIMIT ?`, EXPIRE_SEGMENTS_PER_CALL).toArray() as unknown as SegmentState[])
+      ? (sql
+          .exec(`SELECT ${STATE_COLUMNS} FROM segments ORDER BY seg LIMIT ?`, EXPIRE_SEGMENTS_PER_CALL)
+          .toArray() as unknown as SegmentState[])
       : [];
   const scheduled = scheduledToo
-    ? (sql.exec(`SELECT ${STATE_COLUMNS} FROM segments WHERE due_at IS NOT NULL AND due_at > -1 AND enqueued_at < ? LIMIT ?`, cutoff, EXPIRE_SEGMENTS_PER_CALL).toArray() as unknown as SegmentState[])
+    ? (sql
+        .exec(
+          `SELECT ${STATE_COLUMNS} FROM segments WHERE due_at IS NOT NULL AND due_at > -1 AND enqueued_at < ? LIMIT ?`,
+          cutoff,
+          EXPIRE_SEGMENTS_PER_CALL,
+        )
+        .toArray() as unknown as SegmentState[])
     : [];
   let count = 0;
   let bytes = 0;
@@ -81,7 +107,13 @@ export function leasedCount(ds: DeliveryState, now: number): number {
   return ds.liveLeases(now);
 }
 
-export function lease(sql: SqlStorage, ds: DeliveryState, now: number, req: LeaseRequest, retentionMs: number): { result: Omit<LeaseResult, "backlog">; delta: BacklogDelta } {
+export function lease(
+  sql: SqlStorage,
+  ds: DeliveryState,
+  now: number,
+  req: LeaseRequest,
+  retentionMs: number,
+): { result: Omit<LeaseResult, "backlog">; delta: BacklogDelta } {
   const lapsed = expireLeases(sql, ds, now);
   // Keys whose turn it is first (their messages are the oldest of their keys), then due scheduled segments, then fresh ones.
   const plan = new KeyPlan(sql, ds, now);
@@ -91,22 +123,51 @@ export function lease(sql: SqlStorage, ds: DeliveryState, now: number, req: Leas
 
   // A partial batch waits until its oldest message has waited maxWaitMs.
   const count = pulled.length + scheduled.candidates.length + fresh.candidates.length;
-  const oldestReady = Math.min(...pulled.map((c) => c.header.dueAt || c.header.enqueuedAt), ...scheduled.candidates.map((c) => c.header.dueAt), ...fresh.candidates.map((c) => c.header.enqueuedAt));
+  const oldestReady = Math.min(
+    ...pulled.map((c) => c.header.dueAt || c.header.enqueuedAt),
+    ...scheduled.candidates.map((c) => c.header.dueAt),
+    ...fresh.candidates.map((c) => c.header.enqueuedAt),
+  );
   if (count > 0 && count < req.limit && !fresh.truncated && oldestReady + req.maxWaitMs > now) {
     scheduled.commit();
     const delta = { count: lapsed.count + scheduled.expired.count, bytes: lapsed.bytes + scheduled.expired.bytes };
-    return { result: { messages: [], waitUntil: oldestReady + req.maxWaitMs, ready: count, more: false, nextVisibleAt: nextVisible(sql, ds, now) }, delta };
+    return {
+      result: {
+        messages: [],
+        waitUntil: oldestReady + req.maxWaitMs,
+        ready: count,
+        more: false,
+        nextVisibleAt: nextVisible(sql, ds, now),
+      },
+      delta,
+    };
   }
 
   plan.commit();
-  const taken = leaseSlots(sql, ds, [...pulled, ...scheduled.candidates, ...fresh.candidates], now, req.leaseMs, true, scheduled.edits);
+  const taken = leaseSlots(
+    sql,
+    ds,
+    [...pulled, ...scheduled.candidates, ...fresh.candidates],
+    now,
+    req.leaseMs,
+    true,
+    scheduled.edits,
+  );
   scheduled.commit();
   // The cursor moves past what was read only when all of it was leased.
   ds.cursor = Math.max(ds.cursor, fresh.cursor);
   ds.bump("leased", taken.messages.length);
   return {
-    result: { messages: taken.messages, waitUntil: null, more: count >= req.limit || fresh.truncated, nextVisibleAt: nextVisible(sql, ds, now) },
-    delta: { count: lapsed.count + taken.delta.count + scheduled.expired.count, bytes: lapsed.bytes + taken.delta.bytes + scheduled.expired.bytes },
+    result: {
+      messages: taken.messages,
+      waitUntil: null,
+      more: count >= req.limit || fresh.truncated,
+      nextVisibleAt: nextVisible(sql, ds, now),
+    },
+    delta: {
+      count: lapsed.count + taken.delta.count + scheduled.expired.count,
+      bytes: lapsed.bytes + taken.delta.bytes + scheduled.expired.bytes,
+    },
   };
 }
 
@@ -114,13 +175,20 @@ export function lease(sql: SqlStorage, ds: DeliveryState, now: number, req: Leas
  * Writes messages again (retries, leases that ran out) into new scheduled segments; a keyed
  * one keeps its place in its key's order and waits at its key's head (key-book.ts).
  */
-export function writeRewrites(sql: SqlStorage, ds: DeliveryState, now: number, rewrites: readonly NewMessage[]): Written[] {
+export function writeRewrites(
+  sql: SqlStorage,
+  ds: DeliveryState,
+  now: number,
+  rewrites: readonly NewMessage[],
+): Written[] {
   const written = writeSegments(sql, ds, 0, now, rewrites, null);
   written.forEach((w, i) => {
     const m = rewrites[i]!;
     if (m.key === undefined) return;
     const h = headersOf(sql, ds, w.seg)![w.slot]!;
-    ds.keys.wait(m.key, now, [{ seg: w.seg, slot: w.slot, pos: posOf(h, w.seg, w.slot), id: w.id, dueAt: m.dueAt, rewrite: true }]);
+    ds.keys.wait(m.key, now, [
+      { seg: w.seg, slot: w.slot, pos: posOf(h, w.seg, w.slot), id: w.id, dueAt: m.dueAt, rewrite: true },
+    ]);
   });
   return written;
 }
@@ -154,7 +222,9 @@ export function expireLeases(sql: SqlStorage, ds: DeliveryState, now: number): B
     }
     edit.commit(sql, ds);
   }
-  writeRewrites(sql, ds, now, rewrites).forEach((w, i) => ds.lapse(from[i]!.key, { id: w.id, lease: from[i]!.lease, key: slotKey(w.seg, w.slot) }));
+  writeRewrites(sql, ds, now, rewrites).forEach((w, i) =>
+    ds.lapse(from[i]!.key, { id: w.id, lease: from[i]!.lease, key: slotKey(w.seg, w.slot) }),
+  );
   return { count: 0, bytes: 0 };
 }
 
@@ -169,13 +239,25 @@ function readScheduled(sql: SqlStorage, ds: DeliveryState, now: number, want: nu
   const edits = new Map<number, SegmentEdit>();
   const expired = { count: 0, bytes: 0 };
   if (want > 0) {
-    const rows = sql.exec(`SELECT ${STATE_COLUMNS} FROM segments WHERE due_at IS NOT NULL AND due_at <= ? ORDER BY due_at LIMIT ?`, now, want).toArray() as unknown as SegmentState[];
+    const rows = sql
+      .exec(
+        `SELECT ${STATE_COLUMNS} FROM segments WHERE due_at IS NOT NULL AND due_at <= ? ORDER BY due_at LIMIT ?`,
+        now,
+        want,
+      )
+      .toArray() as unknown as SegmentState[];
     for (const state of rows) {
       if (candidates.length >= want) break;
       const edit = new SegmentEdit(state, headersOf(sql, ds, state.seg)!, ds);
       edits.set(state.seg, edit);
       edit.headers.forEach((header, slot) => {
-        if (candidates.length >= want || edit.isSettled(slot) || header.dueAt > now || ds.leases.has(slotKey(state.seg, slot))) return;
+        if (
+          candidates.length >= want ||
+          edit.isSettled(slot) ||
+          header.dueAt > now ||
+          ds.leases.has(slotKey(state.seg, slot))
+        )
+          return;
         if (header.enqueuedAt < cutoff && edit.settle(slot)) {
           expired.count--;
           expired.bytes -= header.size;
@@ -210,14 +292,25 @@ function readScheduled(sql: SqlStorage, ds: DeliveryState, now: number, want: nu
  * segment all of whose ready slots are taken by these or left to their keys (the cursor may
  * move there once they are leased); `truncated` when the scan stopped at its bound.
  */
-function readFresh(sql: SqlStorage, ds: DeliveryState, plan: KeyPlan, want: number): { candidates: Candidate[]; cursor: number; truncated: boolean } {
+function readFresh(
+  sql: SqlStorage,
+  ds: DeliveryState,
+  plan: KeyPlan,
+  want: number,
+): { candidates: Candidate[]; cursor: number; truncated: boolean } {
   const candidates: Candidate[] = [];
   let cursor = ds.cursor;
   let after = ds.cursor;
   let budget = want + SCAN_SLACK;
   if (want <= 0) return { candidates, cursor, truncated: false };
   for (;;) {
-    const rows = sql.exec(`SELECT ${STATE_COLUMNS} FROM segments WHERE seg > ? AND due_at IS NULL ORDER BY seg LIMIT ?`, after, SCAN_CHUNK).toArray() as unknown as SegmentState[];
+    const rows = sql
+      .exec(
+        `SELECT ${STATE_COLUMNS} FROM segments WHERE seg > ? AND due_at IS NULL ORDER BY seg LIMIT ?`,
+        after,
+        SCAN_CHUNK,
+      )
+      .toArray() as unknown as SegmentState[];
     if (rows.length === 0) return { candidates, cursor, truncated: false };
     for (const state of rows) {
       after = state.seg;
@@ -274,9 +367,16 @@ export function leaseSlots(
     if (!b) bodies.set(c.seg, (b = new Bodies(sql, c.seg, headersOf(sql, ds, c.seg)!)));
     const body = b.of(c.slot);
     if (crc32(body) !== c.header.checksum) {
-      sql.exec("INSERT OR REPLACE INTO quarantine (id, body, checksum, reason, detected_at) VALUES (?, ?, ?, 'checksum mismatch', ?)", c.header.id, body, c.header.checksum, now);
+      sql.exec(
+        "INSERT OR REPLACE INTO quarantine (id, body, checksum, reason, detected_at) VALUES (?, ?, ?, 'checksum mismatch', ?)",
+        c.header.id,
+        body,
+        c.header.checksum,
+        now,
+      );
       let edit = edits.get(c.seg) ?? quarantined.get(c.seg);
-      if (!edit) quarantined.set(c.seg, (edit = new SegmentEdit(readState(sql, c.seg)!, headersOf(sql, ds, c.seg)!, ds)));
+      if (!edit)
+        quarantined.set(c.seg, (edit = new SegmentEdit(readState(sql, c.seg)!, headersOf(sql, ds, c.seg)!, ds)));
       if (edit.settle(c.slot)) {
         count++;
         bytes += c.header.size;
@@ -311,10 +411,15 @@ export function leaseSlots(
   return { messages, delta: { count: -count, bytes: -bytes } };
 }
 
-
 /** When something not ready now becomes ready: a scheduled segment, a memory lease running out, or a key's waiting head. */
 export function nextVisible(sql: SqlStorage, ds: DeliveryState, now: number): number | null {
-  const row = sql.exec<{ t: number | null }>("SELECT MIN(due_at) AS t FROM segments WHERE due_at IS NOT NULL AND due_at > ? AND due_at < ?", now, KEYED_DUE).one();
+  const row = sql
+    .exec<{ t: number | null }>(
+      "SELECT MIN(due_at) AS t FROM segments WHERE due_at IS NOT NULL AND due_at > ? AND due_at < ?",
+      now,
+      KEYED_DUE,
+    )
+    .one();
   const times = [row.t, ds.earliestExpiry(), ds.keys.nextDue(now)].filter((t): t is number => t !== null);
   return times.length === 0 ? null : Math.min(...times);
 }

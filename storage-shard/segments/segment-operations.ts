@@ -13,7 +13,15 @@ import { leaseSlots, timestampOf, type BacklogDelta } from "./segment-leases";
 import type { DeliveryState } from "./delivery-state";
 import { MAX_MATCHING_LEASE, PURGE_PER_CALL } from "../../src/kernel/limits";
 import { offsetsOf, parseLeaseId, slotKey, type Header } from "./segment";
-import { findSlot, headersOf, readState, SegmentEdit, settledOf, STATE_COLUMNS, type SegmentState } from "./segment-rows";
+import {
+  findSlot,
+  headersOf,
+  readState,
+  SegmentEdit,
+  settledOf,
+  STATE_COLUMNS,
+  type SegmentState,
+} from "./segment-rows";
 import { KEYED_DUE } from "./segment-placement";
 import type { Candidate } from "../keyed/keyed-scan";
 import { giveBack, KeyedMatches, keyWaitsUntil, PeekGate, trimKeyedLease, unwait } from "../keyed/keyed-operations";
@@ -31,11 +39,19 @@ interface Removed {
  * its target, and what a purge reports deleted must never arrive there. `more` while a call
  * found as many as it may take.
  */
-export function purgeSome(sql: SqlStorage, ds: DeliveryState, now: number, limit: number, ids?: string[]): Removed & { more: boolean; delta: BacklogDelta } {
+export function purgeSome(
+  sql: SqlStorage,
+  ds: DeliveryState,
+  now: number,
+  limit: number,
+  ids?: string[],
+): Removed & { more: boolean; delta: BacklogDelta } {
   const n = Math.max(1, Math.min(PURGE_PER_CALL, Math.floor(limit)));
   const removed: Removed = { count: 0, bytes: 0, held: 0 };
-  for (let after = 0; removed.count < n; ) {
-    const rows = sql.exec(`SELECT ${STATE_COLUMNS} FROM segments WHERE seg > ? ORDER BY seg LIMIT 16`, after).toArray() as unknown as SegmentState[];
+  for (let after = 0; removed.count < n;) {
+    const rows = sql
+      .exec(`SELECT ${STATE_COLUMNS} FROM segments WHERE seg > ? ORDER BY seg LIMIT 16`, after)
+      .toArray() as unknown as SegmentState[];
     if (rows.length === 0) break;
     for (const state of rows) {
       if (removed.count >= n) break;
@@ -50,7 +66,15 @@ export function purgeSome(sql: SqlStorage, ds: DeliveryState, now: number, limit
 }
 
 /** Settles live slots of a segment until `removed` counts `limit`, counting them into it. */
-function settleUpTo(sql: SqlStorage, ds: DeliveryState, now: number, state: SegmentState, removed: Removed, limit: number, ids: string[] | undefined): void {
+function settleUpTo(
+  sql: SqlStorage,
+  ds: DeliveryState,
+  now: number,
+  state: SegmentState,
+  removed: Removed,
+  limit: number,
+  ids: string[] | undefined,
+): void {
   const edit = new SegmentEdit(state, headersOf(sql, ds, state.seg)!, ds);
   edit.headers.forEach((h, slot) => {
     if (removed.count >= limit || moving(ds, now, state.seg, slot) || !edit.settle(slot)) return;
@@ -78,23 +102,41 @@ function releaseHeld(ds: DeliveryState, now: number, seg: number, slot: number):
 }
 
 /** One message by id, without its body, with its ordering key if it has one; null when this shard does not hold it. */
-export function findMessage(sql: SqlStorage, ds: DeliveryState, now: number, id: string): (MessageStatus & { orderingKey?: string }) | null {
+export function findMessage(
+  sql: SqlStorage,
+  ds: DeliveryState,
+  now: number,
+  id: string,
+): (MessageStatus & { orderingKey?: string }) | null {
   const found = findSlot(sql, ds, id);
   if (!found) return null;
   const { state, slot } = found;
   const h = found.headers[slot]!;
-  const base = { id: h.id, enqueuedAt: timestampOf(h), size: h.size, contentType: h.contentType, ...(h.key !== undefined ? { orderingKey: h.key } : {}) };
+  const base = {
+    id: h.id,
+    enqueuedAt: timestampOf(h),
+    size: h.size,
+    contentType: h.contentType,
+    ...(h.key !== undefined ? { orderingKey: h.key } : {}),
+  };
   const held = ds.leases.get(slotKey(state.seg, slot));
   // A lease's delivery is in the header only once it fails.
-  if (held && held.until > now) return { ...base, state: "leased", attempts: h.attempts + (held.counts ? 1 : 0), visibleAt: held.until };
+  if (held && held.until > now)
+    return { ...base, state: "leased", attempts: h.attempts + (held.counts ? 1 : 0), visibleAt: held.until };
   if (h.dueAt > now) return { ...base, state: "delayed", attempts: h.attempts, visibleAt: h.dueAt };
   // Behind its key's head, which waits for a retry's delay or its own: not visible before that head is.
   const keyWait = h.key !== undefined && !held ? keyWaitsUntil(ds, now, state.seg, slot, h) : null;
   if (keyWait !== null) return { ...base, state: "delayed", attempts: h.attempts, visibleAt: keyWait };
   // A scheduled segment moved past a lease that a restart then lost: ready when that lease would have run out.
-  if (!held && lostLease(state, now)) return { ...base, state: "leased", attempts: h.attempts, visibleAt: state.due_at! };
+  if (!held && lostLease(state, now))
+    return { ...base, state: "leased", attempts: h.attempts, visibleAt: state.due_at! };
   // A lease that ran out is a failed delivery, counted when the next lease rewrites the message.
-  return { ...base, state: "ready", attempts: h.attempts + (held?.counts ? 1 : 0), visibleAt: Math.max(h.dueAt, h.enqueuedAt) };
+  return {
+    ...base,
+    state: "ready",
+    attempts: h.attempts + (held?.counts ? 1 : 0),
+    visibleAt: Math.max(h.dueAt, h.enqueuedAt),
+  };
 }
 
 /** Messages a peek reads at most, whatever it finds among them: an operator's look stays cheap. */
@@ -107,12 +149,19 @@ const PEEK_SCAN = 1000;
  * most about PEEK_SCAN messages' headers, so a shard whose oldest messages are all leased,
  * delayed or held by their keys may show none; only the bodies shown are read.
  */
-export function peekReady(sql: SqlStorage, ds: DeliveryState, now: number, limit: number): Array<MessageStatus & { body: Uint8Array; orderingKey?: string }> {
+export function peekReady(
+  sql: SqlStorage,
+  ds: DeliveryState,
+  now: number,
+  limit: number,
+): Array<MessageStatus & { body: Uint8Array; orderingKey?: string }> {
   const out: Array<MessageStatus & { body: Uint8Array; orderingKey?: string }> = [];
   const gate = new PeekGate(sql, ds, now);
   let scanned = 0;
-  for (let after = 0; out.length < limit && scanned < PEEK_SCAN; ) {
-    const rows = sql.exec(`SELECT ${STATE_COLUMNS} FROM segments WHERE seg > ? ORDER BY seg LIMIT 16`, after).toArray() as unknown as SegmentState[];
+  for (let after = 0; out.length < limit && scanned < PEEK_SCAN;) {
+    const rows = sql
+      .exec(`SELECT ${STATE_COLUMNS} FROM segments WHERE seg > ? ORDER BY seg LIMIT 16`, after)
+      .toArray() as unknown as SegmentState[];
     if (rows.length === 0) break;
     for (const state of rows) {
       after = state.seg;
@@ -129,7 +178,14 @@ export function peekReady(sql: SqlStorage, ds: DeliveryState, now: number, limit
           return;
         }
         out.push({
-          id: h.id, state: "ready", attempts: h.attempts, enqueuedAt: timestampOf(h), visibleAt: Math.max(h.dueAt, h.enqueuedAt), size: h.size, contentType: h.contentType, body,
+          id: h.id,
+          state: "ready",
+          attempts: h.attempts,
+          enqueuedAt: timestampOf(h),
+          visibleAt: Math.max(h.dueAt, h.enqueuedAt),
+          size: h.size,
+          contentType: h.contentType,
+          body,
           ...(h.key !== undefined ? { orderingKey: h.key } : {}),
         });
       });
@@ -141,7 +197,14 @@ export function peekReady(sql: SqlStorage, ds: DeliveryState, now: number, limit
 
 /** One slot's body, only its bytes of the packed bodies; null when it is gone or no longer matches its checksum (delivery quarantines it). */
 function peekBody(sql: SqlStorage, seg: number, offset: number, h: Header): Uint8Array | null {
-  const stored = sql.exec<{ body: ArrayBuffer | string }>("SELECT substr(bodies, ?, ?) AS body FROM segments WHERE seg = ?", offset + 1, h.size, seg).toArray()[0];
+  const stored = sql
+    .exec<{ body: ArrayBuffer | string }>(
+      "SELECT substr(bodies, ?, ?) AS body FROM segments WHERE seg = ?",
+      offset + 1,
+      h.size,
+      seg,
+    )
+    .toArray()[0];
   if (!stored) return null;
   // An empty body comes back as an empty string.
   const body = typeof stored.body === "string" ? new Uint8Array(0) : new Uint8Array(stored.body);
@@ -165,7 +228,12 @@ function lostLease(state: SegmentState, now: number): boolean {
 }
 
 /** Settles one message whatever its state; a consumer's later ack for it finds nothing (stale). */
-export function cancelMessage(sql: SqlStorage, ds: DeliveryState, now: number, id: string): Removed & { delta: BacklogDelta } {
+export function cancelMessage(
+  sql: SqlStorage,
+  ds: DeliveryState,
+  now: number,
+  id: string,
+): Removed & { delta: BacklogDelta } {
   const removed: Removed = { count: 0, bytes: 0, held: 0 };
   const found = findSlot(sql, ds, id);
   if (found) {
@@ -192,13 +260,22 @@ export function cancelMessage(sql: SqlStorage, ds: DeliveryState, now: number, i
  * The move is: lease, write to the target, ack here; a crash in between leaves the message
  * here to be moved again.
  */
-export function leaseMatching(sql: SqlStorage, ds: DeliveryState, now: number, filter: MessageFilter, limit: number, leaseMs: number): { messages: LeasedMessage[]; delta: BacklogDelta } {
+export function leaseMatching(
+  sql: SqlStorage,
+  ds: DeliveryState,
+  now: number,
+  filter: MessageFilter,
+  limit: number,
+  leaseMs: number,
+): { messages: LeasedMessage[]; delta: BacklogDelta } {
   const matches = matching(now, filter);
   const want = Math.max(1, Math.min(MAX_MATCHING_LEASE, Math.floor(limit)));
   const plain: Candidate[] = [];
   const keyed = new KeyedMatches(sql, ds, now, matches);
-  for (let after = 0; plain.length + keyed.likely < want; ) {
-    const rows = sql.exec(`SELECT ${STATE_COLUMNS} FROM segments WHERE seg > ? ORDER BY seg LIMIT 16`, after).toArray() as unknown as SegmentState[];
+  for (let after = 0; plain.length + keyed.likely < want;) {
+    const rows = sql
+      .exec(`SELECT ${STATE_COLUMNS} FROM segments WHERE seg > ? ORDER BY seg LIMIT 16`, after)
+      .toArray() as unknown as SegmentState[];
     if (rows.length === 0) break;
     for (const state of rows) {
       after = state.seg;
@@ -207,7 +284,8 @@ export function leaseMatching(sql: SqlStorage, ds: DeliveryState, now: number, f
       headers.forEach((h, slot) => {
         if (settled.has(slot)) return;
         if (h.key !== undefined) keyed.add(state.seg, slot, h);
-        else if (plain.length + keyed.likely < want && isReady(ds, now, state, h, slot) && matches(h)) plain.push({ seg: state.seg, slot, header: h });
+        else if (plain.length + keyed.likely < want && isReady(ds, now, state, h, slot) && matches(h))
+          plain.push({ seg: state.seg, slot, header: h });
       });
     }
   }
@@ -241,7 +319,8 @@ export function releaseLeases(sql: SqlStorage, ds: DeliveryState, now: number, r
       keyedLeases.add(name.lease);
     }
     if (state.due_at === null) ds.cursor = Math.min(ds.cursor, name.seg - 1);
-    else if (state.due_at > now && state.due_at !== KEYED_DUE) sql.exec("UPDATE segments SET due_at = ? WHERE seg = ?", now, name.seg);
+    else if (state.due_at > now && state.due_at !== KEYED_DUE)
+      sql.exec("UPDATE segments SET due_at = ? WHERE seg = ?", now, name.seg);
   }
   // A keyed lease given back in part keeps its other slots: its row names only those.
   for (const lease of keyedLeases) trimKeyedLease(sql, ds, lease);
@@ -252,8 +331,13 @@ export function releaseLeases(sql: SqlStorage, ds: DeliveryState, now: number, r
 export function countMatching(sql: SqlStorage, ds: DeliveryState, now: number, filter: MessageFilter): number {
   const matches = matching(now, filter);
   let n = 0;
-  for (let after = 0; ; ) {
-    const rows = sql.exec<{ seg: number; settled: ArrayBuffer; headers: string }>("SELECT seg, settled, headers FROM segments WHERE seg > ? ORDER BY seg LIMIT 64", after).toArray();
+  for (let after = 0; ;) {
+    const rows = sql
+      .exec<{ seg: number; settled: ArrayBuffer; headers: string }>(
+        "SELECT seg, settled, headers FROM segments WHERE seg > ? ORDER BY seg LIMIT 64",
+        after,
+      )
+      .toArray();
     if (rows.length === 0) return n;
     for (const r of rows) {
       after = r.seg;

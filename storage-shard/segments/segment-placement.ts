@@ -58,4 +58,3 @@ export function placement(messages: readonly Pick<NewMessage, "dueAt" | "body" |
   }
   return groups;
 }
-

@@ -46,7 +46,15 @@ export const STATE_COLUMNS = "seg, enqueued_at, due_at, count, live, live_bytes,
  * With `openHead` (an append), a small segment written ready is the open head the next
  * small appends go into; any other segment written closes it.
  */
-export function writeSegments(sql: SqlStorage, ds: DeliveryState, shardNo: number, now: number, messages: readonly NewMessage[], batch: string | null, openHead = false): Written[] {
+export function writeSegments(
+  sql: SqlStorage,
+  ds: DeliveryState,
+  shardNo: number,
+  now: number,
+  messages: readonly NewMessage[],
+  batch: string | null,
+  openHead = false,
+): Written[] {
   const out: Written[] = new Array<Written>(messages.length);
   for (const group of placement(messages)) {
     const seg = nextSegment(ds.lastSeg, now);
@@ -87,8 +95,12 @@ export function writeSegments(sql: SqlStorage, ds: DeliveryState, shardNo: numbe
       keyed,
     );
     ds.remember(seg, headers);
-    ds.head = openHead && dueAt === null && headers.length < HEAD_MAX_MESSAGES && bytes < HEAD_MAX_BYTES ? { seg, count: headers.length, bytes, openedAt: now } : null;
-    if (dueAt !== null && ds.scheduledOldest !== undefined) ds.scheduledOldest = Math.min(ds.scheduledOldest ?? Infinity, oldest);
+    ds.head =
+      openHead && dueAt === null && headers.length < HEAD_MAX_MESSAGES && bytes < HEAD_MAX_BYTES
+        ? { seg, count: headers.length, bytes, openedAt: now }
+        : null;
+    if (dueAt !== null && ds.scheduledOldest !== undefined)
+      ds.scheduledOldest = Math.min(ds.scheduledOldest ?? Infinity, oldest);
   }
   return out;
 }
@@ -101,7 +113,18 @@ export interface Written {
 
 /** The header a new message gets in its slot. */
 function headerOf(m: NewMessage, id: string, indexed: boolean): Header {
-  const h: Header = { id, contentType: m.contentType, size: m.body.byteLength, checksum: m.checksum, enqueuedAt: m.enqueuedAt, dueAt: m.dueAt, attempts: m.attempts, sentAt: m.sentAt, copy: m.copy, indexed };
+  const h: Header = {
+    id,
+    contentType: m.contentType,
+    size: m.body.byteLength,
+    checksum: m.checksum,
+    enqueuedAt: m.enqueuedAt,
+    dueAt: m.dueAt,
+    attempts: m.attempts,
+    sentAt: m.sentAt,
+    copy: m.copy,
+    indexed,
+  };
   if (m.key !== undefined) Object.assign(h, { key: m.key, gen: m.gen ?? 0, pos: m.pos ?? "" });
   return h;
 }
@@ -136,7 +159,14 @@ function noteKeyed(sql: SqlStorage, ds: DeliveryState): void {
  * a lost reply still finds its ids (idsOfBatch). Null when the write does not fit: the
  * caller writes new segments.
  */
-export function appendToHead(sql: SqlStorage, ds: DeliveryState, shardNo: number, now: number, messages: readonly NewMessage[], batch: string | null): Written[] | null {
+export function appendToHead(
+  sql: SqlStorage,
+  ds: DeliveryState,
+  shardNo: number,
+  now: number,
+  messages: readonly NewMessage[],
+  batch: string | null,
+): Written[] | null {
   const head = ds.head;
   if (!head || head.seg !== ds.lastSeg || messages.length === 0) return null;
   let bytes = 0;
@@ -147,10 +177,21 @@ export function appendToHead(sql: SqlStorage, ds: DeliveryState, shardNo: number
     if (m.key !== undefined) keyed++;
   }
   if (keyed > 0) noteKeyed(sql, ds);
-  if (head.count + messages.length > HEAD_MAX_MESSAGES || head.bytes + bytes > HEAD_MAX_BYTES || now - head.openedAt >= HEAD_MAX_AGE_MS) return null;
+  if (
+    head.count + messages.length > HEAD_MAX_MESSAGES ||
+    head.bytes + bytes > HEAD_MAX_BYTES ||
+    now - head.openedAt >= HEAD_MAX_AGE_MS
+  )
+    return null;
   const seg = head.seg;
   const row = sql
-    .exec<{ due_at: number | null; count: number; settled: ArrayBuffer; batch: string | null; bodies: ArrayBuffer | string }>("SELECT due_at, count, settled, batch, bodies FROM segments WHERE seg = ?", seg)
+    .exec<{
+      due_at: number | null;
+      count: number;
+      settled: ArrayBuffer;
+      batch: string | null;
+      bodies: ArrayBuffer | string;
+    }>("SELECT due_at, count, settled, batch, bodies FROM segments WHERE seg = ?", seg)
     .toArray()[0];
   if (!row || row.due_at !== null || row.count !== head.count) {
     ds.head = null;
@@ -180,7 +221,12 @@ export function appendToHead(sql: SqlStorage, ds: DeliveryState, shardNo: number
     return { id, seg, slot };
   });
   const oldBodies = typeof row.bodies === "string" ? new Uint8Array(0) : new Uint8Array(row.bodies);
-  const entries = batch === null ? row.batch : row.batch === null && old.length === 0 ? batch : [row.batch ?? "", `${batch}@${old.length}`].join(" ").trim();
+  const entries =
+    batch === null
+      ? row.batch
+      : row.batch === null && old.length === 0
+        ? batch
+        : [row.batch ?? "", `${batch}@${old.length}`].join(" ").trim();
   sql.exec(
     "UPDATE segments SET enqueued_at = ?, count = ?, live = ?, live_bytes = ?, batch = ?, settled = ?, headers = ?, bodies = ?, keyed = keyed + ? WHERE seg = ?",
     oldest,
@@ -212,10 +258,22 @@ function startOf(entries: string, token: string): number | null {
 }
 
 /** The ids of the segments an earlier write of this batch stored, in order, or null when none did. */
-export function idsOfBatch(sql: SqlStorage, ds: DeliveryState, batch: string, groups: number[][], count: number, window: number): string[] | null {
+export function idsOfBatch(
+  sql: SqlStorage,
+  ds: DeliveryState,
+  batch: string,
+  groups: number[][],
+  count: number,
+  window: number,
+): string[] | null {
   // The token only of the newest segments: their headers are read for the ones that match.
   const found = sql
-    .exec<{ seg: number; batch: string }>("SELECT seg, batch FROM (SELECT seg, batch FROM segments ORDER BY seg DESC LIMIT ?) WHERE batch = ? OR instr(batch, ?) > 0 ORDER BY seg", window, batch, batch)
+    .exec<{ seg: number; batch: string }>(
+      "SELECT seg, batch FROM (SELECT seg, batch FROM segments ORDER BY seg DESC LIMIT ?) WHERE batch = ? OR instr(batch, ?) > 0 ORDER BY seg",
+      window,
+      batch,
+      batch,
+    )
     .toArray()
     .flatMap((r) => {
       const start = startOf(r.batch, batch);
@@ -259,7 +317,9 @@ export function writeDeferred(sql: SqlStorage, ds: DeliveryState, now: number, a
 
 /** A segment's small columns, or undefined when it is gone. */
 export function readState(sql: SqlStorage, seg: number): SegmentState | undefined {
-  return sql.exec<SegmentState & Record<string, SqlStorageValue>>(`SELECT ${STATE_COLUMNS} FROM segments WHERE seg = ?`, seg).toArray()[0];
+  return sql
+    .exec<SegmentState & Record<string, SqlStorageValue>>(`SELECT ${STATE_COLUMNS} FROM segments WHERE seg = ?`, seg)
+    .toArray()[0];
 }
 
 /** A segment's headers: from the cache, else read. */
@@ -335,16 +395,29 @@ export class SegmentEdit {
     if (this.deferred) ds.deferred.delete(seg);
     if (this.changed && this.live <= 0) {
       this.headers.forEach((h, slot) => {
-        if (h.indexed && this.settled.has(slot)) sql.exec("DELETE FROM message_ids WHERE id = ? AND seg = ?", h.id, seg);
+        if (h.indexed && this.settled.has(slot))
+          sql.exec("DELETE FROM message_ids WHERE id = ? AND seg = ?", h.id, seg);
       });
       sql.exec("DELETE FROM segments WHERE seg = ?", seg);
       ds.forget(seg);
       // It may have held the scheduled segments' oldest message: read that again when asked.
-      if (this.state.due_at !== null && ds.scheduledOldest !== undefined && this.state.enqueued_at <= (ds.scheduledOldest ?? Infinity)) ds.scheduledOldest = undefined;
+      if (
+        this.state.due_at !== null &&
+        ds.scheduledOldest !== undefined &&
+        this.state.enqueued_at <= (ds.scheduledOldest ?? Infinity)
+      )
+        ds.scheduledOldest = undefined;
       return;
     }
     if (this.changed) {
-      sql.exec("UPDATE segments SET settled = ?, live = ?, live_bytes = ?, due_at = ? WHERE seg = ?", this.settled.blob(), this.live, this.liveBytes, this.dueAt, seg);
+      sql.exec(
+        "UPDATE segments SET settled = ?, live = ?, live_bytes = ?, due_at = ? WHERE seg = ?",
+        this.settled.blob(),
+        this.live,
+        this.liveBytes,
+        this.dueAt,
+        seg,
+      );
     } else if (this.dueChanged) {
       sql.exec("UPDATE segments SET due_at = ? WHERE seg = ?", this.dueAt, seg);
     }
@@ -385,7 +458,14 @@ function unsettledWithId(sql: SqlStorage, ds: DeliveryState, seg: number, id: st
 }
 
 /** A message written again from its slot: same id, copy and body; its attempts and due time anew. */
-export function rewritten(h: Header, seg: number, slot: number, body: Uint8Array, addAttempts: number, dueAt: number): NewMessage {
+export function rewritten(
+  h: Header,
+  seg: number,
+  slot: number,
+  body: Uint8Array,
+  addAttempts: number,
+  dueAt: number,
+): NewMessage {
   return {
     id: h.id,
     contentType: h.contentType,

@@ -13,7 +13,16 @@ import type { LeasedMessage, LeaseRef, SettleRequest, SettleResult } from "../..
 import { timestampOf, writeRewrites, type BacklogDelta } from "./segment-leases";
 import type { DeliveryState, MemoryLease } from "./delivery-state";
 import { copyOf, parseLeaseId, slotKey, type LeaseName } from "./segment";
-import { Bodies, headersOf, readState, rewritten, SegmentEdit, settledOf, type NewMessage, type SegmentState } from "./segment-rows";
+import {
+  Bodies,
+  headersOf,
+  readState,
+  rewritten,
+  SegmentEdit,
+  settledOf,
+  type NewMessage,
+  type SegmentState,
+} from "./segment-rows";
 import { extendKeyedLease } from "../keyed/keyed-leases";
 import { forgetMovesOf } from "./remembered-ids";
 
@@ -32,7 +41,12 @@ interface Resolved {
  * lease id, or a slot someone else holds, is stale at once. Whether the slot is still
  * unsettled and the id its header's is checked against the segment (byHeader).
  */
-function resolveAll(sql: SqlStorage, ds: DeliveryState, refs: ReadonlyArray<{ ref: LeaseRef; kind: number }>, stale: string[]): Map<number, Array<Resolved & { kind: number }>> {
+function resolveAll(
+  sql: SqlStorage,
+  ds: DeliveryState,
+  refs: ReadonlyArray<{ ref: LeaseRef; kind: number }>,
+  stale: string[],
+): Map<number, Array<Resolved & { kind: number }>> {
   const bySeg = new Map<number, Array<Resolved & { kind: number }>>();
   for (const { ref, kind } of refs) {
     const legacy = parseLeaseId(ref.leaseId) ? null : legacyLease(sql, ref.leaseId);
@@ -55,7 +69,13 @@ function resolveAll(sql: SqlStorage, ds: DeliveryState, refs: ReadonlyArray<{ re
       continue;
     }
     const list = bySeg.get(name.seg) ?? [];
-    list.push({ name, ref, held: held ?? null, counted: legacy?.counted ?? (lapsed !== undefined && key === lapsed.key), kind });
+    list.push({
+      name,
+      ref,
+      held: held ?? null,
+      counted: legacy?.counted ?? (lapsed !== undefined && key === lapsed.key),
+      kind,
+    });
     bySeg.set(name.seg, list);
   }
   return bySeg;
@@ -71,12 +91,19 @@ function legacyLease(sql: SqlStorage, leaseId: string): { name: LeaseName; count
   // A lane lease id (`L<lseq>-<lease>`) from before keyed messages moved to segments: the slot its message became (keyed-upgrade.ts).
   const lane = /^L(\d+)-([0-9a-f]+)$/.exec(leaseId);
   if (lane) {
-    const at = sql.exec<{ seg: number; slot: number }>("SELECT seg, slot FROM legacy_lanes WHERE lseq = ?", Number(lane[1])).toArray()[0];
+    const at = sql
+      .exec<{ seg: number; slot: number }>("SELECT seg, slot FROM legacy_lanes WHERE lseq = ?", Number(lane[1]))
+      .toArray()[0];
     return at ? { name: { copy: `L${lane[1]}`, seg: at.seg, slot: at.slot, lease: lane[2]! }, counted: false } : null;
   }
   const m = /^(\d+)-([0-9a-f]+)$/.exec(leaseId);
   if (!m) return null;
-  const row = sql.exec<{ seg: number; slot: number; lease: string }>("SELECT seg, slot, lease FROM legacy_rows WHERE seq = ?", Number(m[1])).toArray()[0];
+  const row = sql
+    .exec<{ seg: number; slot: number; lease: string }>(
+      "SELECT seg, slot, lease FROM legacy_rows WHERE seq = ?",
+      Number(m[1]),
+    )
+    .toArray()[0];
   if (!row || (row.lease !== "*" && row.lease !== m[2])) return null;
   return { name: { copy: "", seg: row.seg, slot: row.slot, lease: m[2]! }, counted: row.lease !== "*" };
 }
@@ -86,7 +113,12 @@ const DEAD_LETTER = 1;
 const DROP = 2;
 const RETRY = 3;
 
-export function settle(sql: SqlStorage, ds: DeliveryState, now: number, req: SettleRequest): { result: SettleResult; delta: BacklogDelta; keysReady: number } {
+export function settle(
+  sql: SqlStorage,
+  ds: DeliveryState,
+  now: number,
+  req: SettleRequest,
+): { result: SettleResult; delta: BacklogDelta; keysReady: number } {
   const stale: string[] = [];
   const tally = [0, 0, 0, 0];
   let count = 0;
@@ -129,7 +161,9 @@ export function settle(sql: SqlStorage, ds: DeliveryState, now: number, req: Set
       if (r.kind === RETRY) {
         // A lease lost to a restart was a delivery too: it counts. One that ran out was counted when it did.
         const counts = r.counted || r.held?.counts === false ? 0 : 1;
-        rewrites.push(rewritten(h, seg, r.name.slot, bodies.of(r.name.slot), counts, now + (delays.get(r.ref.leaseId) ?? 0)));
+        rewrites.push(
+          rewritten(h, seg, r.name.slot, bodies.of(r.name.slot), counts, now + (delays.get(r.ref.leaseId) ?? 0)),
+        );
       } else {
         count++;
         bytes += h.size;
@@ -146,14 +180,25 @@ export function settle(sql: SqlStorage, ds: DeliveryState, now: number, req: Set
   ds.bump("retried", retried);
   // Keys let go by this settle whose next messages can go now: a consumer is woken for them if nobody leases them soon.
   const keysReady = heldKeys > 0 || ds.keys.holds.size > 0 ? ds.keys.ready(now).length : 0;
-  return { result: { acked, retried, deadLettered, dropped, stale }, delta: { count: -count, bytes: -bytes }, keysReady };
+  return {
+    result: { acked, retried, deadLettered, dropped, stale },
+    delta: { count: -count, bytes: -bytes },
+    keysReady,
+  };
 }
 
 /**
  * Acks nobody waits on, of one segment: settled in memory now (never leased again, counted
  * at once) and written with the next write of the segment (DeliveryState.deferred).
  */
-function deferAcks(sql: SqlStorage, ds: DeliveryState, now: number, state: SegmentState, list: ReadonlyArray<Resolved>, stale: string[]): { count: number; bytes: number } {
+function deferAcks(
+  sql: SqlStorage,
+  ds: DeliveryState,
+  now: number,
+  state: SegmentState,
+  list: ReadonlyArray<Resolved>,
+  stale: string[],
+): { count: number; bytes: number } {
   const headers = headersOf(sql, ds, state.seg)!;
   const settled = settledOf(ds, state.seg, state.settled);
   let count = 0;
@@ -199,7 +244,12 @@ export function extend(sql: SqlStorage, ds: DeliveryState, now: number, refs: Le
 /** The messages still held under the given leases (or lost to a restart, unsettled), bodies checked: for a dead-letter move. */
 export function readLeased(sql: SqlStorage, ds: DeliveryState, refs: LeaseRef[]): LeasedMessage[] {
   const out: LeasedMessage[] = [];
-  for (const [seg, list] of resolveAll(sql, ds, refs.map((ref) => ({ ref, kind: ACK })), [])) {
+  for (const [seg, list] of resolveAll(
+    sql,
+    ds,
+    refs.map((ref) => ({ ref, kind: ACK })),
+    [],
+  )) {
     const state = readState(sql, seg);
     if (!state) continue;
     const headers = headersOf(sql, ds, seg)!;
@@ -213,7 +263,13 @@ export function readLeased(sql: SqlStorage, ds: DeliveryState, refs: LeaseRef[])
       // The delivery the consumer saw is not in the header yet (unless its lease ran out): count it as it saw it.
       const seen = r.counted || r.held?.counts === false ? 0 : 1;
       out.push({
-        id: h.id, body, contentType: h.contentType, enqueuedAt: timestampOf(h), attempts: h.attempts + seen, leaseId: r.ref.leaseId, copyKey: copyOf(h, seg, r.name.slot),
+        id: h.id,
+        body,
+        contentType: h.contentType,
+        enqueuedAt: timestampOf(h),
+        attempts: h.attempts + seen,
+        leaseId: r.ref.leaseId,
+        copyKey: copyOf(h, seg, r.name.slot),
         ...(h.key !== undefined ? { orderingKey: h.key } : {}),
       });
     }

@@ -54,13 +54,38 @@ export const SEGMENT_MAX_BYTES = 1024 * 1024;
 export const SEGMENT_MAX_MESSAGES = 4096;
 
 /** A keyless header's ten fields; a keyed one adds its key, epoch and place in its key's order. */
-type HeaderTuple = [string, ContentType, number, number, number, number, number, number, string, 0 | 1, string?, number?, string?];
+type HeaderTuple = [
+  string,
+  ContentType,
+  number,
+  number,
+  number,
+  number,
+  number,
+  number,
+  string,
+  0 | 1,
+  string?,
+  number?,
+  string?,
+];
 
 /** Headers as the row's `headers` column: JSON tuples, a fraction of the bytes of objects. */
 export function encodeHeaders(headers: readonly Header[]): string {
   return JSON.stringify(
     headers.map((h): HeaderTuple => {
-      const t: HeaderTuple = [h.id, h.contentType, h.size, h.checksum, h.enqueuedAt, h.dueAt, h.attempts, h.sentAt, h.copy, h.indexed ? 1 : 0];
+      const t: HeaderTuple = [
+        h.id,
+        h.contentType,
+        h.size,
+        h.checksum,
+        h.enqueuedAt,
+        h.dueAt,
+        h.attempts,
+        h.sentAt,
+        h.copy,
+        h.indexed ? 1 : 0,
+      ];
       if (h.key !== undefined) t.push(h.key, h.gen ?? 0, h.pos ?? "");
       return t;
     }),
@@ -68,11 +93,24 @@ export function encodeHeaders(headers: readonly Header[]): string {
 }
 
 export function decodeHeaders(text: string): Header[] {
-  return (JSON.parse(text) as HeaderTuple[]).map(([id, contentType, size, checksum, enqueuedAt, dueAt, attempts, sentAt, copy, indexed, key, gen, pos]) => {
-    const h: Header = { id, contentType, size, checksum, enqueuedAt, dueAt, attempts, sentAt, copy, indexed: indexed === 1 };
-    if (key !== undefined) Object.assign(h, { key, gen: gen ?? 0, pos: pos ?? "" });
-    return h;
-  });
+  return (JSON.parse(text) as HeaderTuple[]).map(
+    ([id, contentType, size, checksum, enqueuedAt, dueAt, attempts, sentAt, copy, indexed, key, gen, pos]) => {
+      const h: Header = {
+        id,
+        contentType,
+        size,
+        checksum,
+        enqueuedAt,
+        dueAt,
+        attempts,
+        sentAt,
+        copy,
+        indexed: indexed === 1,
+      };
+      if (key !== undefined) Object.assign(h, { key, gen: gen ?? 0, pos: pos ?? "" });
+      return h;
+    },
+  );
 }
 
 /** Bodies end to end, in slot order; a slot's body is found by the sizes before it. */
@@ -100,7 +138,12 @@ export function offsetsOf(headers: readonly Header[]): number[] {
 }
 
 /** One slot's body: a copy, so it outlives the row read and can be sent on by RPC alone. */
-export function bodyOf(bodies: ArrayBuffer, offsets: readonly number[], headers: readonly Header[], slot: number): Uint8Array {
+export function bodyOf(
+  bodies: ArrayBuffer,
+  offsets: readonly number[],
+  headers: readonly Header[],
+  slot: number,
+): Uint8Array {
   const at = offsets[slot]!;
   return new Uint8Array(bodies.slice(at, at + headers[slot]!.size));
 }
@@ -174,7 +217,16 @@ export function parseLeaseId(leaseId: string): LeaseName | null {
   const dot = where.indexOf(".");
   const seg = Number(where.slice(0, dot));
   const slot = Number(where.slice(dot + 1));
-  return copy && lease && dot > 0 && Number.isSafeInteger(seg) && seg > 0 && Number.isInteger(slot) && slot >= 0 && slot < SEGMENT_MAX_MESSAGES ? { copy, seg, slot, lease } : null;
+  return copy &&
+    lease &&
+    dot > 0 &&
+    Number.isSafeInteger(seg) &&
+    seg > 0 &&
+    Number.isInteger(slot) &&
+    slot >= 0 &&
+    slot < SEGMENT_MAX_MESSAGES
+    ? { copy, seg, slot, lease }
+    : null;
 }
 
 /** The copy a slot holds: its own place, unless it was rewritten from another. */

@@ -25,8 +25,16 @@ describe("autoscaling under wrangler dev", () => {
   beforeAll(async () => {
     service = await startDevService("autoscale", [
       // One shard takes 50 msg/s; the autoscaler aims at 40 per shard (under 0.85 of 50) and looks every second.
-      "--var", "SHARD_CAPACITY_PER_SECOND:50", "--var", "TARGET_MESSAGES_PER_SHARD:40", "--var", "MAX_SHARDS_PER_REGION:16",
-      "--var", "HEARTBEAT_INTERVAL_MS:1000", "--var", "SCALE_IN_AFTER_MS:3000",
+      "--var",
+      "SHARD_CAPACITY_PER_SECOND:50",
+      "--var",
+      "TARGET_MESSAGES_PER_SHARD:40",
+      "--var",
+      "MAX_SHARDS_PER_REGION:16",
+      "--var",
+      "HEARTBEAT_INTERVAL_MS:1000",
+      "--var",
+      "SCALE_IN_AFTER_MS:3000",
     ]);
     base = service.base;
     await applyConfig(base, TOKEN);
@@ -36,8 +44,14 @@ describe("autoscaling under wrangler dev", () => {
     await service?.stop();
   });
 
-  const shards = async (): Promise<ShardsView> => ((await (await fetch(`${base}/accounts/local/queues/example/shards`, { headers })).json()) as { result: ShardsView }).result;
-  const active = (v: { shards: Array<{ state: string }> } | null) => v?.shards.filter((s) => s.state === "active").length ?? 0;
+  const shards = async (): Promise<ShardsView> =>
+    (
+      (await (await fetch(`${base}/accounts/local/queues/example/shards`, { headers })).json()) as {
+        result: ShardsView;
+      }
+    ).result;
+  const active = (v: { shards: Array<{ state: string }> } | null) =>
+    v?.shards.filter((s) => s.state === "active").length ?? 0;
 
   it("grows its shards under load above capacity, loses no send, and shrinks back afterwards", async () => {
     // A queue starts with one storage shard (docs/cost.md, "Start small").
@@ -82,7 +96,9 @@ describe("autoscaling under wrangler dev", () => {
     })();
     await Promise.all([...senders, watcher]);
     const rate = Math.round(ids.length / LOAD_SECONDS);
-    console.log(`load: ${ids.length} messages in ${LOAD_SECONDS} s (${rate} msg/s against 1 x 50 msg/s), ${failures} failed sends; storage shards 1 -> ${maxActive} (KV map: ${maxPublished}); consumer shards up to ${maxConsumers}`);
+    console.log(
+      `load: ${ids.length} messages in ${LOAD_SECONDS} s (${rate} msg/s against 1 x 50 msg/s), ${failures} failed sends; storage shards 1 -> ${maxActive} (KV map: ${maxPublished}); consumer shards up to ${maxConsumers}`,
+    );
     expect(failures, firstFailure).toBe(0);
     expect(rate).toBeGreaterThan(2 * 50);
     expect(maxActive).toBeGreaterThan(2);
@@ -103,7 +119,9 @@ describe("autoscaling under wrangler dev", () => {
     expect(kinds.has("add_shards")).toBe(true);
     expect(kinds.has("drain_shard")).toBe(true);
     expect(kinds.has("add_consumers")).toBe(true);
-    console.log(`after the load: ${active(view)} active shards; decisions: ${view.decisions.length} (${[...kinds].join(", ")})`);
+    console.log(
+      `after the load: ${active(view)} active shards; decisions: ${view.decisions.length} (${[...kinds].join(", ")})`,
+    );
 
     // Every acknowledged message was delivered and acked by the consumer, once: the shards' own counts.
     const totals = async () => {

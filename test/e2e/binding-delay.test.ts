@@ -59,8 +59,15 @@ describe("a [[queues.producers]] binding's delivery_delay under shardq dev", () 
     };
     const [bindingSend] = ids(await d.call({ op: "send", body: { n: "binding's delay" } }));
     const [ownZero] = ids(await d.call({ op: "send", body: { n: "own 0" }, options: { delaySeconds: 0 } }));
-    const [batchBinding, batchOwnZero] = ids(await d.call({ op: "sendBatch", messages: [{ body: { n: "batch, binding's" } }, { body: { n: "batch, own 0" }, delaySeconds: 0 }] }));
-    const [batchZero] = ids(await d.call({ op: "sendBatch", messages: [{ body: { n: "batch option 0" } }], options: { delaySeconds: 0 } }));
+    const [batchBinding, batchOwnZero] = ids(
+      await d.call({
+        op: "sendBatch",
+        messages: [{ body: { n: "batch, binding's" } }, { body: { n: "batch, own 0" }, delaySeconds: 0 }],
+      }),
+    );
+    const [batchZero] = ids(
+      await d.call({ op: "sendBatch", messages: [{ body: { n: "batch option 0" } }], options: { delaySeconds: 0 } }),
+    );
     const [otherBinding] = ids(await d.call({ binding: "NOW", op: "send", body: { n: "the other binding" } }));
     const delayed = [bindingSend!, batchBinding!];
     const atOnce = [ownZero!, batchOwnZero!, batchZero!, otherBinding!];
@@ -94,10 +101,17 @@ describe("a [[queues.producers]] binding's delivery_delay under shardq dev", () 
       const messages = r.json.result.messages as Array<{ id: string; lease_id: string }>;
       for (const m of messages) {
         // The shard decided before this answer arrived: had it handed out a delayed message early, this would show it.
-        if (visibleAt.has(m.id)) expect(answeredAt, `${m.id} pulled before its delivery_delay was over`).toBeGreaterThanOrEqual(visibleAt.get(m.id)!);
+        if (visibleAt.has(m.id))
+          expect(answeredAt, `${m.id} pulled before its delivery_delay was over`).toBeGreaterThanOrEqual(
+            visibleAt.get(m.id)!,
+          );
         pulledAt.set(m.id, answeredAt);
       }
-      if (messages.length) expect((await d.api("POST", `/${QUEUE}/messages/ack`, { acks: messages.map((m) => ({ lease_id: m.lease_id })) })).status).toBe(200);
+      if (messages.length)
+        expect(
+          (await d.api("POST", `/${QUEUE}/messages/ack`, { acks: messages.map((m) => ({ lease_id: m.lease_id })) }))
+            .status,
+        ).toBe(200);
       if (atOnce.some((id) => !pulledAt.has(id))) continue;
       await sleep(500);
     }
@@ -119,30 +133,75 @@ describe("shardq deploy-config with a binding's delivery_delay", () => {
   };
 
   it("puts the delay in the props of the binding it belongs to, in TOML and JSON alike, with no warning", () => {
-    const toml = worker("toml", "wrangler.toml", `name = "delay-toml"\nmain = "src/index.js"\ncompatibility_date = "2026-11-01"\n\n${PRODUCERS}`);
+    const toml = worker(
+      "toml",
+      "wrangler.toml",
+      `name = "delay-toml"\nmain = "src/index.js"\ncompatibility_date = "2026-11-01"\n\n${PRODUCERS}`,
+    );
     const json = worker(
       "json",
       "wrangler.jsonc",
-      JSON.stringify({ name: "delay-json", main: "src/index.js", compatibility_date: "2026-11-01", queues: { producers: [{ binding: "LATER", queue: QUEUE, delivery_delay: 0 }] } }),
+      JSON.stringify({
+        name: "delay-json",
+        main: "src/index.js",
+        compatibility_date: "2026-11-01",
+        queues: { producers: [{ binding: "LATER", queue: QUEUE, delivery_delay: 0 }] },
+      }),
     );
-    const result = writeDeployConfig({ configs: [toml, json], out: "out", account: "acme", shardqName: "shardq", cwd: work });
+    const result = writeDeployConfig({
+      configs: [toml, json],
+      out: "out",
+      account: "acme",
+      shardqName: "shardq",
+      cwd: work,
+    });
     expect(result.warnings.filter((w) => /delivery_delay/.test(w))).toEqual([]);
-    const services = (file: string) => (parseToml(readFileSync(file, "utf8")) as { services: Array<Record<string, unknown>> }).services;
+    const services = (file: string) =>
+      (parseToml(readFileSync(file, "utf8")) as { services: Array<Record<string, unknown>> }).services;
     expect(services(join(work, "out", "delay-toml", "wrangler.toml"))).toEqual([
-      { binding: "JOBS", service: "shardq", entrypoint: "QueueProducer", props: { account: "acme", queue: QUEUE, delivery_delay: DELAY } },
+      {
+        binding: "JOBS",
+        service: "shardq",
+        entrypoint: "QueueProducer",
+        props: { account: "acme", queue: QUEUE, delivery_delay: DELAY },
+      },
       { binding: "NOW", service: "shardq", entrypoint: "QueueProducer", props: { account: "acme", queue: QUEUE } },
     ]);
     const jsonText = readFileSync(join(work, "out", "delay-json", "wrangler.jsonc"), "utf8").replace(/^\/\/.*$/gm, "");
-    expect(JSON.parse(jsonText).services).toEqual([{ binding: "LATER", service: "shardq", entrypoint: "QueueProducer", props: { account: "acme", queue: QUEUE, delivery_delay: 0 } }]);
+    expect(JSON.parse(jsonText).services).toEqual([
+      {
+        binding: "LATER",
+        service: "shardq",
+        entrypoint: "QueueProducer",
+        props: { account: "acme", queue: QUEUE, delivery_delay: 0 },
+      },
+    ]);
     // The queue itself gets no delay: it is the binding's.
     expect(JSON.parse(readFileSync(result.queues, "utf8")).queues).toEqual([{ queue_name: QUEUE }]);
     // wrangler takes the props as they are: each config bundles as `wrangler deploy` would.
-    for (const r of dryRunDeployConfig(result, join(work, "bundles"))) expect(r.ok, `${r.name}:\n${r.output}`).toBe(true);
+    for (const r of dryRunDeployConfig(result, join(work, "bundles")))
+      expect(r.ok, `${r.name}:\n${r.output}`).toBe(true);
   });
 
   it.each([-1, 2.5, 86_401, "30"])("refuses delivery_delay = %j, naming the binding", (value) => {
-    const file = worker(`bad-${String(value)}`, "wrangler.json", JSON.stringify({ name: "bad-delay", main: "src/index.js", queues: { producers: [{ binding: "JOBS", queue: QUEUE, delivery_delay: value }] } }));
-    expect(() => writeDeployConfig({ configs: [file], out: `out-bad-${String(value)}`, account: "acme", shardqName: "shardq", cwd: work })).toThrow(
+    const file = worker(
+      `bad-${String(value)}`,
+      "wrangler.json",
+      JSON.stringify({
+        name: "bad-delay",
+        main: "src/index.js",
+        queues: { producers: [{ binding: "JOBS", queue: QUEUE, delivery_delay: value }] },
+      }),
+    );
+    expect(() =>
+      writeDeployConfig({
+        configs: [file],
+        out: `out-bad-${String(value)}`,
+        account: "acme",
+        shardqName: "shardq",
+        cwd: work,
+      }),
+    ).toThrow(
       /\[\[queues\.producers\]\] #1 \(binding JOBS\): delivery_delay must be a whole number of seconds from 0 to 86400/,
     );
   });

@@ -63,8 +63,14 @@ export async function chooseChromium() {
   if (existsSync(DEBIAN_CHROMIUM)) return { source: "debian", executablePath: DEBIAN_CHROMIUM, args: TEST_ARGS };
   // No WebGL needed (the dashboard draws SVG): no SwiftShader flags.
   sparticuz.setGraphicsMode = false;
-  const own = sparticuz.args.filter((f) => !SPARTICUZ_DROPPED.some((d) => (d.endsWith("=") ? f.startsWith(d) : switchName(f) === d)));
-  return { source: "@sparticuz/chromium", executablePath: await sparticuz.executablePath(), args: mergeArgs(TEST_ARGS, own) };
+  const own = sparticuz.args.filter(
+    (f) => !SPARTICUZ_DROPPED.some((d) => (d.endsWith("=") ? f.startsWith(d) : switchName(f) === d)),
+  );
+  return {
+    source: "@sparticuz/chromium",
+    executablePath: await sparticuz.executablePath(),
+    args: mergeArgs(TEST_ARGS, own),
+  };
 }
 
 /**

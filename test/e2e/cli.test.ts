@@ -67,11 +67,14 @@ describe("the shardq CLI against wrangler dev", () => {
     return JSON.parse(await ok(...args, "--json")) as T;
   }
 
-  const decode = (m: Pulled["messages"][number]) => (m.metadata["CF-Content-Type"] === "text" ? m.body : Buffer.from(m.body, "base64").toString("utf8"));
+  const decode = (m: Pulled["messages"][number]) =>
+    m.metadata["CF-Content-Type"] === "text" ? m.body : Buffer.from(m.body, "base64").toString("utf8");
 
   it("runs a whole session: queues, send, pull, look-up, pause, dead-letter and redrive, purge, consumers, delete", async () => {
     // Queues.
-    expect(await ok("queues", "create", "cli-orders", "--message-retention-period-secs", "3600")).toMatch(/^Created queue cli-orders \(id [0-9a-f]{32}\)\./);
+    expect(await ok("queues", "create", "cli-orders", "--message-retention-period-secs", "3600")).toMatch(
+      /^Created queue cli-orders \(id [0-9a-f]{32}\)\./,
+    );
     const dlq = await json("queues", "create", "cli-orders-dlq");
     expect(dlq.queue_name).toBe("cli-orders-dlq");
     expect(dlq.queue_id).toMatch(HEX32);
@@ -80,7 +83,10 @@ describe("the shardq CLI against wrangler dev", () => {
     expect(listed.split("\n")[0]).toMatch(/^NAME\s+ID\s+CREATED\s+PRODUCERS\s+CONSUMERS\s+DELIVERY$/);
     expect(listed).toMatch(/^cli-orders\s+[0-9a-f]{32}\s/m);
     expect(listed).toMatch(/^cli-orders-dlq\s+[0-9a-f]{32}\s/m);
-    expect((await json<Array<{ queue_name: string }>>("queues", "list")).map((q) => q.queue_name)).toEqual(["cli-orders", "cli-orders-dlq"]);
+    expect((await json<Array<{ queue_name: string }>>("queues", "list")).map((q) => q.queue_name)).toEqual([
+      "cli-orders",
+      "cli-orders-dlq",
+    ]);
 
     const info = await ok("queues", "info", "cli-orders");
     expect(info).toMatch(/^name:\s+cli-orders$/m);
@@ -92,7 +98,9 @@ describe("the shardq CLI against wrangler dev", () => {
     // (The dead-letter queue's delay: a send right after an update may still see the old
     // settings through the broker's shard-map cache, and the sends below must not be delayed.
     // Dead-letter moves and redrives name their own delay of 0.)
-    expect(await ok("queues", "update", "cli-orders-dlq", "--delivery-delay-secs", "5")).toMatch(/^Updated queue cli-orders-dlq\.\n[\s\S]*^delivery delay:\s+5 s$/m);
+    expect(await ok("queues", "update", "cli-orders-dlq", "--delivery-delay-secs", "5")).toMatch(
+      /^Updated queue cli-orders-dlq\.\n[\s\S]*^delivery delay:\s+5 s$/m,
+    );
     const updated = await json("queues", "info", "cli-orders-dlq");
     expect(updated.settings).toEqual({ delivery_delay: 5, delivery_paused: false, message_retention_period: 345600 });
     expect(updated.metrics.backlog_count).toBe(0);
@@ -116,9 +124,20 @@ describe("the shardq CLI against wrangler dev", () => {
     const pullWithout = await shardq(["pull", "cli-orders"]);
     expect(pullWithout.code).toBe(1);
     expect(pullWithout.stderr).toContain("shardq consumer http add cli-orders");
-    expect(await ok("consumer", "http", "add", "cli-orders", "--batch-size", "5", "--message-retries", "0", "--dead-letter-queue", "cli-orders-dlq")).toMatch(
-      /^Added an HTTP pull consumer to queue cli-orders\.\n[\s\S]*^dead-letter queue:\s+cli-orders-dlq$/m,
-    );
+    expect(
+      await ok(
+        "consumer",
+        "http",
+        "add",
+        "cli-orders",
+        "--batch-size",
+        "5",
+        "--message-retries",
+        "0",
+        "--dead-letter-queue",
+        "cli-orders-dlq",
+      ),
+    ).toMatch(/^Added an HTTP pull consumer to queue cli-orders\.\n[\s\S]*^dead-letter queue:\s+cli-orders-dlq$/m);
 
     const pulled = await json<Pulled>("pull", "cli-orders", "--batch-size", "10", "--visibility-timeout-ms", "120000");
     expect(pulled.messages.map(decode).sort()).toEqual(['{"order":42}', "hello", "world"].sort());
@@ -130,7 +149,9 @@ describe("the shardq CLI against wrangler dev", () => {
     expect(await ok("ack", "cli-orders", lease(worldId), "--retry")).toMatch(/^Acked 0, retried 1/);
     const dead = await json("message", "cli-orders", worldId);
     expect(dead).toMatchObject({ id: worldId, state: "dead_lettered", dead_letter_queue: "cli-orders-dlq" });
-    expect(await ok("message", "cli-orders", worldId)).toMatch(/^queue:\s+cli-orders-dlq \(dead-letter queue of cli-orders\)$/m);
+    expect(await ok("message", "cli-orders", worldId)).toMatch(
+      /^queue:\s+cli-orders-dlq \(dead-letter queue of cli-orders\)$/m,
+    );
     const gone = await shardq(["message", "cli-orders", helloId]);
     expect(gone.code).toBe(1);
     expect(gone.stderr).toContain(`message "${helloId}" not found`);
@@ -144,7 +165,9 @@ describe("the shardq CLI against wrangler dev", () => {
     expect(pausedPull.code).toBe(1);
     expect(pausedPull.stderr).toMatch(/paused/);
     expect(pausedPull.stderr).toContain("shardq resume-delivery cli-orders");
-    expect(await ok("queues", "resume-delivery", "cli-orders")).toBe("Resumed message delivery for queue cli-orders.\n");
+    expect(await ok("queues", "resume-delivery", "cli-orders")).toBe(
+      "Resumed message delivery for queue cli-orders.\n",
+    );
     const again = await ok("pull", "cli-orders", "--ack");
     expect(again.split("\n")[0]).toMatch(/^ID\s+ATTEMPTS\s+SENT\s+TYPE\s+BODY$/);
     expect(again).toMatch(new RegExp(`^${worldId}\\s+1\\s+.*\\s+text\\s+world$`, "m"));
@@ -155,7 +178,11 @@ describe("the shardq CLI against wrangler dev", () => {
     const stdinSend = await shardq(["send", "cli-orders", "-", "--json"], { input: '{"from": "stdin"}\n' });
     expect(stdinSend.code, stdinSend.stderr).toBe(0);
     const fromStdin = JSON.parse(stdinSend.stdout).message_id;
-    expect(await json("message", "cli-orders", fromStdin)).toMatchObject({ state: "ready", content_type: "json", size: '{"from":"stdin"}'.length });
+    expect(await json("message", "cli-orders", fromStdin)).toMatchObject({
+      state: "ready",
+      content_type: "json",
+      size: '{"from":"stdin"}'.length,
+    });
     const refused = await shardq(["purge", "cli-orders"]);
     expect(refused.code).toBe(2);
     expect(refused.stderr).toContain("--force");
@@ -165,25 +192,70 @@ describe("the shardq CLI against wrangler dev", () => {
     expect((await shardq(["message", "cli-orders", orderId!])).code).toBe(1);
 
     // Worker consumers, under both spellings.
-    expect(await ok("consumer", "http", "remove", "cli-orders")).toBe("Removed the HTTP pull consumer from queue cli-orders.\n");
+    expect(await ok("consumer", "http", "remove", "cli-orders")).toBe(
+      "Removed the HTTP pull consumer from queue cli-orders.\n",
+    );
     const added = await ok(
-      "queues", "consumer", "add", "cli-orders", "shardq-example-consumer",
-      "--batch-size", "20", "--batch-timeout", "2.5", "--message-retries", "5", "--max-concurrency", "3", "--retry-delay-secs", "1", "--dead-letter-queue", "cli-orders-dlq",
+      "queues",
+      "consumer",
+      "add",
+      "cli-orders",
+      "shardq-example-consumer",
+      "--batch-size",
+      "20",
+      "--batch-timeout",
+      "2.5",
+      "--message-retries",
+      "5",
+      "--max-concurrency",
+      "3",
+      "--retry-delay-secs",
+      "1",
+      "--dead-letter-queue",
+      "cli-orders-dlq",
     );
     expect(added).toMatch(/^Added consumer shardq-example-consumer to queue cli-orders\./);
     expect(added).toMatch(/^batch timeout:\s+2\.5s$/m);
-    const [consumer] = await json<Array<{ consumer_id: string; script_name: string; settings: Record<string, unknown>; dead_letter_queue: string | null }>>("consumer", "list", "cli-orders");
+    const [consumer] = await json<
+      Array<{
+        consumer_id: string;
+        script_name: string;
+        settings: Record<string, unknown>;
+        dead_letter_queue: string | null;
+      }>
+    >("consumer", "list", "cli-orders");
     expect(consumer).toMatchObject({ script_name: "shardq-example-consumer", dead_letter_queue: "cli-orders-dlq" });
-    expect(consumer!.settings).toMatchObject({ batch_size: 20, max_wait_time_ms: 2500, max_retries: 5, max_concurrency: 3, retry_delay: 1 });
-    expect(await ok("queues", "info", "cli-orders")).toMatch(/^consumer:\s+worker shardq-example-consumer \(batch 20, timeout 2\.5s, concurrency 3, 5 retries/m);
+    expect(consumer!.settings).toMatchObject({
+      batch_size: 20,
+      max_wait_time_ms: 2500,
+      max_retries: 5,
+      max_concurrency: 3,
+      retry_delay: 1,
+    });
+    expect(await ok("queues", "info", "cli-orders")).toMatch(
+      /^consumer:\s+worker shardq-example-consumer \(batch 20, timeout 2\.5s, concurrency 3, 5 retries/m,
+    );
 
-    const changed = await json("consumer", "update", "cli-orders", "--batch-size", "50", "--max-concurrency", "auto", "--no-dead-letter-queue");
+    const changed = await json(
+      "consumer",
+      "update",
+      "cli-orders",
+      "--batch-size",
+      "50",
+      "--max-concurrency",
+      "auto",
+      "--no-dead-letter-queue",
+    );
     expect(changed).toMatchObject({ consumer_id: consumer!.consumer_id, dead_letter_queue: null });
     expect(changed.settings).toMatchObject({ batch_size: 50, max_concurrency: null, max_retries: 5 });
     const wrongScript = await shardq(["consumer", "remove", "cli-orders", "no-such-script"]);
     expect(wrongScript.code).toBe(1);
-    expect(wrongScript.stderr).toContain("queue cli-orders has no consumer no-such-script (its consumer is worker shardq-example-consumer)");
-    expect(await ok("consumer", "remove", "cli-orders", "shardq-example-consumer")).toBe("Removed consumer shardq-example-consumer from queue cli-orders.\n");
+    expect(wrongScript.stderr).toContain(
+      "queue cli-orders has no consumer no-such-script (its consumer is worker shardq-example-consumer)",
+    );
+    expect(await ok("consumer", "remove", "cli-orders", "shardq-example-consumer")).toBe(
+      "Removed consumer shardq-example-consumer from queue cli-orders.\n",
+    );
     expect(await json("consumer", "list", "cli-orders")).toEqual([]);
 
     // Delete.
@@ -238,7 +310,9 @@ describe("the shardq CLI against wrangler dev", () => {
   it("exits 1 on API and connection errors with the API's message, field and a next step", async () => {
     const noQueue = await shardq(["queues", "info", "no-such-queue"]);
     expect(noQueue).toMatchObject({ code: 1, stdout: "" });
-    expect(noQueue.stderr).toContain('queue "no-such-queue" not found [HTTP 404, code 10003, field queue, set by <queue>]');
+    expect(noQueue.stderr).toContain(
+      'queue "no-such-queue" not found [HTTP 404, code 10003, field queue, set by <queue>]',
+    );
     const noQueueJson = await shardq(["purge", "no-such-queue", "--force", "--json"]);
     expect(noQueueJson.code).toBe(1);
     expect(noQueueJson.stderr).toContain('queue "no-such-queue" not found');
@@ -281,10 +355,16 @@ describe("the shardq CLI against wrangler dev", () => {
     const dir = mkdtempSync(join(tmpdir(), "shardq-cli-apply-"));
     try {
       const file = join(dir, "queues.json");
-      writeFileSync(file, JSON.stringify({ account: "local", queues: [{ queue_name: "cli-applied-us", jurisdiction: "us" }] }));
+      writeFileSync(
+        file,
+        JSON.stringify({ account: "local", queues: [{ queue_name: "cli-applied-us", jurisdiction: "us" }] }),
+      );
       expect(await ok("apply", file)).toMatch(/^Applied 1 queue/);
       expect((await json("queues", "info", "cli-applied-us")).jurisdiction).toBe("us");
-      writeFileSync(file, JSON.stringify({ account: "local", queues: [{ queue_name: "cli-in-eu", jurisdiction: "fedramp" }] }));
+      writeFileSync(
+        file,
+        JSON.stringify({ account: "local", queues: [{ queue_name: "cli-in-eu", jurisdiction: "fedramp" }] }),
+      );
       const moved = await shardq(["apply", file]);
       expect(moved.code).toBe(1);
       expect(moved.stderr).toContain('queue cli-in-eu exists in jurisdiction "eu" and the config asks for "fedramp"');
@@ -298,14 +378,27 @@ describe("the shardq CLI against wrangler dev", () => {
     for (const name of [...paged, "cli-pager"]) await ok("queues", "create", name);
     const prefix = "cli-page-";
     const second = await ok("queues", "list", "--prefix", prefix, "--page", "2", "--per-page", "3");
-    expect(second.split("\n").filter((l) => /^cli-/.test(l)).map((l) => l.split(/\s+/)[0])).toEqual(["cli-page-d", "cli-page-e", "cli-page-f"]);
-    expect(second).toContain('(page 2 of 3: queues 4 to 6 of 7 starting with "cli-page-"; next: shardq queues list --page 3 --per-page 3 --prefix cli-page-)');
+    expect(
+      second
+        .split("\n")
+        .filter((l) => /^cli-/.test(l))
+        .map((l) => l.split(/\s+/)[0]),
+    ).toEqual(["cli-page-d", "cli-page-e", "cli-page-f"]);
+    expect(second).toContain(
+      '(page 2 of 3: queues 4 to 6 of 7 starting with "cli-page-"; next: shardq queues list --page 3 --per-page 3 --prefix cli-page-)',
+    );
     const last = await ok("queues", "list", "--prefix", prefix, "--page", "3", "--per-page", "3");
     expect(last).toContain('(page 3 of 3: queues 7 to 7 of 7 starting with "cli-page-")');
     // Without --page: every match, all pages fetched.
-    expect((await json<Array<{ queue_name: string }>>("queues", "list", "--prefix", prefix, "--per-page", "2")).map((q) => q.queue_name)).toEqual(paged);
+    expect(
+      (await json<Array<{ queue_name: string }>>("queues", "list", "--prefix", prefix, "--per-page", "2")).map(
+        (q) => q.queue_name,
+      ),
+    ).toEqual(paged);
     expect(await ok("queues", "list", "--prefix", prefix)).toContain('(7 queues starting with "cli-page-")');
-    expect(await ok("queues", "list", "--prefix", prefix, "--page", "9", "--per-page", "3")).toBe('No queues on page 9: 7 queues starting with "cli-page-" in all, 3 pages of 3.\n');
+    expect(await ok("queues", "list", "--prefix", prefix, "--page", "9", "--per-page", "3")).toBe(
+      'No queues on page 9: 7 queues starting with "cli-page-" in all, 3 pages of 3.\n',
+    );
     expect(await ok("queues", "list", "--prefix", "cli-nothing")).toBe('No queues starting with "cli-nothing".\n');
     const bad = await shardq(["queues", "list", "--prefix", "Cli"]);
     expect(bad.code).toBe(1);

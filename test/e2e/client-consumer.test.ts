@@ -22,12 +22,24 @@ describe("the client's consumer loop under wrangler dev", () => {
   let service: Server | undefined;
   const start = async () => {
     service = await startWrangler({
-      args: ["-c", "wrangler.toml", "--port", String(port), "--ip", "127.0.0.1", "--persist-to", stateDir, "--inspector-port", "0"],
+      args: [
+        "-c",
+        "wrangler.toml",
+        "--port",
+        String(port),
+        "--ip",
+        "127.0.0.1",
+        "--persist-to",
+        stateDir,
+        "--inspector-port",
+        "0",
+      ],
       readyUrl: `http://127.0.0.1:${port}/healthz`,
       env: { WRANGLER_REGISTRY_PATH: registry },
     });
   };
-  const client = () => clientOf(`http://127.0.0.1:${port}`, { retry: { attempts: 5, baseDelayMs: 50, maxDelayMs: 500 } });
+  const client = () =>
+    clientOf(`http://127.0.0.1:${port}`, { retry: { attempts: 5, baseDelayMs: 50, maxDelayMs: 500 } });
 
   /** A new queue with an HTTP pull consumer. */
   const newQueue = async (name: string): Promise<QueueClient<{ i: number; key?: string }>> => {
@@ -36,7 +48,8 @@ describe("the client's consumer loop under wrangler dev", () => {
     await c.request("POST", `/queues/${name}/consumers`, { body: { type: "http_pull", settings: { max_retries: 5 } } });
     return c.queue(name);
   };
-  const backlog = async (name: string) => (await client().request<{ backlog_count: number }>("GET", `/queues/${name}/metrics`)).backlog_count;
+  const backlog = async (name: string) =>
+    (await client().request<{ backlog_count: number }>("GET", `/queues/${name}/metrics`)).backlog_count;
 
   /** Runs the loop until `done` says so (or `ms` pass), then stops it; answers its summary. */
   const consumeUntil = async (
@@ -68,7 +81,9 @@ describe("the client's consumer loop under wrangler dev", () => {
   it("handles every message once, never more handlers at once than its concurrency, each key's messages in order", async () => {
     const q = await newQueue("client-order");
     const keys = ["a", "b", "c", "d", "e"];
-    const batch = Array.from({ length: 400 }, (_, i) => (i < 300 ? { body: { i, key: keys[i % 5]! }, orderingKey: keys[i % 5]! } : { body: { i } }));
+    const batch = Array.from({ length: 400 }, (_, i) =>
+      i < 300 ? { body: { i, key: keys[i % 5]! }, orderingKey: keys[i % 5]! } : { body: { i } },
+    );
     const sent = await q.sendBatch(batch);
     expect(sent.requests).toBe(4);
 
@@ -193,7 +208,14 @@ describe("the client's consumer loop under wrangler dev", () => {
         await sleep(20);
         handled.add(m.body.i);
       },
-      { concurrency: 4, batchSize: 10, waitTimeMs: 1000, visibilityTimeoutMs: 3_000, signal: stop.signal, onError: (err) => errors.push(err) },
+      {
+        concurrency: 4,
+        batchSize: 10,
+        waitTimeMs: 1000,
+        visibilityTimeoutMs: 3_000,
+        signal: stop.signal,
+        onError: (err) => errors.push(err),
+      },
     );
     while (handled.size < 40) await sleep(20);
     await service!.stop("SIGKILL");
@@ -217,11 +239,20 @@ describe("the client's consumer loop under wrangler dev", () => {
   const runExamples = async (runtime: string[]) => {
     const version = spawnSync(runtime[0]!, ["--version"], { encoding: "utf8" }).stdout.trim().split("\n")[0];
     const env = { ...process.env, SHARDQ_URL: `http://127.0.0.1:${port}`, NO_COLOR: "1" };
-    const produced = spawnSync(runtime[0]!, [...runtime.slice(1), "examples/node-consumer/producer.mjs", "150"], { cwd: ROOT, env, encoding: "utf8", timeout: 60_000 });
+    const produced = spawnSync(runtime[0]!, [...runtime.slice(1), "examples/node-consumer/producer.mjs", "150"], {
+      cwd: ROOT,
+      env,
+      encoding: "utf8",
+      timeout: 60_000,
+    });
     expect(produced.status, `${version}: ${produced.stderr}`).toBe(0);
     expect(produced.stdout).toContain("sent 150 messages to example-pull in 2 request(s)");
 
-    const consumer = spawn(runtime[0]!, [...runtime.slice(1), "examples/node-consumer/consumer.mjs"], { cwd: ROOT, env, stdio: ["ignore", "pipe", "pipe"] });
+    const consumer = spawn(runtime[0]!, [...runtime.slice(1), "examples/node-consumer/consumer.mjs"], {
+      cwd: ROOT,
+      env,
+      stdio: ["ignore", "pipe", "pipe"],
+    });
     let out = "";
     let err = "";
     consumer.stdout.on("data", (d) => (out += d));
@@ -240,12 +271,26 @@ describe("the client's consumer loop under wrangler dev", () => {
 
   it("runs the example consumer and producer (examples/node-consumer) through the built shardq/client: on npm's Node (Node 20 here), then on Deno", async () => {
     // shardq.config.json's pull queue and its dead-letter queue, as `npm start` makes them.
-    const config = JSON.parse(readFileSync(join(ROOT, "shardq.config.json"), "utf8")) as { account: string; queues: Array<{ queue_name: string }> };
-    await applyConfig(`http://127.0.0.1:${port}`, TOKEN, { ...config, queues: config.queues.filter((q) => q.queue_name === "example-pull" || q.queue_name === "example-dlq") });
+    const config = JSON.parse(readFileSync(join(ROOT, "shardq.config.json"), "utf8")) as {
+      account: string;
+      queues: Array<{ queue_name: string }>;
+    };
+    await applyConfig(`http://127.0.0.1:${port}`, TOKEN, {
+      ...config,
+      queues: config.queues.filter((q) => q.queue_name === "example-pull" || q.queue_name === "example-dlq"),
+    });
     // npm's own Node when the test runs under npm; the package's Node otherwise.
     expect(await runExamples([process.env.npm_node_execpath ?? process.execPath])).toMatch(/^v\d+\./);
     // Deno, from the devDependency; it reads `shardq/client` through package.json's exports as Node does.
-    expect(await runExamples([join(ROOT, "node_modules", ".bin", "deno"), "run", "--allow-net", "--allow-env", "--allow-read"])).toMatch(/^deno 2\./);
+    expect(
+      await runExamples([
+        join(ROOT, "node_modules", ".bin", "deno"),
+        "run",
+        "--allow-net",
+        "--allow-env",
+        "--allow-read",
+      ]),
+    ).toMatch(/^deno 2\./);
   });
 
   it("builds shardq/client as one module that imports nothing, so it runs wherever fetch does", () => {
@@ -253,8 +298,13 @@ describe("the client's consumer loop under wrangler dev", () => {
     expect(bundle).not.toMatch(/^\s*import\s/m);
     expect(bundle).not.toMatch(/\brequire\(/);
     expect(bundle).toMatch(/export\s*\{[^}]*createClient/);
-    const pkg = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as { exports: Record<string, { types: string; default: string }> };
-    expect(pkg.exports["./client"]).toEqual({ types: "./lib/types/client/index.d.ts", default: "./lib/client/index.js" });
+    const pkg = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as {
+      exports: Record<string, { types: string; default: string }>;
+    };
+    expect(pkg.exports["./client"]).toEqual({
+      types: "./lib/types/client/index.d.ts",
+      default: "./lib/client/index.js",
+    });
     expect(readFileSync(join(ROOT, "lib", "types", "client", "index.d.ts"), "utf8")).toMatch(/from "\.\/client\.js"/);
   });
 });

@@ -33,7 +33,8 @@ describe("the cloudflare SDK against shardq", () => {
   });
 
   /** The calls sent since `from`, as "METHOD path" with the account's queue path shortened to `Q`. */
-  const callsSince = (from: number, queueId: string) => sent.slice(from).map((s) => `${s.method} ${s.path.replace(`/client/v4/accounts/local/queues/${queueId}`, "Q")}`);
+  const callsSince = (from: number, queueId: string) =>
+    sent.slice(from).map((s) => `${s.method} ${s.path.replace(`/client/v4/accounts/local/queues/${queueId}`, "Q")}`);
 
   it("takes a queue through its whole life: create, get, list, update, edit, consumers, messages, metrics, purge, delete", async () => {
     const from = sent.length;
@@ -41,7 +42,12 @@ describe("the cloudflare SDK against shardq", () => {
     const created = await cf.queues.create({ account_id, queue_name: "sdk-life" });
     const queueId = created.queue_id!;
     expect(queueId).toMatch(/^[0-9a-f]{32}$/);
-    expect(created).toMatchObject({ queue_name: "sdk-life", consumers_total_count: 0, producers_total_count: 0, settings: { delivery_paused: false } });
+    expect(created).toMatchObject({
+      queue_name: "sdk-life",
+      consumers_total_count: 0,
+      producers_total_count: 0,
+      settings: { delivery_paused: false },
+    });
     expect(Date.parse(created.created_on!)).not.toBeNaN();
     const got = await cf.queues.get(queueId, { account_id });
     expect(got.queue_name).toBe("sdk-life");
@@ -51,7 +57,11 @@ describe("the cloudflare SDK against shardq", () => {
 
     // update (PUT) replaces the settings: what it leaves out is back to its default.
     await cf.queues.edit(queueId, { account_id, settings: { delivery_delay: 30, message_retention_period: 3600 } });
-    const updated = await cf.queues.update(queueId, { account_id, queue_name: "sdk-life", settings: { message_retention_period: 7200 } });
+    const updated = await cf.queues.update(queueId, {
+      account_id,
+      queue_name: "sdk-life",
+      settings: { message_retention_period: 7200 },
+    });
     expect(updated.settings).toEqual({ delivery_delay: 0, delivery_paused: false, message_retention_period: 7200 });
     // edit (PATCH) changes only what it names.
     const edited = await cf.queues.edit(queueId, { account_id, settings: { delivery_paused: true } });
@@ -65,7 +75,11 @@ describe("the cloudflare SDK against shardq", () => {
       settings: { batch_size: 5, max_retries: 2, visibility_timeout_ms: 60_000 },
     })) as Cloudflare.Queues.Consumer.MqHTTPConsumerResponse;
     const consumerId = consumer.consumer_id!;
-    expect(consumer).toMatchObject({ type: "http_pull", queue_name: "sdk-life", settings: { batch_size: 5, max_retries: 2, visibility_timeout_ms: 60_000 } });
+    expect(consumer).toMatchObject({
+      type: "http_pull",
+      queue_name: "sdk-life",
+      settings: { batch_size: 5, max_retries: 2, visibility_timeout_ms: 60_000 },
+    });
     const consumers: Cloudflare.Queues.Consumer[] = [];
     for await (const c of cf.queues.consumers.list(queueId, { account_id })) consumers.push(c);
     expect(consumers.map((c) => c.consumer_id)).toEqual([consumerId]);
@@ -78,12 +92,17 @@ describe("the cloudflare SDK against shardq", () => {
     })) as Cloudflare.Queues.Consumer.MqHTTPConsumerResponse;
     // Replaced: max_retries, left out, is back to its default.
     expect(replaced.settings).toMatchObject({ batch_size: 10, max_retries: 3, visibility_timeout_ms: 60_000 });
-    const whole = (await cf.queues.get(queueId, { account_id })).consumers![0] as Cloudflare.Queues.Consumer.MqHTTPConsumerResponse;
+    const whole = (await cf.queues.get(queueId, { account_id }))
+      .consumers![0] as Cloudflare.Queues.Consumer.MqHTTPConsumerResponse;
     expect(whole).toMatchObject({ consumer_id: consumerId, type: "http_pull", settings: { batch_size: 10 } });
 
     // Messages: push, bulkPush, with the queue's figures as the SDK types them.
     const pushed = await cf.queues.messages.push(queueId, { account_id, body: "hello", content_type: "text" });
-    expect(pushed.metadata?.metrics).toMatchObject({ backlog_count: 1, backlog_bytes: expect.any(Number), oldest_message_timestamp_ms: expect.any(Number) });
+    expect(pushed.metadata?.metrics).toMatchObject({
+      backlog_count: 1,
+      backlog_bytes: expect.any(Number),
+      oldest_message_timestamp_ms: expect.any(Number),
+    });
     const bulk = await cf.queues.messages.bulkPush(queueId, {
       account_id,
       messages: [
@@ -97,22 +116,39 @@ describe("the cloudflare SDK against shardq", () => {
     // peek leases nothing, and gives refs that messages.purge deletes by.
     const peeked = await cf.queues.messages.peek(queueId, { account_id, batch_size: 10 });
     expect(peeked.messages).toHaveLength(4);
-    expect(peeked.messages![0]).toMatchObject({ body: "hello", attempts: 0, metadata: { "CF-Content-Type": "text" }, ref: expect.any(String), timestamp_ms: expect.any(Number) });
+    expect(peeked.messages![0]).toMatchObject({
+      body: "hello",
+      attempts: 0,
+      metadata: { "CF-Content-Type": "text" },
+      ref: expect.any(String),
+      timestamp_ms: expect.any(Number),
+    });
     // A JSON body comes base64-encoded, as a pull gives it (CF-Content-Type says so).
-    const json = (m: { body?: string; metadata?: unknown }) => ((m.metadata as Record<string, string>)["CF-Content-Type"] === "json" ? JSON.parse(Buffer.from(m.body!, "base64").toString("utf8")) : undefined);
+    const json = (m: { body?: string; metadata?: unknown }) =>
+      (m.metadata as Record<string, string>)["CF-Content-Type"] === "json"
+        ? JSON.parse(Buffer.from(m.body!, "base64").toString("utf8"))
+        : undefined;
     const doomed = peeked.messages!.find((m) => json(m)?.n === 3)!;
     const purgedRefs = await cf.queues.messages.purge(queueId, { account_id, refs: [{ ref: doomed.ref! }] });
     expect(purgedRefs.warnings).toEqual({});
     expect((await cf.queues.messages.peek(queueId, { account_id })).messages).toHaveLength(3);
 
     // pull, then ack one and retry another.
-    const pulled = await cf.queues.messages.pull(queueId, { account_id, batch_size: 10, visibility_timeout_ms: 60_000 });
+    const pulled = await cf.queues.messages.pull(queueId, {
+      account_id,
+      batch_size: 10,
+      visibility_timeout_ms: 60_000,
+    });
     expect(pulled.messages).toHaveLength(3);
     expect(pulled.message_backlog_count).toBe(3);
     expect(pulled.metadata?.metrics?.backlog_count).toBe(3);
     const [first, second, third] = pulled.messages!;
     expect(first).toMatchObject({ id: expect.any(String), lease_id: expect.any(String), attempts: 1, body: "hello" });
-    const acked = await cf.queues.messages.ack(queueId, { account_id, acks: [{ lease_id: first!.lease_id! }, { lease_id: second!.lease_id! }], retries: [{ lease_id: third!.lease_id!, delay_seconds: 0 }] });
+    const acked = await cf.queues.messages.ack(queueId, {
+      account_id,
+      acks: [{ lease_id: first!.lease_id! }, { lease_id: second!.lease_id! }],
+      retries: [{ lease_id: third!.lease_id!, delay_seconds: 0 }],
+    });
     expect(acked).toEqual({ ackCount: 2, retryCount: 1, warnings: {} });
 
     // metrics.
@@ -132,7 +168,10 @@ describe("the cloudflare SDK against shardq", () => {
     expect((await cf.queues.getMetrics(queueId, { account_id })).backlog_count).toBe(0);
 
     // consumers delete, queues delete: the whole envelope, as the SDK types them.
-    expect(await cf.queues.consumers.delete(consumerId, { account_id, queue_id: queueId })).toMatchObject({ success: true, errors: [] });
+    expect(await cf.queues.consumers.delete(consumerId, { account_id, queue_id: queueId })).toMatchObject({
+      success: true,
+      errors: [],
+    });
     expect(await cf.queues.delete(queueId, { account_id })).toMatchObject({ success: true, errors: [] });
     await expect(cf.queues.get(queueId, { account_id })).rejects.toBeInstanceOf(Cloudflare.NotFoundError);
 
@@ -177,7 +216,12 @@ describe("the cloudflare SDK against shardq", () => {
       dead_letter_queue: "sdk-worker-dlq",
       settings: { batch_size: 20, max_retries: 5, max_wait_time_ms: 1000, retry_delay: 2 },
     })) as Cloudflare.Queues.Consumer.MqWorkerConsumerResponse;
-    expect(consumer).toMatchObject({ type: "worker", script_name: "shardq-example-consumer", dead_letter_queue: "sdk-worker-dlq", settings: { batch_size: 20, max_retries: 5, max_wait_time_ms: 1000, retry_delay: 2 } });
+    expect(consumer).toMatchObject({
+      type: "worker",
+      script_name: "shardq-example-consumer",
+      dead_letter_queue: "sdk-worker-dlq",
+      settings: { batch_size: 20, max_retries: 5, max_wait_time_ms: 1000, retry_delay: 2 },
+    });
     const replaced = (await cf.queues.consumers.update(consumer.consumer_id!, {
       account_id,
       queue_id: queueId,
@@ -185,19 +229,32 @@ describe("the cloudflare SDK against shardq", () => {
       script_name: "shardq-example-consumer",
       settings: { batch_size: 30, max_concurrency: 2 },
     })) as Cloudflare.Queues.Consumer.MqWorkerConsumerResponse;
-    expect(replaced).toMatchObject({ consumer_id: consumer.consumer_id, settings: { batch_size: 30, max_concurrency: 2, max_retries: 3, retry_delay: 0 } });
+    expect(replaced).toMatchObject({
+      consumer_id: consumer.consumer_id,
+      settings: { batch_size: 30, max_concurrency: 2, max_retries: 3, retry_delay: 0 },
+    });
     // No dead_letter_queue in a replacement: none.
     expect(replaced.dead_letter_queue ?? "").toBe("");
-    const got = (await cf.queues.consumers.get(consumer.consumer_id!, { account_id, queue_id: queueId })) as Cloudflare.Queues.Consumer.MqWorkerConsumerResponse;
+    const got = (await cf.queues.consumers.get(consumer.consumer_id!, {
+      account_id,
+      queue_id: queueId,
+    })) as Cloudflare.Queues.Consumer.MqWorkerConsumerResponse;
     expect(got.settings?.batch_size).toBe(30);
     await cf.queues.consumers.delete(consumer.consumer_id!, { account_id, queue_id: queueId });
 
     // update of a consumer the queue lacks adds it, under the id asked for.
     const id = "00000000000000000000000000c0ffee";
-    const added = await cf.queues.consumers.update(id, { account_id, queue_id: queueId, type: "worker", script_name: "shardq-example-consumer" });
+    const added = await cf.queues.consumers.update(id, {
+      account_id,
+      queue_id: queueId,
+      type: "worker",
+      script_name: "shardq-example-consumer",
+    });
     expect(added.consumer_id).toBe(id);
     // A second consumer is refused: a queue has one.
-    const other = await cf.queues.consumers.create(queueId, { account_id, type: "http_pull" }, { maxRetries: 0 }).catch((e: unknown) => e);
+    const other = await cf.queues.consumers
+      .create(queueId, { account_id, type: "http_pull" }, { maxRetries: 0 })
+      .catch((e: unknown) => e);
     expect(other).toBeInstanceOf(Cloudflare.ConflictError);
     await cf.queues.delete(queueId, { account_id });
     await cf.queues.delete(dlq.queue_id!, { account_id });
@@ -205,7 +262,9 @@ describe("the cloudflare SDK against shardq", () => {
 
   it("refuses event subscriptions with a 501 that says why, without the SDK retrying", async () => {
     const from = sent.length;
-    const err = await cf.queues.subscriptions.create({ account_id, name: "r2-events", source: { type: "r2" }, events: ["object-create"] }).catch((e: unknown) => e);
+    const err = await cf.queues.subscriptions
+      .create({ account_id, name: "r2-events", source: { type: "r2" }, events: ["object-create"] })
+      .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(Cloudflare.APIError);
     expect((err as InstanceType<typeof Cloudflare.APIError>).status).toBe(501);
     expect((err as Error).message).toContain("shardq does not serve event subscriptions");
@@ -231,7 +290,10 @@ describe("the cloudflare SDK against shardq", () => {
     const moved = await cf.queues.edit(eu.queue_id!, { account_id, jurisdiction: "us" }).catch((e: unknown) => e);
     expect(moved).toBeInstanceOf(Cloudflare.BadRequestError);
     expect((moved as Error).message).toContain("jurisdiction");
-    expect((await cf.queues.edit(eu.queue_id!, { account_id, jurisdiction: "eu", settings: { delivery_delay: 2 } })).settings?.delivery_delay).toBe(2);
+    expect(
+      (await cf.queues.edit(eu.queue_id!, { account_id, jurisdiction: "eu", settings: { delivery_delay: 2 } })).settings
+        ?.delivery_delay,
+    ).toBe(2);
     await cf.queues.delete(eu.queue_id!, { account_id });
   });
 });

@@ -128,7 +128,9 @@ describe("the dashboard in Chromium", () => {
 
   it("pauses and resumes delivery, and loaded nothing from another origin", async () => {
     await page.locator("#pause").click();
-    await expect.poll(() => page.locator(`#queues tbody tr[data-queue="${QUEUE}"] td`).last().textContent()).toBe("paused");
+    await expect
+      .poll(() => page.locator(`#queues tbody tr[data-queue="${QUEUE}"] td`).last().textContent())
+      .toBe("paused");
     await page.locator("#pause").click();
     await expect.poll(() => page.locator(`#queues tbody tr[data-queue="${QUEUE}"] td`).last().textContent()).toBe("on");
     expect(foreign).toEqual([]);
@@ -145,7 +147,8 @@ describe("the dashboard in Chromium", () => {
       });
       expect(res.status).toBe(201);
     }
-    const listed = () => page.locator("#queues tbody tr").evaluateAll((trs) => trs.map((tr) => (tr as HTMLElement).dataset.queue));
+    const listed = () =>
+      page.locator("#queues tbody tr").evaluateAll((trs) => trs.map((tr) => (tr as HTMLElement).dataset.queue));
     const pageText = () => page.locator("#queues-page").textContent();
     await page.locator("#queues-per-page").selectOption("10");
     await expect.poll(listed).toEqual([QUEUE, ...extra.slice(0, 9)]);
@@ -164,7 +167,9 @@ describe("the dashboard in Chromium", () => {
     await expect.poll(pageText).toBe("Page 1 of 1 · queues 1 to 2 of 2");
     await page.locator("#queue-prefix").fill("nothing-here");
     await expect.poll(listed).toEqual([]);
-    await expect.poll(() => page.locator("#queues-empty").textContent()).toBe('No queue name starts with "nothing-here".');
+    await expect
+      .poll(() => page.locator("#queues-empty").textContent())
+      .toBe('No queue name starts with "nothing-here".');
     expect(await page.locator("#queues-empty").isVisible()).toBe(true);
     // What no queue name can start with is the API's 400, shown by the list.
     await page.locator("#queue-prefix").fill("Dash");
@@ -210,7 +215,9 @@ describe("the dashboard in Chromium", () => {
     await page.locator("#create-queue-form button[type=submit]").click();
     await expect.poll(() => page.locator("#queue-title").textContent()).toBe(`${QUEUE}-eu`);
     await expect.poll(() => page.locator('[data-figure="Jurisdiction"]').textContent()).toBe("eu");
-    const res = await fetch(`${base}/accounts/local/queues/${QUEUE}-eu`, { headers: { authorization: `Bearer ${TOKEN}` } });
+    const res = await fetch(`${base}/accounts/local/queues/${QUEUE}-eu`, {
+      headers: { authorization: `Bearer ${TOKEN}` },
+    });
     expect(((await res.json()) as { result: { jurisdiction?: string } }).result.jurisdiction).toBe("eu");
   });
 });

@@ -35,14 +35,38 @@ describe("delivery under wrangler dev", () => {
 
   const startService = async () => {
     service = await startWrangler({
-      args: ["-c", writeDevConfig(), "-c", "examples/consumer/wrangler.toml", "--port", String(port), "--ip", "127.0.0.1", "--persist-to", stateDir, "--inspector-port", "0"],
+      args: [
+        "-c",
+        writeDevConfig(),
+        "-c",
+        "examples/consumer/wrangler.toml",
+        "--port",
+        String(port),
+        "--ip",
+        "127.0.0.1",
+        "--persist-to",
+        stateDir,
+        "--inspector-port",
+        "0",
+      ],
       readyUrl: `http://127.0.0.1:${port}/`,
       env,
     });
   };
   const startProducer = async () => {
     producer = await startWrangler({
-      args: ["-c", "examples/producer/wrangler.toml", "--port", String(producerPort), "--ip", "127.0.0.1", "--persist-to", join(stateDir, "producer"), "--inspector-port", "0"],
+      args: [
+        "-c",
+        "examples/producer/wrangler.toml",
+        "--port",
+        String(producerPort),
+        "--ip",
+        "127.0.0.1",
+        "--persist-to",
+        join(stateDir, "producer"),
+        "--inspector-port",
+        "0",
+      ],
       readyUrl: `http://127.0.0.1:${producerPort}/`,
       env,
     });
@@ -51,9 +75,14 @@ describe("delivery under wrangler dev", () => {
     const res = await fetch(`http://127.0.0.1:${producerPort}/send?count=${count}&batch=100`, { method: "POST" });
     return (await res.json()) as SendResult;
   };
-  const consumer = (path: string, init?: RequestInit) => fetch(`http://127.0.0.1:${producerPort}/consumer${path}`, init);
+  const consumer = (path: string, init?: RequestInit) =>
+    fetch(`http://127.0.0.1:${producerPort}/consumer${path}`, init);
   const missing = async (ids: string[]) =>
-    ((await (await consumer("/missing", { method: "POST", body: JSON.stringify({ queue: "example", ids }) })).json()) as { missing: string[] }).missing;
+    (
+      (await (
+        await consumer("/missing", { method: "POST", body: JSON.stringify({ queue: "example", ids }) })
+      ).json()) as { missing: string[] }
+    ).missing;
   const until = async (check: () => Promise<boolean>, timeoutMs: number) => {
     const deadline = Date.now() + timeoutMs;
     while (!(await check())) {
@@ -103,6 +132,8 @@ describe("delivery under wrangler dev", () => {
     await startProducer();
     await until(async () => (await missing(acknowledged)).length === 0, 120_000);
     const stats = (await (await consumer("/stats?queue=example")).json()) as Stats;
-    console.log(`killed mid-stream: ${acknowledged.length} acknowledged before the kill, all delivered; ${stats.duplicates} duplicate deliveries over both runs`);
+    console.log(
+      `killed mid-stream: ${acknowledged.length} acknowledged before the kill, all delivered; ${stats.duplicates} duplicate deliveries over both runs`,
+    );
   });
 });

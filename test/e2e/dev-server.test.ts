@@ -10,7 +10,18 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startWrangler, startWranglerOnFreePort } from "../../cli/wrangler/dev-server.mjs";
 
 const state = mkdtempSync(join(tmpdir(), "shardq-e2e-dev-server-"));
-const args = (port: number) => ["-c", "examples/consumer/wrangler.toml", "--port", String(port), "--ip", "127.0.0.1", "--inspector-port", "0", "--persist-to", state];
+const args = (port: number) => [
+  "-c",
+  "examples/consumer/wrangler.toml",
+  "--port",
+  String(port),
+  "--ip",
+  "127.0.0.1",
+  "--inspector-port",
+  "0",
+  "--persist-to",
+  state,
+];
 
 describe("starting wrangler dev on a port another process took", () => {
   let taken: Server;

@@ -32,7 +32,21 @@ export async function startDevService(name, extraArgs = [], opts = {}) {
   try {
     server = await startWranglerOnFreePort(
       (port) => ({
-        args: ["-c", writeDevConfig(), "-c", "examples/consumer/wrangler.toml", "--port", String(port), "--ip", "127.0.0.1", "--persist-to", stateDir, "--inspector-port", "0", ...extraArgs],
+        args: [
+          "-c",
+          writeDevConfig(),
+          "-c",
+          "examples/consumer/wrangler.toml",
+          "--port",
+          String(port),
+          "--ip",
+          "127.0.0.1",
+          "--persist-to",
+          stateDir,
+          "--inspector-port",
+          "0",
+          ...extraArgs,
+        ],
         readyUrl: `http://127.0.0.1:${port}/`,
         env: { WRANGLER_REGISTRY_PATH: registry },
       }),

@@ -16,7 +16,8 @@ export const AUTH = { authorization: `Bearer ${TOKEN}` };
 export const HEADERS = { ...AUTH, "content-type": "application/json" };
 
 /** A client of the service at `base` under the local token; `opts` adds to or replaces its options (retry, account). */
-export const clientOf = (base: string, opts: Partial<ClientOptions> = {}): ShardqClient => createClient({ url: base, token: TOKEN, ...opts });
+export const clientOf = (base: string, opts: Partial<ClientOptions> = {}): ShardqClient =>
+  createClient({ url: base, token: TOKEN, ...opts });
 
 /** Reads until `done` holds of the value or `timeoutMs` has passed, every 250 ms; answers the last value either way. */
 export async function waitFor<T>(read: () => Promise<T>, done: (value: T) => boolean, timeoutMs: number): Promise<T> {
@@ -39,7 +40,12 @@ export function groupAlive(pid: number): boolean {
 }
 
 /** Every path under `dir` that `keep` keeps (hidden ones included, symlinks not followed), with its size and mtime. */
-export function listTree(dir: string, keep: (path: string) => boolean = () => true, base = dir, out = new Map<string, string>()): Map<string, string> {
+export function listTree(
+  dir: string,
+  keep: (path: string) => boolean = () => true,
+  base = dir,
+  out = new Map<string, string>(),
+): Map<string, string> {
   for (const name of readdirSync(dir)) {
     const path = join(dir, name);
     const rel = path.slice(base.length + 1);

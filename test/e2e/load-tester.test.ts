@@ -26,14 +26,38 @@ describe("npm run bench -- load", () => {
     const env = { WRANGLER_REGISTRY_PATH: registry };
     servers.push(
       await startWrangler({
-        args: ["-c", writeDevConfig(), "-c", "examples/consumer/wrangler.toml", "--port", String(port), "--ip", "127.0.0.1", "--persist-to", stateDir, "--inspector-port", "0"],
+        args: [
+          "-c",
+          writeDevConfig(),
+          "-c",
+          "examples/consumer/wrangler.toml",
+          "--port",
+          String(port),
+          "--ip",
+          "127.0.0.1",
+          "--persist-to",
+          stateDir,
+          "--inspector-port",
+          "0",
+        ],
         readyUrl: `${url}/`,
         env,
       }),
     );
     servers.push(
       await startWrangler({
-        args: ["-c", "examples/producer/wrangler.toml", "--port", String(producerPort), "--ip", "127.0.0.1", "--persist-to", join(stateDir, "p"), "--inspector-port", "0"],
+        args: [
+          "-c",
+          "examples/producer/wrangler.toml",
+          "--port",
+          String(producerPort),
+          "--ip",
+          "127.0.0.1",
+          "--persist-to",
+          join(stateDir, "p"),
+          "--inspector-port",
+          "0",
+        ],
         readyUrl: `${producerUrl}/`,
         env,
       }),
@@ -55,7 +79,18 @@ describe("npm run bench -- load", () => {
   ])("sends, waits and reports over %s", async (_name, args) => {
     const out = join(stateDir, `load-${Math.random().toString(16).slice(2)}.json`);
     const count = Number(args[args.indexOf("--count") + 1]);
-    const figures = await load(["--url", url, "--producer-url", producerUrl, "--wait", "--seconds", "60", "--json", out, ...args]);
+    const figures = await load([
+      "--url",
+      url,
+      "--producer-url",
+      producerUrl,
+      "--wait",
+      "--seconds",
+      "60",
+      "--json",
+      out,
+      ...args,
+    ]);
     expect(figures).toMatchObject({ sent: count, errors: {}, delivered: count, duplicates: 0 });
     expect(figures.throughput_msgs_per_s).toBeGreaterThan(0);
     expect(figures.send_latency_ms.p50).toBeGreaterThan(0);

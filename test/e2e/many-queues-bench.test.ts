@@ -14,7 +14,10 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 function bench(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, ["bench/cli.mjs", "many", ...args], { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(process.execPath, ["bench/cli.mjs", "many", ...args], {
+      cwd: ROOT,
+      stdio: ["ignore", "pipe", "pipe"],
+    });
     let stdout = "";
     let stderr = "";
     child.stdout.on("data", (d) => (stdout += d));
@@ -24,34 +27,39 @@ function bench(args: string[]): Promise<{ code: number | null; stdout: string; s
 }
 
 describe("npm run bench -- many", () => {
-  it("creates queues with push and pull consumers, delivers each one message once, then measures a quiet window", { timeout: 240_000 }, async () => {
-    const json = join(dir, "many.json");
-    const run = await bench(["--queues", "6", "--quiet-seconds", "5", "--settle-seconds", "0", "--json", json]);
-    expect(run.stderr).not.toMatch(/bench: /);
-    expect(run.code).toBe(0);
-    const r = JSON.parse(readFileSync(json, "utf8"));
-    expect(r).toMatchObject({ queues: 6, push: 3, pull: 3, quiet_seconds: 5 });
-    expect(r.error).toBeUndefined();
-    for (const name of ["create", "consumers", "send", "receive_pull", "receive_push", "verify"]) expect(r.phases[name], name).toMatchObject({ failed: 0 });
-    expect(r.phases.create.ok).toBe(6);
-    expect(r.delivery).toMatchObject({
-      sent: 6,
-      every_message_once: true,
-      push: { sent: 3, received: 3, distinct: 3, duplicates: 0, missing: [] },
-      pull: { pulled: 3, acked: 3, duplicates: 0, wrong_ids: 0 },
-      backlog_left: { queues: 0, messages: 0 },
-    });
-    const q = r.quiet;
-    expect(q.seconds).toBeGreaterThanOrEqual(5);
-    expect(Number.isInteger(q.do_requests) && q.do_requests >= 0).toBe(true);
-    expect(q.workerd.processes).toBeGreaterThanOrEqual(1);
-    expect(q.workerd.each.map((p: { role: string }) => p.role)).toContain("runtime");
-    expect(q.workerd.rss_bytes_end).toBeGreaterThan(10 * 1024 * 1024);
-    expect(q.workerd.cpu_percent_of_core).toBeGreaterThanOrEqual(0);
-    expect(run.stdout).toMatch(/delivered once: yes/);
-    expect(run.stdout).toMatch(/quiet \d+(\.\d)? s \(after 0 s settling\): \d+ Durable Object requests/);
-    expect(run.stdout).toMatch(/workerd: [\d.]+ % of a core .*RSS \d+ -> \d+ MB/);
-  });
+  it(
+    "creates queues with push and pull consumers, delivers each one message once, then measures a quiet window",
+    { timeout: 240_000 },
+    async () => {
+      const json = join(dir, "many.json");
+      const run = await bench(["--queues", "6", "--quiet-seconds", "5", "--settle-seconds", "0", "--json", json]);
+      expect(run.stderr).not.toMatch(/bench: /);
+      expect(run.code).toBe(0);
+      const r = JSON.parse(readFileSync(json, "utf8"));
+      expect(r).toMatchObject({ queues: 6, push: 3, pull: 3, quiet_seconds: 5 });
+      expect(r.error).toBeUndefined();
+      for (const name of ["create", "consumers", "send", "receive_pull", "receive_push", "verify"])
+        expect(r.phases[name], name).toMatchObject({ failed: 0 });
+      expect(r.phases.create.ok).toBe(6);
+      expect(r.delivery).toMatchObject({
+        sent: 6,
+        every_message_once: true,
+        push: { sent: 3, received: 3, distinct: 3, duplicates: 0, missing: [] },
+        pull: { pulled: 3, acked: 3, duplicates: 0, wrong_ids: 0 },
+        backlog_left: { queues: 0, messages: 0 },
+      });
+      const q = r.quiet;
+      expect(q.seconds).toBeGreaterThanOrEqual(5);
+      expect(Number.isInteger(q.do_requests) && q.do_requests >= 0).toBe(true);
+      expect(q.workerd.processes).toBeGreaterThanOrEqual(1);
+      expect(q.workerd.each.map((p: { role: string }) => p.role)).toContain("runtime");
+      expect(q.workerd.rss_bytes_end).toBeGreaterThan(10 * 1024 * 1024);
+      expect(q.workerd.cpu_percent_of_core).toBeGreaterThanOrEqual(0);
+      expect(run.stdout).toMatch(/delivered once: yes/);
+      expect(run.stdout).toMatch(/quiet \d+(\.\d)? s \(after 0 s settling\): \d+ Durable Object requests/);
+      expect(run.stdout).toMatch(/workerd: [\d.]+ % of a core .*RSS \d+ -> \d+ MB/);
+    },
+  );
 
   it("refuses a bad option with a clear message", async () => {
     const run = await bench(["--queues", "20000"]);

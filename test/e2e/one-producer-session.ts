@@ -26,7 +26,8 @@ export const PRODUCER_SOURCE = `export default {
 `;
 
 /** What the producer Worker says a binding call came to. */
-export type CallOutcome = { ok: true; result: { messageId?: string; messageIds?: string[] } } | { ok: false; name: string; message: string };
+export type CallOutcome =
+  { ok: true; result: { messageId?: string; messageIds?: string[] } } | { ok: false; name: string; message: string };
 
 export interface OneProducerSession {
   /** shardq's base URL. */
@@ -34,7 +35,13 @@ export interface OneProducerSession {
   /** Everything the processes printed so far, each line prefixed with its process's name. */
   log(): string;
   /** One binding call through the producer Worker. */
-  call(request: { binding?: string; op: "send" | "sendBatch"; body?: unknown; options?: unknown; messages?: unknown }): Promise<CallOutcome>;
+  call(request: {
+    binding?: string;
+    op: "send" | "sendBatch";
+    body?: unknown;
+    options?: unknown;
+    messages?: unknown;
+  }): Promise<CallOutcome>;
   /** shardq's HTTP API for the account "local": `path` after /accounts/local/queues. */
   api(method: string, path: string, body?: unknown): Promise<{ status: number; json: any }>;
   stop(): Promise<void>;
@@ -72,7 +79,7 @@ export async function startOneProducer(name: string, producers: string): Promise
     throw err;
   }
   const worker = session.workers[0]!.url;
-    return {
+  return {
     shardq: session.shardq.url,
     log: () => lines.join("\n"),
     call: async (request) => {
@@ -82,7 +89,11 @@ export async function startOneProducer(name: string, producers: string): Promise
       return JSON.parse(text) as CallOutcome;
     },
     api: async (method, path, body) => {
-      const res = await fetch(`${session.shardq.url}/accounts/local/queues${path}`, { method, headers, ...(body === undefined ? {} : { body: JSON.stringify(body) }) });
+      const res = await fetch(`${session.shardq.url}/accounts/local/queues${path}`, {
+        method,
+        headers,
+        ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+      });
       const text = await res.text();
       return { status: res.status, json: text ? JSON.parse(text) : null };
     },

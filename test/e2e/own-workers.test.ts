@@ -5,7 +5,17 @@
 // loopback ports, stopped by PID. Then `shardq deploy-config` on the same configs, every
 // file it writes bundled by `wrangler deploy --dry-run`, and the configs it must refuse.
 import { spawn, type ChildProcess } from "node:child_process";
-import { appendFileSync, cpSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import {
+  appendFileSync,
+  cpSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -67,10 +77,25 @@ describe("shardq dev and deploy-config with the user's own Workers", () => {
 
   /** Starts `shardq dev` from the project; resolves once it says everything runs. */
   async function startDev() {
-    const child = spawn(process.execPath, [cli, "dev", "-c", "producer/wrangler.toml", "-c", "consumer/wrangler.toml", "--port", String(shardqPort), "--state", state], {
-      cwd: project,
-      stdio: ["ignore", "pipe", "pipe"],
-    });
+    const child = spawn(
+      process.execPath,
+      [
+        cli,
+        "dev",
+        "-c",
+        "producer/wrangler.toml",
+        "-c",
+        "consumer/wrangler.toml",
+        "--port",
+        String(shardqPort),
+        "--state",
+        state,
+      ],
+      {
+        cwd: project,
+        stdio: ["ignore", "pipe", "pipe"],
+      },
+    );
     let output = "";
     child.stdout!.on("data", (c: Buffer) => (output += c.toString()));
     child.stderr!.on("data", (c: Buffer) => (output += c.toString()));
@@ -96,7 +121,9 @@ describe("shardq dev and deploy-config with the user's own Workers", () => {
     const d = dev;
     dev = undefined;
     if (!d) return null;
-    const exited = new Promise<number | null>((resolve) => (d.child.exitCode !== null ? resolve(d.child.exitCode) : d.child.once("exit", (code) => resolve(code))));
+    const exited = new Promise<number | null>((resolve) =>
+      d.child.exitCode !== null ? resolve(d.child.exitCode) : d.child.once("exit", (code) => resolve(code)),
+    );
     d.child.kill("SIGTERM");
     const timer = setTimeout(() => d.child.kill("SIGKILL"), 30_000);
     const code = await exited;
@@ -123,7 +150,17 @@ describe("shardq dev and deploy-config with the user's own Workers", () => {
   async function consumers(queue: string) {
     const res = await fetch(api(`/${queue}/consumers`), { headers });
     expect(res.status).toBe(200);
-    return ((await res.json()) as { result: Array<{ consumer_id: string; type: string; script_name: string; dead_letter_queue: string | null; settings: Record<string, unknown> }> }).result;
+    return (
+      (await res.json()) as {
+        result: Array<{
+          consumer_id: string;
+          type: string;
+          script_name: string;
+          dead_letter_queue: string | null;
+          settings: Record<string, unknown>;
+        }>;
+      }
+    ).result;
   }
 
   it("delivers every message the user's producer sends to the user's consumer, with the consumer settings of its wrangler.toml", async () => {
@@ -132,20 +169,35 @@ describe("shardq dev and deploy-config with the user's own Workers", () => {
     expect(dev!.output()).toMatch(new RegExp(`own-workers-consumer  http://127\\.0\\.0\\.1:${consumerPort}`));
 
     // send() one at a time, sendBatch() 20 at a time, and one message the consumer retries until it is dead-lettered.
-    for (const [query, sent] of [["count=60&batch=1", 60], ["count=140&batch=20&from=60", 140]] as const) {
+    for (const [query, sent] of [
+      ["count=60&batch=1", 60],
+      ["count=140&batch=20&from=60", 140],
+    ] as const) {
       const res = await fetch(producer(`/send?${query}`), { method: "POST" });
       expect(res.status, await res.clone().text()).toBe(200);
       expect(await res.json()).toEqual({ sent });
     }
-    expect((await fetch(producer("/send-json"), { method: "POST", body: JSON.stringify({ retry: true }) })).status).toBe(200);
+    expect(
+      (await fetch(producer("/send-json"), { method: "POST", body: JSON.stringify({ retry: true }) })).status,
+    ).toBe(200);
 
     const orders = Array.from({ length: 200 }, (_, i) => i);
-    const got = await waitFor(received, (r) => r.bodies.filter((b) => b.retry).length >= 3 && orders.every((o) => r.bodies.some((b) => b.order === o)), 60_000);
+    const got = await waitFor(
+      received,
+      (r) => r.bodies.filter((b) => b.retry).length >= 3 && orders.every((o) => r.bodies.some((b) => b.order === o)),
+      60_000,
+    );
     expect(got.queues).toEqual(["own-orders"]);
     expect(got.largest_batch).toBeLessThanOrEqual(5); // max_batch_size
     // max_retries = 2: the retried message is delivered 3 times, then moved to the dead-letter queue.
     expect(got.bodies.filter((b) => b.retry)).toHaveLength(3);
-    expect(await waitFor(() => backlog("own-orders-dlq"), (n) => n === 1, 20_000)).toBe(1);
+    expect(
+      await waitFor(
+        () => backlog("own-orders-dlq"),
+        (n) => n === 1,
+        20_000,
+      ),
+    ).toBe(1);
 
     const [c, ...others] = await consumers("own-orders");
     expect(others).toEqual([]);
@@ -153,7 +205,14 @@ describe("shardq dev and deploy-config with the user's own Workers", () => {
       type: "worker",
       script_name: "own-workers-consumer",
       dead_letter_queue: "own-orders-dlq",
-      settings: { batch_size: 5, max_wait_time_ms: 1000, max_retries: 2, retry_delay: 1, max_concurrency: 2, transport: "rpc" },
+      settings: {
+        batch_size: 5,
+        max_wait_time_ms: 1000,
+        max_retries: 2,
+        retry_delay: 1,
+        max_concurrency: 2,
+        transport: "rpc",
+      },
     });
   });
 
@@ -164,7 +223,9 @@ describe("shardq dev and deploy-config with the user's own Workers", () => {
 
     await startDev();
     const list = await fetch(api(""), { headers });
-    const names = ((await list.json()) as { result: Array<{ queue_name: string }> }).result.map((q) => q.queue_name).sort();
+    const names = ((await list.json()) as { result: Array<{ queue_name: string }> }).result
+      .map((q) => q.queue_name)
+      .sort();
     expect(names).toEqual(["own-orders", "own-orders-dlq"]);
     expect((await consumers("own-orders"))[0]?.consumer_id).toBe(consumerId);
     expect(await backlog("own-orders-dlq")).toBe(1);
@@ -174,7 +235,12 @@ describe("shardq dev and deploy-config with the user's own Workers", () => {
     // Usually under a second; now and then ~20 s after a restart: a batch waits, without an
     // error, until the consumer shard's last "running" report is three heartbeats old.
     const after = await waitFor(received, (r) => r.bodies.filter((b) => (b.order ?? 0) >= 1000).length >= 10, 40_000);
-    expect(after.bodies.filter((b) => (b.order ?? 0) >= 1000).map((b) => b.order).sort()).toEqual(Array.from({ length: 10 }, (_, i) => 1000 + i));
+    expect(
+      after.bodies
+        .filter((b) => (b.order ?? 0) >= 1000)
+        .map((b) => b.order)
+        .sort(),
+    ).toEqual(Array.from({ length: 10 }, (_, i) => 1000 + i));
     expect(await stopDev()).toBe(0);
   });
 
@@ -186,7 +252,21 @@ describe("shardq dev and deploy-config with the user's own Workers", () => {
   it("writes deploy configs that `wrangler deploy --dry-run` bundles, with no experimental flag", async () => {
     // Where a user would keep them: in the project, next to the Workers.
     const out = join(project, "shardq-deploy");
-    const run = await runCli(["deploy-config", "-c", "producer/wrangler.toml", "-c", "consumer/wrangler.toml", "--out", "shardq-deploy", "--account", "acme", "--json"], project);
+    const run = await runCli(
+      [
+        "deploy-config",
+        "-c",
+        "producer/wrangler.toml",
+        "-c",
+        "consumer/wrangler.toml",
+        "--out",
+        "shardq-deploy",
+        "--account",
+        "acme",
+        "--json",
+      ],
+      project,
+    );
     expect(run.code, run.out).toBe(0);
     const result = JSON.parse(run.out) as import("../../cli/workers/deploy-config.mjs").DeployConfig;
 
@@ -197,12 +277,24 @@ describe("shardq dev and deploy-config with the user's own Workers", () => {
     const consumerConfig = readFileSync(join(out, "own-workers-consumer", "wrangler.toml"), "utf8");
     expect(consumerConfig).toMatch(/^main = "\.\/shardq-consumer-entry\.mjs"$/m);
     // Installed as a package, the entry finds shardq by name: it survives a fresh install.
-    expect(readFileSync(join(out, "own-workers-consumer", "shardq-consumer-entry.mjs"), "utf8")).toMatch(/from "shardq\/consumer"/);
-    expect(readFileSync(result.services, "utf8")).toMatch(/\[\[services\]\]\nbinding = "CONSUMER_OWN_WORKERS_CONSUMER"\nservice = "own-workers-consumer"\nentrypoint = "ShardqConsumer"/);
+    expect(readFileSync(join(out, "own-workers-consumer", "shardq-consumer-entry.mjs"), "utf8")).toMatch(
+      /from "shardq\/consumer"/,
+    );
+    expect(readFileSync(result.services, "utf8")).toMatch(
+      /\[\[services\]\]\nbinding = "CONSUMER_OWN_WORKERS_CONSUMER"\nservice = "own-workers-consumer"\nentrypoint = "ShardqConsumer"/,
+    );
     expect(JSON.parse(readFileSync(result.queues, "utf8"))).toMatchObject({
       account: "acme",
       queues: [
-        { queue_name: "own-orders", consumer: { type: "worker", script_name: "own-workers-consumer", dead_letter_queue: "own-orders-dlq", settings: { batch_size: 5, max_wait_time_ms: 1000, transport: "rpc" } } },
+        {
+          queue_name: "own-orders",
+          consumer: {
+            type: "worker",
+            script_name: "own-workers-consumer",
+            dead_letter_queue: "own-orders-dlq",
+            settings: { batch_size: 5, max_wait_time_ms: 1000, transport: "rpc" },
+          },
+        },
         { queue_name: "own-orders-dlq" },
       ],
     });
@@ -222,16 +314,23 @@ describe("shardq dev and deploy-config with the user's own Workers", () => {
     write("noqueue/wrangler.json", '{ "name": "w", "queues": { "producers": [{ "binding": "Q" }] } }');
     write("two/a.toml", 'name = "a"\n[[queues.consumers]]\nqueue = "jobs"\n');
     write("two/b.toml", 'name = "b"\n[[queues.consumers]]\nqueue = "jobs"\n');
-    write("fetch-only/wrangler.toml", 'name = "fetch-only"\nmain = "src/index.js"\ncompatibility_date = "2026-11-01"\n[[queues.consumers]]\nqueue = "jobs"\n');
+    write(
+      "fetch-only/wrangler.toml",
+      'name = "fetch-only"\nmain = "src/index.js"\ncompatibility_date = "2026-11-01"\n[[queues.consumers]]\nqueue = "jobs"\n',
+    );
     write("fetch-only/src/index.js", 'export default { async fetch() { return new Response("hi"); } };\n');
-    const devIn = (...args: string[]) => runCli(["dev", ...args, "--state", join(bad, "state"), "--port", String(shardqPort)], bad);
+    const devIn = (...args: string[]) =>
+      runCli(["dev", ...args, "--state", join(bad, "state"), "--port", String(shardqPort)], bad);
 
     const cases: Array<[string[], RegExp]> = [
       [["-c", "missing/wrangler.toml"], /cannot read missing\/wrangler\.toml: no such file/],
       [["-c", "noname/wrangler.toml"], /noname\/wrangler\.toml has no name/],
       [["-c", "noqueue/wrangler.json"], /\[\[queues\.producers\]\] #1 names no queue/],
       [["-c", "two/a.toml", "-c", "two/b.toml"], /queue "jobs" has a consumer in two\/a\.toml and in two\/b\.toml/],
-      [["-c", "fetch-only"], /Worker "fetch-only" consumes a queue, but the default export of .*fetch-only\/src\/index\.js has no queue\(\) handler/],
+      [
+        ["-c", "fetch-only"],
+        /Worker "fetch-only" consumes a queue, but the default export of .*fetch-only\/src\/index\.js has no queue\(\) handler/,
+      ],
     ];
     for (const [args, message] of cases) {
       const r = await devIn(...args);
@@ -256,4 +355,3 @@ describe("shardq dev and deploy-config with the user's own Workers", () => {
     });
   }
 });
-

@@ -29,8 +29,13 @@ interface Run {
   err: string;
 }
 
-const checkoutPackage = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as { version: string; exports: Record<string, string | { types: string; default: string }>; bin: Record<string, string> };
-const installedVersion = (name: string) => (JSON.parse(readFileSync(join(ROOT, "node_modules", name, "package.json"), "utf8")) as { version: string }).version;
+const checkoutPackage = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as {
+  version: string;
+  exports: Record<string, string | { types: string; default: string }>;
+  bin: Record<string, string>;
+};
+const installedVersion = (name: string) =>
+  (JSON.parse(readFileSync(join(ROOT, "node_modules", name, "package.json"), "utf8")) as { version: string }).version;
 
 /**
  * The environment of every npm, npx and node this test starts: this process's, without what
@@ -46,9 +51,18 @@ function cleanEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
 }
 
 /** A command to its end, or killed (with its process group) after `timeoutMs`. */
-function run(command: string, args: string[], opts: { cwd: string; timeoutMs: number; env?: Record<string, string> }): Promise<Run> {
+function run(
+  command: string,
+  args: string[],
+  opts: { cwd: string; timeoutMs: number; env?: Record<string, string> },
+): Promise<Run> {
   return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { cwd: opts.cwd, env: cleanEnv(opts.env), stdio: ["ignore", "pipe", "pipe"], detached: true });
+    const child = spawn(command, args, {
+      cwd: opts.cwd,
+      env: cleanEnv(opts.env),
+      stdio: ["ignore", "pipe", "pipe"],
+      detached: true,
+    });
     let out = "";
     let err = "";
     child.stdout!.on("data", (c: Buffer) => (out += c.toString()));
@@ -57,7 +71,11 @@ function run(command: string, args: string[], opts: { cwd: string; timeoutMs: nu
       try {
         process.kill(-child.pid!, "SIGKILL");
       } catch {}
-      reject(new Error(`${command} ${args.join(" ")} did not finish within ${opts.timeoutMs} ms:\n${out.slice(-3000)}\n${err.slice(-3000)}`));
+      reject(
+        new Error(
+          `${command} ${args.join(" ")} did not finish within ${opts.timeoutMs} ms:\n${out.slice(-3000)}\n${err.slice(-3000)}`,
+        ),
+      );
     }, opts.timeoutMs);
     child.on("error", reject);
     child.on("close", (code) => {
@@ -84,9 +102,15 @@ describe("shardq as an npm package, installed into a Workers project", () => {
     // The tarball, as `npm pack` makes it, of the lib/ the test run built at its start
     // (vitest.config.ts): "prepare" would build lib/ again and swap it in under the other test
     // files' running `wrangler dev`s, whose bundlers read shardq/consumer from it.
-    const pack = await run("npm", ["pack", "--ignore-scripts", "--json", "--pack-destination", work], { cwd: ROOT, timeoutMs: 180_000 });
+    const pack = await run("npm", ["pack", "--ignore-scripts", "--json", "--pack-destination", work], {
+      cwd: ROOT,
+      timeoutMs: 180_000,
+    });
     expect(pack.code, `npm pack failed:\n${pack.out}\n${pack.err}`).toBe(0);
-    const [info] = JSON.parse(pack.out.slice(pack.out.search(/^\[/m))) as Array<{ filename: string; files: PackedFile[] }>;
+    const [info] = JSON.parse(pack.out.slice(pack.out.search(/^\[/m))) as Array<{
+      filename: string;
+      files: PackedFile[];
+    }>;
     tarball = join(work, info!.filename);
     packed = info!.files;
 
@@ -108,7 +132,11 @@ describe("shardq as an npm package, installed into a Workers project", () => {
     writeWorker("producer", PRODUCER_CONFIG(producerPort), PRODUCER_SOURCE);
     writeWorker("consumer", CONSUMER_CONFIG(consumerPort), CONSUMER_SOURCE);
 
-    const install = await run("npm", ["install", "--save-dev", tarball, "--no-audit", "--no-fund", "--prefer-offline"], { cwd: project, timeoutMs: 400_000 });
+    const install = await run(
+      "npm",
+      ["install", "--save-dev", tarball, "--no-audit", "--no-fund", "--prefer-offline"],
+      { cwd: project, timeoutMs: 400_000 },
+    );
     expect(install.code, `npm install <tarball> failed:\n${install.out}\n${install.err}`).toBe(0);
   }, 600_000);
 
@@ -140,32 +168,75 @@ describe("shardq as an npm package, installed into a Workers project", () => {
 
   it("packs only what users run: the service's sources and wrangler.toml, the CLI (with the modules `shardq dev` and `shardq deploy-config` run), the dashboard, lib/ (JavaScript and declarations for every export)", () => {
     const paths = packed.map((f) => f.path).sort();
-    const allowed = [/^package\.json$/, /^README\.md$/, /^LICENSE$/, /^wrangler\.toml$/, /^\.dev\.vars$/, /^bin\/shardq\.mjs$/, /^cli\//, /^lib\//, /^src\//, /^broker\//, /^coordinator\//, /^storage-shard\//, /^consumer-shard\//, /^dashboard\/public\/dashboard\//];
+    const allowed = [
+      /^package\.json$/,
+      /^README\.md$/,
+      /^LICENSE$/,
+      /^wrangler\.toml$/,
+      /^\.dev\.vars$/,
+      /^bin\/shardq\.mjs$/,
+      /^cli\//,
+      /^lib\//,
+      /^src\//,
+      /^broker\//,
+      /^coordinator\//,
+      /^storage-shard\//,
+      /^consumer-shard\//,
+      /^dashboard\/public\/dashboard\//,
+    ];
     expect(paths.filter((p) => !allowed.some((a) => a.test(p)))).toEqual([]);
-    for (const p of paths) expect(p).not.toMatch(/(^|\/)(test|tests|bench|examples|docs|test-artifacts|\.wrangler|node_modules|dist)\/|\.test\.ts$|\.(svg|png|jpe?g)$|^wrangler\.(dev|bench)/);
+    for (const p of paths)
+      expect(p).not.toMatch(
+        /(^|\/)(test|tests|bench|examples|docs|test-artifacts|\.wrangler|node_modules|dist)\/|\.test\.ts$|\.(svg|png|jpe?g)$|^wrangler\.(dev|bench)/,
+      );
     const wrangler = ["dev-server", "dev-config"].map((m) => `cli/wrangler/${m}.mjs`);
-    const workers = ["apply-config", "consumer-wrapper", "deploy-config", "dev-session", "queue-plan", "worker-configs"].map((m) => `cli/workers/${m}.mjs`);
+    const workers = [
+      "apply-config",
+      "consumer-wrapper",
+      "deploy-config",
+      "dev-session",
+      "queue-plan",
+      "worker-configs",
+    ].map((m) => `cli/workers/${m}.mjs`);
     for (const m of [...wrangler, ...workers]) expect(paths).toContain(m);
     // Every export, its JavaScript and its declarations; the bin; what `shardq dev` reads.
     for (const [name, target] of Object.entries(checkoutPackage.exports)) {
       const files = typeof target === "string" ? [target] : [target.types, target.default];
       for (const f of files) expect(paths, `exports["${name}"]`).toContain(f.replace(/^\.\//, ""));
-      if (typeof target !== "string") expect(target.default, `exports["${name}"] is JavaScript`).toMatch(/^\.\/lib\/.*\.js$/);
+      if (typeof target !== "string")
+        expect(target.default, `exports["${name}"] is JavaScript`).toMatch(/^\.\/lib\/.*\.js$/);
     }
-    for (const f of ["bin/shardq.mjs", "wrangler.toml", ".dev.vars", "src/worker.ts", "src/consumer/entrypoint.ts", "dashboard/public/dashboard/index.html", "lib/types/kernel/binding-names.d.mts"]) expect(paths).toContain(f);
+    for (const f of [
+      "bin/shardq.mjs",
+      "wrangler.toml",
+      ".dev.vars",
+      "src/worker.ts",
+      "src/consumer/entrypoint.ts",
+      "dashboard/public/dashboard/index.html",
+      "lib/types/kernel/binding-names.d.mts",
+    ])
+      expect(paths).toContain(f);
     // The whole of it stays small (the benchmark's results alone were 1.5 MB).
     expect(packed.reduce((n, f) => n + f.size, 0)).toBeLessThan(2_000_000);
   });
 
   it("installs from the tarball into a project outside the checkout, with wrangler as the project's own, and `npx shardq --help` runs", async () => {
-    const pkg = JSON.parse(readFileSync(join(project, "package.json"), "utf8")) as { devDependencies: Record<string, string> };
+    const pkg = JSON.parse(readFileSync(join(project, "package.json"), "utf8")) as {
+      devDependencies: Record<string, string>;
+    };
     expect(pkg.devDependencies.shardq).toMatch(/^file:.*shardq-0\.1\.0\.tgz$/);
     const installed = join(project, "node_modules", "shardq");
     expect(lstatSync(installed).isSymbolicLink()).toBe(false);
-    const manifest = JSON.parse(readFileSync(join(installed, "package.json"), "utf8")) as { private?: boolean; engines: { node: string }; peerDependencies: Record<string, string> };
+    const manifest = JSON.parse(readFileSync(join(installed, "package.json"), "utf8")) as {
+      private?: boolean;
+      engines: { node: string };
+      peerDependencies: Record<string, string>;
+    };
     expect(manifest.private).toBeUndefined();
     expect(manifest.peerDependencies.wrangler).toBeDefined();
-    expect(manifest.engines.node).toBe(`>=${/(\d+\.\d+\.\d+)/.exec((JSON.parse(readFileSync(join(ROOT, "node_modules", "wrangler", "package.json"), "utf8")) as { engines: { node: string } }).engines.node)![1]}`);
+    expect(manifest.engines.node).toBe(
+      `>=${/(\d+\.\d+\.\d+)/.exec((JSON.parse(readFileSync(join(ROOT, "node_modules", "wrangler", "package.json"), "utf8")) as { engines: { node: string } }).engines.node)![1]}`,
+    );
     // One wrangler, the project's: shardq finds it from where it is installed.
     expect(readdirSync(join(installed))).not.toContain("node_modules");
 
@@ -192,7 +263,10 @@ describe("shardq as an npm package, installed into a Workers project", () => {
   });
 
   it("type-checks the project's Workers against shardq/consumer's and shardq/producer's declarations", async () => {
-    const r = await run(join(ROOT, "node_modules", ".bin", "tsc"), ["-p", join(project, "tsconfig.json")], { cwd: project, timeoutMs: 120_000 });
+    const r = await run(join(ROOT, "node_modules", ".bin", "tsc"), ["-p", join(project, "tsconfig.json")], {
+      cwd: project,
+      timeoutMs: 120_000,
+    });
     expect(r.code, `${r.out}\n${r.err}`).toBe(0);
   });
 
@@ -201,28 +275,49 @@ describe("shardq as an npm package, installed into a Workers project", () => {
     const packageBefore = listTree(installed);
     const projectBefore = listTree(project, (p) => p !== "node_modules" && !p.startsWith("node_modules/"));
 
-    const child = spawn("npx", ["--no", "--", "shardq", "dev", "-c", "producer/wrangler.toml", "-c", "consumer/wrangler.toml", "--port", String(shardqPort), "--state", state], {
-      cwd: project,
-      env: cleanEnv(),
-      stdio: ["ignore", "pipe", "pipe"],
-      // Its own process group, as a terminal's foreground job: Ctrl-C reaches npx and shardq dev alike.
-      detached: true,
-    });
+    const child = spawn(
+      "npx",
+      [
+        "--no",
+        "--",
+        "shardq",
+        "dev",
+        "-c",
+        "producer/wrangler.toml",
+        "-c",
+        "consumer/wrangler.toml",
+        "--port",
+        String(shardqPort),
+        "--state",
+        state,
+      ],
+      {
+        cwd: project,
+        env: cleanEnv(),
+        stdio: ["ignore", "pipe", "pipe"],
+        // Its own process group, as a terminal's foreground job: Ctrl-C reaches npx and shardq dev alike.
+        detached: true,
+      },
+    );
     let output = "";
     child.stdout!.on("data", (c: Buffer) => (output += c.toString()));
     child.stderr!.on("data", (c: Buffer) => (output += c.toString()));
     dev = { child, output: () => output, pids: [] };
     const deadline = Date.now() + 150_000;
     while (!output.includes(RUNNING)) {
-      if (child.exitCode !== null) throw new Error(`npx shardq dev exited with ${child.exitCode}:\n${output.slice(-5000)}`);
-      if (Date.now() > deadline) throw new Error(`npx shardq dev was not running within 150 s:\n${output.slice(-5000)}`);
+      if (child.exitCode !== null)
+        throw new Error(`npx shardq dev exited with ${child.exitCode}:\n${output.slice(-5000)}`);
+      if (Date.now() > deadline)
+        throw new Error(`npx shardq dev was not running within 150 s:\n${output.slice(-5000)}`);
       await sleep(200);
     }
     await sleep(100);
     dev.pids = [...output.slice(output.indexOf(RUNNING)).matchAll(/\(pid (\d+)\)/g)].map((m) => Number(m[1]));
     expect(dev.pids).toHaveLength(3);
     // shardq's Worker runs from the installed package's sources.
-    expect(readFileSync(join(state, "shardq", "wrangler.toml"), "utf8")).toMatch(/^main = ".*node_modules\/shardq\/src\/worker\.ts"$/m);
+    expect(readFileSync(join(state, "shardq", "wrangler.toml"), "utf8")).toMatch(
+      /^main = ".*node_modules\/shardq\/src\/worker\.ts"$/m,
+    );
 
     // The producer's batchingQueue() sends ten, one send() each, cut into sendBatch() calls.
     const sent = await fetch(`http://127.0.0.1:${producerPort}/send?count=10`, { method: "POST" });
@@ -231,18 +326,32 @@ describe("shardq as an npm package, installed into a Workers project", () => {
     // And one more from Node, through shardq/client.
     const client = await run(
       process.execPath,
-      ["--input-type=module", "-e", `import { createClient } from "shardq/client"; const c = createClient({ url: "http://127.0.0.1:${shardqPort}", token: "${TOKEN}", account: "local" }); const r = await c.queue("orders").send({ from: "client" }); console.log(JSON.stringify(r));`],
+      [
+        "--input-type=module",
+        "-e",
+        `import { createClient } from "shardq/client"; const c = createClient({ url: "http://127.0.0.1:${shardqPort}", token: "${TOKEN}", account: "local" }); const r = await c.queue("orders").send({ from: "client" }); console.log(JSON.stringify(r));`,
+      ],
       { cwd: project, timeoutMs: 30_000 },
     );
     expect(client.code, client.err).toBe(0);
     expect(JSON.parse(client.out)).toMatchObject({ messageId: expect.any(String) });
 
     const received = await waitFor(
-      async () => ((await (await fetch(`http://127.0.0.1:${consumerPort}/received`)).json()) as { received: Array<{ from: string; n?: number }> }).received,
+      async () =>
+        (
+          (await (await fetch(`http://127.0.0.1:${consumerPort}/received`)).json()) as {
+            received: Array<{ from: string; n?: number }>;
+          }
+        ).received,
       (r) => r.length >= 11,
       60_000,
     );
-    expect(received.filter((b) => b.from === "producer").map((b) => b.n).sort((a, b) => a! - b!)).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    expect(
+      received
+        .filter((b) => b.from === "producer")
+        .map((b) => b.n)
+        .sort((a, b) => a! - b!),
+    ).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
     expect(received.filter((b) => b.from === "client")).toHaveLength(1);
 
     await stopDev();
@@ -252,11 +361,24 @@ describe("shardq as an npm package, installed into a Workers project", () => {
   }, 300_000);
 
   it("deploys from the installed package: `npx shardq deploy-config`, then every Worker and shardq (its config as docs/install.md writes it) bundled by `wrangler deploy --dry-run`", async () => {
-    const r = await npx(["shardq", "deploy-config", "-c", "producer/wrangler.toml", "-c", "consumer/wrangler.toml", "--out", "shardq-deploy", "--account", "shop"]);
+    const r = await npx([
+      "shardq",
+      "deploy-config",
+      "-c",
+      "producer/wrangler.toml",
+      "-c",
+      "consumer/wrangler.toml",
+      "--out",
+      "shardq-deploy",
+      "--account",
+      "shop",
+    ]);
     expect(r.code, `${r.out}\n${r.err}`).toBe(0);
     const out = join(project, "shardq-deploy");
     // The consumer's entry imports shardq/consumer by the package's name: the built module.
-    expect(readFileSync(join(out, "shop-consumer", "shardq-consumer-entry.mjs"), "utf8")).toMatch(/^import \{ consumerEntrypoint \} from "shardq\/consumer";$/m);
+    expect(readFileSync(join(out, "shop-consumer", "shardq-consumer-entry.mjs"), "utf8")).toMatch(
+      /^import \{ consumerEntrypoint \} from "shardq\/consumer";$/m,
+    );
 
     // shardq's own config in the project: the package's wrangler.toml with its two paths
     // pointing into node_modules, and the [[services]] lines deploy-config wrote.
@@ -265,18 +387,25 @@ describe("shardq as an npm package, installed into a Workers project", () => {
       .replace(/^bucket = "dashboard\/public"$/m, 'bucket = "node_modules/shardq/dashboard/public"');
     expect(config).toContain('main = "node_modules/shardq/src/worker.ts"');
     expect(config).toContain('bucket = "node_modules/shardq/dashboard/public"');
-    writeFileSync(join(project, "shardq.wrangler.toml"), `${config}\n${readFileSync(join(out, "shardq.services.toml"), "utf8")}`);
+    writeFileSync(
+      join(project, "shardq.wrangler.toml"),
+      `${config}\n${readFileSync(join(out, "shardq.services.toml"), "utf8")}`,
+    );
 
     for (const [name, file] of [
       ["shop-consumer", join(out, "shop-consumer", "wrangler.toml")],
       ["shardq", join(project, "shardq.wrangler.toml")],
       ["shop-producer", join(out, "shop-producer", "wrangler.toml")],
     ] as const) {
-      const d = await run("npx", ["--no", "--", "wrangler", "deploy", "--dry-run", "--outdir", join(work, "bundles", name), "-c", file], {
-        cwd: project,
-        timeoutMs: 180_000,
-        env: { WRANGLER_CACHE_DIR: join(work, "wrangler-cache") },
-      });
+      const d = await run(
+        "npx",
+        ["--no", "--", "wrangler", "deploy", "--dry-run", "--outdir", join(work, "bundles", name), "-c", file],
+        {
+          cwd: project,
+          timeoutMs: 180_000,
+          env: { WRANGLER_CACHE_DIR: join(work, "wrangler-cache") },
+        },
+      );
       expect(d.code, `${name}:\n${d.out}\n${d.err}`).toBe(0);
       expect(d.out).toMatch(/--dry-run: exiting now/);
     }
@@ -354,4 +483,3 @@ const handler = {
 export default handler;
 export const ShardqConsumer = consumerEntrypoint(handler);
 `;
-

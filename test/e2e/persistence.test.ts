@@ -23,7 +23,20 @@ describe("shardq under wrangler dev", () => {
   const startService = async () => {
     service = await startWrangler({
       // Four shards pinned: the messages must be spread over several, and found on each after restarts.
-      args: ["-c", "wrangler.toml", "--port", String(servicePort), "--ip", "127.0.0.1", "--persist-to", stateDir, "--inspector-port", "0", "--var", "SHARDS_PER_REGION:4"],
+      args: [
+        "-c",
+        "wrangler.toml",
+        "--port",
+        String(servicePort),
+        "--ip",
+        "127.0.0.1",
+        "--persist-to",
+        stateDir,
+        "--inspector-port",
+        "0",
+        "--var",
+        "SHARDS_PER_REGION:4",
+      ],
       readyUrl: `http://127.0.0.1:${servicePort}/`,
       env: { WRANGLER_REGISTRY_PATH: registry },
     });
@@ -31,7 +44,18 @@ describe("shardq under wrangler dev", () => {
 
   const startProducer = async () => {
     producer = await startWrangler({
-      args: ["-c", "examples/producer/wrangler.toml", "--port", String(producerPort), "--ip", "127.0.0.1", "--persist-to", join(stateDir, "producer"), "--inspector-port", "0"],
+      args: [
+        "-c",
+        "examples/producer/wrangler.toml",
+        "--port",
+        String(producerPort),
+        "--ip",
+        "127.0.0.1",
+        "--persist-to",
+        join(stateDir, "producer"),
+        "--inspector-port",
+        "0",
+      ],
       readyUrl: `http://127.0.0.1:${producerPort}/`,
       env: { WRANGLER_REGISTRY_PATH: registry },
     });
@@ -54,7 +78,11 @@ describe("shardq under wrangler dev", () => {
   const metrics = async () => {
     const res = await fetch(`${base()}/example/metrics`, { headers });
     expect(res.status).toBe(200);
-    return ((await res.json()) as { result: { backlog_count: number; shards: Array<{ name: string; backlog_count: number }> } }).result;
+    return (
+      (await res.json()) as {
+        result: { backlog_count: number; shards: Array<{ name: string; backlog_count: number }> };
+      }
+    ).result;
   };
 
   /** Metrics once every shard has sent the report it sends before it sleeps. */
@@ -62,7 +90,9 @@ describe("shardq under wrangler dev", () => {
     const deadline = Date.now() + 30_000;
     for (;;) {
       const m = await metrics();
-      const asleep = m.shards.every((s) => (s as typeof s & { heartbeat?: { sleeping?: boolean } | null }).heartbeat?.sleeping === true);
+      const asleep = m.shards.every(
+        (s) => (s as typeof s & { heartbeat?: { sleeping?: boolean } | null }).heartbeat?.sleeping === true,
+      );
       if (asleep || Date.now() > deadline) return m;
       await sleep(500);
     }
@@ -87,7 +117,11 @@ describe("shardq under wrangler dev", () => {
       Array.from({ length: concurrency }, async () => {
         while (next < n) {
           const i = next++;
-          const res = await fetch(`${base()}/example/messages`, { method: "POST", headers, body: JSON.stringify({ body: { i }, ...(i < keyed ? { ordering_key: `k${i}` } : {}) }) });
+          const res = await fetch(`${base()}/example/messages`, {
+            method: "POST",
+            headers,
+            body: JSON.stringify({ body: { i }, ...(i < keyed ? { ordering_key: `k${i}` } : {}) }),
+          });
           expect(res.status).toBe(200);
           ids.push(((await res.json()) as { result: { message_id: string } }).result.message_id);
         }
@@ -109,7 +143,11 @@ describe("shardq under wrangler dev", () => {
     // Keyless sends stay on one shard while they come slower than the broker spreads them
     // (src/routing/sticky-placement.ts), as on a slow machine: 200 ordering keys, each on the
     // shard that owns it, put messages on every shard whatever the machine's speed.
-    const ids = [...(await sendOverHttp(1000, 16, 200)), ...(await sendThroughProducer(500, 1)), ...(await sendThroughProducer(500, 100))];
+    const ids = [
+      ...(await sendOverHttp(1000, 16, 200)),
+      ...(await sendThroughProducer(500, 1)),
+      ...(await sendThroughProducer(500, 100)),
+    ];
     expect(ids).toHaveLength(2000);
     expect(new Set(ids).size).toBe(2000);
 

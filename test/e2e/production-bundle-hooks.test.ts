@@ -47,7 +47,8 @@ describe("the fault harness's hooks in the bundles wrangler makes", () => {
     const first = [...code.production.matchAll(RPC_HOOK)].map((m) => m[1]!.trim());
     // The storage shard, the consumer shard and the Coordinator.
     expect(first).toHaveLength(3);
-    for (const statement of first) expect(statement).toMatch(/^(?:(?:const \w+ = |return )?this\.hooks\.control\(|this\.hooks\.check\(\);)/);
+    for (const statement of first)
+      expect(statement).toMatch(/^(?:(?:const \w+ = |return )?this\.hooks\.control\(|this\.hooks\.check\(\);)/);
     // And the only hooks there are inert: check() and control() throw before anything else.
     const entries = [...code.production.matchAll(ENTRY)].map((m) => [m[1], m[2]!.trim()]);
     expect(entries.map(([name]) => name).sort()).toEqual(["check", "control"]);

@@ -18,7 +18,10 @@ describe("refused sends", () => {
   let dev: OneProducerSession | undefined;
 
   beforeAll(async () => {
-    dev = await startOneProducer("refused-sends-producer", `[[queues.producers]]\nbinding = "JOBS"\nqueue = "${QUEUE}"\n`);
+    dev = await startOneProducer(
+      "refused-sends-producer",
+      `[[queues.producers]]\nbinding = "JOBS"\nqueue = "${QUEUE}"\n`,
+    );
   });
 
   afterAll(async () => {
@@ -30,23 +33,82 @@ describe("refused sends", () => {
     const from = d.log().length;
 
     const binding: Array<[string, Parameters<OneProducerSession["call"]>[0], string, string]> = [
-      ["send: text that is not a string", { op: "send", body: 5, options: { contentType: "text" } }, "TypeError", 'body: must be a string when content type is "text"'],
-      ["send: an unknown content type", { op: "send", body: "x", options: { contentType: "yaml" } }, "TypeError", "options.contentType: must be one of json, text, bytes, v8"],
-      ["send: a message over 128 KB", { op: "send", body: "x".repeat(200_000), options: { contentType: "text" } }, "RangeError", "body: is 200000 bytes; a message holds at most 128000 bytes"],
-      ["send: a delay over 24 h", { op: "send", body: 1, options: { delaySeconds: 86_401 } }, "TypeError", "options.delaySeconds: must be at most 86400 (24 hours)"],
-      ["sendBatch: a bad message", { op: "sendBatch", messages: [{ body: 1 }, { body: 5, contentType: "text" }] }, "TypeError", 'messages[1].body: must be a string when content type is "text"'],
-      ["sendBatch: more than 100 messages", { op: "sendBatch", messages: Array.from({ length: 101 }, (_, i) => ({ body: i })) }, "RangeError", "messages: holds 101 messages; a batch holds at most 100"],
-      ["sendBatch: an unknown option", { op: "sendBatch", messages: [{ body: 1 }], options: { delay: 5 } }, "TypeError", "options.delay: is not a known field"],
+      [
+        "send: text that is not a string",
+        { op: "send", body: 5, options: { contentType: "text" } },
+        "TypeError",
+        'body: must be a string when content type is "text"',
+      ],
+      [
+        "send: an unknown content type",
+        { op: "send", body: "x", options: { contentType: "yaml" } },
+        "TypeError",
+        "options.contentType: must be one of json, text, bytes, v8",
+      ],
+      [
+        "send: a message over 128 KB",
+        { op: "send", body: "x".repeat(200_000), options: { contentType: "text" } },
+        "RangeError",
+        "body: is 200000 bytes; a message holds at most 128000 bytes",
+      ],
+      [
+        "send: a delay over 24 h",
+        { op: "send", body: 1, options: { delaySeconds: 86_401 } },
+        "TypeError",
+        "options.delaySeconds: must be at most 86400 (24 hours)",
+      ],
+      [
+        "sendBatch: a bad message",
+        { op: "sendBatch", messages: [{ body: 1 }, { body: 5, contentType: "text" }] },
+        "TypeError",
+        'messages[1].body: must be a string when content type is "text"',
+      ],
+      [
+        "sendBatch: more than 100 messages",
+        { op: "sendBatch", messages: Array.from({ length: 101 }, (_, i) => ({ body: i })) },
+        "RangeError",
+        "messages: holds 101 messages; a batch holds at most 100",
+      ],
+      [
+        "sendBatch: an unknown option",
+        { op: "sendBatch", messages: [{ body: 1 }], options: { delay: 5 } },
+        "TypeError",
+        "options.delay: is not a known field",
+      ],
     ];
     for (const [what, call, name, message] of binding) {
       expect(await d.call(call), what).toEqual({ ok: false, name, message });
     }
 
     const http: Array<[string, string, unknown, number, string]> = [
-      ["HTTP send: text that is not a string", `/${QUEUE}/messages`, { body: 5, content_type: "text" }, 400, 'body: must be a string when content type is "text"'],
-      ["HTTP send: a message over 128 KB", `/${QUEUE}/messages`, { body: "x".repeat(200_000), content_type: "text" }, 413, "body: is 200000 bytes; a message holds at most 128000 bytes"],
-      ["HTTP batch: a bad message", `/${QUEUE}/messages/batch`, { messages: [{ body: 1 }, { body: 5, content_type: "text" }] }, 400, 'messages[1].body: must be a string when content type is "text"'],
-      ["HTTP batch: no messages", `/${QUEUE}/messages/batch`, { messages: [] }, 400, "messages: must hold at least one message"],
+      [
+        "HTTP send: text that is not a string",
+        `/${QUEUE}/messages`,
+        { body: 5, content_type: "text" },
+        400,
+        'body: must be a string when content type is "text"',
+      ],
+      [
+        "HTTP send: a message over 128 KB",
+        `/${QUEUE}/messages`,
+        { body: "x".repeat(200_000), content_type: "text" },
+        413,
+        "body: is 200000 bytes; a message holds at most 128000 bytes",
+      ],
+      [
+        "HTTP batch: a bad message",
+        `/${QUEUE}/messages/batch`,
+        { messages: [{ body: 1 }, { body: 5, content_type: "text" }] },
+        400,
+        'messages[1].body: must be a string when content type is "text"',
+      ],
+      [
+        "HTTP batch: no messages",
+        `/${QUEUE}/messages/batch`,
+        { messages: [] },
+        400,
+        "messages: must hold at least one message",
+      ],
     ];
     for (const [what, path, body, status, message] of http) {
       const r = await d.api("POST", path, body);

@@ -33,7 +33,20 @@ describe("request bodies under wrangler dev", () => {
   beforeAll(async () => {
     port = await freePort();
     server = await startWrangler({
-      args: ["-c", writeDevConfig(), "-c", "examples/consumer/wrangler.toml", "--port", String(port), "--ip", "127.0.0.1", "--persist-to", stateDir, "--inspector-port", "0"],
+      args: [
+        "-c",
+        writeDevConfig(),
+        "-c",
+        "examples/consumer/wrangler.toml",
+        "--port",
+        String(port),
+        "--ip",
+        "127.0.0.1",
+        "--persist-to",
+        stateDir,
+        "--inspector-port",
+        "0",
+      ],
       readyUrl: `http://127.0.0.1:${port}/`,
       env: { WRANGLER_REGISTRY_PATH: registry },
     });
@@ -106,8 +119,13 @@ describe("request bodies under wrangler dev", () => {
   const expectBodyTooLarge = (answer: Answer) => {
     expect(answer.status, answer.text).toBe(413);
     // No internals: not a file path, not a stack frame.
-    for (const internal of ["node_modules", ".ts", ".js", "/work", "file://", "    at "]) expect(answer.text).not.toContain(internal);
-    const json = JSON.parse(answer.text) as { success: boolean; errors: Array<{ code: number; message: string; field?: string }>; result: unknown };
+    for (const internal of ["node_modules", ".ts", ".js", "/work", "file://", "    at "])
+      expect(answer.text).not.toContain(internal);
+    const json = JSON.parse(answer.text) as {
+      success: boolean;
+      errors: Array<{ code: number; message: string; field?: string }>;
+      result: unknown;
+    };
     expect(json).toMatchObject({ success: false, messages: [], result: null });
     expect(json.errors[0]!.field).toBe("body");
     expect(json.errors[0]!.code).toBeTypeOf("number");

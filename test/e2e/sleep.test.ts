@@ -16,11 +16,16 @@ describe("an idle queue under wrangler dev", () => {
   let service: DevService | undefined;
   let base = "";
   const api = async (method: string, path: string, body?: unknown) => {
-    const res = await fetch(`${base}/accounts/local${path}`, { method, headers, ...(body === undefined ? {} : { body: JSON.stringify(body) }) });
+    const res = await fetch(`${base}/accounts/local${path}`, {
+      method,
+      headers,
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    });
     return { status: res.status, json: (await res.json()) as { result: any } };
   };
   const requests = async () => (await api("GET", "/test-hooks/requests")).json.result.requests as number;
-  const backlog = async (queue: string) => (await api("GET", `/queues/${queue}/metrics`)).json.result.backlog_count as number;
+  const backlog = async (queue: string) =>
+    (await api("GET", `/queues/${queue}/metrics`)).json.result.backlog_count as number;
   const waitFor = async (check: () => Promise<boolean>, ms: number, what: string) => {
     const until = Date.now() + ms;
     while (!(await check())) {
@@ -49,9 +54,13 @@ describe("an idle queue under wrangler dev", () => {
 
     // Some traffic: three messages each, the pull consumer's acked, the push consumer's taken.
     for (const q of ["example", "sleep-pull"]) {
-      expect((await api("POST", `/queues/${q}/messages/batch`, { messages: [{ body: 1 }, { body: 2 }, { body: 3 }] })).status).toBe(200);
+      expect(
+        (await api("POST", `/queues/${q}/messages/batch`, { messages: [{ body: 1 }, { body: 2 }, { body: 3 }] }))
+          .status,
+      ).toBe(200);
     }
-    const pulled = (await api("POST", "/queues/sleep-pull/messages/pull", { batch_size: 10 })).json.result.messages as Array<{ lease_id: string }>;
+    const pulled = (await api("POST", "/queues/sleep-pull/messages/pull", { batch_size: 10 })).json.result
+      .messages as Array<{ lease_id: string }>;
     expect(pulled).toHaveLength(3);
     await api("POST", "/queues/sleep-pull/messages/ack", { acks: pulled.map((m) => ({ lease_id: m.lease_id })) });
     await waitFor(async () => (await backlog("example")) === 0, 20_000, "the push consumer takes its messages");
@@ -63,7 +72,8 @@ describe("an idle queue under wrangler dev", () => {
       await sleep(15_000);
       const now = await requests();
       if (now === last) break;
-      if (Date.now() - start > SLEEP_WITHIN_MS) throw new Error(`still ${now - last} requests in 15 s after ${Date.now() - start} ms`);
+      if (Date.now() - start > SLEEP_WITHIN_MS)
+        throw new Error(`still ${now - last} requests in 15 s after ${Date.now() - start} ms`);
       last = now;
     }
     // Asleep: a further 20 s without a single request.
@@ -75,9 +85,16 @@ describe("an idle queue under wrangler dev", () => {
     // consumer's acks (held in memory to ride on a later write) were written before the
     // platform could evict the object: nothing was delivered twice.
     for (const q of ["example", "sleep-pull"]) {
-      const shards = (await api("GET", `/queues/${q}/metrics`)).json.result.shards as Array<{ name: string; state: string; heartbeat: { sleeping: boolean; totals: Record<string, number> } }>;
+      const shards = (await api("GET", `/queues/${q}/metrics`)).json.result.shards as Array<{
+        name: string;
+        state: string;
+        heartbeat: { sleeping: boolean; totals: Record<string, number> };
+      }>;
       for (const s of shards.filter((x) => x.state === "active")) {
-        expect(s.heartbeat, `${q} ${s.name}`).toMatchObject({ sleeping: true, totals: { stored: 3, leased: 3, acked: 3 } });
+        expect(s.heartbeat, `${q} ${s.name}`).toMatchObject({
+          sleeping: true,
+          totals: { stored: 3, leased: 3, acked: 3 },
+        });
       }
     }
 
@@ -92,6 +109,10 @@ describe("an idle queue under wrangler dev", () => {
     expect(Date.now() - sentAt).toBeLessThan(5000);
     // And the push consumer takes its own.
     expect((await api("POST", "/queues/example/messages", { body: "after the sleep" })).status).toBe(200);
-    await waitFor(async () => (await backlog("example")) === 0, 10_000, "the push consumer takes the message sent after the sleep");
+    await waitFor(
+      async () => (await backlog("example")) === 0,
+      10_000,
+      "the push consumer takes the message sent after the sleep",
+    );
   });
 });

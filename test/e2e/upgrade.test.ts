@@ -60,7 +60,8 @@ const all = fixture.messages;
 const live = all.filter((m) => m.at_test !== "gone");
 const notDelivered = live.filter((m) => m.at_test === "delayed" || m.at_test === "held");
 /** Names a message in a failure: its id, what the fixture did to it, and what it must be now. */
-const who = (m: Expected | undefined, id: string) => (m ? `${id} (${m.state}: ${m.how}; must be ${m.at_test} now)` : `${id} (not in the fixture)`);
+const who = (m: Expected | undefined, id: string) =>
+  m ? `${id} (${m.state}: ${m.how}; must be ${m.at_test} now)` : `${id} (not in the fixture)`;
 const sha256 = (b: Uint8Array) => createHash("sha256").update(b).digest("hex");
 const sum = (ms: Expected[]) => ms.reduce((n, m) => n + (m.size ?? 0), 0);
 
@@ -82,7 +83,9 @@ describe("upgrade in place from the v4 storage shard schema", () => {
   };
   const post = <T>(path: string, body: unknown) => api<T>(path, { method: "POST", body: JSON.stringify(body) });
   const metrics = async () => {
-    const r = await api<{ backlog_count: number; backlog_bytes: number; oldest_message_timestamp_ms: number | null }>(`/${QUEUE}/metrics`);
+    const r = await api<{ backlog_count: number; backlog_bytes: number; oldest_message_timestamp_ms: number | null }>(
+      `/${QUEUE}/metrics`,
+    );
     expect(r.status, r.text).toBe(200);
     return r.result;
   };
@@ -94,9 +97,20 @@ describe("upgrade in place from the v4 storage shard schema", () => {
     const stored = moveTimes(stateDir, shift);
     const mismatch = [
       ...live.filter((m) => !stored.includes(m.id)).map((m) => `${who(m, m.id)}: no row in the fixture's state`),
-      ...stored.filter((id, i) => stored.indexOf(id) !== i || !live.some((m) => m.id === id)).map((id) => `${who(all.find((m) => m.id === id), id)}: a row it should not have`),
+      ...stored
+        .filter((id, i) => stored.indexOf(id) !== i || !live.some((m) => m.id === id))
+        .map(
+          (id) =>
+            `${who(
+              all.find((m) => m.id === id),
+              id,
+            )}: a row it should not have`,
+        ),
     ];
-    expect(mismatch, "test/fixtures/upgrade-v4/state does not match its expected.json (both written together: see its README.md)").toEqual([]);
+    expect(
+      mismatch,
+      "test/fixtures/upgrade-v4/state does not match its expected.json (both written together: see its README.md)",
+    ).toEqual([]);
     service = await startDevService("upgrade", [], { stateDir });
     base = service.base;
   });
@@ -113,13 +127,18 @@ describe("upgrade in place from the v4 storage shard schema", () => {
     expect(q.result.queue_id).toBe(fixture.queue.id);
     const c = await api<Array<{ type: string; settings: { max_retries: number } }>>(`/${QUEUE}/consumers`);
     expect(c.status, c.text).toBe(200);
-    expect(c.result.map((x) => ({ type: x.type, max_retries: x.settings.max_retries }))).toEqual([{ type: "http_pull", max_retries: fixture.queue.consumer.max_retries }]);
+    expect(c.result.map((x) => ({ type: x.type, max_retries: x.settings.max_retries }))).toEqual([
+      { type: "http_pull", max_retries: fixture.queue.consumer.max_retries },
+    ]);
   });
 
   it("counts the fixture's backlog: every message not acked, its bytes and its oldest timestamp", async () => {
     const m = await metrics();
     // A message lost or stored twice shows here first; the lookups and pulls below name it.
-    expect({ count: m.backlog_count, bytes: m.backlog_bytes, oldest: m.oldest_message_timestamp_ms }, "the queue's backlog").toEqual({
+    expect(
+      { count: m.backlog_count, bytes: m.backlog_bytes, oldest: m.oldest_message_timestamp_ms },
+      "the queue's backlog",
+    ).toEqual({
       count: live.length,
       bytes: sum(live),
       oldest: Math.min(...live.map((x) => x.timestamp_ms!)) + shift,
@@ -134,16 +153,21 @@ describe("upgrade in place from the v4 storage shard schema", () => {
         if (r.status !== 404) problems.push(`${who(m, m.id)}: lookup answered ${r.status}, not 404`);
         return;
       }
-      if (r.status !== 200) return void problems.push(`${who(m, m.id)}: lookup answered ${r.status} ${r.text.slice(0, 200)}`);
+      if (r.status !== 200)
+        return void problems.push(`${who(m, m.id)}: lookup answered ${r.status} ${r.text.slice(0, 200)}`);
       const l = r.result;
       const state = { deliver: "ready", delayed: "delayed", held: "leased" }[m.at_test];
       if (l.state !== state) problems.push(`${who(m, m.id)}: state ${l.state}, not ${state}`);
-      if (l.content_type !== m.content_type) problems.push(`${who(m, m.id)}: content type ${l.content_type}, not ${m.content_type}`);
+      if (l.content_type !== m.content_type)
+        problems.push(`${who(m, m.id)}: content type ${l.content_type}, not ${m.content_type}`);
       if (l.size !== m.size) problems.push(`${who(m, m.id)}: size ${l.size}, not ${m.size}`);
-      if (l.timestamp_ms !== m.timestamp_ms! + shift) problems.push(`${who(m, m.id)}: timestamp ${l.timestamp_ms}, not ${m.timestamp_ms! + shift}`);
-      if (l.attempts < m.v4!.attempts) problems.push(`${who(m, m.id)}: attempts ${l.attempts}, fewer than the ${m.v4!.attempts} counted before`);
+      if (l.timestamp_ms !== m.timestamp_ms! + shift)
+        problems.push(`${who(m, m.id)}: timestamp ${l.timestamp_ms}, not ${m.timestamp_ms! + shift}`);
+      if (l.attempts < m.v4!.attempts)
+        problems.push(`${who(m, m.id)}: attempts ${l.attempts}, fewer than the ${m.v4!.attempts} counted before`);
       // A delayed message, a scheduled retry or a held lease ends when it ended before.
-      if (m.at_test !== "deliver" && l.visible_at_ms !== m.v4!.due_at! + shift) problems.push(`${who(m, m.id)}: visible at ${l.visible_at_ms}, not ${m.v4!.due_at! + shift}`);
+      if (m.at_test !== "deliver" && l.visible_at_ms !== m.v4!.due_at! + shift)
+        problems.push(`${who(m, m.id)}: visible at ${l.visible_at_ms}, not ${m.v4!.due_at! + shift}`);
     });
     expect(problems, `${problems.length} of ${all.length} lookups wrong`).toEqual([]);
   });
@@ -156,8 +180,11 @@ describe("upgrade in place from the v4 storage shard schema", () => {
     const deadline = Date.now() + 90_000;
     // Every pulled batch is acked at once under a lease far longer than the test: a second
     // delivery of an id whose ack counted is a duplicate.
-    for (let empty = 0; empty < 2 && Date.now() < deadline; ) {
-      const r = await post<{ messages: Pulled[] }>(`/${QUEUE}/messages/pull`, { batch_size: 100, visibility_timeout_ms: 600_000 });
+    for (let empty = 0; empty < 2 && Date.now() < deadline;) {
+      const r = await post<{ messages: Pulled[] }>(`/${QUEUE}/messages/pull`, {
+        batch_size: 100,
+        visibility_timeout_ms: 600_000,
+      });
       expect(r.status, r.text).toBe(200);
       if (r.result.messages.length === 0) {
         empty++;
@@ -169,7 +196,10 @@ describe("upgrade in place from the v4 storage shard schema", () => {
         const m = byId.get(p.id);
         const n = (deliveries.get(p.id) ?? 0) + 1;
         deliveries.set(p.id, n);
-        if (n === 2) problems.push(`${who(m, p.id)}: delivered again ${notAcked.has(p.id) ? "(its first ack did not count, see above)" : "after its ack counted"}`);
+        if (n === 2)
+          problems.push(
+            `${who(m, p.id)}: delivered again ${notAcked.has(p.id) ? "(its first ack did not count, see above)" : "after its ack counted"}`,
+          );
         if (!m || m.at_test !== "deliver") {
           if (n === 1) problems.push(`${who(m, p.id)}: delivered`);
           continue;
@@ -177,11 +207,18 @@ describe("upgrade in place from the v4 storage shard schema", () => {
         const ct = p.metadata["CF-Content-Type"];
         const bytes = ct === "text" ? new TextEncoder().encode(p.body) : Buffer.from(p.body, "base64");
         if (ct !== m.content_type) problems.push(`${who(m, p.id)}: content type ${ct}, not ${m.content_type}`);
-        if (bytes.byteLength !== m.size || sha256(bytes) !== m.body_sha256) problems.push(`${who(m, p.id)}: body of ${bytes.byteLength} bytes differs from the ${m.size} stored`);
-        if (p.timestamp_ms !== m.timestamp_ms! + shift) problems.push(`${who(m, p.id)}: timestamp ${p.timestamp_ms}, not ${m.timestamp_ms! + shift}`);
-        if (p.attempts < m.min_attempts!) problems.push(`${who(m, p.id)}: attempts ${p.attempts}, below ${m.min_attempts} (the ${m.v4!.attempts} counted before, plus this delivery)`);
+        if (bytes.byteLength !== m.size || sha256(bytes) !== m.body_sha256)
+          problems.push(`${who(m, p.id)}: body of ${bytes.byteLength} bytes differs from the ${m.size} stored`);
+        if (p.timestamp_ms !== m.timestamp_ms! + shift)
+          problems.push(`${who(m, p.id)}: timestamp ${p.timestamp_ms}, not ${m.timestamp_ms! + shift}`);
+        if (p.attempts < m.min_attempts!)
+          problems.push(
+            `${who(m, p.id)}: attempts ${p.attempts}, below ${m.min_attempts} (the ${m.v4!.attempts} counted before, plus this delivery)`,
+          );
       }
-      const ack = await post<{ ackCount: number; warnings: Record<string, string> }>(`/${QUEUE}/messages/ack`, { acks: r.result.messages.map((p) => ({ lease_id: p.lease_id })) });
+      const ack = await post<{ ackCount: number; warnings: Record<string, string> }>(`/${QUEUE}/messages/ack`, {
+        acks: r.result.messages.map((p) => ({ lease_id: p.lease_id })),
+      });
       expect(ack.status, ack.text).toBe(200);
       for (const p of r.result.messages) {
         const warning = ack.result.warnings[p.lease_id];
@@ -199,18 +236,32 @@ describe("upgrade in place from the v4 storage shard schema", () => {
 
   it("has only the delayed messages and the held leases left once the others are acked", async () => {
     const m = await metrics();
-    expect({ count: m.backlog_count, bytes: m.backlog_bytes }, `left: ${fixture.counts.at_test?.delayed ?? 0} delayed, ${fixture.counts.at_test?.held ?? 0} held`).toEqual({
+    expect(
+      { count: m.backlog_count, bytes: m.backlog_bytes },
+      `left: ${fixture.counts.at_test?.delayed ?? 0} delayed, ${fixture.counts.at_test?.held ?? 0} held`,
+    ).toEqual({
       count: notDelivered.length,
       bytes: sum(notDelivered),
     });
-    const states = await Promise.all(notDelivered.map(async (x) => [x.id, (await api<Lookup>(`/${QUEUE}/messages/${x.id}`)).result?.state ?? "not found"] as const));
-    expect(states.filter(([id, s]) => s !== { delayed: "delayed", held: "leased" }[all.find((x) => x.id === id)!.at_test as "delayed" | "held"])).toEqual([]);
+    const states = await Promise.all(
+      notDelivered.map(
+        async (x) => [x.id, (await api<Lookup>(`/${QUEUE}/messages/${x.id}`)).result?.state ?? "not found"] as const,
+      ),
+    );
+    expect(
+      states.filter(
+        ([id, s]) =>
+          s !== { delayed: "delayed", held: "leased" }[all.find((x) => x.id === id)!.at_test as "delayed" | "held"],
+      ),
+    ).toEqual([]);
   });
 
   it("honours a lease held across the upgrade: the ack under its old lease id deletes the message", async () => {
     const held = live.filter((m) => m.at_test === "held");
     expect(held.length).toBeGreaterThan(0);
-    const ack = await post<{ ackCount: number; warnings: Record<string, string> }>(`/${QUEUE}/messages/ack`, { acks: held.map((m) => ({ lease_id: m.lease_id })) });
+    const ack = await post<{ ackCount: number; warnings: Record<string, string> }>(`/${QUEUE}/messages/ack`, {
+      acks: held.map((m) => ({ lease_id: m.lease_id })),
+    });
     expect(ack.status, ack.text).toBe(200);
     expect(ack.result.warnings).toEqual({});
     expect(ack.result.ackCount).toBe(held.length);
@@ -229,11 +280,21 @@ function moveTimes(dir: string, shift: number): string[] {
   for (const file of walk(join(dir, "v3", "do")).filter((f) => f.endsWith(".sqlite"))) {
     const db = new DatabaseSync(file);
     try {
-      const tables = new Set(db.prepare("SELECT name FROM sqlite_master WHERE type = 'table'").all().map((r) => String(r.name)));
+      const tables = new Set(
+        db
+          .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
+          .all()
+          .map((r) => String(r.name)),
+      );
       if (!tables.has("messages") || !tables.has("schema_version")) continue;
-      const moved = db.prepare("UPDATE messages SET enqueued_at = enqueued_at + ?, due_at = due_at + ?, sent_at = sent_at + ? RETURNING id").all(shift, shift, shift);
+      const moved = db
+        .prepare(
+          "UPDATE messages SET enqueued_at = enqueued_at + ?, due_at = due_at + ?, sent_at = sent_at + ? RETURNING id",
+        )
+        .all(shift, shift, shift);
       ids.push(...moved.map((r) => String(r.id)));
-      for (const t of ["remembered_ids", "remembered_moves"]) if (tables.has(t)) db.prepare(`UPDATE ${t} SET at = at + ?`).run(shift);
+      for (const t of ["remembered_ids", "remembered_moves"])
+        if (tables.has(t)) db.prepare(`UPDATE ${t} SET at = at + ?`).run(shift);
     } finally {
       db.close();
     }

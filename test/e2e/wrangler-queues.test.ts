@@ -54,7 +54,11 @@ describe("wrangler queues commands against shardq", () => {
     delete env.CLOUDFLARE_API_KEY;
     delete env.CLOUDFLARE_EMAIL;
     return new Promise((resolve, reject) => {
-      const child = spawn(process.execPath, [wranglerBin(), "queues", ...args], { cwd, env, stdio: ["ignore", "pipe", "pipe"] });
+      const child = spawn(process.execPath, [wranglerBin(), "queues", ...args], {
+        cwd,
+        env,
+        stdio: ["ignore", "pipe", "pipe"],
+      });
       let out = "";
       child.stdout.on("data", (c: Buffer) => (out += c.toString()));
       child.stderr.on("data", (c: Buffer) => (out += c.toString()));
@@ -74,9 +78,13 @@ describe("wrangler queues commands against shardq", () => {
 
   it("answers a name no queue has with 'does not exist' for info, delete and consumer remove, and leaves the queue listed first alone", async () => {
     // Paused, so that its message stays to be counted: the consumer would take it otherwise.
-    const victim = (await api("POST", "", { queue_name: "aaa-victim", settings: { delivery_paused: true } })).json.result;
+    const victim = (await api("POST", "", { queue_name: "aaa-victim", settings: { delivery_paused: true } })).json
+      .result;
     expect((await api("POST", "", { queue_name: "zzz-other" })).status).toBe(201);
-    const consumer = await api("POST", "/aaa-victim/consumers", { type: "worker", script_name: "shardq-example-consumer" });
+    const consumer = await api("POST", "/aaa-victim/consumers", {
+      type: "worker",
+      script_name: "shardq-example-consumer",
+    });
     expect(consumer.status).toBe(201);
     await api("POST", "/aaa-victim/messages", { body: "keep me" });
 
@@ -102,7 +110,9 @@ describe("wrangler queues commands against shardq", () => {
     const after = await api("GET", "/aaa-victim");
     expect(after.status).toBe(200);
     expect(after.json.result.queue_id).toBe(victim.queue_id);
-    expect(after.json.result.consumers.map((c: { consumer_id: string }) => c.consumer_id)).toEqual([consumer.json.result.consumer_id]);
+    expect(after.json.result.consumers.map((c: { consumer_id: string }) => c.consumer_id)).toEqual([
+      consumer.json.result.consumer_id,
+    ]);
     expect((await api("GET", "/aaa-victim/metrics")).json.result.backlog_count).toBe(1);
 
     // The pull consumer's remove resolves the name the same way.
@@ -112,7 +122,9 @@ describe("wrangler queues commands against shardq", () => {
     const httpRemoved = await wrangler("consumer", "http", "remove", "wq-6189");
     expect(httpRemoved.code, httpRemoved.out).not.toBe(0);
     expect(httpRemoved.out).toContain('Queue "wq-6189" does not exist');
-    expect((await api("GET", "/aaa-victim/consumers")).json.result.map((c: { consumer_id: string }) => c.consumer_id)).toEqual([pull.json.result.consumer_id]);
+    expect(
+      (await api("GET", "/aaa-victim/consumers")).json.result.map((c: { consumer_id: string }) => c.consumer_id),
+    ).toEqual([pull.json.result.consumer_id]);
 
     // And a name that exists is served: the delete reaches that queue and no other.
     const del = await wrangler("delete", "zzz-other");
@@ -137,12 +149,19 @@ describe("wrangler queues commands against shardq", () => {
   }
 
   const settingsOf = async (queue: string) => (await api("GET", `/${queue}`)).json.result.settings;
-  const consumersOf = async (queue: string) => (await api("GET", `/${queue}/consumers`)).json.result as Array<Record<string, any>>;
+  const consumersOf = async (queue: string) =>
+    (await api("GET", `/${queue}/consumers`)).json.result as Array<Record<string, any>>;
 
   it("serves every verb: create, list, info, update, pause and resume delivery, worker and pull consumers, purge, delete", async () => {
     // create, with settings; list; info.
-    expect(await ok("create", "wq-life", "--delivery-delay-secs", "5", "--message-retention-period-secs", "7200")).toContain("Created queue 'wq-life'");
-    expect(await settingsOf("wq-life")).toEqual({ delivery_delay: 5, delivery_paused: false, message_retention_period: 7200 });
+    expect(
+      await ok("create", "wq-life", "--delivery-delay-secs", "5", "--message-retention-period-secs", "7200"),
+    ).toContain("Created queue 'wq-life'");
+    expect(await settingsOf("wq-life")).toEqual({
+      delivery_delay: 5,
+      delivery_paused: false,
+      message_retention_period: 7200,
+    });
     await ok("create", "wq-life-dlq");
     const list = await ok("list");
     expect(list).toContain("wq-life");
@@ -153,15 +172,40 @@ describe("wrangler queues commands against shardq", () => {
 
     // update: what it names changes, the rest stays.
     await ok("update", "wq-life", "--delivery-delay-secs", "10");
-    expect(await settingsOf("wq-life")).toEqual({ delivery_delay: 10, delivery_paused: false, message_retention_period: 7200 });
+    expect(await settingsOf("wq-life")).toEqual({
+      delivery_delay: 10,
+      delivery_paused: false,
+      message_retention_period: 7200,
+    });
     expect(await ok("pause-delivery", "wq-life")).toContain("Paused message delivery for queue wq-life");
     expect((await settingsOf("wq-life")).delivery_paused).toBe(true);
     expect(await ok("resume-delivery", "wq-life")).toContain("Resumed message delivery for queue wq-life");
-    expect(await settingsOf("wq-life")).toEqual({ delivery_delay: 10, delivery_paused: false, message_retention_period: 7200 });
+    expect(await settingsOf("wq-life")).toEqual({
+      delivery_delay: 10,
+      delivery_paused: false,
+      message_retention_period: 7200,
+    });
 
     // A Worker consumer, with every setting wrangler takes; listed, shown, removed.
     expect(
-      await ok("consumer", "add", "wq-life", "shardq-example-consumer", "--batch-size", "7", "--batch-timeout", "2", "--message-retries", "2", "--dead-letter-queue", "wq-life-dlq", "--max-concurrency", "3", "--retry-delay-secs", "4"),
+      await ok(
+        "consumer",
+        "add",
+        "wq-life",
+        "shardq-example-consumer",
+        "--batch-size",
+        "7",
+        "--batch-timeout",
+        "2",
+        "--message-retries",
+        "2",
+        "--dead-letter-queue",
+        "wq-life-dlq",
+        "--max-concurrency",
+        "3",
+        "--retry-delay-secs",
+        "4",
+      ),
     ).toContain("Added consumer to queue wq-life");
     const [worker] = await consumersOf("wq-life");
     expect(worker).toMatchObject({
@@ -170,16 +214,25 @@ describe("wrangler queues commands against shardq", () => {
       dead_letter_queue: "wq-life-dlq",
       settings: { batch_size: 7, max_wait_time_ms: 2000, max_retries: 2, max_concurrency: 3, retry_delay: 4 },
     });
-    for (const listing of [await ok("consumer", "list", "wq-life"), await ok("consumer", "worker", "list", "wq-life")]) {
+    for (const listing of [
+      await ok("consumer", "list", "wq-life"),
+      await ok("consumer", "worker", "list", "wq-life"),
+    ]) {
       expect(listing).toContain(worker!.consumer_id);
       expect(listing).toContain("shardq-example-consumer");
       expect(listing).toContain("wq-life-dlq");
     }
     const workerJson = JSON.parse(await ok("consumer", "worker", "list", "wq-life", "--json"));
-    expect(workerJson).toEqual([expect.objectContaining({ consumer_id: worker!.consumer_id, script: "shardq-example-consumer" })]);
-    expect(await ok("consumer", "http", "list", "wq-life")).toContain('No HTTP pull consumers found for queue "wq-life"');
+    expect(workerJson).toEqual([
+      expect.objectContaining({ consumer_id: worker!.consumer_id, script: "shardq-example-consumer" }),
+    ]);
+    expect(await ok("consumer", "http", "list", "wq-life")).toContain(
+      'No HTTP pull consumers found for queue "wq-life"',
+    );
     expect(await ok("info", "wq-life")).toContain("Consumers: worker:shardq-example-consumer");
-    expect(await ok("consumer", "remove", "wq-life", "shardq-example-consumer")).toContain("Removed consumer from queue wq-life");
+    expect(await ok("consumer", "remove", "wq-life", "shardq-example-consumer")).toContain(
+      "Removed consumer from queue wq-life",
+    );
     expect(await consumersOf("wq-life")).toEqual([]);
     expect(await ok("consumer", "list", "wq-life")).toContain('No consumers found for queue "wq-life"');
 
@@ -190,9 +243,28 @@ describe("wrangler queues commands against shardq", () => {
     expect(await consumersOf("wq-life")).toEqual([]);
 
     // A pull consumer, with every setting wrangler takes.
-    await ok("consumer", "http", "add", "wq-life", "--batch-size", "3", "--message-retries", "1", "--dead-letter-queue", "wq-life-dlq", "--visibility-timeout-secs", "20", "--retry-delay-secs", "2");
+    await ok(
+      "consumer",
+      "http",
+      "add",
+      "wq-life",
+      "--batch-size",
+      "3",
+      "--message-retries",
+      "1",
+      "--dead-letter-queue",
+      "wq-life-dlq",
+      "--visibility-timeout-secs",
+      "20",
+      "--retry-delay-secs",
+      "2",
+    );
     const [pull] = await consumersOf("wq-life");
-    expect(pull).toMatchObject({ type: "http_pull", dead_letter_queue: "wq-life-dlq", settings: { batch_size: 3, max_retries: 1, visibility_timeout_ms: 20_000, retry_delay: 2 } });
+    expect(pull).toMatchObject({
+      type: "http_pull",
+      dead_letter_queue: "wq-life-dlq",
+      settings: { batch_size: 3, max_retries: 1, visibility_timeout_ms: 20_000, retry_delay: 2 },
+    });
     const httpList = await ok("consumer", "http", "list", "wq-life");
     expect(httpList).toContain(pull!.consumer_id);
     expect(httpList).toContain("20000");
@@ -216,7 +288,9 @@ describe("wrangler queues commands against shardq", () => {
   it("refuses what shardq cannot serve, saying why: event subscriptions, a service environment; creates a queue in a jurisdiction", async () => {
     await ok("create", "wq-subs");
     const unsupported = "shardq does not serve event subscriptions";
-    expect(await refused("subscription", "create", "wq-subs", "--source", "r2", "--events", "object-create")).toContain(unsupported);
+    expect(await refused("subscription", "create", "wq-subs", "--source", "r2", "--events", "object-create")).toContain(
+      unsupported,
+    );
     expect(await refused("subscription", "list", "wq-subs")).toContain(unsupported);
     const id = "0123456789abcdef0123456789abcdef";
     expect(await refused("subscription", "get", "wq-subs", "--id", id)).toContain(unsupported);
@@ -228,7 +302,9 @@ describe("wrangler queues commands against shardq", () => {
     expect(await ok("info", "wq-eu")).toContain("Jurisdiction: eu");
     await ok("delete", "wq-eu");
     // --env sends a service environment, which a consumer of shardq has no use for.
-    expect(await refused("consumer", "add", "wq-subs", "shardq-example-consumer", "--env", "staging")).toContain("without service environments");
+    expect(await refused("consumer", "add", "wq-subs", "shardq-example-consumer", "--env", "staging")).toContain(
+      "without service environments",
+    );
     expect(await consumersOf("wq-subs")).toEqual([]);
     await ok("delete", "wq-subs");
   }, 300_000);

@@ -50,7 +50,8 @@ export class FillProducer {
     const h = `${this.o.seed}.${this.o.index}.${this.k++}`;
     const x = this.rng.chance(this.o.poisonRate);
     let roll = this.rng.next();
-    const c = SIZE_CLASSES.find((s) => (roll -= s.share) < 0) ?? /** @type {(typeof SIZE_CLASSES)[number]} */ (SIZE_CLASSES[0]);
+    const c =
+      SIZE_CLASSES.find((s) => (roll -= s.share) < 0) ?? /** @type {(typeof SIZE_CLASSES)[number]} */ (SIZE_CLASSES[0]);
     const size = this.rng.int(c.min, c.max);
     // JSON.stringify({ h, x?, pad: "" }) is this long; the padding makes up the rest (ASCII: bytes = characters).
     const pad = size - JSON.stringify({ h, ...(x ? { x: 1 } : {}), pad: "" }).length;
@@ -82,10 +83,19 @@ export class FillProducer {
       }
       if (batch.length === 0) return;
       const poison = batch.filter((m) => m.x).map((m) => m.h);
-      const op = history.invoke(this.name, "send", { q: queue, hs: batch.map((m) => m.h), ...(poison.length ? { x: poison } : {}) });
+      const op = history.invoke(this.name, "send", {
+        q: queue,
+        hs: batch.map((m) => m.h),
+        ...(poison.length ? { x: poison } : {}),
+      });
       const r = await api.call("POST", `/${queue}/messages/batch`, { messages: batch.map((m) => m.wire) });
       const ids = r.outcome === "ok" ? r.result?.message_ids : undefined;
-      if (r.outcome === "ok" && Array.isArray(ids) && ids.length === batch.length && ids.every((id) => typeof id === "string")) {
+      if (
+        r.outcome === "ok" &&
+        Array.isArray(ids) &&
+        ids.length === batch.length &&
+        ids.every((id) => typeof id === "string")
+      ) {
         history.complete(op, "ok", { ids });
         tally.okMessages += batch.length;
         tally.okBytes += bytes;
@@ -95,7 +105,10 @@ export class FillProducer {
         if (Math.random() < 1 / 64) (tally.sampledIds ??= []).push(String(ids[Math.floor(ids.length / 2)]));
       } else if (r.outcome === "ok") {
         // A yes without the ids is not a yes the checker can use (as workload.mjs logs it).
-        history.complete(op, "unknown", { status: r.status, error: `ok without ${batch.length} message ids: ${JSON.stringify(r.result).slice(0, 200)}` });
+        history.complete(op, "unknown", {
+          status: r.status,
+          error: `ok without ${batch.length} message ids: ${JSON.stringify(r.result).slice(0, 200)}`,
+        });
         tally.unknownMessages += batch.length;
       } else {
         history.complete(op, r.outcome, { status: r.status, error: r.error });
@@ -207,7 +220,8 @@ function memOf(pid) {
   } catch {
     return null;
   }
-  const kb = (/** @type {string} */ key) => Number(new RegExp(`^${key}:\\s+(\\d+) kB`, "m").exec(status)?.[1] ?? 0) * 1024;
+  const kb = (/** @type {string} */ key) =>
+    Number(new RegExp(`^${key}:\\s+(\\d+) kB`, "m").exec(status)?.[1] ?? 0) * 1024;
   return { rss: kb("VmRSS"), anon: kb("RssAnon"), file: kb("RssFile"), hwm: kb("VmHWM") };
 }
 
@@ -248,13 +262,29 @@ export async function probeReads(o) {
     ...(o.ids.last ? [{ name: "lookup, newest message", path: `${q}/messages/${o.ids.last}` }] : []),
     { name: "lookup, no such message", path: `${q}/messages/${missing}`, expected: 404 },
     { name: "pull 101", method: "POST", path: `${q}/messages/pull`, body: { batch_size: 101 }, expected: 400 },
-    { name: "pull 100, delivery paused", method: "POST", path: `${q}/messages/pull`, body: { batch_size: 100 }, expected: 409 },
+    {
+      name: "pull 100, delivery paused",
+      method: "POST",
+      path: `${q}/messages/pull`,
+      body: { batch_size: 100 },
+      expected: 409,
+    },
   ];
   /** @type {Probe[]} */
   const out = [];
   for (const a of asks) {
     const method = a.method ?? "GET";
-    const p = { name: a.name, method, path: a.path, ...(a.body ? { body: a.body } : {}), status: 0, expected: a.expected ?? 200, bytes: 0, ms: /** @type {number[]} */ ([]), count: /** @type {number | null} */ (null) };
+    const p = {
+      name: a.name,
+      method,
+      path: a.path,
+      ...(a.body ? { body: a.body } : {}),
+      status: 0,
+      expected: a.expected ?? 200,
+      bytes: 0,
+      ms: /** @type {number[]} */ ([]),
+      count: /** @type {number | null} */ (null),
+    };
     for (let i = 0; i < (o.tries ?? 3); i++) {
       const t0 = performance.now();
       const res = await fetch(`${o.base}${a.path}`, {
@@ -295,7 +325,9 @@ export function measuredPulls(api, now, stored) {
       const t0 = performance.now();
       const r = await api.call(method, path, body, extra);
       if (r.outcome === "ok") {
-        const messages = /** @type {Array<{ id: string }>} */ (Array.isArray(r.result?.messages) ? r.result.messages : []);
+        const messages = /** @type {Array<{ id: string }>} */ (
+          Array.isArray(r.result?.messages) ? r.result.messages : []
+        );
         let fresh = 0;
         for (const m of messages) {
           const key = `${path}\u0000${m.id}`;

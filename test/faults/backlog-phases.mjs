@@ -23,8 +23,21 @@ export async function setUp(api) {
   };
   await must("create the dead-letter queue", api.call("POST", "", { queue_name: DLQ }));
   await must("create the queue", api.call("POST", "", { queue_name: QUEUE }));
-  await must("its pull consumer", api.call("POST", `/${QUEUE}/consumers`, { type: "http_pull", settings: { max_retries: 2, retry_delay: 0, visibility_timeout_ms: 5000 }, dead_letter_queue: DLQ }));
-  await must("the dead-letter queue's pull consumer", api.call("POST", `/${DLQ}/consumers`, { type: "http_pull", settings: { max_retries: 100, retry_delay: 0, visibility_timeout_ms: 5000 } }));
+  await must(
+    "its pull consumer",
+    api.call("POST", `/${QUEUE}/consumers`, {
+      type: "http_pull",
+      settings: { max_retries: 2, retry_delay: 0, visibility_timeout_ms: 5000 },
+      dead_letter_queue: DLQ,
+    }),
+  );
+  await must(
+    "the dead-letter queue's pull consumer",
+    api.call("POST", `/${DLQ}/consumers`, {
+      type: "http_pull",
+      settings: { max_retries: 100, retry_delay: 0, visibility_timeout_ms: 5000 },
+    }),
+  );
   await must("pause delivery", api.call("PATCH", `/${QUEUE}`, { settings: { delivery_paused: true } }));
 }
 
@@ -43,7 +56,10 @@ export async function drainQueues(api, late, deadline, now, gauge) {
   let zeroSince = 0;
   while (Date.now() < deadline) {
     const [a, b] = await Promise.all([QUEUE, DLQ].map((q) => api.call("GET", `/${q}/metrics`)));
-    backlog = { [QUEUE]: a?.outcome === "ok" ? a.result.backlog_count : null, [DLQ]: b?.outcome === "ok" ? b.result.backlog_count : null };
+    backlog = {
+      [QUEUE]: a?.outcome === "ok" ? a.result.backlog_count : null,
+      [DLQ]: b?.outcome === "ok" ? b.result.backlog_count : null,
+    };
     if (a?.outcome === "ok") Object.assign(gauge, { backlog: a.result.backlog_count, bytes: a.result.backlog_bytes });
     if (backlog[QUEUE] === 0 && backlog[DLQ] === 0 && late.size === 0) {
       emptyAt ??= now();
@@ -72,7 +88,12 @@ export async function drainQueues(api, late, deadline, now, gauge) {
  */
 export async function restartOverBacklog(o) {
   const before = o.sample();
-  const kill = o.history.invoke("nemesis", "kill", { n: 1, signal: "SIGKILL", pid: o.service.server?.pid ?? null, in_flight: { send: 0, pull: 0, ack: 0 } });
+  const kill = o.history.invoke("nemesis", "kill", {
+    n: 1,
+    signal: "SIGKILL",
+    pid: o.service.server?.pid ?? null,
+    in_flight: { send: 0, pull: 0, ack: 0 },
+  });
   await o.service.kill();
   o.history.complete(kill, "ok");
   const start = o.history.invoke("nemesis", "start", { n: 1 });

@@ -74,7 +74,14 @@ export function backlogFigures(o) {
       size_classes: SIZE_CLASSES,
     },
     memory: memory(o.levels, o.samples, first, full),
-    restart: o.restart && { ready_ms: o.restart.ready_ms, first_metrics_ms: o.restart.first_metrics_ms, backlog: o.restart.backlog, bytes: o.restart.bytes, rss: o.restart.rss, heap: o.restart.heap },
+    restart: o.restart && {
+      ready_ms: o.restart.ready_ms,
+      first_metrics_ms: o.restart.first_metrics_ms,
+      backlog: o.restart.backlog,
+      bytes: o.restart.bytes,
+      rss: o.restart.rss,
+      heap: o.restart.heap,
+    },
     paging: paging(o.levels, o.restart, o.pulls, count),
     drain: drain(o.pulls, o.resumedAt, o.emptyAt, count, bytes),
   };
@@ -89,16 +96,31 @@ function memory(levels, samples, first, full) {
   const failures = [];
   if (samples.length === 0) failures.push("no memory sample: workerd was not found under wrangler's pid");
   if (peak > RSS_CAP) failures.push(`workerd's RSS peaked at ${mb(peak)}, past the ${mb(RSS_CAP)} cap`);
-  for (const l of levels) if (l.heap > HEAP_CAP) failures.push(`the service isolate's JS heap was ${mb(l.heap)} at the ${pct(l.level)} fill level, past the ${mb(HEAP_CAP)} a storage shard may take`);
+  for (const l of levels)
+    if (l.heap > HEAP_CAP)
+      failures.push(
+        `the service isolate's JS heap was ${mb(l.heap)} at the ${pct(l.level)} fill level, past the ${mb(HEAP_CAP)} a storage shard may take`,
+      );
   const growths = levels.slice(0, -1).map((l) => {
     const added = (full?.rss.bytes ?? 0) - l.rss.bytes;
     const growth = (full?.rss.workerd.rss ?? 0) - l.rss.workerd.rss;
     const allowed = Math.max(GROWTH_FLOOR, GROWTH_SHARE * added);
-    if (growth > allowed) failures.push(`workerd's RSS grew ${mb(growth)} from the ${pct(l.level)} to the ${pct(full?.level)} fill level, past the ${mb(allowed)} allowed (${mb(added)} stored in between)`);
+    if (growth > allowed)
+      failures.push(
+        `workerd's RSS grew ${mb(growth)} from the ${pct(l.level)} to the ${pct(full?.level)} fill level, past the ${mb(allowed)} allowed (${mb(added)} stored in between)`,
+      );
     return { from: l.level, growth, allowed, added };
   });
   return {
-    at_levels: levels.map((l) => ({ level: l.level, backlog: l.rss.backlog, bytes: l.rss.bytes, rss: l.rss.workerd.rss, anon: l.rss.workerd.anon, file: l.rss.workerd.file, heap: l.heap })),
+    at_levels: levels.map((l) => ({
+      level: l.level,
+      backlog: l.rss.backlog,
+      bytes: l.rss.bytes,
+      rss: l.rss.workerd.rss,
+      anon: l.rss.workerd.anon,
+      file: l.rss.workerd.file,
+      heap: l.heap,
+    })),
     max_filling: max(fill),
     max_draining: max(samples.filter((s) => s.phase === "drain")),
     peak_hwm: peak,
@@ -108,7 +130,15 @@ function memory(levels, samples, first, full) {
     growths,
     samples: samples.length,
     // Every sample, compact: [ms since the run began, phase, backlog, bytes stored, workerd RSS, anon, file].
-    series: samples.map((s) => [Math.round(s.t), s.phase, s.backlog, s.bytes, s.workerd.rss, s.workerd.anon, s.workerd.file]),
+    series: samples.map((s) => [
+      Math.round(s.t),
+      s.phase,
+      s.backlog,
+      s.bytes,
+      s.workerd.rss,
+      s.workerd.anon,
+      s.workerd.file,
+    ]),
     ok: failures.length === 0,
     failures,
   };
@@ -120,7 +150,10 @@ function memory(levels, samples, first, full) {
  * @param {ReturnType<typeof import("./backlog-load.mjs").measuredPulls>["pulls"]} pulls @param {number} full
  */
 function paging(levels, restart, pulls, full) {
-  const asked = [...levels.map((l) => ({ label: pct(l.level), probes: l.probes })), ...(restart ? [{ label: "100 % after the restart", probes: restart.probes }] : [])];
+  const asked = [
+    ...levels.map((l) => ({ label: pct(l.level), probes: l.probes })),
+    ...(restart ? [{ label: "100 % after the restart", probes: restart.probes }] : []),
+  ];
   /** @type {string[]} */
   const failures = [];
   /** @type {string[]} */
@@ -134,23 +167,43 @@ function paging(levels, restart, pulls, full) {
     for (const [i, p] of at.entries()) {
       const where = `${name} at ${asked[i]?.label}`;
       if (p.status !== p.expected) failures.push(`${where}: HTTP ${p.status}, not ${p.expected}`);
-      if (limit && p.count !== null && p.count > limit) failures.push(`${where}: ${p.count} messages for a limit of ${limit}`);
+      if (limit && p.count !== null && p.count > limit)
+        failures.push(`${where}: ${p.count} messages for a limit of ${limit}`);
       if (p.bytes > cap) failures.push(`${where}: ${p.bytes} bytes, past its page's ${cap}`);
-      if (Math.max(...p.ms) > LATENCY_CAP_MS) failures.push(`${where}: ${Math.max(...p.ms)} ms, past ${LATENCY_CAP_MS} ms`);
+      if (Math.max(...p.ms) > LATENCY_CAP_MS)
+        failures.push(`${where}: ${Math.max(...p.ms)} ms, past ${LATENCY_CAP_MS} ms`);
     }
     const b0 = at[0]?.bytes ?? 0;
     const b1 = at[levels.length - 1]?.bytes ?? 0;
     const m0 = medians[0] ?? 0;
     const m1 = medians[levels.length - 1] ?? 0;
-    if (m1 >= SLOW_MS && m1 > SLOWER_BY * m0) findings.push(`${name}: median ${medians.map((x) => Math.round(x)).join(" / ")} ms at ${asked.map((l) => l.label).join(" / ")}: its latency grows with the backlog`);
+    if (m1 >= SLOW_MS && m1 > SLOWER_BY * m0)
+      findings.push(
+        `${name}: median ${medians.map((x) => Math.round(x)).join(" / ")} ms at ${asked.map((l) => l.label).join(" / ")}: its latency grows with the backlog`,
+      );
     const perShard = PER_SHARD.has(name);
     const shards0 = perShard ? Math.max(1, levels[0]?.stored?.shards ?? 1) : 1;
     const shards1 = perShard ? Math.max(1, levels[levels.length - 1]?.stored?.shards ?? 1) : 1;
     if (!limit && !TIME_WINDOWED.has(name) && b1 / shards1 > 1.25 * (b0 / shards0) + 2_000) {
-      const each = perShard ? ` (${Math.round(b0 / shards0)} and ${Math.round(b1 / shards1)} a shard, of ${shards0} and ${shards1})` : "";
-      failures.push(`${name}: ${b0} bytes at ${pct(levels[0]?.level)} and ${b1} at ${pct(levels[levels.length - 1]?.level)}${each}: it grows with the backlog`);
+      const each = perShard
+        ? ` (${Math.round(b0 / shards0)} and ${Math.round(b1 / shards1)} a shard, of ${shards0} and ${shards1})`
+        : "";
+      failures.push(
+        `${name}: ${b0} bytes at ${pct(levels[0]?.level)} and ${b1} at ${pct(levels[levels.length - 1]?.level)}${each}: it grows with the backlog`,
+      );
     }
-    return { name, method: at[0]?.method, path: at[0]?.path, expected: at[0]?.expected, status: at.map((p) => p.status), bytes: at.map((p) => p.bytes), count: at.map((p) => p.count), median_ms: medians, max_ms: Math.max(...at.flatMap((p) => p.ms)), cap_bytes: cap };
+    return {
+      name,
+      method: at[0]?.method,
+      path: at[0]?.path,
+      expected: at[0]?.expected,
+      status: at.map((p) => p.status),
+      bytes: at.map((p) => p.bytes),
+      count: at.map((p) => p.count),
+      median_ms: medians,
+      max_ms: Math.max(...at.flatMap((p) => p.ms)),
+      cap_bytes: cap,
+    };
   });
   const main = pulls.filter((p) => !p.q.endsWith("-dlq"));
   const stat = (/** @type {typeof pulls} */ xs) => ({
@@ -172,7 +225,8 @@ function paging(levels, restart, pulls, full) {
   const pullFigures = { all: stat(main), at_full: stat(atFull), cap_bytes: 1_000 + 100 * MESSAGE_ANSWER_BYTES };
   for (const p of main) {
     if (p.count > p.asked) failures.push(`a pull of ${p.asked} answered ${p.count} messages`);
-    if (p.bytes > pullFigures.cap_bytes) failures.push(`a pull answered ${p.bytes} bytes, past ${pullFigures.cap_bytes}`);
+    if (p.bytes > pullFigures.cap_bytes)
+      failures.push(`a pull answered ${p.bytes} bytes, past ${pullFigures.cap_bytes}`);
   }
   if (pullFigures.at_full.pulls === 0) failures.push("no pull answered with the backlog (90 % or more) in place");
   return { probes, pulls: pullFigures, ok: failures.length === 0, failures: [...new Set(failures)], findings };
@@ -212,28 +266,80 @@ export function backlogRows(r, b, meta, ok) {
   const p = b.paging.pulls;
   const failures = [...(r.valid ? [] : [`checker: ${r.failures.join("; ")}`]), ...m.failures, ...b.paging.failures];
   const checker = new Map(summaryRows(r, meta));
-  const keep = ["messages sent", "delivered", "lost", "unexpected", "message ids stored twice", "garbled deliveries", "duplicated", "recovered", "lease overlaps", "delivered after ack", "poison messages", "acks"];
+  const keep = [
+    "messages sent",
+    "delivered",
+    "lost",
+    "unexpected",
+    "message ids stored twice",
+    "garbled deliveries",
+    "duplicated",
+    "recovered",
+    "lease overlaps",
+    "delivered after ack",
+    "poison messages",
+    "acks",
+  ];
   return [
     ["verdict", ok ? "PASS (history VALID, memory bounded, answers paged)" : `FAIL: ${failures.join("; ")}`],
     ["seed, replay", `${meta.seed}: ${meta.replay}`],
-    ["backlog", `${n(b.backlog.messages)} messages, ${mb(b.backlog.bytes)} of bodies on ${b.backlog.shards ?? "?"} storage shards, filled in ${(b.backlog.fill_ms / 1000).toFixed(0)} s (${n(Math.round((b.backlog.messages * 1000) / Math.max(1, b.backlog.fill_ms)))} msg/s, ${mb((b.backlog.bytes * 1000) / Math.max(1, b.backlog.fill_ms))}/s) with delivery paused`],
+    [
+      "backlog",
+      `${n(b.backlog.messages)} messages, ${mb(b.backlog.bytes)} of bodies on ${b.backlog.shards ?? "?"} storage shards, filled in ${(b.backlog.fill_ms / 1000).toFixed(0)} s (${n(Math.round((b.backlog.messages * 1000) / Math.max(1, b.backlog.fill_ms)))} msg/s, ${mb((b.backlog.bytes * 1000) / Math.max(1, b.backlog.fill_ms))}/s) with delivery paused`,
+    ],
     ["body sizes", SIZE_CLASSES.map((c) => `${Math.round(c.share * 100)} % ${kb(c.min)}-${kb(c.max)}`).join(", ")],
-    ["workerd RSS at fill levels", m.at_levels.map((l) => `${mb(l.rss)} at ${pct(l.level)} (${n(l.backlog)} msgs, ${mb(l.bytes)})`).join("; ")],
-    ["workerd RSS max", `${mb(m.max_filling)} filling, ${mb(m.max_draining)} draining, peak (VmHWM) ${mb(m.peak_hwm)}; ${(m.slope_per_byte_stored * 1e3).toFixed(1)} MB per GB stored; wrangler (node) at most ${mb(m.wrangler_max)}`],
-    ["JS heap at fill levels", `${m.at_levels.map((l) => `${mb(l.heap)} at ${pct(l.level)}`).join("; ")} (the isolate all storage shards run in, after garbage collection; ≤ ${mb(HEAP_CAP)})`],
-    ["memory bound", `${m.ok ? "held" : "BROKEN"}: peak ≤ ${mb(RSS_CAP)}, JS heap ≤ ${mb(HEAP_CAP)}; growth to 100 % ${m.growths.map((g) => `from ${pct(g.from)} ${mb(g.growth)} (≤ ${mb(g.allowed)})`).join(", ")}`],
+    [
+      "workerd RSS at fill levels",
+      m.at_levels.map((l) => `${mb(l.rss)} at ${pct(l.level)} (${n(l.backlog)} msgs, ${mb(l.bytes)})`).join("; "),
+    ],
+    [
+      "workerd RSS max",
+      `${mb(m.max_filling)} filling, ${mb(m.max_draining)} draining, peak (VmHWM) ${mb(m.peak_hwm)}; ${(m.slope_per_byte_stored * 1e3).toFixed(1)} MB per GB stored; wrangler (node) at most ${mb(m.wrangler_max)}`,
+    ],
+    [
+      "JS heap at fill levels",
+      `${m.at_levels.map((l) => `${mb(l.heap)} at ${pct(l.level)}`).join("; ")} (the isolate all storage shards run in, after garbage collection; ≤ ${mb(HEAP_CAP)})`,
+    ],
+    [
+      "memory bound",
+      `${m.ok ? "held" : "BROKEN"}: peak ≤ ${mb(RSS_CAP)}, JS heap ≤ ${mb(HEAP_CAP)}; growth to 100 % ${m.growths.map((g) => `from ${pct(g.from)} ${mb(g.growth)} (≤ ${mb(g.allowed)})`).join(", ")}`,
+    ],
     [
       "SIGKILL and restart over it",
       rs
         ? `ready ${(rs.ready_ms / 1000).toFixed(1)} s after the restart; every storage shard answered ${(rs.first_metrics_ms / 1000).toFixed(1)} s later, ${n(rs.backlog)} messages (${mb(rs.bytes)}) stored; workerd RSS ${mb(rs.rss.before_kill ?? 0)} before the kill, ${mb(rs.rss.ready ?? 0)} ready, ${mb(rs.rss.shards_awake ?? 0)} with every shard awake, ${mb(rs.rss.after_probes ?? 0)} after the reads, JS heap ${mb(rs.heap)}`
         : "not reached",
     ],
-    ...b.paging.probes.map((x) => /** @type {[string, string]} */ ([`${x.name}`, `HTTP ${[...new Set(x.status)].join("/")}, ${x.bytes.map((y) => bytesOf(y)).join(" / ")}${x.count.some((c) => c !== null) ? ` (${x.count.join(" / ")} msgs)` : ""}, median ${x.median_ms.map((y) => Math.round(y)).join(" / ")} ms`])),
-    ["pull, batch_size 100", `${n(p.all.pulls)} pulls: at most ${p.all.max_messages} messages and ${mb(p.all.max_bytes)} (mean ${mb(p.all.mean_bytes)}); p50/p99/max ${p.all.ms.p50}/${p.all.ms.p99}/${p.all.ms.max} ms; with ≥ 90 % of the backlog in place (${p.at_full.pulls} pulls) ${p.at_full.ms.p50}/${p.at_full.ms.p99}/${p.at_full.ms.max} ms, at most ${mb(p.at_full.max_bytes)}`],
-    ["paging bound", `${b.paging.ok ? "held" : "BROKEN"}${b.paging.findings.length ? `; findings: ${b.paging.findings.join("; ")}` : ""}`],
-    ["recovery: resume to empty", d.resume_to_empty_ms === null ? "did not empty" : `${(d.resume_to_empty_ms / 1000).toFixed(1)} s (both queues' backlogs at 0, every message acked or dead-lettered; ${n(d.deliveries)} deliveries)`],
-    ["drain rate", d.resume_to_all_delivered_ms === null ? "not every message was delivered" : `every message delivered once ${(d.resume_to_all_delivered_ms / 1000).toFixed(1)} s after the resume: ${n(d.messages_per_second ?? 0)} msg/s, ${mb(d.bytes_per_second ?? 0)}/s of bodies`],
-    ...keep.flatMap((k) => (checker.has(k) ? [/** @type {[string, string]} */ ([k, /** @type {string} */ (checker.get(k))])] : [])),
+    ...b.paging.probes.map(
+      (x) =>
+        /** @type {[string, string]} */ ([
+          `${x.name}`,
+          `HTTP ${[...new Set(x.status)].join("/")}, ${x.bytes.map((y) => bytesOf(y)).join(" / ")}${x.count.some((c) => c !== null) ? ` (${x.count.join(" / ")} msgs)` : ""}, median ${x.median_ms.map((y) => Math.round(y)).join(" / ")} ms`,
+        ]),
+    ),
+    [
+      "pull, batch_size 100",
+      `${n(p.all.pulls)} pulls: at most ${p.all.max_messages} messages and ${mb(p.all.max_bytes)} (mean ${mb(p.all.mean_bytes)}); p50/p99/max ${p.all.ms.p50}/${p.all.ms.p99}/${p.all.ms.max} ms; with ≥ 90 % of the backlog in place (${p.at_full.pulls} pulls) ${p.at_full.ms.p50}/${p.at_full.ms.p99}/${p.at_full.ms.max} ms, at most ${mb(p.at_full.max_bytes)}`,
+    ],
+    [
+      "paging bound",
+      `${b.paging.ok ? "held" : "BROKEN"}${b.paging.findings.length ? `; findings: ${b.paging.findings.join("; ")}` : ""}`,
+    ],
+    [
+      "recovery: resume to empty",
+      d.resume_to_empty_ms === null
+        ? "did not empty"
+        : `${(d.resume_to_empty_ms / 1000).toFixed(1)} s (both queues' backlogs at 0, every message acked or dead-lettered; ${n(d.deliveries)} deliveries)`,
+    ],
+    [
+      "drain rate",
+      d.resume_to_all_delivered_ms === null
+        ? "not every message was delivered"
+        : `every message delivered once ${(d.resume_to_all_delivered_ms / 1000).toFixed(1)} s after the resume: ${n(d.messages_per_second ?? 0)} msg/s, ${mb(d.bytes_per_second ?? 0)}/s of bodies`,
+    ],
+    ...keep.flatMap((k) =>
+      checker.has(k) ? [/** @type {[string, string]} */ ([k, /** @type {string} */ (checker.get(k))])] : [],
+    ),
     ["time", `fill ${meta.load_s} s, drain ${meta.drain_s} s, total ${meta.total_s} s`],
   ];
 }
@@ -267,18 +373,30 @@ export function writeBacklogReport(r, b, meta, ok) {
     "",
     "| answer | request | HTTP | bytes | messages | median ms | max ms | page cap (bytes) |",
     "| --- | --- | --- | --- | --- | --- | --- | --- |",
-    ...b.paging.probes.map((x) => `| ${esc(x.name)} | \`${x.method} ${esc(x.path ?? "")}\` | ${x.status.join(" / ")} | ${x.bytes.map(n).join(" / ")} | ${x.count.map((c) => c ?? "–").join(" / ")} | ${x.median_ms.map((y) => y.toFixed(1)).join(" / ")} | ${x.max_ms} | ${n(x.cap_bytes)} |`),
+    ...b.paging.probes.map(
+      (x) =>
+        `| ${esc(x.name)} | \`${x.method} ${esc(x.path ?? "")}\` | ${x.status.join(" / ")} | ${x.bytes.map(n).join(" / ")} | ${x.count.map((c) => c ?? "–").join(" / ")} | ${x.median_ms.map((y) => y.toFixed(1)).join(" / ")} | ${x.max_ms} | ${n(x.cap_bytes)} |`,
+    ),
     "",
     "## Memory",
     "",
     "| fill level | backlog (messages) | stored (MB) | workerd RSS (MB) | anon (MB) | file (MB) | JS heap (MB) |",
     "| --- | --- | --- | --- | --- | --- | --- |",
-    ...b.memory.at_levels.map((l) => `| ${pct(l.level)} | ${n(l.backlog)} | ${(l.bytes / 1e6).toFixed(1)} | ${(l.rss / 1e6).toFixed(1)} | ${(l.anon / 1e6).toFixed(1)} | ${(l.file / 1e6).toFixed(1)} | ${(l.heap / 1e6).toFixed(1)} |`),
+    ...b.memory.at_levels.map(
+      (l) =>
+        `| ${pct(l.level)} | ${n(l.backlog)} | ${(l.bytes / 1e6).toFixed(1)} | ${(l.rss / 1e6).toFixed(1)} | ${(l.anon / 1e6).toFixed(1)} | ${(l.file / 1e6).toFixed(1)} | ${(l.heap / 1e6).toFixed(1)} |`,
+    ),
     "",
     `RSS sampled every second (${b.memory.samples} samples, in report.json with the backlog at each).`,
     "",
   ];
-  if (!ok) lines.push("## Failures", "", ...[...(r.valid ? [] : r.failures), ...b.memory.failures, ...b.paging.failures].map((f) => `- ${f}`), "");
+  if (!ok)
+    lines.push(
+      "## Failures",
+      "",
+      ...[...(r.valid ? [] : r.failures), ...b.memory.failures, ...b.paging.failures].map((f) => `- ${f}`),
+      "",
+    );
   writeFileSync(md, `${lines.join("\n")}\n`);
   return { json, md };
 }
@@ -298,7 +416,8 @@ function median(xs) {
 /** @param {number[]} xs */
 function percentiles(xs) {
   const v = [...xs].sort((a, b) => a - b);
-  const at = (/** @type {number} */ q) => (v.length ? /** @type {number} */ (v[Math.min(v.length - 1, Math.floor(q * v.length))]) : 0);
+  const at = (/** @type {number} */ q) =>
+    v.length ? /** @type {number} */ (v[Math.min(v.length - 1, Math.floor(q * v.length))]) : 0;
   return { p50: at(0.5), p99: at(0.99), max: at(1) };
 }
 

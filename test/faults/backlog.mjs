@@ -42,7 +42,16 @@ export const LEVELS = [0.1, 0.5, 1];
 
 /** @param {"short" | "full"} mode @returns {Omit<BacklogOptions, "out" | "log">} */
 export function backlogDefaults(mode) {
-  return { mode, seed: randomSeed(), messages: mode === "short" ? 10_000 : 300_000, producers: 4, consumers: 4, poisonRate: 0.002, drainTimeoutMs: mode === "short" ? 120_000 : 1_800_000, keepState: false };
+  return {
+    mode,
+    seed: randomSeed(),
+    messages: mode === "short" ? 10_000 : 300_000,
+    producers: 4,
+    consumers: 4,
+    poisonRate: 0.002,
+    drainTimeoutMs: mode === "short" ? 120_000 : 1_800_000,
+    keepState: false,
+  };
 }
 
 /** @param {Pick<BacklogOptions, "mode" | "seed" | "messages" | "producers" | "consumers">} o */
@@ -64,8 +73,14 @@ export function backlogOut(mode, seed) {
 export function backlogOptions(v, usage) {
   const mode = v.short ? "short" : "full";
   const d = backlogDefaults(mode);
-  for (const k of ["faults", "kills", "aborts", "corruptions", "controls", "rate", "check"]) if (v[k] !== undefined) throw usage(`--${k} is not an option of --backlog`);
-  const int = (/** @type {string} */ name, /** @type {number} */ min, /** @type {number} */ max, /** @type {number} */ fallback) => {
+  for (const k of ["faults", "kills", "aborts", "corruptions", "controls", "rate", "check"])
+    if (v[k] !== undefined) throw usage(`--${k} is not an option of --backlog`);
+  const int = (
+    /** @type {string} */ name,
+    /** @type {number} */ min,
+    /** @type {number} */ max,
+    /** @type {number} */ fallback,
+  ) => {
     const s = v[name];
     if (s === undefined) return fallback;
     const x = Number(s);
@@ -94,7 +109,14 @@ export async function runBacklog(o) {
   const { stateDir, registry, sourceDir } = dirs;
   const port = await freePort();
   const inspectorPort = await freePort();
-  const service = new Service({ port, sourceDir, stateDir, registry, logFile: join(o.out, "service.log"), inspectorPort });
+  const service = new Service({
+    port,
+    sourceDir,
+    stateDir,
+    registry,
+    logFile: join(o.out, "service.log"),
+    inspectorPort,
+  });
   // The JS heap of the isolate every storage shard runs in, so a bound on it bounds each shard's.
   const heap = () => isolateHeapUsed(inspectorPort, service.base);
   const historyFile = join(o.out, "history.jsonl");
@@ -108,7 +130,11 @@ export async function runBacklog(o) {
   const tally = { okMessages: 0, okBytes: 0, unknownMessages: 0, failedMessages: 0, firstId: null, lastId: null };
   // What the sampler records RSS against: acknowledged sends while filling, the queue's metrics once draining.
   const gauge = { phase: "start", backlog: 0, bytes: 0 };
-  const sampler = new RssSampler(() => service.server?.pid, () => (gauge.phase === "fill" ? { phase: "fill", backlog: tally.okMessages, bytes: tally.okBytes } : { ...gauge }), now);
+  const sampler = new RssSampler(
+    () => service.server?.pid,
+    () => (gauge.phase === "fill" ? { phase: "fill", backlog: tally.okMessages, bytes: tally.okBytes } : { ...gauge }),
+    now,
+  );
   const control = { stop: false };
   /** @type {Array<Promise<void>>} */
   let consumers = [];
@@ -128,15 +154,30 @@ export async function runBacklog(o) {
   try {
     const readyMs = await service.start();
     await setUp(api);
-    history.note("harness", "phase", { phase: "load", backlog: true, seed: o.seed, messages: o.messages, kills: 1, aborts: 0, corruptions: 0, rate: 0 });
+    history.note("harness", "phase", {
+      phase: "load",
+      backlog: true,
+      seed: o.seed,
+      messages: o.messages,
+      kills: 1,
+      aborts: 0,
+      corruptions: 0,
+      rate: 0,
+    });
     o.log(`service ready in ${readyMs} ms; delivery paused; filling with ${o.producers} producers`);
     sampler.start();
     gauge.phase = "fill";
-    const producers = Array.from({ length: o.producers }, (_, index) => new FillProducer({ index, seed: o.seed, history, api, queue: QUEUE, poisonRate: o.poisonRate, tally }));
+    const producers = Array.from(
+      { length: o.producers },
+      (_, index) =>
+        new FillProducer({ index, seed: o.seed, history, api, queue: QUEUE, poisonRate: o.poisonRate, tally }),
+    );
     const fillStart = Date.now();
     const progress = setInterval(() => {
       const s = sampler.samples[sampler.samples.length - 1];
-      o.log(`  ${Math.round((Date.now() - fillStart) / 1000)} s: ${tally.okMessages} stored (${mb(tally.okBytes)}), workerd RSS ${mb(s?.workerd.rss ?? 0)}`);
+      o.log(
+        `  ${Math.round((Date.now() - fillStart) / 1000)} s: ${tally.okMessages} stored (${mb(tally.okBytes)}), workerd RSS ${mb(s?.workerd.rss ?? 0)}`,
+      );
     }, 10_000);
     try {
       let planned = 0;
@@ -150,11 +191,38 @@ export async function runBacklog(o) {
         // The gauges with the level's backlog in place, before anything else runs.
         const rss = /** @type {import("./backlog-load.mjs").RssSample} */ (sampler.sample());
         const metrics = await api.call("GET", `/${QUEUE}/metrics`);
-        const stored = metrics.outcome === "ok" ? { count: metrics.result.backlog_count, bytes: metrics.result.backlog_bytes, shards: metrics.result.shards.length } : null;
-        const probes = await probeReads({ base: service.base, token: TOKEN, queue: QUEUE, ids: { first: tally.firstId, last: tally.lastId, middle: tally.sampledIds?.[Math.floor(tally.sampledIds.length / 2)] ?? null } });
+        const stored =
+          metrics.outcome === "ok"
+            ? {
+                count: metrics.result.backlog_count,
+                bytes: metrics.result.backlog_bytes,
+                shards: metrics.result.shards.length,
+              }
+            : null;
+        const probes = await probeReads({
+          base: service.base,
+          token: TOKEN,
+          queue: QUEUE,
+          ids: {
+            first: tally.firstId,
+            last: tally.lastId,
+            middle: tally.sampledIds?.[Math.floor(tally.sampledIds.length / 2)] ?? null,
+          },
+        });
         const heapUsed = await heap();
-        levels.push({ level, sentOk: tally.okMessages, sentBytes: tally.okBytes, stored, rss, heap: heapUsed, fillMs, probes });
-        o.log(`  ${level * 100} %: ${tally.okMessages} stored (${mb(tally.okBytes)}) in ${Math.round(fillMs / 1000)} s, workerd RSS ${mb(rss.workerd.rss)}, JS heap ${mb(heapUsed)}; slowest read ${slowest(probes)}`);
+        levels.push({
+          level,
+          sentOk: tally.okMessages,
+          sentBytes: tally.okBytes,
+          stored,
+          rss,
+          heap: heapUsed,
+          fillMs,
+          probes,
+        });
+        o.log(
+          `  ${level * 100} %: ${tally.okMessages} stored (${mb(tally.okBytes)}) in ${Math.round(fillMs / 1000)} s, workerd RSS ${mb(rss.workerd.rss)}, JS heap ${mb(heapUsed)}; slowest read ${slowest(probes)}`,
+        );
       }
     } finally {
       clearInterval(progress);
@@ -163,9 +231,21 @@ export async function runBacklog(o) {
     gauge.phase = "restart";
     gauge.backlog = levels[levels.length - 1]?.stored?.count ?? tally.okMessages;
     gauge.bytes = levels[levels.length - 1]?.stored?.bytes ?? tally.okBytes;
-    const probe = () => probeReads({ base: service.base, token: TOKEN, queue: QUEUE, ids: { first: tally.firstId, last: tally.lastId, middle: tally.sampledIds?.[Math.floor(tally.sampledIds.length / 2)] ?? null } });
+    const probe = () =>
+      probeReads({
+        base: service.base,
+        token: TOKEN,
+        queue: QUEUE,
+        ids: {
+          first: tally.firstId,
+          last: tally.lastId,
+          middle: tally.sampledIds?.[Math.floor(tally.sampledIds.length / 2)] ?? null,
+        },
+      });
     restart = await restartOverBacklog({ service, history, api, sample: () => sampler.sample(), probe, heap });
-    o.log(`  SIGKILL and restart over the full backlog: ready in ${restart.ready_ms} ms, every storage shard answered ${restart.first_metrics_ms} ms later with ${restart.backlog} messages; workerd RSS ${mb(restart.rss.before_kill ?? 0)} before, ${mb(restart.rss.after_probes ?? 0)} after the reads; slowest read ${slowest(restart.probes)}`);
+    o.log(
+      `  SIGKILL and restart over the full backlog: ready in ${restart.ready_ms} ms, every storage shard answered ${restart.first_metrics_ms} ms later with ${restart.backlog} messages; workerd RSS ${mb(restart.rss.before_kill ?? 0)} before, ${mb(restart.rss.after_probes ?? 0)} after the reads; slowest read ${slowest(restart.probes)}`,
+    );
 
     gauge.phase = "drain";
     const resumed = await api.call("PATCH", `/${QUEUE}`, { settings: { delivery_paused: false } });
@@ -176,14 +256,36 @@ export async function runBacklog(o) {
     const deadline = Date.now() + o.drainTimeoutMs;
     const consumer = (/** @type {string} */ name, /** @type {string} */ queue, /** @type {boolean} */ main) =>
       runConsumer({
-        name, seed: o.seed, history, api: measured.api, queue, control, deadline, late, tally: consumed,
+        name,
+        seed: o.seed,
+        history,
+        api: measured.api,
+        queue,
+        control,
+        deadline,
+        late,
+        tally: consumed,
         // Full batches: the drain rate is the point. Some retries, drops and late acks all the same.
-        minBatch: 100, maxBatch: 100, visibilityMs: [5000, 10_000], retryPoison: main,
-        retryRate: main ? 0.01 : 0, dropRate: main ? 0.001 : 0, lateRate: main ? 0.001 : 0,
+        minBatch: 100,
+        maxBatch: 100,
+        visibilityMs: [5000, 10_000],
+        retryPoison: main,
+        retryRate: main ? 0.01 : 0,
+        dropRate: main ? 0.001 : 0,
+        lateRate: main ? 0.001 : 0,
       });
-    consumers = [...Array.from({ length: o.consumers }, (_, i) => consumer(`consumer-${i}`, QUEUE, true)), consumer("dlq-consumer-0", DLQ, false)];
+    consumers = [
+      ...Array.from({ length: o.consumers }, (_, i) => consumer(`consumer-${i}`, QUEUE, true)),
+      consumer("dlq-consumer-0", DLQ, false),
+    ];
     const drainStart = Date.now();
-    const progress2 = setInterval(() => o.log(`  ${Math.round((Date.now() - drainStart) / 1000)} s: backlog ${gauge.backlog} (${mb(gauge.bytes)}), ${consumed.delivered} delivered`), 10_000);
+    const progress2 = setInterval(
+      () =>
+        o.log(
+          `  ${Math.round((Date.now() - drainStart) / 1000)} s: backlog ${gauge.backlog} (${mb(gauge.bytes)}), ${consumed.delivered} delivered`,
+        ),
+      10_000,
+    );
     try {
       drain = await drainQueues(api, late, deadline, now, gauge);
     } finally {
@@ -204,7 +306,15 @@ export async function runBacklog(o) {
   }
 
   const result = check(await readHistory(historyFile));
-  const backlog = backlogFigures({ levels, restart, samples: sampler.samples, pulls: measured.pulls, resumedAt, emptyAt: drain.emptyAt, tally });
+  const backlog = backlogFigures({
+    levels,
+    restart,
+    samples: sampler.samples,
+    pulls: measured.pulls,
+    resumedAt,
+    emptyAt: drain.emptyAt,
+    tally,
+  });
   const meta = {
     seed: o.seed,
     mode: `backlog-${o.mode}`,

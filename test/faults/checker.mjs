@@ -99,10 +99,19 @@ export function check(ops, opts = {}) {
         for (const h of o.value?.hs ?? []) {
           // A second try with the same Idempotency-Key: what the first did still counts.
           const first = sends.get(h);
-          sends.set(h, { outcome: "invoked", id: first?.id ?? null, poison: poison.has(h), t: o.t, key: o.value?.key ?? null, tries: (first?.tries ?? 0) + 1, before: first?.outcome ?? null });
+          sends.set(h, {
+            outcome: "invoked",
+            id: first?.id ?? null,
+            poison: poison.has(h),
+            t: o.t,
+            key: o.value?.key ?? null,
+            tries: (first?.tries ?? 0) + 1,
+            before: first?.outcome ?? null,
+          });
         }
       } else if (o.f === "ack") {
-        for (const l of [...(o.value?.acks ?? []), ...(o.value?.retries ?? [])]) if (!settledFrom.has(l)) settledFrom.set(l, o.t);
+        for (const l of [...(o.value?.acks ?? []), ...(o.value?.retries ?? [])])
+          if (!settledFrom.has(l)) settledFrom.set(l, o.t);
         for (const l of o.value?.retries ?? []) retryAsked.add(l);
         openAcks.set(o.op, o.value?.acks ?? []);
         acks.asked += (o.value?.acks?.length ?? 0) + (o.value?.retries?.length ?? 0);
@@ -111,7 +120,14 @@ export function check(ops, opts = {}) {
       } else if (o.f === "start") {
         starts.push({ n: o.value?.n ?? starts.length + 1, inv: o.t, ok: null, readyMs: null });
       } else if (o.f === "abort") {
-        aborts.push({ n: o.value?.n ?? aborts.length + 1, kind: o.value?.kind ?? "abort", shard: o.value?.shard ?? "", inv: o.t, ok: null, fired: false });
+        aborts.push({
+          n: o.value?.n ?? aborts.length + 1,
+          kind: o.value?.kind ?? "abort",
+          shard: o.value?.shard ?? "",
+          inv: o.t,
+          ok: null,
+          fired: false,
+        });
       }
       continue;
     }
@@ -130,7 +146,12 @@ export function check(ops, opts = {}) {
         const s = sends.get(h);
         if (!s) return;
         // Tries merged: ok if one was; else unknown if one may have stored; else failed.
-        s.outcome = o.type === "ok" || s.before === "ok" ? "ok" : o.type === "unknown" || s.before === "unknown" || s.before === "invoked" ? "unknown" : "fail";
+        s.outcome =
+          o.type === "ok" || s.before === "ok"
+            ? "ok"
+            : o.type === "unknown" || s.before === "unknown" || s.before === "invoked"
+              ? "unknown"
+              : "fail";
         s.t = o.t;
         if (o.type === "ok") s.id = o.value?.ids?.[i] ?? null;
       });
@@ -140,7 +161,22 @@ export function check(ops, opts = {}) {
       if (o.type !== "ok") continue;
       pullOks.push(o.t);
       for (const m of o.value?.msgs ?? []) {
-        deliveries.push({ h: m.h ?? null, id: m.id, q: inv.value?.q, a: m.a, l: m.l, s: m.s ?? null, r: m.r ?? null, x: m.x === 1, g: m.g === 1, inv: inv.t, ok: o.t, vt: inv.value?.vt, w: inv.value?.w ?? 0, p: o.p });
+        deliveries.push({
+          h: m.h ?? null,
+          id: m.id,
+          q: inv.value?.q,
+          a: m.a,
+          l: m.l,
+          s: m.s ?? null,
+          r: m.r ?? null,
+          x: m.x === 1,
+          g: m.g === 1,
+          inv: inv.t,
+          ok: o.t,
+          vt: inv.value?.vt,
+          w: inv.value?.w ?? 0,
+          p: o.p,
+        });
       }
     } else if (o.f === "redrive") {
       redrives.push({ inv: inv.t, ok: o.t, outcome: o.type, moved: o.type === "ok" ? Number(o.value?.moved ?? 0) : 0 });
@@ -199,7 +235,23 @@ export function check(ops, opts = {}) {
   // A message a queue() handler was given is delivered; leases and acks are push-checker.mjs's.
   const pushed = pushDeliveries(ops);
   for (const d of pushed) {
-    deliveries.push({ h: d.h, id: d.id, q: d.q, a: d.a, l: `push:${d.d}:${d.id}`, s: null, r: null, x: d.x, g: d.g, inv: d.start, ok: d.start, vt: 0, p: "push-consumer", push: true, acked: d.outcome === "acked" });
+    deliveries.push({
+      h: d.h,
+      id: d.id,
+      q: d.q,
+      a: d.a,
+      l: `push:${d.d}:${d.id}`,
+      s: null,
+      r: null,
+      x: d.x,
+      g: d.g,
+      inv: d.start,
+      ok: d.start,
+      vt: 0,
+      p: "push-consumer",
+      push: true,
+      acked: d.outcome === "acked",
+    });
   }
 
   const byH = /** @type {Map<string, Delivery[]>} */ (new Map());
@@ -229,14 +281,21 @@ export function check(ops, opts = {}) {
   const confirmedLeases = new Set(confirmedAcks.map((a) => a.l));
   // Purges of the dead-letter queue (purge-checker.mjs): what they deleted is not lost.
   const purgedIds = new Set(purgesOf(ops).flatMap((p) => [...p.ids]));
-  const purges = checkPurges(purgesOf(ops), deliveries, retryAsked, [...kills.map((k) => k.t), ...aborts.filter((a) => a.fired && a.ok !== null).map((a) => /** @type {number} */ (a.ok))]);
+  const purges = checkPurges(purgesOf(ops), deliveries, retryAsked, [
+    ...kills.map((k) => k.t),
+    ...aborts.filter((a) => a.fired && a.ok !== null).map((a) => /** @type {number} */ (a.ok)),
+  ]);
   for (const [h, s] of sends) {
     sent[s.outcome === "invoked" ? "unknown" : s.outcome]++;
     const ds = byH.get(h) ?? [];
     if (s.outcome === "ok") {
       if (s.poison) sent.poison++;
       // Gone without an ack: every copy was settled some other way, or never stored.
-      if (!ds.some((d) => mayBeAcked.has(d.l) || d.acked) && !(s.id !== null && corrupted.has(s.id)) && !purges.excuses(s.id, ds)) {
+      if (
+        !ds.some((d) => mayBeAcked.has(d.l) || d.acked) &&
+        !(s.id !== null && corrupted.has(s.id)) &&
+        !purges.excuses(s.id, ds)
+      ) {
         lost.push(h);
         if (ds.length > 0) lostAfterDelivery++;
       }
@@ -249,19 +308,31 @@ export function check(ops, opts = {}) {
     if (new Set(ds.filter((d) => !d.q.endsWith("-dlq")).map((d) => d.id)).size > 1) {
       storedTwice++;
       // Sent again with its Idempotency-Key, it had to be stored once, under the ids of the first.
-      if (s.key !== null && s.tries > 1) keyedStoredTwice.push({ h, key: s.key, ids: [...new Set(ds.map((d) => d.id))] });
+      if (s.key !== null && s.tries > 1)
+        keyedStoredTwice.push({ h, key: s.key, ids: [...new Set(ds.map((d) => d.id))] });
     }
     if (s.key !== null && s.tries > 1) keyedRetried++;
     const dlq = ds.some((d) => d.q.endsWith("-dlq"));
     // A corrupted one is quarantined before it runs out of retries.
     // One a purge of the dead-letter queue named was there: dead-lettered, then deleted before a delivery.
-    if (s.poison && s.outcome === "ok") s.id !== null && corrupted.has(s.id) ? poisonQuarantined++ : dlq || (s.id !== null && purgedIds.has(s.id)) ? poisonDeadLettered++ : poisonNotDeadLettered++;
+    if (s.poison && s.outcome === "ok")
+      s.id !== null && corrupted.has(s.id)
+        ? poisonQuarantined++
+        : dlq || (s.id !== null && purgedIds.has(s.id))
+          ? poisonDeadLettered++
+          : poisonNotDeadLettered++;
     else if (!s.poison && dlq) deadLetteredOthers++;
     if (!ds.some((d) => confirmedLeases.has(d.l) || d.acked)) neverConfirmed++;
   }
 
   const { stays, stayOf } = staysOf(deliveries);
-  const { storedTwice: storedTwiceSameId, acrossCutMove: storedTwiceAcrossCutMove } = storedTwiceWithinStays(deliveries, stayOf, byId, stays, redrives);
+  const { storedTwice: storedTwiceSameId, acrossCutMove: storedTwiceAcrossCutMove } = storedTwiceWithinStays(
+    deliveries,
+    stayOf,
+    byId,
+    stays,
+    redrives,
+  );
 
   // Deliveries nobody sent.
   const unexpected = /** @type {Array<{ h: string | null, id: string, why: string }>} */ ([]);
@@ -274,22 +345,34 @@ export function check(ops, opts = {}) {
 
   // Redeliveries and their causes; lease overlaps.
   const causes = { retried: 0, dead_lettered: 0, lease_expired: 0, kill: 0, abort: 0, other: 0 };
-  const overlaps = /** @type {Array<{ id: string, h: string | null, first: object, second: object, overlapMs: number }>} */ ([]);
+  const overlaps =
+    /** @type {Array<{ id: string, h: string | null, first: object, second: object, overlapMs: number }>} */ ([]);
   let overlapsAcrossKill = 0;
   let overlapsAcrossAbort = 0;
   const killTimes = kills.map((k) => k.t);
-  const killBetween = (/** @type {number} */ from, /** @type {number} */ to) => killTimes.some((t) => t > from && t < to);
+  const killBetween = (/** @type {number} */ from, /** @type {number} */ to) =>
+    killTimes.some((t) => t > from && t < to);
   // An abort happened somewhere between its invoke and its completion, to one shard only.
   const fired = aborts.filter((a) => a.fired && a.ok !== null);
   const abortBetween = (/** @type {string | null} */ shard, /** @type {number} */ from, /** @type {number} */ to) =>
-    shard === null ? undefined : fired.find((a) => a.shard === shard && a.inv < to && /** @type {number} */ (a.ok) > from);
+    shard === null
+      ? undefined
+      : fired.find((a) => a.shard === shard && a.inv < to && /** @type {number} */ (a.ok) > from);
   /** Per abort: how long after it was seen each message it set free came again (redelivered, or first delivered from an unknown send). */
   const cameAgain = /** @type {Map<Abort, number[]>} */ (new Map());
   const cameAgainAfter = (/** @type {Abort | undefined} */ a, /** @type {number} */ t) => {
     if (a) cameAgain.set(a, [...(cameAgain.get(a) ?? []), t - /** @type {number} */ (a.ok)]);
   };
   const heldUntil = (/** @type {Delivery} */ d) => Math.min(d.inv + d.vt, settledFrom.get(d.l) ?? Infinity);
-  const brief = (/** @type {Delivery} */ d) => ({ q: d.q, by: d.p, attempts: d.a, pull_invoked: d.inv, pull_ok: d.ok, visibility_ms: d.vt, settle_sent: settledFrom.get(d.l) ?? null });
+  const brief = (/** @type {Delivery} */ d) => ({
+    q: d.q,
+    by: d.p,
+    attempts: d.a,
+    pull_invoked: d.inv,
+    pull_ok: d.ok,
+    visibility_ms: d.vt,
+    settle_sent: settledFrom.get(d.l) ?? null,
+  });
   for (const all of byId.values()) {
     // Pull leases only: push-checker.mjs has its own causes and overlaps.
     const ds = all.filter((d) => !d.push);
@@ -319,22 +402,47 @@ export function check(ops, opts = {}) {
   for (const [h, s] of sends) {
     const first = byH.get(h)?.[0];
     if (s.outcome !== "unknown" || !first || first.s === null) continue;
-    const a = fired.find((x) => x.kind === "abort-append" && x.shard === first.s && s.t >= x.inv && s.t <= /** @type {number} */ (x.ok) + 1000);
+    const a = fired.find(
+      (x) =>
+        x.kind === "abort-append" && x.shard === first.s && s.t >= x.inv && s.t <= /** @type {number} */ (x.ok) + 1000,
+    );
     cameAgainAfter(a, Math.min(...(byH.get(h) ?? []).map((d) => d.ok)));
   }
 
   // Corrupted messages: never delivered after the corruption, never garbled, all counted.
-  const { corruptDelivered, garbled, quarantine } = checkCorruption(corrupted, deliveries, confirmedAcks, byId, byLease, drained);
+  const { corruptDelivered, garbled, quarantine } = checkCorruption(
+    corrupted,
+    deliveries,
+    confirmedAcks,
+    byId,
+    byLease,
+    drained,
+  );
 
   // Deliveries after a confirmed ack, but for copies a cut-off redrive or dead-lettering left behind.
   // When a fault may have cut a move: a kill at its time; a shard reset at some moment between
   // arming it and seeing it fired (its ok time can be well after the reset itself).
-  const cutWindows = /** @type {Array<[number, number]>} */ ([...killTimes.map((t) => [t, t]), ...fired.map((a) => [a.inv, /** @type {number} */ (a.ok)])]);
-  const { afterAck, acrossCutMove: afterAckAcrossCutMove } = deliveredAfterAck(confirmedAcks, byLease, byId, stays, redrives, cutWindows);
+  const cutWindows = /** @type {Array<[number, number]>} */ ([
+    ...killTimes.map((t) => [t, t]),
+    ...fired.map((a) => [a.inv, /** @type {number} */ (a.ok)]),
+  ]);
+  const { afterAck, acrossCutMove: afterAckAcrossCutMove } = deliveredAfterAck(
+    confirmedAcks,
+    byLease,
+    byId,
+    stays,
+    redrives,
+    cutWindows,
+  );
 
   const duplicated = [...byH.values()].filter((ds) => ds.length > 1);
   const control = controlFaults(ops);
-  const pushCheck = checkPush(ops, pushed, deliveries.filter((d) => !d.push), { purged: (id, last) => purges.excusesPush(id, last) });
+  const pushCheck = checkPush(
+    ops,
+    pushed,
+    deliveries.filter((d) => !d.push),
+    { purged: (id, last) => purges.excusesPush(id, last) },
+  );
   const orderCheck = checkOrder(ops, pushed, { toleranceMs: tol });
   const idCheck = checkIds(ops, deliveries);
   const purgeCheck = purges.result();
@@ -364,14 +472,24 @@ export function check(ops, opts = {}) {
     stored_twice_same_id: storedTwiceSameId.length,
     stored_twice_across_cut_move: storedTwiceAcrossCutMove,
     quarantine,
-    idempotent_retries: { messages: [...sends.values()].filter((s) => s.key !== null && s.tries > 1).length, delivered: keyedRetried, stored_under_two_ids: keyedStoredTwice.length },
+    idempotent_retries: {
+      messages: [...sends.values()].filter((s) => s.key !== null && s.tries > 1).length,
+      delivered: keyedRetried,
+      stored_under_two_ids: keyedStoredTwice.length,
+    },
     lease_overlaps: overlaps.length,
     leases_ended_by_kill: overlapsAcrossKill,
     leases_ended_by_abort: overlapsAcrossAbort,
     delivered_after_ack: afterAck.length,
     delivered_after_ack_across_cut_move: afterAckAcrossCutMove,
     moves: moveFigures(redrives, stays),
-    poison: { sent: sent.poison, dead_lettered: poisonDeadLettered, not_dead_lettered: poisonNotDeadLettered, quarantined: poisonQuarantined, others_dead_lettered: deadLetteredOthers },
+    poison: {
+      sent: sent.poison,
+      dead_lettered: poisonDeadLettered,
+      not_dead_lettered: poisonNotDeadLettered,
+      quarantined: poisonQuarantined,
+      others_dead_lettered: deadLetteredOthers,
+    },
     acks: { ...acks, messages_never_confirmed: neverConfirmed },
     operations: opCounts,
     kills: recovery(kills, starts, sendOks, pullOks, unknownSends),
@@ -395,20 +513,30 @@ export function check(ops, opts = {}) {
   if (wrongId.length) failures.push(`${wrongId.length} deliveries under another id than the send returned`);
   if (storedTwiceSameId.length) failures.push(`${storedTwiceSameId.length} message ids stored twice`);
   if (garbled.length) failures.push(`${garbled.length} deliveries with a garbled body`);
-  if (corruptDelivered.length) failures.push(`${corruptDelivered.length} deliveries of a corrupted message after its corruption`);
-  if (plan?.corruptions && quarantine.reported !== quarantine.expected) failures.push(`${quarantine.reported} messages reported quarantined, not the ${quarantine.expected} corrupted`);
-  if (keyedStoredTwice.length) failures.push(`${keyedStoredTwice.length} messages sent again with their Idempotency-Key stored under two ids`);
+  if (corruptDelivered.length)
+    failures.push(`${corruptDelivered.length} deliveries of a corrupted message after its corruption`);
+  if (plan?.corruptions && quarantine.reported !== quarantine.expected)
+    failures.push(`${quarantine.reported} messages reported quarantined, not the ${quarantine.expected} corrupted`);
+  if (keyedStoredTwice.length)
+    failures.push(`${keyedStoredTwice.length} messages sent again with their Idempotency-Key stored under two ids`);
   if (overlaps.length) failures.push(`${overlaps.length} lease overlaps while the service was up`);
   if (afterAck.length) failures.push(`${afterAck.length} deliveries after a confirmed ack`);
-  if (!drained?.drained) failures.push(`the queues did not drain (backlog ${JSON.stringify(drained?.backlog ?? null)})`);
+  if (!drained?.drained)
+    failures.push(`the queues did not drain (backlog ${JSON.stringify(drained?.backlog ?? null)})`);
   if (plan && kills.length !== plan.kills) failures.push(`${kills.length} of the ${plan.kills} planned kills ran`);
   // Every abort tried must fire; one skipped because the load was over is counted, not failed.
   const skipped = ops.filter((o) => o.f === "skipped").length;
-  if (plan && (fired.length !== aborts.length || aborts.length + skipped !== (plan.aborts ?? 0))) failures.push(`${fired.length} of the ${plan.aborts ?? 0} planned aborts fired${skipped ? ` (${skipped} skipped: the load was over)` : ""}`);
+  if (plan && (fired.length !== aborts.length || aborts.length + skipped !== (plan.aborts ?? 0)))
+    failures.push(
+      `${fired.length} of the ${plan.aborts ?? 0} planned aborts fired${skipped ? ` (${skipped} skipped: the load was over)` : ""}`,
+    );
   // Each rule kept in its own module (the control-plane faults: each fired, or was skipped for a stated reason, and the service recovered).
-  for (const c of [control, pushCheck, orderCheck, idCheck, purgeCheck, pauseCheck, readyCheck, quietCheck]) failures.push(...c.failures);
-  if (plan?.redrive && !redrives.some((r) => r.outcome === "ok")) failures.push("no redrive of the dead-letter queue succeeded: the run moved nothing");
-  if (plan?.controls && (control.figures?.count ?? 0) !== plan.controls) failures.push(`${control.figures?.count ?? 0} of the ${plan.controls} planned control faults ran`);
+  for (const c of [control, pushCheck, orderCheck, idCheck, purgeCheck, pauseCheck, readyCheck, quietCheck])
+    failures.push(...c.failures);
+  if (plan?.redrive && !redrives.some((r) => r.outcome === "ok"))
+    failures.push("no redrive of the dead-letter queue succeeded: the run moved nothing");
+  if (plan?.controls && (control.figures?.count ?? 0) !== plan.controls)
+    failures.push(`${control.figures?.count ?? 0} of the ${plan.controls} planned control faults ran`);
 
   return {
     valid: failures.length === 0,
@@ -446,4 +574,3 @@ function push(map, key, value) {
   if (list) list.push(value);
   else map.set(key, [value]);
 }
-

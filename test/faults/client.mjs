@@ -12,7 +12,8 @@
  */
 export function apiClient({ base, token, timeoutMs = 10_000 }) {
   const url = new URL(base);
-  if (url.hostname !== "127.0.0.1" && url.hostname !== "localhost") throw new Error(`the fault harness talks to loopback only, not ${url.hostname}`);
+  if (url.hostname !== "127.0.0.1" && url.hostname !== "localhost")
+    throw new Error(`the fault harness talks to loopback only, not ${url.hostname}`);
   const headers = { authorization: `Bearer ${token}`, "content-type": "application/json" };
   const queues = `${base}/accounts/local/queues`;
 
@@ -34,7 +35,13 @@ export function apiClient({ base, token, timeoutMs = 10_000 }) {
       timer = setTimeout(() => {
         ac.abort(new DOMException("the call took too long", "TimeoutError"));
         // Past the abort, a grace for fetch to settle by itself; then the outcome is unknown anyway.
-        timer = setTimeout(() => resolve(/** @type {Outcome} */ ({ outcome: "unknown", status: null, error: "timeout (the call did not settle)" })), 1000);
+        timer = setTimeout(
+          () =>
+            resolve(
+              /** @type {Outcome} */ ({ outcome: "unknown", status: null, error: "timeout (the call did not settle)" }),
+            ),
+          1000,
+        );
       }, timeoutMs);
     });
     const gone = () => ac.abort(abort?.reason);
@@ -49,7 +56,13 @@ export function apiClient({ base, token, timeoutMs = 10_000 }) {
   };
 
   /** @returns {Promise<Outcome>} */
-  const request = async (/** @type {string} */ method, /** @type {string} */ path, /** @type {unknown} */ body, /** @type {Record<string, string> | undefined} */ extra, /** @type {AbortSignal} */ signal) => {
+  const request = async (
+    /** @type {string} */ method,
+    /** @type {string} */ path,
+    /** @type {unknown} */ body,
+    /** @type {Record<string, string> | undefined} */ extra,
+    /** @type {AbortSignal} */ signal,
+  ) => {
     /** @type {Response} */
     let res;
     try {

@@ -58,17 +58,36 @@ export async function runControlFault(o, step, n) {
 async function abortCoordinator(o, step, n) {
   const point = n % 2 === 1 ? "abort-scale-out" : "abort-drain";
   const before = await shardsView(o);
-  const active = before.shards.filter((s) => s.state === "active").map((s) => s.name).sort();
+  const active = before.shards
+    .filter((s) => s.state === "active")
+    .map((s) => s.name)
+    .sort();
   const victim = point === "abort-drain" ? active[Math.floor(step.pick * active.length)] : undefined;
   const instance = (await hook(o, "GET", "?coordinator=1")).instance;
-  const op = o.history.invoke("nemesis", "control", { kind: step.kind, point, n, ...(victim ? { shard: victim } : {}) });
+  const op = o.history.invoke("nemesis", "control", {
+    kind: step.kind,
+    point,
+    n,
+    ...(victim ? { shard: victim } : {}),
+  });
   const t0 = Date.now();
   // The call itself dies with the Coordinator: its answer is not wanted, only the reset.
-  const call = await o.api.call("POST", `/${o.queue}/test-hooks`, { coordinator: true, arm: point, action: point === "abort-scale-out" ? "scale-out" : "drain", ...(victim ? { drain_shard: victim } : {}) });
-  const fired = await until(FIRE_TIMEOUT_MS, async () => (await hook(o, "GET", "?coordinator=1", true))?.instance !== instance);
+  const call = await o.api.call("POST", `/${o.queue}/test-hooks`, {
+    coordinator: true,
+    arm: point,
+    action: point === "abort-scale-out" ? "scale-out" : "drain",
+    ...(victim ? { drain_shard: victim } : {}),
+  });
+  const fired = await until(
+    FIRE_TIMEOUT_MS,
+    async () => (await hook(o, "GET", "?coordinator=1", true))?.instance !== instance,
+  );
   if (!fired) {
     await hook(o, "POST", "", true, { coordinator: true, arm: null });
-    o.history.complete(op, "fail", { fired: false, error: `Coordinator not reset within ${FIRE_TIMEOUT_MS} ms (${call.outcome === "ok" ? "the call answered" : call.error})` });
+    o.history.complete(op, "fail", {
+      fired: false,
+      error: `Coordinator not reset within ${FIRE_TIMEOUT_MS} ms (${call.outcome === "ok" ? "the call answered" : call.error})`,
+    });
     return { line: `${step.kind} (${point}) NOT fired`, recovered: Promise.resolve() };
   }
   const firedMs = Date.now() - t0;
@@ -87,7 +106,10 @@ async function abortCoordinator(o, step, n) {
     const value = { fired: true, fired_ms: firedMs, recovered: ok, recovered_ms: ok ? Date.now() - t0 : null };
     o.history.complete(op, ok ? "ok" : "fail", value);
   });
-  return { line: `${step.kind}: ${point}${victim ? ` of ${victim}` : ""}, reset ${firedMs} ms after arming`, recovered };
+  return {
+    line: `${step.kind}: ${point}${victim ? ` of ${victim}` : ""}, reset ${firedMs} ms after arming`,
+    recovered,
+  };
 }
 
 /** @param {ControlContext} o @param {FaultStep} step @param {number} n */
@@ -98,17 +120,28 @@ async function throwAlarm(o, step, n) {
   /** @type {Record<string, unknown>} */
   let selector;
   if (target === "storage") {
-    const active = (await shardsView(o)).shards.filter((s) => s.state === "active").map((s) => s.name).sort();
+    const active = (await shardsView(o)).shards
+      .filter((s) => s.state === "active")
+      .map((s) => s.name)
+      .sort();
     selector = { shard: active[Math.floor(step.pick * active.length)] };
   } else if (target === "consumer") {
     // A consumer shard of the queue with a Worker consumer, one that reported a round
     // running if any did (pull consumers have none: with no such queue, no alarm comes
     // and the fault is skipped below).
     const view = await peekShards({ ...o, queue: o.consumerQueue ?? o.queue });
-    const running = (view?.consumer_shards?.shards ?? []).filter((c) => c.running).map((c) => c.index).sort((a, b) => a - b);
+    const running = (view?.consumer_shards?.shards ?? [])
+      .filter((c) => c.running)
+      .map((c) => c.index)
+      .sort((a, b) => a - b);
     selector = { consumer_shard: running.length ? running[Math.floor(step.pick * running.length)] : 0 };
   } else selector = { coordinator: true };
-  const query = "shard" in selector ? `?shard=${encodeURIComponent(String(selector.shard))}` : "consumer_shard" in selector ? `?consumer_shard=${selector.consumer_shard}` : "?coordinator=1";
+  const query =
+    "shard" in selector
+      ? `?shard=${encodeURIComponent(String(selector.shard))}`
+      : "consumer_shard" in selector
+        ? `?consumer_shard=${selector.consumer_shard}`
+        : "?coordinator=1";
   const op = o.history.invoke("nemesis", "control", { kind: step.kind, n, target, times, ...selector });
   const t0 = Date.now();
   const armed = await hook(o, "POST", "", false, { ...selector, arm: "throw-alarm", times });
@@ -126,8 +159,14 @@ async function throwAlarm(o, step, n) {
   if (!fired || skip !== null) {
     await hook(o, "POST", "", true, { ...selector, arm: null });
     skip ??= target === "consumer" ? "no alarm came" : null;
-    o.history.complete(op, skip ? "ok" : "fail", { fired: false, ...(skip ? { skipped: true, why: skip } : { error: `no alarm threw within ${FIRE_TIMEOUT_MS} ms` }) });
-    return { line: `${step.kind} of the ${target}: ${skip ? `skipped (${skip})` : "NOT fired"}`, recovered: Promise.resolve() };
+    o.history.complete(op, skip ? "ok" : "fail", {
+      fired: false,
+      ...(skip ? { skipped: true, why: skip } : { error: `no alarm threw within ${FIRE_TIMEOUT_MS} ms` }),
+    });
+    return {
+      line: `${step.kind} of the ${target}: ${skip ? `skipped (${skip})` : "NOT fired"}`,
+      recovered: Promise.resolve(),
+    };
   }
   const firedMs = Date.now() - t0;
   // Thrown: the most this instance was seen to have thrown (a kill meanwhile starts a new,
@@ -142,19 +181,43 @@ async function throwAlarm(o, step, n) {
     // with no throw left (a reset in between, by a kill, starts a new instance unarmed).
     return s !== null && s.throws_left === 0 && s.alarm_ok_at !== null && s.alarm_ok_at >= t0;
   }).then((ok) => {
-    o.history.complete(op, ok ? "ok" : "fail", { fired: true, fired_ms: firedMs, recovered: ok, recovered_ms: ok ? Date.now() - t0 : null, thrown, reset_meanwhile: resetMeanwhile });
+    o.history.complete(op, ok ? "ok" : "fail", {
+      fired: true,
+      fired_ms: firedMs,
+      recovered: ok,
+      recovered_ms: ok ? Date.now() - t0 : null,
+      thrown,
+      reset_meanwhile: resetMeanwhile,
+    });
   });
-  return { line: `${step.kind} of the ${target} (${times} throw${times === 1 ? "" : "s"}): first throw seen ${firedMs} ms after arming`, recovered };
+  return {
+    line: `${step.kind} of the ${target} (${times} throw${times === 1 ? "" : "s"}): first throw seen ${firedMs} ms after arming`,
+    recovered,
+  };
 }
 
 /** @param {ControlContext} o @param {FaultStep} step @param {number} n */
 async function staleMap(o, step, n) {
   const before = await shardsView(o);
-  const active = before.shards.filter((s) => s.state === "active").map((s) => s.name).sort();
+  const active = before.shards
+    .filter((s) => s.state === "active")
+    .map((s) => s.name)
+    .sort();
   const victim = /** @type {string} */ (active[Math.floor(step.pick * active.length)]);
-  const op = o.history.invoke("nemesis", "control", { kind: step.kind, n, shard: victim, hold_ms: o.holdMapMs, published_version: before.published?.version ?? null });
+  const op = o.history.invoke("nemesis", "control", {
+    kind: step.kind,
+    n,
+    shard: victim,
+    hold_ms: o.holdMapMs,
+    published_version: before.published?.version ?? null,
+  });
   const t0 = Date.now();
-  await hook(o, "POST", "", false, { coordinator: true, action: "drain", drain_shard: victim, hold_map_ms: o.holdMapMs });
+  await hook(o, "POST", "", false, {
+    coordinator: true,
+    action: "drain",
+    drain_shard: victim,
+    hold_map_ms: o.holdMapMs,
+  });
   /** @type {number | null} */
   let retiredMs = null;
   /** @type {number | null} */
@@ -164,12 +227,22 @@ async function staleMap(o, step, n) {
     if (!now) return false;
     const s = now.shards.find((x) => x.name === victim);
     if (retiredMs === null && (s === undefined || s.state === "retired")) retiredMs = Date.now() - t0;
-    if (publishedMs === null && Date.now() - t0 >= o.holdMapMs && now.published?.version === now.version) publishedMs = Date.now() - t0;
+    if (publishedMs === null && Date.now() - t0 >= o.holdMapMs && now.published?.version === now.version)
+      publishedMs = Date.now() - t0;
     return retiredMs !== null && publishedMs !== null;
   }).then((ok) => {
-    o.history.complete(op, ok ? "ok" : "fail", { fired: true, recovered: ok, recovered_ms: ok ? Date.now() - t0 : null, retired_ms: retiredMs, published_ms: publishedMs });
+    o.history.complete(op, ok ? "ok" : "fail", {
+      fired: true,
+      recovered: ok,
+      recovered_ms: ok ? Date.now() - t0 : null,
+      retired_ms: retiredMs,
+      published_ms: publishedMs,
+    });
   });
-  return { line: `${step.kind}: ${victim} drained, the published map held ${Math.round(o.holdMapMs / 1000)} s`, recovered };
+  return {
+    line: `${step.kind}: ${victim} drained, the published map held ${Math.round(o.holdMapMs / 1000)} s`,
+    recovered,
+  };
 }
 
 /**
@@ -193,7 +266,10 @@ async function peekShards(o) {
  */
 async function hook(o, method, query, lenient = false, body) {
   // A consumer shard is addressed through the queue it belongs to.
-  const queue = query.startsWith("?consumer_shard") || (body && typeof body === "object" && "consumer_shard" in body) ? (o.consumerQueue ?? o.queue) : o.queue;
+  const queue =
+    query.startsWith("?consumer_shard") || (body && typeof body === "object" && "consumer_shard" in body)
+      ? (o.consumerQueue ?? o.queue)
+      : o.queue;
   const call = () => o.api.call(method, `/${queue}/test-hooks${query}`, body);
   if (lenient) {
     const r = await call();

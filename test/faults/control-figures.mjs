@@ -25,7 +25,14 @@ export function controlFaults(ops) {
     if (o.f === "control" && o.p === "nemesis") {
       if (o.type === "invoke") {
         invoked.set(o.op, o);
-        faults.push({ kind: o.value?.kind ?? "control", value: o.value, inv: o.t, end: null, type: null, result: null });
+        faults.push({
+          kind: o.value?.kind ?? "control",
+          value: o.value,
+          inv: o.t,
+          end: null,
+          type: null,
+          result: null,
+        });
       } else {
         const inv = invoked.get(o.op);
         const f = inv && faults.find((x) => x.inv === inv.t && x.end === null);
@@ -38,7 +45,16 @@ export function controlFaults(ops) {
         sendInvokes.delete(o.op);
         // A connection refused: nothing listened, the service was down for a kill.
         // keyed: its messages with an ordering key; unavailable: answered 503 (no shard took it).
-        if (inv) sends.push({ inv: inv.t, end: o.t, type: o.type, n: inv.value?.hs?.length ?? 0, down: /ECONNREFUSED/.test(String(o.value?.error ?? "")), keyed: inv.value?.ord?.length ?? 0, unavailable: o.value?.status === 503 });
+        if (inv)
+          sends.push({
+            inv: inv.t,
+            end: o.t,
+            type: o.type,
+            n: inv.value?.hs?.length ?? 0,
+            down: /ECONNREFUSED/.test(String(o.value?.error ?? "")),
+            keyed: inv.value?.ord?.length ?? 0,
+            unavailable: o.value?.status === 503,
+          });
       }
     }
   }
@@ -67,7 +83,14 @@ function summarize(faults, sends) {
   const keyed503 = (/** @type {string} */ point) =>
     faults
       .filter((f) => f.kind === "abort-coordinator" && f.value?.point === point)
-      .reduce((n, f) => n + sends.filter((s) => s.inv >= f.inv && s.inv <= (f.end ?? Infinity) && s.unavailable).reduce((m, s) => m + s.keyed, 0), 0);
+      .reduce(
+        (n, f) =>
+          n +
+          sends
+            .filter((s) => s.inv >= f.inv && s.inv <= (f.end ?? Infinity) && s.unavailable)
+            .reduce((m, s) => m + s.keyed, 0),
+        0,
+      );
   const kinds = [...new Set(faults.map((f) => f.kind))];
   const byKind = Object.fromEntries(
     kinds.map((k) => {
@@ -90,9 +113,26 @@ function summarize(faults, sends) {
           skipped: of.filter((f) => f.result?.skipped).length,
           recovered: of.filter((f) => f.result?.recovered).length,
           recovered_ms: statOf(of.map((f) => f.result?.recovered_ms ?? null)),
-          ...(k === "throw-alarm" ? { alarms_thrown: of.reduce((n, f) => n + (f.result?.thrown ?? 0), 0), most_in_a_row: Math.max(0, ...of.map((f) => f.value?.times ?? 0)) } : {}),
-          ...(k === "abort-coordinator" ? { keyed_answered_503: { "abort-scale-out": keyed503("abort-scale-out"), "abort-drain": keyed503("abort-drain") } } : {}),
-          ...(k === "stale-map" ? { retired_ms: statOf(of.map((f) => f.result?.retired_ms ?? null)), map_published_ms: statOf(of.map((f) => f.result?.published_ms ?? null)) } : {}),
+          ...(k === "throw-alarm"
+            ? {
+                alarms_thrown: of.reduce((n, f) => n + (f.result?.thrown ?? 0), 0),
+                most_in_a_row: Math.max(0, ...of.map((f) => f.value?.times ?? 0)),
+              }
+            : {}),
+          ...(k === "abort-coordinator"
+            ? {
+                keyed_answered_503: {
+                  "abort-scale-out": keyed503("abort-scale-out"),
+                  "abort-drain": keyed503("abort-drain"),
+                },
+              }
+            : {}),
+          ...(k === "stale-map"
+            ? {
+                retired_ms: statOf(of.map((f) => f.result?.retired_ms ?? null)),
+                map_published_ms: statOf(of.map((f) => f.result?.published_ms ?? null)),
+              }
+            : {}),
           messages_sent_meanwhile: during,
         },
       ];
@@ -105,7 +145,8 @@ function summarize(faults, sends) {
   };
 }
 
-const secs = (/** @type {{ median: number, max: number } | null | undefined} */ s) => (s ? `${(s.median / 1000).toFixed(1)} s / ${(s.max / 1000).toFixed(1)} s` : "n/a");
+const secs = (/** @type {{ median: number, max: number } | null | undefined} */ s) =>
+  s ? `${(s.median / 1000).toFixed(1)} s / ${(s.max / 1000).toFixed(1)} s` : "n/a";
 const sentMeanwhile = (/** @type {{ ok: number, refused: number, down: number, unknown: number }} */ d) =>
   `${d.ok.toLocaleString("en-US")} ok, ${d.refused} refused by the service, ${d.unknown} unknown${d.down ? `, ${d.down} not sent (the service was down for a kill)` : ""}`;
 
@@ -119,19 +160,31 @@ export function controlSummaryRows(c) {
   const k = c.by_kind;
   /** @type {Array<[string, string]>} */
   const rows = [];
-  const counted = (/** @type {any} */ x) => `${x.fired} of ${x.count} fired${x.skipped ? ` (${x.skipped} skipped)` : ""}, ${x.recovered} recovered`;
+  const counted = (/** @type {any} */ x) =>
+    `${x.fired} of ${x.count} fired${x.skipped ? ` (${x.skipped} skipped)` : ""}, ${x.recovered} recovered`;
   if (k["abort-coordinator"]) {
     const x = k["abort-coordinator"];
-    const keyed = x.keyed_answered_503 ? `; keyed messages answered 503 meanwhile: ${x.keyed_answered_503["abort-scale-out"]} (scale-out), ${x.keyed_answered_503["abort-drain"]} (drain)` : "";
-    rows.push(["Coordinator resets mid-autoscale", `${counted(x)}; recovered in ${secs(x.recovered_ms)} (median / max); messages sent meanwhile: ${sentMeanwhile(x.messages_sent_meanwhile)}${keyed}`]);
+    const keyed = x.keyed_answered_503
+      ? `; keyed messages answered 503 meanwhile: ${x.keyed_answered_503["abort-scale-out"]} (scale-out), ${x.keyed_answered_503["abort-drain"]} (drain)`
+      : "";
+    rows.push([
+      "Coordinator resets mid-autoscale",
+      `${counted(x)}; recovered in ${secs(x.recovered_ms)} (median / max); messages sent meanwhile: ${sentMeanwhile(x.messages_sent_meanwhile)}${keyed}`,
+    ]);
   }
   if (k["throw-alarm"]) {
     const x = k["throw-alarm"];
-    rows.push(["alarms that throw", `${counted(x)}; ${x.alarms_thrown} alarms thrown (up to ${x.most_in_a_row} in a row); an alarm ran through again ${secs(x.recovered_ms)} after arming (median / max); messages sent meanwhile: ${sentMeanwhile(x.messages_sent_meanwhile)}`]);
+    rows.push([
+      "alarms that throw",
+      `${counted(x)}; ${x.alarms_thrown} alarms thrown (up to ${x.most_in_a_row} in a row); an alarm ran through again ${secs(x.recovered_ms)} after arming (median / max); messages sent meanwhile: ${sentMeanwhile(x.messages_sent_meanwhile)}`,
+    ]);
   }
   if (k["stale-map"]) {
     const x = k["stale-map"];
-    rows.push(["stale shard maps", `${counted(x)}; drained shard retired after ${secs(x.retired_ms)}, current map published after ${secs(x.map_published_ms)} (median / max); messages sent meanwhile: ${sentMeanwhile(x.messages_sent_meanwhile)}`]);
+    rows.push([
+      "stale shard maps",
+      `${counted(x)}; drained shard retired after ${secs(x.retired_ms)}, current map published after ${secs(x.map_published_ms)} (median / max); messages sent meanwhile: ${sentMeanwhile(x.messages_sent_meanwhile)}`,
+    ]);
   }
   return rows;
 }
@@ -151,7 +204,12 @@ export function controlSection(c) {
     "| --- | --- | --- | --- | --- |",
     ...c.each.map((e) => {
       const x = /** @type {any} */ (e);
-      const what = x.kind === "abort-coordinator" ? `${x.point}${x.shard ? ` of ${x.shard}` : ""}` : x.kind === "throw-alarm" ? `${x.times} alarm(s) of the ${x.target} ${x.shard ?? (x.consumer_shard !== undefined ? `consumer shard ${x.consumer_shard}` : "Coordinator")}${x.thrown !== undefined && x.thrown !== null ? `, ${x.thrown} thrown` : ""}` : `drain ${x.shard}, map held ${Math.round((x.hold_ms ?? 0) / 1000)} s; retired after ${ms(x.retired_ms)} ms, map published after ${ms(x.published_ms)} ms`;
+      const what =
+        x.kind === "abort-coordinator"
+          ? `${x.point}${x.shard ? ` of ${x.shard}` : ""}`
+          : x.kind === "throw-alarm"
+            ? `${x.times} alarm(s) of the ${x.target} ${x.shard ?? (x.consumer_shard !== undefined ? `consumer shard ${x.consumer_shard}` : "Coordinator")}${x.thrown !== undefined && x.thrown !== null ? `, ${x.thrown} thrown` : ""}`
+            : `drain ${x.shard}, map held ${Math.round((x.hold_ms ?? 0) / 1000)} s; retired after ${ms(x.retired_ms)} ms, map published after ${ms(x.published_ms)} ms`;
       return `| ${x.kind} | ${(x.at_ms / 1000).toFixed(1)} | ${what} | ${x.skipped ? `skipped: ${x.why}` : x.fired ? "yes" : "**no**"} | ${x.recovered ? ms(x.recovered_ms) : x.skipped ? "–" : "**not recovered**"} |`;
     }),
     "",

@@ -15,7 +15,9 @@
 export function checkCorruption(corrupted, deliveries, confirmedAcks, byId, byLease, drained) {
   /** @type {Array<{ id: string, h: string | null, corruptedAt: number, pulledAt: number }>} */
   const corruptDelivered = [];
-  for (const [id, c] of corrupted) for (const d of byId.get(id) ?? []) if (d.inv > c.ok) corruptDelivered.push({ id, h: d.h, corruptedAt: c.inv, pulledAt: d.inv });
+  for (const [id, c] of corrupted)
+    for (const d of byId.get(id) ?? [])
+      if (d.inv > c.ok) corruptDelivered.push({ id, h: d.h, corruptedAt: c.inv, pulledAt: d.inv });
   const garbled = deliveries.filter((d) => d.g).map((d) => ({ id: d.id, h: d.h, by: d.p, pulledAt: d.inv }));
   const ackedAfterCorruption = new Set();
   for (const a of confirmedAcks) {

@@ -51,9 +51,15 @@ export function faultSchedule(seed, o) {
   const controlKinds = o.faults.filter((k) => CONTROL_KINDS.includes(k));
   const kinds = [
     ...Array.from({ length: o.faults.includes("kill") ? o.kills : 0 }, () => "kill"),
-    ...Array.from({ length: abortKinds.length ? o.aborts : 0 }, (_, i) => /** @type {string} */ (abortKinds[i % abortKinds.length])),
+    ...Array.from(
+      { length: abortKinds.length ? o.aborts : 0 },
+      (_, i) => /** @type {string} */ (abortKinds[i % abortKinds.length]),
+    ),
     ...Array.from({ length: o.faults.includes("corrupt") ? o.corruptions : 0 }, () => "corrupt"),
-    ...Array.from({ length: controlKinds.length ? o.controls : 0 }, (_, i) => /** @type {string} */ (controlKinds[i % controlKinds.length])),
+    ...Array.from(
+      { length: controlKinds.length ? o.controls : 0 },
+      (_, i) => /** @type {string} */ (controlKinds[i % controlKinds.length]),
+    ),
   ];
   for (let i = kinds.length - 1; i > 0; i--) {
     const j = rng.int(0, i);
@@ -68,7 +74,17 @@ export function faultSchedule(seed, o) {
 }
 
 /** What `wrangler dev` needs to run the service: its config, local secrets, sources and dashboard files. */
-const SERVICE_FILES = ["wrangler.toml", ".dev.vars", "package.json", "src", "broker", "coordinator", "storage-shard", "consumer-shard", "dashboard"];
+const SERVICE_FILES = [
+  "wrangler.toml",
+  ".dev.vars",
+  "package.json",
+  "src",
+  "broker",
+  "coordinator",
+  "storage-shard",
+  "consumer-shard",
+  "dashboard",
+];
 
 /**
  * A copy of the service's files as they are now, with node_modules linked. `wrangler
@@ -138,7 +154,19 @@ export class Service {
       this.log.write(`--- start ${++this.starts} (attempt ${attempt}) at ${new Date().toISOString()}\n`);
       try {
         this.server = await startWrangler({
-          args: ["-c", this.config(), ...(this.o.workers ?? []).flatMap((w) => ["-c", w.config]), "--port", String(this.o.port), "--ip", "127.0.0.1", "--persist-to", this.o.stateDir, "--inspector-port", String(this.o.inspectorPort ?? 0)],
+          args: [
+            "-c",
+            this.config(),
+            ...(this.o.workers ?? []).flatMap((w) => ["-c", w.config]),
+            "--port",
+            String(this.o.port),
+            "--ip",
+            "127.0.0.1",
+            "--persist-to",
+            this.o.stateDir,
+            "--inspector-port",
+            String(this.o.inspectorPort ?? 0),
+          ],
           readyUrl: `${this.base}/`,
           env: { WRANGLER_REGISTRY_PATH: this.o.registry },
           log: (line) => this.log.write(`${line}\n`),
@@ -156,7 +184,11 @@ export class Service {
   /** The generated config: wrangler.toml plus the local-dev flag, bindings to the consumer Workers, the hooks on. */
   config() {
     const consumers = (this.o.workers ?? []).map((w) => ({ binding: w.binding, service: w.service }));
-    this.configFile ??= writeDevConfig({ file: join(this.o.sourceDir, "wrangler.faults.toml"), consumers, vars: { SHARDQ_TEST_HOOKS: "on", ...this.o.vars } });
+    this.configFile ??= writeDevConfig({
+      file: join(this.o.sourceDir, "wrangler.faults.toml"),
+      consumers,
+      vars: { SHARDQ_TEST_HOOKS: "on", ...this.o.vars },
+    });
     return this.configFile;
   }
 
@@ -166,7 +198,8 @@ export class Service {
     this.server = null;
     this.log.write(`--- SIGKILL at ${new Date().toISOString()}\n`);
     await server?.stop("SIGKILL");
-    for (const name of ["shardq", ...(this.o.workers ?? []).map((w) => w.service)]) rmSync(join(this.o.registry, name), { force: true });
+    for (const name of ["shardq", ...(this.o.workers ?? []).map((w) => w.service)])
+      rmSync(join(this.o.registry, name), { force: true });
   }
 
   async stop() {
@@ -215,7 +248,9 @@ export async function runNemesis(o) {
     if (CONTROL_KINDS.includes(step.kind)) {
       const r = await runControlFault(o.controlFaults, step, (controls[step.kind] = (controls[step.kind] ?? 0) + 1));
       o.onEvent?.(`fault ${i + 1}/${o.schedule.length}: ${r.line}`);
-      recoveries.push(r.recovered.then(() => o.onEvent?.(`fault ${i + 1}/${o.schedule.length}: ${step.kind} played out`)));
+      recoveries.push(
+        r.recovered.then(() => o.onEvent?.(`fault ${i + 1}/${o.schedule.length}: ${step.kind} played out`)),
+      );
       done++;
       continue;
     }
@@ -231,13 +266,17 @@ export async function runNemesis(o) {
     }
     if (step.kind === "corrupt") {
       const r = await corruptBodies(o, step);
-      o.onEvent?.(`fault ${i + 1}/${o.schedule.length}: corrupted ${r.ids.length} stored bodies on ${r.shards.join(", ")}`);
+      o.onEvent?.(
+        `fault ${i + 1}/${o.schedule.length}: corrupted ${r.ids.length} stored bodies on ${r.shards.join(", ")}`,
+      );
       done++;
       continue;
     }
     if (step.kind !== "kill") {
       const r = await abortShard(o, step, ++aborts);
-      o.onEvent?.(`fault ${i + 1}/${o.schedule.length}: ${step.kind} of ${r.shard}: ${r.fired ? `reset ${r.ms} ms after arming` : `NOT fired (${r.error})`}`);
+      o.onEvent?.(
+        `fault ${i + 1}/${o.schedule.length}: ${step.kind} of ${r.shard}: ${r.fired ? `reset ${r.ms} ms after arming` : `NOT fired (${r.error})`}`,
+      );
       done++;
       continue;
     }
@@ -246,8 +285,17 @@ export async function runNemesis(o) {
     // sends whose outcome is unknown: the case at-least-once has to get right.
     const aim = Date.now() + 2000;
     while (o.history.inFlight("send") === 0 && Date.now() < aim) await new Promise((r) => setImmediate(r));
-    const inFlight = { send: o.history.inFlight("send"), pull: o.history.inFlight("pull"), ack: o.history.inFlight("ack") };
-    const kill = o.history.invoke("nemesis", "kill", { n, signal: "SIGKILL", pid: o.service.server?.pid ?? null, in_flight: inFlight });
+    const inFlight = {
+      send: o.history.inFlight("send"),
+      pull: o.history.inFlight("pull"),
+      ack: o.history.inFlight("ack"),
+    };
+    const kill = o.history.invoke("nemesis", "kill", {
+      n,
+      signal: "SIGKILL",
+      pid: o.service.server?.pid ?? null,
+      in_flight: inFlight,
+    });
     await o.service.kill();
     o.history.complete(kill, "ok");
     done++;
@@ -256,7 +304,9 @@ export async function runNemesis(o) {
     try {
       const ms = await o.service.start();
       o.history.complete(start, "ok", { ready_ms: ms });
-      o.onEvent?.(`fault ${i + 1}/${o.schedule.length}: kill ${n}: dead for ${step.downMs} ms, ready ${ms} ms after the restart`);
+      o.onEvent?.(
+        `fault ${i + 1}/${o.schedule.length}: kill ${n}: dead for ${step.downMs} ms, ready ${ms} ms after the restart`,
+      );
     } catch (err) {
       o.history.complete(start, "fail", { error: String(err).slice(0, 500) });
       throw err;
@@ -279,7 +329,9 @@ async function abortShard(o, step, n) {
   const hooks = `/${o.queue}/test-hooks`;
   const t0 = Date.now();
   const op = o.history.invoke("nemesis", "abort", { n, kind: step.kind, shard });
-  const armed = await retrying(() => o.api.call("POST", hooks, { shard, arm: HOOK_POINT[/** @type {"abort-append" | "abort-ack"} */ (step.kind)] }));
+  const armed = await retrying(() =>
+    o.api.call("POST", hooks, { shard, arm: HOOK_POINT[/** @type {"abort-append" | "abort-ack"} */ (step.kind)] }),
+  );
   const instance = armed.result.instance;
   /** When the producers were first seen done during the wait: a few seconds on, nothing comes to fire it. */
   let loadOverAt = null;
@@ -341,7 +393,9 @@ async function corruptBodies(o, step) {
   for (let i = 0; ids.length < o.corruptEach && (i < names.length || searching()); i++) {
     if (i > 0 && i % names.length === 0) await sleep(100);
     const shard = /** @type {string} */ (names[(first + i) % names.length]);
-    const r = await retrying(() => o.api.call("POST", `/${o.queue}/test-hooks`, { shard, corrupt: o.corruptEach - ids.length }));
+    const r = await retrying(() =>
+      o.api.call("POST", `/${o.queue}/test-hooks`, { shard, corrupt: o.corruptEach - ids.length }),
+    );
     const got = /** @type {Array<{ id: string }>} */ (r.result.corrupted ?? []).map((c) => c.id);
     if (got.length && !shards.includes(shard)) shards.push(shard);
     ids.push(...got);
@@ -362,10 +416,17 @@ async function sendTargets(o) {
   const round = ++targetRounds;
   const hs = Array.from({ length: o.corruptEach }, (_, i) => `nemesis.corrupt.${round}.${i}`);
   const op = o.history.invoke("nemesis", "send", { q: o.queue, hs });
-  const r = await o.api.call("POST", `/${o.queue}/messages/batch`, { messages: hs.map((h) => ({ body: { h }, content_type: "json" })), delay_seconds: 10 });
+  const r = await o.api.call("POST", `/${o.queue}/messages/batch`, {
+    messages: hs.map((h) => ({ body: { h }, content_type: "json" })),
+    delay_seconds: 10,
+  });
   const ids = r.outcome === "ok" ? r.result?.message_ids : undefined;
   if (r.outcome === "ok" && Array.isArray(ids) && ids.length === hs.length) o.history.complete(op, "ok", { ids });
-  else o.history.complete(op, r.outcome === "ok" ? "unknown" : r.outcome, { status: r.status, error: r.outcome === "ok" ? "ok without ids" : r.error });
+  else
+    o.history.complete(op, r.outcome === "ok" ? "unknown" : r.outcome, {
+      status: r.status,
+      error: r.outcome === "ok" ? "ok without ids" : r.error,
+    });
 }
 
 /**
@@ -384,5 +445,8 @@ async function pickShard(o, step) {
 /** The queue's active storage shards, by name. @param {{ api: ReturnType<typeof import("./client.mjs").apiClient>, queue: string }} o */
 async function activeShards(o) {
   const shards = await retrying(() => o.api.call("GET", `/${o.queue}/shards`));
-  return /** @type {Array<{ name: string, state: string }>} */ (shards.result.shards).filter((s) => s.state === "active").map((s) => s.name).sort();
+  return /** @type {Array<{ name: string, state: string }>} */ (shards.result.shards)
+    .filter((s) => s.state === "active")
+    .map((s) => s.name)
+    .sort();
 }

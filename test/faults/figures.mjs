@@ -33,7 +33,9 @@ export function recovery(kills, starts, sendOks, pullOks, unknownSends) {
       restart_to_first_send_ms: s && sendAt !== null ? Math.round(sendAt - s.inv) : null,
       restart_to_first_pull_ms: s && pullAt !== null ? Math.round(pullAt - s.inv) : null,
       kill_to_first_send_ms: sendAt !== null ? Math.round(sendAt - k.t) : null,
-      unknown_send_messages: unknownSends.filter((u) => u.t >= k.t && u.t <= Math.min(next, (s?.ok ?? next) + 1000)).reduce((n, u) => n + u.n, 0),
+      unknown_send_messages: unknownSends
+        .filter((u) => u.t >= k.t && u.t <= Math.min(next, (s?.ok ?? next) + 1000))
+        .reduce((n, u) => n + u.n, 0),
     };
   });
   const stat = statOf;
@@ -60,7 +62,8 @@ export function recovery(kills, starts, sendOks, pullOks, unknownSends) {
 export function abortFigures(aborts, unknownSends, staleAcks, cameAgain) {
   const each = aborts.map((a) => {
     const end = (a.ok ?? a.inv) + 1000;
-    const sum = (/** @type {Array<{ t: number, n: number }>} */ xs) => xs.filter((x) => x.t >= a.inv && x.t <= end).reduce((n, x) => n + x.n, 0);
+    const sum = (/** @type {Array<{ t: number, n: number }>} */ xs) =>
+      xs.filter((x) => x.t >= a.inv && x.t <= end).reduce((n, x) => n + x.n, 0);
     const again = cameAgain.get(a) ?? [];
     return {
       n: a.n,
@@ -80,7 +83,12 @@ export function abortFigures(aborts, unknownSends, staleAcks, cameAgain) {
   return {
     count: aborts.length,
     fired: aborts.filter((a) => a.fired).length,
-    by_kind: Object.fromEntries(kinds.map((k) => [k, { count: each.filter((e) => e.kind === k).length, fired: each.filter((e) => e.kind === k && e.fired).length }])),
+    by_kind: Object.fromEntries(
+      kinds.map((k) => [
+        k,
+        { count: each.filter((e) => e.kind === k).length, fired: each.filter((e) => e.kind === k && e.fired).length },
+      ]),
+    ),
     unknown_send_messages: each.reduce((n, e) => n + e.unknown_send_messages, 0),
     acks_not_applied: each.reduce((n, e) => n + e.acks_not_applied, 0),
     messages_came_again: each.reduce((n, e) => n + e.messages_came_again, 0),
@@ -93,5 +101,9 @@ export function abortFigures(aborts, unknownSends, staleAcks, cameAgain) {
 export function statOf(xs) {
   const v = /** @type {number[]} */ (xs.filter((x) => x !== null)).sort((a, b) => a - b);
   if (!v.length) return null;
-  return { median: /** @type {number} */ (v[Math.floor((v.length - 1) / 2)]), max: /** @type {number} */ (v[v.length - 1]), n: v.length };
+  return {
+    median: /** @type {number} */ (v[Math.floor((v.length - 1) / 2)]),
+    max: /** @type {number} */ (v[v.length - 1]),
+    n: v.length,
+  };
 }

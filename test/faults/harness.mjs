@@ -72,10 +72,56 @@ const ABANDON_RATE = 0.1;
 /** @param {"short" | "full"} mode @returns {Omit<FaultOptions, "out" | "log">} */
 export function defaults(mode) {
   // A quiet phase outlasts the 60 s after which an idle object sleeps; the short run's is shorter, to stay about 2.5 minutes.
-  const common = { quietPhases: mode === "short" ? 1 : 2, quietMs: mode === "short" ? 40_000 : 90_000, seed: randomSeed(), faults: [...FAULT_KINDS], producers: 4, consumers: 4, rate: 0, downMs: /** @type {[number, number]} */ ([0, 1000]), visibilityMs: [2000, 3000, 5000], keepState: false, pushRate: 0.3, orderedRate: 0.5, orderingKeys: 20, pushLeaseMs: 4000, consumerAborts: mode === "short" ? 2 : 10 };
+  const common = {
+    quietPhases: mode === "short" ? 1 : 2,
+    quietMs: mode === "short" ? 40_000 : 90_000,
+    seed: randomSeed(),
+    faults: [...FAULT_KINDS],
+    producers: 4,
+    consumers: 4,
+    rate: 0,
+    downMs: /** @type {[number, number]} */ ([0, 1000]),
+    visibilityMs: [2000, 3000, 5000],
+    keepState: false,
+    pushRate: 0.3,
+    orderedRate: 0.5,
+    orderingKeys: 20,
+    pushLeaseMs: 4000,
+    consumerAborts: mode === "short" ? 2 : 10,
+  };
   return mode === "short"
-    ? { ...common, mode, messages: 3000, kills: 3, aborts: 4, corruptions: 1, corruptEach: 5, controls: 3, holdMapMs: 10_000, alarmThrows: [1, 2], keyRate: 0.2, upMs: [2000, 5000], abortUpMs: [1000, 2500], drainTimeoutMs: 60_000 }
-    : { ...common, mode, messages: 200_000, kills: 20, aborts: 20, corruptions: 5, corruptEach: 10, controls: 15, holdMapMs: 60_000, alarmThrows: [1, 3, 7], keyRate: 0.2, upMs: [3000, 8000], abortUpMs: [1500, 4000], drainTimeoutMs: 300_000 };
+    ? {
+        ...common,
+        mode,
+        messages: 3000,
+        kills: 3,
+        aborts: 4,
+        corruptions: 1,
+        corruptEach: 5,
+        controls: 3,
+        holdMapMs: 10_000,
+        alarmThrows: [1, 2],
+        keyRate: 0.2,
+        upMs: [2000, 5000],
+        abortUpMs: [1000, 2500],
+        drainTimeoutMs: 60_000,
+      }
+    : {
+        ...common,
+        mode,
+        messages: 200_000,
+        kills: 20,
+        aborts: 20,
+        corruptions: 5,
+        corruptEach: 10,
+        controls: 15,
+        holdMapMs: 60_000,
+        alarmThrows: [1, 3, 7],
+        keyRate: 0.2,
+        upMs: [3000, 8000],
+        abortUpMs: [1500, 4000],
+        drainTimeoutMs: 300_000,
+      };
 }
 
 /** The command that replays a run. @param {FaultOptions} o */
@@ -122,7 +168,11 @@ async function run(o, history, dog) {
   const pushTally = { delivered: 0 };
   const sink = await startPushSink({ history, tally: pushTally });
   const service = new Service({
-    port, sourceDir, stateDir, registry, logFile: join(o.out, "service.log"),
+    port,
+    sourceDir,
+    stateDir,
+    registry,
+    logFile: join(o.out, "service.log"),
     workers: [preparePushConsumer(sourceDir, { seed: o.seed, sinkUrl: sink.url, leaseMs: o.pushLeaseMs })],
     vars: { PUSH_LEASE_MS: String(o.pushLeaseMs) },
   });
@@ -132,9 +182,22 @@ async function run(o, history, dog) {
   const schedule = withQuietPhases(withConsumerAborts(faultSchedule(o.seed, o), o.seed, o), o.seed, o);
   const count = (/** @type {(kind: string) => boolean} */ f) => schedule.filter((s) => f(s.kind)).length;
   // Each quiet phase kills the service and resets a storage shard, when the run has those kinds.
-  const quiet = { phases: count((k) => k === "quiet"), ms: o.quietMs, kill: o.faults.includes("kill"), abort: o.faults.includes("abort-ack") };
-  const planned = { kills: count((k) => k === "kill") + (quiet.kill ? quiet.phases : 0), aborts: count((k) => SHARD_ABORT_KINDS.includes(k)) + (quiet.abort ? quiet.phases : 0), corruptions: count((k) => k === "corrupt"), controls: count((k) => CONTROL_KINDS.includes(k)), consumerAborts: count((k) => k === "abort-consumer") };
-  o.log(`fault run: ${o.mode}, seed ${o.seed}, ${o.messages} messages, faults ${o.faults.join(",")}: ${quiet.phases} quiet phases of ${o.quietMs / 1000} s, ${planned.kills} kills, ${planned.aborts} aborts, ${planned.corruptions} corruptions of ${o.corruptEach}; replay: ${replayCommand(o)}`);
+  const quiet = {
+    phases: count((k) => k === "quiet"),
+    ms: o.quietMs,
+    kill: o.faults.includes("kill"),
+    abort: o.faults.includes("abort-ack"),
+  };
+  const planned = {
+    kills: count((k) => k === "kill") + (quiet.kill ? quiet.phases : 0),
+    aborts: count((k) => SHARD_ABORT_KINDS.includes(k)) + (quiet.abort ? quiet.phases : 0),
+    corruptions: count((k) => k === "corrupt"),
+    controls: count((k) => CONTROL_KINDS.includes(k)),
+    consumerAborts: count((k) => k === "abort-consumer"),
+  };
+  o.log(
+    `fault run: ${o.mode}, seed ${o.seed}, ${o.messages} messages, faults ${o.faults.join(",")}: ${quiet.phases} quiet phases of ${o.quietMs / 1000} s, ${planned.kills} kills, ${planned.aborts} aborts, ${planned.corruptions} corruptions of ${o.corruptEach}; replay: ${replayCommand(o)}`,
+  );
   o.log(`output: ${o.out}`);
 
   /** @type {Array<Promise<void>>} */
@@ -157,14 +220,38 @@ async function run(o, history, dog) {
     // (a storage shard's: 2.5 s at the median; a consumer shard's, for the batch in its
     // consumer's hands: 5 s). Underestimated, the load ends before the last faults, and an
     // abort armed then may find no call to fire it.
-    const fault = (/** @type {string} */ kind) => (kind === "kill" ? 1.3 * firstStartMs : kind === "quiet" ? o.quietMs : kind === "abort-consumer" ? 5000 : SHARD_ABORT_KINDS.includes(kind) ? 2500 : 1000);
+    const fault = (/** @type {string} */ kind) =>
+      kind === "kill"
+        ? 1.3 * firstStartMs
+        : kind === "quiet"
+          ? o.quietMs
+          : kind === "abort-consumer"
+            ? 5000
+            : SHARD_ABORT_KINDS.includes(kind)
+              ? 2500
+              : 1000;
     const plannedMs = schedule.reduce((t, s) => t + s.upMs + s.downMs + fault(s.kind), 0);
     // The producers stand still through the quiet phases: the messages go in the rest of the time.
     const sendingMs = plannedMs - quiet.phases * o.quietMs;
     const rate = o.rate || (schedule.length > 0 ? Math.ceil((o.messages * 1000) / Math.max(sendingMs, 10_000)) : 0);
     const loadDeadline = Date.now() + Math.max(120_000, 3 * plannedMs + (o.messages / 500) * 1000);
-    history.note("harness", "phase", { phase: "load", seed: o.seed, messages: o.messages, faults: o.faults, ...planned, rate, schedule, pushQueue: PUSH_QUEUE, pushLeaseMs: o.pushLeaseMs, redrive: true, quiet, ordered: o.orderedRate ? { rate: o.orderedRate, keys_per_producer: o.orderingKeys } : null });
-    o.log(`service ready in ${firstStartMs} ms; sending at ${rate || "full speed"} msg/s; faults planned over ${Math.round(plannedMs / 1000)} s`);
+    history.note("harness", "phase", {
+      phase: "load",
+      seed: o.seed,
+      messages: o.messages,
+      faults: o.faults,
+      ...planned,
+      rate,
+      schedule,
+      pushQueue: PUSH_QUEUE,
+      pushLeaseMs: o.pushLeaseMs,
+      redrive: true,
+      quiet,
+      ordered: o.orderedRate ? { rate: o.orderedRate, keys_per_producer: o.orderingKeys } : null,
+    });
+    o.log(
+      `service ready in ${firstStartMs} ms; sending at ${rate || "full speed"} msg/s; faults planned over ${Math.round(plannedMs / 1000)} s`,
+    );
 
     const tally = { okMessages: 0, delivered: 0, abandoned: 0, cancelled: 0 };
     const moves = { redrives: 0, moved: 0 };
@@ -179,35 +266,155 @@ async function run(o, history, dog) {
     const gate = quietGate();
     const consumer = (/** @type {string} */ name, /** @type {string} */ queue, /** @type {boolean} */ main) =>
       runConsumer({
-        name, seed: o.seed, history, api, queue, control, deadline: consumerDeadline, late, tally, ...(main ? {} : { held }),
-        minBatch: 10, maxBatch: 100, visibilityMs: o.visibilityMs, retryPoison: main, waitMs: LONG_POLLS_MS, abandonRate: ABANDON_RATE, ...(main ? { retryDelays: RETRY_DELAYS_S } : {}),
+        name,
+        seed: o.seed,
+        history,
+        api,
+        queue,
+        control,
+        deadline: consumerDeadline,
+        late,
+        tally,
+        ...(main ? {} : { held }),
+        minBatch: 10,
+        maxBatch: 100,
+        visibilityMs: o.visibilityMs,
+        retryPoison: main,
+        waitMs: LONG_POLLS_MS,
+        abandonRate: ABANDON_RATE,
+        ...(main ? { retryDelays: RETRY_DELAYS_S } : {}),
         // The dead-letter queue's consumer acks everything.
-        retryRate: main ? 0.01 : 0, dropRate: main ? 0.002 : 0, lateRate: main ? 0.002 : 0,
+        retryRate: main ? 0.01 : 0,
+        dropRate: main ? 0.002 : 0,
+        lateRate: main ? 0.002 : 0,
       });
-    consumers = [...Array.from({ length: o.consumers }, (_, i) => consumer(`consumer-${i}`, QUEUE, true)), consumer("dlq-consumer-0", DLQ, false)];
+    consumers = [
+      ...Array.from({ length: o.consumers }, (_, i) => consumer(`consumer-${i}`, QUEUE, true)),
+      consumer("dlq-consumer-0", DLQ, false),
+    ];
 
     const loadStart = Date.now();
     const budget = new Budget(o.messages);
     const limiter = rateLimiter(rate);
-    const progress = setInterval(() => o.log(`  ${Math.round((Date.now() - loadStart) / 1000)} s: ${tally.okMessages} sent ok, ${tally.delivered} pulled, ${pushTally.delivered} pushed`), 10_000);
+    const progress = setInterval(
+      () =>
+        o.log(
+          `  ${Math.round((Date.now() - loadStart) / 1000)} s: ${tally.okMessages} sent ok, ${tally.delivered} pulled, ${pushTally.delivered} pushed`,
+        ),
+      10_000,
+    );
     try {
       let producing = o.producers;
       producers = Array.from({ length: o.producers }, (_, index) =>
-        gate.track(`producer-${index}`, runProducer({ gate, index, seed: o.seed, history, api, queue: QUEUE, pushQueue: PUSH_QUEUE, pushRate: o.pushRate, control, budget, limiter, deadline: loadDeadline, maxBatch: 100, burstRate: 0.25, poisonRate: 0.005, padMax: 200, keyRate: o.keyRate, delayRate: o.faults.includes("corrupt") ? 0.2 : 0.05, orderedRate: o.orderedRate, orderingKeys: o.orderingKeys, idRate: 0.25, keyedPoison: keyedPoison({ seed: o.seed, index, rate: 0.02 }), tally })).finally(() => producing--),
+        gate
+          .track(
+            `producer-${index}`,
+            runProducer({
+              gate,
+              index,
+              seed: o.seed,
+              history,
+              api,
+              queue: QUEUE,
+              pushQueue: PUSH_QUEUE,
+              pushRate: o.pushRate,
+              control,
+              budget,
+              limiter,
+              deadline: loadDeadline,
+              maxBatch: 100,
+              burstRate: 0.25,
+              poisonRate: 0.005,
+              padMax: 200,
+              keyRate: o.keyRate,
+              delayRate: o.faults.includes("corrupt") ? 0.2 : 0.05,
+              orderedRate: o.orderedRate,
+              orderingKeys: o.orderingKeys,
+              idRate: 0.25,
+              keyedPoison: keyedPoison({ seed: o.seed, index, rate: 0.02 }),
+              tally,
+            }),
+          )
+          .finally(() => producing--),
       );
-      const controlFaults = { history, api, queue: QUEUE, holdMapMs: o.holdMapMs, alarmThrows: o.alarmThrows, consumerQueue: PUSH_QUEUE };
-      const redriver = gate.track("redriver", runRedriver({ gate, seed: o.seed, history, api, dlq: DLQ, targets: [QUEUE, PUSH_QUEUE], control, deadline: loadDeadline, loadDone: () => producing === 0, held, tally: moves, purger: dlqPurger({ seed: o.seed, history, api, dlq: DLQ, deadLetterAfter: MAX_RETRIES + 1, tally: purges }) }));
-      const nemesis = runNemesis({ history, service, schedule, deadline: loadDeadline, api, queue: QUEUE, corruptEach: o.corruptEach, corrupted, loadDone: () => producing === 0, controlFaults, onEvent: (line) => o.log(`  ${line}`),
-        quiet: (step, n) => runQuietPhase({ history, api, service, queue: QUEUE, pushQueue: PUSH_QUEUE, gate, quietMs: o.quietMs, kill: quiet.kill, abort: quiet.abort }, step, n) });
+      const controlFaults = {
+        history,
+        api,
+        queue: QUEUE,
+        holdMapMs: o.holdMapMs,
+        alarmThrows: o.alarmThrows,
+        consumerQueue: PUSH_QUEUE,
+      };
+      const redriver = gate.track(
+        "redriver",
+        runRedriver({
+          gate,
+          seed: o.seed,
+          history,
+          api,
+          dlq: DLQ,
+          targets: [QUEUE, PUSH_QUEUE],
+          control,
+          deadline: loadDeadline,
+          loadDone: () => producing === 0,
+          held,
+          tally: moves,
+          purger: dlqPurger({ seed: o.seed, history, api, dlq: DLQ, deadLetterAfter: MAX_RETRIES + 1, tally: purges }),
+        }),
+      );
+      const nemesis = runNemesis({
+        history,
+        service,
+        schedule,
+        deadline: loadDeadline,
+        api,
+        queue: QUEUE,
+        corruptEach: o.corruptEach,
+        corrupted,
+        loadDone: () => producing === 0,
+        controlFaults,
+        onEvent: (line) => o.log(`  ${line}`),
+        quiet: (step, n) =>
+          runQuietPhase(
+            {
+              history,
+              api,
+              service,
+              queue: QUEUE,
+              pushQueue: PUSH_QUEUE,
+              gate,
+              quietMs: o.quietMs,
+              kill: quiet.kill,
+              abort: quiet.abort,
+            },
+            step,
+            n,
+          ),
+      });
       // An operator pauses and resumes the pull queue's delivery while pulls wait (pause-delay.mjs).
-      const pauser = gate.track("pauser", runPauser({ gate, seed: o.seed, history, api, queue: QUEUE, control, deadline: loadDeadline, loadDone: () => producing === 0, tally: pauses }));
+      const pauser = gate.track(
+        "pauser",
+        runPauser({
+          gate,
+          seed: o.seed,
+          history,
+          api,
+          queue: QUEUE,
+          control,
+          deadline: loadDeadline,
+          loadDone: () => producing === 0,
+          tally: pauses,
+        }),
+      );
       dog.step("the producers, the nemesis, the redriver and the pauser");
       await Promise.all([...producers, nemesis, redriver, pauser]);
     } finally {
       clearInterval(progress);
     }
     loadMs = Date.now() - loadStart;
-    o.log(`load and faults done in ${Math.round(loadMs / 1000)} s: ${tally.okMessages} sent ok, ${tally.delivered} pulled, ${pushTally.delivered} pushed, ${moves.moved} redriven in ${moves.redrives} redrives, ${purges.purged} purged from the dead-letter queue in ${purges.purges} purges during them, ${tally.abandoned} long polls abandoned (${tally.cancelled} cancelled while waiting), ${pauses.pauses} pauses of delivery; draining`);
+    o.log(
+      `load and faults done in ${Math.round(loadMs / 1000)} s: ${tally.okMessages} sent ok, ${tally.delivered} pulled, ${pushTally.delivered} pushed, ${moves.moved} redriven in ${moves.redrives} redrives, ${purges.purged} purged from the dead-letter queue in ${purges.purges} purges during them, ${tally.abandoned} long polls abandoned (${tally.cancelled} cancelled while waiting), ${pauses.pauses} pauses of delivery; draining`,
+    );
 
     const drainStart = Date.now();
     history.note("harness", "phase", { phase: "drain" });
@@ -216,13 +423,19 @@ async function run(o, history, dog) {
     drainMs = Date.now() - drainStart;
     if (planned.corruptions > 0) Object.assign(drained, await quarantined(api, new Set(corrupted).size));
     history.note("harness", "phase", { phase: "drained", ...drained });
-    o.log(`drain ${drained.drained ? "done" : "NOT done"} in ${Math.round(drainMs / 1000)} s (backlog ${JSON.stringify(drained.backlog)})`);
+    o.log(
+      `drain ${drained.drained ? "done" : "NOT done"} in ${Math.round(drainMs / 1000)} s (backlog ${JSON.stringify(drained.backlog)})`,
+    );
   } finally {
     // Nothing may write to the history once it is closed: every client ends first
     // (each loop and each late ack is bounded in time).
     // Each step is bounded (watchdog.mjs): one that hangs is named, and the run goes on to its verdict.
     control.stop = true;
-    await dog.bounded("the producers and consumers to stop", Promise.allSettled([...producers, ...consumers]), END_STEP_MS.clients);
+    await dog.bounded(
+      "the producers and consumers to stop",
+      Promise.allSettled([...producers, ...consumers]),
+      END_STEP_MS.clients,
+    );
     await dog.bounded(`the late acks (${late.size})`, Promise.allSettled([...late]), END_STEP_MS.late);
     // Push handlers still running (a hang) report into nothing from here on.
     await dog.bounded("the push sink to close", sink.close(), END_STEP_MS.sink);
@@ -277,8 +490,21 @@ async function setUp(api) {
   };
   await must("create the dead-letter queue", api.call("POST", "", { queue_name: DLQ, jurisdiction: JURISDICTION }));
   await must("create the queue", api.call("POST", "", { queue_name: QUEUE, jurisdiction: JURISDICTION }));
-  await must("its pull consumer", api.call("POST", `/${QUEUE}/consumers`, { type: "http_pull", settings: { max_retries: MAX_RETRIES, retry_delay: 0, visibility_timeout_ms: 5000 }, dead_letter_queue: DLQ }));
-  await must("the dead-letter queue's pull consumer", api.call("POST", `/${DLQ}/consumers`, { type: "http_pull", settings: { max_retries: 100, retry_delay: 0, visibility_timeout_ms: 5000 } }));
+  await must(
+    "its pull consumer",
+    api.call("POST", `/${QUEUE}/consumers`, {
+      type: "http_pull",
+      settings: { max_retries: MAX_RETRIES, retry_delay: 0, visibility_timeout_ms: 5000 },
+      dead_letter_queue: DLQ,
+    }),
+  );
+  await must(
+    "the dead-letter queue's pull consumer",
+    api.call("POST", `/${DLQ}/consumers`, {
+      type: "http_pull",
+      settings: { max_retries: 100, retry_delay: 0, visibility_timeout_ms: 5000 },
+    }),
+  );
 }
 
 /**
@@ -293,7 +519,9 @@ async function drain(api, late, deadline) {
   while (Date.now() < deadline) {
     const queues = [QUEUE, PUSH_QUEUE, DLQ];
     const answers = await Promise.all(queues.map((q) => api.call("GET", `/${q}/metrics`)));
-    backlog = Object.fromEntries(queues.map((q, i) => [q, answers[i]?.outcome === "ok" ? answers[i].result.backlog_count : null]));
+    backlog = Object.fromEntries(
+      queues.map((q, i) => [q, answers[i]?.outcome === "ok" ? answers[i].result.backlog_count : null]),
+    );
     if (queues.every((q) => backlog[q] === 0) && late.size === 0) {
       zeroSince ||= Date.now();
       if (Date.now() - zeroSince >= 2000) return { drained: true, backlog };
@@ -321,7 +549,10 @@ async function quarantined(api, expected) {
   while (Date.now() < deadline) {
     try {
       // Raced against a timer too, as every harness call is (client.mjs): a fetch may not settle.
-      const read = fetch(url, { headers: { authorization: `Bearer ${TOKEN}` }, signal: AbortSignal.timeout(5000) }).then(async (res) => ({ ok: res.ok, text: await res.text() }));
+      const read = fetch(url, {
+        headers: { authorization: `Bearer ${TOKEN}` },
+        signal: AbortSignal.timeout(5000),
+      }).then(async (res) => ({ ok: res.ok, text: await res.text() }));
       read.catch(() => {});
       const res = await Promise.race([read, sleep(6000).then(() => ({ ok: false, text: "" }))]);
       const m = line.exec(res.text);

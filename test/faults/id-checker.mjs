@@ -27,7 +27,8 @@ export function checkIds(ops, deliveries) {
   const answeredTwice = /** @type {Array<{ id: string, first: string, then: string }>} */ ([]);
   const anotherId = /** @type {Array<{ h: string, chose: string, answered: string }>} */ ([]);
   const anotherBody = /** @type {Array<{ id: string, acknowledged: string, delivered: string, q: string }>} */ ([]);
-  const chosen = /** @type {Record<string, { ok: number, refused: number, other_refusal: number, unknown: number }>} */ ({});
+  const chosen =
+    /** @type {Record<string, { ok: number, refused: number, other_refusal: number, unknown: number }>} */ ({});
   for (const { inv, done: o } of callsOf(ops, "send")) {
     if (!o) continue;
     const v = inv.value ?? {};
@@ -53,12 +54,25 @@ export function checkIds(ops, deliveries) {
     if (h !== undefined && h !== d.h) anotherBody.push({ id: d.id, acknowledged: h, delivered: d.h, q: d.q });
   }
   const failures = /** @type {string[]} */ ([]);
-  if (answeredTwice.length) failures.push(`${answeredTwice.length} message ids answered to sends of two different messages`);
-  if (anotherId.length) failures.push(`${anotherId.length} sends under an id of their choosing answered with another id`);
-  if (anotherBody.length) failures.push(`${anotherBody.length} deliveries of an acknowledged id with another message's body`);
+  if (answeredTwice.length)
+    failures.push(`${answeredTwice.length} message ids answered to sends of two different messages`);
+  if (anotherId.length)
+    failures.push(`${anotherId.length} sends under an id of their choosing answered with another id`);
+  if (anotherBody.length)
+    failures.push(`${anotherBody.length} deliveries of an acknowledged id with another message's body`);
   return {
-    figures: { acknowledged_ids: owner.size, chosen, answered_twice: answeredTwice.length, another_id: anotherId.length, delivered_with_another_body: anotherBody.length },
-    examples: { answered_twice: answeredTwice.slice(0, EXAMPLES), another_id: anotherId.slice(0, EXAMPLES), delivered_with_another_body: anotherBody.slice(0, EXAMPLES) },
+    figures: {
+      acknowledged_ids: owner.size,
+      chosen,
+      answered_twice: answeredTwice.length,
+      another_id: anotherId.length,
+      delivered_with_another_body: anotherBody.length,
+    },
+    examples: {
+      answered_twice: answeredTwice.slice(0, EXAMPLES),
+      another_id: anotherId.slice(0, EXAMPLES),
+      delivered_with_another_body: anotherBody.slice(0, EXAMPLES),
+    },
     failures,
   };
 }

@@ -42,7 +42,9 @@ export function idCollisions(o) {
      */
     note(q, messages, ids, key) {
       if (!Array.isArray(ids) || ids.length !== messages.length) return;
-      messages.forEach((m, i) => remember({ q, id: String(ids[i]), m, again: key === undefined && m.key === null && !m.x }));
+      messages.forEach((m, i) =>
+        remember({ q, id: String(ids[i]), m, again: key === undefined && m.key === null && !m.x }),
+      );
     },
 
     /**

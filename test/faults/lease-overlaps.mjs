@@ -11,7 +11,8 @@
  *   abortBetween: (shard: string | null, from: number, to: number) => unknown, brief: (d: Delivery) => object }} o
  */
 export function leaseOverlaps(ds, { heldUntil, tol, killBetween, abortBetween, brief }) {
-  const overlaps = /** @type {Array<{ id: string, h: string | null, first: object, second: object, overlapMs: number }>} */ ([]);
+  const overlaps =
+    /** @type {Array<{ id: string, h: string | null, first: object, second: object, overlapMs: number }>} */ ([]);
   let acrossKill = 0;
   let acrossAbort = 0;
   for (let i = 0; i < ds.length; i++) {
@@ -34,7 +35,13 @@ export function leaseOverlaps(ds, { heldUntil, tol, killBetween, abortBetween, b
         acrossAbort++;
         continue;
       }
-      overlaps.push({ id: a.id, h: a.h, first: brief(a), second: brief(b), overlapMs: Math.round(Math.max(shared, grantedInA ? ea - b.ok : 0, grantedInB ? eb - a.ok : 0)) });
+      overlaps.push({
+        id: a.id,
+        h: a.h,
+        first: brief(a),
+        second: brief(b),
+        overlapMs: Math.round(Math.max(shared, grantedInA ? ea - b.ok : 0, grantedInB ? eb - a.ok : 0)),
+      });
     }
   }
   return { overlaps, acrossKill, acrossAbort };

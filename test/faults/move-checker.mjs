@@ -116,7 +116,8 @@ export function storedTwiceWithinStays(deliveries, stayOf, byId, stays, redrives
  * @param {Array<[number, number]>} [faultWindows]
  */
 export function deliveredAfterAck(confirmedAcks, byLease, byId, stays, redrives, faultWindows = []) {
-  const afterAck = /** @type {Array<{ id: string, h: string | null, ackedAt: number, pulledAt: number, by: string }>} */ ([]);
+  const afterAck =
+    /** @type {Array<{ id: string, h: string | null, ackedAt: number, pulledAt: number, by: string }>} */ ([]);
   let acrossCutMove = 0;
   const cutMoves = redrives.filter((r) => r.outcome !== "ok" && r.outcome !== "fail");
   for (const { l, t } of confirmedAcks) {
@@ -125,7 +126,8 @@ export function deliveredAfterAck(confirmedAcks, byLease, byId, stays, redrives,
     for (const d of byId.get(acked.id) ?? []) {
       if (d.inv <= t) continue;
       const left = stays.get(d.h ?? `id:${d.id}`)?.firstLeftAt ?? Infinity;
-      if (cutMoves.some((r) => r.inv > left && r.inv < t) || faultWindows.some(([from, to]) => to > left && from < t)) acrossCutMove++;
+      if (cutMoves.some((r) => r.inv > left && r.inv < t) || faultWindows.some(([from, to]) => to > left && from < t))
+        acrossCutMove++;
       else afterAck.push({ id: d.id, h: d.h, ackedAt: t, pulledAt: d.inv, by: d.p });
     }
   }

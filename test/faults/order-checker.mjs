@@ -66,10 +66,22 @@ export function checkOrder(ops, pushed, opts = {}) {
   const { sends, deliveries, acks, retries, faults, corrupted } = read(ops, pushed);
   /** When a fault that may end a lease granted from `from` on happened, at the earliest. */
   const faultFrom = (/** @type {number} */ from, /** @type {OrderDelivery} */ d) =>
-    Math.min(...faults.filter((f) => f.ok >= from && (f.kind === "kill" || (f.kind === "abort" && (d.push || d.s === null || f.shard === d.s)) || (f.kind === "consumer" && d.push))).map((f) => Math.max(f.inv, from)));
+    Math.min(
+      ...faults
+        .filter(
+          (f) =>
+            f.ok >= from &&
+            (f.kind === "kill" ||
+              (f.kind === "abort" && (d.push || d.s === null || f.shard === d.s)) ||
+              (f.kind === "consumer" && d.push)),
+        )
+        .map((f) => Math.max(f.inv, from)),
+    );
   /** The earliest a delivery's lease may have ended, as the lease checker's heldUntil (push: the handler's end). */
-  const leaseEnd = (/** @type {OrderDelivery} */ d) => (d.push ? (d.end ?? d.up) : Math.min(acks.get(d.l) ?? Infinity, retries.get(d.l) ?? Infinity, d.low + d.vt - tol));
-  const ackedFrom = (/** @type {OrderDelivery} */ d) => (d.push ? (d.acked ? (d.end ?? d.up) : Infinity) : (acks.get(d.l) ?? Infinity));
+  const leaseEnd = (/** @type {OrderDelivery} */ d) =>
+    d.push ? (d.end ?? d.up) : Math.min(acks.get(d.l) ?? Infinity, retries.get(d.l) ?? Infinity, d.low + d.vt - tol);
+  const ackedFrom = (/** @type {OrderDelivery} */ d) =>
+    d.push ? (d.acked ? (d.end ?? d.up) : Infinity) : (acks.get(d.l) ?? Infinity);
 
   const byH = /** @type {Map<string, OrderDelivery[]>} */ (new Map());
   for (const d of deliveries) {
@@ -99,8 +111,21 @@ export function checkOrder(ops, pushed, opts = {}) {
     const last = stay.at(-1);
     // Released by an ack that may have applied; or, gone elsewhere or never acked at its last delivery, by its end.
     let released = Math.min(...stay.map(ackedFrom));
-    if (last && (stay.length < ds.length || ackedFrom(last) === Infinity)) released = Math.min(released, leaseEnd(last), faultFrom(last.push ? s.inv : last.low, last));
-    const m = { h: s.h, q: s.q, key: s.key, seq: s.seq, inv: s.inv, acceptedBy: s.acceptedBy, stay, firstLow: Math.min(...stay.map((d) => d.low)), batches: new Set(ds.map((d) => d.batch)), corrupted: ds.some((d) => corrupted.has(d.id)), released };
+    if (last && (stay.length < ds.length || ackedFrom(last) === Infinity))
+      released = Math.min(released, leaseEnd(last), faultFrom(last.push ? s.inv : last.low, last));
+    const m = {
+      h: s.h,
+      q: s.q,
+      key: s.key,
+      seq: s.seq,
+      inv: s.inv,
+      acceptedBy: s.acceptedBy,
+      stay,
+      firstLow: Math.min(...stay.map((d) => d.low)),
+      batches: new Set(ds.map((d) => d.batch)),
+      corrupted: ds.some((d) => corrupted.has(d.id)),
+      released,
+    };
     const g = `${s.q}\u0000${s.key}`;
     const group = groups.get(g);
     if (group) group.push(m);
@@ -111,8 +136,22 @@ export function checkOrder(ops, pushed, opts = {}) {
   const notReleased = /** @type {object[]} */ ([]);
   let pairs = 0;
   const brief = (/** @type {OrderDelivery} */ d) =>
-    d.push ? { batch: d.batch, attempts: d.a, handler_start: d.up, handler_end: d.end } : { batch: d.batch, attempts: d.a, pull_invoked: d.low, pull_ok: d.up, visibility_ms: d.vt, lease_end: leaseEnd(d) };
-  const who = (/** @type {Keyed} */ m) => ({ h: m.h, seq: m.seq, send_invoked: m.inv, send_ok: Number.isFinite(m.acceptedBy) ? m.acceptedBy : null });
+    d.push
+      ? { batch: d.batch, attempts: d.a, handler_start: d.up, handler_end: d.end }
+      : {
+          batch: d.batch,
+          attempts: d.a,
+          pull_invoked: d.low,
+          pull_ok: d.up,
+          visibility_ms: d.vt,
+          lease_end: leaseEnd(d),
+        };
+  const who = (/** @type {Keyed} */ m) => ({
+    h: m.h,
+    seq: m.seq,
+    send_invoked: m.inv,
+    send_ok: Number.isFinite(m.acceptedBy) ? m.acceptedBy : null,
+  });
   /** What a was doing when b's delivery e was granted, as far as the history tells (for the examples). */
   const stateOf = (/** @type {Keyed} */ a, /** @type {OrderDelivery} */ e) => {
     if (e.up < a.firstLow) return "not delivered yet";
@@ -122,7 +161,9 @@ export function checkOrder(ops, pushed, opts = {}) {
     return (e.push ? e.up : e.low) >= leaseEnd(d) ? "waiting for a retry" : "leased or waiting for a retry";
   };
   for (const group of groups.values()) {
-    const preds = group.filter((m) => Number.isFinite(m.acceptedBy) && m.stay.length && !m.corrupted).sort((x, y) => x.acceptedBy - y.acceptedBy);
+    const preds = group
+      .filter((m) => Number.isFinite(m.acceptedBy) && m.stay.length && !m.corrupted)
+      .sort((x, y) => x.acceptedBy - y.acceptedBy);
     const succs = group.filter((m) => m.stay.length).sort((x, y) => x.inv - y.inv);
     /** The messages accepted before b's send, latest release first. */
     const byRelease = /** @type {Keyed[]} */ ([]);
@@ -146,13 +187,29 @@ export function checkOrder(ops, pushed, opts = {}) {
       pairs += i;
       const first = /** @type {OrderDelivery} */ (b.stay[0]);
       if (latestFirst && first.up < latestFirst.firstLow) {
-        outOfOrder.push({ q: b.q, key: b.key, why: "first delivered before an earlier message of its key", earlier: { ...who(latestFirst), first: brief(/** @type {OrderDelivery} */ (latestFirst.stay[0])) }, later: { ...who(b), first: brief(first) } });
+        outOfOrder.push({
+          q: b.q,
+          key: b.key,
+          why: "first delivered before an earlier message of its key",
+          earlier: { ...who(latestFirst), first: brief(/** @type {OrderDelivery} */ (latestFirst.stay[0])) },
+          later: { ...who(b), first: brief(first) },
+        });
       }
       for (const e of b.stay) {
         // Sharing a batch with a is allowed (in order: checked below).
         const a = byRelease.find((x) => !x.batches.has(e.batch));
         if (!a || e.up >= a.released) continue;
-        notReleased.push({ q: b.q, key: b.key, state: stateOf(a, e), earlier: { ...who(a), released_from: Number.isFinite(a.released) ? a.released : null, deliveries: a.stay.map(brief) }, later: { ...who(b), delivery: brief(e) } });
+        notReleased.push({
+          q: b.q,
+          key: b.key,
+          state: stateOf(a, e),
+          earlier: {
+            ...who(a),
+            released_from: Number.isFinite(a.released) ? a.released : null,
+            deliveries: a.stay.map(brief),
+          },
+          later: { ...who(b), delivery: brief(e) },
+        });
         break;
       }
     }
@@ -172,19 +229,37 @@ export function checkOrder(ops, pushed, opts = {}) {
   let batchesOutOfOrder = 0;
   for (const [batch, held] of batches) {
     held.sort((x, y) => x.pos - y.pos);
-    const bad = held.flatMap(({ m: x }, j) => held.slice(j + 1).filter(({ m: y }) => y.key === x.key && y.acceptedBy < x.inv).map(({ m: y }) => ({ x, y })));
+    const bad = held.flatMap(({ m: x }, j) =>
+      held
+        .slice(j + 1)
+        .filter(({ m: y }) => y.key === x.key && y.acceptedBy < x.inv)
+        .map(({ m: y }) => ({ x, y })),
+    );
     if (!bad.length) continue;
     batchesOutOfOrder++;
     const { x, y } = /** @type {{ x: Keyed, y: Keyed }} */ (bad[0]);
-    outOfOrder.push({ q: x.q, key: x.key, why: "ahead of an earlier message of its key in one batch", batch, earlier: who(y), later: who(x) });
+    outOfOrder.push({
+      q: x.q,
+      key: x.key,
+      why: "ahead of an earlier message of its key in one batch",
+      batch,
+      earlier: who(y),
+      later: who(x),
+    });
   }
 
   const failures = /** @type {string[]} */ ([]);
   const firstOut = outOfOrder.length - batchesOutOfOrder;
-  if (firstOut) failures.push(`${firstOut} messages of an ordering key first delivered before an earlier message of their key`);
-  if (batchesOutOfOrder) failures.push(`${batchesOutOfOrder} batches holding messages of one ordering key out of their order`);
-  if (notReleased.length) failures.push(`${notReleased.length} messages delivered while an earlier message of their key was leased or waiting for a retry`);
-  if (wrongKey.length) failures.push(`${wrongKey.length} pulled messages with another ordering_key than they were sent with`);
+  if (firstOut)
+    failures.push(`${firstOut} messages of an ordering key first delivered before an earlier message of their key`);
+  if (batchesOutOfOrder)
+    failures.push(`${batchesOutOfOrder} batches holding messages of one ordering key out of their order`);
+  if (notReleased.length)
+    failures.push(
+      `${notReleased.length} messages delivered while an earlier message of their key was leased or waiting for a retry`,
+    );
+  if (wrongKey.length)
+    failures.push(`${wrongKey.length} pulled messages with another ordering_key than they were sent with`);
   return {
     failures,
     figures: {
@@ -199,7 +274,11 @@ export function checkOrder(ops, pushed, opts = {}) {
       wrong_key: wrongKey.length,
       keyed_redriven: keyedRedriven,
     },
-    examples: { order_out_of_order: outOfOrder.slice(0, EXAMPLES), order_while_held: notReleased.slice(0, EXAMPLES), order_wrong_key: wrongKey.slice(0, EXAMPLES) },
+    examples: {
+      order_out_of_order: outOfOrder.slice(0, EXAMPLES),
+      order_while_held: notReleased.slice(0, EXAMPLES),
+      order_wrong_key: wrongKey.slice(0, EXAMPLES),
+    },
   };
 }
 
@@ -215,17 +294,30 @@ function read(ops, pushed) {
   const deliveries = /** @type {OrderDelivery[]} */ ([]);
   const acks = /** @type {Map<string, number>} */ (new Map());
   const retries = /** @type {Map<string, number>} */ (new Map());
-  const earliest = (/** @type {Map<string, number>} */ m, /** @type {string} */ l, /** @type {number} */ t) => m.set(l, Math.min(m.get(l) ?? Infinity, t));
-  const faults = /** @type {Array<{ kind: "kill" | "abort" | "consumer", shard: string | null, inv: number, ok: number }>} */ ([]);
+  const earliest = (/** @type {Map<string, number>} */ m, /** @type {string} */ l, /** @type {number} */ t) =>
+    m.set(l, Math.min(m.get(l) ?? Infinity, t));
+  const faults =
+    /** @type {Array<{ kind: "kill" | "abort" | "consumer", shard: string | null, inv: number, ok: number }>} */ ([]);
   const corrupted = /** @type {Set<string>} */ (new Set());
   for (const o of ops) {
     if (o.type === "invoke") {
       invokes.set(o.op, o);
       if (o.f === "send") {
-        const ord = new Map((o.value?.ord ?? []).map((/** @type {[string, string, number]} */ [h, key, seq]) => [h, { key, seq }]));
+        const ord = new Map(
+          (o.value?.ord ?? []).map((/** @type {[string, string, number]} */ [h, key, seq]) => [h, { key, seq }]),
+        );
         for (const h of o.value?.hs ?? []) {
           // A second try with the same Idempotency-Key: the first's invoke places the message.
-          const s = sends.get(h) ?? { h, q: o.value?.q, key: ord.get(h)?.key ?? null, seq: ord.get(h)?.seq ?? 0, inv: o.t, acceptedBy: Infinity, tries: 0, fails: 0 };
+          const s = sends.get(h) ?? {
+            h,
+            q: o.value?.q,
+            key: ord.get(h)?.key ?? null,
+            seq: ord.get(h)?.seq ?? 0,
+            inv: o.t,
+            acceptedBy: Infinity,
+            tries: 0,
+            fails: 0,
+          };
           s.tries++;
           sends.set(h, s);
         }
@@ -246,7 +338,23 @@ function read(ops, pushed) {
     } else if (o.f === "pull" && o.type === "ok") {
       (o.value?.msgs ?? []).forEach((/** @type {any} */ m, /** @type {number} */ pos) => {
         if (m.h == null) return;
-        deliveries.push({ h: m.h, id: String(m.id), q: inv.value?.q, batch: `pull ${o.op}`, pos, low: inv.t, up: o.t, a: Number(m.a), push: false, l: m.l, vt: Number(inv.value?.vt), s: m.s ?? null, k: m.k ?? null, end: null, acked: false });
+        deliveries.push({
+          h: m.h,
+          id: String(m.id),
+          q: inv.value?.q,
+          batch: `pull ${o.op}`,
+          pos,
+          low: inv.t,
+          up: o.t,
+          a: Number(m.a),
+          push: false,
+          l: m.l,
+          vt: Number(inv.value?.vt),
+          s: m.s ?? null,
+          k: m.k ?? null,
+          end: null,
+          acked: false,
+        });
       });
     } else if (o.f === "ack") {
       // Named as stale in an ok answer: certainly not applied.
@@ -257,7 +365,12 @@ function read(ops, pushed) {
       const k = faults.find((f) => f.kind === "kill" && f.inv === inv.t);
       if (k) k.ok = o.t;
     } else if ((o.f === "abort" || o.f === "consumer-abort") && o.type === "ok" && o.value?.fired === true) {
-      faults.push({ kind: o.f === "abort" ? "abort" : "consumer", shard: inv.value?.shard ?? null, inv: inv.t, ok: o.t });
+      faults.push({
+        kind: o.f === "abort" ? "abort" : "consumer",
+        shard: inv.value?.shard ?? null,
+        inv: inv.t,
+        ok: o.t,
+      });
     } else if (o.f === "corrupt" && o.type === "ok") {
       for (const id of o.value?.ids ?? []) corrupted.add(String(id));
     }
@@ -274,7 +387,23 @@ function read(ops, pushed) {
     const at = pos.get(d.d) ?? 0;
     pos.set(d.d, at + 1);
     // Acked, or cut off (it may have acked): released once the handler returned, at the earliest.
-    deliveries.push({ h: d.h, id: d.id, q: d.q, batch: `push ${d.d}`, pos: at, low: -Infinity, up: d.start, a: d.a, push: true, l: `push:${d.d}:${d.id}`, vt: 0, s: null, k: null, end: d.end, acked: d.end === null || d.outcome !== "retried" });
+    deliveries.push({
+      h: d.h,
+      id: d.id,
+      q: d.q,
+      batch: `push ${d.d}`,
+      pos: at,
+      low: -Infinity,
+      up: d.start,
+      a: d.a,
+      push: true,
+      l: `push:${d.d}:${d.id}`,
+      vt: 0,
+      s: null,
+      k: null,
+      end: d.end,
+      acked: d.end === null || d.outcome !== "retried",
+    });
   }
   return { sends, deliveries, acks, retries, faults, corrupted };
 }

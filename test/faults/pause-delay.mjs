@@ -30,7 +30,7 @@ export async function runPauser(o) {
   while (!over()) {
     await o.gate?.pass("pauser");
     // Waits in short steps: the load may end meanwhile.
-    for (const until = Date.now() + rng.int(3000, 8000); Date.now() < until && !over(); ) await sleep(200);
+    for (const until = Date.now() + rng.int(3000, 8000); Date.now() < until && !over();) await sleep(200);
     if (over()) break;
     const paused = await setPaused(o, true);
     await sleep(rng.int(1000, 3000));
@@ -68,7 +68,10 @@ export function checkPausesAndDelays(ops) {
   /** Pull answers with messages, for the pause rule (windows close later in the history). */
   const answers = /** @type {Array<{ q: string, t: number, n: number }>} */ ([]);
   const examples = [];
-  let delayed = 0, earlyDelayed = 0, retriedWithDelay = 0, earlyRetried = 0;
+  let delayed = 0,
+    earlyDelayed = 0,
+    retriedWithDelay = 0,
+    earlyRetried = 0;
   for (const o of ops) {
     if (o.type === "invoke") {
       invokes.set(o.op, o);
@@ -90,13 +93,16 @@ export function checkPausesAndDelays(ops) {
       // A send tried again (its first answer lost) may have been stored by an earlier attempt:
       // the message is due from the earliest attempt that may have stored it.
       for (const h of inv.value?.hs ?? []) dueAt.set(h, Math.min(dueAt.get(h) ?? Infinity, inv.t + inv.value.d * 1000));
-    }
-    else if (o.f === "ack" && o.type === "ok" && inv.value?.rd) {
+    } else if (o.f === "ack" && o.type === "ok" && inv.value?.rd) {
       for (const l of o.value?.retried ?? []) {
         const d = byLease.get(l);
         if (!d) continue;
         retriedWithDelay++;
-        (retryDue.get(d.h) ?? retryDue.set(d.h, []).get(d.h))?.push({ copy: d.copy, after: o.t, due: inv.t + inv.value.rd * 1000 });
+        (retryDue.get(d.h) ?? retryDue.set(d.h, []).get(d.h))?.push({
+          copy: d.copy,
+          after: o.t,
+          due: inv.t + inv.value.rd * 1000,
+        });
       }
     } else if (o.f === "pull" && o.type === "ok") {
       const msgs = o.value?.msgs ?? [];
@@ -108,14 +114,20 @@ export function checkPausesAndDelays(ops) {
         if (due !== undefined) {
           delayed++;
           dueAt.delete(m.h); // its first delivery only
-          if (o.t < due - DELAY_SLACK_MS) (earlyDelayed++, examples.push({ rule: "delayed", h: m.h, answered: o.t, due }));
+          if (o.t < due - DELAY_SLACK_MS)
+            (earlyDelayed++, examples.push({ rule: "delayed", h: m.h, answered: o.t, due }));
         }
         const retries = (m.h ? retryDue.get(m.h) : undefined) ?? [];
         for (const r of retries) {
-          if (r.copy === copy && inv.t >= r.after && o.t < r.due - DELAY_SLACK_MS) (earlyRetried++, examples.push({ rule: "retried", h: m.h, copy, answered: o.t, due: r.due }));
+          if (r.copy === copy && inv.t >= r.after && o.t < r.due - DELAY_SLACK_MS)
+            (earlyRetried++, examples.push({ rule: "retried", h: m.h, copy, answered: o.t, due: r.due }));
         }
         // Its next delivery of that copy is the one the retry delayed.
-        if (m.h && retries.length) retryDue.set(m.h, retries.filter((r) => r.copy !== copy));
+        if (m.h && retries.length)
+          retryDue.set(
+            m.h,
+            retries.filter((r) => r.copy !== copy),
+          );
       }
     }
   }
@@ -124,12 +136,24 @@ export function checkPausesAndDelays(ops) {
   let leasedWhilePaused = 0;
   for (const a of answers) {
     const w = (windows.get(a.q) ?? []).find((w) => a.t >= w.from + PAUSE_SLACK_MS && a.t <= w.to);
-    if (w) (leasedWhilePaused += a.n, examples.push({ rule: "paused", q: a.q, answered: a.t, pause: w }));
+    if (w) ((leasedWhilePaused += a.n), examples.push({ rule: "paused", q: a.q, answered: a.t, pause: w }));
   }
   const failures = [];
-  if (leasedWhilePaused) failures.push(`${leasedWhilePaused} messages leased to pulls inside a confirmed pause of delivery`);
+  if (leasedWhilePaused)
+    failures.push(`${leasedWhilePaused} messages leased to pulls inside a confirmed pause of delivery`);
   if (earlyDelayed) failures.push(`${earlyDelayed} delayed messages delivered before their delay`);
   if (earlyRetried) failures.push(`${earlyRetried} retried messages delivered before their retry delay`);
   const pauses = [...windows.values()].reduce((n, w) => n + w.length, 0);
-  return { failures, figures: { pauses, leased_while_paused: leasedWhilePaused, delayed, early_delayed: earlyDelayed, retried_with_delay: retriedWithDelay, early_retried: earlyRetried }, examples: examples.slice(0, 10) };
+  return {
+    failures,
+    figures: {
+      pauses,
+      leased_while_paused: leasedWhilePaused,
+      delayed,
+      early_delayed: earlyDelayed,
+      retried_with_delay: retriedWithDelay,
+      early_retried: earlyRetried,
+    },
+    examples: examples.slice(0, 10),
+  };
 }

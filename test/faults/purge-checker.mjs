@@ -38,7 +38,14 @@ export function purgesOf(ops) {
     const deadLetterAfter = Number(inv.value?.dead_letter_after ?? Infinity);
     // One never answered may have deleted anything from its invoke on.
     if (!done) purges.push({ inv: inv.t, ok: Infinity, outcome: "unknown", ids: new Set(), deadLetterAfter });
-    else purges.push({ inv: inv.t, ok: done.t, outcome: done.type, ids: new Set(done.type === "ok" ? (done.value?.ids ?? []).map(String) : []), deadLetterAfter });
+    else
+      purges.push({
+        inv: inv.t,
+        ok: done.t,
+        outcome: done.type,
+        ids: new Set(done.type === "ok" ? (done.value?.ids ?? []).map(String) : []),
+        deadLetterAfter,
+      });
   }
   return purges;
 }
@@ -83,7 +90,8 @@ export function checkPurges(purges, deliveries, retryAsked, cutAt) {
       const last = [...ds].sort((x, y) => x.inv - y.inv).at(-1);
       if (!last || last.push) return false;
       const inDlq = last.q.endsWith("-dlq");
-      if (!unknown.some((p) => p.inv > last.inv && (inDlq || (retryAsked.has(last.l) && last.a >= p.deadLetterAfter)))) return false;
+      if (!unknown.some((p) => p.inv > last.inv && (inDlq || (retryAsked.has(last.l) && last.a >= p.deadLetterAfter))))
+        return false;
       maybePurged.add(last.id);
       return true;
     },
@@ -107,10 +115,21 @@ export function checkPurges(purges, deliveries, retryAsked, cutAt) {
       return false;
     },
     result() {
-      const failures = afterPurge.length ? [`${afterPurge.length} deliveries of messages a purge reported deleted, after it answered`] : [];
+      const failures = afterPurge.length
+        ? [`${afterPurge.length} deliveries of messages a purge reported deleted, after it answered`]
+        : [];
       return {
         failures,
-        figures: { purges: purges.length, purges_ok: ok.length, purges_unknown: unknown.length, reported_deleted: ok.reduce((n, p) => n + p.ids.size, 0), purged: purged.size, maybe_purged: maybePurged.size, delivered_after_purge: afterPurge.length, delivered_after_purge_across_cut: afterPurgeAcrossCut },
+        figures: {
+          purges: purges.length,
+          purges_ok: ok.length,
+          purges_unknown: unknown.length,
+          reported_deleted: ok.reduce((n, p) => n + p.ids.size, 0),
+          purged: purged.size,
+          maybe_purged: maybePurged.size,
+          delivered_after_purge: afterPurge.length,
+          delivered_after_purge_across_cut: afterPurgeAcrossCut,
+        },
         examples: { delivered_after_purge: afterPurge.slice(0, EXAMPLES) },
       };
     },

@@ -62,7 +62,9 @@ export function pushDeliveries(ops) {
   for (const o of ops) {
     if (o.f !== "push") continue;
     if (o.type === "invoke") {
-      const msgs = /** @type {Array<{ h?: string | null, id: string, a: number, x?: 1, g?: 1 }>} */ (o.value?.msgs ?? []);
+      const msgs = /** @type {Array<{ h?: string | null, id: string, a: number, x?: 1, g?: 1 }>} */ (
+        o.value?.msgs ?? []
+      );
       const ds = msgs.map((m) => ({
         d: String(o.value?.d ?? o.op),
         q: String(o.value?.q ?? ""),
@@ -137,8 +139,18 @@ export function checkPush(ops, pushed, pulled, opts = {}) {
     if (o.type === "invoke") {
       invokes.set(o.op, o);
       if (o.f === "kill") kills.push(o.t);
-      else if (o.f === "consumer-abort") aborts.push({ n: o.value?.n ?? aborts.length + 1, kind: o.value?.kind ?? "", index: o.value?.consumer_shard ?? null, q: o.value?.q ?? "", inv: o.t, ok: null, fired: false });
-      else if (o.f === "abort" && typeof o.value?.q === "string") resets.push({ q: o.value.q, inv: o.t, ok: null, fired: false });
+      else if (o.f === "consumer-abort")
+        aborts.push({
+          n: o.value?.n ?? aborts.length + 1,
+          kind: o.value?.kind ?? "",
+          index: o.value?.consumer_shard ?? null,
+          q: o.value?.q ?? "",
+          inv: o.t,
+          ok: null,
+          fired: false,
+        });
+      else if (o.f === "abort" && typeof o.value?.q === "string")
+        resets.push({ q: o.value.q, inv: o.t, ok: null, fired: false });
       continue;
     }
     const inv = invokes.get(o.op);
@@ -191,7 +203,16 @@ export function checkPush(ops, pushed, pulled, opts = {}) {
   // When the pull answered: one invoked before the handler started may still bring the message moved since.
   for (const d of pulled) pulledAt.set(d.id, [...(pulledAt.get(d.id) ?? []), d.ok]);
 
-  const brief = (/** @type {PushDelivery} */ d) => ({ invocation: d.d, attempts: d.a, start: d.start, end: d.end, outcome: d.outcome, threw: d.threw, hang_ms: d.hangMs, late_ms: d.lateMs });
+  const brief = (/** @type {PushDelivery} */ d) => ({
+    invocation: d.d,
+    attempts: d.a,
+    start: d.start,
+    end: d.end,
+    outcome: d.outcome,
+    threw: d.threw,
+    hang_ms: d.hangMs,
+    late_ms: d.lateMs,
+  });
   /** @type {Array<{ q: string, id: string, h: string | null, first: object, second: object, overlapMs: number }>} */
   const overlaps = [];
   const excused = { kill: 0, "abort-consumer": 0, "storage-reset": 0 };
@@ -214,41 +235,81 @@ export function checkPush(ops, pushed, pulled, opts = {}) {
         if (b.start >= end) break;
         const why = excuse(a.q, a.start, b.start);
         if (why) excused[why.kind]++;
-        else overlaps.push({ q: a.q, id: a.id, h: a.h, first: brief(a), second: brief(b), overlapMs: Math.round(Math.min(end, endOf(b)) - b.start) });
+        else
+          overlaps.push({
+            q: a.q,
+            id: a.id,
+            h: a.h,
+            first: brief(a),
+            second: brief(b),
+            overlapMs: Math.round(Math.min(end, endOf(b)) - b.start),
+          });
       }
       const b = ds[i + 1];
       if (b) {
         const why = excuse(a.q, a.start, b.start);
         pairs.push({ a, b, bStart: b.start, excuse: why });
-        if (a.outcome === "acked" && a.end !== null && b.start > a.end && !why) afterAck.push({ q: a.q, id: a.id, h: a.h, acked: brief(a), again: brief(b) });
+        if (a.outcome === "acked" && a.end !== null && b.start > a.end && !why)
+          afterAck.push({ q: a.q, id: a.id, h: a.h, acked: brief(a), again: brief(b) });
         continue;
       }
       // The last push delivery: it acked, or the message comes again elsewhere (dead-lettered).
       const later = (pulledAt.get(a.id) ?? []).filter((t) => t > a.start);
       if (later.length) pairs.push({ a, b: null, bStart: Math.min(...later), excuse: null });
-      else if (a.outcome === "acked" || opts.purged?.(a.id, { start: a.start, attempts: a.a, outcome: a.outcome })) continue;
+      else if (a.outcome === "acked" || opts.purged?.(a.id, { start: a.start, attempts: a.a, outcome: a.outcome }))
+        continue;
       // The same stored copy (its attempts as they were: a kill or reset lost the lease that would
       // have counted) delivered before, and that delivery's dead-lettering came out of the
       // dead-letter queue: this one's is the same move, which the dead-letter queue stores once.
-      else if (ds.slice(0, i).some((p) => p.q === a.q && p.a === a.a && p.outcome !== "acked" && (pulledAt.get(a.id) ?? []).some((t) => t > p.start))) deadLetteredAgain++;
+      else if (
+        ds
+          .slice(0, i)
+          .some(
+            (p) =>
+              p.q === a.q &&
+              p.a === a.a &&
+              p.outcome !== "acked" &&
+              (pulledAt.get(a.id) ?? []).some((t) => t > p.start),
+          )
+      )
+        deadLetteredAgain++;
       else notAgain.push({ q: a.q, id: a.id, h: a.h, last: brief(a) });
     }
   }
 
   /** @type {string[]} */
   const failures = [];
-  if (overlaps.length) failures.push(`${overlaps.length} push overlaps while up (one message in two queue() handlers at once)`);
-  if (afterAck.length) failures.push(`${afterAck.length} push deliveries after the consumer acked the message, no fault in between`);
-  if (notAgain.length) failures.push(`${notAgain.length} push messages not acked at their last delivery and never delivered again`);
+  if (overlaps.length)
+    failures.push(`${overlaps.length} push overlaps while up (one message in two queue() handlers at once)`);
+  if (afterAck.length)
+    failures.push(`${afterAck.length} push deliveries after the consumer acked the message, no fault in between`);
+  if (notAgain.length)
+    failures.push(`${notAgain.length} push messages not acked at their last delivery and never delivered again`);
   const tried = aborts.length;
   const planned = plan?.consumerAborts ?? null;
   if (fired.length !== tried || (planned !== null && tried + skipped !== planned)) {
-    failures.push(`${fired.length} of the ${planned ?? tried} planned consumer shard aborts fired${skipped ? ` (${skipped} skipped: the load was over)` : ""}`);
+    failures.push(
+      `${fired.length} of the ${planned ?? tried} planned consumer shard aborts fired${skipped ? ` (${skipped} skipped: the load was over)` : ""}`,
+    );
   }
 
   return {
     failures,
-    figures: pushFigures({ pushed, sent, pairs, aborts, kills, overlaps, excused, afterAck, notAgain: notAgain.length, deadLetteredAgain, planned, skipped, leaseMs: opts.leaseMs ?? plan?.pushLeaseMs ?? null }),
+    figures: pushFigures({
+      pushed,
+      sent,
+      pairs,
+      aborts,
+      kills,
+      overlaps,
+      excused,
+      afterAck,
+      notAgain: notAgain.length,
+      deadLetteredAgain,
+      planned,
+      skipped,
+      leaseMs: opts.leaseMs ?? plan?.pushLeaseMs ?? null,
+    }),
     examples: {
       push_overlaps: overlaps.slice(0, EXAMPLES),
       push_after_ack: afterAck.slice(0, EXAMPLES),

@@ -19,7 +19,10 @@ export const PUSH_QUEUE = "faults-push";
  */
 export const JURISDICTION = "eu";
 /** The push consumer Worker, and the binding shardq reaches it by (src/kernel/consumer-settings.ts consumerBindingName). */
-export const PUSH_CONSUMER = { service: "shardq-faults-push-consumer", binding: "CONSUMER_SHARDQ_FAULTS_PUSH_CONSUMER" };
+export const PUSH_CONSUMER = {
+  service: "shardq-faults-push-consumer",
+  binding: "CONSUMER_SHARDQ_FAULTS_PUSH_CONSUMER",
+};
 /** The two consumer shard fault points, in turn. */
 export const CONSUMER_ABORT_POINTS = /** @type {const} */ (["abort-leased", "abort-dispatched"]);
 /** The push consumer's max_retries: a poison message is delivered 3 times, then dead-lettered, as from the pull queue. */
@@ -53,7 +56,11 @@ export function preparePushConsumer(sourceDir, o) {
   const dir = join(sourceDir, "push-consumer");
   cpSync(join(from, "src"), join(dir, "src"), { recursive: true });
   let toml = readFileSync(join(from, "wrangler.toml"), "utf8");
-  for (const [key, value] of Object.entries({ SEED: String(o.seed), SINK_URL: o.sinkUrl, PUSH_LEASE_MS: String(o.leaseMs) })) {
+  for (const [key, value] of Object.entries({
+    SEED: String(o.seed),
+    SINK_URL: o.sinkUrl,
+    PUSH_LEASE_MS: String(o.leaseMs),
+  })) {
     const line = new RegExp(`^${key}\\s*=.*$`, "m");
     if (!line.test(toml)) throw new Error(`push-consumer/wrangler.toml has no ${key} var`);
     toml = toml.replace(line, `${key} = ${JSON.stringify(value)}`);
@@ -78,7 +85,14 @@ export async function setUpPush(api, dlq) {
       {
         type: "worker",
         script_name: PUSH_CONSUMER.service,
-        settings: { batch_size: 20, max_wait_time_ms: 500, max_retries: MAX_RETRIES, retry_delay: 0, max_concurrency: 4, transport: "queue" },
+        settings: {
+          batch_size: 20,
+          max_wait_time_ms: 500,
+          max_retries: MAX_RETRIES,
+          retry_delay: 0,
+          max_concurrency: 4,
+          transport: "queue",
+        },
         dead_letter_queue: dlq,
       },
     ],
@@ -101,7 +115,12 @@ export function withConsumerAborts(schedule, seed, o) {
   const rng = prng(seed, "nemesis", "abort-consumer");
   const out = [...schedule];
   for (let i = 0; i < o.consumerAborts; i++) {
-    out.splice(rng.int(0, out.length), 0, { kind: "abort-consumer", upMs: Math.round(rng.between(...o.abortUpMs)), downMs: 0, pick: rng.next() });
+    out.splice(rng.int(0, out.length), 0, {
+      kind: "abort-consumer",
+      upMs: Math.round(rng.between(...o.abortUpMs)),
+      downMs: 0,
+      pick: rng.next(),
+    });
   }
   return out;
 }
@@ -126,7 +145,11 @@ export async function abortConsumerShard(o, i) {
   if (o.loadDone()) {
     const m = await o.api.call("GET", `/${PUSH_QUEUE}/metrics`);
     if (m.outcome === "ok" && m.result.backlog_count === 0) {
-      o.history.note("nemesis", "consumer-abort-skipped", { n, kind: point, why: "the load was over and the push queue empty" });
+      o.history.note("nemesis", "consumer-abort-skipped", {
+        n,
+        kind: point,
+        why: "the load was over and the push queue empty",
+      });
       return `abort-consumer ${n} (${point}) skipped: the load was over and the push queue empty`;
     }
   }
@@ -135,13 +158,20 @@ export async function abortConsumerShard(o, i) {
   const hooks = `/${PUSH_QUEUE}/test-hooks`;
   const t0 = Date.now();
   const op = o.history.invoke("nemesis", "consumer-abort", { n, kind: point, q: PUSH_QUEUE, consumer_shard: index });
-  let instance = (await retrying(() => o.api.call("POST", hooks, { consumer_shard: index, arm: point }))).result.instance;
+  let instance = (await retrying(() => o.api.call("POST", hooks, { consumer_shard: index, arm: point }))).result
+    .instance;
   const changed = async () => {
     const now = await o.api.call("GET", `${hooks}?consumer_shard=${index}`);
-    return now.outcome === "ok" && now.result.instance !== instance ? /** @type {string} */ (now.result.instance) : null;
+    return now.outcome === "ok" && now.result.instance !== instance
+      ? /** @type {string} */ (now.result.instance)
+      : null;
   };
   const fired = (/** @type {string} */ fresh) => {
-    o.history.complete(op, "ok", { fired: true, instance: fresh, ...(index !== first ? { consumer_shard: index, retargeted_from: first } : {}) });
+    o.history.complete(op, "ok", {
+      fired: true,
+      instance: fresh,
+      ...(index !== first ? { consumer_shard: index, retargeted_from: first } : {}),
+    });
     resetAt.set(index, Date.now());
     return `abort-consumer ${n} (${point}) of consumer shard ${index}${index !== first ? ` (moved from ${first})` : ""}: reset ${Date.now() - t0} ms after arming`;
   };
@@ -158,7 +188,8 @@ export async function abortConsumerShard(o, i) {
       const late = await changed();
       if (late !== null) return fired(late);
       index = other;
-      instance = (await retrying(() => o.api.call("POST", hooks, { consumer_shard: index, arm: point }))).result.instance;
+      instance = (await retrying(() => o.api.call("POST", hooks, { consumer_shard: index, arm: point }))).result
+        .instance;
     }
   }
   await retrying(() => o.api.call("POST", hooks, { consumer_shard: index, arm: null }));
@@ -190,14 +221,22 @@ const resetAt = new Map();
  */
 async function pickConsumerShard(api, pick, exclude = /** @type {Set<number> | null} */ (null)) {
   const r = await retrying(() => api.call("GET", `/${PUSH_QUEUE}/shards`));
-  const all = /** @type {Array<{ index: number, running: boolean, received_at: number, running_until?: number | null }>} */ (r.result.consumer_shards?.shards ?? []);
-  const sizing = /** @type {Array<{ kind: string, figures?: { consumerShards?: number } }>} */ (r.result.decisions ?? []).find((d) => d.kind === "add_consumers" || d.kind === "remove_consumers");
+  const all =
+    /** @type {Array<{ index: number, running: boolean, received_at: number, running_until?: number | null }>} */ (
+      r.result.consumer_shards?.shards ?? []
+    );
+  const sizing = /** @type {Array<{ kind: string, figures?: { consumerShards?: number } }>} */ (
+    r.result.decisions ?? []
+  ).find((d) => d.kind === "add_consumers" || d.kind === "remove_consumers");
   const wanted = sizing?.figures?.consumerShards ?? 1;
   // A shard reports every 30 s or so, saying until when it counts as delivering (running_until);
   // a report without it counts for a few seconds.
   // A report from before the shard's own reset (an abort here) speaks for the instance the reset ended.
-  const fresh = (/** @type {{ index: number, received_at: number }} */ s) => (resetAt.get(s.index) ?? 0) < s.received_at;
-  const running = all.filter((s) => s.index < wanted && s.running && fresh(s) && (s.running_until ?? s.received_at + 6000) > Date.now()).map((s) => s.index);
+  const fresh = (/** @type {{ index: number, received_at: number }} */ s) =>
+    (resetAt.get(s.index) ?? 0) < s.received_at;
+  const running = all
+    .filter((s) => s.index < wanted && s.running && fresh(s) && (s.running_until ?? s.received_at + 6000) > Date.now())
+    .map((s) => s.index);
   if (exclude) {
     // No other shard says it delivers (a report comes only every 30 s): the one that reported last.
     const others = running.filter((i) => !exclude.has(i));

@@ -27,11 +27,24 @@ export function pushFigures(x) {
   // Each redelivery put down to a cause. A retry is the consumer's own (after a throw, from
   // waitUntil, or plain); otherwise a fault between the two starts; otherwise it came again
   // after the consumer acked it (a violation, push-checker.mjs) or after a span with no end.
-  const causes = { retried: 0, retry_all: 0, threw: 0, late_retry: 0, dead_lettered: 0, kill: 0, abort_consumer: 0, storage_reset: 0, acked_then_again: 0, cut_off: 0 };
+  const causes = {
+    retried: 0,
+    retry_all: 0,
+    threw: 0,
+    late_retry: 0,
+    dead_lettered: 0,
+    kill: 0,
+    abort_consumer: 0,
+    storage_reset: 0,
+    acked_then_again: 0,
+    cut_off: 0,
+  };
   for (const { a, b, excuse } of x.pairs) {
     if (b === null) causes.dead_lettered++;
-    else if (a.outcome === "retried") causes[a.late === "retried" ? "late_retry" : a.threw ? "threw" : a.retryAll ? "retry_all" : "retried"]++;
-    else if (excuse) causes[excuse.kind === "kill" ? "kill" : excuse.kind === "abort-consumer" ? "abort_consumer" : "storage_reset"]++;
+    else if (a.outcome === "retried")
+      causes[a.late === "retried" ? "late_retry" : a.threw ? "threw" : a.retryAll ? "retry_all" : "retried"]++;
+    else if (excuse)
+      causes[excuse.kind === "kill" ? "kill" : excuse.kind === "abort-consumer" ? "abort_consumer" : "storage_reset"]++;
     else if (a.end === null) causes.cut_off++;
     else causes.acked_then_again++;
   }
@@ -43,7 +56,8 @@ export function pushFigures(x) {
   // counted as a failed delivery) after it, with no kill between.
   /** @type {Map<ConsumerAbort, number[]>} */
   const cameAgain = new Map();
-  const add = (/** @type {ConsumerAbort} */ a, /** @type {number} */ t) => cameAgain.set(a, [...(cameAgain.get(a) ?? []), t - /** @type {number} */ (a.ok)]);
+  const add = (/** @type {ConsumerAbort} */ a, /** @type {number} */ t) =>
+    cameAgain.set(a, [...(cameAgain.get(a) ?? []), t - /** @type {number} */ (a.ok)]);
   for (const { a, b, excuse } of x.pairs) if (b && excuse?.abort && a.outcome !== "retried") add(excuse.abort, b.start);
   const leased = x.aborts.filter((a) => a.fired && a.ok !== null && a.kind === "abort-leased");
   /** @type {Map<string, PushDelivery[]>} */
@@ -57,7 +71,15 @@ export function pushFigures(x) {
       if (b.a <= (prev?.a ?? 0) + 1) return;
       attemptGaps++;
       const from = prev?.start ?? -Infinity;
-      const a = leased.filter((l) => l.q === b.q && /** @type {number} */ (l.ok) < b.start && /** @type {number} */ (l.ok) > from && !x.kills.some((k) => k > l.inv && k < b.start)).at(-1);
+      const a = leased
+        .filter(
+          (l) =>
+            l.q === b.q &&
+            /** @type {number} */ (l.ok) < b.start &&
+            /** @type {number} */ (l.ok) > from &&
+            !x.kills.some((k) => k > l.inv && k < b.start),
+        )
+        .at(-1);
       if (a) add(a, b.start);
     });
   }
@@ -125,7 +147,12 @@ export function pushFigures(x) {
       count: x.aborts.length,
       fired: x.aborts.filter((a) => a.fired).length,
       skipped: x.skipped,
-      by_kind: Object.fromEntries(kinds.map((k) => [k, { count: each.filter((e) => e.kind === k).length, fired: each.filter((e) => e.kind === k && e.fired).length }])),
+      by_kind: Object.fromEntries(
+        kinds.map((k) => [
+          k,
+          { count: each.filter((e) => e.kind === k).length, fired: each.filter((e) => e.kind === k && e.fired).length },
+        ]),
+      ),
       messages_came_again: each.reduce((n, e) => n + e.messages_came_again, 0),
       reset_to_came_again_ms: stat([...cameAgain.values()].flat()),
       each,
@@ -136,7 +163,8 @@ export function pushFigures(x) {
 /** @typedef {ReturnType<typeof pushFigures>} PushFigures */
 
 const n = (/** @type {number | undefined} */ v) => (v ?? 0).toLocaleString("en-US");
-const secs = (/** @type {{ median: number, max: number } | null} */ s) => (s ? `${(s.median / 1000).toFixed(1)} s / ${(s.max / 1000).toFixed(1)} s` : "n/a");
+const secs = (/** @type {{ median: number, max: number } | null} */ s) =>
+  s ? `${(s.median / 1000).toFixed(1)} s / ${(s.max / 1000).toFixed(1)} s` : "n/a";
 
 /**
  * The push rows of the report's summary table (none when the run had no push queue).
@@ -147,16 +175,36 @@ export function pushSummaryRows(f) {
   if (!f || (f.deliveries === 0 && f.sent.attempted === 0)) return [];
   const c = f.duplicates.causes;
   const ca = f.consumer_aborts;
-  const kinds = Object.entries(ca.by_kind).map(([k, v]) => `${v.fired} of ${v.count} ${k}`).join(", ");
+  const kinds = Object.entries(ca.by_kind)
+    .map(([k, v]) => `${v.fired} of ${v.count} ${k}`)
+    .join(", ");
   return [
-    ["push deliveries", `${n(f.sent.ok)} messages sent ok to the push queue; ${n(f.distinct)} distinct in ${n(f.deliveries)} deliveries to queue() in ${n(f.invocations)} invocations (${n(f.invocations_cut_off)} cut off by a kill)`],
-    ["push overlaps", `${n(f.overlaps_while_up)} while up (two handlers holding one message); ${n(f.overlaps_across.kill)} across a kill, ${n(f.overlaps_across["abort-consumer"])} across a consumer shard abort, ${n(f.overlaps_across["storage-reset"])} across a storage shard reset`],
-    ["push: delivered after the consumer acked", `${n(f.after_ack)} with no fault between; ${n(f.not_again)} not acked at their last delivery and never delivered again (${n(f.dead_lettered_again ?? 0)} more were a copy dead-lettered again after a kill or reset, whose first dead-lettering came out of the dead-letter queue)`],
-    ["push consumer misbehaving", `${n(f.throws.invocations)} throws (${n(f.throws.acked_before)} explicit acks before them stood), ${n(f.hangs.invocations)} hangs past the lease (${secs(f.hangs.hang_ms)}, lease ${f.lease_ms ?? "?"} ms), ${n(f.late.invocations)} late settles from waitUntil (${n(f.late.acks)} acks, ${n(f.late.retries)} retries)`],
-    ["push duplicates", `${n(f.duplicates.extra_deliveries)} extra deliveries (causes: ${c.retried} retry, ${c.retry_all} retryAll(), ${c.threw} throw, ${c.late_retry} late retry, ${c.dead_lettered} dead-lettered, ${c.kill} kill, ${c.abort_consumer} consumer shard abort, ${c.storage_reset} storage shard reset, ${c.acked_then_again} after an ack, ${c.cut_off} other)`],
+    [
+      "push deliveries",
+      `${n(f.sent.ok)} messages sent ok to the push queue; ${n(f.distinct)} distinct in ${n(f.deliveries)} deliveries to queue() in ${n(f.invocations)} invocations (${n(f.invocations_cut_off)} cut off by a kill)`,
+    ],
+    [
+      "push overlaps",
+      `${n(f.overlaps_while_up)} while up (two handlers holding one message); ${n(f.overlaps_across.kill)} across a kill, ${n(f.overlaps_across["abort-consumer"])} across a consumer shard abort, ${n(f.overlaps_across["storage-reset"])} across a storage shard reset`,
+    ],
+    [
+      "push: delivered after the consumer acked",
+      `${n(f.after_ack)} with no fault between; ${n(f.not_again)} not acked at their last delivery and never delivered again (${n(f.dead_lettered_again ?? 0)} more were a copy dead-lettered again after a kill or reset, whose first dead-lettering came out of the dead-letter queue)`,
+    ],
+    [
+      "push consumer misbehaving",
+      `${n(f.throws.invocations)} throws (${n(f.throws.acked_before)} explicit acks before them stood), ${n(f.hangs.invocations)} hangs past the lease (${secs(f.hangs.hang_ms)}, lease ${f.lease_ms ?? "?"} ms), ${n(f.late.invocations)} late settles from waitUntil (${n(f.late.acks)} acks, ${n(f.late.retries)} retries)`,
+    ],
+    [
+      "push duplicates",
+      `${n(f.duplicates.extra_deliveries)} extra deliveries (causes: ${c.retried} retry, ${c.retry_all} retryAll(), ${c.threw} throw, ${c.late_retry} late retry, ${c.dead_lettered} dead-lettered, ${c.kill} kill, ${c.abort_consumer} consumer shard abort, ${c.storage_reset} storage shard reset, ${c.acked_then_again} after an ack, ${c.cut_off} other)`,
+    ],
     ...(ca.count || ca.planned
       ? /** @type {Array<[string, string]>} */ ([
-          ["consumer shard aborts", `${ca.fired} of ${ca.planned ?? ca.count} fired (${kinds || "none"})${ca.skipped ? `, ${ca.skipped} skipped` : ""}; ${n(ca.messages_came_again)} messages they held came again`],
+          [
+            "consumer shard aborts",
+            `${ca.fired} of ${ca.planned ?? ca.count} fired (${kinds || "none"})${ca.skipped ? `, ${ca.skipped} skipped` : ""}; ${n(ca.messages_came_again)} messages they held came again`,
+          ],
           ["consumer shard abort to its messages coming again", secs(ca.reset_to_came_again_ms)],
         ])
       : []),
@@ -189,7 +237,8 @@ export function pushSection(f) {
           "| consumer abort | kind | consumer shard | at (s) | fired | armed to reset (ms) | messages that came again | reset to coming again, median / max (ms) |",
           "| --- | --- | --- | --- | --- | --- | --- | --- |",
           ...f.consumer_aborts.each.map(
-            (a) => `| ${a.n} | ${a.kind} | ${a.consumer_shard ?? "–"} | ${(a.at_ms / 1000).toFixed(1)} | ${a.fired ? "yes" : "**no**"} | ${a.armed_to_reset_ms ?? "–"} | ${a.messages_came_again} | ${ms(a.reset_to_came_again_ms)} |`,
+            (a) =>
+              `| ${a.n} | ${a.kind} | ${a.consumer_shard ?? "–"} | ${(a.at_ms / 1000).toFixed(1)} | ${a.fired ? "yes" : "**no**"} | ${a.armed_to_reset_ms ?? "–"} | ${a.messages_came_again} | ${ms(a.reset_to_came_again_ms)} |`,
           ),
           "",
         ]

@@ -82,7 +82,12 @@ export function withQuietPhases(schedule, seed, o) {
   const out = [...schedule];
   for (let i = o.quietPhases; i >= 1; i--) {
     const at = Math.min(out.length, Math.round((i * schedule.length) / (o.quietPhases + 1)));
-    out.splice(at, 0, { kind: "quiet", upMs: Math.round(rng.between(...o.abortUpMs)), downMs: Math.round(rng.between(...o.downMs)), pick: rng.next() });
+    out.splice(at, 0, {
+      kind: "quiet",
+      upMs: Math.round(rng.between(...o.abortUpMs)),
+      downMs: Math.round(rng.between(...o.downMs)),
+      pick: rng.next(),
+    });
   }
   return out;
 }
@@ -101,7 +106,13 @@ export async function runQuietPhase(o, step, n) {
     const pulled = await sendDelayed(o, o.queue, n, dueS);
     await sendDelayed(o, o.pushQueue, n, dueS);
     const t0 = Date.now();
-    o.history.note("harness", "phase", { phase: "quiet", n, ms: o.quietMs, due_s: dueS, ...(late.length ? { not_stopped: late } : {}) });
+    o.history.note("harness", "phase", {
+      phase: "quiet",
+      n,
+      ms: o.quietMs,
+      due_s: dueS,
+      ...(late.length ? { not_stopped: late } : {}),
+    });
     const dueAt = t0 + dueS * 1000;
     const lines = [`quiet ${n}: ${Math.round(o.quietMs / 1000)} s, delayed messages due at ${dueS} s`];
     if (o.kill) {
@@ -124,20 +135,31 @@ export async function runQuietPhase(o, step, n) {
 async function sendDelayed(o, queue, n, dueS) {
   const hs = Array.from({ length: DELAYED }, (_, i) => `quiet.${n}.${queue}.${i}`);
   const op = o.history.invoke("quiet", "send", { q: queue, hs, d: dueS, quiet: n });
-  const r = await o.api.call("POST", `/${queue}/messages/batch`, { messages: hs.map((h) => ({ body: { h }, content_type: "json" })), delay_seconds: dueS });
+  const r = await o.api.call("POST", `/${queue}/messages/batch`, {
+    messages: hs.map((h) => ({ body: { h }, content_type: "json" })),
+    delay_seconds: dueS,
+  });
   const ids = r.outcome === "ok" ? r.result?.message_ids : undefined;
   if (r.outcome === "ok" && Array.isArray(ids) && ids.length === hs.length) {
     o.history.complete(op, "ok", { ids });
     return /** @type {string[]} */ (ids);
   }
-  o.history.complete(op, r.outcome === "ok" ? "unknown" : r.outcome, { status: r.status, error: r.outcome === "ok" ? "ok without ids" : r.error });
+  o.history.complete(op, r.outcome === "ok" ? "unknown" : r.outcome, {
+    status: r.status,
+    error: r.outcome === "ok" ? "ok without ids" : r.error,
+  });
   return [];
 }
 
 /** @param {Parameters<typeof runQuietPhase>[0]} o @param {import("./faults.mjs").FaultStep} step @param {number} n */
 async function killWhileAsleep(o, step, n) {
   const k = `quiet-${n}`;
-  const kill = o.history.invoke("nemesis", "kill", { n: k, signal: "SIGKILL", pid: o.service.server?.pid ?? null, quiet: n });
+  const kill = o.history.invoke("nemesis", "kill", {
+    n: k,
+    signal: "SIGKILL",
+    pid: o.service.server?.pid ?? null,
+    quiet: n,
+  });
   await o.service.kill();
   o.history.complete(kill, "ok");
   await sleep(step.downMs);
@@ -161,9 +183,14 @@ async function killWhileAsleep(o, step, n) {
  */
 async function resetAtWakeUp(o, step, n, ids, dueAt) {
   const view = await retrying(() => o.api.call("GET", `/${o.queue}/shards`));
-  const active = /** @type {Array<{ name: string, state: string }>} */ (view.result.shards).filter((s) => s.state === "active").map((s) => s.name).sort();
+  const active = /** @type {Array<{ name: string, state: string }>} */ (view.result.shards)
+    .filter((s) => s.state === "active")
+    .map((s) => s.name)
+    .sort();
   const number = ids[0] ? parseInt(ids[0].slice(14, 20), 16) : -1;
-  const shard = active.find((name) => Number(name.slice(name.lastIndexOf(":") + 1)) === number) ?? /** @type {string} */ (active[Math.floor(step.pick * active.length)]);
+  const shard =
+    active.find((name) => Number(name.slice(name.lastIndexOf(":") + 1)) === number) ??
+    /** @type {string} */ (active[Math.floor(step.pick * active.length)]);
   const hooks = `/${o.queue}/test-hooks`;
   const op = o.history.invoke("nemesis", "abort", { n: `quiet-${n}`, kind: "abort-ack", shard, quiet: n });
   const t0 = Date.now();
@@ -213,7 +240,8 @@ export function checkQuiet(ops) {
       const inv = /** @type {import("./history.mjs").Op} */ (invokes.get(o.op));
       for (const h of inv.value.hs) due.set(h, { n: inv.value.quiet, at: o.t + inv.value.d * 1000 });
     }
-    if (o.f === "pull" && o.type === "ok") for (const m of o.value?.msgs ?? []) if (m.h && !first.has(m.h)) first.set(m.h, o.t);
+    if (o.f === "pull" && o.type === "ok")
+      for (const m of o.value?.msgs ?? []) if (m.h && !first.has(m.h)) first.set(m.h, o.t);
   }
   const examples = [];
   let inPhase = 0;
@@ -224,7 +252,15 @@ export function checkQuiet(ops) {
     const t = first.get(h);
     if (t !== undefined) worst = Math.max(worst, t - d.at);
     if (t !== undefined && p && t <= (p.to ?? Infinity)) inPhase++;
-    else (notInPhase++, examples.push({ h, phase: d.n, due_at: Math.round(d.at), delivered_at: t === undefined ? null : Math.round(t), phase_end: p?.to ?? null }));
+    else
+      (notInPhase++,
+        examples.push({
+          h,
+          phase: d.n,
+          due_at: Math.round(d.at),
+          delivered_at: t === undefined ? null : Math.round(t),
+          phase_end: p?.to ?? null,
+        }));
   }
   const planned = Number(plan?.quiet?.phases ?? 0);
   const failures = [];
@@ -232,7 +268,19 @@ export function checkQuiet(ops) {
   if (notInPhase) failures.push(`${notInPhase} messages due during a quiet phase not delivered within it`);
   return {
     failures,
-    figures: { phases: phases.size, planned, delayed: due.size, delivered_in_phase: inPhase, not_in_phase: notInPhase, worst_due_to_delivery_ms: Math.round(worst), spans: [...phases].map(([n, p]) => ({ n, from: Math.round(p.from), to: p.to === null ? null : Math.round(p.to) })) },
+    figures: {
+      phases: phases.size,
+      planned,
+      delayed: due.size,
+      delivered_in_phase: inPhase,
+      not_in_phase: notInPhase,
+      worst_due_to_delivery_ms: Math.round(worst),
+      spans: [...phases].map(([n, p]) => ({
+        n,
+        from: Math.round(p.from),
+        to: p.to === null ? null : Math.round(p.to),
+      })),
+    },
     examples: examples.slice(0, 10),
   };
 }

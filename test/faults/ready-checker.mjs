@@ -64,7 +64,10 @@ export function checkReady(ops, opts = {}) {
   const deliveries = /** @type {Map<string, Got[]>} */ (new Map());
   const byLease = /** @type {Map<string, Got>} */ (new Map());
   /** Per lease: the first ack/retry invoke naming it, and how it was answered. */
-  const settle = /** @type {Map<string, { inv: number, ok: number | null, how: "acked" | "retried" | "stale" | "unknown", rd: number }>} */ (new Map());
+  const settle =
+    /** @type {Map<string, { inv: number, ok: number | null, how: "acked" | "retried" | "stale" | "unknown", rd: number }>} */ (
+      new Map()
+    );
   /** Per queue: spans of pulls answered with room. */
   const asking = /** @type {Map<string, Span[]>} */ (new Map());
   /** Per queue: spans while a queue() invocation ran. */
@@ -79,7 +82,8 @@ export function checkReady(ops, opts = {}) {
   const redrives = /** @type {Map<string, number[]>} */ (new Map());
   const openKills = /** @type {number[]} */ ([]);
   let end = 0;
-  const add = (/** @type {Map<string, Span[]>} */ m, /** @type {string} */ k, /** @type {Span} */ s) => (m.get(k) ?? m.set(k, []).get(k))?.push(s);
+  const add = (/** @type {Map<string, Span[]>} */ m, /** @type {string} */ k, /** @type {Span} */ s) =>
+    (m.get(k) ?? m.set(k, []).get(k))?.push(s);
 
   for (const o of ops) {
     end = Math.max(end, o.t);
@@ -88,13 +92,25 @@ export function checkReady(ops, opts = {}) {
       if (o.f === "kill") openKills.push(o.t);
       else if (o.f === "pause" && !openPause.has(o.value?.q)) openPause.set(o.value?.q, o.t);
       else if (o.f === "ack") {
-        for (const l of [...(o.value?.acks ?? []), ...(o.value?.retries ?? [])]) if (!settle.has(l)) settle.set(l, { inv: o.t, ok: null, how: "unknown", rd: Number(o.value?.rd ?? 0) });
+        for (const l of [...(o.value?.acks ?? []), ...(o.value?.retries ?? [])])
+          if (!settle.has(l)) settle.set(l, { inv: o.t, ok: null, how: "unknown", rd: Number(o.value?.rd ?? 0) });
       } else if (o.f === "push") {
         const q = String(o.value?.q ?? "");
         pushQueues.add(q);
         for (const m of o.value?.msgs ?? []) {
           if (!m.h) continue;
-          const g = { h: m.h, q, t: o.t, a: Number(m.a), s: null, push: true, l: `push:${o.op}:${m.id}`, vt: 0, end: null, acked: false };
+          const g = {
+            h: m.h,
+            q,
+            t: o.t,
+            a: Number(m.a),
+            s: null,
+            push: true,
+            l: `push:${o.op}:${m.id}`,
+            vt: 0,
+            end: null,
+            acked: false,
+          };
           add(/** @type {any} */ (deliveries), m.h, /** @type {any} */ (g));
           byLease.set(g.l, g);
         }
@@ -109,7 +125,12 @@ export function checkReady(ops, opts = {}) {
       for (const h of inv.value?.hs ?? []) {
         if (sent.has(h)) continue;
         const k = keys.get(h);
-        sent.set(h, { q: inv.value?.q, ready: o.t + Number(inv.value?.d ?? 0) * 1000, key: k ? k[1] : null, seq: k ? k[2] : 0 });
+        sent.set(h, {
+          q: inv.value?.q,
+          ready: o.t + Number(inv.value?.d ?? 0) * 1000,
+          key: k ? k[1] : null,
+          seq: k ? k[2] : 0,
+        });
       }
     } else if (o.f === "pull" && o.type === "ok") {
       const q = inv.value?.q;
@@ -117,7 +138,18 @@ export function checkReady(ops, opts = {}) {
       if (msgs.length < Number(inv.value?.n ?? Infinity)) add(asking, q, [inv.t, o.t]);
       for (const m of msgs) {
         if (!m.h) continue;
-        const g = { h: m.h, q, t: o.t, a: Number(m.a), s: m.s ?? null, push: false, l: m.l, vt: Number(inv.value?.vt ?? 0), end: o.t + Number(inv.value?.vt ?? 0), acked: false };
+        const g = {
+          h: m.h,
+          q,
+          t: o.t,
+          a: Number(m.a),
+          s: m.s ?? null,
+          push: false,
+          l: m.l,
+          vt: Number(inv.value?.vt ?? 0),
+          end: o.t + Number(inv.value?.vt ?? 0),
+          acked: false,
+        };
         add(/** @type {any} */ (deliveries), m.h, /** @type {any} */ (g));
         byLease.set(m.l, g);
       }
@@ -168,7 +200,8 @@ export function checkReady(ops, opts = {}) {
   for (const k of openKills) down.push([k, Infinity]);
   for (const [q, from] of openPause) add(paused, q, [from, Infinity]);
   // A push invocation never ended (cut off by a kill) was busy to the kill: the down span covers the rest.
-  for (const ds of deliveries.values()) for (const g of ds) if (g.push && g.end === null) add(pushBusy, g.q, [g.t, g.t]);
+  for (const ds of deliveries.values())
+    for (const g of ds) if (g.push && g.end === null) add(pushBusy, g.q, [g.t, g.t]);
 
   const isDlq = (/** @type {string} */ q) => q.endsWith("-dlq");
   const grace = (/** @type {Span} */ s) => /** @type {Span} */ ([s[0], s[1] + EXCUSE_GRACE_MS]);
@@ -186,7 +219,9 @@ export function checkReady(ops, opts = {}) {
   }
   /** key|queue -> [seq, h] sorted */
   const lanes = /** @type {Map<string, Array<[number, string]>>} */ (new Map());
-  for (const [h, s] of sent) if (s.key !== null) (lanes.get(`${s.key}|${s.q}`) ?? lanes.set(`${s.key}|${s.q}`, []).get(`${s.key}|${s.q}`))?.push([s.seq, h]);
+  for (const [h, s] of sent)
+    if (s.key !== null)
+      (lanes.get(`${s.key}|${s.q}`) ?? lanes.set(`${s.key}|${s.q}`, []).get(`${s.key}|${s.q}`))?.push([s.seq, h]);
   /** h -> until when its key's earlier messages held it back */
   const laneHeld = /** @type {Map<string, number>} */ (new Map());
   for (const lane of lanes.values()) {
@@ -204,18 +239,30 @@ export function checkReady(ops, opts = {}) {
   const downGrace = merge(down.map(grace));
   const controlGrace = merge(control.map(grace));
   const pausedGrace = new Map([...paused].map(([q, spans]) => [q, merge(spans.map(grace))]));
-  const resetGrace = (/** @type {Got} */ next) => merge([...resets.filter((r) => next.push || r.shard === next.s).map((r) => grace(r.span)), ...(next.push ? (consumerResets.get(next.q) ?? []).map(grace) : [])]);
+  const resetGrace = (/** @type {Got} */ next) =>
+    merge([
+      ...resets.filter((r) => next.push || r.shard === next.s).map((r) => grace(r.span)),
+      ...(next.push ? (consumerResets.get(next.q) ?? []).map(grace) : []),
+    ]);
 
   let windows = 0;
   let tooLong = 0;
   let worstMs = 0;
   const excusedMs = { down: 0, reset: 0, control: 0, paused: 0, ordered: 0 };
-  const worst = /** @type {Array<{ h: string, q: string, ready_at: number, delivered_at: number, waited_ms: number, asking_ms: number, why: string }>} */ ([]);
-  const windowOf = (/** @type {string} */ h, /** @type {number} */ ready, /** @type {Got} */ next, /** @type {string} */ why) => {
+  const worst =
+    /** @type {Array<{ h: string, q: string, ready_at: number, delivered_at: number, waited_ms: number, asking_ms: number, why: string }>} */ ([]);
+  const windowOf = (
+    /** @type {string} */ h,
+    /** @type {number} */ ready,
+    /** @type {Got} */ next,
+    /** @type {string} */ why,
+  ) => {
     if (!(next.t > ready)) return;
     windows++;
     const span = /** @type {Span} */ ([ready, next.t]);
-    const ask = next.push ? subtract([span], clip(busyMerged.get(next.q) ?? [], span)) : clip(askMerged.get(next.q) ?? [], span);
+    const ask = next.push
+      ? subtract([span], clip(busyMerged.get(next.q) ?? [], span))
+      : clip(askMerged.get(next.q) ?? [], span);
     const held = laneHeld.get(h);
     /** @type {Array<[keyof typeof excusedMs, Span[]]>} */
     const excuses = [
@@ -235,7 +282,15 @@ export function checkReady(ops, opts = {}) {
     worstMs = Math.max(worstMs, ms);
     if (ms > limit) {
       tooLong++;
-      worst.push({ h, q: next.q, ready_at: Math.round(ready), delivered_at: Math.round(next.t), waited_ms: Math.round(next.t - ready), asking_ms: Math.round(ms), why });
+      worst.push({
+        h,
+        q: next.q,
+        ready_at: Math.round(ready),
+        delivered_at: Math.round(next.t),
+        waited_ms: Math.round(next.t - ready),
+        asking_ms: Math.round(ms),
+        why,
+      });
     }
   };
   for (const [h, ds] of deliveries) {
@@ -259,10 +314,18 @@ export function checkReady(ops, opts = {}) {
     }
   }
   worst.sort((a, b) => b.asking_ms - a.asking_ms);
-  const failures = tooLong ? [`${tooLong} times a message stayed ready longer than ${limit / 1000} s while a consumer asked for messages`] : [];
+  const failures = tooLong
+    ? [`${tooLong} times a message stayed ready longer than ${limit / 1000} s while a consumer asked for messages`]
+    : [];
   return {
     failures,
-    figures: { windows, too_long: tooLong, limit_ms: limit, worst_asking_ms: Math.round(worstMs), excused_ms: Object.fromEntries(Object.entries(excusedMs).map(([k, v]) => [k, Math.round(v)])) },
+    figures: {
+      windows,
+      too_long: tooLong,
+      limit_ms: limit,
+      worst_asking_ms: Math.round(worstMs),
+      excused_ms: Object.fromEntries(Object.entries(excusedMs).map(([k, v]) => [k, Math.round(v)])),
+    },
     examples: worst.slice(0, WORST),
   };
 }

@@ -12,7 +12,8 @@ import { pushSection, pushSummaryRows } from "./push-figures.mjs";
  */
 
 const n = (/** @type {number} */ x) => x.toLocaleString("en-US");
-const secs = (/** @type {{ median: number, max: number } | null} */ s) => (s ? `${(s.median / 1000).toFixed(1)} s / ${(s.max / 1000).toFixed(1)} s` : "n/a");
+const secs = (/** @type {{ median: number, max: number } | null} */ s) =>
+  s ? `${(s.median / 1000).toFixed(1)} s / ${(s.max / 1000).toFixed(1)} s` : "n/a";
 
 /**
  * The summary rows, shared by the console table and the Markdown report.
@@ -24,51 +25,101 @@ export function summaryRows(r, meta) {
   const c = f.duplicated.redelivery_causes;
   const k = f.kills;
   const ab = f.aborts;
-  const kinds = Object.entries(ab?.by_kind ?? {}).map(([kind, x]) => `${x.fired} of ${x.count} ${kind}`).join(", ");
+  const kinds = Object.entries(ab?.by_kind ?? {})
+    .map(([kind, x]) => `${x.fired} of ${x.count} ${kind}`)
+    .join(", ");
   return [
     ["verdict", r.valid ? "VALID" : `INVALID: ${r.failures.join("; ")}`],
     ["seed, replay", `${meta.seed}: ${meta.replay}`],
-    ["faults", `${k.count} hard kills (SIGKILL of wrangler dev and workerd), restarted on the same state${ab?.count ? `; ${ab.fired} of ${ab.count} storage shard resets fired (${kinds})` : ""}${meta.corruptions ? `; ${meta.corruptions} corruptions at rest` : ""}`],
-    ["messages sent", `${n(f.sent.attempted)} attempted: ${n(f.sent.ok)} ok, ${n(f.sent.unknown)} unknown, ${n(f.sent.fail)} failed`],
-    ["delivered", `${n(f.delivered.distinct)} distinct in ${n(f.delivered.deliveries)} deliveries (${n(f.delivered.from_dead_letter_queue)} from the dead-letter queue)`],
-    ["lost", `${n(f.lost)}${f.lost_after_delivery ? ` (${n(f.lost_after_delivery)} of them delivered, then gone from every queue without an ack)` : ""}`],
+    [
+      "faults",
+      `${k.count} hard kills (SIGKILL of wrangler dev and workerd), restarted on the same state${ab?.count ? `; ${ab.fired} of ${ab.count} storage shard resets fired (${kinds})` : ""}${meta.corruptions ? `; ${meta.corruptions} corruptions at rest` : ""}`,
+    ],
+    [
+      "messages sent",
+      `${n(f.sent.attempted)} attempted: ${n(f.sent.ok)} ok, ${n(f.sent.unknown)} unknown, ${n(f.sent.fail)} failed`,
+    ],
+    [
+      "delivered",
+      `${n(f.delivered.distinct)} distinct in ${n(f.delivered.deliveries)} deliveries (${n(f.delivered.from_dead_letter_queue)} from the dead-letter queue)`,
+    ],
+    [
+      "lost",
+      `${n(f.lost)}${f.lost_after_delivery ? ` (${n(f.lost_after_delivery)} of them delivered, then gone from every queue without an ack)` : ""}`,
+    ],
     ["unexpected", `${n(f.unexpected)}${f.wrong_id ? ` (+${n(f.wrong_id)} under a wrong id)` : ""}`],
-    ["message ids stored twice", `${n(f.stored_twice_same_id ?? 0)}${f.stored_twice_across_cut_move ? ` (+${n(f.stored_twice_across_cut_move)} where a cut-off redrive's copy came back beside its source)` : ""}`],
+    [
+      "message ids stored twice",
+      `${n(f.stored_twice_same_id ?? 0)}${f.stored_twice_across_cut_move ? ` (+${n(f.stored_twice_across_cut_move)} where a cut-off redrive's copy came back beside its source)` : ""}`,
+    ],
     ...(f.quarantine?.corrupted
       ? /** @type {Array<[string, string]>} */ ([
-          ["corrupted at rest", `${n(f.quarantine.corrupted)} stored bodies corrupted: ${f.quarantine.reported ?? "no"} reported quarantined (${n(f.quarantine.expected)} expected), ${n(f.quarantine.delivered_after_corruption)} delivered after it; ${n(f.quarantine.never_delivered)} never delivered, not lost`],
+          [
+            "corrupted at rest",
+            `${n(f.quarantine.corrupted)} stored bodies corrupted: ${f.quarantine.reported ?? "no"} reported quarantined (${n(f.quarantine.expected)} expected), ${n(f.quarantine.delivered_after_corruption)} delivered after it; ${n(f.quarantine.never_delivered)} never delivered, not lost`,
+          ],
         ])
       : []),
     ["garbled deliveries", n(f.quarantine?.garbled_deliveries ?? 0)],
-    ["sent again with their Idempotency-Key", `${n(f.idempotent_retries?.messages ?? 0)} messages after an unknown first try: ${n(f.idempotent_retries?.delivered ?? 0)} delivered, ${n(f.idempotent_retries?.stored_under_two_ids ?? 0)} stored under two ids`],
-    ["duplicated", `${n(f.duplicated.messages)} messages, ${n(f.duplicated.extra_deliveries)} extra deliveries (causes: ${c.retried} consumer retry, ${c.dead_lettered} dead-lettered, ${c.lease_expired} lease expired, ${c.kill} kill, ${c.abort ?? 0} shard reset, ${c.other} other); harness ids stored under two ids: ${f.duplicated.stored_twice}`],
+    [
+      "sent again with their Idempotency-Key",
+      `${n(f.idempotent_retries?.messages ?? 0)} messages after an unknown first try: ${n(f.idempotent_retries?.delivered ?? 0)} delivered, ${n(f.idempotent_retries?.stored_under_two_ids ?? 0)} stored under two ids`,
+    ],
+    [
+      "duplicated",
+      `${n(f.duplicated.messages)} messages, ${n(f.duplicated.extra_deliveries)} extra deliveries (causes: ${c.retried} consumer retry, ${c.dead_lettered} dead-lettered, ${c.lease_expired} lease expired, ${c.kill} kill, ${c.abort ?? 0} shard reset, ${c.other} other); harness ids stored under two ids: ${f.duplicated.stored_twice}`,
+    ],
     ["recovered", `${n(f.recovered)} of ${n(f.sent.unknown)} unknown sends delivered`],
-    ["lease overlaps", `${f.lease_overlaps} while up; ${f.leases_ended_by_kill} leases ended by a kill, ${f.leases_ended_by_abort ?? 0} by a shard reset`],
-    ["delivered after ack", `${n(f.delivered_after_ack)}${f.delivered_after_ack_across_cut_move ? ` (+${n(f.delivered_after_ack_across_cut_move)} deliveries of a second copy a cut-off redrive or dead-lettering left behind)` : ""}`],
+    [
+      "lease overlaps",
+      `${f.lease_overlaps} while up; ${f.leases_ended_by_kill} leases ended by a kill, ${f.leases_ended_by_abort ?? 0} by a shard reset`,
+    ],
+    [
+      "delivered after ack",
+      `${n(f.delivered_after_ack)}${f.delivered_after_ack_across_cut_move ? ` (+${n(f.delivered_after_ack_across_cut_move)} deliveries of a second copy a cut-off redrive or dead-lettering left behind)` : ""}`,
+    ],
     ...(f.moves?.redrives
       ? /** @type {Array<[string, string]>} */ ([
-          ["moves", `${n(f.moves.redrives_ok)} of ${n(f.moves.redrives)} redrives ok (${n(f.moves.redrives_cut)} cut off), ${n(f.moves.moved_reported)} messages moved; ${n(f.moves.messages_back_after_dead_letter)} messages back in a queue after a dead-lettering, ${n(f.moves.messages_dead_lettered_twice)} dead-lettered twice or more (most stays: ${f.moves.most_stays})`],
+          [
+            "moves",
+            `${n(f.moves.redrives_ok)} of ${n(f.moves.redrives)} redrives ok (${n(f.moves.redrives_cut)} cut off), ${n(f.moves.moved_reported)} messages moved; ${n(f.moves.messages_back_after_dead_letter)} messages back in a queue after a dead-lettering, ${n(f.moves.messages_dead_lettered_twice)} dead-lettered twice or more (most stays: ${f.moves.most_stays})`,
+          ],
         ])
       : []),
     ...(f.ready
       ? /** @type {Array<[string, string]>} */ ([
-          ["ready too long (> 10 s while asked for)", `${n(f.ready.too_long)} of ${n(f.ready.windows)} times a message was ready; the longest while a consumer asked ${secs({ median: f.ready.worst_asking_ms, max: f.ready.worst_asking_ms }).split(" / ")[0]}`],
+          [
+            "ready too long (> 10 s while asked for)",
+            `${n(f.ready.too_long)} of ${n(f.ready.windows)} times a message was ready; the longest while a consumer asked ${secs({ median: f.ready.worst_asking_ms, max: f.ready.worst_asking_ms }).split(" / ")[0]}`,
+          ],
         ])
       : []),
     ...(f.quiet?.planned
       ? /** @type {Array<[string, string]>} */ ([
-          ["quiet phases", `${f.quiet.phases} of ${f.quiet.planned} ran; ${n(f.quiet.delivered_in_phase)} of ${n(f.quiet.delayed)} messages due during one delivered within it (at most ${(f.quiet.worst_due_to_delivery_ms / 1000).toFixed(1)} s after due)`],
+          [
+            "quiet phases",
+            `${f.quiet.phases} of ${f.quiet.planned} ran; ${n(f.quiet.delivered_in_phase)} of ${n(f.quiet.delayed)} messages due during one delivered within it (at most ${(f.quiet.worst_due_to_delivery_ms / 1000).toFixed(1)} s after due)`,
+          ],
         ])
       : []),
-    ["poison messages", `${f.poison.dead_lettered} of ${f.poison.sent} dead-lettered after max_retries${f.poison.quarantined ? ` (${f.poison.quarantined} corrupted and quarantined first)` : ""}`],
-    ["acks", `${n(f.acks.confirmed)} acks and ${n(f.acks.retriesConfirmed)} retries confirmed, ${n(f.acks.stale)} refused as stale, ${n(f.acks.unknown)} unknown, ${n(f.acks.failed)} failed`],
+    [
+      "poison messages",
+      `${f.poison.dead_lettered} of ${f.poison.sent} dead-lettered after max_retries${f.poison.quarantined ? ` (${f.poison.quarantined} corrupted and quarantined first)` : ""}`,
+    ],
+    [
+      "acks",
+      `${n(f.acks.confirmed)} acks and ${n(f.acks.retriesConfirmed)} retries confirmed, ${n(f.acks.stale)} refused as stale, ${n(f.acks.unknown)} unknown, ${n(f.acks.failed)} failed`,
+    ],
     ["ready after restart (median / max)", secs(k.ready_ms)],
     ["restart to first send ok", secs(k.restart_to_first_send_ms)],
     ["restart to first pull ok", secs(k.restart_to_first_pull_ms)],
     ["kill to first send ok", secs(k.kill_to_first_send_ms)],
     ...(ab?.count
       ? /** @type {Array<[string, string]>} */ ([
-          ["shard resets", `${n(ab.unknown_send_messages)} messages in sends left unknown and ${n(ab.acks_not_applied)} acks or retries not applied around them; ${n(ab.messages_came_again)} messages they set free came again`],
+          [
+            "shard resets",
+            `${n(ab.unknown_send_messages)} messages in sends left unknown and ${n(ab.acks_not_applied)} acks or retries not applied around them; ${n(ab.messages_came_again)} messages they set free came again`,
+          ],
           ["reset to the last message it set free coming again", secs(ab.reset_to_last_came_again_ms)],
         ])
       : []),
@@ -123,7 +174,8 @@ function markdown(r, meta) {
     "| kill | at (s) | ready after restart (ms) | restart to first send ok (ms) | restart to first pull ok (ms) | kill to first send ok (ms) | messages in unknown sends |",
     "| --- | --- | --- | --- | --- | --- | --- |",
     ...r.figures.kills.each.map(
-      (k) => `| ${k.n} | ${(k.at_ms / 1000).toFixed(1)} | ${k.ready_ms ?? "–"} | ${k.restart_to_first_send_ms ?? "–"} | ${k.restart_to_first_pull_ms ?? "–"} | ${k.kill_to_first_send_ms ?? "–"} | ${k.unknown_send_messages} |`,
+      (k) =>
+        `| ${k.n} | ${(k.at_ms / 1000).toFixed(1)} | ${k.ready_ms ?? "–"} | ${k.restart_to_first_send_ms ?? "–"} | ${k.restart_to_first_pull_ms ?? "–"} | ${k.kill_to_first_send_ms ?? "–"} | ${k.unknown_send_messages} |`,
     ),
     "",
     ...(r.figures.aborts?.count
@@ -133,7 +185,8 @@ function markdown(r, meta) {
           "| abort | kind | shard | at (s) | fired | armed to reset (ms) | messages in unknown sends | acks not applied | messages that came again | reset to the last coming again (ms) |",
           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
           ...r.figures.aborts.each.map(
-            (a) => `| ${a.n} | ${a.kind} | ${a.shard} | ${(a.at_ms / 1000).toFixed(1)} | ${a.fired ? "yes" : "**no**"} | ${a.armed_to_reset_ms ?? "–"} | ${a.unknown_send_messages} | ${a.acks_not_applied} | ${a.messages_came_again} | ${a.reset_to_last_came_again_ms ?? "–"} |`,
+            (a) =>
+              `| ${a.n} | ${a.kind} | ${a.shard} | ${(a.at_ms / 1000).toFixed(1)} | ${a.fired ? "yes" : "**no**"} | ${a.armed_to_reset_ms ?? "–"} | ${a.unknown_send_messages} | ${a.acks_not_applied} | ${a.messages_came_again} | ${a.reset_to_last_came_again_ms ?? "–"} |`,
           ),
           "",
         ]
@@ -159,7 +212,18 @@ function markdown(r, meta) {
     "",
   ];
   if (!r.valid) {
-    lines.push("## Failures", "", ...r.failures.map((f) => `- ${f}`), "", "Examples:", "", "```json", JSON.stringify(r.examples, null, 2), "```", "");
+    lines.push(
+      "## Failures",
+      "",
+      ...r.failures.map((f) => `- ${f}`),
+      "",
+      "Examples:",
+      "",
+      "```json",
+      JSON.stringify(r.examples, null, 2),
+      "```",
+      "",
+    );
   }
   return `${lines.join("\n")}\n`;
 }

@@ -104,22 +104,40 @@ async function main(argv) {
       const files = writeReport(r, meta);
       console.log(`${formatTable(r, meta)}\nreport: ${files.md}`);
     } else {
-      console.log(JSON.stringify({ valid: r.valid, failures: r.failures, figures: r.figures, examples: r.examples }, null, 2));
+      console.log(
+        JSON.stringify({ valid: r.valid, failures: r.failures, figures: r.figures, examples: r.examples }, null, 2),
+      );
     }
     return r.valid ? 0 : 1;
   }
   const mode = v.short ? "short" : "full";
   const d = defaults(mode);
-  const int = (/** @type {string | undefined} */ s, /** @type {string} */ name, /** @type {number} */ min, /** @type {number} */ max, /** @type {number} */ fallback) => {
+  const int = (
+    /** @type {string | undefined} */ s,
+    /** @type {string} */ name,
+    /** @type {number} */ min,
+    /** @type {number} */ max,
+    /** @type {number} */ fallback,
+  ) => {
     if (s === undefined) return fallback;
     const x = Number(s);
-    if (!Number.isInteger(x) || x < min || x > max) throw new Usage(`--${name} must be an integer from ${min} to ${max}`);
+    if (!Number.isInteger(x) || x < min || x > max)
+      throw new Usage(`--${name} must be an integer from ${min} to ${max}`);
     return x;
   };
   const seed = int(v.seed, "seed", 1, 2 ** 31 - 1, d.seed);
-  const faults = v.faults === undefined ? d.faults : v.faults.split(",").map((k) => k.trim()).filter(Boolean);
+  const faults =
+    v.faults === undefined
+      ? d.faults
+      : v.faults
+          .split(",")
+          .map((k) => k.trim())
+          .filter(Boolean);
   const unknownKind = faults.find((k) => !FAULT_KINDS.includes(k));
-  if (unknownKind !== undefined || faults.length === 0) throw new Usage(`--faults takes one or more of ${FAULT_KINDS.join(", ")}${unknownKind ? `, not "${unknownKind}"` : ""}`);
+  if (unknownKind !== undefined || faults.length === 0)
+    throw new Usage(
+      `--faults takes one or more of ${FAULT_KINDS.join(", ")}${unknownKind ? `, not "${unknownKind}"` : ""}`,
+    );
   if (v.ordered && v.unordered) throw new Usage("--ordered and --unordered exclude each other");
   const ordered = !v.unordered;
   if (v["ordered-rate"] !== undefined && !ordered) throw new Usage("--ordered-rate does not go with --unordered");
@@ -133,7 +151,10 @@ async function main(argv) {
     aborts: int(v.aborts, "aborts", 0, 1000, d.aborts),
     corruptions: int(v.corruptions, "corruptions", 0, 100, d.corruptions),
     controls: int(v.controls, "controls", 0, 1000, d.controls),
-    alarmThrows: v["alarm-throws"] === undefined ? d.alarmThrows : v["alarm-throws"].split(",").map((x) => int(x.trim(), "alarm-throws", 1, 10, 1)),
+    alarmThrows:
+      v["alarm-throws"] === undefined
+        ? d.alarmThrows
+        : v["alarm-throws"].split(",").map((x) => int(x.trim(), "alarm-throws", 1, 10, 1)),
     messages: int(v.messages, "messages", 1, 10_000_000, d.messages),
     kills: int(v.kills, "kills", 0, 1000, d.kills),
     rate: int(v.rate, "rate", 0, 1_000_000, d.rate),

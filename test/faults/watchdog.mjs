@@ -81,7 +81,13 @@ export class Watchdog {
     /** @type {NodeJS.Timeout | undefined} */
     let t;
     const late = new Promise((r) => (t = setTimeout(() => r("late"), ms)));
-    const r = await Promise.race([p.then(() => "done", () => "done"), late]);
+    const r = await Promise.race([
+      p.then(
+        () => "done",
+        () => "done",
+      ),
+      late,
+    ]);
     clearTimeout(t);
     if (r === "done") return true;
     this.stuck.push(label);
@@ -97,7 +103,10 @@ export class Watchdog {
     /** @type {Record<string, number>} */
     const handles = {};
     for (const h of process.getActiveResourcesInfo()) handles[h] = (handles[h] ?? 0) + 1;
-    const list = (/** @type {Record<string, number>} */ r) => Object.entries(r).map(([k, n]) => `${k} x${n}`).join(", ") || "none";
+    const list = (/** @type {Record<string, number>} */ r) =>
+      Object.entries(r)
+        .map(([k, n]) => `${k} x${n}`)
+        .join(", ") || "none";
     return `open operations: ${list(open)}; live handles: ${list(handles)}`;
   }
 }

@@ -26,7 +26,8 @@ const KEYED_TRIES = 8;
 export { sleep };
 
 /** Lease ids are long signed tokens: the history keeps a 64-bit fingerprint of each. */
-export const fingerprint = (/** @type {string} */ token) => createHash("sha256").update(token).digest("hex").slice(0, 16);
+export const fingerprint = (/** @type {string} */ token) =>
+  createHash("sha256").update(token).digest("hex").slice(0, 16);
 
 /** Messages still to send, shared by the producers. A send refused for certain gives its messages back. */
 export class Budget {
@@ -113,7 +114,11 @@ export async function runProducer(o) {
     // Now and then a send under an id chosen to collide, or of its own (id-collisions.mjs).
     const chosen = collisions.due();
     for (let i = 0; i < chosen && !o.control.stop; i++) {
-      const r = await collisions.act({ queue: o.queue, fresh: () => (o.budget.take(1) === 0 ? null : message()), send: (q, m, id, chose) => sendUnderId(o, p, q, m, id, chose) });
+      const r = await collisions.act({
+        queue: o.queue,
+        fresh: () => (o.budget.take(1) === 0 ? null : message()),
+        send: (q, m, id, chose) => sendUnderId(o, p, q, m, id, chose),
+      });
       if (r?.outcome === "fail") o.budget.refund(r.n);
     }
     if (chosen > 0) continue;
@@ -131,7 +136,13 @@ export async function runProducer(o) {
       // Each single send is its own operation.
       await Promise.all(
         messages.map(async (m) => {
-          const op = o.history.invoke(p, "send", { q: queue, hs: [m.h], single: true, ...(m.x ? { x: [m.h] } : {}), ...ordered([m]) });
+          const op = o.history.invoke(p, "send", {
+            q: queue,
+            hs: [m.h],
+            single: true,
+            ...(m.x ? { x: [m.h] } : {}),
+            ...ordered([m]),
+          });
           const r = await o.api.call("POST", `/${queue}/messages`, wire(m));
           const id = r.outcome === "ok" ? r.result?.message_id : undefined;
           const outcome = complete(o, op, r, typeof id === "string" ? [id] : undefined, 1);
@@ -149,8 +160,20 @@ export async function runProducer(o) {
       // Tries until one is answered ok or refused, through a restart (about 3 s) if need be.
       for (let attempt = 0; attempt < (key ? KEYED_TRIES : 1) && outcome === "unknown" && !o.control.stop; attempt++) {
         if (attempt > 0) await sleep(rng.int(300, 800));
-        const op = o.history.invoke(p, "send", { q: queue, hs: messages.map((m) => m.h), ...(poison.length ? { x: poison } : {}), ...(key ? { key, try: attempt + 1 } : {}), ...ordered(messages), ...("delay_seconds" in delay ? { d: delay.delay_seconds } : {}) });
-        const r = await o.api.call("POST", `/${queue}/messages/batch`, { messages: messages.map(wire), ...delay }, key ? { "idempotency-key": key } : undefined);
+        const op = o.history.invoke(p, "send", {
+          q: queue,
+          hs: messages.map((m) => m.h),
+          ...(poison.length ? { x: poison } : {}),
+          ...(key ? { key, try: attempt + 1 } : {}),
+          ...ordered(messages),
+          ...("delay_seconds" in delay ? { d: delay.delay_seconds } : {}),
+        });
+        const r = await o.api.call(
+          "POST",
+          `/${queue}/messages/batch`,
+          { messages: messages.map(wire), ...delay },
+          key ? { "idempotency-key": key } : undefined,
+        );
         const ids = r.outcome === "ok" ? r.result?.message_ids : undefined;
         const x = complete(o, op, r, Array.isArray(ids) ? ids : undefined, n);
         if (x === "ok") collisions.note(queue, messages, ids, key);
@@ -214,7 +237,12 @@ function orderingKeys(o) {
  * @param {Message} m
  */
 function wire(m) {
-  const body = { h: m.h, ...(m.x ? { x: 1 } : {}), ...(m.key ? { k: m.key, n: m.seq } : {}), ...(m.pad ? { pad: "x".repeat(m.pad) } : {}) };
+  const body = {
+    h: m.h,
+    ...(m.x ? { x: 1 } : {}),
+    ...(m.key ? { k: m.key, n: m.seq } : {}),
+    ...(m.pad ? { pad: "x".repeat(m.pad) } : {}),
+  };
   return { body, content_type: "json", ...(m.key ? { ordering_key: m.key } : {}) };
 }
 
@@ -237,7 +265,10 @@ function complete(o, op, r, ids, n) {
       return "ok";
     }
     // A yes without the ids is not a yes the checker can use.
-    o.history.complete(op, "unknown", { status: r.status, error: `ok without ${n} message ids: ${JSON.stringify(r.result).slice(0, 200)}` });
+    o.history.complete(op, "unknown", {
+      status: r.status,
+      error: `ok without ${n} message ids: ${JSON.stringify(r.result).slice(0, 200)}`,
+    });
     return "unknown";
   }
   o.history.complete(op, r.outcome, { status: r.status, error: r.error });
@@ -272,10 +303,19 @@ export async function runConsumer(o) {
     // Long polling: a pull that finds nothing waits this long for messages (0: answers at once).
     const wait = o.waitMs ? rng.pick(o.waitMs) : 0;
     const op = o.history.invoke(o.name, "pull", { q: o.queue, n: batch, vt, ...(wait ? { w: wait } : {}) });
-    const waitId = `${o.name}-${op}-${rng.int(0, 1e9)}`.replace(/[^A-Za-z0-9_-]/g, "_").padEnd(16, "0").slice(0, 64);
+    const waitId = `${o.name}-${op}-${rng.int(0, 1e9)}`
+      .replace(/[^A-Za-z0-9_-]/g, "_")
+      .padEnd(16, "0")
+      .slice(0, 64);
     const gone = wait >= 1000 && rng.next() < (o.abandonRate ?? 0) ? new AbortController() : null;
     const abandonAt = gone ? setTimeout(() => gone.abort(), rng.int(50, wait - 50)) : undefined;
-    const r = await o.api.call("POST", `/${o.queue}/messages/pull`, { batch_size: batch, visibility_timeout_ms: vt, ...(wait ? { wait_time_ms: wait, wait_id: waitId } : {}) }, undefined, gone?.signal);
+    const r = await o.api.call(
+      "POST",
+      `/${o.queue}/messages/pull`,
+      { batch_size: batch, visibility_timeout_ms: vt, ...(wait ? { wait_time_ms: wait, wait_id: waitId } : {}) },
+      undefined,
+      gone?.signal,
+    );
     clearTimeout(abandonAt);
     if (gone?.signal.aborted && r.outcome !== "ok") {
       o.history.complete(op, "unknown", { status: null, error: "abandoned by the client" });
@@ -302,7 +342,16 @@ export async function runConsumer(o) {
       const { h, poison, garbled } = harnessId(m);
       // The ordering key the service says the message has: the order checker compares it with the one sent.
       const key = typeof m.ordering_key === "string" ? { k: m.ordering_key } : {};
-      msgs.push({ h, id: String(m.id), a: Number(m.attempts), l, ...storedAt(token), ...key, ...(poison ? { x: /** @type {1} */ (1) } : {}), ...(garbled ? { g: /** @type {1} */ (1) } : {}) });
+      msgs.push({
+        h,
+        id: String(m.id),
+        a: Number(m.attempts),
+        l,
+        ...storedAt(token),
+        ...key,
+        ...(poison ? { x: /** @type {1} */ (1) } : {}),
+        ...(garbled ? { g: /** @type {1} */ (1) } : {}),
+      });
       const roll = rng.next();
       if (o.retryPoison && poison) retries.push({ token, l });
       else if (roll < o.dropRate) continue;
@@ -330,7 +379,12 @@ export async function runConsumer(o) {
  */
 async function settle(o, acks, retries, delay = 0) {
   // rd: the retries' delay, for the checker's "not before its retry delay" (pause-delay.mjs).
-  const op = o.history.invoke(o.name, "ack", { q: o.queue, acks: acks.map((a) => a.l), retries: retries.map((a) => a.l), ...(delay && retries.length ? { rd: delay } : {}) });
+  const op = o.history.invoke(o.name, "ack", {
+    q: o.queue,
+    acks: acks.map((a) => a.l),
+    retries: retries.map((a) => a.l),
+    ...(delay && retries.length ? { rd: delay } : {}),
+  });
   const r = await o.api.call("POST", `/${o.queue}/messages/ack`, {
     ...(acks.length ? { acks: acks.map((a) => ({ lease_id: a.token })) } : {}),
     ...(retries.length ? { retries: retries.map((a) => ({ lease_id: a.token, delay_seconds: delay })) } : {}),
@@ -420,7 +474,10 @@ export async function runRedriver(o) {
       const r = await o.api.call("POST", `/${o.dlq}/redrive`, { target_queue: to, limit, messages_per_second: 5000 });
       await purging;
       if (r.outcome === "ok") {
-        o.history.complete(op, "ok", { moved: r.result?.moved ?? null, remaining: r.result?.remaining_matching ?? null });
+        o.history.complete(op, "ok", {
+          moved: r.result?.moved ?? null,
+          remaining: r.result?.remaining_matching ?? null,
+        });
         o.tally.redrives++;
         o.tally.moved += Number(r.result?.moved ?? 0);
       } else o.history.complete(op, r.outcome, { status: r.status, error: r.error });

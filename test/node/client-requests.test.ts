@@ -29,7 +29,12 @@ interface Sent {
 function fakeService(answers: Array<(req: Sent) => Response | Promise<Response>>) {
   const sent: Sent[] = [];
   const fetch: FetchLike = async (url, init) => {
-    const req: Sent = { url, method: String(init.method), headers: init.headers as Record<string, string>, body: init.body ? JSON.parse(String(init.body)) : undefined };
+    const req: Sent = {
+      url,
+      method: String(init.method),
+      headers: init.headers as Record<string, string>,
+      body: init.body ? JSON.parse(String(init.body)) : undefined,
+    };
     sent.push(req);
     return answers[Math.min(sent.length - 1, answers.length - 1)]!(req);
   };
@@ -37,16 +42,29 @@ function fakeService(answers: Array<(req: Sent) => Response | Promise<Response>>
 }
 
 const ok = (result: unknown) => () => Response.json({ success: true, errors: [], messages: [], result });
-const fail = (status: number, errors: Array<{ code?: number; message: string; field?: string }>, headers: Record<string, string> = {}) => () =>
-  Response.json({ success: false, errors, messages: [], result: null }, { status, headers });
+const fail =
+  (
+    status: number,
+    errors: Array<{ code?: number; message: string; field?: string }>,
+    headers: Record<string, string> = {},
+  ) =>
+  () =>
+    Response.json({ success: false, errors, messages: [], result: null }, { status, headers });
 const refused = () => {
   throw new TypeError("fetch failed", { cause: { code: "ECONNREFUSED" } });
 };
 /** Answers a batch with one id per message, numbered from `from`. */
-const batchIds = (from: { n: number }) => (req: Sent) => ok({ message_ids: req.body.messages.map(() => `id${from.n++}`) })();
+const batchIds = (from: { n: number }) => (req: Sent) =>
+  ok({ message_ids: req.body.messages.map(() => `id${from.n++}`) })();
 
 const client = (fetch: FetchLike, opts: Record<string, unknown> = {}) =>
-  createClient({ url: "http://shardq.test/", token: "t0ken", fetch, retry: { attempts: 4, baseDelayMs: 1, maxDelayMs: 2 }, ...opts });
+  createClient({
+    url: "http://shardq.test/",
+    token: "t0ken",
+    fetch,
+    retry: { attempts: 4, baseDelayMs: 1, maxDelayMs: 2 },
+    ...opts,
+  });
 
 afterEach(() => {
   vi.useRealTimers();
@@ -54,7 +72,11 @@ afterEach(() => {
 
 describe("client requests", () => {
   it("sends a message with the token, the API's field names and an idempotency key kept across retries", async () => {
-    const svc = fakeService([refused, fail(503, [{ code: 10008, message: "no shard answered" }], { "retry-after": "0" }), ok({ message_id: "m1" })]);
+    const svc = fakeService([
+      refused,
+      fail(503, [{ code: 10008, message: "no shard answered" }], { "retry-after": "0" }),
+      ok({ message_id: "m1" }),
+    ]);
     const r = await client(svc.fetch).queue("orders").send({ n: 1 }, { delaySeconds: 5, orderingKey: "k1" });
     expect(r).toEqual({ messageId: "m1" });
     expect(svc.sent).toHaveLength(3);
@@ -82,8 +104,13 @@ describe("client requests", () => {
   });
 
   it("never sends a 4xx again, and throws the class of its status with the API's field", async () => {
-    const svc = fakeService([fail(400, [{ code: 10001, message: "wait_time_ms: must be at most 20000 ms", field: "wait_time_ms" }])]);
-    const err = await client(svc.fetch).queue("q").pull({ waitTimeMs: 20_000 }).catch((e) => e);
+    const svc = fakeService([
+      fail(400, [{ code: 10001, message: "wait_time_ms: must be at most 20000 ms", field: "wait_time_ms" }]),
+    ]);
+    const err = await client(svc.fetch)
+      .queue("q")
+      .pull({ waitTimeMs: 20_000 })
+      .catch((e) => e);
     expect(err).toBeInstanceOf(InvalidRequestError);
     expect(err).toBeInstanceOf(ApiError);
     expect(err.status).toBe(400);
@@ -104,7 +131,11 @@ describe("client requests", () => {
       [q.send("x".repeat(128_001), { contentType: "text" }), "body", PayloadTooLargeError],
       [q.send(1, { orderingKey: "" }), "ordering_key", InvalidRequestError],
       [q.send(1, { idempotencyKey: "has space" }), "idempotency-key", InvalidRequestError],
-      [q.sendBatch([{ body: 1 }, { body: 2, contentType: "bytes" as never }]), "messages[1].content_type", InvalidRequestError],
+      [
+        q.sendBatch([{ body: 1 }, { body: 2, contentType: "bytes" as never }]),
+        "messages[1].content_type",
+        InvalidRequestError,
+      ],
       [q.sendBatch([{ body: 1 }, { body: 2, id: "NOT-HEX" }]), "messages[1].id", InvalidRequestError],
       [q.sendBatch([]), "messages", InvalidRequestError],
       [q.pull({ waitTimeMs: 20_001 }), "wait_time_ms", InvalidRequestError],
@@ -124,10 +155,15 @@ describe("client requests", () => {
     const counter = { n: 0 };
     const svc = fakeService([batchIds(counter)]);
     const q = client(svc.fetch).queue("q");
-    const many = await q.sendBatch(Array.from({ length: 250 }, (_, i) => ({ body: { i }, orderingKey: `k${i % 3}` })), { delaySeconds: 2 });
+    const many = await q.sendBatch(
+      Array.from({ length: 250 }, (_, i) => ({ body: { i }, orderingKey: `k${i % 3}` })),
+      { delaySeconds: 2 },
+    );
     expect(svc.sent.map((s) => s.body.messages.length)).toEqual([100, 100, 50]);
     expect(svc.sent.every((s) => s.body.delay_seconds === 2)).toBe(true);
-    expect(svc.sent.flatMap((s) => s.body.messages.map((m: { body: { i: number } }) => m.body.i))).toEqual(Array.from({ length: 250 }, (_, i) => i));
+    expect(svc.sent.flatMap((s) => s.body.messages.map((m: { body: { i: number } }) => m.body.i))).toEqual(
+      Array.from({ length: 250 }, (_, i) => i),
+    );
     expect(many).toEqual({ messageIds: Array.from({ length: 250 }, (_, i) => `id${i}`), requests: 3 });
 
     // 100,000-byte text bodies: two fit under 256,000 bytes, a third does not.
@@ -152,12 +188,22 @@ describe("client requests", () => {
     const batch = Array.from({ length: 201 }, (_, i) => ({ body: i }));
     await q.sendBatch(batch, { idempotencyKey: "import-7" });
     await q.sendBatch(batch, { idempotencyKey: "import-7" });
-    expect(svc.sent.map((s) => s.headers["idempotency-key"])).toEqual(["import-7", "import-7.1", "import-7.2", "import-7", "import-7.1", "import-7.2"]);
+    expect(svc.sent.map((s) => s.headers["idempotency-key"])).toEqual([
+      "import-7",
+      "import-7.1",
+      "import-7.2",
+      "import-7",
+      "import-7.1",
+      "import-7.2",
+    ]);
   });
 
   it("reports a part that failed after others were stored, with the stored ids and the failed message's place in the whole batch", async () => {
     const counter = { n: 0 };
-    const svc = fakeService([batchIds(counter), fail(413, [{ code: 10006, message: "messages[7].body: is 130000 bytes", field: "messages[7].body" }])]);
+    const svc = fakeService([
+      batchIds(counter),
+      fail(413, [{ code: 10006, message: "messages[7].body: is 130000 bytes", field: "messages[7].body" }]),
+    ]);
     const err = await client(svc.fetch)
       .queue("q")
       .sendBatch(Array.from({ length: 150 }, (_, i) => ({ body: i })))
@@ -171,7 +217,10 @@ describe("client requests", () => {
 
   it("waits out a 429's Retry-After before sending again", async () => {
     vi.useFakeTimers();
-    const svc = fakeService([fail(429, [{ code: 10010, message: "rate limited" }], { "retry-after": "2" }), ok({ message_id: "m" })]);
+    const svc = fakeService([
+      fail(429, [{ code: 10010, message: "rate limited" }], { "retry-after": "2" }),
+      ok({ message_id: "m" }),
+    ]);
     const done = client(svc.fetch).queue("q").send(1);
     await vi.advanceTimersByTimeAsync(1_999);
     expect(svc.sent).toHaveLength(1);
@@ -182,19 +231,29 @@ describe("client requests", () => {
 
   it("gives up after its attempts with the last error, typed", async () => {
     const down = fakeService([refused]);
-    const err = await client(down.fetch).queue("q").send(1).catch((e) => e);
+    const err = await client(down.fetch)
+      .queue("q")
+      .send(1)
+      .catch((e) => e);
     expect(err).toBeInstanceOf(NetworkError);
     expect(err.code).toBe("ECONNREFUSED");
     expect(err.message).toBe("cannot reach http://shardq.test: connection refused");
     expect(down.sent).toHaveLength(4);
 
     const busy = fakeService([fail(429, [{ message: "slow down" }])]);
-    const limited = await client(busy.fetch).queue("q").send(1).catch((e) => e);
+    const limited = await client(busy.fetch)
+      .queue("q")
+      .send(1)
+      .catch((e) => e);
     expect(limited).toBeInstanceOf(RateLimitedError);
     expect(busy.sent).toHaveLength(4);
 
     const unavailable = fakeService([fail(503, [{ message: "try again" }])]);
-    await expect(client(unavailable.fetch, { retry: { attempts: 1 } }).queue("q").send(1)).rejects.toBeInstanceOf(UnavailableError);
+    await expect(
+      client(unavailable.fetch, { retry: { attempts: 1 } })
+        .queue("q")
+        .send(1),
+    ).rejects.toBeInstanceOf(UnavailableError);
     expect(unavailable.sent).toHaveLength(1);
   });
 
@@ -212,9 +271,31 @@ describe("client requests", () => {
       ok({
         message_backlog_count: 3,
         messages: [
-          { id: "a", body: b64(JSON.stringify({ é: 1 })), timestamp_ms: 1_700_000_000_000, attempts: 1, lease_id: "L1", metadata: { "CF-Content-Type": "json" } },
-          { id: "b", body: "plain", timestamp_ms: 1_700_000_000_001, attempts: 2, lease_id: "L2", metadata: { "CF-Content-Type": "text" }, ordering_key: "k" },
-          { id: "c", body: b64("\u0000\u0001"), timestamp_ms: 1_700_000_000_002, attempts: 1, lease_id: "L3", metadata: { "CF-Content-Type": "bytes" } },
+          {
+            id: "a",
+            body: b64(JSON.stringify({ é: 1 })),
+            timestamp_ms: 1_700_000_000_000,
+            attempts: 1,
+            lease_id: "L1",
+            metadata: { "CF-Content-Type": "json" },
+          },
+          {
+            id: "b",
+            body: "plain",
+            timestamp_ms: 1_700_000_000_001,
+            attempts: 2,
+            lease_id: "L2",
+            metadata: { "CF-Content-Type": "text" },
+            ordering_key: "k",
+          },
+          {
+            id: "c",
+            body: b64("\u0000\u0001"),
+            timestamp_ms: 1_700_000_000_002,
+            attempts: 1,
+            lease_id: "L3",
+            metadata: { "CF-Content-Type": "bytes" },
+          },
         ],
       }),
       ok({ ackCount: 1, retryCount: 1, warnings: {} }),
@@ -224,13 +305,23 @@ describe("client requests", () => {
     expect(svc.sent[0]!.body).toEqual({ batch_size: 3, wait_time_ms: 1000, visibility_timeout_ms: 5000 });
     expect(pulled.backlogCount).toBe(3);
     expect(pulled.messages.map((m) => m.body)).toEqual([{ é: 1 }, "plain", new Uint8Array([0, 1])]);
-    expect(pulled.messages[1]).toMatchObject({ id: "b", attempts: 2, orderingKey: "k", leaseId: "L2", contentType: "text", timestamp: new Date(1_700_000_000_001) });
+    expect(pulled.messages[1]).toMatchObject({
+      id: "b",
+      attempts: 2,
+      orderingKey: "k",
+      leaseId: "L2",
+      contentType: "text",
+      timestamp: new Date(1_700_000_000_001),
+    });
     await q.ack({ acks: ["L1"], retries: [{ leaseId: "L2", delaySeconds: 30 }] });
     expect(svc.sent[1]!.body).toEqual({ acks: [{ lease_id: "L1" }], retries: [{ lease_id: "L2", delay_seconds: 30 }] });
   });
 
   it("reaches any other route with the same token and typed errors", async () => {
-    const svc = fakeService([ok([{ queue_name: "a" }]), fail(409, [{ code: 10005, message: "taken", field: "queue_name" }])]);
+    const svc = fakeService([
+      ok([{ queue_name: "a" }]),
+      fail(409, [{ code: 10005, message: "taken", field: "queue_name" }]),
+    ]);
     const c = client(svc.fetch);
     expect(await c.request("GET", "/queues", { query: { page: 2, name: undefined } })).toEqual([{ queue_name: "a" }]);
     expect(svc.sent[0]!.url).toBe("http://shardq.test/accounts/local/queues?page=2");
@@ -254,7 +345,10 @@ describe("client requests", () => {
     gone.abort();
     const err = await pending.catch((e) => e);
     expect(err).toBeInstanceOf(AbortedError);
-    expect(svc.sent.map((s) => s.url)).toEqual(["http://shardq.test/accounts/local/queues/q/messages/pull", "http://shardq.test/accounts/local/queues/q/messages/pull/cancel"]);
+    expect(svc.sent.map((s) => s.url)).toEqual([
+      "http://shardq.test/accounts/local/queues/q/messages/pull",
+      "http://shardq.test/accounts/local/queues/q/messages/pull/cancel",
+    ]);
     expect(svc.sent[1]!.body).toEqual({ wait_id: svc.sent[0]!.body.wait_id });
     // A long poll nobody can abort is not named.
     const plain = fakeService([ok({ messages: [], message_backlog_count: 0 })]);

@@ -12,8 +12,27 @@ class Chosen extends Script {
   /** One message `h` sent alone under `id` (id-collisions.mjs `chose`), answered `type` (ok: with `answered`). */
   sendUnder(h: string, id: string, chose: string, type: Op["type"] = "ok", answered = id) {
     const op = this.n++;
-    this.ops.push({ op, p: "producer-0", type: "invoke", f: "send", t: (this.t += 10), value: { q: "faults", hs: [h], single: true, id, chose } });
-    this.ops.push({ op, p: "producer-0", type, f: "send", t: (this.t += 5), value: type === "ok" ? { ids: [answered] } : type === "fail" ? { status: 409, error: "HTTP 409" } : { status: 503, error: "x" } });
+    this.ops.push({
+      op,
+      p: "producer-0",
+      type: "invoke",
+      f: "send",
+      t: (this.t += 10),
+      value: { q: "faults", hs: [h], single: true, id, chose },
+    });
+    this.ops.push({
+      op,
+      p: "producer-0",
+      type,
+      f: "send",
+      t: (this.t += 5),
+      value:
+        type === "ok"
+          ? { ids: [answered] }
+          : type === "fail"
+            ? { status: 409, error: "HTTP 409" }
+            : { status: 503, error: "x" },
+    });
   }
 }
 
@@ -25,13 +44,20 @@ describe("the fault checker's id rules", () => {
     s.sendUnder("a", "id-a", "same");
     s.sendUnder("a", "id-a", "same", "fail");
     s.sendUnder("b", "id-mine", "own");
-    s.pull([{ h: "a", l: "L1" }, { h: "b", l: "L2", id: "id-mine" }]);
+    s.pull([
+      { h: "a", l: "L1" },
+      { h: "b", l: "L2", id: "id-mine" },
+    ]);
     s.ack(["L1", "L2"]);
     const r = s.drained();
     expect(r.failures).toEqual([]);
     expect(r.figures.ids).toEqual({
       acknowledged_ids: 2,
-      chosen: { steal: { ok: 0, refused: 1, other_refusal: 0, unknown: 0 }, same: { ok: 1, refused: 1, other_refusal: 0, unknown: 0 }, own: { ok: 1, refused: 0, other_refusal: 0, unknown: 0 } },
+      chosen: {
+        steal: { ok: 0, refused: 1, other_refusal: 0, unknown: 0 },
+        same: { ok: 1, refused: 1, other_refusal: 0, unknown: 0 },
+        own: { ok: 1, refused: 0, other_refusal: 0, unknown: 0 },
+      },
       answered_twice: 0,
       another_id: 0,
       delivered_with_another_body: 0,
@@ -43,11 +69,16 @@ describe("the fault checker's id rules", () => {
     s.send(["a"]);
     s.sendUnder("evil", "id-a", "steal", "unknown");
     // The id acknowledged for "a" comes with the body of "evil" (a send left unknown: not unexpected).
-    s.pull([{ h: "a", l: "L1" }, { h: "evil", l: "L2", id: "id-a" }]);
+    s.pull([
+      { h: "a", l: "L1" },
+      { h: "evil", l: "L2", id: "id-a" },
+    ]);
     s.ack(["L1", "L2"]);
     const r = s.drained();
     expect(r.failures).toEqual(["1 deliveries of an acknowledged id with another message's body"]);
-    expect(r.examples.delivered_with_another_body).toEqual([{ id: "id-a", acknowledged: "a", delivered: "evil", q: "faults" }]);
+    expect(r.examples.delivered_with_another_body).toEqual([
+      { id: "id-a", acknowledged: "a", delivered: "evil", q: "faults" },
+    ]);
   });
 
   it("fails a run where one id is answered to two messages, and a chosen id is answered with another", () => {
@@ -55,7 +86,10 @@ describe("the fault checker's id rules", () => {
     s.send(["a"]);
     s.sendUnder("evil", "id-a", "steal");
     s.sendUnder("b", "id-mine", "own", "ok", "id-other");
-    s.pull([{ h: "a", l: "L1" }, { h: "b", l: "L2", id: "id-other" }]);
+    s.pull([
+      { h: "a", l: "L1" },
+      { h: "b", l: "L2", id: "id-other" },
+    ]);
     s.ack(["L1", "L2"]);
     // "evil" was acknowledged and never delivered: lost too, as the service lost it.
     const r = s.drained();

@@ -10,7 +10,12 @@ describe("the fault checker, with messages that move", () => {
     const s = new Script();
     s.send(["gone", "dead", "back", "maybe"]);
     // Retried out of the queue: "gone" is then in no queue (the issue-13 bug), the others reach an ack.
-    s.pull([{ h: "gone", l: "G1", a: 3 }, { h: "dead", l: "D1", a: 3 }, { h: "back", l: "B1", a: 3 }, { h: "maybe", l: "M1" }]);
+    s.pull([
+      { h: "gone", l: "G1", a: 3 },
+      { h: "dead", l: "D1", a: 3 },
+      { h: "back", l: "B1", a: 3 },
+      { h: "maybe", l: "M1" },
+    ]);
     s.retry(["G1", "D1", "B1"]);
     s.pull([{ h: "dead", l: "D2" }], { q: "faults-dlq", p: "dlq-consumer-0" });
     s.ack(["D2"]);
@@ -41,7 +46,14 @@ describe("the fault checker, with messages that move", () => {
     const r = s.drained();
     expect(r.failures).toEqual([]);
     expect(r.figures.stored_twice_same_id).toBe(0);
-    expect(r.figures.moves).toMatchObject({ redrives: 1, redrives_ok: 1, moved_reported: 1, messages_back_after_dead_letter: 1, messages_dead_lettered_twice: 1, most_stays: 2 });
+    expect(r.figures.moves).toMatchObject({
+      redrives: 1,
+      redrives_ok: 1,
+      moved_reported: 1,
+      messages_back_after_dead_letter: 1,
+      messages_dead_lettered_twice: 1,
+      most_stays: 2,
+    });
     // Two rows within one stay are still a message stored twice.
     const t = new Script();
     t.send(["q"]);
@@ -74,7 +86,11 @@ describe("the fault checker, with messages that move", () => {
     };
     const cut = run("unknown");
     expect(cut.failures).toEqual([]);
-    expect(cut.figures).toMatchObject({ delivered_after_ack: 0, delivered_after_ack_across_cut_move: 2, moves: { redrives: 2, redrives_cut: 1 } });
+    expect(cut.figures).toMatchObject({
+      delivered_after_ack: 0,
+      delivered_after_ack_across_cut_move: 2,
+      moves: { redrives: 2, redrives_cut: 1 },
+    });
     // A redrive that certainly did nothing excuses nothing; nor does one cut off before the message ever left its queue.
     expect(run("fail").failures).toEqual(["2 deliveries after a confirmed ack"]);
     const early = new Script();
@@ -115,7 +131,10 @@ describe("the fault checker, with messages that move", () => {
       return s.drained();
     };
     expect(run((s) => s.kill(), { kills: 1 }).failures).toEqual([]);
-    expect(run((s) => s.kill(), { kills: 1 }).figures).toMatchObject({ delivered_after_ack: 0, delivered_after_ack_across_cut_move: 1 });
+    expect(run((s) => s.kill(), { kills: 1 }).figures).toMatchObject({
+      delivered_after_ack: 0,
+      delivered_after_ack_across_cut_move: 1,
+    });
     expect(run((s) => s.abort("s1"), { aborts: 1 }).failures).toEqual([]);
     expect(run(() => {}).failures).toEqual(["1 deliveries after a confirmed ack"]);
   });
@@ -129,7 +148,14 @@ describe("the fault checker, with messages that move", () => {
     s.redrive("ok", 0);
     s.pull([{ h: "m", l: "L1", s: "s1", r: 1, a: 3 }]);
     const armed = s.n++;
-    s.ops.push({ op: armed, p: "nemesis", type: "invoke", f: "abort", t: (s.t += 10), value: { n: 1, kind: "abort-ack", shard: "s1" } });
+    s.ops.push({
+      op: armed,
+      p: "nemesis",
+      type: "invoke",
+      f: "abort",
+      t: (s.t += 10),
+      value: { n: 1, kind: "abort-ack", shard: "s1" },
+    });
     s.retry(["L1"]);
     s.pull([{ h: "m", l: "L2", s: "d1", r: 1, a: 1 }], { q: "faults-dlq", p: "dlq-consumer-0" });
     s.ack(["L2"]);
@@ -151,7 +177,13 @@ describe("the fault checker, with messages that move", () => {
       s.retry(["L1"]);
       // Dead-lettered (row 5), redriven with the reply cut off: the copy in the queue is dead-lettered again (row 6).
       s.redrive(how);
-      s.pull([{ h: "m", l: "L2", s: "d1", r: 5, a: 1 }, { h: "m", l: "L3", s: "d1", r: 6, a: 1 }], { q: "faults-dlq", p: "dlq-consumer-0" });
+      s.pull(
+        [
+          { h: "m", l: "L2", s: "d1", r: 5, a: 1 },
+          { h: "m", l: "L3", s: "d1", r: 6, a: 1 },
+        ],
+        { q: "faults-dlq", p: "dlq-consumer-0" },
+      );
       s.ack(["L2", "L3"]);
       return s.drained();
     };

@@ -6,7 +6,8 @@ import { PAUSE_SLACK_MS } from "../faults/pause-delay.mjs";
 import { Script } from "./fault-script.ts";
 
 type Type = "ok" | "fail" | "unknown";
-const op = (s: Script, p: string, f: string, value: unknown, type: Type, outcome: unknown, dt = 10, answerMs = 5) => s["op"](p, f, value, type, outcome, dt, answerMs);
+const op = (s: Script, p: string, f: string, value: unknown, type: Type, outcome: unknown, dt = 10, answerMs = 5) =>
+  s["op"](p, f, value, type, outcome, dt, answerMs);
 const pause = (s: Script, type: Type = "ok", dt = 10) => op(s, "operator", "pause", { q: "faults" }, type, {}, dt);
 const resume = (s: Script, dt = 10) => op(s, "operator", "resume", { q: "faults" }, "ok", {}, dt);
 
@@ -42,24 +43,44 @@ describe("the fault checker on pauses and delays under long polls", () => {
     s.pull([{ h: "d", l: "L1" }], { dt: 1000 });
     s.send(["r"]);
     s.pull([{ h: "r", l: "L2" }]);
-    op(s, "consumer-0", "ack", { q: "faults", acks: [], retries: ["L2"], rd: 2 }, "ok", { acked: [], retried: ["L2"], stale: [] });
+    op(s, "consumer-0", "ack", { q: "faults", acks: [], retries: ["L2"], rd: 2 }, "ok", {
+      acked: [],
+      retried: ["L2"],
+      stale: [],
+    });
     s.pull([{ h: "r", l: "L3", a: 2 }], { dt: 500 });
     s.ack(["L1", "L3"]);
     const r = s.drained();
-    expect(r.failures).toEqual(["1 delayed messages delivered before their delay", "1 retried messages delivered before their retry delay"]);
-    expect(r.figures.pause_delay).toMatchObject({ delayed: 1, early_delayed: 1, retried_with_delay: 1, early_retried: 1 });
+    expect(r.failures).toEqual([
+      "1 delayed messages delivered before their delay",
+      "1 retried messages delivered before their retry delay",
+    ]);
+    expect(r.figures.pause_delay).toMatchObject({
+      delayed: 1,
+      early_delayed: 1,
+      retried_with_delay: 1,
+      early_retried: 1,
+    });
 
     const ok = new Script();
     op(ok, "producer-0", "send", { q: "faults", hs: ["d"], d: 3 }, "ok", { ids: ["id-d"] });
     ok.pull([{ h: "d", l: "L1" }], { dt: 3000 });
     ok.send(["r"]);
     ok.pull([{ h: "r", l: "L2" }]);
-    op(ok, "consumer-0", "ack", { q: "faults", acks: [], retries: ["L2"], rd: 2 }, "ok", { acked: [], retried: ["L2"], stale: [] });
+    op(ok, "consumer-0", "ack", { q: "faults", acks: [], retries: ["L2"], rd: 2 }, "ok", {
+      acked: [],
+      retried: ["L2"],
+      stale: [],
+    });
     ok.pull([{ h: "r", l: "L3", a: 2 }], { dt: 2000 });
     // Out of retries, a retried message leaves for the dead-letter queue at once: another copy, not delayed.
     ok.send(["x"]);
     ok.pull([{ h: "x", l: "L4", s: "shard-1", r: 1 }]);
-    op(ok, "consumer-0", "ack", { q: "faults", acks: [], retries: ["L4"], rd: 2 }, "ok", { acked: [], retried: ["L4"], stale: [] });
+    op(ok, "consumer-0", "ack", { q: "faults", acks: [], retries: ["L4"], rd: 2 }, "ok", {
+      acked: [],
+      retried: ["L4"],
+      stale: [],
+    });
     ok.pull([{ h: "x", l: "L5", s: "dlq-shard-0", r: 7 }], { q: "faults-dlq", p: "dlq-consumer-0" });
     ok.ack(["L1", "L3", "L5"]);
     expect(ok.drained().failures).toEqual([]);

@@ -36,9 +36,23 @@ describe("the fault checker, with purges of the dead-letter queue", () => {
     // Delivered while the purge ran (invoked before it answered): it was still there.
     const s = new Script();
     deadLettered(s, "d", "D1");
-    s.ops.push({ op: 900, p: "dlq-consumer-0", type: "invoke", f: "pull", t: (s.t += 10), value: { q: "faults-dlq", n: 10, vt: 5000 } });
+    s.ops.push({
+      op: 900,
+      p: "dlq-consumer-0",
+      type: "invoke",
+      f: "pull",
+      t: (s.t += 10),
+      value: { q: "faults-dlq", n: 10, vt: 5000 },
+    });
     s.purge(["id-d"]);
-    s.ops.push({ op: 900, p: "dlq-consumer-0", type: "ok", f: "pull", t: (s.t += 5), value: { msgs: [{ h: "d", id: "id-d", a: 1, l: "D2" }] } });
+    s.ops.push({
+      op: 900,
+      p: "dlq-consumer-0",
+      type: "ok",
+      f: "pull",
+      t: (s.t += 5),
+      value: { msgs: [{ h: "d", id: "id-d", a: 1, l: "D2" }] },
+    });
     s.ack(["D2"], []);
     expect(s.drained().failures).toEqual([]);
   });
@@ -52,7 +66,13 @@ describe("the fault checker, with purges of the dead-letter queue", () => {
     const r = s.drained();
     expect(r.failures).toEqual(["1 acknowledged messages lost"]);
     expect(r.examples.lost).toEqual(["n"]);
-    expect(r.figures.purges).toMatchObject({ purges: 1, purges_ok: 1, reported_deleted: 1, purged: 1, maybe_purged: 0 });
+    expect(r.figures.purges).toMatchObject({
+      purges: 1,
+      purges_ok: 1,
+      reported_deleted: 1,
+      purged: 1,
+      maybe_purged: 0,
+    });
   });
 
   it("counts a dead letter as maybe purged when a purge never answered, but not a message still in its queue", () => {
@@ -85,7 +105,10 @@ describe("the fault checker, with push messages dead-lettered and then purged", 
     expect(r.figures.push).toMatchObject({ not_again: 1 });
     expect(r.examples.push_not_again).toEqual([expect.objectContaining({ h: "b" })]);
     expect(r.figures.purges).toMatchObject({ purged: 1 });
-    expect(r.failures).toEqual(["1 acknowledged messages lost", "1 push messages not acked at their last delivery and never delivered again"]);
+    expect(r.failures).toEqual([
+      "1 acknowledged messages lost",
+      "1 push messages not acked at their last delivery and never delivered again",
+    ]);
     expect(r.examples.lost).toEqual(["b"]);
   });
 
@@ -107,7 +130,14 @@ describe("the fault checker, with keyed dead letters redriven", () => {
   /** A send of `h` with ordering key `key`, as workload.mjs logs it, answered ok. */
   const sendKeyed = (s: Script, h: string, key: string) => {
     const op = s.n++;
-    s.ops.push({ op, p: "producer-0", type: "invoke", f: "send", t: (s.t += 10), value: { q: "faults", hs: [h], ord: [[h, key, 1]] } });
+    s.ops.push({
+      op,
+      p: "producer-0",
+      type: "invoke",
+      f: "send",
+      t: (s.t += 10),
+      value: { q: "faults", hs: [h], ord: [[h, key, 1]] },
+    });
     s.ops.push({ op, p: "producer-0", type: "ok", f: "send", t: (s.t += 5), value: { ids: [`id-${h}`] } });
   };
 

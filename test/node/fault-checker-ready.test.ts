@@ -7,10 +7,12 @@ import { EXCUSE_GRACE_MS, READY_LIMIT_MS } from "../faults/ready-checker.mjs";
 import { Script } from "./fault-script.ts";
 
 type Type = "ok" | "fail" | "unknown";
-const op = (s: Script, p: string, f: string, value: unknown, type: Type, outcome: unknown, dt = 10, answerMs = 5) => s["op"](p, f, value, type, outcome, dt, answerMs);
+const op = (s: Script, p: string, f: string, value: unknown, type: Type, outcome: unknown, dt = 10, answerMs = 5) =>
+  s["op"](p, f, value, type, outcome, dt, answerMs);
 /** Long polls of one second answered empty, one after another, for `ms`: a consumer asking with room. */
 const asking = (s: Script, ms: number, q = "faults") => {
-  for (let t = 0; t < ms; t += 1000) op(s, "consumer-1", "pull", { q, n: 10, vt: 5000, w: 1000 }, "ok", { msgs: [] }, 0, 1000);
+  for (let t = 0; t < ms; t += 1000)
+    op(s, "consumer-1", "pull", { q, n: 10, vt: 5000, w: 1000 }, "ok", { msgs: [] }, 0, 1000);
 };
 const TOO_LONG = `1 times a message stayed ready longer than ${READY_LIMIT_MS / 1000} s while a consumer asked for messages`;
 
@@ -42,7 +44,16 @@ describe("the fault checker's ready-too-long rule", () => {
     s.send(["a", ...others]);
     for (const b of others) {
       // In flight for a second each (a slow answer), and full.
-      op(s, "consumer-1", "pull", { q: "faults", n: 1, vt: 5000 }, "ok", { msgs: [{ h: b, id: `id-${b}`, a: 1, l: `L-${b}` }] }, 0, 990);
+      op(
+        s,
+        "consumer-1",
+        "pull",
+        { q: "faults", n: 1, vt: 5000 },
+        "ok",
+        { msgs: [{ h: b, id: `id-${b}`, a: 1, l: `L-${b}` }] },
+        0,
+        990,
+      );
       s.ack([`L-${b}`]);
     }
     s.pull([{ h: "a", l: "L1" }]);
@@ -89,7 +100,22 @@ describe("the fault checker's ready-too-long rule", () => {
   });
 
   it("waits a keyed message behind its key's previous message until that one was settled, not longer", () => {
-    const keyed = (s: Script) => op(s, "producer-0", "send", { q: "faults", hs: ["a1", "a2"], ord: [["a1", "p0-k1", 1], ["a2", "p0-k1", 2]] }, "ok", { ids: ["id-a1", "id-a2"] });
+    const keyed = (s: Script) =>
+      op(
+        s,
+        "producer-0",
+        "send",
+        {
+          q: "faults",
+          hs: ["a1", "a2"],
+          ord: [
+            ["a1", "p0-k1", 1],
+            ["a2", "p0-k1", 2],
+          ],
+        },
+        "ok",
+        { ids: ["id-a1", "id-a2"] },
+      );
     const behind = new Script();
     keyed(behind);
     behind.pull([{ h: "a1", l: "L1", k: "p0-k1" }], { vt: 30_000 });
@@ -126,7 +152,11 @@ describe("the fault checker's ready-too-long rule", () => {
     const retried = new Script();
     retried.send(["a"]);
     retried.pull([{ h: "a", l: "L1" }]);
-    op(retried, "consumer-0", "ack", { q: "faults", acks: [], retries: ["L1"], rd: 5 }, "ok", { acked: [], retried: ["L1"], stale: [] });
+    op(retried, "consumer-0", "ack", { q: "faults", acks: [], retries: ["L1"], rd: 5 }, "ok", {
+      acked: [],
+      retried: ["L1"],
+      stale: [],
+    });
     asking(retried, READY_LIMIT_MS + 2000);
     retried.pull([{ h: "a", l: "L2", a: 2 }]);
     retried.ack(["L2"]);
@@ -134,7 +164,8 @@ describe("the fault checker's ready-too-long rule", () => {
   });
 
   it("counts a push queue's message as asked for while no queue() invocation of it runs, not while one hangs", () => {
-    const push = (s: Script, h: string) => op(s, "producer-0", "send", { q: "faults-push", hs: [h] }, "ok", { ids: [`id-${h}`] });
+    const push = (s: Script, h: string) =>
+      op(s, "producer-0", "send", { q: "faults-push", hs: [h] }, "ok", { ids: [`id-${h}`] });
     const idle = new Script();
     push(idle, "a");
     idle.t += READY_LIMIT_MS + 2000;
@@ -158,11 +189,25 @@ describe("the fault checker's quiet phases", () => {
   const quietRun = ({ deliverAt, phases = 1 }: { deliverAt: "in" | "after"; phases?: number }) => {
     const s = new Script();
     s.plan({ quiet: { phases, ms: 40_000 } });
-    s.ops.push({ op: s.n++, p: "harness", type: "ok", f: "phase", t: (s.t += 10), value: { phase: "quiet", n: 1, ms: 40_000 } });
+    s.ops.push({
+      op: s.n++,
+      p: "harness",
+      type: "ok",
+      f: "phase",
+      t: (s.t += 10),
+      value: { phase: "quiet", n: 1, ms: 40_000 },
+    });
     op(s, "quiet", "send", { q: "faults", hs: ["q1"], d: 28, quiet: 1 }, "ok", { ids: ["id-q1"] });
     s.t += 28_000;
     if (deliverAt === "in") s.pull([{ h: "q1", l: "L1" }]);
-    s.ops.push({ op: s.n++, p: "harness", type: "ok", f: "phase", t: (s.t += 11_000), value: { phase: "quiet-end", n: 1 } });
+    s.ops.push({
+      op: s.n++,
+      p: "harness",
+      type: "ok",
+      f: "phase",
+      t: (s.t += 11_000),
+      value: { phase: "quiet-end", n: 1 },
+    });
     if (deliverAt === "after") s.pull([{ h: "q1", l: "L1" }]);
     s.ack(["L1"]);
     return s.drained();
@@ -171,7 +216,13 @@ describe("the fault checker's quiet phases", () => {
   it("passes a phase whose delayed message was delivered within it, and fails one delivered after it ended or a planned phase that never ran", () => {
     const ok = quietRun({ deliverAt: "in" });
     expect(ok.failures).toEqual([]);
-    expect(ok.figures.quiet).toMatchObject({ phases: 1, planned: 1, delayed: 1, delivered_in_phase: 1, not_in_phase: 0 });
+    expect(ok.figures.quiet).toMatchObject({
+      phases: 1,
+      planned: 1,
+      delayed: 1,
+      delivered_in_phase: 1,
+      not_in_phase: 0,
+    });
 
     const late = quietRun({ deliverAt: "after" });
     expect(late.failures).toEqual(["1 messages due during a quiet phase not delivered within it"]);

@@ -12,12 +12,27 @@ describe("the fault checker", () => {
     const s = new Script();
     s.plan({ controls: 4 });
     s.send(["a"]);
-    s.controlFault({ kind: "abort-coordinator", point: "abort-scale-out", n: 1 }, { fired: true, fired_ms: 100, recovered: true, recovered_ms: 1200 });
-    s.controlFault({ kind: "throw-alarm", n: 1, target: "consumer", times: 7 }, { fired: false, skipped: true, why: "no alarm came" });
+    s.controlFault(
+      { kind: "abort-coordinator", point: "abort-scale-out", n: 1 },
+      { fired: true, fired_ms: 100, recovered: true, recovered_ms: 1200 },
+    );
+    s.controlFault(
+      { kind: "throw-alarm", n: 1, target: "consumer", times: 7 },
+      { fired: false, skipped: true, why: "no alarm came" },
+    );
     s.send(["b"]);
-    s.controlFault({ kind: "throw-alarm", n: 2, target: "coordinator", times: 7 }, { fired: true, fired_ms: 500, recovered: false, recovered_ms: null, thrown: 7 });
-    s.controlFault({ kind: "stale-map", n: 1, shard: "s1", hold_ms: 10_000 }, { fired: false, error: "nothing happened" });
-    s.pull([{ h: "a", l: "L1" }, { h: "b", l: "L2" }]);
+    s.controlFault(
+      { kind: "throw-alarm", n: 2, target: "coordinator", times: 7 },
+      { fired: true, fired_ms: 500, recovered: false, recovered_ms: null, thrown: 7 },
+    );
+    s.controlFault(
+      { kind: "stale-map", n: 1, shard: "s1", hold_ms: 10_000 },
+      { fired: false, error: "nothing happened" },
+    );
+    s.pull([
+      { h: "a", l: "L1" },
+      { h: "b", l: "L2" },
+    ]);
     s.ack(["L1", "L2"]);
     const r = s.drained();
     expect(r.failures).toEqual([
@@ -35,7 +50,10 @@ describe("the fault checker", () => {
     const t = new Script();
     t.plan({ controls: 2 });
     t.send(["a"]);
-    t.controlFault({ kind: "stale-map", n: 1, shard: "s1", hold_ms: 10_000 }, { fired: true, recovered: true, recovered_ms: 11_000, retired_ms: 2000, published_ms: 10_500 });
+    t.controlFault(
+      { kind: "stale-map", n: 1, shard: "s1", hold_ms: 10_000 },
+      { fired: true, recovered: true, recovered_ms: 11_000, retired_ms: 2000, published_ms: 10_500 },
+    );
     t.pull([{ h: "a", l: "L1" }]);
     t.ack(["L1"]);
     expect(t.drained().failures).toEqual(["1 of the 2 planned control faults ran"]);
@@ -47,31 +65,91 @@ describe("the fault checker", () => {
     s.send(["a"]);
     // A reset mid scale-out, and within it a keyed send of two (one keyed) answered 503, an unkeyed one, and a keyed one answered ok.
     const t = s.t;
-    s.ops.push({ op: 100, p: "nemesis", type: "invoke", f: "control", t: t + 10, value: { kind: "abort-coordinator", point: "abort-scale-out", n: 1 } });
-    s.ops.push({ op: 101, p: "producer-0", type: "invoke", f: "send", t: t + 20, value: { q: "faults", hs: ["k1", "u1"], ord: [["k1", "key-0", 0]] } });
-    s.ops.push({ op: 101, p: "producer-0", type: "unknown", f: "send", t: t + 30, value: { status: 503, error: "HTTP 503: no storage shard of this queue accepted the messages; retry later" } });
+    s.ops.push({
+      op: 100,
+      p: "nemesis",
+      type: "invoke",
+      f: "control",
+      t: t + 10,
+      value: { kind: "abort-coordinator", point: "abort-scale-out", n: 1 },
+    });
+    s.ops.push({
+      op: 101,
+      p: "producer-0",
+      type: "invoke",
+      f: "send",
+      t: t + 20,
+      value: { q: "faults", hs: ["k1", "u1"], ord: [["k1", "key-0", 0]] },
+    });
+    s.ops.push({
+      op: 101,
+      p: "producer-0",
+      type: "unknown",
+      f: "send",
+      t: t + 30,
+      value: { status: 503, error: "HTTP 503: no storage shard of this queue accepted the messages; retry later" },
+    });
     s.ops.push({ op: 102, p: "producer-0", type: "invoke", f: "send", t: t + 40, value: { q: "faults", hs: ["u2"] } });
-    s.ops.push({ op: 102, p: "producer-0", type: "unknown", f: "send", t: t + 50, value: { status: 503, error: "HTTP 503" } });
-    s.ops.push({ op: 103, p: "producer-0", type: "invoke", f: "send", t: t + 60, value: { q: "faults", hs: ["k2"], ord: [["k2", "key-1", 0]] } });
+    s.ops.push({
+      op: 102,
+      p: "producer-0",
+      type: "unknown",
+      f: "send",
+      t: t + 50,
+      value: { status: 503, error: "HTTP 503" },
+    });
+    s.ops.push({
+      op: 103,
+      p: "producer-0",
+      type: "invoke",
+      f: "send",
+      t: t + 60,
+      value: { q: "faults", hs: ["k2"], ord: [["k2", "key-1", 0]] },
+    });
     s.ops.push({ op: 103, p: "producer-0", type: "ok", f: "send", t: t + 70, value: { ids: ["id-k2"] } });
-    s.ops.push({ op: 100, p: "nemesis", type: "ok", f: "control", t: t + 80, value: { fired: true, fired_ms: 100, recovered: true, recovered_ms: 70 } });
+    s.ops.push({
+      op: 100,
+      p: "nemesis",
+      type: "ok",
+      f: "control",
+      t: t + 80,
+      value: { fired: true, fired_ms: 100, recovered: true, recovered_ms: 70 },
+    });
     s.t = t + 80;
     s.n = 200;
-    s.controlFault({ kind: "abort-coordinator", point: "abort-drain", n: 2, shard: "s1" }, { fired: true, fired_ms: 100, recovered: true, recovered_ms: 900 });
-    s.pull([{ h: "a", l: "L1" }, { h: "k2", l: "L2" }]);
+    s.controlFault(
+      { kind: "abort-coordinator", point: "abort-drain", n: 2, shard: "s1" },
+      { fired: true, fired_ms: 100, recovered: true, recovered_ms: 900 },
+    );
+    s.pull([
+      { h: "a", l: "L1" },
+      { h: "k2", l: "L2" },
+    ]);
     s.ack(["L1", "L2"]);
     const r = s.drained();
-    expect(r.figures.control?.by_kind["abort-coordinator"]).toMatchObject({ count: 2, keyed_answered_503: { "abort-scale-out": 1, "abort-drain": 0 } });
+    expect(r.figures.control?.by_kind["abort-coordinator"]).toMatchObject({
+      count: 2,
+      keyed_answered_503: { "abort-scale-out": 1, "abort-drain": 0 },
+    });
   });
 
   it("passes a history where every acknowledged message was delivered and acked once", () => {
     const s = new Script();
     s.send(["a", "b"]);
-    s.pull([{ h: "a", l: "L1" }, { h: "b", l: "L2" }]);
+    s.pull([
+      { h: "a", l: "L1" },
+      { h: "b", l: "L2" },
+    ]);
     s.ack(["L1", "L2"]);
     const r = s.drained();
     expect(r.failures).toEqual([]);
-    expect(r.figures).toMatchObject({ lost: 0, unexpected: 0, duplicated: { messages: 0 }, lease_overlaps: 0, delivered_after_ack: 0 });
+    expect(r.figures).toMatchObject({
+      lost: 0,
+      unexpected: 0,
+      duplicated: { messages: 0 },
+      lease_overlaps: 0,
+      delivered_after_ack: 0,
+    });
   });
 
   it("reports an acknowledged message never delivered as lost, and an unknown send never delivered as nothing", () => {
@@ -89,7 +167,11 @@ describe("the fault checker", () => {
     const s = new Script();
     s.send(["f"], "fail");
     s.send(["u"], "unknown");
-    s.pull([{ h: "ghost", l: "L1" }, { h: "f", l: "L2" }, { h: "u", l: "L3" }]);
+    s.pull([
+      { h: "ghost", l: "L1" },
+      { h: "f", l: "L2" },
+      { h: "u", l: "L3" },
+    ]);
     s.ack(["L1", "L2", "L3"]);
     const r = s.drained();
     expect(r.figures.unexpected).toBe(2);
@@ -105,7 +187,11 @@ describe("the fault checker", () => {
     s.ack(["L2"]);
     const r = s.drained();
     expect(r.failures).toEqual([]);
-    expect(r.figures.duplicated).toMatchObject({ messages: 1, extra_deliveries: 1, redelivery_causes: { lease_expired: 1 } });
+    expect(r.figures.duplicated).toMatchObject({
+      messages: 1,
+      extra_deliveries: 1,
+      redelivery_causes: { lease_expired: 1 },
+    });
   });
 
   it("counts a long poll's delivery after the lease it waited through expired as lease-expired, not as a duplicate without a cause", () => {
@@ -117,7 +203,11 @@ describe("the fault checker", () => {
     s.ack(["L2"]);
     const r = s.drained();
     expect(r.failures).toEqual([]);
-    expect(r.figures.duplicated).toMatchObject({ messages: 1, extra_deliveries: 1, redelivery_causes: { lease_expired: 1, other: 0 } });
+    expect(r.figures.duplicated).toMatchObject({
+      messages: 1,
+      extra_deliveries: 1,
+      redelivery_causes: { lease_expired: 1, other: 0 },
+    });
   });
 
   it("reports two leases of one message held at once as an overlap, unless a kill came between them", () => {
@@ -141,7 +231,10 @@ describe("the fault checker", () => {
     // before its reply; the broker said "was not applied", and the checker took it at its word.
     const s = new Script();
     s.send(["a", "b"]);
-    s.pull([{ h: "a", l: "L1" }, { h: "b", l: "L2" }]);
+    s.pull([
+      { h: "a", l: "L1" },
+      { h: "b", l: "L2" },
+    ]);
     s.ackUnsure(["L1"], ["L1"]);
     s.ack(["L2"], []);
     const r = s.drained();
@@ -165,9 +258,21 @@ describe("the fault checker", () => {
   it("reports a delivery after a confirmed ack, and not one after an ack the service refused", () => {
     const s = new Script();
     s.send(["a", "b"]);
-    s.pull([{ h: "a", l: "L1" }, { h: "b", l: "L2" }], { vt: 1000 });
+    s.pull(
+      [
+        { h: "a", l: "L1" },
+        { h: "b", l: "L2" },
+      ],
+      { vt: 1000 },
+    );
     s.ack(["L1", "L2"], ["L1"]);
-    s.pull([{ h: "a", l: "L3" }, { h: "b", l: "L4" }], { dt: 2000 });
+    s.pull(
+      [
+        { h: "a", l: "L3" },
+        { h: "b", l: "L4" },
+      ],
+      { dt: 2000 },
+    );
     const r = s.drained();
     expect(r.figures.delivered_after_ack).toBe(1);
     expect(r.examples.delivered_after_ack[0]).toMatchObject({ h: "a" });
@@ -177,9 +282,21 @@ describe("the fault checker", () => {
   it("counts two leases held at once across a reset of the shard holding them apart, but not across a reset of another shard", () => {
     const s = new Script();
     s.send(["a", "b"]);
-    s.pull([{ h: "a", l: "L1", s: "shard-0", r: 1 }, { h: "b", l: "L2", s: "shard-1", r: 1 }], { vt: 5000 });
+    s.pull(
+      [
+        { h: "a", l: "L1", s: "shard-0", r: 1 },
+        { h: "b", l: "L2", s: "shard-1", r: 1 },
+      ],
+      { vt: 5000 },
+    );
     s.abort("shard-0");
-    s.pull([{ h: "a", l: "L3", s: "shard-0", r: 1 }, { h: "b", l: "L4", s: "shard-1", r: 1 }], { dt: 500, p: "consumer-1" });
+    s.pull(
+      [
+        { h: "a", l: "L3", s: "shard-0", r: 1 },
+        { h: "b", l: "L4", s: "shard-1", r: 1 },
+      ],
+      { dt: 500, p: "consumer-1" },
+    );
     s.ack(["L3", "L4"]);
     const r = s.drained();
     expect(r.figures.leases_ended_by_abort).toBe(1);
@@ -193,7 +310,10 @@ describe("the fault checker", () => {
   it("reports one message id delivered from two rows as stored twice (an append retried after a lost reply, not skipped)", () => {
     const s = new Script();
     s.send(["a", "b"], "unknown");
-    s.pull([{ h: "a", l: "L1", s: "shard-0", r: 7 }, { h: "b", l: "L2", s: "shard-0", r: 8 }]);
+    s.pull([
+      { h: "a", l: "L1", s: "shard-0", r: 7 },
+      { h: "b", l: "L2", s: "shard-0", r: 8 },
+    ]);
     s.ack(["L1", "L2"]);
     s.pull([{ h: "a", l: "L3", s: "shard-0", r: 9 }], { dt: 100 });
     s.ack(["L3"]);
@@ -214,12 +334,30 @@ describe("the fault checker", () => {
     const s = new Script();
     const keyed = (type: Op["type"], ids?: string[], n = 1) => {
       const op = s.n++;
-      s.ops.push({ op, p: "producer-0", type: "invoke", f: "send", t: (s.t += 10), value: { q: "faults", hs: ["a", "b"], key: "k1", try: n } });
-      s.ops.push({ op, p: "producer-0", type, f: "send", t: (s.t += 5), value: ids ? { ids } : { status: 503, error: "x" } });
+      s.ops.push({
+        op,
+        p: "producer-0",
+        type: "invoke",
+        f: "send",
+        t: (s.t += 10),
+        value: { q: "faults", hs: ["a", "b"], key: "k1", try: n },
+      });
+      s.ops.push({
+        op,
+        p: "producer-0",
+        type,
+        f: "send",
+        t: (s.t += 5),
+        value: ids ? { ids } : { status: 503, error: "x" },
+      });
     };
     keyed("unknown");
     keyed("ok", ["id-a", "id-b"], 2);
-    s.pull([{ h: "a", l: "L1", id: "id-a" }, { h: "b", l: "L2", id: "id-b" }, { h: "b", l: "L3", id: "id-b2" }]);
+    s.pull([
+      { h: "a", l: "L1", id: "id-a" },
+      { h: "b", l: "L2", id: "id-b" },
+      { h: "b", l: "L3", id: "id-b2" },
+    ]);
     s.ack(["L1", "L2", "L3"]);
     const r = s.drained();
     expect(r.figures.sent).toMatchObject({ attempted: 2, ok: 2, unknown: 0 });
@@ -238,7 +376,13 @@ describe("the fault checker", () => {
     const r = s.drained({ quarantined: 2 });
     expect(r.failures).toEqual([]);
     expect(r.figures.lost).toBe(0);
-    expect(r.figures.quarantine).toMatchObject({ corrupted: 2, expected: 2, reported: 2, never_delivered: 2, delivered_after_corruption: 0 });
+    expect(r.figures.quarantine).toMatchObject({
+      corrupted: 2,
+      expected: 2,
+      reported: 2,
+      never_delivered: 2,
+      delivered_after_corruption: 0,
+    });
   });
 
   it("reports a corrupted message delivered after its corruption, a garbled body, and a quarantined total that does not match", () => {
@@ -246,10 +390,18 @@ describe("the fault checker", () => {
     s.plan({ corruptions: 1 });
     s.send(["a", "b", "c"]);
     s.corrupt(["id-a", "id-b"]);
-    s.pull([{ h: "a", l: "L1" }, { h: "c", l: "L2", g: 1 }]);
+    s.pull([
+      { h: "a", l: "L1" },
+      { h: "c", l: "L2", g: 1 },
+    ]);
     s.ack(["L1", "L2"]);
     const r = s.drained({ quarantined: 1 });
-    expect(r.figures.quarantine).toMatchObject({ delivered_after_corruption: 1, garbled_deliveries: 1, reported: 1, expected: 2 });
+    expect(r.figures.quarantine).toMatchObject({
+      delivered_after_corruption: 1,
+      garbled_deliveries: 1,
+      reported: 1,
+      expected: 2,
+    });
     expect(r.examples.corrupted_delivered[0]).toMatchObject({ id: "id-a" });
     expect(r.failures).toEqual([
       "1 deliveries with a garbled body",
@@ -277,9 +429,30 @@ describe("the fault checker", () => {
     s.pull([{ h: "a", l: "L1" }]);
     s.ack(["L1"]);
     const op = s.n++;
-    s.ops.push({ op, p: "nemesis", type: "invoke", f: "abort", t: 900, value: { n: 2, kind: "abort-append", shard: "shard-1" } });
-    s.ops.push({ op, p: "nemesis", type: "fail", f: "abort", t: 950, value: { fired: false, skipped: true, why: "the load was over while it waited" } });
-    s.ops.push({ op: s.n++, p: "nemesis", type: "ok", f: "skipped", t: 950, value: { kind: "abort-append", why: "the load was over while it waited" } });
+    s.ops.push({
+      op,
+      p: "nemesis",
+      type: "invoke",
+      f: "abort",
+      t: 900,
+      value: { n: 2, kind: "abort-append", shard: "shard-1" },
+    });
+    s.ops.push({
+      op,
+      p: "nemesis",
+      type: "fail",
+      f: "abort",
+      t: 950,
+      value: { fired: false, skipped: true, why: "the load was over while it waited" },
+    });
+    s.ops.push({
+      op: s.n++,
+      p: "nemesis",
+      type: "ok",
+      f: "skipped",
+      t: 950,
+      value: { kind: "abort-append", why: "the load was over while it waited" },
+    });
     const r = s.drained();
     expect(r.failures).toEqual([]);
     expect(r.figures.aborts).toMatchObject({ count: 1, fired: 1 });
@@ -292,7 +465,11 @@ describe("the fault checker", () => {
     s.pushEnd(d, { acked: ["a", "b"] });
     const r = s.drained();
     expect(r.failures).toEqual([]);
-    expect(r.figures).toMatchObject({ lost: 0, delivered: { deliveries: 2, distinct: 2 }, push: { deliveries: 2, invocations: 1, overlaps_while_up: 0, after_ack: 0, not_again: 0 } });
+    expect(r.figures).toMatchObject({
+      lost: 0,
+      delivered: { deliveries: 2, distinct: 2 },
+      push: { deliveries: 2, invocations: 1, overlaps_while_up: 0, after_ack: 0, not_again: 0 },
+    });
     // The same history without the handler's report: both are lost.
     const t = new Script();
     t.send(["a", "b"]);
@@ -317,7 +494,11 @@ describe("the fault checker", () => {
     const c2 = s.pushStart([{ h: "c" }], 100);
     s.pushEnd(c2, { acked: ["c"] });
     const r = s.drained();
-    expect(r.figures.push).toMatchObject({ overlaps_while_up: 1, overlaps_across: { "abort-consumer": 1, kill: 0 }, duplicates: { causes: { kill: 1 } } });
+    expect(r.figures.push).toMatchObject({
+      overlaps_while_up: 1,
+      overlaps_across: { "abort-consumer": 1, kill: 0 },
+      duplicates: { causes: { kill: 1 } },
+    });
     expect(r.examples.push_overlaps[0]).toMatchObject({ h: "a" });
     expect(r.failures).toEqual(["1 push overlaps while up (one message in two queue() handlers at once)"]);
   });
@@ -335,7 +516,10 @@ describe("the fault checker", () => {
     const b2 = s.pushStart([{ h: "b", a: 2 }], 100);
     s.pushEnd(b2, { acked: ["b"] });
     const r = s.drained();
-    expect(r.figures.push).toMatchObject({ after_ack: 1, duplicates: { causes: { abort_consumer: 1, acked_then_again: 1 } } });
+    expect(r.figures.push).toMatchObject({
+      after_ack: 1,
+      duplicates: { causes: { abort_consumer: 1, acked_then_again: 1 } },
+    });
     expect(r.examples.push_after_ack).toEqual([expect.objectContaining({ h: "a" })]);
     expect(r.failures).toEqual(["1 push deliveries after the consumer acked the message, no fault in between"]);
   });
@@ -348,23 +532,45 @@ describe("the fault checker", () => {
     s.pull([{ h: "b", l: "L1" }], { q: "faults-dlq", p: "dlq-consumer-0" });
     s.ack(["L1"]);
     const r = s.drained();
-    expect(r.figures.push).toMatchObject({ not_again: 1, throws: { invocations: 1, acked_before: 1, retried_by: 2 }, duplicates: { causes: { dead_lettered: 1 } } });
+    expect(r.figures.push).toMatchObject({
+      not_again: 1,
+      throws: { invocations: 1, acked_before: 1, retried_by: 2 },
+      duplicates: { causes: { dead_lettered: 1 } },
+    });
     expect(r.examples.push_not_again).toEqual([expect.objectContaining({ h: "a" })]);
     // Gone without an ack: lost as well, whatever the push checker says of it.
-    expect(r.failures).toEqual(["1 acknowledged messages lost", "1 push messages not acked at their last delivery and never delivered again"]);
+    expect(r.failures).toEqual([
+      "1 acknowledged messages lost",
+      "1 push messages not acked at their last delivery and never delivered again",
+    ]);
     expect(r.examples.lost).toEqual(["a"]);
   });
 
   it("takes a copy dead-lettered again, its lease lost to a kill, for the move already delivered from the dead-letter queue; not one whose attempts moved on", () => {
     const s = new Script();
     s.send(["a", "b"]);
-    const d1 = s.pushStart([{ h: "a", a: 3 }, { h: "b", a: 3 }]);
+    const d1 = s.pushStart([
+      { h: "a", a: 3 },
+      { h: "b", a: 3 },
+    ]);
     s.pushEnd(d1, { retried: ["a", "b"] });
     // Killed before the source heard of the dead-lettering: both copies come again, attempts as they were (b's counted on).
     s.kill();
-    s.pull([{ h: "a", l: "L1" }, { h: "b", l: "L2" }], { q: "faults-dlq", p: "dlq-consumer-0" });
+    s.pull(
+      [
+        { h: "a", l: "L1" },
+        { h: "b", l: "L2" },
+      ],
+      { q: "faults-dlq", p: "dlq-consumer-0" },
+    );
     s.ack(["L1", "L2"]);
-    const d2 = s.pushStart([{ h: "a", a: 3 }, { h: "b", a: 4 }], 100);
+    const d2 = s.pushStart(
+      [
+        { h: "a", a: 3 },
+        { h: "b", a: 4 },
+      ],
+      100,
+    );
     s.pushEnd(d2, { retried: ["a", "b"] });
     const r = s.drained();
     expect(r.figures.push).toMatchObject({ not_again: 1, dead_lettered_again: 1 });
@@ -388,7 +594,14 @@ describe("the fault checker", () => {
     const s = new Script();
     s.send(["a"]);
     s.pull([{ h: "a", l: "L1" }]);
-    s.ops.push({ op: 99, p: "harness", type: "ok", f: "phase", t: 1000, value: { phase: "drained", drained: false, backlog: { faults: 1 } } });
+    s.ops.push({
+      op: 99,
+      p: "harness",
+      type: "ok",
+      f: "phase",
+      t: 1000,
+      value: { phase: "drained", drained: false, backlog: { faults: 1 } },
+    });
     const r = check(s.ops);
     expect(r.failures.join()).toMatch(/did not drain/);
   });

@@ -39,7 +39,9 @@ describe("the fault run's watchdog", () => {
     const ended = await dog.bounded("the producers and consumers to stop", new Promise(() => {}), 50);
     expect(ended).toBe(false);
     expect(dog.stuck).toEqual(["the producers and consumers to stop"]);
-    expect(lines.join("\n")).toMatch(/still waiting for the producers and consumers to stop after 0 s, going on without it; open operations: consumer-2 pull x1/);
+    expect(lines.join("\n")).toMatch(
+      /still waiting for the producers and consumers to stop after 0 s, going on without it; open operations: consumer-2 pull x1/,
+    );
     expect(await dog.bounded("the history file to close", history.close(), 5000)).toBe(true);
     // A client completing after the history closed is dropped, not an error.
     expect(() => history.complete(0, "ok")).not.toThrow();

@@ -29,6 +29,8 @@ describe("the OpenAPI description", () => {
     const lostParam = structuredClone(document);
     const op = lostParam.paths["/accounts/{account_id}/queues"].get;
     op.parameters = op.parameters.filter((p: { $ref?: string }) => p.$ref !== "#/components/parameters/account_id");
-    expect((await openApiProblems(lostParam)).join("\n")).toContain('GET /accounts/{account_id}/queues: path parameters declared [], the path has ["account_id"]');
+    expect((await openApiProblems(lostParam)).join("\n")).toContain(
+      'GET /accounts/{account_id}/queues: path parameters declared [], the path has ["account_id"]',
+    );
   });
 });

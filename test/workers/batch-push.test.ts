@@ -11,7 +11,15 @@ function harness(reply: PushReply, stillReady: boolean) {
   const fired: Array<() => void> = [];
   const seen = { leases: [] as PushTarget[], settles: [] as PushTarget[], wakes: 0 };
   const waits: Array<Promise<unknown>> = [];
-  const message = { id: "m", body: new Uint8Array(1), contentType: "json", enqueuedAt: 0, attempts: 1, leaseId: "l", copyKey: "c" } as LeasedMessage;
+  const message = {
+    id: "m",
+    body: new Uint8Array(1),
+    contentType: "json",
+    enqueuedAt: 0,
+    attempts: 1,
+    leaseId: "l",
+    copyKey: "c",
+  } as LeasedMessage;
   const deps: BatchPushDeps = {
     timers: () => ({ set: (fn) => (fired.push(fn), fired.length), clear: () => {} }),
     now: () => 1000,

@@ -18,7 +18,10 @@ function fakeQueue() {
       const call = calls.push(list);
       await Promise.resolve();
       if (state.failing) throw state.failing;
-      return { metadata: { metrics: { backlogCount: call, backlogBytes: 0 } }, messageIds: list.map((_, i) => `${call}-${i}`) } as QueueSendBatchResponse;
+      return {
+        metadata: { metrics: { backlogCount: call, backlogBytes: 0 } },
+        messageIds: list.map((_, i) => `${call}-${i}`),
+      } as QueueSendBatchResponse;
     },
     metrics: async () => ({ backlogCount: 0, backlogBytes: 0 }),
   };
@@ -59,7 +62,10 @@ describe("batchingQueue", () => {
     await Promise.all(Array.from({ length: 5 }, () => q.send("y".repeat(100_000), { contentType: "text" })));
     expect(calls.map((c) => c.length)).toEqual([2, 2, 1]);
     calls.length = 0;
-    await Promise.all([q.send("z".repeat(128_000), { contentType: "text" }), q.send("z".repeat(128_000), { contentType: "text" })]);
+    await Promise.all([
+      q.send("z".repeat(128_000), { contentType: "text" }),
+      q.send("z".repeat(128_000), { contentType: "text" }),
+    ]);
     expect(calls.map((c) => c.length)).toEqual([2]);
   });
 
@@ -76,7 +82,15 @@ describe("batchingQueue", () => {
       q.send({ n: 3 }, { delaySeconds: 86_401 }),
       q.send({ n: 4 }),
     ]);
-    expect(results.map((r) => r.status)).toEqual(["fulfilled", "rejected", "fulfilled", "rejected", "rejected", "rejected", "fulfilled"]);
+    expect(results.map((r) => r.status)).toEqual([
+      "fulfilled",
+      "rejected",
+      "fulfilled",
+      "rejected",
+      "rejected",
+      "rejected",
+      "fulfilled",
+    ]);
     expect(calls.map((c) => c.map((m) => m.body))).toEqual([[{ n: 1 }, { n: 2 }, { n: 4 }]]);
     expect(results.filter((r) => r.status === "fulfilled").map((r) => idOf(r.value))).toEqual(["1-0", "1-1", "1-2"]);
 
@@ -90,7 +104,10 @@ describe("batchingQueue", () => {
       [results[5], binding.send({ n: 3 }, { delaySeconds: 86_401 })],
     ] as const;
     for (const [mine, theirs] of refusals) {
-      const expected = await theirs.then(() => null, (e: Error) => e);
+      const expected = await theirs.then(
+        () => null,
+        (e: Error) => e,
+      );
       const got = (mine as PromiseRejectedResult).reason as Error;
       expect(expected).not.toBeNull();
       expect(got.name).toBe(expected!.name);
@@ -128,7 +145,11 @@ describe("batchingQueue", () => {
     const q = batchingQueue(queue, { maxBatch: 3, lingerMs: 1 });
     state.failing = new Error("service unavailable");
     const failed = await settle([q.send(1), q.send(2), q.send(3)]);
-    expect(failed.map((r) => r.status === "rejected" && r.reason)).toEqual([state.failing, state.failing, state.failing]);
+    expect(failed.map((r) => r.status === "rejected" && r.reason)).toEqual([
+      state.failing,
+      state.failing,
+      state.failing,
+    ]);
     state.failing = null;
     expect((await Promise.all([q.send(4), q.send(5)])).map(idOf)).toEqual(["2-0", "2-1"]);
     expect(calls.map((c) => c.length)).toEqual([3, 2]);
@@ -138,10 +159,18 @@ describe("batchingQueue", () => {
     const { queue, calls } = fakeQueue();
     const q = batchingQueue(queue, { lingerMs: 1 });
     const body = { n: 1 };
-    const sent = Promise.all([q.send(body), q.send("t", { contentType: "text", delaySeconds: 30 }), q.send(new Date(5), { contentType: "v8" })]);
+    const sent = Promise.all([
+      q.send(body),
+      q.send("t", { contentType: "text", delaySeconds: 30 }),
+      q.send(new Date(5), { contentType: "v8" }),
+    ]);
     body.n = 2;
     await sent;
-    expect(calls[0]).toEqual([{ body: { n: 1 } }, { body: "t", contentType: "text", delaySeconds: 30 }, { body: new Date(5), contentType: "v8" }]);
+    expect(calls[0]).toEqual([
+      { body: { n: 1 } },
+      { body: "t", contentType: "text", delaySeconds: 30 },
+      { body: new Date(5), contentType: "v8" },
+    ]);
   });
 
   it("refuses options it cannot honour", () => {
@@ -172,7 +201,8 @@ describe("batchingQueue", () => {
   });
 
   describe("shared by the requests of one isolate (test/fixtures/batching-probe)", () => {
-    const probe = (path: string) => env.BATCHING_PROBE.fetch(`http://probe${path}`, { method: path === "/stats" ? "GET" : "POST" });
+    const probe = (path: string) =>
+      env.BATCHING_PROBE.fetch(`http://probe${path}`, { method: path === "/stats" ? "GET" : "POST" });
     const stats = async () => (await (await probe("/stats")).json()) as { batches: number; messages: number };
 
     it("answers every awaiting request once its own message is sent, though another request sent the batch", async () => {

@@ -34,7 +34,16 @@ describe(`binding names: ${CONSUMER_BINDING_PREFIX}* is for consumer Workers onl
     const internal = declared.filter((b) => b.table !== "services");
     expect(internal.filter((b) => b.name.startsWith(CONSUMER_BINDING_PREFIX))).toEqual([]);
     // The parser saw the service's bindings (it did not pass by finding nothing).
-    expect(internal.map((b) => b.name)).toEqual(expect.arrayContaining(["COORDINATOR", "STORAGE_SHARD", "SHARD_CONSUMERS", "SHARD_MAPS", "ACCOUNT_RATE_LIMITER", "REGIONS"]));
+    expect(internal.map((b) => b.name)).toEqual(
+      expect.arrayContaining([
+        "COORDINATOR",
+        "STORAGE_SHARD",
+        "SHARD_CONSUMERS",
+        "SHARD_MAPS",
+        "ACCOUNT_RATE_LIMITER",
+        "REGIONS",
+      ]),
+    );
   });
 
   it(`every binding the running service has under ${CONSUMER_BINDING_PREFIX} is a service binding (wrangler.toml and vitest.config.ts)`, () => {

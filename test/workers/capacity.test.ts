@@ -49,7 +49,8 @@ describe("per-shard capacity", () => {
     const q = await createQueue("capped");
     const shards = await limitShards(q.queue_id, 10);
     const statuses: number[] = [];
-    for (let i = 0; i < 80; i++) statuses.push((await api("POST", `${queuePath("capped")}/messages`, { body: i })).status);
+    for (let i = 0; i < 80; i++)
+      statuses.push((await api("POST", `${queuePath("capped")}/messages`, { body: i })).status);
     expect(statuses.every((s) => s === 200)).toBe(true);
     expect(await backlog("capped")).toBe(80);
     for (const shard of shards) await runDurableObjectAlarm(shard);
@@ -61,12 +62,16 @@ describe("per-shard capacity", () => {
     const q = await createQueue("swamped");
     await limitShards(q.queue_id, 1);
     // Keep the autoscaler from adding shards (it would, on these refusals) during this test.
-    await runInDurableObject(env.COORDINATOR.get(env.COORDINATOR.idFromName(q.queue_id)), (_obj: Coordinator, state) => {
-      saveMemory(state.storage.sql, { lowSince: {}, lastChange: { local: Date.now() + 3_600_000 } });
-    });
+    await runInDurableObject(
+      env.COORDINATOR.get(env.COORDINATOR.idFromName(q.queue_id)),
+      (_obj: Coordinator, state) => {
+        saveMemory(state.storage.sql, { lowSince: {}, lastChange: { local: Date.now() + 3_600_000 } });
+      },
+    );
     const batch = { messages: Array.from({ length: 100 }, (_, i) => ({ body: i })) };
     // Four full batches put every shard 99 messages (99 s) in debt.
-    for (let i = 0; i < 4; i++) expect((await api("POST", `${queuePath("swamped")}/messages/batch`, batch)).status).toBe(200);
+    for (let i = 0; i < 4; i++)
+      expect((await api("POST", `${queuePath("swamped")}/messages/batch`, batch)).status).toBe(200);
     const res = await api("POST", `${queuePath("swamped")}/messages/batch`, batch);
     expect(res.status).toBe(503);
     expect(res.headers.get("retry-after")).toBe("1");
@@ -108,7 +113,12 @@ describe("the broker's store path when shards are at capacity", () => {
     const coordinator = env.COORDINATOR.get(env.COORDINATOR.idFromName(q.queue_id));
     // Six more shards (ten in all), as a scale-out leaves them: written pending, then activated by the tick.
     await runInDurableObject(coordinator, (_obj: Coordinator, state) => {
-      for (let i = 10; i < 16; i++) state.storage.sql.exec("INSERT INTO shards (name, region, state, created_at) VALUES (?, 'local', 'pending', ?)", `${q.queue_id}:local:${i}`, Date.now());
+      for (let i = 10; i < 16; i++)
+        state.storage.sql.exec(
+          "INSERT INTO shards (name, region, state, created_at) VALUES (?, 'local', 'pending', ?)",
+          `${q.queue_id}:local:${i}`,
+          Date.now(),
+        );
     });
     await runDurableObjectAlarm(coordinator);
     await holdAutoscaler(q.queue_id);
@@ -148,8 +158,13 @@ describe("the broker's store path when shards are at capacity", () => {
     const q = await createQueue("all-full");
     await holdAutoscaler(q.queue_id);
     for (const s of (await coordinatorFor(env, q.queue_id).shardMap())!.shards) await fill(s.name);
-    const [binding, http] = await Promise.allSettled([producer("all-full").send({ binding: true }), api("POST", `${queuePath("all-full")}/messages`, { body: { http: true } })]);
-    expect(binding.status === "rejected" && String(binding.reason)).toMatch(/no storage shard of this queue accepted the messages; retry later/);
+    const [binding, http] = await Promise.allSettled([
+      producer("all-full").send({ binding: true }),
+      api("POST", `${queuePath("all-full")}/messages`, { body: { http: true } }),
+    ]);
+    expect(binding.status === "rejected" && String(binding.reason)).toMatch(
+      /no storage shard of this queue accepted the messages; retry later/,
+    );
     expect(http.status === "fulfilled" && http.value.status).toBe(503);
     expect(http.status === "fulfilled" && http.value.headers.get("retry-after")).toBe("1");
     expect(await backlog("all-full")).toBe(0);
@@ -163,7 +178,10 @@ describe("the broker's store path when shards are at capacity", () => {
     const refusals = async () => {
       let n = 0;
       for (const s of shards) {
-        n += await runInDurableObject(env.STORAGE_SHARD.get(env.STORAGE_SHARD.idFromName(s.name)), (obj: StorageShard) => (obj as unknown as { activity: { refusals: number } }).activity.refusals);
+        n += await runInDurableObject(
+          env.STORAGE_SHARD.get(env.STORAGE_SHARD.idFromName(s.name)),
+          (obj: StorageShard) => (obj as unknown as { activity: { refusals: number } }).activity.refusals,
+        );
       }
       return n;
     };
@@ -175,11 +193,17 @@ describe("the broker's store path when shards are at capacity", () => {
     const body = new TextEncoder().encode(JSON.stringify({ starved: true }));
     let result: PromiseSettledResult<unknown>;
     try {
-      [result] = await Promise.allSettled([storeMessages(env, { accountId: "local", queueRef: "starved", region: undefined }, [{ body, contentType: "json", delaySeconds: undefined, checksum: crc32(body) }])]);
+      [result] = await Promise.allSettled([
+        storeMessages(env, { accountId: "local", queueRef: "starved", region: undefined }, [
+          { body, contentType: "json", delaySeconds: undefined, checksum: crc32(body) },
+        ]),
+      ]);
     } finally {
       clock.mockRestore();
     }
-    expect(result.status === "rejected" && String(result.reason)).toMatch(/no storage shard of this queue accepted the messages; retry later/);
+    expect(result.status === "rejected" && String(result.reason)).toMatch(
+      /no storage shard of this queue accepted the messages; retry later/,
+    );
     // Every shard asked in each of at least eight rounds.
     expect((await refusals()) - before).toBeGreaterThanOrEqual(8 * shards.length);
     expect(await backlog("starved")).toBe(0);

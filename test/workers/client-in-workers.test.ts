@@ -9,7 +9,13 @@ import { ConflictError, createClient, InvalidRequestError } from "../../src/clie
 import { sleep } from "../../src/kernel/sleep";
 import { backlog, BASE, createQueue, pullQueue, TOKEN } from "./helpers";
 
-const client = () => createClient({ url: BASE, token: TOKEN, fetch: (url, init) => SELF.fetch(url, init), retry: { attempts: 3, baseDelayMs: 10, maxDelayMs: 50 } });
+const client = () =>
+  createClient({
+    url: BASE,
+    token: TOKEN,
+    fetch: (url, init) => SELF.fetch(url, init),
+    retry: { attempts: 3, baseDelayMs: 10, maxDelayMs: 50 },
+  });
 
 /** A new queue with an HTTP pull consumer, as the client library sees it. */
 async function clientQueue(name: string) {

@@ -42,7 +42,9 @@ describe("Cloudflare's base path, /client/v4", () => {
 
   it("keeps its checks there: a token first, the table's scopes, 404 and 405 naming the path asked", async () => {
     expect((await api("GET", `${V4}${queuesPath()}`, undefined, { token: null })).status).toBe(401);
-    expect((await api("POST", `${V4}${queuesPath()}`, { queue_name: "cf-base-send" }, { token: "send-only-token" })).status).toBe(403);
+    expect(
+      (await api("POST", `${V4}${queuesPath()}`, { queue_name: "cf-base-send" }, { token: "send-only-token" })).status,
+    ).toBe(403);
     const other = await api("GET", `${V4}${queuesPath("other")}`);
     expect(other.status).toBe(404);
     expect(other.json.errors[0].field).toBe("account_id");
@@ -61,30 +63,73 @@ describe("Cloudflare's base path, /client/v4", () => {
 describe("JSON bodies whatever their content type, on Cloudflare's routes", () => {
   it("reads wrangler's text/plain JSON on the routes Cloudflare serves", async () => {
     expect((await asWrangler("POST", `${V4}${queuesPath()}`, { queue_name: "cf-plain" })).status).toBe(201);
-    expect((await asWrangler("PATCH", `${V4}${queuePath("cf-plain")}`, { queue_name: "cf-plain", settings: { delivery_paused: true } })).json.result.settings.delivery_paused).toBe(true);
-    expect((await asWrangler("PUT", `${V4}${queuePath("cf-plain")}`, { settings: { delivery_delay: 1 } })).json.result.settings).toMatchObject({ delivery_delay: 1, delivery_paused: false });
-    const consumer = await asWrangler("POST", `${V4}${queuePath("cf-plain")}/consumers`, { type: "http_pull", settings: { batch_size: 2 } });
+    expect(
+      (
+        await asWrangler("PATCH", `${V4}${queuePath("cf-plain")}`, {
+          queue_name: "cf-plain",
+          settings: { delivery_paused: true },
+        })
+      ).json.result.settings.delivery_paused,
+    ).toBe(true);
+    expect(
+      (await asWrangler("PUT", `${V4}${queuePath("cf-plain")}`, { settings: { delivery_delay: 1 } })).json.result
+        .settings,
+    ).toMatchObject({ delivery_delay: 1, delivery_paused: false });
+    const consumer = await asWrangler("POST", `${V4}${queuePath("cf-plain")}/consumers`, {
+      type: "http_pull",
+      settings: { batch_size: 2 },
+    });
     expect(consumer.status).toBe(201);
     const id = consumer.json.result.consumer_id as string;
-    expect((await asWrangler("PUT", `${V4}${queuePath("cf-plain")}/consumers/${id}`, { type: "http_pull", settings: { batch_size: 3 } })).status).toBe(200);
+    expect(
+      (
+        await asWrangler("PUT", `${V4}${queuePath("cf-plain")}/consumers/${id}`, {
+          type: "http_pull",
+          settings: { batch_size: 3 },
+        })
+      ).status,
+    ).toBe(200);
     expect((await asWrangler("POST", `${queuePath("cf-plain")}/messages`, { body: { n: 1 } })).status).toBe(200);
-    expect((await asWrangler("POST", `${queuePath("cf-plain")}/messages/batch`, { messages: [{ body: 2 }] })).status).toBe(200);
-    expect((await asWrangler("POST", `${queuePath("cf-plain")}/messages/peek`, { batch_size: 5 })).json.result.messages).toHaveLength(2);
-    const pulled = await asWrangler("POST", `${queuePath("cf-plain")}/messages/pull`, { batch_size: 1, visibility_timeout_ms: 60_000 });
+    expect(
+      (await asWrangler("POST", `${queuePath("cf-plain")}/messages/batch`, { messages: [{ body: 2 }] })).status,
+    ).toBe(200);
+    expect(
+      (await asWrangler("POST", `${queuePath("cf-plain")}/messages/peek`, { batch_size: 5 })).json.result.messages,
+    ).toHaveLength(2);
+    const pulled = await asWrangler("POST", `${queuePath("cf-plain")}/messages/pull`, {
+      batch_size: 1,
+      visibility_timeout_ms: 60_000,
+    });
     expect(pulled.json.result.messages).toHaveLength(1);
-    expect((await asWrangler("POST", `${queuePath("cf-plain")}/messages/ack`, { acks: [{ lease_id: pulled.json.result.messages[0].lease_id }] })).json.result.ackCount).toBe(1);
-    expect((await asWrangler("POST", `${V4}${queuePath("cf-plain")}/purge`, { delete_messages_permanently: true })).json.result.purged).toBe(1);
+    expect(
+      (
+        await asWrangler("POST", `${queuePath("cf-plain")}/messages/ack`, {
+          acks: [{ lease_id: pulled.json.result.messages[0].lease_id }],
+        })
+      ).json.result.ackCount,
+    ).toBe(1);
+    expect(
+      (await asWrangler("POST", `${V4}${queuePath("cf-plain")}/purge`, { delete_messages_permanently: true })).json
+        .result.purged,
+    ).toBe(1);
   });
 
   it("still asks for application/json on shardq's own routes, and for a body that is not JSON anywhere", async () => {
     await createQueue("cf-plain-own");
     await createQueue("cf-plain-own-dlq");
-    const consumer = await api("POST", `${queuePath("cf-plain-own")}/consumers`, { type: "http_pull", dead_letter_queue: "cf-plain-own-dlq" });
+    const consumer = await api("POST", `${queuePath("cf-plain-own")}/consumers`, {
+      type: "http_pull",
+      dead_letter_queue: "cf-plain-own-dlq",
+    });
     for (const [method, path, body] of [
       ["POST", `${queuePath("cf-plain-own-dlq")}/redrive`, {}],
       ["POST", `${queuePath("cf-plain-own")}/messages/extend`, { lease_ids: ["x"], visibility_timeout_ms: 5000 }],
       ["POST", `${queuePath("cf-plain-own")}/messages/pull/cancel`, { wait_id: "cf-plain-wait-0001" }],
-      ["PATCH", `${queuePath("cf-plain-own")}/consumers/${consumer.json.result.consumer_id}`, { settings: { batch_size: 4 } }],
+      [
+        "PATCH",
+        `${queuePath("cf-plain-own")}/consumers/${consumer.json.result.consumer_id}`,
+        { settings: { batch_size: 4 } },
+      ],
       ["POST", `${queuePath("cf-plain-own")}/ordering/release`, { ordering_key: "k", message_id: "0".repeat(32) }],
     ] as const) {
       const res = await asWrangler(method, `${V4}${path}`, body);
@@ -92,15 +137,24 @@ describe("JSON bodies whatever their content type, on Cloudflare's routes", () =
       expect(res.json.errors[0].field).toBe("content-type");
     }
     // Declared as a form, and not JSON: 415 on Cloudflare's routes too (the content type is what to fix).
-    const form = await api("POST", queuesPath(), undefined, { raw: "queue_name=cf-form", headers: { "content-type": "application/x-www-form-urlencoded" } });
+    const form = await api("POST", queuesPath(), undefined, {
+      raw: "queue_name=cf-form",
+      headers: { "content-type": "application/x-www-form-urlencoded" },
+    });
     expect(form.status).toBe(415);
     expect(form.json.errors[0].field).toBe("content-type");
     // Declared as JSON and not JSON: the body is what to fix.
-    const broken = await api("POST", queuesPath(), undefined, { raw: "{", headers: { "content-type": "application/json" } });
+    const broken = await api("POST", queuesPath(), undefined, {
+      raw: "{",
+      headers: { "content-type": "application/json" },
+    });
     expect(broken.status).toBe(400);
     expect(broken.json.errors[0].field).toBe("body");
     // A charset JSON cannot be in is refused whatever the route.
-    const latin1 = await api("POST", queuesPath(), undefined, { raw: JSON.stringify({ queue_name: "cf-latin1" }), headers: { "content-type": "text/plain; charset=iso-8859-1" } });
+    const latin1 = await api("POST", queuesPath(), undefined, {
+      raw: JSON.stringify({ queue_name: "cf-latin1" }),
+      headers: { "content-type": "text/plain; charset=iso-8859-1" },
+    });
     expect(latin1.status).toBe(415);
     expect((await api("GET", queuePath("cf-form"))).status).toBe(404);
     expect((await api("GET", queuePath("cf-latin1"))).status).toBe(404);
@@ -117,7 +171,9 @@ describe("PUT .../queues/:queue: Cloudflare's update replaces the settings", () 
     const empty = await api("PUT", queuePath("cf-put"), {});
     expect(empty.json.result.settings).toEqual(created.json.result.settings);
     // The listing shows it at once.
-    expect((await api("GET", `${queuesPath()}?name=cf-put`)).json.result[0].settings).toEqual(created.json.result.settings);
+    expect((await api("GET", `${queuesPath()}?name=cf-put`)).json.result[0].settings).toEqual(
+      created.json.result.settings,
+    );
     const renamed = await api("PUT", queuePath("cf-put"), { queue_name: "cf-put-other", settings: {} });
     expect(renamed.status).toBe(400);
     expect(renamed.json.errors[0].field).toBe("queue_name");
@@ -125,7 +181,9 @@ describe("PUT .../queues/:queue: Cloudflare's update replaces the settings", () 
 
   it("takes a jurisdiction on create, and refuses a change of it on PUT and PATCH alike, saying why", async () => {
     await createQueue("cf-jurisdiction");
-    expect((await api("POST", queuesPath(), { queue_name: "cf-jurisdiction-eu", jurisdiction: "eu" })).status).toBe(201);
+    expect((await api("POST", queuesPath(), { queue_name: "cf-jurisdiction-eu", jurisdiction: "eu" })).status).toBe(
+      201,
+    );
     for (const [method, path, body] of [
       ["PUT", queuePath("cf-jurisdiction"), { jurisdiction: "eu" }],
       ["PATCH", queuePath("cf-jurisdiction"), { jurisdiction: "fedramp" }],
@@ -153,7 +211,11 @@ describe("PUT .../consumers/:consumer_id: Cloudflare's update replaces the consu
     });
     const id = created.json.result.consumer_id as string;
     const one = `${queuePath("cf-putc")}/consumers/${id}`;
-    const put = await api("PUT", one, { type: "worker", script_name: "shardq-example-consumer", settings: { max_wait_time_ms: 100 } });
+    const put = await api("PUT", one, {
+      type: "worker",
+      script_name: "shardq-example-consumer",
+      settings: { max_wait_time_ms: 100 },
+    });
     expect(put.status).toBe(200);
     expect(put.json.result).toMatchObject({
       consumer_id: id,
@@ -162,7 +224,9 @@ describe("PUT .../consumers/:consumer_id: Cloudflare's update replaces the consu
     });
     // The queue (and its listing) shows the consumer as it is now.
     expect((await api("GET", queuePath("cf-putc"))).json.result.consumers[0].settings.max_wait_time_ms).toBe(100);
-    expect((await api("GET", `${queuesPath()}?name=cf-putc`)).json.result[0].consumers[0].settings.max_wait_time_ms).toBe(100);
+    expect(
+      (await api("GET", `${queuesPath()}?name=cf-putc`)).json.result[0].consumers[0].settings.max_wait_time_ms,
+    ).toBe(100);
     const retyped = await api("PUT", one, { type: "http_pull" });
     expect(retyped.status).toBe(400);
     expect(retyped.json.errors[0].field).toBe("type");
@@ -190,18 +254,29 @@ describe("PUT .../consumers/:consumer_id: Cloudflare's update replaces the consu
     expect(badId.json.errors[0].field).toBe("consumer_id");
     // Added as a create adds: a worker needs a Worker shardq is bound to.
     await createQueue("cf-putc-worker");
-    const unbound = await api("PUT", `${queuePath("cf-putc-worker")}/consumers/${id}`, { type: "worker", script_name: "nobody-bound-this" });
+    const unbound = await api("PUT", `${queuePath("cf-putc-worker")}/consumers/${id}`, {
+      type: "worker",
+      script_name: "nobody-bound-this",
+    });
     expect(unbound.status).toBe(400);
     expect(unbound.json.errors[0].field).toBe("script_name");
   });
 
   it("takes wrangler's empty environment_name on a create, and refuses another, saying why", async () => {
     await createQueue("cf-env");
-    const named = await api("POST", `${queuePath("cf-env")}/consumers`, { type: "worker", script_name: "shardq-example-consumer", environment_name: "staging" });
+    const named = await api("POST", `${queuePath("cf-env")}/consumers`, {
+      type: "worker",
+      script_name: "shardq-example-consumer",
+      environment_name: "staging",
+    });
     expect(named.status).toBe(400);
     expect(named.json.errors[0].field).toBe("environment_name");
     expect(named.json.errors[0].message).toContain("without service environments");
-    const plain = await api("POST", `${queuePath("cf-env")}/consumers`, { type: "worker", script_name: "shardq-example-consumer", environment_name: "" });
+    const plain = await api("POST", `${queuePath("cf-env")}/consumers`, {
+      type: "worker",
+      script_name: "shardq-example-consumer",
+      environment_name: "",
+    });
     expect(plain.status).toBe(201);
   });
 });
@@ -209,12 +284,18 @@ describe("PUT .../consumers/:consumer_id: Cloudflare's update replaces the consu
 describe("a queue's description lists its consumers whole, as Cloudflare's does", () => {
   it("gives each consumer's settings and dead-letter queue, and `script` for a Worker, in GET and in the listing", async () => {
     await createQueue("cf-whole");
-    const consumer = await api("POST", `${queuePath("cf-whole")}/consumers`, { type: "worker", script_name: "shardq-example-consumer", settings: { batch_size: 7 } });
+    const consumer = await api("POST", `${queuePath("cf-whole")}/consumers`, {
+      type: "worker",
+      script_name: "shardq-example-consumer",
+      settings: { batch_size: 7 },
+    });
     const got = (await api("GET", queuePath("cf-whole"))).json.result.consumers[0];
     expect(got).toEqual({ ...consumer.json.result, script: "shardq-example-consumer" });
     expect((await api("GET", `${queuesPath()}?name=cf-whole`)).json.result[0].consumers[0]).toEqual(got);
     // A PATCH of the consumer shows in the listing too.
-    await api("PATCH", `${queuePath("cf-whole")}/consumers/${consumer.json.result.consumer_id}`, { settings: { batch_size: 8 } });
+    await api("PATCH", `${queuePath("cf-whole")}/consumers/${consumer.json.result.consumer_id}`, {
+      settings: { batch_size: 8 },
+    });
     expect((await api("GET", `${queuesPath()}?name=cf-whole`)).json.result[0].consumers[0].settings.batch_size).toBe(8);
   });
 
@@ -223,14 +304,23 @@ describe("a queue's description lists its consumers whole, as Cloudflare's does"
     const consumer = await api("POST", `${queuePath("cf-whole-old")}/consumers`, { type: "http_pull" });
     const catalog = catalogFor(env, ACCOUNT);
     await runInDurableObject(catalog, (_obj, state) => {
-      const row = state.storage.sql.exec<{ info: string }>("SELECT info FROM queues WHERE queue_id = ?", q.queue_id).one();
+      const row = state.storage.sql
+        .exec<{ info: string }>("SELECT info FROM queues WHERE queue_id = ?", q.queue_id)
+        .one();
       const info = JSON.parse(row.info);
       info.consumers = [{ type: "http_pull", consumer_id: consumer.json.result.consumer_id }];
       state.storage.sql.exec("UPDATE queues SET info = ? WHERE queue_id = ?", JSON.stringify(info), q.queue_id);
     });
     const listed = (await api("GET", `${queuesPath()}?name=cf-whole-old`)).json.result[0];
-    expect(listed.consumers[0]).toMatchObject({ consumer_id: consumer.json.result.consumer_id, settings: { batch_size: 10 } });
-    const kept = await runInDurableObject(catalog, (_obj, state) => state.storage.sql.exec<{ info: string }>("SELECT info FROM queues WHERE queue_id = ?", q.queue_id).one().info);
+    expect(listed.consumers[0]).toMatchObject({
+      consumer_id: consumer.json.result.consumer_id,
+      settings: { batch_size: 10 },
+    });
+    const kept = await runInDurableObject(
+      catalog,
+      (_obj, state) =>
+        state.storage.sql.exec<{ info: string }>("SELECT info FROM queues WHERE queue_id = ?", q.queue_id).one().info,
+    );
     expect(JSON.parse(kept).consumers[0].settings).toBeDefined();
   });
 });
@@ -239,23 +329,37 @@ describe("Cloudflare's peek, and its purge of peeked messages", () => {
   it("peeks in Cloudflare's shape, leasing nothing, and purges what the refs name, wherever it stands", async () => {
     await createQueue("cf-peek");
     await api("POST", `${queuePath("cf-peek")}/consumers`, { type: "http_pull" });
-    const a = (await api("POST", `${queuePath("cf-peek")}/messages`, { body: "a", content_type: "text" })).json.result.message_id;
-    const b = (await api("POST", `${queuePath("cf-peek")}/messages`, { body: { b: 1 }, ordering_key: "k" })).json.result.message_id;
-    const c = (await api("POST", `${queuePath("cf-peek")}/messages`, { body: "c", content_type: "text" })).json.result.message_id;
+    const a = (await api("POST", `${queuePath("cf-peek")}/messages`, { body: "a", content_type: "text" })).json.result
+      .message_id;
+    const b = (await api("POST", `${queuePath("cf-peek")}/messages`, { body: { b: 1 }, ordering_key: "k" })).json.result
+      .message_id;
+    const c = (await api("POST", `${queuePath("cf-peek")}/messages`, { body: "c", content_type: "text" })).json.result
+      .message_id;
     const peek = await api("POST", `${queuePath("cf-peek")}/messages/peek`, { batch_size: 2 });
     expect(peek.status).toBe(200);
     expect(peek.json.result.messages.map((m: { id: string }) => m.id)).toEqual([a, b]);
-    expect(peek.json.result.messages[0]).toMatchObject({ id: a, body: "a", attempts: 0, metadata: { "CF-Content-Type": "text" }, ref: expect.any(String) });
+    expect(peek.json.result.messages[0]).toMatchObject({
+      id: a,
+      body: "a",
+      attempts: 0,
+      metadata: { "CF-Content-Type": "text" },
+      ref: expect.any(String),
+    });
     expect(peek.json.result.messages[1].ordering_key).toBe("k");
     // No body at all: the default batch.
-    const all = await SELF.fetch(`${BASE}${queuePath("cf-peek")}/messages/peek`, { method: "POST", headers: { authorization: `Bearer ${TOKEN}` } });
+    const all = await SELF.fetch(`${BASE}${queuePath("cf-peek")}/messages/peek`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${TOKEN}` },
+    });
     expect(((await all.json()) as any).result.messages).toHaveLength(3);
     // A peek leased nothing: a pull gets all three.
     const pulled = (await api("POST", `${queuePath("cf-peek")}/messages/pull`, { batch_size: 3 })).json.result.messages;
     expect(pulled).toHaveLength(3);
     // Purged by ref while leased; a ref twice counts once; a made-up one and one of a message gone are warnings.
     const refs = peek.json.result.messages.map((m: { ref: string }) => ({ ref: m.ref }));
-    const purged = await api("POST", `${queuePath("cf-peek")}/messages/purge`, { refs: [...refs, refs[0], { ref: "junk" }] });
+    const purged = await api("POST", `${queuePath("cf-peek")}/messages/purge`, {
+      refs: [...refs, refs[0], { ref: "junk" }],
+    });
     expect(purged.status).toBe(200);
     expect(purged.json.result).toEqual({ purged: 2, warnings: { junk: expect.stringContaining("not a ref") } });
     const again = await api("POST", `${queuePath("cf-peek")}/messages/purge`, { refs: [refs[0]] });
@@ -264,12 +368,18 @@ describe("Cloudflare's peek, and its purge of peeked messages", () => {
     expect((await api("GET", `${queuePath("cf-peek")}/messages/${a}`)).status).toBe(404);
     // The leases on the purged messages are gone: their acks are warned about, the other one counts.
     const lease = (id: string) => pulled.find((m: { id: string }) => m.id === id).lease_id as string;
-    const acked = await api("POST", `${queuePath("cf-peek")}/messages/ack`, { acks: [a, b, c].map((id) => ({ lease_id: lease(id) })) });
+    const acked = await api("POST", `${queuePath("cf-peek")}/messages/ack`, {
+      acks: [a, b, c].map((id) => ({ lease_id: lease(id) })),
+    });
     expect(acked.json.result.ackCount).toBe(1);
     expect(Object.keys(acked.json.result.warnings).sort()).toEqual([lease(a), lease(b)].sort());
     // Bounds.
-    expect((await api("POST", `${queuePath("cf-peek")}/messages/peek`, { batch_size: 101 })).json.errors[0].field).toBe("batch_size");
-    expect((await api("POST", `${queuePath("cf-peek")}/messages/purge`, { refs: [] })).json.errors[0].field).toBe("refs");
+    expect((await api("POST", `${queuePath("cf-peek")}/messages/peek`, { batch_size: 101 })).json.errors[0].field).toBe(
+      "batch_size",
+    );
+    expect((await api("POST", `${queuePath("cf-peek")}/messages/purge`, { refs: [] })).json.errors[0].field).toBe(
+      "refs",
+    );
     expect((await api("GET", `${queuePath("cf-peek")}/messages/peek`)).status).toBe(405);
   });
 });
@@ -290,7 +400,10 @@ describe("purge: the queue as Cloudflare answers it, and its status", () => {
     expect(Date.parse(status.json.result.started_at)).toBeGreaterThanOrEqual(before - 1000);
     // With return_ids, the ids too.
     const id = (await api("POST", `${queuePath("cf-purge")}/messages`, { body: 3 })).json.result.message_id;
-    expect((await api("POST", `${queuePath("cf-purge")}/purge`, { delete_messages_permanently: true, return_ids: true })).json.result).toMatchObject({ purged: 1, completed: true, ids: [id] });
+    expect(
+      (await api("POST", `${queuePath("cf-purge")}/purge`, { delete_messages_permanently: true, return_ids: true }))
+        .json.result,
+    ).toMatchObject({ purged: 1, completed: true, ids: [id] });
     expect((await api("GET", `${queuePath("ghost-cf-purge")}/purge`)).status).toBe(404);
   });
 });
@@ -299,7 +412,8 @@ describe("a send's and a pull's figures, under both spellings", () => {
   it("carries backlogCount and backlog_count alike", async () => {
     await createQueue("cf-figures");
     await api("POST", `${queuePath("cf-figures")}/consumers`, { type: "http_pull" });
-    const sent = (await api("POST", `${queuePath("cf-figures")}/messages`, { body: "x", content_type: "text" })).json.result.metadata.metrics;
+    const sent = (await api("POST", `${queuePath("cf-figures")}/messages`, { body: "x", content_type: "text" })).json
+      .result.metadata.metrics;
     expect(sent).toEqual({
       backlogCount: 1,
       backlogBytes: sent.backlogBytes,
@@ -323,12 +437,18 @@ describe("event subscriptions: not served, said so", () => {
       ["PATCH", `${V4}/accounts/local/event_subscriptions/subscriptions/${"a".repeat(32)}`],
       ["DELETE", `${V4}/accounts/local/event_subscriptions/subscriptions/${"a".repeat(32)}`],
     ] as const) {
-      const res = await asWrangler(method, path, method === "POST" || method === "PATCH" ? { enabled: true } : undefined);
+      const res = await asWrangler(
+        method,
+        path,
+        method === "POST" || method === "PATCH" ? { enabled: true } : undefined,
+      );
       expect(res.status, `${method} ${path}`).toBe(501);
       expect(res.json.errors[0].message).toContain("shardq does not serve event subscriptions");
       expect(res.json.errors[0].message).toContain("producer binding");
     }
-    expect((await api("GET", "/accounts/local/event_subscriptions/subscriptions", undefined, { token: null })).status).toBe(401);
+    expect(
+      (await api("GET", "/accounts/local/event_subscriptions/subscriptions", undefined, { token: null })).status,
+    ).toBe(401);
     expect((await api("GET", "/accounts/other/event_subscriptions/subscriptions")).status).toBe(404);
     expect((await api("PUT", "/accounts/local/event_subscriptions/subscriptions")).status).toBe(405);
   });

@@ -11,7 +11,11 @@ describe("coalescing concurrent single sends", () => {
     const q = producer("coalesce");
     const results = await Promise.all([
       ...Array.from({ length: 300 }, (_, i) => q.send({ i }).then((r) => r.messageId)),
-      ...Array.from({ length: 100 }, (_, i) => api("POST", `${queuePath("coalesce")}/messages`, { body: { http: i } }).then((r) => r.json.result.message_id as string)),
+      ...Array.from({ length: 100 }, (_, i) =>
+        api("POST", `${queuePath("coalesce")}/messages`, { body: { http: i } }).then(
+          (r) => r.json.result.message_id as string,
+        ),
+      ),
     ]);
     const sends = coalesceStats.sends - before.sends;
     const writes = coalesceStats.writes - before.writes;
@@ -62,6 +66,8 @@ describe("coalescing concurrent single sends", () => {
     await createQueue("coalesce-gone");
     await api("DELETE", queuePath("coalesce-gone"));
     const outcomes = await Promise.allSettled(Array.from({ length: 50 }, (_, i) => producer("coalesce-gone").send(i)));
-    expect(outcomes.every((o) => o.status === "rejected" && /not found/.test(String((o as PromiseRejectedResult).reason)))).toBe(true);
+    expect(
+      outcomes.every((o) => o.status === "rejected" && /not found/.test(String((o as PromiseRejectedResult).reason))),
+    ).toBe(true);
   });
 });

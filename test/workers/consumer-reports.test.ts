@@ -21,7 +21,13 @@ describe("a consumer shard's reports", () => {
     };
     onTestFinished(() => void (Coordinator.prototype.consumerReport = consumerReport));
     let now = 1_000_000;
-    const reports = new ConsumerReports(env, () => now, async () => 0, newMeter(), 0);
+    const reports = new ConsumerReports(
+      env,
+      () => now,
+      async () => 0,
+      newMeter(),
+      0,
+    );
     const deliver = async (n: number, ms: number) => {
       now += ms;
       reports.counts.delivered += n;

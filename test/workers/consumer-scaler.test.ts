@@ -1,5 +1,10 @@
 import { describe, expect, it } from "vitest";
-import { BACKLOG_PER_CONSUMER_SHARD, deliveringNow, scaleConsumers, type ConsumerScalingInput } from "../../coordinator/consumer-scaler";
+import {
+  BACKLOG_PER_CONSUMER_SHARD,
+  deliveringNow,
+  scaleConsumers,
+  type ConsumerScalingInput,
+} from "../../coordinator/consumer-scaler";
 import type { ConsumerShardStatus } from "../../coordinator/heartbeats";
 
 const NOW = 1_000_000;
@@ -18,7 +23,14 @@ const input = (over: Partial<ConsumerScalingInput> = {}): ConsumerScalingInput =
 });
 
 /** Consumer shard `index`'s report, made `ago` ms before NOW. */
-const report = (index: number, running: boolean, ago = 0): ConsumerShardStatus => ({ index, running, delivered: 0, batches: 0, errors: 0, received_at: NOW - ago });
+const report = (index: number, running: boolean, ago = 0): ConsumerShardStatus => ({
+  index,
+  running,
+  delivered: 0,
+  batches: 0,
+  errors: 0,
+  received_at: NOW - ago,
+});
 
 describe("consumer-shard scaler", () => {
   it("wants one consumer shard per BACKLOG_PER_CONSUMER_SHARD messages, at least one, at most max_concurrency", () => {
@@ -46,7 +58,13 @@ describe("consumer-shard scaler", () => {
   });
 
   it("on a tick or heartbeat wakes the wanted shards not delivering now, and none past the number wanted", () => {
-    const reports = [report(0, true), report(1, false), report(2, true, 3 * INTERVAL + 1), report(3, true, 3 * INTERVAL), report(7, false)];
+    const reports = [
+      report(0, true),
+      report(1, false),
+      report(2, true, 3 * INTERVAL + 1),
+      report(3, true, 3 * INTERVAL),
+      report(7, false),
+    ];
     // 1000 messages: shards 0-4. 0 and 3 are delivering (fresh reports); 2's report is stale.
     expect(scaleConsumers(input({ backlog: 1000, reports })).wake).toEqual([1, 2, 4]);
     // Shard 7 is past the number wanted: left to finish its round and stop.
@@ -68,7 +86,12 @@ describe("consumer-shard scaler", () => {
   });
 
   it("counts a shard as delivering only while its report is running and at most three intervals old", () => {
-    const reports = [report(0, true), report(1, false), report(2, true, 3 * INTERVAL), report(3, true, 3 * INTERVAL + 1)];
+    const reports = [
+      report(0, true),
+      report(1, false),
+      report(2, true, 3 * INTERVAL),
+      report(3, true, 3 * INTERVAL + 1),
+    ];
     expect(deliveringNow(reports, NOW, INTERVAL).map((r) => r.index)).toEqual([0, 2]);
   });
 

@@ -21,7 +21,15 @@ describe("consumer management over HTTP", () => {
       script_name: "shardq-example-consumer",
       queue_name: "cons-defaults",
       dead_letter_queue: null,
-      settings: { batch_size: 10, max_wait_time_ms: 5000, max_retries: 3, retry_delay: 0, max_concurrency: null, visibility_timeout_ms: 30000, transport: "queue" },
+      settings: {
+        batch_size: 10,
+        max_wait_time_ms: 5000,
+        max_retries: 3,
+        retry_delay: 0,
+        max_concurrency: null,
+        visibility_timeout_ms: 30000,
+        transport: "queue",
+      },
     });
     expect(res.json.result.consumer_id).toMatch(/^[0-9a-f]{32}$/);
     const second = await api("POST", consumers("cons-defaults"), { type: "http_pull" });
@@ -44,7 +52,11 @@ describe("consumer management over HTTP", () => {
     [{ ...worker, settings: { max_retries: 101 } }, "settings.max_retries", "at most 100"],
     [{ ...worker, settings: { retry_delay: -1 } }, "settings.retry_delay", "at least 0"],
     [{ ...worker, settings: { max_concurrency: 251 } }, "settings.max_concurrency", "at most 250"],
-    [{ ...worker, settings: { visibility_timeout_ms: 43_200_001 } }, "settings.visibility_timeout_ms", "at most 43200000"],
+    [
+      { ...worker, settings: { visibility_timeout_ms: 43_200_001 } },
+      "settings.visibility_timeout_ms",
+      "at most 43200000",
+    ],
     [{ ...worker, settings: { transport: "smtp" } }, "settings.transport", '"queue" or "rpc"'],
     [{ ...worker, settings: { batch_sise: 5 } }, "settings.batch_sise", "not a known field"],
     [{ ...worker, dead_letter_queue: "no-such-queue" }, "dead_letter_queue", "does not exist"],
@@ -84,11 +96,16 @@ describe("consumer management over HTTP", () => {
   it("lists, reads, updates and removes a consumer", async () => {
     await createQueue("cons-crud");
     await createQueue("cons-crud-dlq");
-    const created = (await api("POST", consumers("cons-crud"), { type: "http_pull", dead_letter_queue: "cons-crud-dlq" })).json.result;
+    const created = (
+      await api("POST", consumers("cons-crud"), { type: "http_pull", dead_letter_queue: "cons-crud-dlq" })
+    ).json.result;
     expect((await api("GET", consumers("cons-crud"))).json.result).toEqual([created]);
     expect((await api("GET", `${consumers("cons-crud")}/${created.consumer_id}`)).json.result).toEqual(created);
 
-    const patched = await api("PATCH", `${consumers("cons-crud")}/${created.consumer_id}`, { settings: { batch_size: 50, max_retries: 0 }, dead_letter_queue: null });
+    const patched = await api("PATCH", `${consumers("cons-crud")}/${created.consumer_id}`, {
+      settings: { batch_size: 50, max_retries: 0 },
+      dead_letter_queue: null,
+    });
     expect(patched.status).toBe(200);
     expect(patched.json.result.settings).toMatchObject({ batch_size: 50, max_retries: 0, max_wait_time_ms: 5000 });
     expect(patched.json.result.dead_letter_queue).toBeNull();
@@ -96,7 +113,9 @@ describe("consumer management over HTTP", () => {
     const retype = await api("PATCH", `${consumers("cons-crud")}/${created.consumer_id}`, { type: "worker" });
     expect(retype.status).toBe(400);
     expect(retype.json.errors[0].field).toBe("type");
-    const bad = await api("PATCH", `${consumers("cons-crud")}/${created.consumer_id}`, { settings: { batch_size: 500 } });
+    const bad = await api("PATCH", `${consumers("cons-crud")}/${created.consumer_id}`, {
+      settings: { batch_size: 500 },
+    });
     expect(bad.status).toBe(400);
 
     expect((await api("DELETE", `${consumers("cons-crud")}/${created.consumer_id}`)).status).toBe(200);
@@ -108,49 +127,97 @@ describe("consumer management over HTTP", () => {
   it("hides one account's consumers from another", async () => {
     await createQueue("cons-private");
     await api("POST", consumers("cons-private"), { type: "http_pull" });
-    const res = await api("GET", consumers("cons-private").replace("/local/", "/other/"), undefined, { token: OTHER_TOKEN });
+    const res = await api("GET", consumers("cons-private").replace("/local/", "/other/"), undefined, {
+      token: OTHER_TOKEN,
+    });
     expect(res.status).toBe(404);
     expect((await api("POST", consumers("cons-private"), worker, { token: OTHER_TOKEN })).status).toBe(404);
   });
 
   describe("a consumer Worker belongs to the accounts its binding is configured for", () => {
     const other = (path: string) => path.replace("/local/", "/other/");
-    const stats = async (queue: string) => ((await (await env.EXAMPLE_CONSUMER.fetch(`http://consumer/stats?queue=${queue}`)).json()) as { received: number }).received;
+    const stats = async (queue: string) =>
+      (
+        (await (await env.EXAMPLE_CONSUMER.fetch(`http://consumer/stats?queue=${queue}`)).json()) as {
+          received: number;
+        }
+      ).received;
     /** The answer to an unknown name, with the name and its binding taken out: what is left must not depend on who is bound. */
-    const shape = (message: string, name: string) => message.replaceAll(name, "<name>").replaceAll(name.toUpperCase().replace(/[^A-Z0-9]/g, "_"), "<NAME>");
+    const shape = (message: string, name: string) =>
+      message.replaceAll(name, "<name>").replaceAll(name.toUpperCase().replace(/[^A-Z0-9]/g, "_"), "<NAME>");
 
     async function call(e: Env, token: string, method: string, path: string, body?: unknown) {
-      const request = new Request(`${BASE}${path}`, { method, headers: { authorization: `Bearer ${token}`, "content-type": "application/json" }, body: body === undefined ? undefined : JSON.stringify(body) });
+      const request = new Request(`${BASE}${path}`, {
+        method,
+        headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
       const res = await router.fetch(request, e, createExecutionContext());
       return { status: res.status, json: (await res.json()) as any };
     }
 
     it("answers another account naming the local account's Worker, or a name that folds onto its binding, as it answers a name nobody bound", async () => {
-      expect((await api("POST", queuesPath("other"), { queue_name: "acct-b-probe" }, { token: OTHER_TOKEN })).status).toBe(201);
-      const unknown = await api("POST", other(consumers("acct-b-probe")), { type: "worker", script_name: "nobody-bound-this" }, { token: OTHER_TOKEN });
+      expect(
+        (await api("POST", queuesPath("other"), { queue_name: "acct-b-probe" }, { token: OTHER_TOKEN })).status,
+      ).toBe(201);
+      const unknown = await api(
+        "POST",
+        other(consumers("acct-b-probe")),
+        { type: "worker", script_name: "nobody-bound-this" },
+        { token: OTHER_TOKEN },
+      );
       expect(unknown.status).toBe(400);
       for (const name of ["shardq-example-consumer", "shardq_example_consumer"]) {
-        const res = await api("POST", other(consumers("acct-b-probe")), { type: "worker", script_name: name }, { token: OTHER_TOKEN });
+        const res = await api(
+          "POST",
+          other(consumers("acct-b-probe")),
+          { type: "worker", script_name: name },
+          { token: OTHER_TOKEN },
+        );
         expect(res.status, name).toBe(400);
         expect(res.json.errors[0].field).toBe("script_name");
-        expect(shape(res.json.errors[0].message, name)).toBe(shape(unknown.json.errors[0].message, "nobody-bound-this"));
+        expect(shape(res.json.errors[0].message, name)).toBe(
+          shape(unknown.json.errors[0].message, "nobody-bound-this"),
+        );
       }
-      expect((await api("GET", other(consumers("acct-b-probe")), undefined, { token: OTHER_TOKEN })).json.result).toEqual([]);
+      expect(
+        (await api("GET", other(consumers("acct-b-probe")), undefined, { token: OTHER_TOKEN })).json.result,
+      ).toEqual([]);
     });
 
     it("pushes nothing of another account's queue into a Worker bound for the local account, even through a consumer stored before the rule", async () => {
-      const queue = (await api("POST", queuesPath("other"), { queue_name: "acct-b-pushed" }, { token: OTHER_TOKEN })).json.result;
-      await coordinatorFor(env, queue.queue_id).addConsumer({ type: "worker", script_name: "shardq-example-consumer", settings: { ...defaultConsumerSettings("queue"), max_wait_time_ms: 0 }, dead_letter_queue: null });
-      for (let i = 0; i < 3; i++) expect((await api("POST", `${other(queuePath("acct-b-pushed"))}/messages`, { body: i }, { token: OTHER_TOKEN })).status).toBe(200);
-      await runInDurableObject(consumerShardFor(env, queue.queue_id, 0), (obj: ConsumerShard) => obj.deliverRound(queue.queue_id));
+      const queue = (await api("POST", queuesPath("other"), { queue_name: "acct-b-pushed" }, { token: OTHER_TOKEN }))
+        .json.result;
+      await coordinatorFor(env, queue.queue_id).addConsumer({
+        type: "worker",
+        script_name: "shardq-example-consumer",
+        settings: { ...defaultConsumerSettings("queue"), max_wait_time_ms: 0 },
+        dead_letter_queue: null,
+      });
+      for (let i = 0; i < 3; i++)
+        expect(
+          (await api("POST", `${other(queuePath("acct-b-pushed"))}/messages`, { body: i }, { token: OTHER_TOKEN }))
+            .status,
+        ).toBe(200);
+      await runInDurableObject(consumerShardFor(env, queue.queue_id, 0), (obj: ConsumerShard) =>
+        obj.deliverRound(queue.queue_id),
+      );
       await sleep(500);
       expect(await stats("acct-b-pushed")).toBe(0);
-      expect((await api("GET", `${other(queuePath("acct-b-pushed"))}/metrics`, undefined, { token: OTHER_TOKEN })).json.result.backlog_count).toBe(3);
+      expect(
+        (await api("GET", `${other(queuePath("acct-b-pushed"))}/metrics`, undefined, { token: OTHER_TOKEN })).json
+          .result.backlog_count,
+      ).toBe(3);
     });
 
     it("lets the accounts WORKER_CONSUMER_ACCOUNTS names use a Worker by its exact name, and no other account or spelling", async () => {
-      const configured = { ...env, WORKER_CONSUMER_ACCOUNTS: JSON.stringify({ "shardq-example-consumer": ["other"] }) } as Env;
-      expect((await call(configured, OTHER_TOKEN, "POST", queuesPath("other"), { queue_name: "acct-b-named" })).status).toBe(201);
+      const configured = {
+        ...env,
+        WORKER_CONSUMER_ACCOUNTS: JSON.stringify({ "shardq-example-consumer": ["other"] }),
+      } as Env;
+      expect(
+        (await call(configured, OTHER_TOKEN, "POST", queuesPath("other"), { queue_name: "acct-b-named" })).status,
+      ).toBe(201);
       const added = await call(configured, OTHER_TOKEN, "POST", other(consumers("acct-b-named")), worker);
       expect(added.status).toBe(201);
       expect(added.json.result.script_name).toBe("shardq-example-consumer");

@@ -51,15 +51,37 @@ describe("cost figures of the control objects", () => {
     const q = await createQueue("control-cost-consumers");
     const coordinator = coordinatorFor(env, q.queue_id);
     const report = (since: number, rpcs: number, alarms: number) =>
-      coordinator.consumerReport({ index: 0, running: false, delivered: 0, batches: 0, errors: 0, cost: { rpcs, alarms, rowsWritten: 10 * rpcs, rowsRead: 0, since } });
+      coordinator.consumerReport({
+        index: 0,
+        running: false,
+        delivered: 0,
+        batches: 0,
+        errors: 0,
+        cost: { rpcs, alarms, rowsWritten: 10 * rpcs, rowsRead: 0, since },
+      });
     await report(1, 3, 2);
     await report(1, 5, 4);
-    expect((await coordinator.costFigures()).consumerShards["0"]).toEqual({ rpcs: 5, alarms: 4, rowsWritten: 50, rowsRead: 0 });
+    expect((await coordinator.costFigures()).consumerShards["0"]).toEqual({
+      rpcs: 5,
+      alarms: 4,
+      rowsWritten: 50,
+      rowsRead: 0,
+    });
     // Restarted (another `since`): its life before is carried, not lost.
     await report(2, 1, 1);
     await report(2, 2, 1);
-    expect((await coordinator.costFigures()).consumerShards["0"]).toEqual({ rpcs: 7, alarms: 5, rowsWritten: 70, rowsRead: 0 });
-    expect((await coordinator.consumerShards()).shards[0]?.cost).toEqual({ rpcs: 7, alarms: 5, rowsWritten: 70, rowsRead: 0 });
+    expect((await coordinator.costFigures()).consumerShards["0"]).toEqual({
+      rpcs: 7,
+      alarms: 5,
+      rowsWritten: 70,
+      rowsRead: 0,
+    });
+    expect((await coordinator.consumerShards()).shards[0]?.cost).toEqual({
+      rpcs: 7,
+      alarms: 5,
+      rowsWritten: 70,
+      rowsRead: 0,
+    });
     // A report without cost (a consumer shard older than the figures) changes nothing.
     await coordinator.consumerReport({ index: 0, running: false, delivered: 0, batches: 0, errors: 0 });
     expect((await coordinator.costFigures()).consumerShards["0"]?.rpcs).toBe(7);
@@ -71,8 +93,29 @@ describe("cost figures of the control objects", () => {
     const shard = (await coordinator.shardMap())!.shards[0]!.name;
     const beat = (sentAt: number) =>
       coordinator.heartbeat({
-        shard, state: "active", backlogCount: 1, backlogBytes: 1, oldestEnqueuedAt: 1, messagesIn: 1, messagesOut: 0, refusals: 0, leasedNow: 0, periodMs: 5000, sentAt,
-        totals: { stored: 1, leased: 0, acked: 0, retried: 0, deadLettered: 0, dropped: 0, expired: 0, quarantined: 0, purged: 0, cancelled: 0 },
+        shard,
+        state: "active",
+        backlogCount: 1,
+        backlogBytes: 1,
+        oldestEnqueuedAt: 1,
+        messagesIn: 1,
+        messagesOut: 0,
+        refusals: 0,
+        leasedNow: 0,
+        periodMs: 5000,
+        sentAt,
+        totals: {
+          stored: 1,
+          leased: 0,
+          acked: 0,
+          retried: 0,
+          deadLettered: 0,
+          dropped: 0,
+          expired: 0,
+          quarantined: 0,
+          purged: 0,
+          cancelled: 0,
+        },
         cost: { rpcs: 0, rowsWritten: 0 },
       });
     await beat(Date.now());
@@ -82,7 +125,10 @@ describe("cost figures of the control objects", () => {
     expect(after.rpcs - before.rpcs).toBe(1);
     // The heartbeat row, updated in place (the control loop's alarm is armed already).
     expect(after.rowsWritten - before.rowsWritten).toBe(1);
-    expect((await coordinator.heartbeats()).find((b) => b.name === shard)).toMatchObject({ backlog_count: 1, messages_in: 1 });
+    expect((await coordinator.heartbeats()).find((b) => b.name === shard)).toMatchObject({
+      backlog_count: 1,
+      messages_in: 1,
+    });
   });
 
   it("the catalog and the idempotency tables count their RPCs and rows", async () => {

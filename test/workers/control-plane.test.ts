@@ -11,7 +11,17 @@ import { sleep } from "../../src/kernel/sleep";
 
 /** Fake time ahead of real time: the Coordinator's own alarms then wait for runDurableObjectAlarm. */
 const FUTURE = Date.now() + 200_000_000_000;
-const TOTALS = { leased: 0, acked: 0, retried: 0, deadLettered: 0, dropped: 0, expired: 0, quarantined: 0, purged: 0, cancelled: 0 };
+const TOTALS = {
+  leased: 0,
+  acked: 0,
+  retried: 0,
+  deadLettered: 0,
+  dropped: 0,
+  expired: 0,
+  quarantined: 0,
+  purged: 0,
+  cancelled: 0,
+};
 
 async function coordinatorOnClock(queueId: string) {
   const coordinator = env.COORDINATOR.get(env.COORDINATOR.idFromName(queueId));
@@ -23,11 +33,28 @@ async function coordinatorOnClock(queueId: string) {
 }
 
 /** Every listed shard reports `perSecond` messages/s over the last 5 s. */
-async function report(queueId: string, shards: Array<{ name: string; state?: string }>, perSecond: number, extra: Partial<StorageHeartbeat> = {}) {
+async function report(
+  queueId: string,
+  shards: Array<{ name: string; state?: string }>,
+  perSecond: number,
+  extra: Partial<StorageHeartbeat> = {},
+) {
   for (const s of shards) {
     await coordinatorFor(env, queueId).heartbeat({
-      shard: s.name, state: (s.state ?? "active") as StorageHeartbeat["state"], backlogCount: 0, backlogBytes: 0, oldestEnqueuedAt: null,
-      messagesIn: perSecond * 5, messagesOut: 0, refusals: 0, leasedNow: 0, periodMs: 5000, sentAt: 0, totals: TOTALS, cost: { rpcs: 0, rowsWritten: 0 }, ...extra,
+      shard: s.name,
+      state: (s.state ?? "active") as StorageHeartbeat["state"],
+      backlogCount: 0,
+      backlogBytes: 0,
+      oldestEnqueuedAt: null,
+      messagesIn: perSecond * 5,
+      messagesOut: 0,
+      refusals: 0,
+      leasedNow: 0,
+      periodMs: 5000,
+      sentAt: 0,
+      totals: TOTALS,
+      cost: { rpcs: 0, rowsWritten: 0 },
+      ...extra,
     });
   }
 }
@@ -52,7 +79,11 @@ describe("the Coordinator's control loop", () => {
     expect(active(after)).toHaveLength(8);
     expect(after.version).toBeGreaterThan(before.version);
     const decision = (await coordinatorFor(env, q.queue_id).decisions())[0]!;
-    expect(decision).toMatchObject({ kind: "add_shards", region: "local", reason: "1000 msg/s per shard > target 500 in two readings in a row" });
+    expect(decision).toMatchObject({
+      kind: "add_shards",
+      region: "local",
+      reason: "1000 msg/s per shard > target 500 in two readings in a row",
+    });
     expect(decision.figures).toMatchObject({ activeShards: 4, messagesPerSecond: 4000 });
     // The new shards take sends: each was activated before it entered the map. Each send placed at random, as by isolates of their own.
     for (let i = 0; i < 60; i++) {
@@ -87,10 +118,18 @@ describe("the Coordinator's control loop", () => {
     expect(draining).toHaveLength(4);
     expect(active(map)).toHaveLength(4);
     const decisions = await coordinatorFor(env, q.queue_id).decisions();
-    expect(decisions.slice(0, 4).map((d) => d.kind)).toEqual(["drain_shard", "drain_shard", "drain_shard", "drain_shard"]);
+    expect(decisions.slice(0, 4).map((d) => d.kind)).toEqual([
+      "drain_shard",
+      "drain_shard",
+      "drain_shard",
+      "drain_shard",
+    ]);
     expect(new Set(decisions.slice(0, 4).map((d) => d.target))).toEqual(new Set(draining.map((s) => s.name)));
     // The shards themselves refuse sends now.
-    const refused = await env.STORAGE_SHARD.get(env.STORAGE_SHARD.idFromName(draining[0]!.name)).append({ queueId: q.queue_id, messages: [] });
+    const refused = await env.STORAGE_SHARD.get(env.STORAGE_SHARD.idFromName(draining[0]!.name)).append({
+      queueId: q.queue_id,
+      messages: [],
+    });
     expect(refused).toEqual({ ok: false, refused: "draining" });
 
     // Their own reports say draining and empty: the next tick retires them.
@@ -99,8 +138,15 @@ describe("the Coordinator's control loop", () => {
     await report(q.queue_id, active(map), 1);
     await runDurableObjectAlarm(coordinator);
     map = (await coordinatorFor(env, q.queue_id).shardMap())!;
-    expect(draining.map((d) => map.shards.find((s) => s.name === d.name)!.state)).toEqual(["retired", "retired", "retired", "retired"]);
-    expect((await coordinatorFor(env, q.queue_id).decisions()).filter((d) => d.kind === "retire_shard")).toHaveLength(4);
+    expect(draining.map((d) => map.shards.find((s) => s.name === d.name)!.state)).toEqual([
+      "retired",
+      "retired",
+      "retired",
+      "retired",
+    ]);
+    expect((await coordinatorFor(env, q.queue_id).decisions()).filter((d) => d.kind === "retire_shard")).toHaveLength(
+      4,
+    );
   });
 
   it("finishes a scale-out a reset interrupted: a pending shard is activated and published by the next tick", async () => {
@@ -109,15 +155,24 @@ describe("the Coordinator's control loop", () => {
     const name = `${q.queue_id}:local:99`;
     // The state a reset leaves between recording the decision and activating the shard.
     await runInDurableObject(coordinator, (_obj: Coordinator, state) => {
-      state.storage.sql.exec("INSERT INTO shards (name, region, state, created_at) VALUES (?, 'local', 'pending', ?)", name, FUTURE);
+      state.storage.sql.exec(
+        "INSERT INTO shards (name, region, state, created_at) VALUES (?, 'local', 'pending', ?)",
+        name,
+        FUTURE,
+      );
     });
     expect((await coordinatorFor(env, q.queue_id).shardMap())!.shards.map((s) => s.name)).not.toContain(name);
-    await runInDurableObject(coordinator, (_obj: Coordinator, state) => state.abort("reset mid-decision")).catch(() => {});
+    await runInDurableObject(coordinator, (_obj: Coordinator, state) => state.abort("reset mid-decision")).catch(
+      () => {},
+    );
     const fresh = await coordinatorOnClock(q.queue_id);
     expect(await runDurableObjectAlarm(fresh.coordinator)).toBe(true);
     const map = (await coordinatorFor(env, q.queue_id).shardMap())!;
     expect(map.shards.find((s) => s.name === name)?.state).toBe("active");
-    const appended = await env.STORAGE_SHARD.get(env.STORAGE_SHARD.idFromName(name)).append({ queueId: q.queue_id, messages: [] });
+    const appended = await env.STORAGE_SHARD.get(env.STORAGE_SHARD.idFromName(name)).append({
+      queueId: q.queue_id,
+      messages: [],
+    });
     expect(appended.ok).toBe(true);
   });
 
@@ -134,24 +189,39 @@ describe("the Coordinator's control loop", () => {
 
   it("delivers every message once (or counts the duplicate) while shards drain under load", async () => {
     const q = await createQueue("cp-drain-load");
-    await api("POST", `${queuePath("cp-drain-load")}/consumers`, { type: "worker", script_name: "shardq-example-consumer", settings: { max_wait_time_ms: 0, batch_size: 20 } });
+    await api("POST", `${queuePath("cp-drain-load")}/consumers`, {
+      type: "worker",
+      script_name: "shardq-example-consumer",
+      settings: { max_wait_time_ms: 0, batch_size: 20 },
+    });
     const map = (await coordinatorFor(env, q.queue_id).shardMap())!;
     const ids: string[] = [];
     for (let i = 0; i < 20; i++) {
-      ids.push(...(await producer("cp-drain-load").sendBatch(Array.from({ length: 25 }, (_, j) => ({ body: { i, j } })))).messageIds);
-      if (i === 8) for (const s of map.shards.slice(2)) await coordinatorFor(env, q.queue_id).setShardState(s.name, "draining");
+      ids.push(
+        ...(await producer("cp-drain-load").sendBatch(Array.from({ length: 25 }, (_, j) => ({ body: { i, j } }))))
+          .messageIds,
+      );
+      if (i === 8)
+        for (const s of map.shards.slice(2)) await coordinatorFor(env, q.queue_id).setShardState(s.name, "draining");
     }
     const deadline = Date.now() + 20_000;
     let stats = { received: 0, distinct: 0, duplicates: 0 };
     while (Date.now() < deadline) {
-      stats = (await (await env.EXAMPLE_CONSUMER.fetch("http://consumer/stats?queue=cp-drain-load")).json()) as typeof stats;
+      stats = (await (
+        await env.EXAMPLE_CONSUMER.fetch("http://consumer/stats?queue=cp-drain-load")
+      ).json()) as typeof stats;
       if (stats.distinct === ids.length) break;
       await sleep(100);
     }
     expect(stats.distinct).toBe(500);
     expect(stats.received).toBe(500 + stats.duplicates);
     expect(await backlog("cp-drain-load")).toBe(0);
-    const missing = (await (await env.EXAMPLE_CONSUMER.fetch("http://consumer/missing", { method: "POST", body: JSON.stringify({ queue: "cp-drain-load", ids }) })).json()) as { missing: string[] };
+    const missing = (await (
+      await env.EXAMPLE_CONSUMER.fetch("http://consumer/missing", {
+        method: "POST",
+        body: JSON.stringify({ queue: "cp-drain-load", ids }),
+      })
+    ).json()) as { missing: string[] };
     expect(missing.missing).toEqual([]);
   });
 });

@@ -13,17 +13,42 @@ import type { StorageHeartbeat } from "../../src/kernel/heartbeat";
 import { api, createQueue, queuePath } from "./helpers";
 
 const FUTURE = Date.now() + 300_000_000_000;
-const TOTALS = { stored: 0, leased: 0, acked: 0, retried: 0, deadLettered: 0, dropped: 0, expired: 0, quarantined: 0, purged: 0, cancelled: 0 };
+const TOTALS = {
+  stored: 0,
+  leased: 0,
+  acked: 0,
+  retried: 0,
+  deadLettered: 0,
+  dropped: 0,
+  expired: 0,
+  quarantined: 0,
+  purged: 0,
+  cancelled: 0,
+};
 
 function beat(shard: string, messagesIn: number, backlogCount: number): StorageHeartbeat {
   return {
-    shard, state: "active", backlogCount, backlogBytes: backlogCount * 10, oldestEnqueuedAt: backlogCount ? FUTURE : null, messagesIn, messagesOut: 0, refusals: 0,
-    leasedNow: 0, periodMs: 5000, sentAt: 0, totals: TOTALS, cost: { rpcs: 0, rowsWritten: 0 }, readyNow: backlogCount > 0,
+    shard,
+    state: "active",
+    backlogCount,
+    backlogBytes: backlogCount * 10,
+    oldestEnqueuedAt: backlogCount ? FUTURE : null,
+    messagesIn,
+    messagesOut: 0,
+    refusals: 0,
+    leasedNow: 0,
+    periodMs: 5000,
+    sentAt: 0,
+    totals: TOTALS,
+    cost: { rpcs: 0, rowsWritten: 0 },
+    readyNow: backlogCount > 0,
   };
 }
 
 async function alarmAt(queueId: string): Promise<number | null> {
-  return runInDurableObject(env.COORDINATOR.get(env.COORDINATOR.idFromName(queueId)), (_obj: Coordinator, state) => state.storage.getAlarm());
+  return runInDurableObject(env.COORDINATOR.get(env.COORDINATOR.idFromName(queueId)), (_obj: Coordinator, state) =>
+    state.storage.getAlarm(),
+  );
 }
 
 describe("an idle queue's control loop", () => {
@@ -62,7 +87,9 @@ describe("an idle queue's control loop", () => {
     const points = series.json.result.points as SeriesPoint[];
     const quiet = points.filter((p) => p.at_ms > asleepAt);
     expect(quiet.length).toBe(6);
-    expect(quiet.every((p) => p.backlog_count === 7 && p.messages_in_per_second === 0 && p.messages_out_per_second === 0)).toBe(true);
+    expect(
+      quiet.every((p) => p.backlog_count === 7 && p.messages_in_per_second === 0 && p.messages_out_per_second === 0),
+    ).toBe(true);
     expect(points.find((p) => p.at_ms === asleepAt)).toMatchObject({ backlog_count: 7, messages_in_per_second: 0 });
   });
 
@@ -89,11 +116,15 @@ describe("an idle queue's control loop", () => {
     for (const s of shards.slice(1)) await coordinatorFor(env, q.queue_id).setShardState(s.name, "draining");
     const last = shards[0]!.name;
     await runInDurableObject(env.COORDINATOR.get(env.COORDINATOR.idFromName(q.queue_id)), async (obj: Coordinator) => {
-      await (obj as unknown as { loop: { force(kind: "drain", now: number, shard: string): Promise<string> } }).loop.force("drain", Date.now(), last);
+      await (
+        obj as unknown as { loop: { force(kind: "drain", now: number, shard: string): Promise<string> } }
+      ).loop.force("drain", Date.now(), last);
     });
     const after = (await coordinatorFor(env, q.queue_id).shardMap())!.shards;
     expect(after.find((s) => s.name === last)?.state).toBe("draining");
-    expect(after.filter((s) => s.state === "active").map((s) => s.name)).toEqual([expect.not.stringMatching(new RegExp(`^${last}$`))]);
+    expect(after.filter((s) => s.state === "active").map((s) => s.name)).toEqual([
+      expect.not.stringMatching(new RegExp(`^${last}$`)),
+    ]);
   });
 
   it("asks a shard with nothing to report to keep reporting while the autoscaler waits for reports after its last change", async () => {
@@ -103,7 +134,10 @@ describe("an idle queue's control loop", () => {
     await runInDurableObject(coordinator, (obj: Coordinator, state) => {
       obj.clock = clock;
       // The autoscaler changed region "local" just now (as a scale-out records it).
-      state.storage.sql.exec("INSERT OR REPLACE INTO autoscale (one, memory) VALUES (1, ?)", JSON.stringify({ lowSince: {}, lastChange: { local: FUTURE }, high: {} }));
+      state.storage.sql.exec(
+        "INSERT OR REPLACE INTO autoscale (one, memory) VALUES (1, ?)",
+        JSON.stringify({ lowSince: {}, lastChange: { local: FUTURE }, high: {} }),
+      );
     });
     const shard = (await coordinatorFor(env, q.queue_id).shardMap())!.shards[0]!.name;
     expect((await coordinatorFor(env, q.queue_id).heartbeat(beat(shard, 0, 0))).stayAwake).toBe(true);
@@ -112,10 +146,20 @@ describe("an idle queue's control loop", () => {
   });
 
   it("fills the quiet time between two points, and after the last up to now, with the backlog kept and no traffic", () => {
-    const p = (at: number, backlog: number, rate: number): SeriesPoint => ({ at_ms: at, backlog_count: backlog, backlog_bytes: backlog, messages_in_per_second: rate, messages_out_per_second: rate, active_shards: 1, consumer_shards_running: 1 });
+    const p = (at: number, backlog: number, rate: number): SeriesPoint => ({
+      at_ms: at,
+      backlog_count: backlog,
+      backlog_bytes: backlog,
+      messages_in_per_second: rate,
+      messages_out_per_second: rate,
+      active_shards: 1,
+      consumer_shards_running: 1,
+    });
     const step = SERIES_STEP_MS;
     const filled = fillQuiet([p(0, 5, 3), p(step, 4, 0), p(4 * step, 9, 2)], 6 * step + 1);
-    expect(filled.map((x) => [x.at_ms / step, x.backlog_count, x.messages_in_per_second, x.consumer_shards_running])).toEqual([
+    expect(
+      filled.map((x) => [x.at_ms / step, x.backlog_count, x.messages_in_per_second, x.consumer_shards_running]),
+    ).toEqual([
       [0, 5, 3, 1],
       [1, 4, 0, 1],
       [2, 4, 0, 0],

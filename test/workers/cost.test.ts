@@ -29,7 +29,13 @@ describe("cost figures a storage shard keeps", () => {
 
     const leased = await shard.lease({ queueId: QUEUE, limit: 100, leaseMs: 30_000, maxWaitMs: 0, retentionMs: 1e12 });
     expect(leased.messages).toHaveLength(100);
-    await shard.settle({ queueId: QUEUE, acks: leased.messages.map((m) => ({ id: m.id, leaseId: m.leaseId })), retries: [], deadLettered: [], dropped: [] });
+    await shard.settle({
+      queueId: QUEUE,
+      acks: leased.messages.map((m) => ({ id: m.id, leaseId: m.leaseId })),
+      retries: [],
+      deadLettered: [],
+      dropped: [],
+    });
     const afterDelivery = (await shard.stats()).cost;
     // Stored (one insert), leased (in memory) and acked (one delete of the segment): two rows
     // for the hundred, plus at most one write of the running totals per call.
@@ -45,7 +51,13 @@ describe("cost figures a storage shard keeps", () => {
     const before = (await shard.stats()).cost;
     await shard.append({ queueId: QUEUE, messages: Array.from({ length: 100 }, (_, i) => msg(i)) });
     const leased = await shard.lease({ queueId: QUEUE, limit: 100, leaseMs: 30_000, maxWaitMs: 0, retentionMs: 1e12 });
-    await shard.settle({ queueId: QUEUE, acks: leased.messages.map((m) => ({ id: m.id, leaseId: m.leaseId })), retries: [], deadLettered: [], dropped: [] });
+    await shard.settle({
+      queueId: QUEUE,
+      acks: leased.messages.map((m) => ({ id: m.id, leaseId: m.leaseId })),
+      retries: [],
+      deadLettered: [],
+      dropped: [],
+    });
     const after = (await shard.stats()).cost;
     expect(after.rowsWritten - before.rowsWritten).toBeGreaterThanOrEqual(200 + 2);
     expect(after.rowsWritten - before.rowsWritten).toBeLessThanOrEqual(200 + 2 + 3);

@@ -12,8 +12,22 @@ import type { StorageShard } from "../../storage-shard/storage-shard";
 import { api, BASE, createQueue, OTHER_TOKEN, producer, queuePath } from "./helpers";
 
 const beat = (over: Partial<ShardHeartbeat>): ShardHeartbeat => ({
-  name: "s", state: "active", backlog_count: 0, backlog_bytes: 0, oldest_at: null, messages_in: 0, messages_out: 0, refusals: 0,
-  leased_now: 0, period_ms: 5000, received_at: 0, totals: {} as ShardHeartbeat["totals"], cost: { rpcs: 0, rowsWritten: 0 }, sleeping: false, healthy: true, ...over,
+  name: "s",
+  state: "active",
+  backlog_count: 0,
+  backlog_bytes: 0,
+  oldest_at: null,
+  messages_in: 0,
+  messages_out: 0,
+  refusals: 0,
+  leased_now: 0,
+  period_ms: 5000,
+  received_at: 0,
+  totals: {} as ShardHeartbeat["totals"],
+  cost: { rpcs: 0, rowsWritten: 0 },
+  sleeping: false,
+  healthy: true,
+  ...over,
 });
 
 describe("a queue's last hour", () => {
@@ -31,7 +45,15 @@ describe("a queue's last hour", () => {
       expect(recordPoint(sql, t0 + SERIES_STEP_MS - 1, beats, 4, 2)).toBe(false);
       expect(readSeries(sql, t0)).toEqual([
         // Backlog counts every shard; rates only the healthy one's report (50 and 25 per 5 s).
-        { at_ms: t0, backlog_count: 15, backlog_bytes: 150, messages_in_per_second: 10, messages_out_per_second: 5, active_shards: 4, consumer_shards_running: 2 },
+        {
+          at_ms: t0,
+          backlog_count: 15,
+          backlog_bytes: 150,
+          messages_in_per_second: 10,
+          messages_out_per_second: 5,
+          active_shards: 4,
+          consumer_shards_running: 2,
+        },
       ]);
       expect(recordPoint(sql, t0 + SERIES_SPAN_MS + SERIES_STEP_MS, beats, 5, 0)).toBe(true);
       const kept = readSeries(sql, t0 + SERIES_SPAN_MS + SERIES_STEP_MS);
@@ -48,7 +70,9 @@ describe("a queue's last hour", () => {
     expect(res.json.result.step_ms).toBe(SERIES_STEP_MS);
     expect(res.json.result.points.length).toBeGreaterThanOrEqual(1);
     expect(res.json.result.points.at(-1)).toMatchObject({ active_shards: 4 });
-    expect((await api("GET", `${queuePath("series-api", "other")}/series`, undefined, { token: OTHER_TOKEN })).status).toBe(404);
+    expect(
+      (await api("GET", `${queuePath("series-api", "other")}/series`, undefined, { token: OTHER_TOKEN })).status,
+    ).toBe(404);
     expect((await api("POST", `${queuePath("series-api")}/series`, {})).status).toBe(405);
   });
 });
@@ -60,7 +84,10 @@ describe("peeking at ready messages", () => {
     const q = producer("peek");
     const first = (await q.send("first", { contentType: "text" })).messageId;
     await q.send({ later: true }, { delaySeconds: 60 });
-    const pulled = await api("POST", `${queuePath("peek")}/messages/pull`, { batch_size: 1, visibility_timeout_ms: 60_000 });
+    const pulled = await api("POST", `${queuePath("peek")}/messages/pull`, {
+      batch_size: 1,
+      visibility_timeout_ms: 60_000,
+    });
     expect(pulled.json.result.messages.map((m: { id: string }) => m.id)).toEqual([first]);
     const second = (await q.send("second", { contentType: "text" })).messageId;
     const third = (await q.send({ n: 3 })).messageId;
@@ -68,7 +95,12 @@ describe("peeking at ready messages", () => {
     const peek = await api("GET", `${queuePath("peek")}/messages?limit=10`);
     expect(peek.status).toBe(200);
     expect(peek.json.result.incomplete).toBe(false);
-    const messages = peek.json.result.messages as Array<{ id: string; body: string; content_type: string; attempts: number }>;
+    const messages = peek.json.result.messages as Array<{
+      id: string;
+      body: string;
+      content_type: string;
+      attempts: number;
+    }>;
     expect(messages.map((m) => m.id)).toEqual([second, third]);
     expect(messages[0]).toMatchObject({ body: "second", content_type: "text", attempts: 0 });
     expect(messages[1]!.content_type).toBe("json");
@@ -83,11 +115,25 @@ describe("peeking at ready messages", () => {
     const q = await createQueue("peek-bodies");
     const shard = (await coordinatorFor(env, q.queue_id).shardMap())!.shards[0]!.name;
     const body = new TextEncoder().encode(JSON.stringify("x".repeat(20_000)));
-    const messages: EncodedMessage[] = Array.from({ length: 50 }, (_, i) => ({ id: (0xbee00000 + i).toString(16).padStart(32, "0"), body, contentType: "json", delayMs: 0, checksum: crc32(body) }));
-    expect(await storageShardFor(env, shard).append({ queueId: q.queue_id, messages })).toMatchObject({ ok: true, stored: 50 });
+    const messages: EncodedMessage[] = Array.from({ length: 50 }, (_, i) => ({
+      id: (0xbee00000 + i).toString(16).padStart(32, "0"),
+      body,
+      contentType: "json",
+      delayMs: 0,
+      checksum: crc32(body),
+    }));
+    expect(await storageShardFor(env, shard).append({ queueId: q.queue_id, messages })).toMatchObject({
+      ok: true,
+      stored: 50,
+    });
     await runInDurableObject(storageShardFor(env, shard), (_: StorageShard, state) => {
       const read = { bodies: 0, bytes: 0 };
-      const shown = peekReady(countingBlobs(state.storage.sql, read), new DeliveryState(state.storage.sql), Date.now(), 2);
+      const shown = peekReady(
+        countingBlobs(state.storage.sql, read),
+        new DeliveryState(state.storage.sql),
+        Date.now(),
+        2,
+      );
       expect(shown.map((m) => m.id)).toEqual(messages.slice(0, 2).map((m) => m.id));
       expect(shown[1]!.body).toEqual(body);
       expect(read).toEqual({ bodies: 2, bytes: 2 * body.byteLength });
@@ -101,14 +147,16 @@ describe("peeking at ready messages", () => {
       expect(res.status).toBe(400);
       expect(res.json.errors[0].field).toBe("limit");
     }
-    expect((await api("GET", `${queuePath("peek-bad", "other")}/messages`, undefined, { token: OTHER_TOKEN })).status).toBe(404);
+    expect(
+      (await api("GET", `${queuePath("peek-bad", "other")}/messages`, undefined, { token: OTHER_TOKEN })).status,
+    ).toBe(404);
     expect((await api("GET", `${queuePath("peek-bad")}/messages`, undefined, { token: null })).status).toBe(401);
   });
 });
 
 /** The same SqlStorage, counting the message bodies (BLOB columns `body` and `bodies`) its statements hand back. */
 function countingBlobs(sql: SqlStorage, read: { bodies: number; bytes: number }): SqlStorage {
-  const count = <T,>(row: T): T => {
+  const count = <T>(row: T): T => {
     for (const [k, v] of Object.entries(row as object)) {
       if (v instanceof ArrayBuffer && (k === "body" || k === "bodies")) {
         read.bodies++;

@@ -38,7 +38,8 @@ export function parseExposition(text: string): Map<string, Family> {
         if (families.has(help[1]!) || pendingHelp) throw new Error(`${at}: HELP repeated or out of place`);
         pendingHelp = { name: help[1]!, help: unescapeHelp(help[2]!) };
       } else if (type) {
-        if (!pendingHelp || pendingHelp.name !== type[1]) throw new Error(`${at}: TYPE without its HELP just before it`);
+        if (!pendingHelp || pendingHelp.name !== type[1])
+          throw new Error(`${at}: TYPE without its HELP just before it`);
         if (families.has(type[1]!)) throw new Error(`${at}: family ${type[1]} appears twice`);
         current = { name: type[1]!, help: pendingHelp.help, type: type[2] as Family["type"], samples: [] };
         families.set(current.name, current);
@@ -54,7 +55,8 @@ export function parseExposition(text: string): Map<string, Family> {
     const family: Family | null = current;
     if (!family || pendingHelp) throw new Error(`${at}: sample before its family's HELP and TYPE`);
     const name = m[1]!;
-    const allowed = family.type === "histogram" ? ["_bucket", "_sum", "_count"].map((s) => family.name + s) : [family.name];
+    const allowed =
+      family.type === "histogram" ? ["_bucket", "_sum", "_count"].map((s) => family.name + s) : [family.name];
     if (!allowed.includes(name)) throw new Error(`${at}: sample ${name} outside its family (current: ${family.name})`);
     const labels = parseLabels(m[2] ?? "", at);
     const key = `${name}${JSON.stringify(Object.entries(labels).sort())}`;
@@ -101,7 +103,8 @@ function parseLabels(s: string, at: string): Record<string, string> {
   let i = 0;
   while (i < s.length) {
     const name = /^[a-zA-Z_][a-zA-Z0-9_]*/.exec(s.slice(i))?.[0];
-    if (!name || s[i + name.length] !== "=" || s[i + name.length + 1] !== '"') throw new Error(`${at}: bad label at ${i}`);
+    if (!name || s[i + name.length] !== "=" || s[i + name.length + 1] !== '"')
+      throw new Error(`${at}: bad label at ${i}`);
     i += name.length + 2;
     let value = "";
     for (;;) {
@@ -145,7 +148,12 @@ function unescapeHelp(s: string): string {
 }
 
 /** The value of the one sample of `family` whose labels include `labels`; throws unless exactly one. */
-export function valueOf(families: Map<string, Family>, family: string, labels: Record<string, string>, name = family): number {
+export function valueOf(
+  families: Map<string, Family>,
+  family: string,
+  labels: Record<string, string>,
+  name = family,
+): number {
   const f = families.get(family);
   if (!f) throw new Error(`no family ${family}`);
   const hits = f.samples.filter((s) => s.name === name && Object.entries(labels).every(([k, v]) => s.labels[k] === v));

@@ -26,7 +26,17 @@ describe("deciding a batch over several storage shards", () => {
       { name: "c", ready: 40, waitUntil: now + 990 },
     ];
     expect(decideGather(filling, 100, 1000, now)).toEqual({ gather: true });
-    expect(decideGather([{ name: "a", ready: 2, waitUntil: now + 500 }, { name: "b", ready: 1, waitUntil: now }], 100, 1000, now)).toEqual({ gather: true });
+    expect(
+      decideGather(
+        [
+          { name: "a", ready: 2, waitUntil: now + 500 },
+          { name: "b", ready: 1, waitUntil: now },
+        ],
+        100,
+        1000,
+        now,
+      ),
+    ).toEqual({ gather: true });
     // The oldest waiting messages first; shards not known to be filling last.
     const known = new Map(filling.map((f) => [f.name, f]));
     const order = oldestFirst([{ name: "z" }, { name: "c" }, { name: "b" }, { name: "a" }], known);
@@ -41,16 +51,47 @@ describe("deciding a batch over several storage shards", () => {
 
   it("waits for the time the queue's rate needs to fill the batch, never past the oldest message's deadline", () => {
     // 40 ready, the oldest 100 ms ago: 60 more take about 150 ms at that rate.
-    const d = decideGather([{ name: "a", ready: 20, waitUntil: now + 900 }, { name: "b", ready: 20, waitUntil: now + 950 }], 100, 1000, now);
+    const d = decideGather(
+      [
+        { name: "a", ready: 20, waitUntil: now + 900 },
+        { name: "b", ready: 20, waitUntil: now + 950 },
+      ],
+      100,
+      1000,
+      now,
+    );
     expect(d).toEqual({ gather: false, wakeAt: now + 150 });
     // 2 ready, the oldest 900 ms ago: the deadline (100 ms away) comes first.
-    expect(decideGather([{ name: "a", ready: 1, waitUntil: now + 100 }, { name: "b", ready: 1, waitUntil: now + 990 }], 100, 1000, now)).toEqual({ gather: false, wakeAt: now + 100 });
+    expect(
+      decideGather(
+        [
+          { name: "a", ready: 1, waitUntil: now + 100 },
+          { name: "b", ready: 1, waitUntil: now + 990 },
+        ],
+        100,
+        1000,
+        now,
+      ),
+    ).toEqual({ gather: false, wakeAt: now + 100 });
     // A stream that has just begun does not make a consumer shard look again at once.
-    expect(decideGather([{ name: "a", ready: 50, waitUntil: now + 1000 }, { name: "b", ready: 40, waitUntil: now + 1000 }], 100, 1000, now)).toEqual({ gather: false, wakeAt: now + MIN_GATHER_WAIT_MS });
+    expect(
+      decideGather(
+        [
+          { name: "a", ready: 50, waitUntil: now + 1000 },
+          { name: "b", ready: 40, waitUntil: now + 1000 },
+        ],
+        100,
+        1000,
+        now,
+      ),
+    ).toEqual({ gather: false, wakeAt: now + MIN_GATHER_WAIT_MS });
   });
 
   it("leaves one filling shard to wake consumers itself when its batch fills: no early looks", () => {
-    expect(decideGather([{ name: "a", ready: 50, waitUntil: now + 700 }], 100, 1000, now)).toEqual({ gather: false, wakeAt: now + 700 });
+    expect(decideGather([{ name: "a", ready: 50, waitUntil: now + 700 }], 100, 1000, now)).toEqual({
+      gather: false,
+      wakeAt: now + 700,
+    });
   });
 });
 
@@ -65,12 +106,19 @@ describe("one batch from several storage shards", () => {
     const ids: string[] = [];
     for (let i = 0; i < 10; i++) ids.push(await sendToRandomShard("gather-fill", { i }));
     expect(new Set(ids.map(shardOf)).size).toBeGreaterThan(1);
-    await eventually(async () => deliveries.length, (n) => n > 0, 10_000);
+    await eventually(
+      async () => deliveries.length,
+      (n) => n > 0,
+      10_000,
+    );
     // Well inside the minute the batch timeout allows: one shard at a time would wait all of it.
     expect(Date.now() - sentAt).toBeLessThan(10_000);
     expect(deliveries[0]!.ids.toSorted()).toEqual(ids.toSorted());
     // Every shard got its acks.
-    await eventually(() => backlog("gather-fill"), (n) => n === 0);
+    await eventually(
+      () => backlog("gather-fill"),
+      (n) => n === 0,
+    );
   });
 
   // Waits out max_wait_time_ms and a retry's delay in real time, which a loaded CI machine can take near the default timeout to do.
@@ -88,15 +136,26 @@ describe("one batch from several storage shards", () => {
     for (let i = 0; i < 8; i++) ids.push(await sendToRandomShard("gather-wait", { i }));
     expect(new Set(ids.map(shardOf)).size).toBeGreaterThan(1);
     const sentAt = Date.now();
-    await eventually(async () => deliveries.length, (n) => n >= 1, 10_000);
+    await eventually(
+      async () => deliveries.length,
+      (n) => n >= 1,
+      10_000,
+    );
     expect(Date.now() - sentAt).toBeGreaterThanOrEqual(1000);
     expect(deliveries[0]!.ids.toSorted()).toEqual(ids.toSorted());
     // The retried messages come back, all of them, once each, as a second attempt.
-    await eventually(async () => deliveries.flatMap((d) => d.ids).length, (n) => n >= 16, 15_000);
+    await eventually(
+      async () => deliveries.flatMap((d) => d.ids).length,
+      (n) => n >= 16,
+      15_000,
+    );
     const second = deliveries.slice(1).flatMap((d) => d.ids.map((id, i) => [id, d.attempts[i]]));
     expect(second.map(([id]) => id).toSorted()).toEqual(ids.toSorted());
     expect(second.every(([, a]) => a === 2)).toBe(true);
-    await eventually(() => backlog("gather-wait"), (n) => n === 0);
+    await eventually(
+      () => backlog("gather-wait"),
+      (n) => n === 0,
+    );
   }, 15_000);
 
   it("lets the messages left waiting on one shard join the next full batch another shard fills, instead of the batch timeout", async () => {
@@ -105,12 +164,21 @@ describe("one batch from several storage shards", () => {
     const deliveries = await fakeConsumer(q.queue_id, () => {});
     await addConsumer("gather-rest", { settings: { batch_size: 10, max_wait_time_ms: 60_000 } });
     // A remainder on shard a: fewer than a batch, young beside the minute the timeout allows.
-    const rest = (await storageShardFor(env, a).append({ queueId: q.queue_id, messages: [0, 1, 2].map(text) })) as { ids: string[] };
+    const rest = (await storageShardFor(env, a).append({ queueId: q.queue_id, messages: [0, 1, 2].map(text) })) as {
+      ids: string[];
+    };
     await sleep(300); // a consumer shard has looked, found 3 of 10 and gone to sleep
     expect(deliveries).toHaveLength(0);
     // A full batch on shard b, which wakes consumers at once.
-    const fresh = (await storageShardFor(env, b).append({ queueId: q.queue_id, messages: Array.from({ length: 10 }, (_, i) => text(10 + i)) })) as { ids: string[] };
-    await eventually(async () => deliveries.length, (n) => n > 0, 4000);
+    const fresh = (await storageShardFor(env, b).append({
+      queueId: q.queue_id,
+      messages: Array.from({ length: 10 }, (_, i) => text(10 + i)),
+    })) as { ids: string[] };
+    await eventually(
+      async () => deliveries.length,
+      (n) => n > 0,
+      4000,
+    );
     // The remainder goes first, in the first batch, topped up from b.
     expect(deliveries[0]!.ids).toHaveLength(10);
     expect(deliveries[0]!.ids).toEqual(expect.arrayContaining(rest.ids));
@@ -124,4 +192,3 @@ function text(i: number): EncodedMessage {
   const body = utf8.encode(`message ${i}`);
   return { body, contentType: "text", delayMs: 0, checksum: crc32(body) };
 }
-

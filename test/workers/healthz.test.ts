@@ -57,7 +57,9 @@ describe("GET and HEAD /healthz", () => {
     // With a valid token, another method on /healthz is the usual 405.
     const post = await SELF.fetch(`${BASE}/healthz`, { method: "POST", headers: { authorization: `Bearer ${TOKEN}` } });
     expect(post.status).toBe(405);
-    expect(((await post.json()) as { errors: Array<{ message: string }> }).errors[0]!.message).toContain("use GET or HEAD");
+    expect(((await post.json()) as { errors: Array<{ message: string }> }).errors[0]!.message).toContain(
+      "use GET or HEAD",
+    );
   });
 
   it("is one of the two PUBLIC routes in the table, with /openapi.json, GET and HEAD only (test hooks included)", () => {

@@ -61,7 +61,10 @@ export async function api<T = any>(
 export const queuesPath = (account = ACCOUNT) => `/accounts/${account}/queues`;
 export const queuePath = (queue: string, account = ACCOUNT) => `/accounts/${account}/queues/${queue}`;
 
-export async function createQueue(name: string, settings?: Record<string, unknown>): Promise<{ queue_id: string; queue_name: string }> {
+export async function createQueue(
+  name: string,
+  settings?: Record<string, unknown>,
+): Promise<{ queue_id: string; queue_name: string }> {
   const res = await api("POST", queuesPath(), settings ? { queue_name: name, settings } : { queue_name: name });
   if (res.status !== 201) throw new Error(`create ${name}: ${res.status} ${JSON.stringify(res.json)}`);
   return res.json.result;
@@ -83,10 +86,12 @@ export const send = (q: string, body: unknown, fields: Record<string, unknown> =
   api("POST", messagesPath(q, opts), { body, ...fields }, opts);
 
 /** A pull over HTTP; `body` is the request's (batch_size, visibility_timeout_ms, wait_time_ms). */
-export const pull = <T = any>(q: string, body: unknown = {}, opts: CallOptions = {}) => api<T>("POST", `${messagesPath(q, opts)}/pull`, body, opts);
+export const pull = <T = any>(q: string, body: unknown = {}, opts: CallOptions = {}) =>
+  api<T>("POST", `${messagesPath(q, opts)}/pull`, body, opts);
 
 /** Acks and retries over HTTP: `body` is `{ acks, retries }`. */
-export const ack = (q: string, body: unknown, opts: CallOptions = {}) => api("POST", `${messagesPath(q, opts)}/ack`, body, opts);
+export const ack = (q: string, body: unknown, opts: CallOptions = {}) =>
+  api("POST", `${messagesPath(q, opts)}/ack`, body, opts);
 
 /** A pulled message as the pull route answers it. */
 export interface Pulled {
@@ -98,7 +103,10 @@ export interface Pulled {
 }
 
 /** A new queue `name` with an HTTP pull consumer; `consumer` adds to or replaces the consumer's fields (settings). */
-export async function pullQueue(name: string, consumer: Record<string, unknown> = {}): Promise<{ queue_id: string; queue_name: string }> {
+export async function pullQueue(
+  name: string,
+  consumer: Record<string, unknown> = {},
+): Promise<{ queue_id: string; queue_name: string }> {
   const q = await createQueue(name);
   const res = await api("POST", `${queuePath(name)}/consumers`, { type: "http_pull", ...consumer });
   if (res.status !== 201) throw new Error(`pull consumer for ${name}: ${res.status} ${JSON.stringify(res.json)}`);
@@ -111,24 +119,38 @@ export async function eventually<T>(probe: () => Promise<T>, ok: (v: T) => boole
   for (;;) {
     const v = await probe();
     if (ok(v)) return v;
-    if (Date.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms; last value: ${JSON.stringify(v)}`);
+    if (Date.now() > deadline)
+      throw new Error(`condition not met within ${timeoutMs} ms; last value: ${JSON.stringify(v)}`);
     await sleep(50);
   }
 }
 
 /** A push consumer on `queue`: the example consumer Worker, `body` adding to or replacing its fields. */
 export async function addConsumer(queue: string, body: Record<string, unknown>) {
-  const res = await api("POST", `${queuePath(queue)}/consumers`, { type: "worker", script_name: "shardq-example-consumer", ...body });
+  const res = await api("POST", `${queuePath(queue)}/consumers`, {
+    type: "worker",
+    script_name: "shardq-example-consumer",
+    ...body,
+  });
   if (res.status !== 201) throw new Error(JSON.stringify(res.json));
   return res.json.result;
 }
 
 /** A stand-in consumer handler installed in consumer shards 0..n-1; records every delivery. */
-export async function fakeConsumer(queueId: string, handler: (batch: MessageBatch) => Promise<void> | void, opts: { shards?: number; leaseMs?: number; maxExecutionMs?: number } = {}) {
+export async function fakeConsumer(
+  queueId: string,
+  handler: (batch: MessageBatch) => Promise<void> | void,
+  opts: { shards?: number; leaseMs?: number; maxExecutionMs?: number } = {},
+) {
   const deliveries: Array<{ shard: number; ids: string[]; attempts: number[]; at: number }> = [];
   for (let i = 0; i < (opts.shards ?? 1); i++) {
     const dispatch: Dispatch = async (queueName, messages: DispatchMessage[], metadata) => {
-      deliveries.push({ shard: i, ids: messages.map((m) => m.id), attempts: messages.map((m) => m.attempts), at: Date.now() });
+      deliveries.push({
+        shard: i,
+        ids: messages.map((m) => m.id),
+        attempts: messages.map((m) => m.attempts),
+        at: Date.now(),
+      });
       const { batch, outcome } = createBatch(queueName, messages, metadata);
       try {
         await handler(batch);
@@ -178,7 +200,10 @@ export async function peekShard(shard: DurableObjectStub<StorageShard>, limit = 
     const messages: StoredMessage[] = [];
     const corrupt: string[] = [];
     let nextSeg: number | null = null;
-    for (const r of state.storage.sql.exec<{ seg: number; settled: ArrayBuffer; headers: string; bodies: ArrayBuffer }>("SELECT seg, settled, headers, bodies FROM segments WHERE seg > ? ORDER BY seg", afterSeg)) {
+    for (const r of state.storage.sql.exec<{ seg: number; settled: ArrayBuffer; headers: string; bodies: ArrayBuffer }>(
+      "SELECT seg, settled, headers, bodies FROM segments WHERE seg > ? ORDER BY seg",
+      afterSeg,
+    )) {
       const headers = decodeHeaders(r.headers);
       const settled = Settled.of(r.settled);
       const offsets = offsetsOf(headers);
@@ -186,7 +211,16 @@ export async function peekShard(shard: DurableObjectStub<StorageShard>, limit = 
         if (settled.has(slot)) return;
         const body = bodyOf(r.bodies, offsets, headers, slot);
         if (crc32(body) !== h.checksum) corrupt.push(h.id);
-        else messages.push({ id: h.id, body, contentType: h.contentType, size: h.size, enqueuedAt: h.sentAt || h.enqueuedAt, visibleAt: Math.max(h.dueAt, h.enqueuedAt), attempts: h.attempts });
+        else
+          messages.push({
+            id: h.id,
+            body,
+            contentType: h.contentType,
+            size: h.size,
+            enqueuedAt: h.sentAt || h.enqueuedAt,
+            visibleAt: Math.max(h.dueAt, h.enqueuedAt),
+            attempts: h.attempts,
+          });
       });
       if (messages.length + corrupt.length >= limit) {
         nextSeg = r.seg;
@@ -238,7 +272,9 @@ export async function shardsOnFakeClock(queueId: string) {
  */
 export async function bindingsReadServing(path: string): Promise<{ statuses: number[]; read: string[] }> {
   const read: string[] = [];
-  const spy = new Proxy(env, { get: (target, key, receiver) => (read.push(String(key)), Reflect.get(target, key, receiver)) }) as Env;
+  const spy = new Proxy(env, {
+    get: (target, key, receiver) => (read.push(String(key)), Reflect.get(target, key, receiver)),
+  }) as Env;
   const statuses: number[] = [];
   for (const method of ["GET", "HEAD"]) {
     const ctx = createExecutionContext();

@@ -18,7 +18,8 @@ import { sleep } from "../../src/kernel/sleep";
 const KEY = "idempotency-key";
 /** `send`'s options for a request under Idempotency-Key `key`. */
 const keyed = (key: string) => ({ headers: { [KEY]: key } });
-const sendBatch = (q: string, body: unknown, key?: string) => api("POST", `${queuePath(q)}/messages/batch`, body, { headers: key === undefined ? {} : { [KEY]: key } });
+const sendBatch = (q: string, body: unknown, key?: string) =>
+  api("POST", `${queuePath(q)}/messages/batch`, body, { headers: key === undefined ? {} : { [KEY]: key } });
 const hexId = (n: number) => n.toString(16).padStart(32, "0");
 
 async function storedIds(q: string): Promise<string[]> {
@@ -58,7 +59,11 @@ async function sendDyingBeforeDone(q: string, key: string): Promise<Response> {
     headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json", [KEY]: key },
     body: JSON.stringify({ body: "once" }),
   });
-  return router.fetch(request, { ...env, IDEMPOTENCY_KEYS: lostComplete as unknown as typeof env.IDEMPOTENCY_KEYS }, createExecutionContext());
+  return router.fetch(
+    request,
+    { ...env, IDEMPOTENCY_KEYS: lostComplete as unknown as typeof env.IDEMPOTENCY_KEYS },
+    createExecutionContext(),
+  );
 }
 
 /** Pulls every ready message of a queue with a pull consumer and acks it. */
@@ -80,13 +85,18 @@ describe("Idempotency-Key", () => {
     }
     expect(await storedIds("idem-single")).toEqual([first.json.result.message_id]);
     // Another key is another message.
-    expect((await send("idem-single", { order: 1 }, {}, keyed("order-1b"))).json.result.message_id).not.toBe(first.json.result.message_id);
+    expect((await send("idem-single", { order: 1 }, {}, keyed("order-1b"))).json.result.message_id).not.toBe(
+      first.json.result.message_id,
+    );
     expect(await backlog("idem-single")).toBe(2);
   });
 
   it("stores a batch once, in order, when the same request arrives many times at once", async () => {
     await createQueue("idem-batch");
-    const body = { messages: [{ body: "a" }, { body: "b", delay_seconds: 5 }, { body: "c", content_type: "text" }], delay_seconds: 1 };
+    const body = {
+      messages: [{ body: "a" }, { body: "b", delay_seconds: 5 }, { body: "c", content_type: "text" }],
+      delay_seconds: 1,
+    };
     const answers = await Promise.all(Array.from({ length: 8 }, () => sendBatch("idem-batch", body, "batch-1")));
     const ok = answers.filter((a) => a.status === 200);
     expect(ok.length).toBeGreaterThan(0);
@@ -106,7 +116,7 @@ describe("Idempotency-Key", () => {
   it.each([
     ["another body", { body: { order: 2 } }, "messages"],
     ["another delay", { body: { order: 1 }, delay_seconds: 10 }, "messages"],
-    ["another content type", { body: "{\"order\":1}", content_type: "text" }, "messages"],
+    ["another content type", { body: '{"order":1}', content_type: "text" }, "messages"],
     ["the batch route", { messages: [{ body: { order: 1 } }] }, "messages/batch"],
   ])("refuses the same key with %s: 409 naming idempotency-key, nothing stored", async (_what, body, route) => {
     const q = `idem-mismatch-${Math.random().toString(16).slice(2, 8)}`;
@@ -188,7 +198,10 @@ describe("Idempotency-Key", () => {
       idFromName: (name: string) => env.STORAGE_SHARD.idFromName(name),
       get: (shardId: DurableObjectId) => {
         const target = env.STORAGE_SHARD.get(shardId);
-        return new Proxy(target, { get: (t, prop) => (prop === "heldIds" ? () => Promise.reject(new Error("shard reset")) : Reflect.get(t, prop)) });
+        return new Proxy(target, {
+          get: (t, prop) =>
+            prop === "heldIds" ? () => Promise.reject(new Error("shard reset")) : Reflect.get(t, prop),
+        });
       },
     };
     const request = new Request(`${BASE}${queuePath("idem-died-retired")}/messages`, {
@@ -196,7 +209,11 @@ describe("Idempotency-Key", () => {
       headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json", [KEY]: "retired" },
       body: JSON.stringify({ body: "once" }),
     });
-    const refused = await router.fetch(request, { ...env, STORAGE_SHARD: failing as unknown as typeof env.STORAGE_SHARD }, createExecutionContext());
+    const refused = await router.fetch(
+      request,
+      { ...env, STORAGE_SHARD: failing as unknown as typeof env.STORAGE_SHARD },
+      createExecutionContext(),
+    );
     expect(refused.status).toBe(503);
     expect(await backlog("idem-died-retired")).toBe(0);
 
@@ -218,12 +235,22 @@ describe("Idempotency-Key", () => {
       headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
       body: JSON.stringify({ messages }),
     });
-    expect((await router.fetch(first, { ...env, IDEMPOTENCY_KEYS: lostComplete as unknown as typeof env.IDEMPOTENCY_KEYS }, createExecutionContext())).status).toBe(200);
+    expect(
+      (
+        await router.fetch(
+          first,
+          { ...env, IDEMPOTENCY_KEYS: lostComplete as unknown as typeof env.IDEMPOTENCY_KEYS },
+          createExecutionContext(),
+        )
+      ).status,
+    ).toBe(200);
     const before = await storedMessages("idem-ids-moved");
     expect(before.messages.map((m) => m.id).sort()).toEqual(ids);
     // One shard stops taking sends: the ids it held, and most others, now pick another shard.
     const shards = before.messages.map((m) => m.shard);
-    const busiest = [...new Set(shards)].sort((a, b) => shards.filter((s) => s === b).length - shards.filter((s) => s === a).length)[0]!;
+    const busiest = [...new Set(shards)].sort(
+      (a, b) => shards.filter((s) => s === b).length - shards.filter((s) => s === a).length,
+    )[0]!;
     await coordinatorFor(env, q.queue_id).setShardState(busiest, "draining");
     forgetShardMap("local", "idem-ids-moved", q.queue_id);
     for (const id of ids) await shiftKeyClock(q.queue_id, `id:${id}`, IN_PROGRESS_MS + 1000);
@@ -232,7 +259,9 @@ describe("Idempotency-Key", () => {
     expect(again.status).toBe(200);
     expect(again.json.result.message_ids).toEqual(ids);
     const after = await storedMessages("idem-ids-moved");
-    expect(after.messages.map((m) => [m.id, m.shard]).sort()).toEqual(before.messages.map((m) => [m.id, m.shard]).sort());
+    expect(after.messages.map((m) => [m.id, m.shard]).sort()).toEqual(
+      before.messages.map((m) => [m.id, m.shard]).sort(),
+    );
   });
 
   it("answers a send that failed on one shard only once its writes to the others are done, so a retry cannot race them", async () => {
@@ -263,7 +292,11 @@ describe("Idempotency-Key", () => {
       headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
       body: JSON.stringify({ messages: ids.map((id) => ({ body: id, id })) }),
     });
-    const res = await router.fetch(request, { ...env, STORAGE_SHARD: slowOrFailing as unknown as typeof env.STORAGE_SHARD }, createExecutionContext());
+    const res = await router.fetch(
+      request,
+      { ...env, STORAGE_SHARD: slowOrFailing as unknown as typeof env.STORAGE_SHARD },
+      createExecutionContext(),
+    );
     expect(res.status).toBe(503);
     expect(pending).toBe(0);
   });
@@ -296,14 +329,18 @@ describe("Idempotency-Key", () => {
     // Found by the fault harness (abort-append with keyed retries): the shard's check of
     // recent rows no longer finds an acked message, so shards remember sender-chosen ids.
     const q = await createQueue("idem-acked-then-retried");
-    expect((await api("POST", `${queuePath("idem-acked-then-retried")}/consumers`, { type: "http_pull" })).status).toBe(201);
+    expect((await api("POST", `${queuePath("idem-acked-then-retried")}/consumers`, { type: "http_pull" })).status).toBe(
+      201,
+    );
     const res = await sendDyingBeforeDone("idem-acked-then-retried", "consumed");
     const id = ((await res.json()) as { result: { message_id: string } }).result.message_id;
 
     // A consumer takes it and acks it: confirmed.
     const pulled = await api("POST", `${queuePath("idem-acked-then-retried")}/messages/pull`, { batch_size: 10 });
     expect(pulled.json.result.messages.map((m: { id: string }) => m.id)).toEqual([id]);
-    const acked = await api("POST", `${queuePath("idem-acked-then-retried")}/messages/ack`, { acks: [{ lease_id: pulled.json.result.messages[0].lease_id }] });
+    const acked = await api("POST", `${queuePath("idem-acked-then-retried")}/messages/ack`, {
+      acks: [{ lease_id: pulled.json.result.messages[0].lease_id }],
+    });
     expect(acked.json.result).toMatchObject({ ackCount: 1, warnings: {} });
 
     // The producer, which never got its answer, sends again with the key once the claim is free.
@@ -319,7 +356,11 @@ describe("Idempotency-Key", () => {
     const taken = hexId(7);
     await send("idem-refused", "first", { id: taken });
     // The key is claimed, then the batch is refused for reusing an id with another body.
-    const refused = await sendBatch("idem-refused", { messages: [{ body: "other", id: taken }, { body: "new" }] }, "fresh-key");
+    const refused = await sendBatch(
+      "idem-refused",
+      { messages: [{ body: "other", id: taken }, { body: "new" }] },
+      "fresh-key",
+    );
     expect(refused.status).toBe(409);
     expect(refused.json.errors[0].field).toBe("messages[0].id");
     const ok = await sendBatch("idem-refused", { messages: [{ body: "something else" }] }, "fresh-key");
@@ -336,7 +377,10 @@ describe("Idempotency-Key", () => {
     expect(reused.json.result.message_id).not.toBe(first.json.result.message_id);
     await shiftKeyClock(q.queue_id, "key:old-key", 2 * IDEMPOTENCY_WINDOW_MS + 2000);
     expect(await runDurableObjectAlarm(target)).toBe(true);
-    const left = await runInDurableObject(target, (_obj: IdempotencyKeys, state) => state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM keys").one().n);
+    const left = await runInDurableObject(
+      target,
+      (_obj: IdempotencyKeys, state) => state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM keys").one().n,
+    );
     expect(left).toBe(0);
   });
 });
@@ -360,7 +404,12 @@ describe("message ids chosen by the producer", () => {
     const single = await send("pid-mismatch", "two", { id });
     expect(single.status).toBe(409);
     expect(single.json.errors[0].field).toBe("id");
-    const inBatch = await sendBatch("pid-mismatch", { messages: [{ body: "new", id: hexId(3) }, { body: "two", id }] });
+    const inBatch = await sendBatch("pid-mismatch", {
+      messages: [
+        { body: "new", id: hexId(3) },
+        { body: "two", id },
+      ],
+    });
     expect(inBatch.status).toBe(409);
     expect(inBatch.json.errors[0].field).toBe("messages[1].id");
     expect(await storedIds("pid-mismatch")).toEqual([id]);
@@ -374,10 +423,14 @@ describe("message ids chosen by the producer", () => {
     const first = await sendBatch("pid-batch", batch);
     expect(first.json.result.message_ids).toEqual([hexId(101), hexId(102), hexId(103)]);
     expect((await sendBatch("pid-batch", batch)).json.result.message_ids).toEqual(first.json.result.message_ids);
-    const mixed = await sendBatch("pid-batch", { messages: [{ body: 2, id: hexId(102) }, { body: 4, id: hexId(104) }, { body: "no id" }] });
+    const mixed = await sendBatch("pid-batch", {
+      messages: [{ body: 2, id: hexId(102) }, { body: 4, id: hexId(104) }, { body: "no id" }],
+    });
     expect(mixed.status).toBe(200);
     expect(mixed.json.result.message_ids.slice(0, 2)).toEqual([hexId(102), hexId(104)]);
-    expect(await storedIds("pid-batch")).toEqual([hexId(101), hexId(102), hexId(103), hexId(104), mixed.json.result.message_ids[2]].sort());
+    expect(await storedIds("pid-batch")).toEqual(
+      [hexId(101), hexId(102), hexId(103), hexId(104), mixed.json.result.message_ids[2]].sort(),
+    );
   });
 
   it("does not store an id again after its message was consumed", async () => {

@@ -2,7 +2,16 @@ import { env, listDurableObjectIds, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { consumerShardFor, coordinatorFor, idempotencyKeysFor, storageShardFor } from "../../src/kernel/addressing";
 import { newQueueId } from "../../src/kernel/ids";
-import { JURISDICTIONS, jurisdictionOfObject, jurisdictionOfQueue, jurisdictionOfShard, localJurisdiction, localPrefix, namespaceIn, type Jurisdiction } from "../../src/kernel/jurisdiction";
+import {
+  JURISDICTIONS,
+  jurisdictionOfObject,
+  jurisdictionOfQueue,
+  jurisdictionOfShard,
+  localJurisdiction,
+  localPrefix,
+  namespaceIn,
+  type Jurisdiction,
+} from "../../src/kernel/jurisdiction";
 import type { Env } from "../../src/kernel/env";
 import { api, createQueue, queuePath, queuesPath } from "./helpers";
 
@@ -24,7 +33,12 @@ function recordingNamespace(log: string[], j?: string) {
 }
 
 const recordingEnv = (log: string[]) =>
-  ({ COORDINATOR: recordingNamespace(log), STORAGE_SHARD: recordingNamespace(log), SHARD_CONSUMERS: recordingNamespace(log), IDEMPOTENCY_KEYS: recordingNamespace(log) }) as unknown as Env;
+  ({
+    COORDINATOR: recordingNamespace(log),
+    STORAGE_SHARD: recordingNamespace(log),
+    SHARD_CONSUMERS: recordingNamespace(log),
+    IDEMPOTENCY_KEYS: recordingNamespace(log),
+  }) as unknown as Env;
 
 describe("a queue id carries its jurisdiction", () => {
   it("draws ids in each jurisdiction and random ids in none", () => {
@@ -75,7 +89,12 @@ describe("every object of a queue in a jurisdiction is addressed through that ju
   });
 
   it("throws Cloudflare's refusal of a jurisdiction instead of falling back to the plain namespace", () => {
-    const refusing = { ...recordingNamespace([]), jurisdiction: () => { throw new Error("jurisdiction not enabled for this account"); } };
+    const refusing = {
+      ...recordingNamespace([]),
+      jurisdiction: () => {
+        throw new Error("jurisdiction not enabled for this account");
+      },
+    };
     expect(() => namespaceIn(refusing as unknown as DurableObjectNamespace, "eu")).toThrow(/not enabled/);
   });
 
@@ -94,14 +113,22 @@ describe("every object of a queue in a jurisdiction is addressed through that ju
     const q = newQueueId("eu");
     // The plain namespace's object for that name: what an address forgetting the jurisdiction would reach.
     const stray = env.COORDINATOR.get(env.COORDINATOR.idFromName(q));
-    await expect(stray.initialize({ accountId: "local", queueId: q, queueName: "stray", settings: { delivery_delay: 0, delivery_paused: false, message_retention_period: 345600 } })).rejects.toThrow(/jurisdiction "eu"/);
+    await expect(
+      stray.initialize({
+        accountId: "local",
+        queueId: q,
+        queueName: "stray",
+        settings: { delivery_delay: 0, delivery_paused: false, message_retention_period: 345600 },
+      }),
+    ).rejects.toThrow(/jurisdiction "eu"/);
     const inEu = coordinatorFor(env, q);
     await runInDurableObject(inEu, (_o, state) => expect(jurisdictionOfObject(state.id)).toBe("eu"));
   });
 });
 
 describe("jurisdictions over the REST API", () => {
-  const plainIds = async (ns: DurableObjectNamespace<any>) => new Set((await listDurableObjectIds(ns)).map((id) => id.toString()));
+  const plainIds = async (ns: DurableObjectNamespace<any>) =>
+    new Set((await listDurableObjectIds(ns)).map((id) => id.toString()));
 
   it("creates a queue in a jurisdiction, shows it, keeps it, and puts every object of the queue there", async () => {
     const created = await api("POST", queuesPath(), { queue_name: "in-eu", jurisdiction: "eu" });
@@ -118,8 +145,13 @@ describe("jurisdictions over the REST API", () => {
 
     // Its whole life: sends (one with an Idempotency-Key), a pull consumer, a pull, an ack, metrics, a purge.
     expect((await api("POST", `${queuePath("in-eu")}/messages`, { body: "a" })).status).toBe(200);
-    expect((await api("POST", `${queuePath("in-eu")}/messages`, { body: "b" }, { headers: { "idempotency-key": "k-1" } })).status).toBe(200);
-    expect((await api("POST", `${queuePath("in-eu")}/messages/batch`, { messages: [{ body: "c" }, { body: "d" }] })).status).toBe(200);
+    expect(
+      (await api("POST", `${queuePath("in-eu")}/messages`, { body: "b" }, { headers: { "idempotency-key": "k-1" } }))
+        .status,
+    ).toBe(200);
+    expect(
+      (await api("POST", `${queuePath("in-eu")}/messages/batch`, { messages: [{ body: "c" }, { body: "d" }] })).status,
+    ).toBe(200);
     expect((await api("POST", `${queuePath("in-eu")}/consumers`, { type: "http_pull" })).status).toBe(201);
     const pulled = await api("POST", `${queuePath("in-eu")}/messages/pull`, { batch_size: 10 });
     expect(pulled.json.result.messages.length).toBeGreaterThan(0);
@@ -142,8 +174,12 @@ describe("jurisdictions over the REST API", () => {
       expect(shards.has(plainId(env.STORAGE_SHARD, name))).toBe(false);
     }
     // No object of the queue's at any name outside the jurisdiction: every stored object named after it is under its prefix.
-    const idempotencyInEu = [...Array(64).keys()].filter((b) => keys.has(eu(env.IDEMPOTENCY_KEYS, `${id}:idempotency:${b}`)));
-    const idempotencyPlain = [...Array(64).keys()].filter((b) => keys.has(plainId(env.IDEMPOTENCY_KEYS, `${id}:idempotency:${b}`)));
+    const idempotencyInEu = [...Array(64).keys()].filter((b) =>
+      keys.has(eu(env.IDEMPOTENCY_KEYS, `${id}:idempotency:${b}`)),
+    );
+    const idempotencyPlain = [...Array(64).keys()].filter((b) =>
+      keys.has(plainId(env.IDEMPOTENCY_KEYS, `${id}:idempotency:${b}`)),
+    );
     expect(idempotencyInEu.length).toBeGreaterThan(0);
     expect(idempotencyPlain).toEqual([]);
     // The queue in none lives in the plain namespace.
@@ -158,7 +194,11 @@ describe("jurisdictions over the REST API", () => {
     expect((await api("GET", queuePath("in-mars"))).status).toBe(404);
 
     await api("POST", queuesPath(), { queue_name: "stays-us", jurisdiction: "us" });
-    for (const [to, status] of [["eu", 400], ["fedramp", 400], ["us", 200]] as Array<[Jurisdiction, number]>) {
+    for (const [to, status] of [
+      ["eu", 400],
+      ["fedramp", 400],
+      ["us", 200],
+    ] as Array<[Jurisdiction, number]>) {
       const res = await api("PATCH", queuePath("stays-us"), { jurisdiction: to, settings: { delivery_delay: 1 } });
       expect(res.status, to).toBe(status);
       if (status === 400) expect(res.json.errors[0].field).toBe("jurisdiction");
@@ -186,9 +226,15 @@ describe("jurisdictions over the REST API", () => {
     }
     // Nor from a queue in none into one in a jurisdiction.
     await createQueue("src-none");
-    const intoEu = await api("POST", `${queuePath("src-none")}/consumers`, { type: "http_pull", dead_letter_queue: "dlq-eu" });
+    const intoEu = await api("POST", `${queuePath("src-none")}/consumers`, {
+      type: "http_pull",
+      dead_letter_queue: "dlq-eu",
+    });
     expect(intoEu.status).toBe(400);
-    const ok = await api("POST", `${queuePath("src-eu")}/consumers`, { type: "http_pull", dead_letter_queue: "dlq-eu" });
+    const ok = await api("POST", `${queuePath("src-eu")}/consumers`, {
+      type: "http_pull",
+      dead_letter_queue: "dlq-eu",
+    });
     expect(ok.status).toBe(201);
   });
 });

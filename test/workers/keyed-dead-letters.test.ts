@@ -9,7 +9,18 @@ import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import { moveMessages } from "../../src/routing/move-messages";
-import { ack, api, backlog, createQueue, pull, type Pulled, queuePath, send, shardsOnFakeClock, storedMessages } from "./helpers";
+import {
+  ack,
+  api,
+  backlog,
+  createQueue,
+  pull,
+  type Pulled,
+  queuePath,
+  send,
+  shardsOnFakeClock,
+  storedMessages,
+} from "./helpers";
 
 const redrive = (q: string, body?: unknown) => api("POST", `${queuePath(q)}/redrive`, body);
 const held = (q: string) => api("GET", `${queuePath(q)}/ordering/held`);
@@ -20,7 +31,11 @@ const bodies = (ms: Pulled[]) => ms.map((m) => JSON.parse(atob(m.body)) as strin
 async function withDeadLetters(source: string, dlq: string, maxRetries = 0) {
   await createQueue(dlq);
   const q = await createQueue(source);
-  const res = await api("POST", `${queuePath(source)}/consumers`, { type: "http_pull", settings: { max_retries: maxRetries, visibility_timeout_ms: 1000 }, dead_letter_queue: dlq });
+  const res = await api("POST", `${queuePath(source)}/consumers`, {
+    type: "http_pull",
+    settings: { max_retries: maxRetries, visibility_timeout_ms: 1000 },
+    dead_letter_queue: dlq,
+  });
   expect(res.status).toBe(201);
   return { ...q, ...(await shardsOnFakeClock(q.queue_id)) };
 }
@@ -62,9 +77,18 @@ describe("keyed messages in a dead-letter queue", () => {
     expect(await backlog("kd-src-dead")).toBe(20);
 
     // Peek shows the keyed ones too.
-    const peeked = (await api("GET", `${queuePath("kd-src-dead")}/messages?limit=100`)).json.result.messages as Array<{ body: string; ordering_key?: string }>;
+    const peeked = (await api("GET", `${queuePath("kd-src-dead")}/messages?limit=100`)).json.result.messages as Array<{
+      body: string;
+      ordering_key?: string;
+    }>;
     expect(peeked).toHaveLength(20);
-    expect(peeked.filter((m) => m.ordering_key === "a").map((m) => JSON.parse(atob(m.body)))).toEqual(["a0", "a1", "a2", "a3", "a4"]);
+    expect(peeked.filter((m) => m.ordering_key === "a").map((m) => JSON.parse(atob(m.body)))).toEqual([
+      "a0",
+      "a1",
+      "a2",
+      "a3",
+      "a4",
+    ]);
 
     // A limited redrive leaves the rest counted.
     const first = await redrive("kd-src-dead", { limit: 3 });
@@ -91,14 +115,23 @@ describe("keyed messages in a dead-letter queue", () => {
     const dlq = await createQueue("kd-filter-dead");
     await createQueue("kd-filter-src");
     const { clock } = await shardsOnFakeClock(dlq.queue_id);
-    await sendInOrder("kd-filter-dead", [["old1", "k"], ["old2", "k"]]);
+    await sendInOrder("kd-filter-dead", [
+      ["old1", "k"],
+      ["old2", "k"],
+    ]);
     clock.advance(3_600_000);
     await sendInOrder("kd-filter-dead", [["new1", "k"], ["newplain"]]);
     const to = { target_queue: "kd-filter-src" };
     const older = await redrive("kd-filter-dead", { ...to, filter: { min_age_seconds: 1800 } });
     expect(older.json.result).toEqual({ moved: 2, target_queue: "kd-filter-src", remaining_matching: 0 });
-    expect((await redrive("kd-filter-dead", { ...to, filter: { max_age_seconds: 60 }, limit: 1 })).json.result).toEqual({ moved: 1, target_queue: "kd-filter-src", remaining_matching: 1 });
-    expect((await redrive("kd-filter-dead", to)).json.result).toEqual({ moved: 1, target_queue: "kd-filter-src", remaining_matching: 0 });
+    expect((await redrive("kd-filter-dead", { ...to, filter: { max_age_seconds: 60 }, limit: 1 })).json.result).toEqual(
+      { moved: 1, target_queue: "kd-filter-src", remaining_matching: 1 },
+    );
+    expect((await redrive("kd-filter-dead", to)).json.result).toEqual({
+      moved: 1,
+      target_queue: "kd-filter-src",
+      remaining_matching: 0,
+    });
     expect(await backlog("kd-filter-src")).toBe(4);
   });
 
@@ -106,20 +139,44 @@ describe("keyed messages in a dead-letter queue", () => {
     const dlq = await createQueue("kd-purge-dead");
     await createQueue("kd-purge-src");
     const map = (await coordinatorFor(env, dlq.queue_id).shardMap())!;
-    const plain = (await api("POST", `${queuePath("kd-purge-dead")}/messages/batch`, { messages: Array.from({ length: 6 }, (_, i) => ({ body: `p${i}` })) })).json.result.message_ids as string[];
-    const keyed = await sendInOrder("kd-purge-dead", [["k0", "k"], ["k1", "k"], ["j0", "j"]]);
+    const plain = (
+      await api("POST", `${queuePath("kd-purge-dead")}/messages/batch`, {
+        messages: Array.from({ length: 6 }, (_, i) => ({ body: `p${i}` })),
+      })
+    ).json.result.message_ids as string[];
+    const keyed = await sendInOrder("kd-purge-dead", [
+      ["k0", "k"],
+      ["k1", "k"],
+      ["j0", "j"],
+    ]);
     expect(plain.length + keyed.length).toBe(9);
     // A redrive between its lease and its write: it holds some messages of each shard.
-    const moving = await Promise.all(map.shards.map(async (s) => ({ shard: s.name, messages: await storageShardFor(env, s.name).leaseMatching(dlq.queue_id, {}, 3, 60_000) })));
+    const moving = await Promise.all(
+      map.shards.map(async (s) => ({
+        shard: s.name,
+        messages: await storageShardFor(env, s.name).leaseMatching(dlq.queue_id, {}, 3, 60_000),
+      })),
+    );
     const movingIds = moving.flatMap((m) => m.messages.map((x) => x.id));
     expect(movingIds.length).toBeGreaterThan(0);
-    const purged = await api("POST", `${queuePath("kd-purge-dead")}/purge`, { delete_messages_permanently: true, return_ids: true });
+    const purged = await api("POST", `${queuePath("kd-purge-dead")}/purge`, {
+      delete_messages_permanently: true,
+      return_ids: true,
+    });
     expect(purged.status).toBe(200);
     // The redrive writes what it leased, then acks it.
     let acked = 0;
     for (const m of moving) {
       await moveMessages(env, "local", "kd-purge-src", { queueId: dlq.queue_id, shard: m.shard }, m.messages);
-      acked += (await storageShardFor(env, m.shard).settle({ queueId: dlq.queue_id, acks: m.messages.map((x) => ({ id: x.id, leaseId: x.leaseId })), retries: [], deadLettered: [], dropped: [] })).acked;
+      acked += (
+        await storageShardFor(env, m.shard).settle({
+          queueId: dlq.queue_id,
+          acks: m.messages.map((x) => ({ id: x.id, leaseId: x.leaseId })),
+          retries: [],
+          deadLettered: [],
+          dropped: [],
+        })
+      ).acked;
     }
     // What the purge reported gone is not what arrived; what arrived was acked where it was.
     expect(purged.json.result.purged).toBe(9 - movingIds.length);
@@ -128,7 +185,9 @@ describe("keyed messages in a dead-letter queue", () => {
     expect(await backlog("kd-purge-src")).toBe(movingIds.length);
     expect(arrived.filter((id) => !movingIds.includes(id))).toEqual([]);
     // It names what it deleted: every message but those moving.
-    expect([...purged.json.result.ids].sort()).toEqual([...plain, ...keyed].filter((id) => !movingIds.includes(id)).sort());
+    expect([...purged.json.result.ids].sort()).toEqual(
+      [...plain, ...keyed].filter((id) => !movingIds.includes(id)).sort(),
+    );
     // Keyed messages were among those moving.
     expect(moving.flatMap((m) => m.messages).some((x) => x.orderingKey !== undefined)).toBe(true);
     expect(await backlog("kd-purge-dead")).toBe(0);
@@ -143,7 +202,10 @@ describe("releasing a held ordering key", () => {
     expect(notHeld.status).toBe(404);
     expect(notHeld.json.errors[0].field).toBe("ordering_key");
 
-    const [s1, s2] = await sendInOrder("kr-src", [["s1", "stuck"], ["s2", "stuck"]]);
+    const [s1, s2] = await sendInOrder("kr-src", [
+      ["s1", "stuck"],
+      ["s2", "stuck"],
+    ]);
     const got = await pullAll("kr-src");
     const head = got.find((m) => m.id === s1)!;
     await ack("kr-src", { retries: [{ lease_id: head.lease_id, delay_seconds: 3600 }] });
@@ -174,7 +236,15 @@ describe("releasing a held ordering key", () => {
     await sendInOrder("kh-src", [["after", "slow"]]);
     const list = (await held("kh-src")).json.result;
     expect(list.held_by_reason).toEqual({ leased: 0, retry: 0, delayed: 1, handoff: 0 });
-    expect(list.keys).toEqual([expect.objectContaining({ ordering_key: "slow", reason: "delayed", message_id: id, messages: 2, since_ms: q.clock.now() })]);
+    expect(list.keys).toEqual([
+      expect.objectContaining({
+        ordering_key: "slow",
+        reason: "delayed",
+        message_id: id,
+        messages: 2,
+        since_ms: q.clock.now(),
+      }),
+    ]);
     const metrics = (await api("GET", `${queuePath("kh-src")}/metrics`)).json.result;
     expect(metrics.ordering.held_by_reason.delayed).toBe(1);
     const released = await release("kh-src", { ordering_key: "slow", message_id: id });
@@ -194,7 +264,10 @@ describe("releasing a held ordering key", () => {
 
   it("answers 404 naming dead_letter_queue when that queue is gone, and leaves the key as it was", async () => {
     const q = await withDeadLetters("kg-src", "kg-src-dead", 3);
-    const [g1] = await sendInOrder("kg-src", [["g1", "g"], ["g2", "g"]]);
+    const [g1] = await sendInOrder("kg-src", [
+      ["g1", "g"],
+      ["g2", "g"],
+    ]);
     const [head] = (await pull("kg-src", { batch_size: 1 })).json.result.messages as Pulled[];
     await ack("kg-src", { retries: [{ lease_id: head!.lease_id, delay_seconds: 30 }] });
     // The consumer names a dead-letter queue that no longer exists.

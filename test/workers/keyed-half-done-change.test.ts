@@ -23,7 +23,14 @@ const keyedCount = (shard: string): Promise<number> => unsettledKeyed(shard);
 function keyOf(owner: string, shards: string[]): { key: string; heir: string } {
   for (let i = 0; ; i++) {
     const key = `key-${i}`;
-    if (ownerOfKey(key, shards) === owner) return { key, heir: ownerOfKey(key, shards.filter((s) => s !== owner))! };
+    if (ownerOfKey(key, shards) === owner)
+      return {
+        key,
+        heir: ownerOfKey(
+          key,
+          shards.filter((s) => s !== owner),
+        )!,
+      };
   }
 }
 
@@ -34,7 +41,14 @@ function keyOf(owner: string, shards: string[]): { key: string; heir: string } {
 async function drainCutByReset(queueId: string, shard: string): Promise<void> {
   const coordinator = env.COORDINATOR.get(env.COORDINATOR.idFromName(queueId));
   await runInDurableObject(coordinator, async (obj: Coordinator, state) => {
-    const loop = (obj as unknown as { loop: { deps: { faultPoint(point: string): void }; force(kind: "drain", now: number, shard: string): Promise<string> } }).loop;
+    const loop = (
+      obj as unknown as {
+        loop: {
+          deps: { faultPoint(point: string): void };
+          force(kind: "drain", now: number, shard: string): Promise<string>;
+        };
+      }
+    ).loop;
     loop.deps.faultPoint = (point) => {
       if (point === "abort-drain") state.abort("test: reset between telling the shard and recording the drain");
     };
@@ -53,7 +67,9 @@ describe("keyed sends while a Coordinator change is half done", () => {
 
     await drainCutByReset(q.queue_id, owner);
     // The map still names the shard active: the drain was never recorded.
-    expect((await coordinatorFor(env, q.queue_id).shardMap())!.shards.find((s) => s.name === owner)?.state).toBe("active");
+    expect((await coordinatorFor(env, q.queue_id).shardMap())!.shards.find((s) => s.name === owner)?.state).toBe(
+      "active",
+    );
 
     const res = await send(name, "after", { ordering_key: key });
     expect({ status: res.status, error: res.json.errors?.[0]?.message }).toEqual({ status: 200, error: undefined });
@@ -81,26 +97,44 @@ describe("keyed sends while a Coordinator change is half done", () => {
 });
 
 describe("a keyed batch placed under a map a scale-out has since changed", () => {
-  it("stores each key on its owner in the current map when keys that shared a shard no longer do", { timeout: 20_000 }, async () => {
-    const name = "split-after-scale-out";
-    const q = await createQueue(name);
-    const before = (await coordinatorFor(env, q.queue_id).shardMap())!.shards.map((s) => s.name);
-    const added = `${q.queue_id}:local:${before.length}`;
-    const after = [...before, added];
-    // Two keys on one shard before the scale-out; only the second moves to the new shard.
-    const stays = Array.from({ length: 500 }, (_, i) => `key-${i}`).find((k) => ownerOfKey(k, before) === before[0] && ownerOfKey(k, after) === before[0])!;
-    const moves = Array.from({ length: 500 }, (_, i) => `key-${i}`).find((k) => ownerOfKey(k, before) === before[0] && ownerOfKey(k, after) === added)!;
-    // This isolate caches the map it has now.
-    expect((await send(name, "warm", { ordering_key: stays })).status).toBe(200);
-    const coordinator = env.COORDINATOR.get(env.COORDINATOR.idFromName(q.queue_id));
-    await runInDurableObject(coordinator, (obj: Coordinator) => (obj as unknown as { loop: { force(kind: "scale-out", now: number): Promise<string> } }).loop.force("scale-out", Date.now()));
-    expect((await coordinatorFor(env, q.queue_id).shardMap())!.shards.map((s) => s.name)).toContain(added);
+  it(
+    "stores each key on its owner in the current map when keys that shared a shard no longer do",
+    { timeout: 20_000 },
+    async () => {
+      const name = "split-after-scale-out";
+      const q = await createQueue(name);
+      const before = (await coordinatorFor(env, q.queue_id).shardMap())!.shards.map((s) => s.name);
+      const added = `${q.queue_id}:local:${before.length}`;
+      const after = [...before, added];
+      // Two keys on one shard before the scale-out; only the second moves to the new shard.
+      const stays = Array.from({ length: 500 }, (_, i) => `key-${i}`).find(
+        (k) => ownerOfKey(k, before) === before[0] && ownerOfKey(k, after) === before[0],
+      )!;
+      const moves = Array.from({ length: 500 }, (_, i) => `key-${i}`).find(
+        (k) => ownerOfKey(k, before) === before[0] && ownerOfKey(k, after) === added,
+      )!;
+      // This isolate caches the map it has now.
+      expect((await send(name, "warm", { ordering_key: stays })).status).toBe(200);
+      const coordinator = env.COORDINATOR.get(env.COORDINATOR.idFromName(q.queue_id));
+      await runInDurableObject(coordinator, (obj: Coordinator) =>
+        (obj as unknown as { loop: { force(kind: "scale-out", now: number): Promise<string> } }).loop.force(
+          "scale-out",
+          Date.now(),
+        ),
+      );
+      expect((await coordinatorFor(env, q.queue_id).shardMap())!.shards.map((s) => s.name)).toContain(added);
 
-    const t0 = Date.now();
-    const res = await api("POST", `${queuePath(name)}/messages/batch`, { messages: [{ body: "s1", ordering_key: stays }, { body: "m1", ordering_key: moves }] });
-    expect({ status: res.status, error: res.json.errors?.[0]?.message }).toEqual({ status: 200, error: undefined });
-    expect(Date.now() - t0).toBeLessThan(5000);
-    expect(await keyedCount(before[0]!)).toBe(2);
-    expect(await keyedCount(added)).toBe(1);
-  });
+      const t0 = Date.now();
+      const res = await api("POST", `${queuePath(name)}/messages/batch`, {
+        messages: [
+          { body: "s1", ordering_key: stays },
+          { body: "m1", ordering_key: moves },
+        ],
+      });
+      expect({ status: res.status, error: res.json.errors?.[0]?.message }).toEqual({ status: 200, error: undefined });
+      expect(Date.now() - t0).toBeLessThan(5000);
+      expect(await keyedCount(before[0]!)).toBe(2);
+      expect(await keyedCount(added)).toBe(1);
+    },
+  );
 });

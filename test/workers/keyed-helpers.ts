@@ -16,7 +16,9 @@ export async function unsettledKeyed(shard: string, key?: string): Promise<numbe
   return runInDurableObject(storageShardFor(env, shard), (obj: StorageShard, state) => {
     const ds = (obj as unknown as { delivery: DeliveryState }).delivery;
     let n = 0;
-    for (const row of state.storage.sql.exec<{ seg: number; settled: ArrayBuffer; headers: string }>("SELECT seg, settled, headers FROM segments WHERE keyed > 0")) {
+    for (const row of state.storage.sql.exec<{ seg: number; settled: ArrayBuffer; headers: string }>(
+      "SELECT seg, settled, headers FROM segments WHERE keyed > 0",
+    )) {
       const settled = settledOf(ds, row.seg, row.settled);
       decodeHeaders(row.headers).forEach((h, slot) => {
         if (h.key !== undefined && (key === undefined || h.key === key) && !settled.has(slot)) n++;

@@ -13,17 +13,28 @@ const lenientBytes = (s: string) => atob(s.replace(/-/g, "+").replace(/_/g, "/")
  */
 function nonCanonicalVariants(segment: string): string[] {
   const bytes = lenientBytes(segment);
-  return [...ALPHABET]
-    .map((c) => segment.slice(0, -1) + c)
-    .filter((v) => v !== segment && lenientBytes(v) === bytes);
+  return [...ALPHABET].map((c) => segment.slice(0, -1) + c).filter((v) => v !== segment && lenientBytes(v) === bytes);
 }
 
 /** Bits of the last base64 character that carry no data, by the byte count mod 3. */
 const unusedBits = (segment: string) => [0, 4, 2][lenientBytes(segment).length % 3]!;
 
 describe("lease id encoding", () => {
-  const key = crypto.subtle.importKey("raw", new TextEncoder().encode("test-signing-key"), { name: "HMAC", hash: "SHA-256" }, false, ["sign", "verify"]);
-  const lease = (messageId: string): LeaseToken => ({ accountId: "local", queueId: "q-1", shard: "shard-0", messageId, leaseId: "l-1", attempts: 1 });
+  const key = crypto.subtle.importKey(
+    "raw",
+    new TextEncoder().encode("test-signing-key"),
+    { name: "HMAC", hash: "SHA-256" },
+    false,
+    ["sign", "verify"],
+  );
+  const lease = (messageId: string): LeaseToken => ({
+    accountId: "local",
+    queueId: "q-1",
+    shard: "shard-0",
+    messageId,
+    leaseId: "l-1",
+    attempts: 1,
+  });
   const expected = { accountId: "local", queueId: "q-1" };
 
   it("refuses every non-canonical spelling of the signature's last character, and verifies the original", async () => {
@@ -63,7 +74,14 @@ describe("lease id encoding", () => {
 describe("acking a lease id and its non-canonical spelling", () => {
   it("applies the ack once, warns only on the variant, and the message is not delivered again", async () => {
     const q = await createQueue("lease-canonical");
-    expect((await api("POST", `${queuePath("lease-canonical")}/consumers`, { type: "http_pull", settings: { visibility_timeout_ms: 1000 } })).status).toBe(201);
+    expect(
+      (
+        await api("POST", `${queuePath("lease-canonical")}/consumers`, {
+          type: "http_pull",
+          settings: { visibility_timeout_ms: 1000 },
+        })
+      ).status,
+    ).toBe(201);
     const { clock } = await shardsOnFakeClock(q.queue_id);
     await api("POST", `${queuePath("lease-canonical")}/messages`, { body: "once" });
     const pulled = await api("POST", `${queuePath("lease-canonical")}/messages/pull`, { batch_size: 1 });
@@ -73,7 +91,9 @@ describe("acking a lease id and its non-canonical spelling", () => {
     const variant = `${payload}.${nonCanonicalVariants(signature)[0]!}`;
     expect(variant).not.toBe(original);
 
-    const res = await api("POST", `${queuePath("lease-canonical")}/messages/ack`, { acks: [{ lease_id: original }, { lease_id: variant }] });
+    const res = await api("POST", `${queuePath("lease-canonical")}/messages/ack`, {
+      acks: [{ lease_id: original }, { lease_id: variant }],
+    });
     expect(res.status).toBe(200);
     expect(res.json.result.ackCount).toBe(1);
     // No warning on the original: it was confirmed. The variant is refused as not issued by us.
@@ -82,6 +102,8 @@ describe("acking a lease id and its non-canonical spelling", () => {
 
     expect(await backlog("lease-canonical")).toBe(0);
     clock.advance(10_000);
-    expect((await api("POST", `${queuePath("lease-canonical")}/messages/pull`, { batch_size: 10 })).json.result.messages).toEqual([]);
+    expect(
+      (await api("POST", `${queuePath("lease-canonical")}/messages/pull`, { batch_size: 10 })).json.result.messages,
+    ).toEqual([]);
   });
 });

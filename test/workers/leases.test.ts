@@ -14,13 +14,26 @@ let n = 0;
 
 function msg(body = "x", delayMs = 0): EncodedMessage {
   const bytes = utf8.encode(body);
-  return { id: (n++).toString(16).padStart(32, "0"), body: bytes, contentType: "text", delayMs, checksum: crc32(bytes) };
+  return {
+    id: (n++).toString(16).padStart(32, "0"),
+    body: bytes,
+    contentType: "text",
+    delayMs,
+    checksum: crc32(bytes),
+  };
 }
 
 /** A fresh shard on a manual clock. */
 const shardAt = (name: string, t = 1_000_000) => shardOnClock(name, QUEUE, t);
 
-const req = (over: Partial<LeaseRequest> = {}): LeaseRequest => ({ queueId: QUEUE, limit: 10, leaseMs: 30_000, maxWaitMs: 5000, retentionMs: 345_600_000, ...over });
+const req = (over: Partial<LeaseRequest> = {}): LeaseRequest => ({
+  queueId: QUEUE,
+  limit: 10,
+  leaseMs: 30_000,
+  maxWaitMs: 5000,
+  retentionMs: 345_600_000,
+  ...over,
+});
 
 describe("leases (vesting times)", () => {
   it("hands out a full batch at once, and a partial batch only after max wait from its oldest message", async () => {
@@ -68,11 +81,23 @@ describe("leases (vesting times)", () => {
     const old = (await shard.lease(req({ maxWaitMs: 0, leaseMs: 1000 }))).messages[0]!;
     clock.advance(1001);
     const current = (await shard.lease(req({ maxWaitMs: 0, leaseMs: 60_000 }))).messages[0]!;
-    const late = await shard.settle({ queueId: QUEUE, acks: [{ id: old.id, leaseId: old.leaseId }], retries: [], deadLettered: [], dropped: [] });
+    const late = await shard.settle({
+      queueId: QUEUE,
+      acks: [{ id: old.id, leaseId: old.leaseId }],
+      retries: [],
+      deadLettered: [],
+      dropped: [],
+    });
     expect(late).toEqual({ acked: 0, retried: 0, deadLettered: 0, dropped: 0, stale: [old.id] });
     expect((await shard.stats()).backlogCount).toBe(1);
     expect(await shard.extendLeases(QUEUE, [{ id: old.id, leaseId: old.leaseId }], 99_000)).toEqual([]);
-    const ok = await shard.settle({ queueId: QUEUE, acks: [{ id: current.id, leaseId: current.leaseId }], retries: [], deadLettered: [], dropped: [] });
+    const ok = await shard.settle({
+      queueId: QUEUE,
+      acks: [{ id: current.id, leaseId: current.leaseId }],
+      retries: [],
+      deadLettered: [],
+      dropped: [],
+    });
     expect(ok.acked).toBe(1);
     expect((await shard.stats()).backlogCount).toBe(0);
   });
@@ -82,7 +107,13 @@ describe("leases (vesting times)", () => {
     await shard.append({ queueId: QUEUE, messages: [msg()] });
     const m = (await shard.lease(req({ maxWaitMs: 0, leaseMs: 1000 }))).messages[0]!;
     clock.advance(5000);
-    const r = await shard.settle({ queueId: QUEUE, acks: [{ id: m.id, leaseId: m.leaseId }], retries: [], deadLettered: [], dropped: [] });
+    const r = await shard.settle({
+      queueId: QUEUE,
+      acks: [{ id: m.id, leaseId: m.leaseId }],
+      retries: [],
+      deadLettered: [],
+      dropped: [],
+    });
     expect(r.acked).toBe(1);
   });
 
@@ -147,7 +178,9 @@ describe("leases (vesting times)", () => {
     expect(stats.backlogCount).toBe(1);
     expect(stats.totals.quarantined).toBe(1);
     await runInDurableObject(shard, (_o: StorageShard, state) => {
-      expect(state.storage.sql.exec("SELECT id, reason FROM quarantine").toArray()).toEqual([{ id: bad.id, reason: "checksum mismatch" }]);
+      expect(state.storage.sql.exec("SELECT id, reason FROM quarantine").toArray()).toEqual([
+        { id: bad.id, reason: "checksum mismatch" },
+      ]);
     });
   });
 
@@ -160,11 +193,26 @@ describe("leases (vesting times)", () => {
     // At-least-once: both are ready again at once, and the lost delivery is not counted as a retry.
     // (The restarted object runs on the system clock, far past this test's: retention must not expire them.)
     const again = (await restarted.lease(req({ maxWaitMs: 0, retentionMs: 1e15 }))).messages;
-    expect(again.map((m) => [m.id, m.attempts])).toEqual([[a!.id, 1], [b!.id, 1]]);
+    expect(again.map((m) => [m.id, m.attempts])).toEqual([
+      [a!.id, 1],
+      [b!.id, 1],
+    ]);
     // A late ack from before the restart for a message leased again since is stale; one for a message nobody holds lands.
-    const late = await restarted.settle({ queueId: QUEUE, acks: [{ id: a!.id, leaseId: a!.leaseId }], retries: [], deadLettered: [], dropped: [] });
+    const late = await restarted.settle({
+      queueId: QUEUE,
+      acks: [{ id: a!.id, leaseId: a!.leaseId }],
+      retries: [],
+      deadLettered: [],
+      dropped: [],
+    });
     expect(late).toMatchObject({ acked: 0, stale: [a!.id] });
-    await restarted.settle({ queueId: QUEUE, acks: again.map((m) => ({ id: m.id, leaseId: m.leaseId })), retries: [], deadLettered: [], dropped: [] });
+    await restarted.settle({
+      queueId: QUEUE,
+      acks: again.map((m) => ({ id: m.id, leaseId: m.leaseId })),
+      retries: [],
+      deadLettered: [],
+      dropped: [],
+    });
     expect((await restarted.stats()).backlogCount).toBe(0);
   });
 
@@ -178,22 +226,52 @@ describe("leases (vesting times)", () => {
     // Its requests stopped: the quiet work writes the three leases (quiet-timer.ts, held-leases.ts).
     await runInDurableObject(shard, (obj: StorageShard) => obj.quietNow());
     // An ack after that write: the written lease on c must not bring c back.
-    expect(await shard.settle({ queueId: QUEUE, acks: [{ id: c!.id, leaseId: c!.leaseId }], retries: [], deadLettered: [], dropped: [] })).toMatchObject({ acked: 1 });
+    expect(
+      await shard.settle({
+        queueId: QUEUE,
+        acks: [{ id: c!.id, leaseId: c!.leaseId }],
+        retries: [],
+        deadLettered: [],
+        dropped: [],
+      }),
+    ).toMatchObject({ acked: 1 });
     await runInDurableObject(shard, (_o: StorageShard, state) => state.abort("evicted while leased")).catch(() => {});
     const after = env.STORAGE_SHARD.get(env.STORAGE_SHARD.idFromName("quiet-leases"));
     // a and b are still leased, c is gone: nothing to hand out, and the consumer's acks land.
     expect((await after.lease(live)).messages).toEqual([]);
-    expect(await after.settle({ queueId: QUEUE, acks: [a!, b!].map((m) => ({ id: m.id, leaseId: m.leaseId })), retries: [], deadLettered: [], dropped: [] })).toMatchObject({ acked: 2 });
+    expect(
+      await after.settle({
+        queueId: QUEUE,
+        acks: [a!, b!].map((m) => ({ id: m.id, leaseId: m.leaseId })),
+        retries: [],
+        deadLettered: [],
+        dropped: [],
+      }),
+    ).toMatchObject({ acked: 2 });
     expect((await after.stats()).backlogCount).toBe(0);
-    expect(await runInDurableObject(after, (_o: StorageShard, state) => state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM held_leases").one().n)).toBe(0);
+    expect(
+      await runInDurableObject(
+        after,
+        (_o: StorageShard, state) =>
+          state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM held_leases").one().n,
+      ),
+    ).toBe(0);
   });
 
   it("honours a lane's stored lease across a restart to its end, then delivers the key again in order", async () => {
     const { shard } = await shardAt("restart-lane");
-    await shard.append({ queueId: QUEUE, messages: [{ ...msg("k1"), orderingKey: "k" }, { ...msg("k2"), orderingKey: "k" }] });
+    await shard.append({
+      queueId: QUEUE,
+      messages: [
+        { ...msg("k1"), orderingKey: "k" },
+        { ...msg("k2"), orderingKey: "k" },
+      ],
+    });
     const first = (await shard.lease(req({ maxWaitMs: 0 }))).messages;
     expect(first.map((m) => m.attempts)).toEqual([1, 1]);
-    await runInDurableObject(shard, (_o: StorageShard, state) => state.abort("reset while a lane is leased")).catch(() => {});
+    await runInDurableObject(shard, (_o: StorageShard, state) => state.abort("reset while a lane is leased")).catch(
+      () => {},
+    );
     const restarted = env.STORAGE_SHARD.get(env.STORAGE_SHARD.idFromName("restart-lane"));
     // On the system clock the lane's lease (taken at this test's time) has long run out: the key comes back whole.
     const again = (await restarted.lease(req({ maxWaitMs: 0, retentionMs: 1e15 }))).messages;
@@ -204,7 +282,9 @@ describe("leases (vesting times)", () => {
     const { shard } = await shardAt("restart-lane-held", Date.now());
     await shard.append({ queueId: QUEUE, messages: [{ ...msg("h1"), orderingKey: "h" }] });
     expect((await shard.lease(req({ maxWaitMs: 0, leaseMs: 600_000 }))).messages).toHaveLength(1);
-    await runInDurableObject(shard, (_o: StorageShard, state) => state.abort("reset while a lane is leased")).catch(() => {});
+    await runInDurableObject(shard, (_o: StorageShard, state) => state.abort("reset while a lane is leased")).catch(
+      () => {},
+    );
     const restarted = env.STORAGE_SHARD.get(env.STORAGE_SHARD.idFromName("restart-lane-held"));
     expect((await restarted.lease(req({ maxWaitMs: 0, retentionMs: 1e15 }))).messages).toEqual([]);
   });
@@ -213,12 +293,26 @@ describe("leases (vesting times)", () => {
     const { shard } = await shardAt("seq-reuse");
     await shard.append({ queueId: QUEUE, messages: [msg("old")] });
     const old = (await shard.lease(req({ maxWaitMs: 0 }))).messages[0]!;
-    await shard.settle({ queueId: QUEUE, acks: [{ id: old.id, leaseId: old.leaseId }], retries: [], deadLettered: [], dropped: [] });
-    await runInDurableObject(shard, (_o: StorageShard, state) => state.abort("reset with an empty table")).catch(() => {});
+    await shard.settle({
+      queueId: QUEUE,
+      acks: [{ id: old.id, leaseId: old.leaseId }],
+      retries: [],
+      deadLettered: [],
+      dropped: [],
+    });
+    await runInDurableObject(shard, (_o: StorageShard, state) => state.abort("reset with an empty table")).catch(
+      () => {},
+    );
     const restarted = env.STORAGE_SHARD.get(env.STORAGE_SHARD.idFromName("seq-reuse"));
     await restarted.append({ queueId: QUEUE, messages: [msg("new")] });
     // The table was empty: the old lease id names nothing here.
-    const r = await restarted.settle({ queueId: QUEUE, acks: [{ id: old.id, leaseId: old.leaseId }], retries: [{ id: old.id, leaseId: old.leaseId, delayMs: 0 }], deadLettered: [], dropped: [] });
+    const r = await restarted.settle({
+      queueId: QUEUE,
+      acks: [{ id: old.id, leaseId: old.leaseId }],
+      retries: [{ id: old.id, leaseId: old.leaseId, delayMs: 0 }],
+      deadLettered: [],
+      dropped: [],
+    });
     expect(r).toMatchObject({ acked: 0, retried: 0 });
     expect((await restarted.stats()).backlogCount).toBe(1);
   });
@@ -231,10 +325,40 @@ describe("leases (vesting times)", () => {
     const next = await shard.lease(req({ maxWaitMs: 0, limit: 1 }));
     expect(next.messages.map((m) => [m.id, m.attempts])).toEqual([[x!.id, 2]]);
     // y expired too and nobody took it: its first lease still acks it.
-    expect((await shard.settle({ queueId: QUEUE, acks: [{ id: y!.id, leaseId: y!.leaseId }], retries: [], deadLettered: [], dropped: [] })).acked).toBe(1);
+    expect(
+      (
+        await shard.settle({
+          queueId: QUEUE,
+          acks: [{ id: y!.id, leaseId: y!.leaseId }],
+          retries: [],
+          deadLettered: [],
+          dropped: [],
+        })
+      ).acked,
+    ).toBe(1);
     // x was leased again: the first lease is stale, the second lands.
-    expect((await shard.settle({ queueId: QUEUE, acks: [{ id: x!.id, leaseId: x!.leaseId }], retries: [], deadLettered: [], dropped: [] })).stale).toEqual([x!.id]);
-    expect((await shard.settle({ queueId: QUEUE, acks: [{ id: x!.id, leaseId: next.messages[0]!.leaseId }], retries: [], deadLettered: [], dropped: [] })).acked).toBe(1);
+    expect(
+      (
+        await shard.settle({
+          queueId: QUEUE,
+          acks: [{ id: x!.id, leaseId: x!.leaseId }],
+          retries: [],
+          deadLettered: [],
+          dropped: [],
+        })
+      ).stale,
+    ).toEqual([x!.id]);
+    expect(
+      (
+        await shard.settle({
+          queueId: QUEUE,
+          acks: [{ id: x!.id, leaseId: next.messages[0]!.leaseId }],
+          retries: [],
+          deadLettered: [],
+          dropped: [],
+        })
+      ).acked,
+    ).toBe(1);
     expect(await shard.stats()).toMatchObject({ backlogCount: 0, totals: { leased: 3, acked: 2 } });
   });
 
@@ -279,7 +403,8 @@ describe("leases (vesting times)", () => {
     const woken: Array<{ index: number; shard?: string; dueAt?: number }> = [];
     // RPC reaches class methods only: listen on the prototype for this test.
     const original = ConsumerShard.prototype.wake;
-    ConsumerShard.prototype.wake = async (_q: string, index: number, _v?: string, shard?: string, dueAt?: number) => void woken.push({ index, shard, dueAt });
+    ConsumerShard.prototype.wake = async (_q: string, index: number, _v?: string, shard?: string, dueAt?: number) =>
+      void woken.push({ index, shard, dueAt });
     onTestFinished(() => {
       ConsumerShard.prototype.wake = original;
     });
@@ -302,7 +427,12 @@ describe("leases (vesting times)", () => {
     await shard.append({ queueId: QUEUE, messages: [msg()] });
     expect(await settled()).toBe(1);
     const again = await shard.lease(req({ maxWaitMs: 0, consumerShard: 3 }));
-    expect(again.messages.filter((m) => m.attempts === 2).map((m) => m.id).sort()).toEqual(first.messages.map((m) => m.id).sort());
+    expect(
+      again.messages
+        .filter((m) => m.attempts === 2)
+        .map((m) => m.id)
+        .sort(),
+    ).toEqual(first.messages.map((m) => m.id).sort());
     expect(again.messages).toHaveLength(6);
   });
 
@@ -310,9 +440,17 @@ describe("leases (vesting times)", () => {
     const { shard } = await shardAt("restart-between");
     await shard.append({ queueId: QUEUE, messages: [msg()] });
     const m = (await shard.lease(req({ maxWaitMs: 0 }))).messages[0]!;
-    await runInDurableObject(shard, (_o: StorageShard, state) => state.abort("reset between lease and ack")).catch(() => {});
+    await runInDurableObject(shard, (_o: StorageShard, state) => state.abort("reset between lease and ack")).catch(
+      () => {},
+    );
     const restarted = env.STORAGE_SHARD.get(env.STORAGE_SHARD.idFromName("restart-between"));
-    const r = await restarted.settle({ queueId: QUEUE, acks: [{ id: m.id, leaseId: m.leaseId }], retries: [], deadLettered: [], dropped: [] });
+    const r = await restarted.settle({
+      queueId: QUEUE,
+      acks: [{ id: m.id, leaseId: m.leaseId }],
+      retries: [],
+      deadLettered: [],
+      dropped: [],
+    });
     expect(r.acked).toBe(1);
     expect((await restarted.stats()).backlogCount).toBe(0);
   });

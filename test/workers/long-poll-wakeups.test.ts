@@ -44,22 +44,43 @@ async function timedPullQueue(name: string, consumer: Record<string, unknown> = 
 }
 
 /** The pull's answer and when it came, or "still waiting" after `ms` (real time). */
-async function within(pending: Promise<PullAnswer>, ms: number): Promise<{ answer: PullAnswer; at: number } | "still waiting"> {
-  return Promise.race([pending.then((answer) => ({ answer, at: Date.now() })), new Promise<"still waiting">((r) => setTimeout(() => r("still waiting"), ms))]);
+async function within(
+  pending: Promise<PullAnswer>,
+  ms: number,
+): Promise<{ answer: PullAnswer; at: number } | "still waiting"> {
+  return Promise.race([
+    pending.then((answer) => ({ answer, at: Date.now() })),
+    new Promise<"still waiting">((r) => setTimeout(() => r("still waiting"), ms)),
+  ]);
 }
 
 /** Starts a waiting pull and waits until it waits at the Coordinator (wrapped: an async function would await it). */
-async function waitingPull(q: Awaited<ReturnType<typeof timedPullQueue>>, name: string): Promise<{ pending: Promise<PullAnswer> }> {
-  const pending = pull<{ messages: Pulled[] }>(name, { wait_time_ms: 20_000, batch_size: 10, visibility_timeout_ms: 60_000 });
+async function waitingPull(
+  q: Awaited<ReturnType<typeof timedPullQueue>>,
+  name: string,
+): Promise<{ pending: Promise<PullAnswer> }> {
+  const pending = pull<{ messages: Pulled[] }>(name, {
+    wait_time_ms: 20_000,
+    batch_size: 10,
+    visibility_timeout_ms: 60_000,
+  });
   await eventually(q.waiting, (n) => n === 1);
   return { pending };
 }
 
 /** Asserts the pull answered with exactly `bodies`, no sooner than `readyAt` and at most `slackMs` after it. */
-async function expectWokenWith(q: Awaited<ReturnType<typeof timedPullQueue>>, pending: Promise<PullAnswer>, bodies: string[], readyAt: number, slackMs = 1500) {
+async function expectWokenWith(
+  q: Awaited<ReturnType<typeof timedPullQueue>>,
+  pending: Promise<PullAnswer>,
+  bodies: string[],
+  readyAt: number,
+  slackMs = 1500,
+) {
   const got = await within(pending, Math.max(0, readyAt - Date.now()) + slackMs);
   if (got === "still waiting") await q.endWaits();
-  expect(got === "still waiting" ? "still waiting" : got.answer.json.result.messages.map((m) => m.body)).toEqual(bodies);
+  expect(got === "still waiting" ? "still waiting" : got.answer.json.result.messages.map((m) => m.body)).toEqual(
+    bodies,
+  );
   if (got !== "still waiting") expect(got.at).toBeGreaterThanOrEqual(readyAt - 50);
 }
 
@@ -93,7 +114,9 @@ describe("a waiting pull is woken by a message becoming ready", () => {
     const [m] = await shortPull("wake-retry");
     const { pending } = await waitingPull(q, "wake-retry");
     const at = Date.now() + 1000;
-    const res = await api("POST", `${queuePath("wake-retry")}/messages/ack`, { retries: [{ lease_id: m!.lease_id, delay_seconds: 1 }] });
+    const res = await api("POST", `${queuePath("wake-retry")}/messages/ack`, {
+      retries: [{ lease_id: m!.lease_id, delay_seconds: 1 }],
+    });
     expect(res.json.result).toMatchObject({ retryCount: 1, warnings: {} });
     await expectWokenWith(q, pending, ["again"], at);
   });
@@ -110,25 +133,38 @@ describe("a waiting pull is woken by a message becoming ready", () => {
   it("when it is redriven into the queue", async () => {
     await createQueue("wake-redrive-dlq");
     expect((await api("POST", `${queuePath("wake-redrive-dlq")}/consumers`, { type: "http_pull" })).status).toBe(201);
-    const q = await timedPullQueue("wake-redrive", { settings: { max_retries: 0 }, dead_letter_queue: "wake-redrive-dlq" });
+    const q = await timedPullQueue("wake-redrive", {
+      settings: { max_retries: 0 },
+      dead_letter_queue: "wake-redrive-dlq",
+    });
     expect((await send("wake-redrive", "dead", { content_type: "text" })).status).toBe(200);
     const [m] = await shortPull("wake-redrive");
-    expect((await api("POST", `${queuePath("wake-redrive")}/messages/ack`, { retries: [{ lease_id: m!.lease_id }] })).json.result.retryCount).toBe(1);
+    expect(
+      (await api("POST", `${queuePath("wake-redrive")}/messages/ack`, { retries: [{ lease_id: m!.lease_id }] })).json
+        .result.retryCount,
+    ).toBe(1);
     const { pending } = await waitingPull(q, "wake-redrive");
     const at = Date.now();
-    expect((await api("POST", `${queuePath("wake-redrive-dlq")}/redrive`, { target_queue: "wake-redrive" })).json.result.moved).toBe(1);
+    expect(
+      (await api("POST", `${queuePath("wake-redrive-dlq")}/redrive`, { target_queue: "wake-redrive" })).json.result
+        .moved,
+    ).toBe(1);
     await expectWokenWith(q, pending, ["dead"], at);
   });
 
   it("when the key holding it is released (its predecessor acked)", async () => {
     const q = await timedPullQueue("wake-key");
-    for (const body of ["k1", "k2"]) expect((await send("wake-key", body, { content_type: "text", ordering_key: "k" })).status).toBe(200);
+    for (const body of ["k1", "k2"])
+      expect((await send("wake-key", body, { content_type: "text", ordering_key: "k" })).status).toBe(200);
     const got = await shortPull("wake-key", 60_000, 1);
     expect(got.map((m) => m.body)).toEqual(["k1"]);
     const first = got[0];
     const { pending } = await waitingPull(q, "wake-key");
     const at = Date.now();
-    expect((await api("POST", `${queuePath("wake-key")}/messages/ack`, { acks: [{ lease_id: first!.lease_id }] })).json.result.ackCount).toBe(1);
+    expect(
+      (await api("POST", `${queuePath("wake-key")}/messages/ack`, { acks: [{ lease_id: first!.lease_id }] })).json
+        .result.ackCount,
+    ).toBe(1);
     await expectWokenWith(q, pending, ["k2"], at);
   });
 });

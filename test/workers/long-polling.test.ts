@@ -32,7 +32,8 @@ class ManualTimers implements WaitTimers {
 }
 
 /** The bodies of a pull's answer (sent as JSON: base64 of the JSON text). */
-const bodiesOf = (res: { json: { result: { messages: Array<{ body: string }> } } }) => res.json.result.messages.map((m) => JSON.parse(atob(m.body)) as unknown);
+const bodiesOf = (res: { json: { result: { messages: Array<{ body: string }> } } }) =>
+  res.json.result.messages.map((m) => JSON.parse(atob(m.body)) as unknown);
 
 /** A pull queue whose Coordinator waits on manual timers, which `advance` moves. */
 async function timedPullQueue(name: string) {
@@ -103,16 +104,25 @@ describe("long polling", () => {
     const q = await timedPullQueue("lp-cancel");
     const abandoned = pull("lp-cancel", { wait_time_ms: 20_000, batch_size: 10, wait_id: "client-gone-000001" });
     await eventually(q.waiting, (n) => n === 1);
-    const cancelled = await api("POST", `${queuePath("lp-cancel")}/messages/pull/cancel`, { wait_id: "client-gone-000001" });
+    const cancelled = await api("POST", `${queuePath("lp-cancel")}/messages/pull/cancel`, {
+      wait_id: "client-gone-000001",
+    });
     expect(cancelled.json.result).toEqual({ cancelled: true });
     expect((await abandoned).json.result.messages).toEqual([]);
     expect(await q.waiting()).toBe(0);
     expect((await send("lp-cancel", "for the next")).status).toBe(200);
     expect(bodiesOf(await pull("lp-cancel", { batch_size: 10 }))).toEqual(["for the next"]);
     // Again: nothing waits under that id now.
-    expect((await api("POST", `${queuePath("lp-cancel")}/messages/pull/cancel`, { wait_id: "client-gone-000001" })).json.result).toEqual({ cancelled: false, reason: "not_waiting" });
+    expect(
+      (await api("POST", `${queuePath("lp-cancel")}/messages/pull/cancel`, { wait_id: "client-gone-000001" })).json
+        .result,
+    ).toEqual({ cancelled: false, reason: "not_waiting" });
     for (const bad of [undefined, "short", "has space in it!!", 12345678901234567]) {
-      const res = await api("POST", `${queuePath("lp-cancel")}/messages/pull/cancel`, bad === undefined ? {} : { wait_id: bad });
+      const res = await api(
+        "POST",
+        `${queuePath("lp-cancel")}/messages/pull/cancel`,
+        bad === undefined ? {} : { wait_id: bad },
+      );
       expect(res.status, String(bad)).toBe(400);
       expect(res.json.errors[0].field).toBe("wait_id");
     }
@@ -122,9 +132,14 @@ describe("long polling", () => {
     const q = await timedPullQueue("lp-restart");
     const pending = pull("lp-restart", { wait_time_ms: 5_000, batch_size: 10 });
     await eventually(q.waiting, (n) => n === 1);
-    await runInDurableObject(q.coordinator, (_o: Coordinator, state) => state.abort("reset while a pull waits")).catch(() => {});
+    await runInDurableObject(q.coordinator, (_o: Coordinator, state) => state.abort("reset while a pull waits")).catch(
+      () => {},
+    );
     // The restarted Coordinator runs on the system's timers; the pull has asked it again.
-    await eventually(() => runInDurableObject(coordinatorFor(env, q.queue_id), (obj: Coordinator) => obj.pullWaiters.count), (n) => n === 1);
+    await eventually(
+      () => runInDurableObject(coordinatorFor(env, q.queue_id), (obj: Coordinator) => obj.pullWaiters.count),
+      (n) => n === 1,
+    );
     expect((await send("lp-restart", "after")).status).toBe(200);
     const res = await pending;
     expect(bodiesOf(res)).toEqual(["after"]);
@@ -221,10 +236,23 @@ describe("long polling under pause, cancel and load", () => {
     const waiting = Array.from({ length: 5 }, () => pull("lp-paused", { wait_time_ms: 20_000, batch_size: 100 }));
     await eventually(q.waiting, (n) => n === 5);
     expect((await api("PATCH", queuePath("lp-paused"), { settings: { delivery_paused: true } })).status).toBe(200);
-    for (let i = 0; i < 5; i++) expect((await api("POST", `${queuePath("lp-paused")}/messages/batch`, { messages: Array.from({ length: 100 }, (_, j) => ({ body: `m${i}-${j}` })) })).status).toBe(200);
+    for (let i = 0; i < 5; i++)
+      expect(
+        (
+          await api("POST", `${queuePath("lp-paused")}/messages/batch`, {
+            messages: Array.from({ length: 100 }, (_, j) => ({ body: `m${i}-${j}` })),
+          })
+        ).status,
+      ).toBe(200);
     // Whatever they answer, they answer now: a waiting pull does not outlast the pause (the timers are the test's).
-    const answers = await Promise.race([Promise.all(waiting), new Promise<"still waiting">((r) => setTimeout(() => r("still waiting"), 3000))]);
-    const leasedWhilePaused = answers === "still waiting" ? "still waiting" : answers.reduce((n, a) => n + (a.json.result?.messages?.length ?? 0), 0);
+    const answers = await Promise.race([
+      Promise.all(waiting),
+      new Promise<"still waiting">((r) => setTimeout(() => r("still waiting"), 3000)),
+    ]);
+    const leasedWhilePaused =
+      answers === "still waiting"
+        ? "still waiting"
+        : answers.reduce((n, a) => n + (a.json.result?.messages?.length ?? 0), 0);
     expect(leasedWhilePaused).toBe(0);
     if (answers === "still waiting") return;
     for (const a of answers) {
@@ -252,7 +280,9 @@ describe("long polling under pause, cancel and load", () => {
     await eventually(q.waiting, (n) => n === 2);
     expect((await send("lp-cancel-late", "first")).status).toBe(200);
     expect(bodiesOf(await answered)).toEqual(["first"]);
-    const res = await api("POST", `${queuePath("lp-cancel-late")}/messages/pull/cancel`, { wait_id: "answered-pull-000001" });
+    const res = await api("POST", `${queuePath("lp-cancel-late")}/messages/pull/cancel`, {
+      wait_id: "answered-pull-000001",
+    });
     expect(res.status).toBe(200);
     expect(res.json.result).toEqual({ cancelled: false, reason: "answered" });
     // The other pull still waits: it was not woken for nothing.
@@ -264,20 +294,33 @@ describe("long polling under pause, cancel and load", () => {
   it("caps the pulls waiting at once, per token and per queue: 429 with Retry-After naming what was capped, nothing leased", async () => {
     const q = await timedPullQueue("lp-capped");
     await runInDurableObject(q.coordinator, (obj: Coordinator) => {
-      (obj.pullWaiters as unknown as { limits: { perQueue: number; perToken: number } }).limits = { perQueue: 5, perToken: 3 };
+      (obj.pullWaiters as unknown as { limits: { perQueue: number; perToken: number } }).limits = {
+        perQueue: 5,
+        perToken: 3,
+      };
     });
     const mine = Array.from({ length: 3 }, () => pull("lp-capped", { wait_time_ms: 20_000 }));
     await eventually(q.waiting, (n) => n === 3);
-    const refused = await Promise.race([pull("lp-capped", { wait_time_ms: 20_000 }), new Promise<"waiting">((r) => setTimeout(() => r("waiting"), 2000))]);
+    const refused = await Promise.race([
+      pull("lp-capped", { wait_time_ms: 20_000 }),
+      new Promise<"waiting">((r) => setTimeout(() => r("waiting"), 2000)),
+    ]);
     expect(refused === "waiting" ? "waiting" : refused.status).toBe(429);
     if (refused === "waiting") return;
     expect(refused.json.errors[0].field).toBe("authorization");
     expect(refused.json.errors[0].message).toContain("3");
     expect(Number(refused.headers.get("retry-after"))).toBeGreaterThan(0);
     // Another token of the account may still wait, up to the queue's cap.
-    const theirs = Array.from({ length: 2 }, () => api("POST", `${queuePath("lp-capped")}/messages/pull`, { wait_time_ms: 20_000 }, { token: "consume-only-token" }));
+    const theirs = Array.from({ length: 2 }, () =>
+      api("POST", `${queuePath("lp-capped")}/messages/pull`, { wait_time_ms: 20_000 }, { token: "consume-only-token" }),
+    );
     await eventually(q.waiting, (n) => n === 5);
-    const full = await api("POST", `${queuePath("lp-capped")}/messages/pull`, { wait_time_ms: 20_000 }, { token: "send-consume-token" });
+    const full = await api(
+      "POST",
+      `${queuePath("lp-capped")}/messages/pull`,
+      { wait_time_ms: 20_000 },
+      { token: "send-consume-token" },
+    );
     expect(full.status).toBe(429);
     expect(full.json.errors[0].field).toBe("queue");
     expect(Number(full.headers.get("retry-after"))).toBeGreaterThan(0);

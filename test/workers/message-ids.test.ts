@@ -12,7 +12,8 @@ import { locate, shardNumber } from "../../src/kernel/ids";
 import { forgetShardMap } from "../../src/routing/shard-map-cache";
 import { api, backlog, createQueue, producer, queuePath, send } from "./helpers";
 
-const sendBatch = (q: string, body: unknown, headers: Record<string, string> = {}) => api("POST", `${queuePath(q)}/messages/batch`, body, { headers });
+const sendBatch = (q: string, body: unknown, headers: Record<string, string> = {}) =>
+  api("POST", `${queuePath(q)}/messages/batch`, body, { headers });
 
 async function queueWithPuller(q: string) {
   await createQueue(q);
@@ -25,11 +26,15 @@ async function drain(q: string): Promise<Array<{ id: string; body: unknown }>> {
   expect(pulled.status).toBe(200);
   const messages = pulled.json.result.messages as Array<{ id: string; body: unknown; lease_id: string }>;
   if (messages.length > 0) {
-    const acked = await api("POST", `${queuePath(q)}/messages/ack`, { acks: messages.map((m) => ({ lease_id: m.lease_id })) });
+    const acked = await api("POST", `${queuePath(q)}/messages/ack`, {
+      acks: messages.map((m) => ({ lease_id: m.lease_id })),
+    });
     expect(acked.json.result.ackCount).toBe(messages.length);
   }
   // Pulled bodies are base64 of the bytes stored: JSON text here.
-  return messages.map((m) => ({ id: m.id, body: JSON.parse(atob(m.body as string)) })).sort((a, b) => a.id.localeCompare(b.id));
+  return messages
+    .map((m) => ({ id: m.id, body: JSON.parse(atob(m.body as string)) }))
+    .sort((a, b) => a.id.localeCompare(b.id));
 }
 
 function expectConflictOn(res: { status: number; json: any }, field: string) {
@@ -65,9 +70,13 @@ describe("an id drawn for an Idempotency-Key send", () => {
   it("of a keyed message is refused as a keyless producer's id with another body", async () => {
     const q = "ids-key-keyed";
     await queueWithPuller(q);
-    const y = (await send(q, "first", { ordering_key: "acct-7" }, { headers: { "idempotency-key": "k1" } })).json.result.message_id as string;
+    const y = (await send(q, "first", { ordering_key: "acct-7" }, { headers: { "idempotency-key": "k1" } })).json.result
+      .message_id as string;
     expectConflictOn(await send(q, "second", { id: y }), "id");
-    expectConflictOn(await sendBatch(q, { messages: [{ body: "fine" }, { id: y, body: "second", ordering_key: "acct-7" }] }), "messages[1].id");
+    expectConflictOn(
+      await sendBatch(q, { messages: [{ body: "fine" }, { id: y, body: "second", ordering_key: "acct-7" }] }),
+      "messages[1].id",
+    );
     expect(await backlog(q)).toBe(1);
     expect(await drain(q)).toEqual([{ id: y, body: "first" }]);
   });
@@ -131,7 +140,9 @@ describe("an id a storage shard drew", () => {
     expect(await drain(q)).toEqual([{ id: keyed, body: "real" }]);
     const map = (await coordinatorFor(env, queue_id).shardMap())!;
     const drew = map.shards.find((s) => shardNumber(s.name) === locate(keyed)!.shard)!;
-    await runInDurableObject(storageShardFor(env, drew.name, drew.region), (_o, state) => state.abort("restart")).catch(() => {});
+    await runInDurableObject(storageShardFor(env, drew.name, drew.region), (_o, state) => state.abort("restart")).catch(
+      () => {},
+    );
     expectConflictOn(await send(q, "evil", { id: keyed }), "id");
     expect(await backlog(q)).toBe(0);
   });
@@ -157,7 +168,12 @@ describe("an id a storage shard drew", () => {
     const q = "ids-drawn-batch";
     await queueWithPuller(q);
     const x = (await send(q, "real")).json.result.message_id as string;
-    const res = await sendBatch(q, { messages: [{ id: "0123456789abcdef0123456789abcdef", body: "mine" }, { id: x, body: "evil" }] });
+    const res = await sendBatch(q, {
+      messages: [
+        { id: "0123456789abcdef0123456789abcdef", body: "mine" },
+        { id: x, body: "evil" },
+      ],
+    });
     expectConflictOn(res, "messages[1].id");
     expect(await backlog(q)).toBe(1);
     // Nothing was kept of the refused batch: its own id is free to send.
@@ -184,7 +200,11 @@ describe("ids of the producer's choosing", () => {
   it("that only look like a shard's ids are stored as before", async () => {
     const q = "ids-own";
     await queueWithPuller(q);
-    const ids = ["00000000000000000000000000000042", "ffffffffffffffffffffffffffffffff", "0123456789abcdef0123456789abcdef"];
+    const ids = [
+      "00000000000000000000000000000042",
+      "ffffffffffffffffffffffffffffffff",
+      "0123456789abcdef0123456789abcdef",
+    ];
     for (const id of ids) expect((await send(q, id, { id })).json.result.message_id).toBe(id);
     expect(await drain(q)).toEqual(ids.map((id) => ({ id, body: id })).sort((a, b) => a.id.localeCompare(b.id)));
   });

@@ -27,14 +27,32 @@ async function heartbeatAll(queueId: string): Promise<void> {
   for (const s of map.shards) await runDurableObjectAlarm(storageShardFor(env, s.name));
 }
 
-const queuesIn = (m: Map<string, Family>) => new Set(m.get("shardq_queue_backlog_messages")!.samples.map((s) => s.labels.queue));
-const sendCount = (m: Map<string, Family>, labels: Record<string, string>) => valueOf(m, "shardq_send_latency_seconds", labels, "shardq_send_latency_seconds_count");
+const queuesIn = (m: Map<string, Family>) =>
+  new Set(m.get("shardq_queue_backlog_messages")!.samples.map((s) => s.labels.queue));
+const sendCount = (m: Map<string, Family>, labels: Record<string, string>) =>
+  valueOf(m, "shardq_send_latency_seconds", labels, "shardq_send_latency_seconds_count");
 
 const FAMILIES = [
-  "shardq_queue_scrape_ok", "shardq_queue_backlog_messages", "shardq_queue_backlog_bytes", "shardq_queue_oldest_message_age_seconds",
-  "shardq_leased_messages", "shardq_consumer_concurrency", "shardq_ordering_lanes", "shardq_ordering_held_keys", "shardq_ordering_oldest_held_seconds", "shardq_storage_shards", "shardq_messages_in_total", "shardq_messages_delivered_total",
-  "shardq_messages_acked_total", "shardq_messages_retried_total", "shardq_messages_dead_lettered_total", "shardq_messages_dropped_total",
-  "shardq_messages_expired_total", "shardq_messages_quarantined_total", "shardq_messages_purged_total", "shardq_messages_cancelled_total",
+  "shardq_queue_scrape_ok",
+  "shardq_queue_backlog_messages",
+  "shardq_queue_backlog_bytes",
+  "shardq_queue_oldest_message_age_seconds",
+  "shardq_leased_messages",
+  "shardq_consumer_concurrency",
+  "shardq_ordering_lanes",
+  "shardq_ordering_held_keys",
+  "shardq_ordering_oldest_held_seconds",
+  "shardq_storage_shards",
+  "shardq_messages_in_total",
+  "shardq_messages_delivered_total",
+  "shardq_messages_acked_total",
+  "shardq_messages_retried_total",
+  "shardq_messages_dead_lettered_total",
+  "shardq_messages_dropped_total",
+  "shardq_messages_expired_total",
+  "shardq_messages_quarantined_total",
+  "shardq_messages_purged_total",
+  "shardq_messages_cancelled_total",
   "shardq_send_latency_seconds",
 ];
 
@@ -43,7 +61,11 @@ describe("GET /metrics (Prometheus)", () => {
     for (const token of [null, "not-a-token"]) {
       const res = await scrape(token);
       expect(res.status).toBe(401);
-      expect(JSON.parse(res.text)).toMatchObject({ success: false, result: null, errors: [{ code: 10001, field: "authorization" }] });
+      expect(JSON.parse(res.text)).toMatchObject({
+        success: false,
+        result: null,
+        errors: [{ code: 10001, field: "authorization" }],
+      });
     }
     const post = await scrape(TOKEN, { method: "POST" });
     expect(post.status).toBe(405);
@@ -54,7 +76,9 @@ describe("GET /metrics (Prometheus)", () => {
 
   it("shows the token's own account's queues and no other account's", async () => {
     await createQueue("prom-mine");
-    expect((await api("POST", queuesPath("other"), { queue_name: "prom-theirs" }, { token: OTHER_TOKEN })).status).toBe(201);
+    expect((await api("POST", queuesPath("other"), { queue_name: "prom-theirs" }, { token: OTHER_TOKEN })).status).toBe(
+      201,
+    );
     await producer("prom-theirs", "other").send("secret");
 
     const mine = await scrape();
@@ -73,19 +97,31 @@ describe("GET /metrics (Prometheus)", () => {
   it("counts messages in, deliveries, acks and retries, leases and shards, and the latency of every send", async () => {
     const q = await createQueue("prom-flow");
     const L = { queue: "prom-flow", queue_id: q.queue_id };
-    expect((await api("POST", `${queuePath("prom-flow")}/consumers`, { type: "http_pull", settings: { visibility_timeout_ms: 60_000 } })).status).toBe(201);
+    expect(
+      (
+        await api("POST", `${queuePath("prom-flow")}/consumers`, {
+          type: "http_pull",
+          settings: { visibility_timeout_ms: 60_000 },
+        })
+      ).status,
+    ).toBe(201);
     const before = await metrics();
     expect(valueOf(before, "shardq_queue_backlog_messages", L)).toBe(0);
     expect(sendCount(before, L)).toBe(0);
 
     // Five sends of ten messages, over both transports.
-    for (const body of ["a", "b"]) expect((await api("POST", `${queuePath("prom-flow")}/messages`, { body, content_type: "text" })).status).toBe(200);
+    for (const body of ["a", "b"])
+      expect((await api("POST", `${queuePath("prom-flow")}/messages`, { body, content_type: "text" })).status).toBe(
+        200,
+      );
     const batch = { messages: ["cc", "dd", "ee"].map((body) => ({ body, content_type: "text" })) };
     expect((await api("POST", `${queuePath("prom-flow")}/messages/batch`, batch)).status).toBe(200);
     await producer("prom-flow").send("x");
     await producer("prom-flow").sendBatch([1, 2, 3, 4].map((body) => ({ body })));
     // A refused send stores nothing and is not a send.
-    expect((await api("POST", `${queuePath("prom-flow")}/messages`, { body: "z", content_type: "nope" })).status).toBe(400);
+    expect((await api("POST", `${queuePath("prom-flow")}/messages`, { body: "z", content_type: "nope" })).status).toBe(
+      400,
+    );
 
     await heartbeatAll(q.queue_id);
     let m = await metrics();
@@ -105,11 +141,14 @@ describe("GET /metrics (Prometheus)", () => {
     expect(valueOf(m, "shardq_storage_shards", { ...L, region: "local", state: "draining" })).toBe(0);
     expect(valueOf(m, "shardq_storage_shards", { ...L, region: "local", state: "retired" })).toBe(0);
     expect(sendCount(m, L)).toBe(5);
-    expect(valueOf(m, "shardq_send_latency_seconds", { ...L, le: "+Inf" }, "shardq_send_latency_seconds_bucket")).toBe(5);
+    expect(valueOf(m, "shardq_send_latency_seconds", { ...L, le: "+Inf" }, "shardq_send_latency_seconds_bucket")).toBe(
+      5,
+    );
     expect(valueOf(m, "shardq_send_latency_seconds", L, "shardq_send_latency_seconds_sum")).toBeGreaterThanOrEqual(0);
 
     // Pull three: leased and delivered.
-    const pulled = (await api("POST", `${queuePath("prom-flow")}/messages/pull`, { batch_size: 3 })).json.result.messages as Array<{ lease_id: string }>;
+    const pulled = (await api("POST", `${queuePath("prom-flow")}/messages/pull`, { batch_size: 3 })).json.result
+      .messages as Array<{ lease_id: string }>;
     expect(pulled).toHaveLength(3);
     await heartbeatAll(q.queue_id);
     m = await metrics();

@@ -30,7 +30,13 @@ async function shardAt(name: string) {
   return { shard, clock };
 }
 
-const leaseAll = (limit = 100): LeaseRequest => ({ queueId: QUEUE, limit, leaseMs: 30_000, maxWaitMs: 0, retentionMs: 1e12 });
+const leaseAll = (limit = 100): LeaseRequest => ({
+  queueId: QUEUE,
+  limit,
+  leaseMs: 30_000,
+  maxWaitMs: 0,
+  retentionMs: 1e12,
+});
 const acks = (ms: LeasedMessage[], deferrable = false): SettleRequest => ({
   queueId: QUEUE,
   acks: ms.map((m) => ({ id: m.id, leaseId: m.leaseId })),
@@ -50,7 +56,11 @@ async function rowsWrittenBy(shard: Shard, fn: () => Promise<unknown>): Promise<
 }
 
 async function segments(shard: Shard): Promise<Array<{ seg: number; count: number; live: number }>> {
-  return runInDurableObject(shard, (_o: StorageShard, state) => state.storage.sql.exec<{ seg: number; count: number; live: number }>("SELECT seg, count, live FROM segments ORDER BY seg").toArray());
+  return runInDurableObject(shard, (_o: StorageShard, state) =>
+    state.storage.sql
+      .exec<{ seg: number; count: number; live: number }>("SELECT seg, count, live FROM segments ORDER BY seg")
+      .toArray(),
+  );
 }
 
 describe("the open head segment", () => {
@@ -71,7 +81,9 @@ describe("the open head segment", () => {
     const leased = (await shard.lease(leaseAll())).messages;
     expect(leased.map((m) => m.id)).toEqual(ids);
     // An ack somebody waits on (not deferrable) is written before it is answered: one delete for the ten.
-    const settled = await rowsWrittenBy(shard, async () => expect(await shard.settle(acks(leased))).toMatchObject({ acked: 10, stale: [] }));
+    const settled = await rowsWrittenBy(shard, async () =>
+      expect(await shard.settle(acks(leased))).toMatchObject({ acked: 10, stale: [] }),
+    );
     expect(settled).toBe(1);
     expect(await segments(shard)).toEqual([]);
     expect((await shard.stats()).totals.acked).toBe(10);
@@ -93,13 +105,20 @@ describe("the open head segment", () => {
     const one = await shard.append({ queueId: QUEUE, messages: [fresh("one")], batch: "tok-a" });
     const two = await shard.append({ queueId: QUEUE, messages: [fresh("two"), fresh("three")], batch: "tok-b" });
     await shard.append({ queueId: QUEUE, messages: [fresh("four")], batch: "tok-c" });
-    const twoAgain = await shard.append({ queueId: QUEUE, messages: [fresh("two"), fresh("three")], batch: "tok-b", dedupe: true });
+    const twoAgain = await shard.append({
+      queueId: QUEUE,
+      messages: [fresh("two"), fresh("three")],
+      batch: "tok-b",
+      dedupe: true,
+    });
     const oneAgain = await shard.append({ queueId: QUEUE, messages: [fresh("one")], batch: "tok-a", dedupe: true });
     expect(twoAgain).toMatchObject({ ok: true, stored: 0, duplicates: 2 });
     expect(twoAgain.ok && twoAgain.ids).toEqual(two.ok && two.ids);
     expect(oneAgain.ok && oneAgain.ids).toEqual(one.ok && one.ids);
     // A token that only starts like one stored is another write.
-    expect(await shard.append({ queueId: QUEUE, messages: [fresh("x")], batch: "tok", dedupe: true })).toMatchObject({ stored: 1 });
+    expect(await shard.append({ queueId: QUEUE, messages: [fresh("x")], batch: "tok", dedupe: true })).toMatchObject({
+      stored: 1,
+    });
     expect((await shard.stats()).backlogCount).toBe(5);
     expect(await segments(shard)).toHaveLength(1);
   });
@@ -119,7 +138,10 @@ describe("the open head segment", () => {
 
   it("opens a new segment once the head holds its most messages or bytes, is old, or another segment was written", async () => {
     const { shard, clock } = await shardAt("head-bounds");
-    await shard.append({ queueId: QUEUE, messages: Array.from({ length: HEAD_MAX_MESSAGES - 1 }, (_, i) => fresh(`f${i}`)) });
+    await shard.append({
+      queueId: QUEUE,
+      messages: Array.from({ length: HEAD_MAX_MESSAGES - 1 }, (_, i) => fresh(`f${i}`)),
+    });
     await shard.append({ queueId: QUEUE, messages: [fresh("last")] });
     await shard.append({ queueId: QUEUE, messages: [fresh("next")] });
     expect((await segments(shard)).map((s) => s.count)).toEqual([HEAD_MAX_MESSAGES, 1]);
@@ -143,7 +165,9 @@ describe("deferred acks", () => {
     const { shard } = await shardAt("defer-ride");
     await shard.append({ queueId: QUEUE, messages: [fresh("a")] });
     const [a] = (await shard.lease(leaseAll())).messages;
-    const acked = await rowsWrittenBy(shard, async () => expect(await shard.settle(acks([a!], true))).toMatchObject({ acked: 1, stale: [] }));
+    const acked = await rowsWrittenBy(shard, async () =>
+      expect(await shard.settle(acks([a!], true))).toMatchObject({ acked: 1, stale: [] }),
+    );
     expect(acked).toBe(0);
     // Settled now: counted, never leased again, not found, a second ack stale.
     const stats = await shard.stats();
@@ -163,7 +187,9 @@ describe("deferred acks", () => {
     await shard.append({ queueId: QUEUE, messages: [fresh("a")] });
     const [a] = (await shard.lease(leaseAll())).messages;
     await shard.settle(acks([a!], true));
-    await runInDurableObject(shard, (_o: StorageShard, state) => state.abort("reset before the deferred ack was written")).catch(() => {});
+    await runInDurableObject(shard, (_o: StorageShard, state) =>
+      state.abort("reset before the deferred ack was written"),
+    ).catch(() => {});
     const restarted = env.STORAGE_SHARD.get(env.STORAGE_SHARD.idFromName("defer-reset"));
     // At-least-once, as a lost lease: ready again, the lost delivery not counted as a retry.
     const again = (await restarted.lease({ ...leaseAll(), retentionMs: 1e15 })).messages;
@@ -175,10 +201,20 @@ describe("deferred acks", () => {
     await shard.append({ queueId: QUEUE, messages: [fresh("a")] });
     const [a] = (await shard.lease(leaseAll())).messages;
     await shard.settle(acks([a!], true));
-    const counters = () => runInDurableObject(shard, (_o: StorageShard, state) => state.storage.sql.exec<{ acked: number }>("SELECT acked FROM counters").one().acked);
+    const counters = () =>
+      runInDurableObject(
+        shard,
+        (_o: StorageShard, state) =>
+          state.storage.sql.exec<{ acked: number }>("SELECT acked FROM counters").one().acked,
+      );
     expect(await counters()).toBe(0);
     expect(await runDurableObjectAlarm(shard)).toBe(true);
-    expect(await runInDurableObject(shard, (o: StorageShard) => (o as unknown as { alarms: { awake: boolean } }).alarms.awake)).toBe(false);
+    expect(
+      await runInDurableObject(
+        shard,
+        (o: StorageShard) => (o as unknown as { alarms: { awake: boolean } }).alarms.awake,
+      ),
+    ).toBe(false);
     expect(await segments(shard)).toEqual([]);
     expect(await counters()).toBe(1);
   });

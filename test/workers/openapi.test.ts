@@ -15,12 +15,20 @@ import { BASE, bindingsReadServing, TOKEN } from "./helpers";
 
 type Described = { path: string; method: string; operationId: string; security: unknown; cloudflare: boolean };
 
-const document = buildOpenApiDocument(ROUTES) as { paths: Record<string, Record<string, { operationId: string; security: unknown; "x-cloudflare"?: true }>> };
+const document = buildOpenApiDocument(ROUTES) as {
+  paths: Record<string, Record<string, { operationId: string; security: unknown; "x-cloudflare"?: true }>>;
+};
 const HTTP_METHODS = new Set(["get", "head", "post", "put", "patch", "delete", "options", "trace"]);
 const described: Described[] = Object.entries(document.paths).flatMap(([path, item]) =>
   Object.entries(item)
     .filter(([key]) => HTTP_METHODS.has(key))
-    .map(([method, op]) => ({ path, method: method.toUpperCase(), operationId: op.operationId, security: op.security, cloudflare: op["x-cloudflare"] === true })),
+    .map(([method, op]) => ({
+      path,
+      method: method.toUpperCase(),
+      operationId: op.operationId,
+      security: op.security,
+      cloudflare: op["x-cloudflare"] === true,
+    })),
 );
 
 /** The security requirements a route's access becomes: none for PUBLIC, else one per scope, any one sufficing. */
@@ -68,12 +76,17 @@ describe("the OpenAPI description and the route table", () => {
         const entry = accessFor(path);
         expect(entry, `${path} matches no path of the table`).toBeDefined();
         expect(entry![1][route.method], `${route.method} ${path}`).toEqual(route.access);
-        expect(servedByCloudflare(entry!, route.method), `${route.method} ${path} served by Cloudflare`).toBe(route.cloudflare === true);
+        expect(servedByCloudflare(entry!, route.method), `${route.method} ${path} served by Cloudflare`).toBe(
+          route.cloudflare === true,
+        );
         const methods = ROUTES.filter((r) => r.path === route.path).map((r) => r.method);
         expect(Object.keys(entry![1]).sort(), `the methods of ${path}`).toEqual([...methods].sort());
       }
       // A file's name takes no trailing slash, as no other path takes two.
-      expect(accessFor(`${samplePath(route.path)}${file ? "/" : "//"}`), `${route.path} with a slash too many`).toBeUndefined();
+      expect(
+        accessFor(`${samplePath(route.path)}${file ? "/" : "//"}`),
+        `${route.path} with a slash too many`,
+      ).toBeUndefined();
     }
   });
 
@@ -84,7 +97,9 @@ describe("the OpenAPI description and the route table", () => {
 
 describe("GET and HEAD /openapi.json", () => {
   it("answers 200 with the document as JSON, with or without a token; HEAD with no body", async () => {
-    for (const headers of [{}, { authorization: `Bearer ${TOKEN}` }, { authorization: "Bearer not-a-token" }] as Array<Record<string, string>>) {
+    for (const headers of [{}, { authorization: `Bearer ${TOKEN}` }, { authorization: "Bearer not-a-token" }] as Array<
+      Record<string, string>
+    >) {
       const get = await SELF.fetch(`${BASE}/openapi.json`, { headers });
       expect(get.status).toBe(200);
       expect(get.headers.get("content-type")).toBe("application/json");
@@ -101,12 +116,22 @@ describe("GET and HEAD /openapi.json", () => {
   });
 
   it("gives nothing else without a token: other methods and lookalike paths are 401, and 405 with one", async () => {
-    for (const [method, path] of [["POST", "/openapi.json"], ["GET", "/openapi.json/"], ["GET", "/openapi.yaml"], ["GET", "/openapiXjson"]] as const) {
+    for (const [method, path] of [
+      ["POST", "/openapi.json"],
+      ["GET", "/openapi.json/"],
+      ["GET", "/openapi.yaml"],
+      ["GET", "/openapiXjson"],
+    ] as const) {
       const res = await SELF.fetch(`${BASE}${path}`, { method });
       expect(res.status, `${method} ${path}`).toBe(401);
     }
-    const post = await SELF.fetch(`${BASE}/openapi.json`, { method: "POST", headers: { authorization: `Bearer ${TOKEN}` } });
+    const post = await SELF.fetch(`${BASE}/openapi.json`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${TOKEN}` },
+    });
     expect(post.status).toBe(405);
-    expect(((await post.json()) as { errors: Array<{ message: string }> }).errors[0]!.message).toContain("use GET or HEAD");
+    expect(((await post.json()) as { errors: Array<{ message: string }> }).errors[0]!.message).toContain(
+      "use GET or HEAD",
+    );
   });
 });

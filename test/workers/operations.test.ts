@@ -9,9 +9,16 @@ import { api, backlog, createQueue, OTHER_TOKEN, queuePath, send, shardsOnFakeCl
 
 const lookup = (q: string, id: string) => api("GET", `${queuePath(q)}/messages/${id}`);
 const cancel = (q: string, id: string) => api("DELETE", `${queuePath(q)}/messages/${id}`);
-const purge = (q: string, body: unknown = { delete_messages_permanently: true }) => api("POST", `${queuePath(q)}/purge`, body);
+const purge = (q: string, body: unknown = { delete_messages_permanently: true }) =>
+  api("POST", `${queuePath(q)}/purge`, body);
 const redrive = (q: string, body?: unknown) => api("POST", `${queuePath(q)}/redrive`, body);
-const leaseAll = (queueId: string, leaseMs = 10_000): LeaseRequest => ({ queueId, limit: 100, leaseMs, maxWaitMs: 0, retentionMs: 345_600_000 });
+const leaseAll = (queueId: string, leaseMs = 10_000): LeaseRequest => ({
+  queueId,
+  limit: 100,
+  leaseMs,
+  maxWaitMs: 0,
+  retentionMs: 345_600_000,
+});
 
 /** A queue whose storage shards all run on one fake clock. */
 async function opsQueue(name: string, settings?: Record<string, unknown>) {
@@ -33,23 +40,41 @@ const utf8 = new TextEncoder();
 let seq = 0;
 function encoded(attempts: number): EncodedMessage {
   const body = utf8.encode(`"dead ${seq}"`);
-  return { id: (0xd0000000 + seq++).toString(16).padStart(32, "0"), body, contentType: "json", delayMs: 0, checksum: crc32(body), attempts };
+  return {
+    id: (0xd0000000 + seq++).toString(16).padStart(32, "0"),
+    body,
+    contentType: "json",
+    delayMs: 0,
+    checksum: crc32(body),
+    attempts,
+  };
 }
 
 /** A queue with an http_pull consumer that dead-letters on the first failed delivery. */
 async function withDeadLetters(source: string, dlq: string) {
   await createQueue(dlq);
   await createQueue(source);
-  const res = await api("POST", `${queuePath(source)}/consumers`, { type: "http_pull", settings: { max_retries: 0 }, dead_letter_queue: dlq });
+  const res = await api("POST", `${queuePath(source)}/consumers`, {
+    type: "http_pull",
+    settings: { max_retries: 0 },
+    dead_letter_queue: dlq,
+  });
   expect(res.status).toBe(201);
 }
 
 /** Sends, pulls and fails each message once: it moves to the dead-letter queue, id kept. */
 async function deadLetter(source: string, count: number): Promise<string[]> {
-  const ids: string[] = (await api("POST", `${queuePath(source)}/messages/batch`, { messages: Array.from({ length: count }, (_, i) => ({ body: i })) })).json.result.message_ids;
-  const pulled = (await api("POST", `${queuePath(source)}/messages/pull`, { batch_size: 100 })).json.result.messages as Array<{ lease_id: string }>;
+  const ids: string[] = (
+    await api("POST", `${queuePath(source)}/messages/batch`, {
+      messages: Array.from({ length: count }, (_, i) => ({ body: i })),
+    })
+  ).json.result.message_ids;
+  const pulled = (await api("POST", `${queuePath(source)}/messages/pull`, { batch_size: 100 })).json.result
+    .messages as Array<{ lease_id: string }>;
   expect(pulled).toHaveLength(count);
-  const acked = await api("POST", `${queuePath(source)}/messages/ack`, { retries: pulled.map((m) => ({ lease_id: m.lease_id })) });
+  const acked = await api("POST", `${queuePath(source)}/messages/ack`, {
+    retries: pulled.map((m) => ({ lease_id: m.lease_id })),
+  });
   expect(acked.json.result.warnings).toEqual({});
   return ids;
 }
@@ -57,9 +82,13 @@ async function deadLetter(source: string, count: number): Promise<string[]> {
 describe("purging a queue", () => {
   it("removes ready, delayed and leased messages on every shard; counters end at exactly 0 and later sends work", async () => {
     const q = await opsQueue("purge-all");
-    await api("POST", `${queuePath("purge-all")}/messages/batch`, { messages: Array.from({ length: 8 }, (_, i) => ({ body: `ready ${i}` })) });
+    await api("POST", `${queuePath("purge-all")}/messages/batch`, {
+      messages: Array.from({ length: 8 }, (_, i) => ({ body: `ready ${i}` })),
+    });
     for (let i = 0; i < 3; i++) await send("purge-all", `later ${i}`, { delay_seconds: 60 });
-    const leases = await Promise.all(q.shards.map((s) => storageShardFor(env, s).lease({ ...leaseAll(q.queue_id), limit: 1 })));
+    const leases = await Promise.all(
+      q.shards.map((s) => storageShardFor(env, s).lease({ ...leaseAll(q.queue_id), limit: 1 })),
+    );
     const leased = leases.flatMap((r, i) => r.messages.map((m) => ({ shard: q.shards[i]!, m })));
     expect(leased.length).toBeGreaterThan(0);
 
@@ -68,11 +97,21 @@ describe("purging a queue", () => {
     // The queue, as Cloudflare's purge answers it, with the counts beside its fields.
     expect(res.json.result).toMatchObject({ queue_name: "purge-all", purged: 11, completed: true });
     expect(await sumTotals(q.shards)).toEqual({ backlogCount: 0, backlogBytes: 0, purged: 11, cancelled: 0 });
-    expect((await api("GET", `${queuePath("purge-all")}/metrics`)).json.result).toMatchObject({ backlog_count: 0, backlog_bytes: 0, oldest_message_timestamp_ms: null });
+    expect((await api("GET", `${queuePath("purge-all")}/metrics`)).json.result).toMatchObject({
+      backlog_count: 0,
+      backlog_bytes: 0,
+      oldest_message_timestamp_ms: null,
+    });
     expect((await storedMessages("purge-all")).messages).toEqual([]);
     // A consumer's ack for a purged message finds nothing.
     const { shard, m } = leased[0]!;
-    const late = await storageShardFor(env, shard).settle({ queueId: q.queue_id, acks: [{ id: m.id, leaseId: m.leaseId }], retries: [], deadLettered: [], dropped: [] });
+    const late = await storageShardFor(env, shard).settle({
+      queueId: q.queue_id,
+      acks: [{ id: m.id, leaseId: m.leaseId }],
+      retries: [],
+      deadLettered: [],
+      dropped: [],
+    });
     expect(late.stale).toEqual([m.id]);
 
     const again = (await send("purge-all", "after")).json.result.message_id;
@@ -93,7 +132,10 @@ describe("purging a queue", () => {
     await shard.append({ queueId: q.queue_id, messages: Array.from({ length: 10 }, () => encoded(0)) });
     const map = (await coordinatorFor(env, q.queue_id).shardMap())!;
     // Every shard takes a call at once (the other three are empty); then three more on this one, then the budget is spent.
-    expect(await purgeShards(env, map, { perCall: 2, maxCalls: q.shards.length + 2 })).toEqual({ purged: 6, completed: false });
+    expect(await purgeShards(env, map, { perCall: 2, maxCalls: q.shards.length + 2 })).toEqual({
+      purged: 6,
+      completed: false,
+    });
     expect(await backlog("purge-steps")).toBe(4);
     expect((await purge("purge-steps")).json.result).toMatchObject({ purged: 4, completed: true });
     expect(await sumTotals(q.shards)).toMatchObject({ backlogCount: 0, backlogBytes: 0, purged: 22 });
@@ -125,18 +167,42 @@ describe("looking up a message by id", () => {
     const id = (await send("lookup-states", { n: 1 })).json.result.message_id;
     const ready = await lookup("lookup-states", id);
     expect(ready.status).toBe(200);
-    expect(ready.json.result).toEqual({ id, state: "ready", attempts: 0, timestamp_ms: t0, visible_at_ms: t0, size: 7, content_type: "json", shard: expect.any(String) });
+    expect(ready.json.result).toEqual({
+      id,
+      state: "ready",
+      attempts: 0,
+      timestamp_ms: t0,
+      visible_at_ms: t0,
+      size: 7,
+      content_type: "json",
+      shard: expect.any(String),
+    });
     const shard = storageShardFor(env, ready.json.result.shard);
     expect(q.shards).toContain(ready.json.result.shard);
 
-    const delayed = (await send("lookup-states", "soon", { content_type: "text", delay_seconds: 30 })).json.result.message_id;
-    expect((await lookup("lookup-states", delayed)).json.result).toMatchObject({ state: "delayed", visible_at_ms: t0 + 30_000, content_type: "text" });
+    const delayed = (await send("lookup-states", "soon", { content_type: "text", delay_seconds: 30 })).json.result
+      .message_id;
+    expect((await lookup("lookup-states", delayed)).json.result).toMatchObject({
+      state: "delayed",
+      visible_at_ms: t0 + 30_000,
+      content_type: "text",
+    });
     q.clock.advance(30_000);
     expect((await lookup("lookup-states", delayed)).json.result.state).toBe("ready");
 
     const m = (await shard.lease(leaseAll(q.queue_id))).messages.find((x) => x.id === id)!;
-    expect((await lookup("lookup-states", id)).json.result).toMatchObject({ state: "leased", attempts: 1, visible_at_ms: q.clock.now() + 10_000 });
-    await shard.settle({ queueId: q.queue_id, acks: [], retries: [{ id, leaseId: m.leaseId, delayMs: 5000 }], deadLettered: [], dropped: [] });
+    expect((await lookup("lookup-states", id)).json.result).toMatchObject({
+      state: "leased",
+      attempts: 1,
+      visible_at_ms: q.clock.now() + 10_000,
+    });
+    await shard.settle({
+      queueId: q.queue_id,
+      acks: [],
+      retries: [{ id, leaseId: m.leaseId, delayMs: 5000 }],
+      deadLettered: [],
+      dropped: [],
+    });
     expect((await lookup("lookup-states", id)).json.result).toMatchObject({ state: "delayed", attempts: 1 });
     q.clock.advance(5000);
     expect((await lookup("lookup-states", id)).json.result.state).toBe("ready");
@@ -153,7 +219,13 @@ describe("looking up a message by id", () => {
     const res = await lookup("lookup-src", id!);
     expect(res.status).toBe(200);
     // The dead-letter copy starts again: no delivery there yet.
-    expect(res.json.result).toMatchObject({ id, state: "dead_lettered", dead_letter_queue: "lookup-src-dead", content_type: "json", attempts: 0 });
+    expect(res.json.result).toMatchObject({
+      id,
+      state: "dead_lettered",
+      dead_letter_queue: "lookup-src-dead",
+      content_type: "json",
+      attempts: 0,
+    });
     expect((await lookup("lookup-src-dead", id!)).json.result).toMatchObject({ id, state: "ready" });
     expect((await cancel("lookup-src", id!)).status).toBe(404);
   });
@@ -193,8 +265,19 @@ describe("cancelling a message", () => {
     }
     const kept = (await storedMessages("cancel-any")).messages;
     expect(kept.map((m) => m.id)).toEqual([keptId]);
-    expect(await sumTotals(q.shards)).toEqual({ backlogCount: 1, backlogBytes: kept[0]!.size, purged: 0, cancelled: 3 });
-    const late = await storageShardFor(env, shardName).settle({ queueId: q.queue_id, acks: [{ id: held.id, leaseId: held.leaseId }], retries: [], deadLettered: [], dropped: [] });
+    expect(await sumTotals(q.shards)).toEqual({
+      backlogCount: 1,
+      backlogBytes: kept[0]!.size,
+      purged: 0,
+      cancelled: 3,
+    });
+    const late = await storageShardFor(env, shardName).settle({
+      queueId: q.queue_id,
+      acks: [{ id: held.id, leaseId: held.leaseId }],
+      retries: [],
+      deadLettered: [],
+      dropped: [],
+    });
     expect(late).toMatchObject({ acked: 0, stale: [leasedId] });
   });
 });
@@ -215,11 +298,16 @@ describe("redriving a dead-letter queue", () => {
     expect(await backlog("rd-src-dead")).toBe(0);
 
     // No body at all means the same; nothing is left to move, and nothing is copied twice.
-    expect((await redrive("rd-src-dead")).json.result).toEqual({ moved: 0, target_queue: "rd-src", remaining_matching: 0 });
+    expect((await redrive("rd-src-dead")).json.result).toEqual({
+      moved: 0,
+      target_queue: "rd-src",
+      remaining_matching: 0,
+    });
     expect((await storedMessages("rd-src")).messages).toHaveLength(7);
     expect(await backlog("rd-src")).toBe(7);
     // Redriven messages are delivered again like new ones.
-    const pulled = (await api("POST", `${queuePath("rd-src")}/messages/pull`, { batch_size: 100 })).json.result.messages;
+    const pulled = (await api("POST", `${queuePath("rd-src")}/messages/pull`, { batch_size: 100 })).json.result
+      .messages;
     expect(pulled.map((m: { attempts: number }) => m.attempts)).toEqual(Array(7).fill(1));
   });
 
@@ -260,10 +348,14 @@ describe("redriving a dead-letter queue", () => {
     await shard.append({ queueId: dlq.queue_id, messages: all });
     // A redrive that died after its write: ten messages written (each placed by its id), never acked.
     const taken = await shard.leaseMatching(dlq.queue_id, { minAttempts: 2 }, 10, 60_000);
-    for (const m of taken) await moveMessages(env, "local", "rd-crash-src", { queueId: dlq.queue_id, shard: dlq.shards[0]! }, [m]);
+    for (const m of taken)
+      await moveMessages(env, "local", "rd-crash-src", { queueId: dlq.queue_id, shard: dlq.shards[0]! }, [m]);
     dlq.clock.advance(60_000);
     // Their lease ran out: the next redrive moves them again, now behind two others in one batch.
-    expect((await redrive("rd-crash-dead", { target_queue: "rd-crash-src" })).json.result).toMatchObject({ moved: 12, remaining_matching: 0 });
+    expect((await redrive("rd-crash-dead", { target_queue: "rd-crash-src" })).json.result).toMatchObject({
+      moved: 12,
+      remaining_matching: 0,
+    });
     const stored = (await storedMessages("rd-crash-src")).messages.map((m) => m.id).sort();
     expect(stored).toEqual(all.map((m) => m.id).sort());
     expect(await backlog("rd-crash-src")).toBe(12);
@@ -273,7 +365,10 @@ describe("redriving a dead-letter queue", () => {
     const dlq = await createQueue("rd-rate-dead");
     await createQueue("rd-rate-src");
     const map = (await coordinatorFor(env, dlq.queue_id).shardMap())!;
-    await storageShardFor(env, map.shards[0]!.name).append({ queueId: dlq.queue_id, messages: Array.from({ length: 6 }, () => encoded(1)) });
+    await storageShardFor(env, map.shards[0]!.name).append({
+      queueId: dlq.queue_id,
+      messages: Array.from({ length: 6 }, () => encoded(1)),
+    });
     const started = Date.now();
     const res = await redrive("rd-rate-dead", { target_queue: "rd-rate-src", messages_per_second: 3 });
     expect(res.json.result).toEqual({ moved: 6, target_queue: "rd-rate-src", remaining_matching: 0 });
@@ -290,7 +385,11 @@ describe("redriving a dead-letter queue", () => {
     [{ filter: { min_age_seconds: -1 } }, "filter.min_age_seconds", "at least 0"],
     [{ filter: { max_attempts: "2" } }, "filter.max_attempts", "must be a number"],
     [{ filter: { oldest: 1 } }, "filter.oldest", "not a known field"],
-    [{ filter: { min_age_seconds: 10, max_age_seconds: 5 } }, "filter.max_age_seconds", "at least filter.min_age_seconds"],
+    [
+      { filter: { min_age_seconds: 10, max_age_seconds: 5 } },
+      "filter.max_age_seconds",
+      "at least filter.min_age_seconds",
+    ],
     [{ filter: { min_attempts: 3, max_attempts: 2 } }, "filter.max_attempts", "at least filter.min_attempts"],
     [{ target_queue: "" }, "target_queue", "must not be empty"],
     [{ target_queue: 5 }, "target_queue", "queue name or id"],
@@ -337,10 +436,15 @@ describe("operations on queues one cannot reach", () => {
     const mine = await createQueue("ops-mine");
     const id = (await send("ops-mine", "private")).json.result.message_id;
     const attempts: Array<Promise<{ status: number; json: { errors: Array<{ field?: string }> } }>> = [];
-    for (const [method, path, body] of [...calls(queuePath("ops-nowhere")), ...calls(queuePath(mine.queue_id, "other")), ...calls(queuePath("ops-mine", "other"))]) {
+    for (const [method, path, body] of [
+      ...calls(queuePath("ops-nowhere")),
+      ...calls(queuePath(mine.queue_id, "other")),
+      ...calls(queuePath("ops-mine", "other")),
+    ]) {
       attempts.push(api(method, path, body, { token: OTHER_TOKEN }));
     }
-    for (const [method, path, body] of calls(queuePath("ops-mine"))) attempts.push(api(method, path, body, { token: OTHER_TOKEN }));
+    for (const [method, path, body] of calls(queuePath("ops-mine")))
+      attempts.push(api(method, path, body, { token: OTHER_TOKEN }));
     for (const [method, path, body] of calls(queuePath("ops-nowhere"))) attempts.push(api(method, path, body));
     for (const res of await Promise.all(attempts)) expect(res.status).toBe(404);
     // Nothing of ours was touched, and our own calls reach it by name or id.

@@ -68,7 +68,10 @@ describe("ordered lanes across map changes", () => {
     // k3 waits on the hand-off while k1 and k2 are in flight on the old shard.
     expect(await pullAll(name)).toEqual([]);
     await ackAll(name, first);
-    const last = await eventually(() => pullAll(name), (ms) => ms.length > 0);
+    const last = await eventually(
+      () => pullAll(name),
+      (ms) => ms.length > 0,
+    );
     expect(last.map(bodyOf)).toEqual(["k3"]);
   });
 
@@ -97,10 +100,16 @@ describe("ordered lanes across map changes", () => {
     expect(await pullAll(name)).toEqual([]);
 
     await ackAll(name, [k1!]);
-    const second = await eventually(() => pullAll(name), (ms) => ms.length > 0);
+    const second = await eventually(
+      () => pullAll(name),
+      (ms) => ms.length > 0,
+    );
     expect(second.map(bodyOf)).toEqual(["k2"]);
     await ackAll(name, second);
-    const third = await eventually(() => pullAll(name), (ms) => ms.length > 0);
+    const third = await eventually(
+      () => pullAll(name),
+      (ms) => ms.length > 0,
+    );
     expect(third.map(bodyOf)).toEqual(["k3"]);
   });
 
@@ -110,7 +119,13 @@ describe("ordered lanes across map changes", () => {
     const [, , , leaving] = shards as [string, string, string, string];
     const key = keyMoving(leaving, shards[0]!, shards, shards.slice(0, 3));
     const enter = (seq: number, active: string[]) =>
-      Promise.all(shards.map((s) => runInDurableObject(storageShardFor(env, s), (obj: StorageShard) => obj.enterEpoch(queueId, { seq, active: [...active].sort() }))));
+      Promise.all(
+        shards.map((s) =>
+          runInDurableObject(storageShardFor(env, s), (obj: StorageShard) =>
+            obj.enterEpoch(queueId, { seq, active: [...active].sort() }),
+          ),
+        ),
+      );
     // A drain pushed to every shard and not stored (as a Coordinator reset between the two leaves it):
     // the key's shard in the stored map refuses it.
     await enter(1000, shards.slice(0, 3));
@@ -140,7 +155,10 @@ describe("ordered lanes across map changes", () => {
     expect((await send(name, "s1", { ordering_key: staying })).status).toBe(200);
     expect((await pullAll(name)).map(bodyOf)).toEqual(["s1"]);
     await ackAll(name, [m1!]);
-    const after = await eventually(() => pullAll(name), (ms) => ms.length > 0);
+    const after = await eventually(
+      () => pullAll(name),
+      (ms) => ms.length > 0,
+    );
     expect(after.map(bodyOf)).toEqual(["m2"]);
   });
 });

@@ -12,13 +12,33 @@ import { ManualClock } from "../../src/kernel/clock";
 import { locate } from "../../src/kernel/ids";
 import { decodeHeaders, SEGMENT_MAX_MESSAGES } from "../../storage-shard/segments/segment";
 import type { StorageShard } from "../../storage-shard/storage-shard";
-import { ack, addConsumer, api, backlog, BASE, createQueue, eventually, fakeConsumer, producer, pull, type Pulled, pullQueue, queuePath, send, shardsOnFakeClock, TOKEN } from "./helpers";
+import {
+  ack,
+  addConsumer,
+  api,
+  backlog,
+  BASE,
+  createQueue,
+  eventually,
+  fakeConsumer,
+  producer,
+  pull,
+  type Pulled,
+  pullQueue,
+  queuePath,
+  send,
+  shardsOnFakeClock,
+  TOKEN,
+} from "./helpers";
 import { unsettledKeyed } from "./keyed-helpers";
 import { parseExposition, valueOf } from "./exposition";
 import { sleep } from "../../src/kernel/sleep";
 
 async function orderedQueue(name: string, consumer: Record<string, unknown> = {}) {
-  const q = await pullQueue(name, { settings: { visibility_timeout_ms: 1000, max_retries: 3, ...(consumer.settings as object) }, ...consumer });
+  const q = await pullQueue(name, {
+    settings: { visibility_timeout_ms: 1000, max_retries: 3, ...(consumer.settings as object) },
+    ...consumer,
+  });
   return { ...q, ...(await shardsOnFakeClock(q.queue_id)) };
 }
 
@@ -37,7 +57,8 @@ async function indexedOf(shards: string[], ids: string[]): Promise<string[]> {
   const out: string[] = [];
   for (const s of shards) {
     await runInDurableObject(storageShardFor(env, s), (_o: StorageShard, state) => {
-      for (const id of ids) if (state.storage.sql.exec("SELECT 1 FROM message_ids WHERE id = ?", id).toArray().length > 0) out.push(id);
+      for (const id of ids)
+        if (state.storage.sql.exec("SELECT 1 FROM message_ids WHERE id = ?", id).toArray().length > 0) out.push(id);
     });
   }
   return out;
@@ -67,7 +88,11 @@ describe("ordered lanes", () => {
 
   it("keeps every message of a key on one shard", async () => {
     const { shards } = await orderedQueue("lanes-one-shard");
-    await sendInOrder("lanes-one-shard", "order-7", Array.from({ length: 30 }, (_, i) => `m${i}`));
+    await sendInOrder(
+      "lanes-one-shard",
+      "order-7",
+      Array.from({ length: 30 }, (_, i) => `m${i}`),
+    );
     const perShard: number[] = [];
     for (const s of shards) {
       perShard.push(await unsettledKeyed(s));
@@ -94,7 +119,9 @@ describe("ordered lanes", () => {
     const [r1] = (await pull("lanes-retry", { batch_size: 1 })).json.result.messages as Pulled[];
     expect(r1!.body).toBe(btoa('"r1"'));
     await sendInOrder("lanes-retry", "other", ["o1"]);
-    expect((await ack("lanes-retry", { retries: [{ lease_id: r1!.lease_id, delay_seconds: 30 }] })).json.result.retryCount).toBe(1);
+    expect(
+      (await ack("lanes-retry", { retries: [{ lease_id: r1!.lease_id, delay_seconds: 30 }] })).json.result.retryCount,
+    ).toBe(1);
     // Only the other key moves while r1 waits out its delay.
     const during = await pullAll("lanes-retry");
     expect(bodies(during)).toEqual(["o1"]);
@@ -166,7 +193,12 @@ describe("ordered lanes", () => {
       expect(one.status).toBe(400);
       expect(one.json.errors[0].field).toBe("ordering_key");
     }
-    const batch = await api("POST", `${queuePath("lanes-bad-key")}/messages/batch`, { messages: [{ body: 1, ordering_key: "ok" }, { body: 2, ordering_key: "" }] });
+    const batch = await api("POST", `${queuePath("lanes-bad-key")}/messages/batch`, {
+      messages: [
+        { body: 1, ordering_key: "ok" },
+        { body: 2, ordering_key: "" },
+      ],
+    });
     expect(batch.status).toBe(400);
     expect(batch.json.errors[0].field).toBe("messages[1].ordering_key");
     expect(await backlog("lanes-bad-key")).toBe(0);
@@ -175,7 +207,9 @@ describe("ordered lanes", () => {
 
   it("keeps each key's order for a push consumer through retryAll() and a throwing handler", async () => {
     const q = await createQueue("lanes-push");
-    await addConsumer("lanes-push", { settings: { max_retries: 5, retry_delay: 0, max_wait_time_ms: 0, batch_size: 3 } });
+    await addConsumer("lanes-push", {
+      settings: { max_retries: 5, retry_delay: 0, max_wait_time_ms: 0, batch_size: 3 },
+    });
     const seen: string[] = [];
     let calls = 0;
     const deliveries = await fakeConsumer(q.queue_id, (batch) => {
@@ -191,7 +225,10 @@ describe("ordered lanes", () => {
     });
     const p = producer("lanes-push");
     for (const n of ["p1", "p2", "p3", "p4"]) await p.send(n, { orderingKey: "push" });
-    await eventually(() => backlog("lanes-push"), (n) => n === 0);
+    await eventually(
+      () => backlog("lanes-push"),
+      (n) => n === 0,
+    );
     const firsts = new Map<string, number>();
     seen.forEach((s, i) => firsts.set(s.split("@")[0]!, firsts.get(s.split("@")[0]!) ?? i));
     // First deliveries in the order sent; each redelivery in order too.
@@ -210,7 +247,9 @@ describe("ordered lanes", () => {
     // The key's head leased by hand (as an HTTP pull's ack comes from outside any consumer shard's round).
     let held: { shard: string; id: string; leaseId: string } | undefined;
     for (const name of shards) {
-      const got = await runInDurableObject(storageShardFor(env, name), (obj: StorageShard) => obj.lease({ queueId: q.queue_id, limit: 1, leaseMs: 60_000, maxWaitMs: 0, retentionMs: 86_400_000 }));
+      const got = await runInDurableObject(storageShardFor(env, name), (obj: StorageShard) =>
+        obj.lease({ queueId: q.queue_id, limit: 1, leaseMs: 60_000, maxWaitMs: 0, retentionMs: 86_400_000 }),
+      );
       if (got.messages.length > 0) held = { shard: name, id: got.messages[0]!.id, leaseId: got.messages[0]!.leaseId };
     }
     expect(held).toBeDefined();
@@ -223,15 +262,28 @@ describe("ordered lanes", () => {
     // The consumer finds the key leased; nothing of the shards' clock moves, so no lease runs out.
     await sleep(200);
     expect(seen).toEqual([]);
-    await runInDurableObject(storageShardFor(env, held!.shard), (obj: StorageShard) => obj.settle({ queueId: q.queue_id, acks: [{ id: held!.id, leaseId: held!.leaseId }], retries: [], deadLettered: [], dropped: [] }));
-    await eventually(async () => seen, (s) => s.length === 1, 3_000);
+    await runInDurableObject(storageShardFor(env, held!.shard), (obj: StorageShard) =>
+      obj.settle({
+        queueId: q.queue_id,
+        acks: [{ id: held!.id, leaseId: held!.leaseId }],
+        retries: [],
+        deadLettered: [],
+        dropped: [],
+      }),
+    );
+    await eventually(
+      async () => seen,
+      (s) => s.length === 1,
+      3_000,
+    );
     expect(seen).toEqual(["w2"]);
   }, 15_000);
 
   it("leases and settles the head of a deep lane reading what it takes, not the whole lane", async () => {
     const { queue_id } = await createQueue("lanes-deep");
     const p = producer("lanes-deep");
-    for (let b = 0; b < 20; b++) await p.sendBatch(Array.from({ length: 100 }, (_, i) => ({ body: `d${b * 100 + i}`, orderingKey: "deep" })));
+    for (let b = 0; b < 20; b++)
+      await p.sendBatch(Array.from({ length: 100 }, (_, i) => ({ body: `d${b * 100 + i}`, orderingKey: "deep" })));
     const map = (await coordinatorFor(env, queue_id).shardMap())!;
     let read: number | undefined;
     for (const s of map.shards) {
@@ -239,8 +291,16 @@ describe("ordered lanes", () => {
         const before = obj.stats().cost.rowsRead ?? 0;
         const got = obj.lease({ queueId: queue_id, limit: 10, leaseMs: 60_000, maxWaitMs: 0, retentionMs: 86_400_000 });
         if (got.messages.length === 0) return undefined;
-        expect(got.messages.map((m) => new TextDecoder().decode(m.body))).toEqual(Array.from({ length: 10 }, (_, i) => JSON.stringify(`d${i}`)));
-        const settled = obj.settle({ queueId: queue_id, acks: got.messages.map((m) => ({ id: m.id, leaseId: m.leaseId })), retries: [], deadLettered: [], dropped: [] });
+        expect(got.messages.map((m) => new TextDecoder().decode(m.body))).toEqual(
+          Array.from({ length: 10 }, (_, i) => JSON.stringify(`d${i}`)),
+        );
+        const settled = obj.settle({
+          queueId: queue_id,
+          acks: got.messages.map((m) => ({ id: m.id, leaseId: m.leaseId })),
+          retries: [],
+          deadLettered: [],
+          dropped: [],
+        });
         expect(settled.acked).toBe(10);
         return (obj.stats().cost.rowsRead ?? 0) - before;
       });
@@ -265,8 +325,13 @@ describe("ordered lanes", () => {
     const [head] = (await pull("lanes-ops", { batch_size: 1 })).json.result.messages as Pulled[];
     expect(head!.id).toBe(second);
     expect((await api("GET", `${queuePath("lanes-ops")}/messages/${second}`)).json.result.state).toBe("leased");
-    expect((await api("POST", `${queuePath("lanes-ops")}/purge`, { delete_messages_permanently: true })).status).toBeLessThan(300);
-    await eventually(() => backlog("lanes-ops"), (n) => n === 0);
+    expect(
+      (await api("POST", `${queuePath("lanes-ops")}/purge`, { delete_messages_permanently: true })).status,
+    ).toBeLessThan(300);
+    await eventually(
+      () => backlog("lanes-ops"),
+      (n) => n === 0,
+    );
     expect((await api("GET", `${queuePath("lanes-ops")}/messages/${third}`)).status).toBe(404);
     // The purged lane is gone: a new message of the key is delivered at once.
     await sendInOrder("lanes-ops", "ops", ["o4"]);
@@ -276,29 +341,50 @@ describe("ordered lanes", () => {
   it("finds a keyed message by an id the shard drew and by one an Idempotency-Key drew, and forgets both once settled", async () => {
     const { shards } = await orderedQueue("lanes-ids");
     const [drawn] = await sendInOrder("lanes-ids", "ids", ["d1"]);
-    const keyed = await api("POST", `${queuePath("lanes-ids")}/messages`, { body: "g1", ordering_key: "ids" }, { headers: { "idempotency-key": "lanes-ids-1" } });
+    const keyed = await api(
+      "POST",
+      `${queuePath("lanes-ids")}/messages`,
+      { body: "g1", ordering_key: "ids" },
+      { headers: { "idempotency-key": "lanes-ids-1" } },
+    );
     expect(keyed.status).toBe(200);
     const given = keyed.json.result.message_id as string;
     // The shard's id names the message's place, a slot of one of its segments; the other is one a
     // broker drew before any shard saw it, which the shard indexes.
     const at = locate(drawn!)!;
     expect(at.slot).toBeLessThan(SEGMENT_MAX_MESSAGES);
-    const placed = await Promise.all(shards.map((s) => runInDurableObject(storageShardFor(env, s), (_o: StorageShard, state) => {
-      const row = state.storage.sql.exec<{ headers: string }>("SELECT headers FROM segments WHERE seg = ?", at.seg).toArray()[0];
-      const h = row ? decodeHeaders(row.headers)[at.slot] : undefined;
-      return h !== undefined && h.id === drawn && h.key === "ids" && !h.indexed;
-    })));
+    const placed = await Promise.all(
+      shards.map((s) =>
+        runInDurableObject(storageShardFor(env, s), (_o: StorageShard, state) => {
+          const row = state.storage.sql
+            .exec<{ headers: string }>("SELECT headers FROM segments WHERE seg = ?", at.seg)
+            .toArray()[0];
+          const h = row ? decodeHeaders(row.headers)[at.slot] : undefined;
+          return h !== undefined && h.id === drawn && h.key === "ids" && !h.indexed;
+        }),
+      ),
+    );
     expect(placed.filter(Boolean)).toHaveLength(1);
     expect(await indexedOf(shards, [drawn!, given])).toEqual([given]);
-    for (const id of [drawn!, given]) expect((await api("GET", `${queuePath("lanes-ids")}/messages/${id}`)).json.result).toMatchObject({ id, state: "ready" });
+    for (const id of [drawn!, given])
+      expect((await api("GET", `${queuePath("lanes-ids")}/messages/${id}`)).json.result).toMatchObject({
+        id,
+        state: "ready",
+      });
     // The same request again stores nothing: the shard knows the id it was given.
-    const again = await api("POST", `${queuePath("lanes-ids")}/messages`, { body: "g1", ordering_key: "ids" }, { headers: { "idempotency-key": "lanes-ids-1" } });
+    const again = await api(
+      "POST",
+      `${queuePath("lanes-ids")}/messages`,
+      { body: "g1", ordering_key: "ids" },
+      { headers: { "idempotency-key": "lanes-ids-1" } },
+    );
     expect(again.json.result.message_id).toBe(given);
     expect(await backlog("lanes-ids")).toBe(2);
     const pulled = await pullAll("lanes-ids");
     expect(pulled.map((m) => m.id)).toEqual([drawn, given]);
     expect((await ack("lanes-ids", { acks: pulled.map((m) => ({ lease_id: m.lease_id })) })).status).toBe(200);
-    for (const id of [drawn!, given]) expect((await api("GET", `${queuePath("lanes-ids")}/messages/${id}`)).status).toBe(404);
+    for (const id of [drawn!, given])
+      expect((await api("GET", `${queuePath("lanes-ids")}/messages/${id}`)).status).toBe(404);
     expect(await indexedOf(shards, [drawn!, given])).toEqual([]);
     let held = 0;
     for (const s of shards) held += await unsettledKeyed(s, "ids");
@@ -315,7 +401,10 @@ describe("ordered lanes", () => {
       obj.clock = clock;
     });
     expect(await runDurableObjectAlarm(shard)).toBe(true);
-    await producer("lanes-retention").sendBatch([{ body: "old-1", orderingKey: "t" }, { body: "old-2", orderingKey: "t" }]);
+    await producer("lanes-retention").sendBatch([
+      { body: "old-1", orderingKey: "t" },
+      { body: "old-2", orderingKey: "t" },
+    ]);
     clock.advance(30_000);
     await producer("lanes-retention").send("young", { orderingKey: "t" });
     clock.advance(30_001);
@@ -323,7 +412,9 @@ describe("ordered lanes", () => {
     const stats = await shard.stats();
     expect(stats.backlogCount).toBe(1);
     expect(stats.totals.expired).toBe(2);
-    expect(await api("POST", `${queuePath("lanes-retention")}/consumers`, { type: "http_pull" }).then((r) => r.status)).toBe(201);
+    expect(
+      await api("POST", `${queuePath("lanes-retention")}/consumers`, { type: "http_pull" }).then((r) => r.status),
+    ).toBe(201);
     const got = (await pull("lanes-retention", { batch_size: 10 })).json.result.messages as Pulled[];
     expect(bodies(got)).toEqual(["young"]);
   });
@@ -334,17 +425,38 @@ describe("ordered lanes", () => {
     const [h1] = (await pull("lanes-held", { batch_size: 1 })).json.result.messages as Pulled[];
     const leased = await api("GET", `${queuePath("lanes-held")}/ordering/held`);
     expect(leased.status).toBe(200);
-    expect(leased.json.result).toMatchObject({ lanes: 1, held_keys: 1, held_by_reason: { leased: 1, retry: 0, delayed: 0, handoff: 0 } });
-    expect(leased.json.result.keys).toEqual([expect.objectContaining({ ordering_key: "h", reason: "leased", message_id: h1!.id, messages: 2, since_ms: clock.now() })]);
+    expect(leased.json.result).toMatchObject({
+      lanes: 1,
+      held_keys: 1,
+      held_by_reason: { leased: 1, retry: 0, delayed: 0, handoff: 0 },
+    });
+    expect(leased.json.result.keys).toEqual([
+      expect.objectContaining({
+        ordering_key: "h",
+        reason: "leased",
+        message_id: h1!.id,
+        messages: 2,
+        since_ms: clock.now(),
+      }),
+    ]);
     clock.advance(5);
     await ack("lanes-held", { retries: [{ lease_id: h1!.lease_id, delay_seconds: 30 }] });
     const retrying = (await api("GET", `${queuePath("lanes-held")}/ordering/held?limit=10`)).json.result;
-    expect(retrying.keys).toEqual([expect.objectContaining({ ordering_key: "h", reason: "retry", message_id: h1!.id, since_ms: clock.now() })]);
+    expect(retrying.keys).toEqual([
+      expect.objectContaining({ ordering_key: "h", reason: "retry", message_id: h1!.id, since_ms: clock.now() }),
+    ]);
     expect(retrying.oldest_held_since_ms).toBe(clock.now());
     // The counts in GET .../metrics and Prometheus' /metrics.
     const metrics = (await api("GET", `${queuePath("lanes-held")}/metrics`)).json.result;
-    expect(metrics.ordering).toEqual({ lanes: 1, held_keys: 1, held_by_reason: { leased: 0, retry: 1, delayed: 0, handoff: 0 }, oldest_held_since_ms: clock.now() });
-    const scraped = parseExposition(await (await SELF.fetch(`${BASE}/metrics`, { headers: { authorization: `Bearer ${TOKEN}` } })).text());
+    expect(metrics.ordering).toEqual({
+      lanes: 1,
+      held_keys: 1,
+      held_by_reason: { leased: 0, retry: 1, delayed: 0, handoff: 0 },
+      oldest_held_since_ms: clock.now(),
+    });
+    const scraped = parseExposition(
+      await (await SELF.fetch(`${BASE}/metrics`, { headers: { authorization: `Bearer ${TOKEN}` } })).text(),
+    );
     const labels = { queue: "lanes-held", queue_id: (await api("GET", queuePath("lanes-held"))).json.result.queue_id };
     expect(valueOf(scraped, "shardq_ordering_held_keys", { ...labels, reason: "retry" })).toBe(1);
     expect(valueOf(scraped, "shardq_ordering_held_keys", { ...labels, reason: "leased" })).toBe(0);
@@ -361,12 +473,22 @@ describe("ordered lanes", () => {
     const [r1] = (await pull("lanes-release", { batch_size: 1 })).json.result.messages as Pulled[];
     await ack("lanes-release", { retries: [{ lease_id: r1!.lease_id, delay_seconds: 3600 }] });
     expect(await pullAll("lanes-release")).toEqual([]);
-    const released = await api("POST", `${queuePath("lanes-release")}/ordering/release`, { ordering_key: "r", message_id: stuck });
+    const released = await api("POST", `${queuePath("lanes-release")}/ordering/release`, {
+      ordering_key: "r",
+      message_id: stuck,
+    });
     expect(released.status).toBe(200);
-    expect(released.json.result).toMatchObject({ ordering_key: "r", message_id: stuck, moved_to: "lanes-release-dead" });
+    expect(released.json.result).toMatchObject({
+      ordering_key: "r",
+      message_id: stuck,
+      moved_to: "lanes-release-dead",
+    });
     expect(bodies(await pullAll("lanes-release"))).toEqual(["r2"]);
     expect(await backlog("lanes-release-dead")).toBe(1);
-    const missing = await api("POST", `${queuePath("lanes-release")}/ordering/release`, { ordering_key: "nothing-here", message_id: stuck });
+    const missing = await api("POST", `${queuePath("lanes-release")}/ordering/release`, {
+      ordering_key: "nothing-here",
+      message_id: stuck,
+    });
     expect(missing.status).toBe(404);
     expect(missing.json.errors[0].field).toBe("ordering_key");
     const invalid = await api("POST", `${queuePath("lanes-release")}/ordering/release`, { ordering_key: "" });
@@ -377,7 +499,10 @@ describe("ordered lanes", () => {
   it("refuses to release a key when the consumer has no dead-letter queue, moving nothing", async () => {
     await orderedQueue("lanes-release-nodlq");
     await sendInOrder("lanes-release-nodlq", "n", ["n1"]);
-    const res = await api("POST", `${queuePath("lanes-release-nodlq")}/ordering/release`, { ordering_key: "n", message_id: "0".repeat(32) });
+    const res = await api("POST", `${queuePath("lanes-release-nodlq")}/ordering/release`, {
+      ordering_key: "n",
+      message_id: "0".repeat(32),
+    });
     expect(res.status).toBe(409);
     expect(res.json.errors[0].field).toBe("dead_letter_queue");
     expect(await backlog("lanes-release-nodlq")).toBe(1);

@@ -9,7 +9,15 @@ import type { LeasedMessage, DispatchOutcome } from "../../src/kernel/protocol";
 import { sleep } from "../../src/kernel/sleep";
 
 const settings = { max_retries: 3, retry_delay: 7 };
-const leased = (id: string, attempts = 1): LeasedMessage => ({ id, body: new Uint8Array(), contentType: "json", enqueuedAt: 0, attempts, leaseId: "L", copyKey: "" });
+const leased = (id: string, attempts = 1): LeasedMessage => ({
+  id,
+  body: new Uint8Array(),
+  contentType: "json",
+  enqueuedAt: 0,
+  attempts,
+  leaseId: "L",
+  copyKey: "",
+});
 const batchOf = (...ids: string[]) => ids.map((id) => ({ id, timestamp: new Date(0), body: id, attempts: 1 }));
 
 /** Runs a handler against a MessageBatch exactly as the ShardqConsumer entrypoint does. */
@@ -33,7 +41,11 @@ describe("consumer outcome semantics (Cloudflare's)", () => {
   const msgs = ["a", "b", "c"].map((id) => leased(id));
 
   it("acks every message when the handler returns normally", async () => {
-    expect(summary(dispositionOf(msgs, await run(["a", "b", "c"], () => {}), settings))).toEqual({ acks: ["a", "b", "c"], retries: [], outOfRetries: [] });
+    expect(summary(dispositionOf(msgs, await run(["a", "b", "c"], () => {}), settings))).toEqual({
+      acks: ["a", "b", "c"],
+      retries: [],
+      outOfRetries: [],
+    });
   });
 
   it("retries every message not explicitly acked when the handler throws, with the consumer's retry_delay", async () => {
@@ -41,7 +53,14 @@ describe("consumer outcome semantics (Cloudflare's)", () => {
       batch.messages[0]!.ack();
       throw new Error("boom");
     });
-    expect(summary(dispositionOf(msgs, outcome, settings))).toEqual({ acks: ["a"], retries: [["b", 7000], ["c", 7000]], outOfRetries: [] });
+    expect(summary(dispositionOf(msgs, outcome, settings))).toEqual({
+      acks: ["a"],
+      retries: [
+        ["b", 7000],
+        ["c", 7000],
+      ],
+      outOfRetries: [],
+    });
   });
 
   it("lets a per-message retry win over ackAll, and a per-message ack win over retryAll", async () => {
@@ -49,12 +68,23 @@ describe("consumer outcome semantics (Cloudflare's)", () => {
       batch.messages[1]!.retry({ delaySeconds: 3 });
       batch.ackAll();
     });
-    expect(summary(dispositionOf(msgs, a, settings))).toEqual({ acks: ["a", "c"], retries: [["b", 3000]], outOfRetries: [] });
+    expect(summary(dispositionOf(msgs, a, settings))).toEqual({
+      acks: ["a", "c"],
+      retries: [["b", 3000]],
+      outOfRetries: [],
+    });
     const b = await run(["a", "b", "c"], (batch) => {
       batch.messages[2]!.ack();
       batch.retryAll({ delaySeconds: 9 });
     });
-    expect(summary(dispositionOf(msgs, b, settings))).toEqual({ acks: ["c"], retries: [["a", 9000], ["b", 9000]], outOfRetries: [] });
+    expect(summary(dispositionOf(msgs, b, settings))).toEqual({
+      acks: ["c"],
+      retries: [
+        ["a", 9000],
+        ["b", 9000],
+      ],
+      outOfRetries: [],
+    });
   });
 
   it("keeps the first call on a message: ack then retry stays acked, retry then ack stays retried", async () => {
@@ -64,7 +94,11 @@ describe("consumer outcome semantics (Cloudflare's)", () => {
       batch.messages[1]!.retry({ delaySeconds: 1 });
       batch.messages[1]!.ack();
     });
-    expect(summary(dispositionOf(msgs, outcome, settings))).toEqual({ acks: ["a", "c"], retries: [["b", 1000]], outOfRetries: [] });
+    expect(summary(dispositionOf(msgs, outcome, settings))).toEqual({
+      acks: ["a", "c"],
+      retries: [["b", 1000]],
+      outOfRetries: [],
+    });
   });
 
   it("uses the message's delay, else the batch's, else retry_delay", async () => {
@@ -73,7 +107,15 @@ describe("consumer outcome semantics (Cloudflare's)", () => {
       batch.messages[1]!.retry();
       batch.retryAll({ delaySeconds: 5 });
     });
-    expect(summary(dispositionOf(msgs, outcome, settings))).toEqual({ acks: [], retries: [["a", 2000], ["b", 5000], ["c", 5000]], outOfRetries: [] });
+    expect(summary(dispositionOf(msgs, outcome, settings))).toEqual({
+      acks: [],
+      retries: [
+        ["a", 2000],
+        ["b", 5000],
+        ["c", 5000],
+      ],
+      outOfRetries: [],
+    });
     const plain = await run(["a"], (batch) => batch.messages[0]!.retry());
     expect(summary(dispositionOf([leased("a")], plain, settings)).retries).toEqual([["a", 7000]]);
   });
@@ -93,12 +135,23 @@ describe("consumer outcome semantics (Cloudflare's)", () => {
       batch.ackAll();
       throw new Error("after ackAll");
     });
-    expect(summary(dispositionOf([leased("a"), leased("b")], outcome, settings))).toEqual({ acks: ["a", "b"], retries: [], outOfRetries: [] });
+    expect(summary(dispositionOf([leased("a"), leased("b")], outcome, settings))).toEqual({
+      acks: ["a", "b"],
+      retries: [],
+      outOfRetries: [],
+    });
   });
 });
 
 describe("one settlement rule for push and pull consumers", () => {
-  const token = (id: string, attempts: number): LeaseToken => ({ accountId: "acc", queueId: "q", shard: "s", messageId: id, leaseId: "L", attempts });
+  const token = (id: string, attempts: number): LeaseToken => ({
+    accountId: "acc",
+    queueId: "q",
+    shard: "s",
+    messageId: id,
+    leaseId: "L",
+    attempts,
+  });
   const cases = [
     { max_retries: 0, retry_delay: 0 },
     { max_retries: 1, retry_delay: 7 },
@@ -112,7 +165,11 @@ describe("one settlement rule for push and pull consumers", () => {
         const pull = decide([verdictOf(token("m", attempts), true, undefined)], s);
         expect(pull).toEqual(push);
         // The rule itself: out of retries after max_retries + 1 deliveries, else retry_delay.
-        expect(summary(push)).toEqual(attempts > s.max_retries ? { acks: [], retries: [], outOfRetries: ["m"] } : { acks: [], retries: [["m", s.retry_delay * 1000]], outOfRetries: [] });
+        expect(summary(push)).toEqual(
+          attempts > s.max_retries
+            ? { acks: [], retries: [], outOfRetries: ["m"] }
+            : { acks: [], retries: [["m", s.retry_delay * 1000]], outOfRetries: [] },
+        );
       }
     }
   });
@@ -122,8 +179,12 @@ describe("one settlement rule for push and pull consumers", () => {
     const ok = await run(["m"], () => {});
     for (const s of cases) {
       for (let attempts = 1; attempts <= 5; attempts++) {
-        expect(decide([verdictOf(token("m", attempts), true, 4)], s)).toEqual(dispositionOf([leased("m", attempts)], own, s));
-        expect(decide([verdictOf(token("m", attempts), false, undefined)], s)).toEqual(dispositionOf([leased("m", attempts)], ok, s));
+        expect(decide([verdictOf(token("m", attempts), true, 4)], s)).toEqual(
+          dispositionOf([leased("m", attempts)], own, s),
+        );
+        expect(decide([verdictOf(token("m", attempts), false, undefined)], s)).toEqual(
+          dispositionOf([leased("m", attempts)], ok, s),
+        );
       }
     }
   });
@@ -131,11 +192,18 @@ describe("one settlement rule for push and pull consumers", () => {
   it("names each message by its lease ref only, in the batch's order", () => {
     const msgs = [leased("a", 1), leased("b", 9), leased("c", 2)];
     const d = dispositionOf(msgs, FAILED_DISPATCH, settings);
-    expect(d).toEqual({ acks: [], retries: [{ ref: { id: "a", leaseId: "L" }, delayMs: 7000 }, { ref: { id: "c", leaseId: "L" }, delayMs: 7000 }], outOfRetries: [{ id: "b", leaseId: "L" }] });
+    expect(d).toEqual({
+      acks: [],
+      retries: [
+        { ref: { id: "a", leaseId: "L" }, delayMs: 7000 },
+        { ref: { id: "c", leaseId: "L" }, delayMs: 7000 },
+      ],
+      outOfRetries: [{ id: "b", leaseId: "L" }],
+    });
   });
 });
 
-describe("the ShardqConsumer entrypoint (transport \"rpc\")", () => {
+describe('the ShardqConsumer entrypoint (transport "rpc")', () => {
   const deliver = (queue: QueueHandler) => {
     const Entrypoint = consumerEntrypoint(queue);
     return new Entrypoint(createExecutionContext(), {}).deliver("q", batchOf("a", "b", "c"));

@@ -56,7 +56,9 @@ describe("a binding with delivery_delay", () => {
     await createQueue(q);
     const b = producer(q, undefined, { delivery_delay: 30 });
     const plain = await b.sendBatch([{ body: 1 }, { body: 2, delaySeconds: 0 }, { body: 3, delaySeconds: 9 }]);
-    const withBatch = await b.sendBatch([{ body: 4 }, { body: 5, delaySeconds: 0 }, { body: 6, delaySeconds: 9 }], { delaySeconds: 12 });
+    const withBatch = await b.sendBatch([{ body: 4 }, { body: 5, delaySeconds: 0 }, { body: 6, delaySeconds: 9 }], {
+      delaySeconds: 12,
+    });
     const batchZero = await b.sendBatch([{ body: 7 }, { body: 8, delaySeconds: 9 }], { delaySeconds: 0 });
     expect(await delays(q, plain.messageIds)).toEqual([30, 0, 9]);
     expect(await delays(q, withBatch.messageIds)).toEqual([12, 0, 9]);
@@ -71,10 +73,16 @@ describe("a binding with delivery_delay", () => {
     const plain = producer(q);
     // Concurrent sends of the three bindings may share one write (src/routing/coalesce.ts): each keeps its delay.
     const [a, b, c] = await Promise.all([slow.send("a"), none.send("b"), plain.send("c")]);
-    const [batchSlow, batchNone, batchPlain] = await Promise.all([slow.sendBatch([{ body: "d" }]), none.sendBatch([{ body: "e" }]), plain.sendBatch([{ body: "f" }])]);
+    const [batchSlow, batchNone, batchPlain] = await Promise.all([
+      slow.sendBatch([{ body: "d" }]),
+      none.sendBatch([{ body: "e" }]),
+      plain.sendBatch([{ body: "f" }]),
+    ]);
     const explicitZero = await plain.send("g", { delaySeconds: 0 });
     expect(await delays(q, [a!.messageId, b!.messageId, c!.messageId])).toEqual([40, 0, 20]);
-    expect(await delays(q, [batchSlow!.messageIds[0]!, batchNone!.messageIds[0]!, batchPlain!.messageIds[0]!])).toEqual([40, 0, 20]);
+    expect(await delays(q, [batchSlow!.messageIds[0]!, batchNone!.messageIds[0]!, batchPlain!.messageIds[0]!])).toEqual(
+      [40, 0, 20],
+    );
     expect(await delays(q, [explicitZero.messageId])).toEqual([0]);
   });
 
@@ -98,7 +106,11 @@ describe("a refused call", () => {
     const q = `bind-refused-${unique()}`;
     await createQueue(q);
     const b = producer(q);
-    const caught = async (p: Promise<unknown>) => p.then(() => null, (e: Error) => e);
+    const caught = async (p: Promise<unknown>) =>
+      p.then(
+        () => null,
+        (e: Error) => e,
+      );
     const text = await caught(b.send(5, { contentType: "text" }));
     expect(text).toBeInstanceOf(TypeError);
     expect(text!.message).toBe('body: must be a string when content type is "text"');

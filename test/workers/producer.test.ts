@@ -9,7 +9,13 @@ describe("the QueueProducer binding", () => {
   it("sends with Cloudflare's content types and resolves with the message id beside Cloudflare's response", async () => {
     await createQueue("bind-types");
     const q = producer("bind-types");
-    const nested = { when: new Date(1_700_000_000_000), tags: new Set(["a"]), index: new Map([[1, /x+/g]]), big: 10n ** 20n, none: undefined };
+    const nested = {
+      when: new Date(1_700_000_000_000),
+      tags: new Set(["a"]),
+      index: new Map([[1, /x+/g]]),
+      big: 10n ** 20n,
+      none: undefined,
+    };
     const cyclic: Record<string, unknown> = { name: "loop" };
     cyclic.self = cyclic;
     const id = async (r: Promise<{ messageId: string }>) => (await r).messageId;
@@ -45,7 +51,11 @@ describe("the QueueProducer binding", () => {
   it("sendBatch stores every message with its own options and resolves with the ids in order", async () => {
     await createQueue("bind-batch");
     const { messageIds: ids } = await producer("bind-batch").sendBatch(
-      [{ body: { n: 1 } }, { body: "two", contentType: "text", delaySeconds: 30 }, { body: new Uint8Array([3]), contentType: "bytes" }],
+      [
+        { body: { n: 1 } },
+        { body: "two", contentType: "text", delaySeconds: 30 },
+        { body: new Uint8Array([3]), contentType: "bytes" },
+      ],
       { delaySeconds: 10 },
     );
     expect(ids).toHaveLength(3);
@@ -54,7 +64,11 @@ describe("the QueueProducer binding", () => {
       const m = messages.find((x) => x.id === id)!;
       return [m.contentType, m.visibleAt - m.enqueuedAt];
     });
-    expect(delays).toEqual([["json", 10_000], ["text", 30_000], ["bytes", 10_000]]);
+    expect(delays).toEqual([
+      ["json", 10_000],
+      ["text", 30_000],
+      ["bytes", 10_000],
+    ]);
   });
 
   it("metrics() reports backlog count, bytes and the oldest message's time, as Cloudflare's", async () => {
@@ -63,7 +77,10 @@ describe("the QueueProducer binding", () => {
     expect(await q.metrics()).toEqual({ backlogCount: 0, backlogBytes: 0 });
     const before = Date.now();
     await q.send("12345", { contentType: "text" });
-    await q.sendBatch([{ body: "ab", contentType: "text" }, { body: "c", contentType: "text" }]);
+    await q.sendBatch([
+      { body: "ab", contentType: "text" },
+      { body: "c", contentType: "text" },
+    ]);
     const m = await q.metrics();
     expect(m.backlogCount).toBe(3);
     expect(m.backlogBytes).toBe(8);
@@ -89,7 +106,10 @@ describe("the QueueProducer binding", () => {
     expect(first.metadata.metrics.oldestMessageTimestamp!.getTime()).toBeGreaterThanOrEqual(before - 1000);
     await heartbeats();
     // Whichever shard the batch lands on, the message on the other one counts.
-    const batch: QueueSendBatchResponse = await q.sendBatch([{ body: "ab", contentType: "text" }, { body: "c", contentType: "text" }]);
+    const batch: QueueSendBatchResponse = await q.sendBatch([
+      { body: "ab", contentType: "text" },
+      { body: "c", contentType: "text" },
+    ]);
     expect(batch.metadata.metrics).toMatchObject({ backlogCount: 3, backlogBytes: 8 });
     await heartbeats();
     const later = await q.send("z", { contentType: "text" });
@@ -98,22 +118,87 @@ describe("the QueueProducer binding", () => {
   });
 
   it.each([
-    ["a body over 128 KB", (q: ReturnType<typeof producer>) => q.send("x".repeat(128_001), { contentType: "text" }), /body: is 128001 bytes/],
-    ["an unknown content type", (q: ReturnType<typeof producer>) => q.send("x", { contentType: "yaml" }), /options.contentType: must be one of/],
-    ["text that is not a string", (q: ReturnType<typeof producer>) => q.send(5, { contentType: "text" }), /body: must be a string/],
-    ["bytes that are not bytes", (q: ReturnType<typeof producer>) => q.send("x", { contentType: "bytes" }), /body: must be an ArrayBuffer/],
-    ["JSON that is not JSON", (q: ReturnType<typeof producer>) => q.send(undefined), /body: is not serialisable as JSON/],
+    [
+      "a body over 128 KB",
+      (q: ReturnType<typeof producer>) => q.send("x".repeat(128_001), { contentType: "text" }),
+      /body: is 128001 bytes/,
+    ],
+    [
+      "an unknown content type",
+      (q: ReturnType<typeof producer>) => q.send("x", { contentType: "yaml" }),
+      /options.contentType: must be one of/,
+    ],
+    [
+      "text that is not a string",
+      (q: ReturnType<typeof producer>) => q.send(5, { contentType: "text" }),
+      /body: must be a string/,
+    ],
+    [
+      "bytes that are not bytes",
+      (q: ReturnType<typeof producer>) => q.send("x", { contentType: "bytes" }),
+      /body: must be an ArrayBuffer/,
+    ],
+    [
+      "JSON that is not JSON",
+      (q: ReturnType<typeof producer>) => q.send(undefined),
+      /body: is not serialisable as JSON/,
+    ],
     // Cloudflare's runtime turns a lone surrogate into U+FFFD on the way to UTF-8; shardq refuses rather than change a body.
-    ["text with a lone surrogate", (q: ReturnType<typeof producer>) => q.send("a\ud800b", { contentType: "text" }), /body: is not well-formed Unicode: a lone surrogate \(U\+D800\) at index 1/],
-    ["a lone surrogate in a batch's text", (q: ReturnType<typeof producer>) => q.sendBatch([{ body: "ok", contentType: "text" }, { body: "\udc00", contentType: "text" }]), /messages\[1\].body: is not well-formed Unicode/],
-    ["JSON with a number JSON cannot hold", (q: ReturnType<typeof producer>) => q.send({ a: [1, Infinity] }), /body: holds a number JSON cannot carry \(Infinity at a\[1\]\)/],
-    ["JSON with NaN", (q: ReturnType<typeof producer>) => q.send(NaN), /body: holds a number JSON cannot carry \(NaN\)/],
-    ["a delay over 24 h", (q: ReturnType<typeof producer>) => q.send(1, { delaySeconds: 86_401 }), /options.delaySeconds: must be at most 86400/],
-    ["an unknown option", (q: ReturnType<typeof producer>) => q.send(1, { delay: 5 }), /options.delay: is not a known field/],
-    ["more than 100 messages", (q: ReturnType<typeof producer>) => q.sendBatch(Array.from({ length: 101 }, () => ({ body: 1 }))), /messages: holds 101 messages/],
-    ["more than 256 KB in a batch", (q: ReturnType<typeof producer>) => q.sendBatch([1, 2, 3].map(() => ({ body: "y".repeat(100_000), contentType: "text" }))), /batch is 300000 bytes/],
-    ["a batch message without a body", (q: ReturnType<typeof producer>) => q.sendBatch([{ body: 1 }, { contentType: "text" }]), /messages\[1\].body: is required/],
-    ["a batch that is not an array", (q: ReturnType<typeof producer>) => q.sendBatch("nope"), /messages: must be an array/],
+    [
+      "text with a lone surrogate",
+      (q: ReturnType<typeof producer>) => q.send("a\ud800b", { contentType: "text" }),
+      /body: is not well-formed Unicode: a lone surrogate \(U\+D800\) at index 1/,
+    ],
+    [
+      "a lone surrogate in a batch's text",
+      (q: ReturnType<typeof producer>) =>
+        q.sendBatch([
+          { body: "ok", contentType: "text" },
+          { body: "\udc00", contentType: "text" },
+        ]),
+      /messages\[1\].body: is not well-formed Unicode/,
+    ],
+    [
+      "JSON with a number JSON cannot hold",
+      (q: ReturnType<typeof producer>) => q.send({ a: [1, Infinity] }),
+      /body: holds a number JSON cannot carry \(Infinity at a\[1\]\)/,
+    ],
+    [
+      "JSON with NaN",
+      (q: ReturnType<typeof producer>) => q.send(NaN),
+      /body: holds a number JSON cannot carry \(NaN\)/,
+    ],
+    [
+      "a delay over 24 h",
+      (q: ReturnType<typeof producer>) => q.send(1, { delaySeconds: 86_401 }),
+      /options.delaySeconds: must be at most 86400/,
+    ],
+    [
+      "an unknown option",
+      (q: ReturnType<typeof producer>) => q.send(1, { delay: 5 }),
+      /options.delay: is not a known field/,
+    ],
+    [
+      "more than 100 messages",
+      (q: ReturnType<typeof producer>) => q.sendBatch(Array.from({ length: 101 }, () => ({ body: 1 }))),
+      /messages: holds 101 messages/,
+    ],
+    [
+      "more than 256 KB in a batch",
+      (q: ReturnType<typeof producer>) =>
+        q.sendBatch([1, 2, 3].map(() => ({ body: "y".repeat(100_000), contentType: "text" }))),
+      /batch is 300000 bytes/,
+    ],
+    [
+      "a batch message without a body",
+      (q: ReturnType<typeof producer>) => q.sendBatch([{ body: 1 }, { contentType: "text" }]),
+      /messages\[1\].body: is required/,
+    ],
+    [
+      "a batch that is not an array",
+      (q: ReturnType<typeof producer>) => q.sendBatch("nope"),
+      /messages: must be an array/,
+    ],
     ["an empty batch", (q: ReturnType<typeof producer>) => q.sendBatch([]), /messages: must hold at least one message/],
   ])("refuses %s with an error naming the field, storing nothing", async (_what, call, message) => {
     const name = `bind-bad-${Math.random().toString(16).slice(2, 10)}`;

@@ -1,6 +1,12 @@
 import { env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { cumulativeBuckets, emptyCounts, observe, SendLatencyBuffer, type WaitUntil } from "../../broker/metrics/latency-histogram";
+import {
+  cumulativeBuckets,
+  emptyCounts,
+  observe,
+  SendLatencyBuffer,
+  type WaitUntil,
+} from "../../broker/metrics/latency-histogram";
 import { Exposition, EXPOSITION_CONTENT_TYPE } from "../../broker/metrics/prometheus";
 import type { Coordinator } from "../../coordinator/coordinator";
 import { carryForgottenShard, queueCounters } from "../../coordinator/counters";
@@ -18,26 +24,41 @@ describe("the Prometheus text format writer", () => {
   it("escapes label values and HELP text so a scraper reads back exactly what was written", () => {
     const nasty = 'a "quoted" back\\slash\nnew line, {braces} = 1';
     const text = new Exposition()
-      .declare("shardq_test_gauge", "gauge", "Help with a back\\slash\nand a line feed, \"quotes\" kept.")
+      .declare("shardq_test_gauge", "gauge", 'Help with a back\\slash\nand a line feed, "quotes" kept.')
       .gauge("shardq_test_gauge", { queue: nasty }, 1.5)
       .gauge("shardq_test_gauge", { queue: "plain" }, 0)
       .text();
     expect(text).toContain('queue="a \\"quoted\\" back\\\\slash\\nnew line, {braces} = 1"');
     expect(text.split("\n").filter((l) => l.startsWith("shardq_test_gauge"))).toHaveLength(2);
     const families = parseExposition(text);
-    expect(families.get("shardq_test_gauge")!.help).toBe("Help with a back\\slash\nand a line feed, \"quotes\" kept.");
+    expect(families.get("shardq_test_gauge")!.help).toBe('Help with a back\\slash\nand a line feed, "quotes" kept.');
     expect(valueOf(families, "shardq_test_gauge", { queue: nasty })).toBe(1.5);
     expect(valueOf(families, "shardq_test_gauge", { queue: "plain" })).toBe(0);
   });
 
   it("keeps each family's lines together in declaration order, whatever order samples come in", () => {
-    const out = new Exposition().declare("b_total", "counter", "B.").declare("a", "gauge", "A.").declare("empty", "gauge", "No samples.");
-    out.gauge("a", { q: "1" }, 1).counter("b_total", { q: "1" }, 10).gauge("a", { q: "2" }, 2).counter("b_total", { q: "2" }, 20);
+    const out = new Exposition()
+      .declare("b_total", "counter", "B.")
+      .declare("a", "gauge", "A.")
+      .declare("empty", "gauge", "No samples.");
+    out
+      .gauge("a", { q: "1" }, 1)
+      .counter("b_total", { q: "1" }, 10)
+      .gauge("a", { q: "2" }, 2)
+      .counter("b_total", { q: "2" }, 20);
     expect(out.text()).toBe(
       [
-        "# HELP b_total B.", "# TYPE b_total counter", 'b_total{q="1"} 10', 'b_total{q="2"} 20',
-        "# HELP a A.", "# TYPE a gauge", 'a{q="1"} 1', 'a{q="2"} 2',
-        "# HELP empty No samples.", "# TYPE empty gauge", "",
+        "# HELP b_total B.",
+        "# TYPE b_total counter",
+        'b_total{q="1"} 10',
+        'b_total{q="2"} 20',
+        "# HELP a A.",
+        "# TYPE a gauge",
+        'a{q="1"} 1',
+        'a{q="2"} 2',
+        "# HELP empty No samples.",
+        "# TYPE empty gauge",
+        "",
       ].join("\n"),
     );
     expect(EXPOSITION_CONTENT_TYPE).toBe("text/plain; version=0.0.4; charset=utf-8");
@@ -46,20 +67,40 @@ describe("the Prometheus text format writer", () => {
   it("writes histograms as cumulative buckets ending at +Inf = _count, with _sum", () => {
     const text = new Exposition()
       .declare("lat_seconds", "histogram", "Latency.")
-      .histogram("lat_seconds", { queue: "q" }, { buckets: [{ le: 0.005, count: 1 }, { le: 1, count: 3 }, { le: Infinity, count: 4 }], sum: 7.25, count: 4 })
+      .histogram(
+        "lat_seconds",
+        { queue: "q" },
+        {
+          buckets: [
+            { le: 0.005, count: 1 },
+            { le: 1, count: 3 },
+            { le: Infinity, count: 4 },
+          ],
+          sum: 7.25,
+          count: 4,
+        },
+      )
       .text();
     expect(text).toBe(
       [
-        "# HELP lat_seconds Latency.", "# TYPE lat_seconds histogram",
-        'lat_seconds_bucket{queue="q",le="0.005"} 1', 'lat_seconds_bucket{queue="q",le="1"} 3', 'lat_seconds_bucket{queue="q",le="+Inf"} 4',
-        'lat_seconds_sum{queue="q"} 7.25', 'lat_seconds_count{queue="q"} 4', "",
+        "# HELP lat_seconds Latency.",
+        "# TYPE lat_seconds histogram",
+        'lat_seconds_bucket{queue="q",le="0.005"} 1',
+        'lat_seconds_bucket{queue="q",le="1"} 3',
+        'lat_seconds_bucket{queue="q",le="+Inf"} 4',
+        'lat_seconds_sum{queue="q"} 7.25',
+        'lat_seconds_count{queue="q"} 4',
+        "",
       ].join("\n"),
     );
     expect(() => parseExposition(text)).not.toThrow();
   });
 
   it("refuses what would make invalid output", () => {
-    const out = new Exposition().declare("ok_total", "counter", "x").declare("g", "gauge", "x").declare("h", "histogram", "x");
+    const out = new Exposition()
+      .declare("ok_total", "counter", "x")
+      .declare("g", "gauge", "x")
+      .declare("h", "histogram", "x");
     expect(() => out.declare("bad-name", "gauge", "x")).toThrow(/invalid metric name/);
     expect(() => out.declare("g", "counter", "x")).toThrow(/declared as gauge/);
     expect(() => out.gauge("undeclared", {}, 1)).toThrow(/not declared/);
@@ -67,7 +108,20 @@ describe("the Prometheus text format writer", () => {
     expect(() => out.declare("c", "counter", "x").counter("c", {}, 1)).toThrow(/_total/);
     expect(() => out.gauge("g", { "bad-label": "v" }, 1)).toThrow(/invalid label name/);
     expect(() => out.gauge("g", { __reserved: "v" }, 1)).toThrow(/invalid label name/);
-    expect(() => out.histogram("h", {}, { buckets: [{ le: 1, count: 3 }, { le: 2, count: 2 }], sum: 1, count: 3 })).toThrow(/cumulative/);
+    expect(() =>
+      out.histogram(
+        "h",
+        {},
+        {
+          buckets: [
+            { le: 1, count: 3 },
+            { le: 2, count: 2 },
+          ],
+          sum: 1,
+          count: 3,
+        },
+      ),
+    ).toThrow(/cumulative/);
     expect(() => out.histogram("h", {}, { buckets: [{ le: 1, count: 5 }], sum: 1, count: 3 })).toThrow(/at most count/);
     expect(() => out.histogram("h", { le: "1" }, { buckets: [], sum: 0, count: 0 })).toThrow(/reserved/);
   });
@@ -76,12 +130,18 @@ describe("the Prometheus text format writer", () => {
     expect(() => parseExposition("# HELP a x\n# TYPE a gauge\na 1")).toThrow(/line feed/);
     expect(() => parseExposition("# TYPE a gauge\na 1\n")).toThrow(/without its HELP/);
     expect(() => parseExposition("a 1\n")).toThrow(/before its family/);
-    expect(() => parseExposition("# HELP a x\n# TYPE a gauge\na{q=\"x\\t\"} 1\n")).toThrow(/bad escape/);
-    expect(() => parseExposition("# HELP a x\n# TYPE a gauge\na 1\n# HELP b x\n# TYPE b gauge\nb 1\na 2\n")).toThrow(/outside its family/);
+    expect(() => parseExposition('# HELP a x\n# TYPE a gauge\na{q="x\\t"} 1\n')).toThrow(/bad escape/);
+    expect(() => parseExposition("# HELP a x\n# TYPE a gauge\na 1\n# HELP b x\n# TYPE b gauge\nb 1\na 2\n")).toThrow(
+      /outside its family/,
+    );
     expect(() => parseExposition("# HELP a x\n# TYPE a counter\na 1\n")).toThrow(/_total/);
     const h = (lines: string[]) => `# HELP h x\n# TYPE h histogram\n${lines.join("\n")}\n`;
-    expect(() => parseExposition(h(['h_bucket{le="1"} 2', 'h_bucket{le="+Inf"} 1', "h_sum 1", "h_count 1"]))).toThrow(/cumulative/);
-    expect(() => parseExposition(h(['h_bucket{le="1"} 1', 'h_bucket{le="+Inf"} 2', "h_sum 1", "h_count 3"]))).toThrow(/_count/);
+    expect(() => parseExposition(h(['h_bucket{le="1"} 2', 'h_bucket{le="+Inf"} 1', "h_sum 1", "h_count 1"]))).toThrow(
+      /cumulative/,
+    );
+    expect(() => parseExposition(h(['h_bucket{le="1"} 1', 'h_bucket{le="+Inf"} 2', "h_sum 1", "h_count 3"]))).toThrow(
+      /_count/,
+    );
     expect(() => parseExposition(h(['h_bucket{le="1"} 1', "h_sum 1", "h_count 1"]))).toThrow(/\+Inf/);
   });
 });
@@ -146,7 +206,12 @@ describe("send latency counts", () => {
   it("are written once an interval while sends go on and once when they stop, not every few sends", async () => {
     const writes: SendLatencyCounts[] = [];
     let t = 0;
-    const buffer = new SendLatencyBuffer({ intervalMs: 60_000, quietMs: 20, now: () => t, write: async (_env, _account, _queue, counts) => void writes.push(counts) });
+    const buffer = new SendLatencyBuffer({
+      intervalMs: 60_000,
+      quietMs: 20,
+      now: () => t,
+      write: async (_env, _account, _queue, counts) => void writes.push(counts),
+    });
     const waited: Array<Promise<unknown>> = [];
     const ctx: WaitUntil = { waitUntil: (p) => void waited.push(p) };
     const target = { accountId: "acct", queueRef: "q" };
@@ -171,7 +236,13 @@ describe("send latency counts", () => {
   it("wait for a trickle's interval, or its count of sends, before writing while sends go on", async () => {
     const writes: SendLatencyCounts[] = [];
     let t = 0;
-    const buffer = new SendLatencyBuffer({ intervalMs: 60_000, quietMs: 10_000, trickle: { sends: 600, intervalMs: 300_000 }, now: () => t, write: async (_env, _account, _queue, counts) => void writes.push(counts) });
+    const buffer = new SendLatencyBuffer({
+      intervalMs: 60_000,
+      quietMs: 10_000,
+      trickle: { sends: 600, intervalMs: 300_000 },
+      now: () => t,
+      write: async (_env, _account, _queue, counts) => void writes.push(counts),
+    });
     const waited: Array<Promise<unknown>> = [];
     const ctx: WaitUntil = { waitUntil: (p) => void waited.push(p) };
     const target = { accountId: "acct", queueRef: "q" };
@@ -199,11 +270,32 @@ describe("send latency counts", () => {
 
 describe("a queue's cumulative figures in its Coordinator", () => {
   const totals = (t: Partial<DeliveryTotals>): DeliveryTotals => ({
-    stored: 0, leased: 0, acked: 0, retried: 0, deadLettered: 0, dropped: 0, expired: 0, quarantined: 0, purged: 0, cancelled: 0, ...t,
+    stored: 0,
+    leased: 0,
+    acked: 0,
+    retried: 0,
+    deadLettered: 0,
+    dropped: 0,
+    expired: 0,
+    quarantined: 0,
+    purged: 0,
+    cancelled: 0,
+    ...t,
   });
   const beat = (shard: string, sentAt: number, t: Partial<DeliveryTotals>): StorageHeartbeat => ({
-    shard, state: "active", backlogCount: 0, backlogBytes: 0, oldestEnqueuedAt: null, messagesIn: 0, messagesOut: 0, refusals: 0,
-    leasedNow: 0, periodMs: 5000, sentAt, totals: totals(t), cost: { rpcs: 0, rowsWritten: 0 },
+    shard,
+    state: "active",
+    backlogCount: 0,
+    backlogBytes: 0,
+    oldestEnqueuedAt: null,
+    messagesIn: 0,
+    messagesOut: 0,
+    refusals: 0,
+    leasedNow: 0,
+    periodMs: 5000,
+    sentAt,
+    totals: totals(t),
+    cost: { rpcs: 0, rowsWritten: 0 },
   });
 
   it("counters never go down: not when a shard restarts with fewer counts, nor when a retired shard is forgotten", async () => {
@@ -235,8 +327,10 @@ describe("a queue's cumulative figures in its Coordinator", () => {
       const sql = state.storage.sql;
       recordSendLatency(sql, { buckets: { "0.005": 2, "+Inf": 1 }, sumSeconds: 12.5, count: 3 });
       recordSendLatency(sql, { buckets: { "0.005": 1 }, sumSeconds: 0.004, count: 1 });
-      expect(() => recordSendLatency(sql, { buckets: { "0.005": 1 }, sumSeconds: 0.004, count: 2 })).toThrow(/not the sum/);
-      expect(() => recordSendLatency(sql, { buckets: { "_sum": 1 }, sumSeconds: 0, count: 1 })).toThrow(/bad bucket/);
+      expect(() => recordSendLatency(sql, { buckets: { "0.005": 1 }, sumSeconds: 0.004, count: 2 })).toThrow(
+        /not the sum/,
+      );
+      expect(() => recordSendLatency(sql, { buckets: { _sum: 1 }, sumSeconds: 0, count: 1 })).toThrow(/bad bucket/);
       expect(() => recordSendLatency(sql, { buckets: { "1": -1 }, sumSeconds: 0, count: -1 })).toThrow(/bad bucket/);
       expect(() => recordSendLatency(sql, { buckets: { "1": 1 }, sumSeconds: NaN, count: 1 })).toThrow(/bad sum/);
       const read = readSendLatency(sql);
@@ -245,7 +339,11 @@ describe("a queue's cumulative figures in its Coordinator", () => {
       expect(read.sumSeconds).toBeCloseTo(12.504, 9);
       // A report of many buckets is one row written, not one a bucket.
       const meter = newMeter();
-      recordSendLatency(meteredSql(sql, meter), { buckets: { "0.001": 1, "0.005": 1, "0.01": 1, "0.05": 1, "+Inf": 1 }, sumSeconds: 0.1, count: 5 });
+      recordSendLatency(meteredSql(sql, meter), {
+        buckets: { "0.001": 1, "0.005": 1, "0.01": 1, "0.05": 1, "+Inf": 1 },
+        sumSeconds: 0.1,
+        count: 5,
+      });
       settleReads(meter);
       expect(meter.rowsWritten).toBe(1);
       expect(readSendLatency(sql).count).toBe(9);

@@ -3,7 +3,23 @@ import { describe, expect, it } from "vitest";
 import { router } from "../../broker/http/router";
 import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import { defaultConsumerSettings } from "../../src/kernel/consumer-settings";
-import { ack, api, backlog, BASE, createQueue, OTHER_TOKEN, producer, pull, pullQueue, queuePath, queuesPath, send, shardsOnFakeClock, storedMessages, TOKEN } from "./helpers";
+import {
+  ack,
+  api,
+  backlog,
+  BASE,
+  createQueue,
+  OTHER_TOKEN,
+  producer,
+  pull,
+  pullQueue,
+  queuePath,
+  queuesPath,
+  send,
+  shardsOnFakeClock,
+  storedMessages,
+  TOKEN,
+} from "./helpers";
 
 const extend = (q: string, body: unknown) => api("POST", `${queuePath(q)}/messages/extend`, body);
 
@@ -23,7 +39,8 @@ async function pullOne(q: string) {
   return res.json.result.messages[0];
 }
 
-const ids = (res: { json: { result: { messages: Array<{ id: string }> } } }) => res.json.result.messages.map((m) => m.id).sort();
+const ids = (res: { json: { result: { messages: Array<{ id: string }> } } }) =>
+  res.json.result.messages.map((m) => m.id).sort();
 
 describe("pulling messages over HTTP", () => {
   it("leases messages in Cloudflare's shape: text raw, json and bytes base64, attempts from 1", async () => {
@@ -38,10 +55,18 @@ describe("pulling messages over HTTP", () => {
     expect(res.json.result.message_backlog_count).toBe(3);
     const byId = new Map<string, any>(res.json.result.messages.map((m: any) => [m.id, m]));
     expect(byId.size).toBe(3);
-    expect(byId.get(text)).toMatchObject({ body: "plain wörds", attempts: 1, timestamp_ms: clock.now(), metadata: { "CF-Content-Type": "text" } });
+    expect(byId.get(text)).toMatchObject({
+      body: "plain wörds",
+      attempts: 1,
+      timestamp_ms: clock.now(),
+      metadata: { "CF-Content-Type": "text" },
+    });
     const j = byId.get(json);
     expect(j).toMatchObject({ attempts: 1, metadata: { "CF-Content-Type": "json" } });
-    expect(JSON.parse(new TextDecoder().decode(Uint8Array.from(atob(j.body), (c) => c.charCodeAt(0))))).toEqual({ order: 42, items: ["ü"] });
+    expect(JSON.parse(new TextDecoder().decode(Uint8Array.from(atob(j.body), (c) => c.charCodeAt(0))))).toEqual({
+      order: 42,
+      items: ["ü"],
+    });
     expect(byId.get(bytes)).toMatchObject({ body: "AQL/", metadata: { "CF-Content-Type": "bytes" } });
     for (const m of byId.values()) {
       expect(Object.keys(m).sort()).toEqual(["attempts", "body", "id", "lease_id", "metadata", "timestamp_ms"]);
@@ -54,11 +79,23 @@ describe("pulling messages over HTTP", () => {
     const one = await send("pull-metrics", "12345", { content_type: "text" });
     // Under shardq's first spelling and under Cloudflare's current one (its SDK's types).
     const figures = (count: number, bytes: number, oldest: number) => ({
-      metrics: { backlogCount: count, backlogBytes: bytes, oldestMessageTimestampMs: oldest, backlog_count: count, backlog_bytes: bytes, oldest_message_timestamp_ms: oldest },
+      metrics: {
+        backlogCount: count,
+        backlogBytes: bytes,
+        oldestMessageTimestampMs: oldest,
+        backlog_count: count,
+        backlog_bytes: bytes,
+        oldest_message_timestamp_ms: oldest,
+      },
     });
     expect(one.json.result).toEqual({ message_id: expect.any(String), metadata: figures(1, 5, clock.now()) });
-    const batch = await api("POST", `${queuePath("pull-metrics")}/messages/batch`, { messages: [{ body: "ab", content_type: "text" }] });
-    expect(batch.json.result.metadata.metrics).toMatchObject({ backlogCount: expect.any(Number), backlogBytes: expect.any(Number) });
+    const batch = await api("POST", `${queuePath("pull-metrics")}/messages/batch`, {
+      messages: [{ body: "ab", content_type: "text" }],
+    });
+    expect(batch.json.result.metadata.metrics).toMatchObject({
+      backlogCount: expect.any(Number),
+      backlogBytes: expect.any(Number),
+    });
     expect(batch.json.result.message_ids).toHaveLength(1);
     // A pull visits every shard it leases from: exact figures, leased messages still in the backlog.
     const pulled = await pull("pull-metrics", { batch_size: 10 });
@@ -124,7 +161,12 @@ describe("pulling messages over HTTP", () => {
     }
     // Paused, so the consumer shards never try to reach this Worker, which does not exist.
     const q = await createQueue("pull-worker-consumer", { delivery_paused: true });
-    await coordinatorFor(env, q.queue_id).addConsumer({ type: "worker", script_name: "some-worker", settings: defaultConsumerSettings("rpc"), dead_letter_queue: null });
+    await coordinatorFor(env, q.queue_id).addConsumer({
+      type: "worker",
+      script_name: "some-worker",
+      settings: defaultConsumerSettings("rpc"),
+      dead_letter_queue: null,
+    });
     const res = await pull("pull-worker-consumer");
     expect(res.status).toBe(409);
     expect(res.json.errors[0].message).toMatch(/worker consumer.*needs an http_pull consumer/);
@@ -142,14 +184,20 @@ describe("acknowledging pulled messages", () => {
   it("deletes exactly the acked messages; the rest come back after the timeout", async () => {
     const { clock } = await clockedPullQueue("ack-some");
     for (let i = 0; i < 5; i++) await send("ack-some", i);
-    const batch = (await pull("ack-some", { batch_size: 5 })).json.result.messages as Array<{ id: string; lease_id: string }>;
+    const batch = (await pull("ack-some", { batch_size: 5 })).json.result.messages as Array<{
+      id: string;
+      lease_id: string;
+    }>;
     const acked = batch.slice(0, 3);
     // A lease id listed twice counts once.
     const res = await ack("ack-some", { acks: [...acked, acked[0]!].map((m) => ({ lease_id: m.lease_id })) });
     expect(res.status).toBe(200);
     expect(res.json.result).toEqual({ ackCount: 3, retryCount: 0, warnings: {} });
     expect(await backlog("ack-some")).toBe(2);
-    const left = batch.slice(3).map((m) => m.id).sort();
+    const left = batch
+      .slice(3)
+      .map((m) => m.id)
+      .sort();
     expect((await storedMessages("ack-some")).messages.map((m) => m.id).sort()).toEqual(left);
     clock.advance(1000);
     const again = await pull("ack-some", { batch_size: 10 });
@@ -160,8 +208,14 @@ describe("acknowledging pulled messages", () => {
   it("refuses a lease id both in acks and in retries with a 400 naming retries[i].lease_id, settling nothing of the request", async () => {
     const { clock } = await clockedPullQueue("ack-and-retry");
     for (let i = 0; i < 2; i++) await send("ack-and-retry", i);
-    const [a, b] = (await pull("ack-and-retry", { batch_size: 2 })).json.result.messages as Array<{ id: string; lease_id: string }>;
-    const res = await ack("ack-and-retry", { acks: [{ lease_id: a!.lease_id }, { lease_id: b!.lease_id }], retries: [{ lease_id: b!.lease_id, delay_seconds: 5 }] });
+    const [a, b] = (await pull("ack-and-retry", { batch_size: 2 })).json.result.messages as Array<{
+      id: string;
+      lease_id: string;
+    }>;
+    const res = await ack("ack-and-retry", {
+      acks: [{ lease_id: a!.lease_id }, { lease_id: b!.lease_id }],
+      retries: [{ lease_id: b!.lease_id, delay_seconds: 5 }],
+    });
     expect(res.status).toBe(400);
     expect(res.json.errors[0].field).toBe("retries[0].lease_id");
     expect(res.json.errors[0].message).toContain("acks[1]");
@@ -172,11 +226,15 @@ describe("acknowledging pulled messages", () => {
   });
 
   it("brings a retried message back after its delay_seconds, or the consumer's retry_delay", async () => {
-    const { clock } = await clockedPullQueue("ack-retry", { settings: { visibility_timeout_ms: 1000, retry_delay: 30 } });
+    const { clock } = await clockedPullQueue("ack-retry", {
+      settings: { visibility_timeout_ms: 1000, retry_delay: 30 },
+    });
     await send("ack-retry", "own delay");
     await send("ack-retry", "consumer delay");
     const [a, b] = (await pull("ack-retry", { batch_size: 2 })).json.result.messages;
-    const res = await ack("ack-retry", { retries: [{ lease_id: a.lease_id, delay_seconds: 60 }, { lease_id: b.lease_id }] });
+    const res = await ack("ack-retry", {
+      retries: [{ lease_id: a.lease_id, delay_seconds: 60 }, { lease_id: b.lease_id }],
+    });
     expect(res.json.result).toEqual({ ackCount: 0, retryCount: 2, warnings: {} });
     expect(await backlog("ack-retry")).toBe(2);
     clock.advance(29_999);
@@ -188,7 +246,9 @@ describe("acknowledging pulled messages", () => {
     clock.advance(29_999);
     expect((await pull("ack-retry", { batch_size: 10 })).json.result.messages).toEqual([]);
     clock.advance(1);
-    expect((await pull("ack-retry", { batch_size: 10 })).json.result.messages).toMatchObject([{ id: a.id, attempts: 2 }]);
+    expect((await pull("ack-retry", { batch_size: 10 })).json.result.messages).toMatchObject([
+      { id: a.id, attempts: 2 },
+    ]);
   });
 
   it("refuses a late ack after another pull took the message over, with a warning, changing nothing", async () => {
@@ -204,7 +264,11 @@ describe("acknowledging pulled messages", () => {
     expect(await backlog("ack-late")).toBe(1);
     // The current holder's lease is untouched: the message is still invisible, and its ack counts.
     expect((await pull("ack-late")).json.result.messages).toEqual([]);
-    expect((await ack("ack-late", { acks: [{ lease_id: second.lease_id }] })).json.result).toEqual({ ackCount: 1, retryCount: 0, warnings: {} });
+    expect((await ack("ack-late", { acks: [{ lease_id: second.lease_id }] })).json.result).toEqual({
+      ackCount: 1,
+      retryCount: 0,
+      warnings: {},
+    });
     expect(await backlog("ack-late")).toBe(0);
   });
 
@@ -223,7 +287,10 @@ describe("acknowledging pulled messages", () => {
     const mine = await pullOne("ack-forged");
     const [payload, signature] = mine.lease_id.split(".");
     const flip = (s: string, i: number) => s.slice(0, i) + (s[i] === "A" ? "B" : "A") + s.slice(i + 1);
-    const reencoded = btoa(atob(payload.replace(/-/g, "+").replace(/_/g, "/")).replace(/,1\]$/, ",0]")).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+    const reencoded = btoa(atob(payload.replace(/-/g, "+").replace(/_/g, "/")).replace(/,1\]$/, ",0]"))
+      .replace(/\+/g, "-")
+      .replace(/\//g, "_")
+      .replace(/=+$/, "");
 
     await clockedPullQueue("ack-forged-sibling");
     await send("ack-forged-sibling", "sibling");
@@ -232,7 +299,9 @@ describe("acknowledging pulled messages", () => {
     // The other account has a queue of the same name, with a pull consumer of its own.
     const other = { token: OTHER_TOKEN };
     expect((await api("POST", queuesPath("other"), { queue_name: "ack-forged" }, other)).status).toBe(201);
-    expect((await api("POST", `${queuePath("ack-forged", "other")}/consumers`, { type: "http_pull" }, other)).status).toBe(201);
+    expect(
+      (await api("POST", `${queuePath("ack-forged", "other")}/consumers`, { type: "http_pull" }, other)).status,
+    ).toBe(201);
     await api("POST", `${queuePath("ack-forged", "other")}/messages`, { body: "theirs" }, other);
     const theirs = (await pull("ack-forged", {}, { token: OTHER_TOKEN, account: "other" })).json.result.messages[0];
 
@@ -261,7 +330,11 @@ describe("acknowledging pulled messages", () => {
     expect(extended.json.result.extended).toBe(0);
     expect(Object.keys(extended.json.result.warnings).sort()).toEqual([...tokens].sort());
     // Our lease id is just as useless on the other account's queue of the same name.
-    const cross = await ack("ack-forged", { acks: [{ lease_id: mine.lease_id }] }, { token: OTHER_TOKEN, account: "other" });
+    const cross = await ack(
+      "ack-forged",
+      { acks: [{ lease_id: mine.lease_id }] },
+      { token: OTHER_TOKEN, account: "other" },
+    );
     expect(cross.json.result.ackCount).toBe(0);
     expect(cross.json.result.warnings[mine.lease_id]).toContain("another queue");
 
@@ -271,7 +344,10 @@ describe("acknowledging pulled messages", () => {
     expect((await pull("ack-forged")).json.result.messages).toEqual([]);
     expect((await ack("ack-forged", { acks: [{ lease_id: mine.lease_id }] })).json.result.ackCount).toBe(1);
     expect((await ack("ack-forged-sibling", { acks: [{ lease_id: sibling.lease_id }] })).json.result.ackCount).toBe(1);
-    expect((await ack("ack-forged", { acks: [{ lease_id: theirs.lease_id }] }, { token: OTHER_TOKEN, account: "other" })).json.result.ackCount).toBe(1);
+    expect(
+      (await ack("ack-forged", { acks: [{ lease_id: theirs.lease_id }] }, { token: OTHER_TOKEN, account: "other" }))
+        .json.result.ackCount,
+    ).toBe(1);
   });
 
   it("sends a retry that used up max_retries to the dead-letter queue: body, id and timestamp intact, attempts from 1 again", async () => {
@@ -283,10 +359,18 @@ describe("acknowledging pulled messages", () => {
     clock.advance(60_000);
     const first = await pullOne("ack-dlq");
     // attempts 1 <= max_retries 1: an ordinary retry.
-    expect((await ack("ack-dlq", { retries: [{ lease_id: first.lease_id }] })).json.result).toEqual({ ackCount: 0, retryCount: 1, warnings: {} });
+    expect((await ack("ack-dlq", { retries: [{ lease_id: first.lease_id }] })).json.result).toEqual({
+      ackCount: 0,
+      retryCount: 1,
+      warnings: {},
+    });
     const second = await pullOne("ack-dlq");
     expect(second).toMatchObject({ id, attempts: 2 });
-    expect((await ack("ack-dlq", { retries: [{ lease_id: second.lease_id, delay_seconds: 5 }] })).json.result).toEqual({ ackCount: 0, retryCount: 1, warnings: {} });
+    expect((await ack("ack-dlq", { retries: [{ lease_id: second.lease_id, delay_seconds: 5 }] })).json.result).toEqual({
+      ackCount: 0,
+      retryCount: 1,
+      warnings: {},
+    });
     expect(await backlog("ack-dlq")).toBe(0);
     const dead = (await storedMessages("ack-dlq-dead")).messages;
     expect(dead).toHaveLength(1);
@@ -298,10 +382,16 @@ describe("acknowledging pulled messages", () => {
   });
 
   it("drops a retry that used up max_retries when there is no dead-letter queue", async () => {
-    const { shards } = await clockedPullQueue("ack-drop", { settings: { visibility_timeout_ms: 1000, max_retries: 0 } });
+    const { shards } = await clockedPullQueue("ack-drop", {
+      settings: { visibility_timeout_ms: 1000, max_retries: 0 },
+    });
     await send("ack-drop", "gone");
     const m = await pullOne("ack-drop");
-    expect((await ack("ack-drop", { retries: [{ lease_id: m.lease_id }] })).json.result).toEqual({ ackCount: 0, retryCount: 1, warnings: {} });
+    expect((await ack("ack-drop", { retries: [{ lease_id: m.lease_id }] })).json.result).toEqual({
+      ackCount: 0,
+      retryCount: 1,
+      warnings: {},
+    });
     expect(await backlog("ack-drop")).toBe(0);
     let dropped = 0;
     for (const s of shards) dropped += (await storageShardFor(env, s).stats()).totals.dropped;
@@ -331,32 +421,41 @@ describe("extending leases", () => {
 
 describe("refusing bad requests", () => {
   const many = (n: number) => Array.from({ length: n }, () => ({ lease_id: "x" }));
-  it.each(([
-    ["pull", { batch_size: 0 }, "batch_size", "at least 1"],
-    ["pull", { batch_size: 101 }, "batch_size", "at most 100"],
-    ["pull", { batch_size: 1.5 }, "batch_size", "whole number"],
-    ["pull", { batch_size: "5" }, "batch_size", "must be a number"],
-    ["pull", { visibility_timeout_ms: 999 }, "visibility_timeout_ms", "at least 1000"],
-    ["pull", { visibility_timeout_ms: 43_200_001 }, "visibility_timeout_ms", "at most 43200000"],
-    ["pull", { batch_size: 5, wait: true }, "wait", "not a known field"],
-    ["pull", [1], "body", ""],
-    ["ack", { acks: "all" }, "acks", "must be an array"],
-    ["ack", { acks: [{}] }, "acks[0].lease_id", "is required"],
-    ["ack", { acks: [{ lease_id: "a" }, { lease_id: "b" }, { lease_id: 7 }] }, "acks[2].lease_id", "must be a string"],
-    ["ack", { acks: [{ lease_id: "" }] }, "acks[0].lease_id", "must not be empty"],
-    ["ack", { acks: [{ lease_id: "a", delay_seconds: 1 }] }, "acks[0].delay_seconds", "not a known field"],
-    ["ack", { acks: many(101) }, "acks", "at most 100"],
-    ["ack", { retries: [{ lease_id: "a", delay_seconds: -1 }] }, "retries[0].delay_seconds", "at least 0"],
-    ["ack", { retries: [{ lease_id: "a", delay_seconds: 86_401 }] }, "retries[0].delay_seconds", "at most 86400"],
-    ["ack", { retries: [{ lease_id: "a", delay_seconds: "1" }] }, "retries[0].delay_seconds", "must be a number"],
-    ["ack", { ack: [] }, "ack", "not a known field"],
-    ["extend", { visibility_timeout_ms: 5000 }, "lease_ids", "is required"],
-    ["extend", { lease_ids: [], visibility_timeout_ms: 5000 }, "lease_ids", "at least one"],
-    ["extend", { lease_ids: Array(101).fill("x"), visibility_timeout_ms: 5000 }, "lease_ids", "at most 100"],
-    ["extend", { lease_ids: ["x", 1], visibility_timeout_ms: 5000 }, "lease_ids[1]", "must be a string"],
-    ["extend", { lease_ids: ["x"] }, "visibility_timeout_ms", "is required"],
-    ["extend", { lease_ids: ["x"], visibility_timeout_ms: 500 }, "visibility_timeout_ms", "at least 1000"],
-  ] as const).map(([verb, body, field, text]) => [verb, field, text, body] as const))("%s: a bad %s (%s) answers 400 naming it, leasing and settling nothing", async (verb, field, text, body) => {
+  it.each(
+    (
+      [
+        ["pull", { batch_size: 0 }, "batch_size", "at least 1"],
+        ["pull", { batch_size: 101 }, "batch_size", "at most 100"],
+        ["pull", { batch_size: 1.5 }, "batch_size", "whole number"],
+        ["pull", { batch_size: "5" }, "batch_size", "must be a number"],
+        ["pull", { visibility_timeout_ms: 999 }, "visibility_timeout_ms", "at least 1000"],
+        ["pull", { visibility_timeout_ms: 43_200_001 }, "visibility_timeout_ms", "at most 43200000"],
+        ["pull", { batch_size: 5, wait: true }, "wait", "not a known field"],
+        ["pull", [1], "body", ""],
+        ["ack", { acks: "all" }, "acks", "must be an array"],
+        ["ack", { acks: [{}] }, "acks[0].lease_id", "is required"],
+        [
+          "ack",
+          { acks: [{ lease_id: "a" }, { lease_id: "b" }, { lease_id: 7 }] },
+          "acks[2].lease_id",
+          "must be a string",
+        ],
+        ["ack", { acks: [{ lease_id: "" }] }, "acks[0].lease_id", "must not be empty"],
+        ["ack", { acks: [{ lease_id: "a", delay_seconds: 1 }] }, "acks[0].delay_seconds", "not a known field"],
+        ["ack", { acks: many(101) }, "acks", "at most 100"],
+        ["ack", { retries: [{ lease_id: "a", delay_seconds: -1 }] }, "retries[0].delay_seconds", "at least 0"],
+        ["ack", { retries: [{ lease_id: "a", delay_seconds: 86_401 }] }, "retries[0].delay_seconds", "at most 86400"],
+        ["ack", { retries: [{ lease_id: "a", delay_seconds: "1" }] }, "retries[0].delay_seconds", "must be a number"],
+        ["ack", { ack: [] }, "ack", "not a known field"],
+        ["extend", { visibility_timeout_ms: 5000 }, "lease_ids", "is required"],
+        ["extend", { lease_ids: [], visibility_timeout_ms: 5000 }, "lease_ids", "at least one"],
+        ["extend", { lease_ids: Array(101).fill("x"), visibility_timeout_ms: 5000 }, "lease_ids", "at most 100"],
+        ["extend", { lease_ids: ["x", 1], visibility_timeout_ms: 5000 }, "lease_ids[1]", "must be a string"],
+        ["extend", { lease_ids: ["x"] }, "visibility_timeout_ms", "is required"],
+        ["extend", { lease_ids: ["x"], visibility_timeout_ms: 500 }, "visibility_timeout_ms", "at least 1000"],
+      ] as const
+    ).map(([verb, body, field, text]) => [verb, field, text, body] as const),
+  )("%s: a bad %s (%s) answers 400 naming it, leasing and settling nothing", async (verb, field, text, body) => {
     const q = `bad-pull-${Math.random().toString(16).slice(2, 10)}`;
     await clockedPullQueue(q);
     await send(q, "untouched");
@@ -372,10 +471,16 @@ describe("refusing bad requests", () => {
     await clockedPullQueue("pull-malformed");
     await send("pull-malformed", 1);
     for (const verb of ["pull", "ack", "extend"]) {
-      const broken = await api("POST", `${queuePath("pull-malformed")}/messages/${verb}`, undefined, { raw: "{", headers: { "content-type": "application/json" } });
+      const broken = await api("POST", `${queuePath("pull-malformed")}/messages/${verb}`, undefined, {
+        raw: "{",
+        headers: { "content-type": "application/json" },
+      });
       expect(broken.status).toBe(400);
       expect(broken.json.errors[0].field).toBe("body");
-      const xml = await api("POST", `${queuePath("pull-malformed")}/messages/${verb}`, undefined, { raw: "<x/>", headers: { "content-type": "application/xml" } });
+      const xml = await api("POST", `${queuePath("pull-malformed")}/messages/${verb}`, undefined, {
+        raw: "<x/>",
+        headers: { "content-type": "application/xml" },
+      });
       expect(xml.status).toBe(415);
     }
     const bare = await api("POST", `${queuePath("pull-malformed")}/messages/pull`);

@@ -40,7 +40,12 @@ async function seed(): Promise<void> {
         consumers: [],
         settings: { delivery_delay: 0, delivery_paused: false, message_retention_period: 345600 },
       };
-      state.storage.sql.exec("INSERT INTO queues (queue_name, queue_id, state, created_at, info) VALUES (?, ?, 'active', 0, ?)", name, id, JSON.stringify(info));
+      state.storage.sql.exec(
+        "INSERT INTO queues (queue_name, queue_id, state, created_at, info) VALUES (?, ?, 'active', 0, ?)",
+        name,
+        id,
+        JSON.stringify(info),
+      );
     }
     state.storage.sql.exec("UPDATE totals SET active = active + ?", SEEDED.length);
   });
@@ -60,7 +65,13 @@ describe("listing 250 queues", () => {
     const seen: string[] = [];
     for (let page = 1; page <= 3; page++) {
       const res = await list(`page=${page}&per_page=100`);
-      expect(res.json.result_info).toEqual({ page, per_page: 100, count: page < 3 ? 100 : 50, total_count: 250, total_pages: 3 });
+      expect(res.json.result_info).toEqual({
+        page,
+        per_page: 100,
+        count: page < 3 ? 100 : 50,
+        total_count: 250,
+        total_pages: 3,
+      });
       seen.push(...names(res));
     }
     expect(seen).toEqual([...SEEDED].sort());
@@ -101,7 +112,9 @@ describe("listing 250 queues", () => {
     const first = await rowsRead("per_page=20");
     const prefixed = await rowsRead("name_prefix=beta&per_page=20");
     const deep = await rowsRead("page=10&per_page=20");
-    console.log(`catalog rows read: page 1 of 20: ${first}; name_prefix (50 match) page 1 of 20: ${prefixed}; page 10 of 20: ${deep}`);
+    console.log(
+      `catalog rows read: page 1 of 20: ${first}; name_prefix (50 match) page 1 of 20: ${prefixed}; page 10 of 20: ${deep}`,
+    );
     expect(first).toBeLessThanOrEqual(25);
     // The matches counted once (50), then the page.
     expect(prefixed).toBeLessThanOrEqual(75);
@@ -146,7 +159,10 @@ describe("what a listing shows of real queues", () => {
     const consumer = await api("POST", `${queuePath("zz-real")}/consumers`, { type: "http_pull" });
     expect(consumer.status).toBe(201);
     expect((await one()).consumers_total_count).toBe(1);
-    expect((await one()).consumers[0]).toMatchObject({ type: "http_pull", consumer_id: consumer.json.result.consumer_id });
+    expect((await one()).consumers[0]).toMatchObject({
+      type: "http_pull",
+      consumer_id: consumer.json.result.consumer_id,
+    });
     await api("DELETE", `${queuePath("zz-real")}/consumers/${consumer.json.result.consumer_id}`);
     expect((await one()).consumers_total_count).toBe(0);
   });

@@ -11,7 +11,11 @@ describe("queue management over HTTP", () => {
     expect(res.json.errors).toEqual([]);
     expect(res.json.result.queue_name).toBe("orders");
     expect(res.json.result.queue_id).toMatch(/^[0-9a-f]{32}$/);
-    expect(res.json.result.settings).toEqual({ delivery_delay: 0, delivery_paused: false, message_retention_period: 345600 });
+    expect(res.json.result.settings).toEqual({
+      delivery_delay: 0,
+      delivery_paused: false,
+      message_retention_period: 345600,
+    });
   });
 
   it("refuses a second queue with the same name (409)", async () => {
@@ -22,7 +26,10 @@ describe("queue management over HTTP", () => {
   });
 
   it("lets exactly one of two concurrent creates of a name win", async () => {
-    const [a, b] = await Promise.all([api("POST", queuesPath(), { queue_name: "race" }), api("POST", queuesPath(), { queue_name: "race" })]);
+    const [a, b] = await Promise.all([
+      api("POST", queuesPath(), { queue_name: "race" }),
+      api("POST", queuesPath(), { queue_name: "race" }),
+    ]);
     expect([a.status, b.status].sort()).toEqual([201, 409]);
     const list = await api("GET", `${queuesPath()}?per_page=100`);
     expect(list.json.result.filter((q: { queue_name: string }) => q.queue_name === "race")).toHaveLength(1);
@@ -45,7 +52,11 @@ describe("queue management over HTTP", () => {
     [{ queue_name: 7 }, "queue_name", "must be a string"],
     [{ queue_name: "ok-name", extra: 1 }, "extra", "not a known field"],
     [{ queue_name: "ok-name", settings: { delivery_delay: 86401 } }, "settings.delivery_delay", "at most 86400"],
-    [{ queue_name: "ok-name", settings: { message_retention_period: 59 } }, "settings.message_retention_period", "at least 60"],
+    [
+      { queue_name: "ok-name", settings: { message_retention_period: 59 } },
+      "settings.message_retention_period",
+      "at least 60",
+    ],
     [{ queue_name: "ok-name", settings: { delivery_paused: "yes" } }, "settings.delivery_paused", "true or false"],
   ])("refuses a bad create body %j with a 400 naming %s", async (body, field, text) => {
     const res = await api("POST", queuesPath(), body);
@@ -71,7 +82,11 @@ describe("queue management over HTTP", () => {
     expect(names).toEqual(expect.arrayContaining(["list-a", "list-b", "list-c"]));
     const page = await api("GET", `${queuesPath()}?per_page=1&page=2`);
     expect(page.json.result).toHaveLength(1);
-    expect(page.json.result_info).toMatchObject({ page: 2, per_page: 1, total_count: all.json.result_info!.total_count });
+    expect(page.json.result_info).toMatchObject({
+      page: 2,
+      per_page: 1,
+      total_count: all.json.result_info!.total_count,
+    });
     const bad = await api("GET", `${queuesPath()}?per_page=1000`);
     expect(bad.status).toBe(400);
     expect(bad.json.errors[0].field).toBe("query.per_page");
@@ -89,7 +104,9 @@ describe("queue management over HTTP", () => {
     expect(none.json.result).toEqual([]);
     expect(none.json.result_info).toMatchObject({ count: 0, total_count: 0 });
     // Another account's queue of that name is not this account's.
-    expect((await api("GET", `${queuesPath("other")}?name=named-b`, undefined, { token: OTHER_TOKEN })).json.result).toEqual([]);
+    expect(
+      (await api("GET", `${queuesPath("other")}?name=named-b`, undefined, { token: OTHER_TOKEN })).json.result,
+    ).toEqual([]);
     const twice = await api("GET", `${queuesPath()}?name=named-a&name=named-b`);
     expect(twice.status).toBe(400);
     expect(twice.json.errors[0].field).toBe("query.name");
@@ -101,7 +118,11 @@ describe("queue management over HTTP", () => {
     expect(before?.version).toBe(1);
     const res = await api("PATCH", queuePath("settings"), { settings: { delivery_delay: 30, delivery_paused: true } });
     expect(res.status).toBe(200);
-    expect(res.json.result.settings).toEqual({ delivery_delay: 30, delivery_paused: true, message_retention_period: 345600 });
+    expect(res.json.result.settings).toEqual({
+      delivery_delay: 30,
+      delivery_paused: true,
+      message_retention_period: 345600,
+    });
     expect((await api("GET", queuePath(q.queue_id))).json.result.settings.delivery_delay).toBe(30);
   });
 
@@ -138,7 +159,10 @@ describe("queue management over HTTP", () => {
   it("refuses to delete a queue that is a consumer's dead-letter queue (409 naming the consumer and its queue), by name or id, until the consumer lets it go", async () => {
     const dlq = await createQueue("held-dlq");
     await createQueue("held-source");
-    const consumer = await api("POST", `${queuePath("held-source")}/consumers`, { type: "http_pull", dead_letter_queue: "held-dlq" });
+    const consumer = await api("POST", `${queuePath("held-source")}/consumers`, {
+      type: "http_pull",
+      dead_letter_queue: "held-dlq",
+    });
     expect(consumer.status).toBe(201);
     await api("POST", `${queuePath("held-dlq")}/messages`, { body: "dead letter" });
     for (const ref of ["held-dlq", dlq.queue_id]) {
@@ -150,9 +174,13 @@ describe("queue management over HTTP", () => {
     }
     expect((await api("GET", `${queuePath("held-dlq")}/metrics`)).json.result.backlog_count).toBe(1);
     // Named by id, it is held all the same.
-    await api("PATCH", `${queuePath("held-source")}/consumers/${consumer.json.result.consumer_id}`, { dead_letter_queue: dlq.queue_id });
+    await api("PATCH", `${queuePath("held-source")}/consumers/${consumer.json.result.consumer_id}`, {
+      dead_letter_queue: dlq.queue_id,
+    });
     expect((await api("DELETE", queuePath("held-dlq"))).status).toBe(409);
-    await api("PATCH", `${queuePath("held-source")}/consumers/${consumer.json.result.consumer_id}`, { dead_letter_queue: null });
+    await api("PATCH", `${queuePath("held-source")}/consumers/${consumer.json.result.consumer_id}`, {
+      dead_letter_queue: null,
+    });
     expect((await api("DELETE", queuePath("held-dlq"))).status).toBe(200);
     expect((await api("GET", queuePath("held-dlq"))).status).toBe(404);
   });

@@ -55,11 +55,13 @@ describe("rate limits per account and per queue", () => {
     const a = `rl-q-${unique()}`;
     const vars = tenants(a);
     const setup = withLimits(vars, false);
-    for (const q of ["busy", "calm"]) expect((await call(setup, a, "POST", queuesPath(a), { queue_name: q })).status).toBe(201);
+    for (const q of ["busy", "calm"])
+      expect((await call(setup, a, "POST", queuesPath(a), { queue_name: q })).status).toBe(201);
 
     const limited = withLimits(vars);
     const answers = [];
-    for (let i = 0; i < 2 * QUEUE_LIMIT + 1; i++) answers.push(await call(limited, a, "POST", `${queuePath("busy", a)}/messages`, { body: i }));
+    for (let i = 0; i < 2 * QUEUE_LIMIT + 1; i++)
+      answers.push(await call(limited, a, "POST", `${queuePath("busy", a)}/messages`, { body: i }));
     const refused = answers.filter((r) => r.status === 429);
     expect(refused.length).toBeGreaterThan(0);
     for (const r of refused) {
@@ -77,13 +79,16 @@ describe("rate limits per account and per queue", () => {
     const vars = tenants(noisy, quiet);
     const setup = withLimits(vars, false);
     const queues = Array.from({ length: 7 }, (_, i) => `q${i}`);
-    for (const q of queues) expect((await call(setup, noisy, "POST", queuesPath(noisy), { queue_name: q })).status).toBe(201);
+    for (const q of queues)
+      expect((await call(setup, noisy, "POST", queuesPath(noisy), { queue_name: q })).status).toBe(201);
     expect((await call(setup, quiet, "POST", queuesPath(quiet), { queue_name: "q0" })).status).toBe(201);
 
     const limited = withLimits(vars);
     // Three calls per queue stay within each queue's limit; 21 in all pass the account's twice.
     const answers = [];
-    for (const q of queues) for (let i = 0; i < QUEUE_LIMIT; i++) answers.push(await call(limited, noisy, "POST", `${queuePath(q, noisy)}/messages`, { body: i }));
+    for (const q of queues)
+      for (let i = 0; i < QUEUE_LIMIT; i++)
+        answers.push(await call(limited, noisy, "POST", `${queuePath(q, noisy)}/messages`, { body: i }));
     expect(answers.length).toBeGreaterThan(2 * ACCOUNT_LIMIT);
     const refused = answers.filter((r) => r.status === 429);
     expect(refused.length).toBeGreaterThan(0);
@@ -96,10 +101,12 @@ describe("rate limits per account and per queue", () => {
     expect(stored).toBe(answers.filter((r) => r.status === 200).length);
     // Any route, not only sends: the account is over its rate.
     const listing = [];
-    for (let i = 0; i <= ACCOUNT_LIMIT; i++) listing.push((await call(limited, noisy, "GET", queuesPath(noisy))).status);
+    for (let i = 0; i <= ACCOUNT_LIMIT; i++)
+      listing.push((await call(limited, noisy, "GET", queuesPath(noisy))).status);
     expect(listing).toContain(429);
     // The quiet tenant is served as if nothing happened.
-    for (let i = 0; i < QUEUE_LIMIT; i++) expect((await call(limited, quiet, "POST", `${queuePath("q0", quiet)}/messages`, { body: i })).status).toBe(200);
+    for (let i = 0; i < QUEUE_LIMIT; i++)
+      expect((await call(limited, quiet, "POST", `${queuePath("q0", quiet)}/messages`, { body: i })).status).toBe(200);
   });
 
   it("counts producer-binding sends too: past the limit send() and sendBatch() throw, storing nothing", async () => {
@@ -114,7 +121,10 @@ describe("rate limits per account and per queue", () => {
     const errors: string[] = [];
     for (let i = 0; i < 2 * QUEUE_LIMIT + 1; i++) {
       try {
-        sent += i % 2 === 0 ? (await producer.send(i), 1) : (await producer.sendBatch([{ body: i }, { body: -i }])).messageIds.length;
+        sent +=
+          i % 2 === 0
+            ? (await producer.send(i), 1)
+            : (await producer.sendBatch([{ body: i }, { body: -i }])).messageIds.length;
       } catch (err) {
         errors.push((err as Error).message);
       }
@@ -137,16 +147,23 @@ describe("rate limits per account and per queue", () => {
         return { success: counts.get(key)! <= QUEUE_LIMIT };
       },
     } as unknown as RateLimit;
-    const limited = { ...withLimits(vars), QUEUE_RATE_LIMITER: counting, ACCOUNT_RATE_LIMITER: { limit: async () => ({ success: true }) } } as unknown as Env;
+    const limited = {
+      ...withLimits(vars),
+      QUEUE_RATE_LIMITER: counting,
+      ACCOUNT_RATE_LIMITER: { limit: async () => ({ success: true }) },
+    } as unknown as Env;
     const byName = [];
-    for (let i = 0; i < QUEUE_LIMIT; i++) byName.push((await call(limited, a, "POST", `${queuePath("either", a)}/messages`, { body: i })).status);
+    for (let i = 0; i < QUEUE_LIMIT; i++)
+      byName.push((await call(limited, a, "POST", `${queuePath("either", a)}/messages`, { body: i })).status);
     expect(byName).toEqual(Array(QUEUE_LIMIT).fill(200));
     const byId = await call(limited, a, "POST", `${queuePath(queue.queue_id, a)}/messages`, { body: "by id" });
     expect(byId.status).toBe(429);
     expect(byId.json.errors[0].field).toBe("queue");
     const ctx = createExecutionContext();
     Object.defineProperty(ctx, "props", { value: { account: a, queue: queue.queue_id } });
-    await expect(new QueueProducer(ctx, limited).send("through the binding, by id")).rejects.toThrow(/over its request rate/);
+    await expect(new QueueProducer(ctx, limited).send("through the binding, by id")).rejects.toThrow(
+      /over its request rate/,
+    );
     expect(await backlogOf(setup, a, "either")).toBe(QUEUE_LIMIT);
     expect(counts.size).toBe(1);
   });
@@ -157,8 +174,10 @@ describe("rate limits per account and per queue", () => {
     const broken = { limit: () => Promise.reject(new Error("limiter down")) } as unknown as RateLimit;
     const failing = { ...withLimits(vars), ACCOUNT_RATE_LIMITER: broken, QUEUE_RATE_LIMITER: broken } as Env;
     expect((await call(failing, a, "POST", queuesPath(a), { queue_name: "open" })).status).toBe(201);
-    for (let i = 0; i < 2 * QUEUE_LIMIT + 1; i++) expect((await call(failing, a, "POST", `${queuePath("open", a)}/messages`, { body: i })).status).toBe(200);
+    for (let i = 0; i < 2 * QUEUE_LIMIT + 1; i++)
+      expect((await call(failing, a, "POST", `${queuePath("open", a)}/messages`, { body: i })).status).toBe(200);
     const off = withLimits(vars, false);
-    for (let i = 0; i < 2 * QUEUE_LIMIT + 1; i++) expect((await call(off, a, "POST", `${queuePath("open", a)}/messages`, { body: i })).status).toBe(200);
+    for (let i = 0; i < 2 * QUEUE_LIMIT + 1; i++)
+      expect((await call(off, a, "POST", `${queuePath("open", a)}/messages`, { body: i })).status).toBe(200);
   });
 });

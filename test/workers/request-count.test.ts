@@ -14,7 +14,11 @@ const REQUESTS = `/accounts/${ACCOUNT}/test-hooks/requests`;
 /** GET the route as the bench does, with the hooks on (the workers pool's config leaves them off). */
 async function readRoute(path = REQUESTS): Promise<{ status: number; json: any }> {
   const ctx = createExecutionContext();
-  const res = await worker.fetch!(new Request(`${BASE}${path}`, { headers: { authorization: `Bearer ${TOKEN}` } }) as any, { ...env, SHARDQ_TEST_HOOKS: "on" } as any, ctx);
+  const res = await worker.fetch!(
+    new Request(`${BASE}${path}`, { headers: { authorization: `Bearer ${TOKEN}` } }) as any,
+    { ...env, SHARDQ_TEST_HOOKS: "on" } as any,
+    ctx,
+  );
   await waitOnExecutionContext(ctx);
   return { status: res.status, json: await res.json() };
 }

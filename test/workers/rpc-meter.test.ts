@@ -84,8 +84,29 @@ describe("the objects' RPCs through workerd", () => {
     const coordinator = coordinatorFor(env, q.queue_id);
     const shard = (await coordinator.shardMap())!.shards[0]!.name;
     const beat: StorageHeartbeat = {
-      shard, state: "active", backlogCount: 0, backlogBytes: 0, oldestEnqueuedAt: null, messagesIn: 0, messagesOut: 0, refusals: 0, leasedNow: 0, periodMs: 5000, sentAt: Date.now(),
-      totals: { stored: 0, leased: 0, acked: 0, retried: 0, deadLettered: 0, dropped: 0, expired: 0, quarantined: 0, purged: 0, cancelled: 0 },
+      shard,
+      state: "active",
+      backlogCount: 0,
+      backlogBytes: 0,
+      oldestEnqueuedAt: null,
+      messagesIn: 0,
+      messagesOut: 0,
+      refusals: 0,
+      leasedNow: 0,
+      periodMs: 5000,
+      sentAt: Date.now(),
+      totals: {
+        stored: 0,
+        leased: 0,
+        acked: 0,
+        retried: 0,
+        deadLettered: 0,
+        dropped: 0,
+        expired: 0,
+        quarantined: 0,
+        purged: 0,
+        cancelled: 0,
+      },
       cost: { rpcs: 0, rowsWritten: 0 },
     };
     const before = await coordinator.costFigures();
@@ -133,7 +154,16 @@ describe("the objects' RPCs through workerd", () => {
       const target = { shard: 0, limit: 10, maxWaitMs: 0, leaseMs: 30_000 };
       const leased = deps.lease(target);
       expect(leased.messages).toHaveLength(1);
-      deps.settle(target, { acks: leased.messages.map((m) => ({ id: m.id, leaseId: m.leaseId })), retries: [], deadLettered: [], dropped: [] }, false);
+      deps.settle(
+        target,
+        {
+          acks: leased.messages.map((m) => ({ id: m.id, leaseId: m.leaseId })),
+          retries: [],
+          deadLettered: [],
+          dropped: [],
+        },
+        false,
+      );
     });
     const stats = await shard.stats();
     expect(stats.backlogCount).toBe(0);

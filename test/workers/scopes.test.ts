@@ -25,7 +25,12 @@ describe("tokens that are missing, malformed, wrong or revoked: 401", () => {
     ["Basic credentials", null, { authorization: "Basic dXNlcjpwYXNz" }, "malformed"],
     ["an empty bearer", null, { authorization: "Bearer " }, "malformed"],
     ["two tokens", null, { authorization: `Bearer ${TOKEN} ${TOKEN}` }, "malformed"],
-    ["a token with a tab inside", null, { authorization: `Bearer ${TOKEN.slice(0, 5)}\t${TOKEN.slice(5)}` }, "malformed"],
+    [
+      "a token with a tab inside",
+      null,
+      { authorization: `Bearer ${TOKEN.slice(0, 5)}\t${TOKEN.slice(5)}` },
+      "malformed",
+    ],
     ["a token in the wrong case", TOKEN.toUpperCase(), undefined, "invalid"],
     ["a token with one character more", `${TOKEN}x`, undefined, "invalid"],
     ["an unknown token", "not-a-token", undefined, "invalid"],
@@ -55,10 +60,19 @@ describe("tokens that are missing, malformed, wrong or revoked: 401", () => {
 });
 
 /** Like api(), for routes whose success is not JSON (GET /metrics answers in Prometheus' text format). */
-async function call(method: string, path: string, body: unknown, token: string): Promise<{ status: number; json: Envelope | null }> {
+async function call(
+  method: string,
+  path: string,
+  body: unknown,
+  token: string,
+): Promise<{ status: number; json: Envelope | null }> {
   const headers: Record<string, string> = { authorization: `Bearer ${token}` };
   if (body !== undefined) headers["content-type"] = "application/json";
-  const res = await SELF.fetch(`${BASE}${path}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  const res = await SELF.fetch(`${BASE}${path}`, {
+    method,
+    headers,
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
   if (!res.headers.get("content-type")?.includes("json")) {
     await res.text();
     return { status: res.status, json: null };
@@ -111,7 +125,15 @@ function routes(q: string): Array<{ method: string; path: string; body?: unknown
     const { body, query = "", ghost } = sample[route.operationId] ?? {};
     const ids: Record<string, string> = { account_id: "local", queue: ghost ? "scopes-ghost" : q };
     const path = route.path.replace(/\{(\w+)\}/g, (_, name: string) => ids[name] ?? GHOST_ID) + query;
-    return [{ method: route.method, path, body, scopes: [...route.access], status: route.answer.kind === "unsupported" ? 501 : undefined }];
+    return [
+      {
+        method: route.method,
+        path,
+        body,
+        scopes: [...route.access],
+        status: route.answer.kind === "unsupported" ? 501 : undefined,
+      },
+    ];
   });
 }
 
@@ -122,9 +144,16 @@ describe("no token: 401 on every route but GET and HEAD /healthz and /openapi.js
     expect(open).toEqual(["GET /healthz", "HEAD /healthz", "GET /openapi.json", "HEAD /openapi.json"]);
     const sample = samples("scopes-table");
     for (const route of ROUTES.filter((r) => r.body?.required)) {
-      expect(sample[route.operationId]?.body, `${route.method} ${route.path} needs a body: add one to samples()`).toBeDefined();
+      expect(
+        sample[route.operationId]?.body,
+        `${route.method} ${route.path} needs a body: add one to samples()`,
+      ).toBeDefined();
     }
-    for (const id of Object.keys(sample)) expect(ROUTES.map((r) => r.operationId), `samples() names ${id}`).toContain(id);
+    for (const id of Object.keys(sample))
+      expect(
+        ROUTES.map((r) => r.operationId),
+        `samples() names ${id}`,
+      ).toContain(id);
   });
 
   it("refuses a request without a token on every other route, storing nothing", async () => {
@@ -165,7 +194,9 @@ describe("tokens with less scope: 403 on every route they must not reach", () =>
         expect(res.status, `${r.method} ${r.path}`).toBe(403);
         expect(res.json).toMatchObject({ success: false, result: null });
         expect(res.json!.errors[0].field).toBe("authorization");
-        expect(res.json!.errors[0].message).toContain(r.scopes.length === 1 ? `"${r.scopes[0]}" scope` : "one of the scopes");
+        expect(res.json!.errors[0].message).toContain(
+          r.scopes.length === 1 ? `"${r.scopes[0]}" scope` : "one of the scopes",
+        );
       }
     }
     // Refused sends stored nothing; refused admin calls changed nothing.
@@ -197,7 +228,10 @@ describe("tokens with less scope: 403 on every route they must not reach", () =>
 
 describe("one account's token against another's queue, message id or lease id: 404, nothing disclosed", () => {
   /** The answer for something that does not exist, with the reference it echoes taken out. */
-  const shape = (res: { status: number; json: { errors: Array<{ code: number; field?: string; message: string }> } }, ref: string) => ({
+  const shape = (
+    res: { status: number; json: { errors: Array<{ code: number; field?: string; message: string }> } },
+    ref: string,
+  ) => ({
     status: res.status,
     code: res.json.errors[0]!.code,
     field: res.json.errors[0]!.field,
@@ -211,7 +245,10 @@ describe("one account's token against another's queue, message id or lease id: 4
     await api("POST", `${queuePath("iso-theirs", "other")}/consumers`, { type: "http_pull" }, { token: OTHER_TOKEN });
     await api("POST", `${queuePath("iso-theirs", "other")}/messages`, { body: "secret" }, { token: OTHER_TOKEN });
 
-    for (const [ref, missing] of [["iso-theirs", "iso-never-made"], [theirId, GHOST_ID]] as const) {
+    for (const [ref, missing] of [
+      ["iso-theirs", "iso-never-made"],
+      [theirId, GHOST_ID],
+    ] as const) {
       for (const r of routes(ref).filter((x) => x.path.startsWith(queuePath(ref)))) {
         // With my own account in the path: their queue is no queue of mine.
         const mine = await api(r.method, r.path, r.body);
@@ -227,58 +264,90 @@ describe("one account's token against another's queue, message id or lease id: 4
     // Their queue kept its message and its consumer.
     const metrics = await api("GET", `${queuePath("iso-theirs", "other")}/metrics`, undefined, { token: OTHER_TOKEN });
     expect(metrics.json.result.backlog_count).toBe(1);
-    expect((await api("GET", `${queuePath("iso-theirs", "other")}/consumers`, undefined, { token: OTHER_TOKEN })).json.result).toHaveLength(1);
+    expect(
+      (await api("GET", `${queuePath("iso-theirs", "other")}/consumers`, undefined, { token: OTHER_TOKEN })).json
+        .result,
+    ).toHaveLength(1);
   });
 
   it("answers another account's message id as a message that does not exist, and cannot cancel it", async () => {
     // Both accounts have a queue of this name; only theirs holds the message.
     await createQueue("iso-msg");
-    expect((await api("POST", queuesPath("other"), { queue_name: "iso-msg" }, { token: OTHER_TOKEN })).status).toBe(201);
-    const id = (await api("POST", `${queuePath("iso-msg", "other")}/messages`, { body: "theirs" }, { token: OTHER_TOKEN })).json.result.message_id as string;
+    expect((await api("POST", queuesPath("other"), { queue_name: "iso-msg" }, { token: OTHER_TOKEN })).status).toBe(
+      201,
+    );
+    const id = (
+      await api("POST", `${queuePath("iso-msg", "other")}/messages`, { body: "theirs" }, { token: OTHER_TOKEN })
+    ).json.result.message_id as string;
     const found = await api("GET", `${queuePath("iso-msg")}/messages/${id}`);
     const ghost = await api("GET", `${queuePath("iso-msg")}/messages/${GHOST_ID}`);
     expect(found.status).toBe(404);
     expect(shape(found, id)).toEqual(shape(ghost, GHOST_ID));
     const cancel = await api("DELETE", `${queuePath("iso-msg")}/messages/${id}`);
-    expect(shape(cancel, id)).toEqual(shape(await api("DELETE", `${queuePath("iso-msg")}/messages/${GHOST_ID}`), GHOST_ID));
+    expect(shape(cancel, id)).toEqual(
+      shape(await api("DELETE", `${queuePath("iso-msg")}/messages/${GHOST_ID}`), GHOST_ID),
+    );
     expect((await api("GET", `${queuePath("iso-msg", "other")}/messages/${id}`)).status).toBe(404);
-    expect((await api("GET", `${queuePath("iso-msg", "other")}/messages/${id}`, undefined, { token: OTHER_TOKEN })).json.result.state).toBe("ready");
+    expect(
+      (await api("GET", `${queuePath("iso-msg", "other")}/messages/${id}`, undefined, { token: OTHER_TOKEN })).json
+        .result.state,
+    ).toBe("ready");
   });
 
   it("gives another account's lease id the warning a lease of another queue gets, acking and extending nothing", async () => {
-    for (const [account, token] of [["local", TOKEN], ["other", OTHER_TOKEN]] as const) {
+    for (const [account, token] of [
+      ["local", TOKEN],
+      ["other", OTHER_TOKEN],
+    ] as const) {
       if (account === "local") await createQueue("iso-lease");
       else expect((await api("POST", queuesPath(account), { queue_name: "iso-lease" }, { token })).status).toBe(201);
-      expect((await api("POST", `${queuePath("iso-lease", account)}/consumers`, { type: "http_pull" }, { token })).status).toBe(201);
+      expect(
+        (await api("POST", `${queuePath("iso-lease", account)}/consumers`, { type: "http_pull" }, { token })).status,
+      ).toBe(201);
       await api("POST", `${queuePath("iso-lease", account)}/messages`, { body: account }, { token });
     }
     await createQueue("iso-lease-sibling");
     await api("POST", `${queuePath("iso-lease-sibling")}/consumers`, { type: "http_pull" });
     await api("POST", `${queuePath("iso-lease-sibling")}/messages`, { body: "sibling" });
     const pullOne = async (q: string, account: string, token: string) =>
-      (await api("POST", `${queuePath(q, account)}/messages/pull`, { batch_size: 1 }, { token })).json.result.messages[0].lease_id as string;
+      (await api("POST", `${queuePath(q, account)}/messages/pull`, { batch_size: 1 }, { token })).json.result
+        .messages[0].lease_id as string;
     const theirs = await pullOne("iso-lease", "other", OTHER_TOKEN);
     const sibling = await pullOne("iso-lease-sibling", "local", TOKEN);
 
-    const acked = await api("POST", `${queuePath("iso-lease")}/messages/ack`, { acks: [{ lease_id: theirs }, { lease_id: sibling }] });
+    const acked = await api("POST", `${queuePath("iso-lease")}/messages/ack`, {
+      acks: [{ lease_id: theirs }, { lease_id: sibling }],
+    });
     expect(acked.status).toBe(200);
     expect(acked.json.result.ackCount).toBe(0);
     // Word for word what a lease of my own other queue gets: nothing says "another account".
     expect(acked.json.result.warnings[theirs]).toBe(acked.json.result.warnings[sibling]);
-    const extended = await api("POST", `${queuePath("iso-lease")}/messages/extend`, { lease_ids: [theirs], visibility_timeout_ms: 60_000 });
+    const extended = await api("POST", `${queuePath("iso-lease")}/messages/extend`, {
+      lease_ids: [theirs],
+      visibility_timeout_ms: 60_000,
+    });
     expect(extended.json.result.extended).toBe(0);
     // Through their account's path: 404, before any lease is looked at.
-    const cross = await api("POST", `${queuePath("iso-lease", "other")}/messages/ack`, { acks: [{ lease_id: theirs }] });
+    const cross = await api("POST", `${queuePath("iso-lease", "other")}/messages/ack`, {
+      acks: [{ lease_id: theirs }],
+    });
     expect(cross.status).toBe(404);
     expect(cross.json.errors[0].field).toBe("account_id");
     // Their message is still theirs, still leased: their own ack works.
-    const own = await api("POST", `${queuePath("iso-lease", "other")}/messages/ack`, { acks: [{ lease_id: theirs }] }, { token: OTHER_TOKEN });
+    const own = await api(
+      "POST",
+      `${queuePath("iso-lease", "other")}/messages/ack`,
+      { acks: [{ lease_id: theirs }] },
+      { token: OTHER_TOKEN },
+    );
     expect(own.json.result.ackCount).toBe(1);
   });
 
   it("lets two accounts have queues of the same name, each its own, and lists only the token's", async () => {
     await createQueue("iso-shared-name");
-    expect((await api("POST", queuesPath("other"), { queue_name: "iso-shared-name" }, { token: OTHER_TOKEN })).status).toBe(201);
+    expect(
+      (await api("POST", queuesPath("other"), { queue_name: "iso-shared-name" }, { token: OTHER_TOKEN })).status,
+    ).toBe(201);
     await api("POST", `${queuePath("iso-shared-name", "other")}/messages`, { body: "theirs" }, { token: OTHER_TOKEN });
     expect(await backlog("iso-shared-name")).toBe(0);
     const list = await api("GET", `${queuesPath("other")}?per_page=100`, undefined, { token: OTHER_TOKEN });

@@ -21,10 +21,19 @@ async function shardAt(name: string) {
   return shard;
 }
 
-const leaseAll = (limit = 100): LeaseRequest => ({ queueId: QUEUE, limit, leaseMs: 30_000, maxWaitMs: 0, retentionMs: 1e12 });
+const leaseAll = (limit = 100): LeaseRequest => ({
+  queueId: QUEUE,
+  limit,
+  leaseMs: 30_000,
+  maxWaitMs: 0,
+  retentionMs: 1e12,
+});
 
 async function segmentCount(shard: DurableObjectStub<StorageShard>): Promise<number> {
-  return runInDurableObject(shard, (_o: StorageShard, state) => state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM segments").one().n);
+  return runInDurableObject(
+    shard,
+    (_o: StorageShard, state) => state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM segments").one().n,
+  );
 }
 
 describe("segments", () => {
@@ -34,7 +43,11 @@ describe("segments", () => {
     if (!r.ok) throw new Error("refused");
     expect(r.ids).toHaveLength(3);
     const places = r.ids.map((id) => locate(id)!);
-    expect(places.map((p) => [p.shard, p.slot])).toEqual([[7, 0], [7, 1], [7, 2]]);
+    expect(places.map((p) => [p.shard, p.slot])).toEqual([
+      [7, 0],
+      [7, 1],
+      [7, 2],
+    ]);
     expect(new Set(places.map((p) => p.seg)).size).toBe(1);
     // Ids still sort by the time they were made; a lone send goes into the open head, after its last slot.
     const later = await shard.append({ queueId: QUEUE, messages: [fresh("d")] });
@@ -51,7 +64,9 @@ describe("segments", () => {
     expect(again).toMatchObject({ ok: true, stored: 0, duplicates: 2 });
     expect(first.ok && again.ok && again.ids).toEqual(first.ok && first.ids);
     // Another batch's token, or a first try, stores.
-    expect(await shard.append({ queueId: QUEUE, messages: batch, batch: "tok-2", dedupe: true })).toMatchObject({ stored: 2 });
+    expect(await shard.append({ queueId: QUEUE, messages: batch, batch: "tok-2", dedupe: true })).toMatchObject({
+      stored: 2,
+    });
     expect((await shard.stats()).backlogCount).toBe(4);
   });
 
@@ -59,10 +74,17 @@ describe("segments", () => {
     const shard = await shardAt("seg-lookup");
     const ids: string[] = [];
     for (let i = 0; i < 200; i++) {
-      const r = await shard.append({ queueId: QUEUE, messages: Array.from({ length: 20 }, (_, j) => fresh(`m${i}.${j}`)) });
+      const r = await shard.append({
+        queueId: QUEUE,
+        messages: Array.from({ length: 20 }, (_, j) => fresh(`m${i}.${j}`)),
+      });
       if (r.ok) ids.push(...r.ids);
     }
-    await shard.append({ queueId: QUEUE, messages: [{ ...fresh("chosen"), id: "c0ffee".padStart(32, "0") }], remember: true });
+    await shard.append({
+      queueId: QUEUE,
+      messages: [{ ...fresh("chosen"), id: "c0ffee".padStart(32, "0") }],
+      remember: true,
+    });
     // Rows read by `fn`, less those the stats() call that reads the figure reads itself.
     const rowsRead = async (fn: () => Promise<unknown>) => {
       const before = (await shard.stats()).cost.rowsRead!;
@@ -79,7 +101,13 @@ describe("segments", () => {
 
     // A retry rewrites the message elsewhere: its id still finds it, through the index.
     const first = (await shard.lease(leaseAll(20))).messages;
-    await shard.settle({ queueId: QUEUE, acks: [], retries: [{ id: first[0]!.id, leaseId: first[0]!.leaseId, delayMs: 60_000 }], deadLettered: [], dropped: [] });
+    await shard.settle({
+      queueId: QUEUE,
+      acks: [],
+      retries: [{ id: first[0]!.id, leaseId: first[0]!.leaseId, delayMs: 60_000 }],
+      deadLettered: [],
+      dropped: [],
+    });
     expect(await shard.findMessage(QUEUE, first[0]!.id)).toMatchObject({ state: "delayed", attempts: 1 });
     expect(await rowsRead(() => shard.findMessage(QUEUE, first[0]!.id))).toBeLessThanOrEqual(6);
     // Cancelled where it lives now; its old place settled long ago.
@@ -96,7 +124,13 @@ describe("segments", () => {
     const got = (await shard.lease(leaseAll())).messages;
     expect(got.map((m) => new TextDecoder().decode(m.body))).toEqual(["aa", "cc"]);
     expect((await shard.stats()).totals.quarantined).toBe(1);
-    await shard.settle({ queueId: QUEUE, acks: got.map((m) => ({ id: m.id, leaseId: m.leaseId })), retries: [], deadLettered: [], dropped: [] });
+    await shard.settle({
+      queueId: QUEUE,
+      acks: got.map((m) => ({ id: m.id, leaseId: m.leaseId })),
+      retries: [],
+      deadLettered: [],
+      dropped: [],
+    });
     expect(await segmentCount(shard)).toBe(0);
     expect((await shard.stats()).backlogCount).toBe(0);
   });
@@ -117,7 +151,13 @@ describe("segments", () => {
     const shard = await shardAt("seg-retry");
     const r = await shard.append({ queueId: QUEUE, messages: [fresh("x"), fresh("y")] });
     const [x, y] = (await shard.lease(leaseAll())).messages;
-    await shard.settle({ queueId: QUEUE, acks: [{ id: y!.id, leaseId: y!.leaseId }], retries: [{ id: x!.id, leaseId: x!.leaseId, delayMs: 0 }], deadLettered: [], dropped: [] });
+    await shard.settle({
+      queueId: QUEUE,
+      acks: [{ id: y!.id, leaseId: y!.leaseId }],
+      retries: [{ id: x!.id, leaseId: x!.leaseId, delayMs: 0 }],
+      deadLettered: [],
+      dropped: [],
+    });
     // The first segment is settled whole (x moved on, y acked) and deleted; x lives in a new one.
     expect(await segmentCount(shard)).toBe(1);
     const again = (await shard.lease(leaseAll())).messages;
@@ -132,7 +172,13 @@ describe("segments", () => {
       obj.clock = new ManualClock(later);
     });
     await shard.append({ queueId: QUEUE, messages: [fresh("z")] });
-    await shard.settle({ queueId: QUEUE, acks: [{ id: again[0]!.id, leaseId: again[0]!.leaseId }], retries: [], deadLettered: [], dropped: [] });
+    await shard.settle({
+      queueId: QUEUE,
+      acks: [{ id: again[0]!.id, leaseId: again[0]!.leaseId }],
+      retries: [],
+      deadLettered: [],
+      dropped: [],
+    });
     // Gone with its segment: the oldest is the next message, read again rather than remembered.
     expect((await shard.stats()).oldestEnqueuedAt).toBe(later);
     expect((await shard.stats()).backlogCount).toBe(1);

@@ -71,7 +71,15 @@ describe("the figures a send answers with", () => {
     const [a, b] = map.shards.map((s) => s.name) as [string, string];
     // Four messages on b, which then drains: sends go to a, and b's messages still count.
     const body = new TextEncoder().encode('"y"');
-    await storageShardFor(env, b).append({ queueId: q.queue_id, messages: Array.from({ length: 4 }, () => ({ body, contentType: "json" as const, delayMs: 0, checksum: crc32(body) })) });
+    await storageShardFor(env, b).append({
+      queueId: q.queue_id,
+      messages: Array.from({ length: 4 }, () => ({
+        body,
+        contentType: "json" as const,
+        delayMs: 0,
+        checksum: crc32(body),
+      })),
+    });
     await coordinator.setShardState(b, "draining");
     await findQueue(env, ACCOUNT, "figures-two-shards", { current: true });
     // The first send: this isolate has no word of b yet, and reads the Coordinator (which has no report of it yet).

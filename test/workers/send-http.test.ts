@@ -66,15 +66,27 @@ describe("sending over HTTP", () => {
 
   it("refuses malformed JSON, a non-JSON content type and an empty body", async () => {
     await createQueue("http-malformed");
-    const broken = await api("POST", msgs("http-malformed"), undefined, { raw: '{"body": ', headers: { "content-type": "application/json" } });
+    const broken = await api("POST", msgs("http-malformed"), undefined, {
+      raw: '{"body": ',
+      headers: { "content-type": "application/json" },
+    });
     expect(broken.status).toBe(400);
     expect(broken.json.errors[0].message).toContain("malformed JSON");
-    const xml = await api("POST", msgs("http-malformed"), undefined, { raw: "<m/>", headers: { "content-type": "application/xml" } });
+    const xml = await api("POST", msgs("http-malformed"), undefined, {
+      raw: "<m/>",
+      headers: { "content-type": "application/xml" },
+    });
     expect(xml.status).toBe(415);
     expect(xml.json.errors[0].field).toBe("content-type");
-    const empty = await api("POST", msgs("http-malformed"), undefined, { raw: "", headers: { "content-type": "application/json" } });
+    const empty = await api("POST", msgs("http-malformed"), undefined, {
+      raw: "",
+      headers: { "content-type": "application/json" },
+    });
     expect(empty.status).toBe(400);
-    const badUtf8 = await api("POST", msgs("http-malformed"), undefined, { raw: new Uint8Array([0x7b, 0xff, 0xfe, 0x7d]), headers: { "content-type": "application/json" } });
+    const badUtf8 = await api("POST", msgs("http-malformed"), undefined, {
+      raw: new Uint8Array([0x7b, 0xff, 0xfe, 0x7d]),
+      headers: { "content-type": "application/json" },
+    });
     expect(badUtf8.status).toBe(400);
     expect(badUtf8.json.errors[0].message).toContain("UTF-8");
     expect(await backlog("http-malformed")).toBe(0);
@@ -88,7 +100,9 @@ describe("sending over HTTP", () => {
     expect(over.status).toBe(413);
     expect(over.json.errors[0].field).toBe("body");
 
-    const tooMany = await api("POST", batch("http-limits"), { messages: Array.from({ length: 101 }, (_, i) => ({ body: i })) });
+    const tooMany = await api("POST", batch("http-limits"), {
+      messages: Array.from({ length: 101 }, (_, i) => ({ body: i })),
+    });
     expect(tooMany.status).toBe(413);
     expect(tooMany.json.errors[0].field).toBe("messages");
 
@@ -101,7 +115,10 @@ describe("sending over HTTP", () => {
     expect(oneBad.status).toBe(413);
     expect(oneBad.json.errors[0].field).toBe("messages[1].body");
 
-    const huge = await api("POST", msgs("http-limits"), undefined, { raw: "x".repeat(1_100_000), headers: { "content-type": "application/json" } });
+    const huge = await api("POST", msgs("http-limits"), undefined, {
+      raw: "x".repeat(1_100_000),
+      headers: { "content-type": "application/json" },
+    });
     expect(huge.status).toBe(413);
     expect(await backlog("http-limits")).toBe(1);
   });
@@ -122,14 +139,35 @@ describe("sending over HTTP", () => {
 
   it("refuses a body it could not deliver as sent with a 400 naming it, storing nothing: a lone surrogate in text, a number past a double", async () => {
     await createQueue("http-faithful");
-    const raw = (path: string, text: string) => api("POST", path, undefined, { raw: text, headers: { "content-type": "application/json" } });
+    const raw = (path: string, text: string) =>
+      api("POST", path, undefined, { raw: text, headers: { "content-type": "application/json" } });
     const cases: Array<[string, string, string, RegExp]> = [
-      [msgs("http-faithful"), '{"body":"a\\ud800b","content_type":"text"}', "body", /lone surrogate \(U\+D800\) at index 1/],
-      [batch("http-faithful"), '{"messages":[{"body":"ok","content_type":"text"},{"body":"\\udfff","content_type":"text"}]}', "messages[1].body", /lone surrogate \(U\+DFFF\)/],
+      [
+        msgs("http-faithful"),
+        '{"body":"a\\ud800b","content_type":"text"}',
+        "body",
+        /lone surrogate \(U\+D800\) at index 1/,
+      ],
+      [
+        batch("http-faithful"),
+        '{"messages":[{"body":"ok","content_type":"text"},{"body":"\\udfff","content_type":"text"}]}',
+        "messages[1].body",
+        /lone surrogate \(U\+DFFF\)/,
+      ],
       [msgs("http-faithful"), '{"body":{"big":1e400}}', "body", /1e400/],
       [batch("http-faithful"), '{"messages":[{"body":1},{"body":[0,-1e400]}]}', "messages[1].body", /-1e400/],
-      [msgs("http-faithful"), '{"body":12345678901234567890}', "body", /12345678901234567890\b.*arrive as 12345678901234567000/],
-      [batch("http-faithful"), '{"messages":[{"body":{"n":[9007199254740993]}}]}', "messages[0].body", /9007199254740993/],
+      [
+        msgs("http-faithful"),
+        '{"body":12345678901234567890}',
+        "body",
+        /12345678901234567890\b.*arrive as 12345678901234567000/,
+      ],
+      [
+        batch("http-faithful"),
+        '{"messages":[{"body":{"n":[9007199254740993]}}]}',
+        "messages[0].body",
+        /9007199254740993/,
+      ],
       [msgs("http-faithful"), '{"body":{"tiny":1e-400}}', "body", /1e-400/],
     ];
     for (const [path, text, field, message] of cases) {
@@ -143,8 +181,12 @@ describe("sending over HTTP", () => {
 
   it("delivers as sent what JSON carries: a lone surrogate inside a JSON string, big integers a double holds exactly, fractions; -0 as 0", async () => {
     await createQueue("http-faithful-ok");
-    const text = '{"messages":[{"body":{"s":"a\\ud800b","n":[9007199254740992,1e21,-0,0.1,1.5e300,12345678901234567000]}}]}';
-    const res = await api("POST", batch("http-faithful-ok"), undefined, { raw: text, headers: { "content-type": "application/json" } });
+    const text =
+      '{"messages":[{"body":{"s":"a\\ud800b","n":[9007199254740992,1e21,-0,0.1,1.5e300,12345678901234567000]}}]}';
+    const res = await api("POST", batch("http-faithful-ok"), undefined, {
+      raw: text,
+      headers: { "content-type": "application/json" },
+    });
     expect(res.status).toBe(200);
     const [m] = (await storedMessages("http-faithful-ok")).messages;
     // Compared as JSON.stringify writes it (a lone surrogate escaped): a raw one in a failure's
@@ -153,13 +195,17 @@ describe("sending over HTTP", () => {
     // The one number JSON reads and writes differently: -0 is written 0, by JSON.stringify as by
     // Cloudflare's json content type (README: a decision, not a loss of value).
     expect(Object.is(got.n[2], 0), "-0 arrives as 0").toBe(true);
-    expect(JSON.stringify(got)).toBe(JSON.stringify({ s: "a\ud800b", n: [9007199254740992, 1e21, -0, 0.1, 1.5e300, 12345678901234567000] }));
+    expect(JSON.stringify(got)).toBe(
+      JSON.stringify({ s: "a\ud800b", n: [9007199254740992, 1e21, -0, 0.1, 1.5e300, 12345678901234567000] }),
+    );
   });
 
   it("answers 404 for a send to a queue that does not exist", async () => {
     const res = await api("POST", msgs("ghost"), { body: 1 });
     expect(res.status).toBe(404);
     expect(res.json.errors[0].field).toBe("queue");
-    expect((await api("POST", `/accounts/local/queues/${encodeURIComponent("bad name!")}/messages`, { body: 1 })).status).toBe(404);
+    expect(
+      (await api("POST", `/accounts/local/queues/${encodeURIComponent("bad name!")}/messages`, { body: 1 })).status,
+    ).toBe(404);
   });
 });

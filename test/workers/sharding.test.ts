@@ -50,7 +50,10 @@ describe("sharding", () => {
       forgetSticks();
       ids.push((await send("stale-draining", i)).json.result.message_id);
     }
-    for (let i = 0; i < 10; i++) ids.push(...(await producer("stale-draining").sendBatch(Array.from({ length: 10 }, (_, j) => ({ body: j })))).messageIds);
+    for (let i = 0; i < 10; i++)
+      ids.push(
+        ...(await producer("stale-draining").sendBatch(Array.from({ length: 10 }, (_, j) => ({ body: j })))).messageIds,
+      );
 
     // Having been refused, this isolate no longer offers the draining shard anything.
     expect((await cachedShardMap(env, "local", "stale-draining"))!.shards[0]!.state).toBe("draining");
@@ -129,14 +132,22 @@ describe("placement by id", () => {
 
 /** A map of active shards of region "local" with these names. */
 const fakeMap = (names: string[]): ShardMap => ({
-  version: 1, accountId: "a", queueId: "q-sticky", queueName: "n", publishedAt: 0,
+  version: 1,
+  accountId: "a",
+  queueId: "q-sticky",
+  queueName: "n",
+  publishedAt: 0,
   settings: { delivery_delay: 0, delivery_paused: false, message_retention_period: 60 },
   shards: names.map((name) => ({ name, region: "local", state: "active" as const })),
 });
 
 describe("shard choice", () => {
   const map: ShardMap = {
-    version: 1, accountId: "a", queueId: "q", queueName: "n", publishedAt: 0,
+    version: 1,
+    accountId: "a",
+    queueId: "q",
+    queueName: "n",
+    publishedAt: 0,
     settings: { delivery_delay: 0, delivery_paused: false, message_retention_period: 60 },
     shards: [
       { name: "w0", region: "wnam", state: "active" },
@@ -172,7 +183,10 @@ describe("shard choice", () => {
     forgetSticks();
     const map = fakeMap(["a", "b", "c", "d"]);
     const t = 1_000_000;
-    const picks = Array.from({ length: STICKY_MS / 1000 }, (_, i) => stickyShard(map, "local", new Set(), 1, t + i * 1000)!.name);
+    const picks = Array.from(
+      { length: STICKY_MS / 1000 },
+      (_, i) => stickyShard(map, "local", new Set(), 1, t + i * 1000)!.name,
+    );
     expect(new Set(picks).size).toBe(1);
   });
 
@@ -181,13 +195,19 @@ describe("shard choice", () => {
     const map = fakeMap(["a", "b", "c", "d"]);
     const t = 1_000_000;
     const slowGap = 2000 / SPREAD_RATE; // half the rate
-    const slow = Array.from({ length: 5 * STICKY_MESSAGES }, (_, i) => stickyShard(map, "local", new Set(), 1, t + i * slowGap)!.name);
+    const slow = Array.from(
+      { length: 5 * STICKY_MESSAGES },
+      (_, i) => stickyShard(map, "local", new Set(), 1, t + i * slowGap)!.name,
+    );
     expect(slow.length * slowGap).toBeLessThan(STICKY_MS);
     expect(new Set(slow).size).toBe(1);
     forgetSticks();
     const fastGap = 500 / SPREAD_RATE; // twice the rate
     const draws = [0.1, 0.9, 0.6, 0.3];
-    const fast = Array.from({ length: 3 * STICKY_MESSAGES }, (_, i) => stickyShard(map, "local", new Set(), 1, t + i * fastGap, () => draws.shift()!)!.name);
+    const fast = Array.from(
+      { length: 3 * STICKY_MESSAGES },
+      (_, i) => stickyShard(map, "local", new Set(), 1, t + i * fastGap, () => draws.shift()!)!.name,
+    );
     expect(fast.slice(0, STICKY_MESSAGES).every((s) => s === "a")).toBe(true);
     expect(fast[STICKY_MESSAGES]).toBe("d");
     expect(fast[2 * STICKY_MESSAGES]).toBe("c");
@@ -199,7 +219,10 @@ describe("shard choice", () => {
     const t = 1_000_000;
     expect(stickyShard(map, "local", new Set(), 1, t, () => 0)!.name).toBe("a");
     expect(stickyShard(map, "local", new Set(["a"]), 1, t, () => 0)!.name).toBe("b");
-    const draining = { ...map, shards: map.shards.map((s) => (s.name === "b" ? { ...s, state: "draining" as const } : s)) };
+    const draining = {
+      ...map,
+      shards: map.shards.map((s) => (s.name === "b" ? { ...s, state: "draining" as const } : s)),
+    };
     expect(stickyShard(draining, "local", new Set(), 1, t, () => 0.99)!.name).toBe("c");
     expect(stickyShard(fakeMap([]), "local", new Set(), 1, t)).toBeUndefined();
   });
@@ -224,12 +247,28 @@ describe("shard choice", () => {
     // Over a map: the owner among the active shards of every region, none when it is excluded.
     const owner = shardForKey(map, "order-7")!;
     expect(owner.state).toBe("active");
-    expect(owner.name).toBe(ownerOfKey("order-7", map.shards.filter((x) => x.state === "active").map((x) => x.name)));
+    expect(owner.name).toBe(
+      ownerOfKey(
+        "order-7",
+        map.shards.filter((x) => x.state === "active").map((x) => x.name),
+      ),
+    );
     expect(shardForKey(map, "order-7", new Set([owner.name]))).toBeUndefined();
   });
 
   it("maps request.cf to a configured region, else the default", () => {
-    const config: ServiceConfig = { regions: ["wnam", "enam", "weur", "eeur", "apac"], defaultRegion: "enam", shardsPerRegion: 2, heartbeatIntervalMs: 1, shardMapCacheTtlMs: 1, shardCapacityPerSecond: 0, targetPerShard: 1, maxShardsPerRegion: 1, scaleInAfterMs: 1, pushLeaseMs: 1 };
+    const config: ServiceConfig = {
+      regions: ["wnam", "enam", "weur", "eeur", "apac"],
+      defaultRegion: "enam",
+      shardsPerRegion: 2,
+      heartbeatIntervalMs: 1,
+      shardMapCacheTtlMs: 1,
+      shardCapacityPerSecond: 0,
+      targetPerShard: 1,
+      maxShardsPerRegion: 1,
+      scaleInAfterMs: 1,
+      pushLeaseMs: 1,
+    };
     const cf = (o: Record<string, unknown>) => o as unknown as IncomingRequestCfProperties;
     expect(callerRegion(cf({ continent: "NA", longitude: "-122.4" }), config)).toBe("wnam");
     expect(callerRegion(cf({ continent: "NA", longitude: "-74.0" }), config)).toBe("enam");

@@ -18,11 +18,19 @@ describe("the fault harness's test hooks without SHARDQ_TEST_HOOKS", () => {
     expect(unknown.status).toBe(404);
     expect(unknown.json.errors[0].message).toBe(`no route for POST ${queuePath("hooks-off")}/no-such-thing`);
     for (const method of ["GET", "POST"] as const) {
-      const res = await api(method, `${queuePath("hooks-off")}/test-hooks${method === "GET" ? "?shard=x" : ""}`, method === "POST" ? { shard: "x", arm: "abort-append" } : undefined);
+      const res = await api(
+        method,
+        `${queuePath("hooks-off")}/test-hooks${method === "GET" ? "?shard=x" : ""}`,
+        method === "POST" ? { shard: "x", arm: "abort-append" } : undefined,
+      );
       expect(res.status).toBe(404);
-      expect(res.json.errors).toEqual([{ ...unknown.json.errors[0], message: `no route for ${method} ${queuePath("hooks-off")}/test-hooks` }]);
+      expect(res.json.errors).toEqual([
+        { ...unknown.json.errors[0], message: `no route for ${method} ${queuePath("hooks-off")}/test-hooks` },
+      ]);
     }
-    expect((await api("POST", `${queuePath("hooks-off")}/test-hooks`, { shard: "x", arm: null }, { token: null })).status).toBe(401);
+    expect(
+      (await api("POST", `${queuePath("hooks-off")}/test-hooks`, { shard: "x", arm: null }, { token: null })).status,
+    ).toBe(401);
   });
 
   it("refuse at the storage shard too: its RPC method throws and arms nothing", async () => {
@@ -34,7 +42,9 @@ describe("the fault harness's test hooks without SHARDQ_TEST_HOOKS", () => {
     await expect(shard.testHook({ corrupt: 5 })).rejects.toThrow(/test hooks are off/);
     await expect(shard.testHook()).rejects.toThrow(/test hooks are off/);
     // An append still answers: nothing was armed.
-    const sent = await api("POST", `${queuePath("hooks-off-rpc")}/messages/batch`, { messages: Array.from({ length: 20 }, (_, i) => ({ body: i })) });
+    const sent = await api("POST", `${queuePath("hooks-off-rpc")}/messages/batch`, {
+      messages: Array.from({ length: 20 }, (_, i) => ({ body: i })),
+    });
     expect(sent.status).toBe(200);
   });
 
@@ -42,11 +52,19 @@ describe("the fault harness's test hooks without SHARDQ_TEST_HOOKS", () => {
     const q = await createQueue("hooks-off-control");
     const coordinator = coordinatorFor(env, q.queue_id);
     const before = await coordinator.shardMap();
-    await expect(consumerShardFor(env, q.queue_id, 0).testHook({ arm: "abort-dispatched" })).rejects.toThrow(/test hooks are off/);
-    await expect(consumerShardFor(env, q.queue_id, 0).testHook({ arm: "throw-alarm", times: 7 })).rejects.toThrow(/test hooks are off/);
+    await expect(consumerShardFor(env, q.queue_id, 0).testHook({ arm: "abort-dispatched" })).rejects.toThrow(
+      /test hooks are off/,
+    );
+    await expect(consumerShardFor(env, q.queue_id, 0).testHook({ arm: "throw-alarm", times: 7 })).rejects.toThrow(
+      /test hooks are off/,
+    );
     await expect(coordinator.testHook({ action: "scale-out" })).rejects.toThrow(/test hooks are off/);
-    await expect(coordinator.testHook({ action: "drain", shard: before!.shards[0]!.name })).rejects.toThrow(/test hooks are off/);
-    await expect(coordinator.testHook({ arm: "abort-scale-out", holdMapMs: 60_000 })).rejects.toThrow(/test hooks are off/);
+    await expect(coordinator.testHook({ action: "drain", shard: before!.shards[0]!.name })).rejects.toThrow(
+      /test hooks are off/,
+    );
+    await expect(coordinator.testHook({ arm: "abort-scale-out", holdMapMs: 60_000 })).rejects.toThrow(
+      /test hooks are off/,
+    );
     const after = await coordinator.shardMap();
     expect(after!.version).toBe(before!.version);
     expect(after!.shards).toEqual(before!.shards);

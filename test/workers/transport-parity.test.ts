@@ -33,11 +33,23 @@ const normalize = (o: DispatchOutcome): DispatchOutcome =>
   ) as DispatchOutcome;
 
 const both = async (script: ProbeCall[]) => {
-  const [runtime, rpc] = await Promise.all([viaRuntime("q", batchFor(script), metadata), viaRpc("q", batchFor(script), metadata)]);
+  const [runtime, rpc] = await Promise.all([
+    viaRuntime("q", batchFor(script), metadata),
+    viaRpc("q", batchFor(script), metadata),
+  ]);
   return { runtime: normalize(runtime), rpc: normalize(rpc) };
 };
 
-const CALLS: ProbeCall[] = [["ack", 0], ["ack", 1], ["retry", 0], ["retry", 0, 5], ["retry", 1, 9], ["ackAll"], ["retryAll"], ["retryAll", 7]];
+const CALLS: ProbeCall[] = [
+  ["ack", 0],
+  ["ack", 1],
+  ["retry", 0],
+  ["retry", 0, 5],
+  ["retry", 1, 9],
+  ["ackAll"],
+  ["retryAll"],
+  ["retryAll", 7],
+];
 
 /** Every script of exactly `length` calls from CALLS, each also followed by a throw. */
 function scriptsOf(length: number): ProbeCall[][] {
@@ -46,7 +58,8 @@ function scriptsOf(length: number): ProbeCall[][] {
   return scripts.flatMap((s) => [s, [...s, ["throw"]]]);
 }
 
-const show = (script: ProbeCall[]) => script.map(([name, ...args]) => `${name}(${args.join(", ")})`).join("; ") || "(nothing)";
+const show = (script: ProbeCall[]) =>
+  script.map(([name, ...args]) => `${name}(${args.join(", ")})`).join("; ") || "(nothing)";
 
 describe("the rpc transport records exactly what the Workers runtime records", () => {
   // 1 + 8 + 64 + 512 scripts, each with and without a throw: 1170 scripts, 2340 deliveries.
@@ -58,7 +71,8 @@ describe("the rpc transport records exactly what the Workers runtime records", (
         await Promise.all(
           scripts.slice(i, i + 64).map(async (script) => {
             const { runtime, rpc } = await both(script);
-            if (JSON.stringify(runtime) !== JSON.stringify(rpc)) mismatches.push({ script: show(script), runtime, rpc });
+            if (JSON.stringify(runtime) !== JSON.stringify(rpc))
+              mismatches.push({ script: show(script), runtime, rpc });
           }),
         );
       }
@@ -68,23 +82,96 @@ describe("the rpc transport records exactly what the Workers runtime records", (
 });
 
 describe("the rule, as the runtime applies it (and createBatch now does)", () => {
-  const outcome = (o: Partial<DispatchOutcome>): DispatchOutcome => ({ outcome: "ok", ackAll: false, retryBatch: { retry: false }, explicitAcks: [], retryMessages: [], ...o });
+  const outcome = (o: Partial<DispatchOutcome>): DispatchOutcome => ({
+    outcome: "ok",
+    ackAll: false,
+    retryBatch: { retry: false },
+    explicitAcks: [],
+    retryMessages: [],
+    ...o,
+  });
   const cases: Array<[rule: string, script: ProbeCall[], expected: DispatchOutcome]> = [
     ["retry() after ackAll() has no effect", [["ackAll"], ["retry", 0, 5]], outcome({ ackAll: true })],
     ["retryAll() after ackAll() has no effect", [["ackAll"], ["retryAll", 7]], outcome({ ackAll: true })],
-    ["ackAll() after retryAll() has no effect", [["retryAll", 7], ["ackAll"]], outcome({ retryBatch: { retry: true, delaySeconds: 7 } })],
+    [
+      "ackAll() after retryAll() has no effect",
+      [["retryAll", 7], ["ackAll"]],
+      outcome({ retryBatch: { retry: true, delaySeconds: 7 } }),
+    ],
     ["ack() after retryAll() has no effect", [["retryAll"], ["ack", 0]], outcome({ retryBatch: { retry: true } })],
-    ["ack() after ackAll() has no effect either (silently: the message is acked anyway)", [["ackAll"], ["ack", 0]], outcome({ ackAll: true })],
-    ["ack() after retry() of the same message has no effect", [["retry", 0, 5], ["ack", 0]], outcome({ retryMessages: [{ msgId: "m0", delaySeconds: 5 }] })],
-    ["retry() after ack() of the same message has no effect", [["ack", 0], ["retry", 0, 5]], outcome({ explicitAcks: ["m0"] })],
-    ["calls on different messages do not interfere", [["ack", 0], ["retry", 1, 9]], outcome({ explicitAcks: ["m0"], retryMessages: [{ msgId: "m1", delaySeconds: 9 }] })],
-    ["retry() twice: the last call wins, delay and all", [["retry", 0, 5], ["retry", 0]], outcome({ retryMessages: [{ msgId: "m0" }] })],
-    ["retryAll() twice: a later delay replaces the earlier one…", [["retryAll"], ["retryAll", 7]], outcome({ retryBatch: { retry: true, delaySeconds: 7 } })],
-    ["…but a later retryAll() without a delay keeps it", [["retryAll", 7], ["retryAll"]], outcome({ retryBatch: { retry: true, delaySeconds: 7 } })],
-    ["a message's call before a batch call stands (retry() then ackAll())", [["retry", 0, 5], ["ackAll"]], outcome({ ackAll: true, retryMessages: [{ msgId: "m0", delaySeconds: 5 }] })],
-    ["a message's call before a batch call stands (ack() then retryAll())", [["ack", 1], ["retryAll", 7]], outcome({ explicitAcks: ["m1"], retryBatch: { retry: true, delaySeconds: 7 } })],
-    ["retry() after retryAll() stands, with the message's own delay", [["retryAll", 7], ["retry", 0, 5]], outcome({ retryBatch: { retry: true, delaySeconds: 7 }, retryMessages: [{ msgId: "m0", delaySeconds: 5 }] })],
-    ["calls made before a throw stand", [["ack", 0], ["retryAll", 7], ["throw"]], outcome({ outcome: "exception", explicitAcks: ["m0"], retryBatch: { retry: true, delaySeconds: 7 } })],
+    [
+      "ack() after ackAll() has no effect either (silently: the message is acked anyway)",
+      [["ackAll"], ["ack", 0]],
+      outcome({ ackAll: true }),
+    ],
+    [
+      "ack() after retry() of the same message has no effect",
+      [
+        ["retry", 0, 5],
+        ["ack", 0],
+      ],
+      outcome({ retryMessages: [{ msgId: "m0", delaySeconds: 5 }] }),
+    ],
+    [
+      "retry() after ack() of the same message has no effect",
+      [
+        ["ack", 0],
+        ["retry", 0, 5],
+      ],
+      outcome({ explicitAcks: ["m0"] }),
+    ],
+    [
+      "calls on different messages do not interfere",
+      [
+        ["ack", 0],
+        ["retry", 1, 9],
+      ],
+      outcome({ explicitAcks: ["m0"], retryMessages: [{ msgId: "m1", delaySeconds: 9 }] }),
+    ],
+    [
+      "retry() twice: the last call wins, delay and all",
+      [
+        ["retry", 0, 5],
+        ["retry", 0],
+      ],
+      outcome({ retryMessages: [{ msgId: "m0" }] }),
+    ],
+    [
+      "retryAll() twice: a later delay replaces the earlier one…",
+      [["retryAll"], ["retryAll", 7]],
+      outcome({ retryBatch: { retry: true, delaySeconds: 7 } }),
+    ],
+    [
+      "…but a later retryAll() without a delay keeps it",
+      [["retryAll", 7], ["retryAll"]],
+      outcome({ retryBatch: { retry: true, delaySeconds: 7 } }),
+    ],
+    [
+      "a message's call before a batch call stands (retry() then ackAll())",
+      [["retry", 0, 5], ["ackAll"]],
+      outcome({ ackAll: true, retryMessages: [{ msgId: "m0", delaySeconds: 5 }] }),
+    ],
+    [
+      "a message's call before a batch call stands (ack() then retryAll())",
+      [
+        ["ack", 1],
+        ["retryAll", 7],
+      ],
+      outcome({ explicitAcks: ["m1"], retryBatch: { retry: true, delaySeconds: 7 } }),
+    ],
+    [
+      "retry() after retryAll() stands, with the message's own delay",
+      [
+        ["retryAll", 7],
+        ["retry", 0, 5],
+      ],
+      outcome({ retryBatch: { retry: true, delaySeconds: 7 }, retryMessages: [{ msgId: "m0", delaySeconds: 5 }] }),
+    ],
+    [
+      "calls made before a throw stand",
+      [["ack", 0], ["retryAll", 7], ["throw"]],
+      outcome({ outcome: "exception", explicitAcks: ["m0"], retryBatch: { retry: true, delaySeconds: 7 } }),
+    ],
   ];
   it.each(cases)("%s", async (_rule, script, expected) => {
     const { runtime, rpc } = await both(script);

@@ -38,7 +38,10 @@ async function envelope(path, { method = "GET", body, auth = session() } = {}) {
   if (!auth) throw new ApiError(401, "not signed in");
   const res = await fetch(`/accounts/${encodeURIComponent(auth.account)}${path}`, {
     method,
-    headers: { authorization: `Bearer ${auth.token}`, ...(body === undefined ? {} : { "content-type": "application/json" }) },
+    headers: {
+      authorization: `Bearer ${auth.token}`,
+      ...(body === undefined ? {} : { "content-type": "application/json" }),
+    },
     ...(body === undefined ? {} : { body: JSON.stringify(body) }),
   });
   let json = null;

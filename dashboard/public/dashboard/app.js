@@ -76,7 +76,9 @@ async function refreshList() {
       return refreshList();
     }
     // The list carries each queue's settings; its figures come from its shards.
-    const rows = await Promise.all(queues.map(async (q) => ({ q, metrics: await api(`${queuePath(q.queue_name)}/metrics`), info: q })));
+    const rows = await Promise.all(
+      queues.map(async (q) => ({ q, metrics: await api(`${queuePath(q.queue_name)}/metrics`), info: q })),
+    );
     if (asked !== list.asked) return; // a later refresh (another page or filter) answers instead
     $("#queues-status").textContent = "";
     const body = $("#queues tbody");
@@ -106,9 +108,13 @@ async function refreshList() {
       }),
     );
     $("#queues-empty").hidden = rows.length > 0;
-    $("#queues-empty").textContent = list.prefix ? `No queue name starts with "${list.prefix}".` : "No queues yet: create one above.";
+    $("#queues-empty").textContent = list.prefix
+      ? `No queue name starts with "${list.prefix}".`
+      : "No queues yet: create one above.";
     const from = (list.page - 1) * list.perPage + 1;
-    $("#queues-page").textContent = rows.length ? `Page ${list.page} of ${pages} · queues ${from} to ${from + rows.length - 1} of ${total}` : "0 queues";
+    $("#queues-page").textContent = rows.length
+      ? `Page ${list.page} of ${pages} · queues ${from} to ${from + rows.length - 1} of ${total}`
+      : "0 queues";
     $("#queues-prev").disabled = list.page <= 1;
     $("#queues-next").disabled = list.page >= pages;
   } catch (err) {
@@ -133,7 +139,8 @@ async function select(name) {
   $("#peeked tbody").replaceChildren();
   $("#lookup-result").textContent = "";
   status("");
-  for (const tr of document.querySelectorAll("#queues tbody tr")) tr.classList.toggle("selected", tr.dataset.queue === name);
+  for (const tr of document.querySelectorAll("#queues tbody tr"))
+    tr.classList.toggle("selected", tr.dataset.queue === name);
   await refreshQueue();
   $("#queue-title").scrollIntoView({ block: "start" });
 }
@@ -182,7 +189,9 @@ function confirmByName(text, name) {
   const input = $("#confirm-input");
   input.value = "";
   return new Promise((resolve) => {
-    dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok" && input.value === name), { once: true });
+    dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok" && input.value === name), {
+      once: true,
+    });
     dialog.showModal();
     input.focus();
   });
@@ -211,7 +220,10 @@ function wire() {
       token.value = "";
       start();
     } catch (err) {
-      $("#sign-in-error").textContent = err instanceof ApiError && (err.status === 401 || err.status === 404) ? "That account and token were refused." : String(err.message ?? err);
+      $("#sign-in-error").textContent =
+        err instanceof ApiError && (err.status === 401 || err.status === 404)
+          ? "That account and token were refused."
+          : String(err.message ?? err);
     }
   });
   $("#sign-out").addEventListener("click", () => signOut());
@@ -227,7 +239,17 @@ function wire() {
     const name = f.queue_name.value.trim();
     act(`Creating ${name}`, async () => {
       const jurisdiction = f.jurisdiction.value;
-      await api("/queues", { method: "POST", body: { queue_name: name, ...(jurisdiction ? { jurisdiction } : {}), settings: { delivery_delay: Number(f.delivery_delay.value), message_retention_period: Number(f.message_retention_period.value) } } });
+      await api("/queues", {
+        method: "POST",
+        body: {
+          queue_name: name,
+          ...(jurisdiction ? { jurisdiction } : {}),
+          settings: {
+            delivery_delay: Number(f.delivery_delay.value),
+            message_retention_period: Number(f.message_retention_period.value),
+          },
+        },
+      });
       f.queue_name.value = "";
       f.jurisdiction.value = "";
       $("#create-queue").open = false;
@@ -247,11 +269,17 @@ function wire() {
 
   $("#purge").addEventListener("click", async () => {
     const name = selected;
-    if (!(await confirmByName(`Delete every message in ${name}, ready, delayed and leased? This cannot be undone.`, name))) return status("Purge cancelled");
+    if (
+      !(await confirmByName(`Delete every message in ${name}, ready, delayed and leased? This cannot be undone.`, name))
+    )
+      return status("Purge cancelled");
     act(`Purging ${name}`, async () => {
       let purged = 0;
       for (let i = 0; i < 100; i++) {
-        const r = await api(`${queuePath(name)}/purge`, { method: "POST", body: { delete_messages_permanently: true } });
+        const r = await api(`${queuePath(name)}/purge`, {
+          method: "POST",
+          body: { delete_messages_permanently: true },
+        });
         purged += r?.purged ?? 0;
         if (r?.completed !== false) break;
       }
@@ -285,7 +313,11 @@ function wire() {
     const body = {
       type: f.type.value,
       ...(f.type.value === "worker" ? { script_name: f.script_name.value.trim() } : {}),
-      settings: { batch_size: Number(f.batch_size.value), max_wait_time_ms: Number(f.max_wait_time_ms.value), max_retries: Number(f.max_retries.value) },
+      settings: {
+        batch_size: Number(f.batch_size.value),
+        max_wait_time_ms: Number(f.max_wait_time_ms.value),
+        max_retries: Number(f.max_retries.value),
+      },
       ...(f.dead_letter_queue.value.trim() ? { dead_letter_queue: f.dead_letter_queue.value.trim() } : {}),
     };
     act("Adding the consumer", async () => {
@@ -298,7 +330,15 @@ function wire() {
     e.preventDefault();
     const f = e.target;
     act("Saving settings", async () => {
-      await api(queuePath(selected), { method: "PATCH", body: { settings: { delivery_delay: Number(f.delivery_delay.value), message_retention_period: Number(f.message_retention_period.value) } } });
+      await api(queuePath(selected), {
+        method: "PATCH",
+        body: {
+          settings: {
+            delivery_delay: Number(f.delivery_delay.value),
+            message_retention_period: Number(f.message_retention_period.value),
+          },
+        },
+      });
       return "Settings saved";
     });
   });
@@ -315,7 +355,10 @@ function wire() {
           throw new Error("The test message is not valid JSON: choose text, or fix it.");
         }
       }
-      const r = await api(`${queuePath(selected)}/messages`, { method: "POST", body: { body, content_type: f.content_type.value } });
+      const r = await api(`${queuePath(selected)}/messages`, {
+        method: "POST",
+        body: { body, content_type: f.content_type.value },
+      });
       $("#lookup-form").elements.message_id.value = r?.message_id ?? "";
       return `Sent message ${r?.message_id ?? ""}`;
     });

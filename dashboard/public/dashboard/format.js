@@ -28,7 +28,9 @@ export const time = (ms) => new Date(ms).toLocaleTimeString();
 
 /** Sums the shards' heartbeats: rates per second and the dead-lettered total. */
 export function sumBeats(metrics) {
-  let inPerS = 0, outPerS = 0, dead = 0;
+  let inPerS = 0,
+    outPerS = 0,
+    dead = 0;
   for (const s of metrics.shards) {
     if (!s.heartbeat) continue;
     inPerS += s.heartbeat.messages_in_per_second;

@@ -39,7 +39,9 @@ export function renderFigures(info, metrics) {
 
 export function renderCharts(series) {
   const pts = series.points;
-  lineChart($("#chart-backlog"), [{ label: "backlog", color: "#3182ce", values: pts.map((p) => [p.at_ms, p.backlog_count]) }]);
+  lineChart($("#chart-backlog"), [
+    { label: "backlog", color: "#3182ce", values: pts.map((p) => [p.at_ms, p.backlog_count]) },
+  ]);
   lineChart($("#chart-rates"), [
     { label: "in/s", color: "#2f855a", values: pts.map((p) => [p.at_ms, p.messages_in_per_second]) },
     { label: "out/s", color: "#c05621", values: pts.map((p) => [p.at_ms, p.messages_out_per_second]) },
@@ -47,9 +49,14 @@ export function renderCharts(series) {
 }
 
 export function renderShards(view, metrics) {
-  $("#map-version").textContent = `version ${view.version ?? "–"}${view.published ? `, published ${view.published.version}` : ""}`;
+  $("#map-version").textContent =
+    `version ${view.version ?? "–"}${view.published ? `, published ${view.published.version}` : ""}`;
   const backlog = new Map(metrics.shards.map((s) => [s.name, s]));
-  const shards = view.shards.map((s) => ({ ...s, backlog: backlog.get(s.name)?.backlog_count ?? s.heartbeat?.backlog_count ?? null, healthy: s.heartbeat ? s.heartbeat.healthy : null }));
+  const shards = view.shards.map((s) => ({
+    ...s,
+    backlog: backlog.get(s.name)?.backlog_count ?? s.heartbeat?.backlog_count ?? null,
+    healthy: s.heartbeat ? s.heartbeat.healthy : null,
+  }));
   shardPicture($("#shard-picture"), shards, view.version);
   $("#shards tbody").replaceChildren(
     ...shards.map((s) => {

@@ -35,7 +35,8 @@ const handler = {
     let shouldThrow = false;
     for (const msg of batch.messages) {
       const body = msg.body as { retry?: boolean; throw?: boolean; work_ms?: number } | null;
-      if (typeof body?.work_ms === "number") await new Promise((r) => setTimeout(r, Math.min(1000, Math.max(0, body.work_ms!))));
+      if (typeof body?.work_ms === "number")
+        await new Promise((r) => setTimeout(r, Math.min(1000, Math.max(0, body.work_ms!))));
       if (body?.retry) msg.retry({ delaySeconds: 1 });
       else if (body?.throw) shouldThrow = true;
       else msg.ack();
@@ -62,9 +63,16 @@ export default handler;
 export class Tally extends DurableObject<Env> {
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
-    ctx.storage.sql.exec("CREATE TABLE IF NOT EXISTS deliveries (queue TEXT NOT NULL, id TEXT NOT NULL, attempts INTEGER NOT NULL, at INTEGER NOT NULL)");
+    ctx.storage.sql.exec(
+      "CREATE TABLE IF NOT EXISTS deliveries (queue TEXT NOT NULL, id TEXT NOT NULL, attempts INTEGER NOT NULL, at INTEGER NOT NULL)",
+    );
     // Added after the first release of this example: older local state lacks the column.
-    if (!ctx.storage.sql.exec("SELECT name FROM pragma_table_info('deliveries')").toArray().some((c) => c.name === "latency_ms")) {
+    if (
+      !ctx.storage.sql
+        .exec("SELECT name FROM pragma_table_info('deliveries')")
+        .toArray()
+        .some((c) => c.name === "latency_ms")
+    ) {
       ctx.storage.sql.exec("ALTER TABLE deliveries ADD COLUMN latency_ms INTEGER");
     }
   }
@@ -72,7 +80,14 @@ export class Tally extends DurableObject<Env> {
   record(queue: string, messages: Array<{ id: string; attempts: number; latencyMs?: number }>): void {
     const now = Date.now();
     for (const m of messages) {
-      this.ctx.storage.sql.exec("INSERT INTO deliveries (queue, id, attempts, at, latency_ms) VALUES (?, ?, ?, ?, ?)", queue, m.id, m.attempts, now, m.latencyMs ?? null);
+      this.ctx.storage.sql.exec(
+        "INSERT INTO deliveries (queue, id, attempts, at, latency_ms) VALUES (?, ?, ?, ?, ?)",
+        queue,
+        m.id,
+        m.attempts,
+        now,
+        m.latencyMs ?? null,
+      );
     }
   }
 
@@ -80,21 +95,47 @@ export class Tally extends DurableObject<Env> {
     const where = queue ? "WHERE queue = ?" : "";
     const args = queue ? [queue] : [];
     const sql = this.ctx.storage.sql;
-    const totals = sql.exec<{ received: number; distinct_ids: number }>(`SELECT COUNT(*) AS received, COUNT(DISTINCT id) AS distinct_ids FROM deliveries ${where}`, ...args).one();
-    const byAttempts = sql.exec<{ attempts: number; n: number }>(`SELECT attempts, COUNT(*) AS n FROM deliveries ${where} GROUP BY attempts ORDER BY attempts`, ...args).toArray();
+    const totals = sql
+      .exec<{ received: number; distinct_ids: number }>(
+        `SELECT COUNT(*) AS received, COUNT(DISTINCT id) AS distinct_ids FROM deliveries ${where}`,
+        ...args,
+      )
+      .one();
+    const byAttempts = sql
+      .exec<{ attempts: number; n: number }>(
+        `SELECT attempts, COUNT(*) AS n FROM deliveries ${where} GROUP BY attempts ORDER BY attempts`,
+        ...args,
+      )
+      .toArray();
     // First deliveries only: a redelivery's latency measures the retry delay, not the queue.
     const lat = sql
-      .exec<{ latency_ms: number }>(`SELECT latency_ms FROM deliveries ${where ? `${where} AND` : "WHERE"} latency_ms IS NOT NULL AND attempts = 1 ORDER BY latency_ms`, ...args)
+      .exec<{ latency_ms: number }>(
+        `SELECT latency_ms FROM deliveries ${where ? `${where} AND` : "WHERE"} latency_ms IS NOT NULL AND attempts = 1 ORDER BY latency_ms`,
+        ...args,
+      )
       .toArray()
       .map((r) => r.latency_ms);
     const pct = (p: number) => (lat.length ? lat[Math.min(lat.length - 1, Math.floor((p / 100) * lat.length))]! : null);
-    const latencyMs = lat.length ? { count: lat.length, p50: pct(50), p95: pct(95), p99: pct(99), max: lat[lat.length - 1]! } : null;
-    return { received: totals.received, distinct: totals.distinct_ids, duplicates: totals.received - totals.distinct_ids, byAttempts, latencyMs };
+    const latencyMs = lat.length
+      ? { count: lat.length, p50: pct(50), p95: pct(95), p99: pct(99), max: lat[lat.length - 1]! }
+      : null;
+    return {
+      received: totals.received,
+      distinct: totals.distinct_ids,
+      duplicates: totals.received - totals.distinct_ids,
+      byAttempts,
+      latencyMs,
+    };
   }
 
   /** The ids, of those given, never delivered from `queue`. */
   missing(queue: string, ids: string[]): string[] {
-    const seen = new Set(this.ctx.storage.sql.exec<{ id: string }>("SELECT DISTINCT id FROM deliveries WHERE queue = ?", queue).toArray().map((r) => r.id));
+    const seen = new Set(
+      this.ctx.storage.sql
+        .exec<{ id: string }>("SELECT DISTINCT id FROM deliveries WHERE queue = ?", queue)
+        .toArray()
+        .map((r) => r.id),
+    );
     return ids.filter((id) => !seen.has(id));
   }
 

@@ -28,9 +28,11 @@ export default {
       const count = intParam(url, "count", 1);
       const batch = intParam(url, "batch", 1);
       const concurrency = intParam(url, "concurrency", 1);
-      if (count === null || count < 1 || count > MAX_COUNT) return bad(`count must be an integer from 1 to ${MAX_COUNT}`);
+      if (count === null || count < 1 || count > MAX_COUNT)
+        return bad(`count must be an integer from 1 to ${MAX_COUNT}`);
       if (batch === null || batch < 1 || batch > 100) return bad("batch must be an integer from 1 to 100");
-      if (concurrency === null || concurrency < 1 || concurrency > 1000) return bad("concurrency must be an integer from 1 to 1000");
+      if (concurrency === null || concurrency < 1 || concurrency > 1000)
+        return bad("concurrency must be an integer from 1 to 1000");
       const ids: string[] = [];
       const latencies: number[] = [];
       const started = Date.now();
@@ -58,13 +60,18 @@ export default {
         await Promise.all(Array.from({ length: concurrency }, worker));
       } catch (err) {
         // What was acknowledged before the failure is stored: say which ids those are.
-        return Response.json({ sent: ids.length, ms: Date.now() - started, ids, latencies, error: String(err) }, { status: 503 });
+        return Response.json(
+          { sent: ids.length, ms: Date.now() - started, ids, latencies, error: String(err) },
+          { status: 503 },
+        );
       }
       // `latencies`: how long each send() / sendBatch() call took, in ms (the load tester reads them).
       return Response.json({ sent: ids.length, ms: Date.now() - started, ids, latencies });
     }
     if (url.pathname.startsWith("/consumer/") && env.CONSUMER) {
-      return env.CONSUMER.fetch(new Request(new URL(url.pathname.slice("/consumer".length) + url.search, url), request));
+      return env.CONSUMER.fetch(
+        new Request(new URL(url.pathname.slice("/consumer".length) + url.search, url), request),
+      );
     }
     return Response.json({ error: "try POST /send?count=10 or GET /metrics" }, { status: 404 });
   },

@@ -9,7 +9,13 @@
  * figures (stats()) before and after.
  */
 import { crc32 } from "../../../../src/kernel/checksum";
-import type { AppendRequest, AppendResult, EncodedMessage, ShardIdentity, ShardStats } from "../../../../src/kernel/protocol";
+import type {
+  AppendRequest,
+  AppendResult,
+  EncodedMessage,
+  ShardIdentity,
+  ShardStats,
+} from "../../../../src/kernel/protocol";
 
 /** The StorageShard methods this driver calls, typed here: the binding reaches another script's class. */
 interface ShardStub {
@@ -29,7 +35,8 @@ export default {
   async fetch(request: Request, env: Env): Promise<Response> {
     const url = new URL(request.url);
     if (url.pathname === "/ready") return Response.json({ ready: true });
-    if (url.pathname !== "/run" || request.method !== "POST") return Response.json({ error: "POST /run?seconds&batch&inflight&bytes" }, { status: 404 });
+    if (url.pathname !== "/run" || request.method !== "POST")
+      return Response.json({ error: "POST /run?seconds&batch&inflight&bytes" }, { status: 404 });
     const seconds = Number(url.searchParams.get("seconds") ?? 10);
     const batch = Number(url.searchParams.get("batch") ?? 100);
     const inflight = Number(url.searchParams.get("inflight") ?? 8);
@@ -45,7 +52,8 @@ export default {
       const body = crypto.getRandomValues(new Uint8Array(bytes));
       return { body, checksum: crc32(body) };
     });
-    const messages = (): EncodedMessage[] => bodies.map(({ body, checksum }) => ({ body, checksum, contentType: "bytes", delayMs: 0 }));
+    const messages = (): EncodedMessage[] =>
+      bodies.map(({ body, checksum }) => ({ body, checksum, contentType: "bytes", delayMs: 0 }));
 
     const before = await shard.stats();
     const latencies: number[] = [];
@@ -69,7 +77,8 @@ export default {
     const elapsed = (performance.now() - started) / 1000;
     const after = await shard.stats();
     latencies.sort((a, b) => a - b);
-    const pct = (p: number) => latencies[Math.min(latencies.length - 1, Math.floor((p / 100) * latencies.length))] ?? null;
+    const pct = (p: number) =>
+      latencies[Math.min(latencies.length - 1, Math.floor((p / 100) * latencies.length))] ?? null;
     return Response.json({
       shard: name,
       seconds: elapsed,

@@ -35,7 +35,13 @@ interface Metered {
   costFigures(): Promise<MeterReading>;
 }
 interface CoordinatorStub {
-  costFigures(): Promise<MeterReading & { storageShards: string[]; consumerShards: Record<string, CostMeter>; consumerLatest: Record<string, MeterReading> }>;
+  costFigures(): Promise<
+    MeterReading & {
+      storageShards: string[];
+      consumerShards: Record<string, CostMeter>;
+      consumerLatest: Record<string, MeterReading>;
+    }
+  >;
 }
 interface StorageShardStub {
   stats(): Promise<ShardStats>;
@@ -48,7 +54,9 @@ interface StorageShardStub {
  * each read as of now: a report at a trickle is up to 2 minutes old. One that does not answer
  * is read from its last report.
  */
-type CostEnv = Required<Pick<Env, "COORDINATOR" | "STORAGE_SHARD" | "ACCOUNT_CATALOG" | "IDEMPOTENCY_KEYS" | "SHARD_CONSUMERS">>;
+type CostEnv = Required<
+  Pick<Env, "COORDINATOR" | "STORAGE_SHARD" | "ACCOUNT_CATALOG" | "IDEMPOTENCY_KEYS" | "SHARD_CONSUMERS">
+>;
 
 async function costOf(env: CostEnv, account: string, queueId: string) {
   const get = <T>(ns: DurableObjectNamespace, name: string) => ns.get(ns.idFromName(name)) as unknown as T;
@@ -58,10 +66,18 @@ async function costOf(env: CostEnv, account: string, queueId: string) {
     Object.fromEntries(await Promise.all(names.map(async (n) => [String(n), await read(n)] as const)));
   return {
     coordinator: own,
-    storage: await named(storageShards, async (n) => (await get<StorageShardStub>(env.STORAGE_SHARD, String(n)).stats()).cost satisfies CostFigures),
-    consumer: await named(Object.keys(consumerShards), (n) => consumerNow(env, queueId, String(n), consumerShards[String(n)]!, consumerLatest[String(n)])),
+    storage: await named(
+      storageShards,
+      async (n) => (await get<StorageShardStub>(env.STORAGE_SHARD, String(n)).stats()).cost satisfies CostFigures,
+    ),
+    consumer: await named(Object.keys(consumerShards), (n) =>
+      consumerNow(env, queueId, String(n), consumerShards[String(n)]!, consumerLatest[String(n)]),
+    ),
     catalog: await get<Metered>(env.ACCOUNT_CATALOG, account).costFigures(),
-    idempotency: await named(Array.from({ length: IDEMPOTENCY_BUCKETS }, (_, b) => b), (b) => get<Metered>(env.IDEMPOTENCY_KEYS, `${queueId}:idempotency:${b}`).costFigures()),
+    idempotency: await named(
+      Array.from({ length: IDEMPOTENCY_BUCKETS }, (_, b) => b),
+      (b) => get<Metered>(env.IDEMPOTENCY_KEYS, `${queueId}:idempotency:${b}`).costFigures(),
+    ),
   };
 }
 
@@ -71,15 +87,33 @@ async function costOf(env: CostEnv, account: string, queueId: string) {
  * meter when that is the same life, or added to when it started again since; its reports
  * alone when it does not answer.
  */
-async function consumerNow(env: CostEnv, queueId: string, index: string, reported: CostMeter, latest: MeterReading | undefined): Promise<CostMeter> {
-  const shard = env.SHARD_CONSUMERS.get(env.SHARD_CONSUMERS.idFromName(`${queueId}:consumer:${index}`)) as unknown as Metered;
+async function consumerNow(
+  env: CostEnv,
+  queueId: string,
+  index: string,
+  reported: CostMeter,
+  latest: MeterReading | undefined,
+): Promise<CostMeter> {
+  const shard = env.SHARD_CONSUMERS.get(
+    env.SHARD_CONSUMERS.idFromName(`${queueId}:consumer:${index}`),
+  ) as unknown as Metered;
   const live = await shard.costFigures().catch(() => null);
   if (!live) return reported;
   const base = latest && latest.since === live.since ? subtract(reported, latest) : reported;
-  return { rpcs: base.rpcs + live.rpcs, alarms: base.alarms + live.alarms, rowsWritten: base.rowsWritten + live.rowsWritten, rowsRead: base.rowsRead + live.rowsRead };
+  return {
+    rpcs: base.rpcs + live.rpcs,
+    alarms: base.alarms + live.alarms,
+    rowsWritten: base.rowsWritten + live.rowsWritten,
+    rowsRead: base.rowsRead + live.rowsRead,
+  };
 }
 
-const subtract = (a: CostMeter, b: CostMeter): CostMeter => ({ rpcs: a.rpcs - b.rpcs, alarms: a.alarms - b.alarms, rowsWritten: a.rowsWritten - b.rowsWritten, rowsRead: a.rowsRead - b.rowsRead });
+const subtract = (a: CostMeter, b: CostMeter): CostMeter => ({
+  rpcs: a.rpcs - b.rpcs,
+  alarms: a.alarms - b.alarms,
+  rowsWritten: a.rowsWritten - b.rowsWritten,
+  rowsRead: a.rowsRead - b.rowsRead,
+});
 
 /** The isolate's batching producers over env.QUEUE, by linger, made on first use (env arrives with a request). */
 const batching = new Map<number, Queue<unknown>>();
@@ -93,17 +127,26 @@ function batchingFor(queue: Queue<unknown>, lingerMs: number): Queue<unknown> {
 export default {
   async fetch(request: Request, env: Env): Promise<Response> {
     const url = new URL(request.url);
-    if (url.pathname.startsWith("/sink/")) return env.SINK.fetch(new Request(new URL(url.pathname.slice(5) + url.search, url), request));
+    if (url.pathname.startsWith("/sink/"))
+      return env.SINK.fetch(new Request(new URL(url.pathname.slice(5) + url.search, url), request));
     if (url.pathname.startsWith("/shardq/") && env.SHARDQ) {
       return env.SHARDQ.fetch(new Request(new URL(url.pathname.slice(7) + url.search, url), request));
     }
     if (url.pathname === "/cost") {
       const { COORDINATOR, STORAGE_SHARD, ACCOUNT_CATALOG, IDEMPOTENCY_KEYS, SHARD_CONSUMERS } = env;
       const queueId = url.searchParams.get("queue_id");
-      if (!COORDINATOR || !STORAGE_SHARD || !ACCOUNT_CATALOG || !IDEMPOTENCY_KEYS || !SHARD_CONSUMERS || !queueId) return Response.json({ error: "GET /cost?account&queue_id, against shardq" }, { status: 404 });
-      return Response.json(await costOf({ COORDINATOR, STORAGE_SHARD, ACCOUNT_CATALOG, IDEMPOTENCY_KEYS, SHARD_CONSUMERS }, url.searchParams.get("account") ?? "local", queueId));
+      if (!COORDINATOR || !STORAGE_SHARD || !ACCOUNT_CATALOG || !IDEMPOTENCY_KEYS || !SHARD_CONSUMERS || !queueId)
+        return Response.json({ error: "GET /cost?account&queue_id, against shardq" }, { status: 404 });
+      return Response.json(
+        await costOf(
+          { COORDINATOR, STORAGE_SHARD, ACCOUNT_CATALOG, IDEMPOTENCY_KEYS, SHARD_CONSUMERS },
+          url.searchParams.get("account") ?? "local",
+          queueId,
+        ),
+      );
     }
-    if (url.pathname !== "/run" || request.method !== "POST") return Response.json({ error: "POST /run?count&concurrency&batch" }, { status: 404 });
+    if (url.pathname !== "/run" || request.method !== "POST")
+      return Response.json({ error: "POST /run?count&concurrency&batch" }, { status: 404 });
     const count = Number(url.searchParams.get("count") ?? 1000);
     const concurrency = Number(url.searchParams.get("concurrency") ?? 1);
     const batch = Number(url.searchParams.get("batch") ?? 1);
@@ -114,7 +157,15 @@ export default {
     const queue = url.searchParams.get("producer") === "batching" ? batchingFor(env.QUEUE, linger) : env.QUEUE;
     const keepGoing = url.searchParams.get("continue") === "1";
     const keys = Number(url.searchParams.get("keys") ?? 0);
-    const keyed = keys > 0 ? new KeyedSender(queue, keys, url.searchParams.get("ordered") === "1", Number(url.searchParams.get("offset") ?? 0)) : undefined;
+    const keyed =
+      keys > 0
+        ? new KeyedSender(
+            queue,
+            keys,
+            url.searchParams.get("ordered") === "1",
+            Number(url.searchParams.get("offset") ?? 0),
+          )
+        : undefined;
     const latencies: number[] = [];
     let next = 0;
     let sent = 0;
@@ -135,7 +186,10 @@ export default {
           try {
             if (keyed) await keyed.send(first, n);
             else if (batch === 1) await queue.send({ i: first, sent_at: Date.now() });
-            else await queue.sendBatch(Array.from({ length: n }, (_, k) => ({ body: { i: first + k, sent_at: Date.now() } })));
+            else
+              await queue.sendBatch(
+                Array.from({ length: n }, (_, k) => ({ body: { i: first + k, sent_at: Date.now() } })),
+              );
             sent += n;
             latencies.push(performance.now() - t0);
           } catch (err) {
@@ -146,6 +200,13 @@ export default {
       }),
     );
     const ordering = keyed?.refused !== undefined ? { ordering_refused: keyed.refused } : {};
-    return Response.json({ sent, ms: Date.now() - started, latencies, ...ordering, ...(keepGoing ? { failed } : {}), ...(error ? { error } : {}) });
+    return Response.json({
+      sent,
+      ms: Date.now() - started,
+      latencies,
+      ...ordering,
+      ...(keepGoing ? { failed } : {}),
+      ...(error ? { error } : {}),
+    });
   },
 } satisfies ExportedHandler<Env>;

@@ -75,7 +75,10 @@ export class KeyedSender {
     const q = this.queue as unknown as OrderedQueue;
     if (this.ordered && this.probe) await this.probe.catch(() => {});
     if (this.ordered && this.refused === undefined) {
-      const attempt = bodies.length === 1 ? q.send(bodies[0], { orderingKey: bodies[0]!.k }) : q.sendBatch(bodies.map((body) => ({ body, orderingKey: body.k })));
+      const attempt =
+        bodies.length === 1
+          ? q.send(bodies[0], { orderingKey: bodies[0]!.k })
+          : q.sendBatch(bodies.map((body) => ({ body, orderingKey: body.k })));
       this.probe ??= attempt;
       try {
         await attempt;

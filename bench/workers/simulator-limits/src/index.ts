@@ -30,7 +30,10 @@ export default {
     try {
       for (let i = 0; i < n; i += 100) {
         const count = Math.min(100, n - i);
-        await env.QUEUE.sendBatch(Array.from({ length: count }, (_, k) => ({ body: { i: i + k } })), delay ? { delaySeconds: delay } : undefined);
+        await env.QUEUE.sendBatch(
+          Array.from({ length: count }, (_, k) => ({ body: { i: i + k } })),
+          delay ? { delaySeconds: delay } : undefined,
+        );
         sent += count;
       }
       return Response.json({ sent });

@@ -91,7 +91,8 @@ export default {
     }
     if (url.pathname === "/stats") {
       const sorted = [...latencies].sort((a, b) => a - b);
-      const pct = (p: number) => (sorted.length ? sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] : null);
+      const pct = (p: number) =>
+        sorted.length ? sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] : null;
       const cdf = [1, 5, 10, 25, 50, 75, 90, 95, 99, 99.9, 100].map((p) => [p, pct(p)]);
       return Response.json({
         received,
