@@ -1,5 +1,5 @@
 import { DurableObject } from "cloudflare:workers";
-import { coordinatorFor, storageShardFor } from "../src/kernel/addressing";
+import { coordinatorFor } from "../src/kernel/addressing";
 import { bindingMetrics, sumFigures } from "../src/routing/queue-figures";
 import { systemClock, systemTimers, type Clock, type Timers } from "../src/kernel/clock";
 import { BACKSTOP_MS, RoundSchedule } from "./round-schedule";
@@ -8,21 +8,19 @@ import { ConsumerReports } from "./reports";
 import { PushChoice } from "./push-choice";
 import { consumerBinding, consumerBindingName, type ConsumerRecord } from "../src/kernel/consumer-settings";
 import type { Env } from "../src/kernel/env";
-import type { DeliveryPlan, LeasedMessage, SettleRequest, SettleResult, ShardBacklog } from "../src/kernel/protocol";
+import type { DeliveryPlan, LeasedMessage, ShardBacklog } from "../src/kernel/protocol";
 import type { PushReply } from "../src/kernel/push-reply";
-import { applyDisposition, settleRequestFor } from "../src/delivery/settle";
+import { settleRequestFor } from "../src/delivery/settle";
 import { handOver, type LeasedBatch, type PartOutcome } from "./batch-delivery";
+import { RoundMemory, runRound, type RoundDeps } from "./delivery-round";
 import { transportFor, type Dispatch } from "./transports";
-import { decideGather, oldestFirst, reserveFor, type FillingShard } from "./gather";
-import { keepFresher, pickWeighted } from "./shard-choice";
+import { keepFresher } from "./shard-choice";
 import { meteredStorage, newMeter, readMeter, type MeterReading } from "../src/kernel/sql-meter";
 import { meteredRpcs } from "../src/kernel/rpc-meter";
 import { testHooksFor, type FaultPoint, type TestHookStatus } from "../src/kernel/test-hooks";
 
 /** Wall-clock limit of one Cloudflare queue() invocation; leases are not extended past it. */
 const MAX_EXECUTION_MS = 15 * 60_000;
-/** One alarm delivers for at most this long, then hands over to the next alarm. */
-const ROUND_BUDGET_MS = 30_000;
 /** When the consumer Worker is not bound yet, look again after this long. */
 const UNBOUND_RETRY_MS = 30_000;
 /** A round that failed (a storage shard or the Coordinator did not answer) runs again after this long. */
@@ -33,19 +31,6 @@ const RETRY_AFTER_ERROR_MS = 2000;
  * wake-up costs.
  */
 export const PLAN_REFRESH_MS = 5 * 60_000;
-/**
- * A round visits the storage shards it has word of messages on (a wake-up naming one, a
- * lease that left some, a partial batch); every shard only when woken without a name (the
- * Coordinator's safety wake-ups, a plan change), after a restart, or this long after the
- * last such sweep. A shard that gets messages after a lease found it empty wakes the
- * consumer naming itself (storage-shard/consumer-wakeups.ts), and one whose wake-up or push
- * fails tells the Coordinator instead, so the sweep is a backstop: as slow as a storage shard's
- * report on the slow cadence (src/kernel/heartbeat.ts), whose ready messages wake consumers too.
- * Each sweep is a request to every storage shard of the queue.
- */
-export const SWEEP_EVERY_MS = 5 * 60_000;
-
-type PlannedShard = DeliveryPlan["shards"][number];
 
 /**
  * A consumer shard of one queue. Woken by a storage shard or the Coordinator when messages are
@@ -68,12 +53,6 @@ export class ConsumerShard extends DurableObject<Env> {
   /** The fault harness's aborts and alarm throws; inert unless SHARDQ_TEST_HOOKS is "on" (src/kernel/test-hooks.ts). */
   private readonly hooks = testHooksFor(this.env, "consumer");
 
-  /** The freshest figures of each storage shard of the plan (ShardBacklog.at), kept from round to round. */
-  private readonly figures = new Map<string, ShardBacklog>();
-
-  /** Storage shards last seen holding a partial batch, kept from round to round (in memory: lost with the object, which only costs a wait). */
-  private readonly waiting = new Map<string, FillingShard>();
-
   /** The delivery plan kept from round to round (in memory: a restart asks again) and when it was fetched. */
   private plan: DeliveryPlan | null = null;
   private planAt = -Infinity;
@@ -87,17 +66,10 @@ export class ConsumerShard extends DurableObject<Env> {
   private lastPushedAt = -Infinity;
   /** Plans fetched from the Coordinator since this object started (tests read it). */
   planFetches = 0;
-  /** Storage shards a wake-up named as holding new messages, not leased from since. */
-  private readonly named = new Set<string>();
-  /** Storage shards this shard's last lease from found with nothing ready and no batch filling. */
-  private readonly foundEmpty = new Set<string>();
   /** A pushed batch under way (takePushed): rounds wait for it. */
   private pushing: Promise<void> | null = null;
   /** Storage shards that pushed here since the last alarm: a push lost with a restart of one is looked for then. */
   private readonly pushers = new Set<string>();
-  /** A wake-up named no shard: the next round visits every one. */
-  private sweepAsked = false;
-  private lastSweep = -Infinity;
 
   /** RPCs served, alarms run, rows written and read since this object started (src/kernel/sql-meter.ts), sent with every report. */
   private readonly cost = newMeter();
@@ -122,6 +94,22 @@ export class ConsumerShard extends DurableObject<Env> {
     () => this.roundOnce(),
   );
 
+  /** What rounds keep of the storage shards from one round to the next (delivery-round.ts). */
+  private readonly memory = new RoundMemory();
+  /** What a round needs of this object. */
+  private readonly roundDeps: RoundDeps = {
+    env: this.env,
+    now: () => this.clock.now(),
+    leaseMs: () => this.leaseMs,
+    memory: this.memory,
+    pushChoice: this.pushChoice,
+    reports: this.reports,
+    planSuperseded: (version) => this.planWanted !== undefined && this.planWanted !== version,
+    doubtPlan: () => void (this.planDoubted = true),
+    faultPoint: (point) => this.hooks.at(point, this.ctx),
+    handOver: (...args) => this.handOver(...args),
+  };
+
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     // Its rounds, and tests driving them, are not requests; wake() and takePushed() are.
@@ -132,14 +120,14 @@ export class ConsumerShard extends DurableObject<Env> {
    * Makes sure a round runs now, unless one is already due. `planVersion` is the Coordinator's
    * delivery plan as of this wake-up (absent when a storage shard wakes it): a round under way
    * with another plan ends after its batch, and the next one fetches it. `shard` names the
-   * storage shard with new messages, when the waker knows it (SWEEP_EVERY_MS); `dueAt`, when
+   * storage shard with new messages, when the waker knows it (delivery-round.ts, SWEEP_EVERY_MS); `dueAt`, when
    * the batch filling there is due (its oldest message will have waited max_wait_time_ms): the
    * round runs then, not now, so a partial batch costs one lease, not two.
    */
   async wake(queueId: string, index: number, planVersion?: string, shard?: string, dueAt?: number): Promise<void> {
     if (planVersion !== undefined && planVersion !== this.plan?.version) this.planWanted = planVersion;
-    if (shard !== undefined) this.named.add(shard);
-    else this.sweepAsked = true;
+    if (shard !== undefined) this.memory.named.add(shard);
+    else this.memory.sweepAsked = true;
     await this.remember(queueId, index);
     const now = this.clock.now();
     await this.schedule(dueAt === undefined ? now : Math.max(now, dueAt));
@@ -162,20 +150,20 @@ export class ConsumerShard extends DurableObject<Env> {
     const plan = this.busy() ? null : await this.currentPlan(queueId).catch(() => undefined);
     const consumer = plan?.consumer;
     if (this.busy() || plan === undefined) {
-      this.named.add(shard);
+      this.memory.named.add(shard);
       await this.schedule(this.clock.now() + (plan === undefined ? RETRY_AFTER_ERROR_MS : 0));
       return { taken: false };
     }
     if (!plan || consumer?.type !== "worker" || plan.paused) return { taken: false };
     // Leased under a batch size since lowered: given back, and the round leases it anew.
     if (messages.length > consumer.settings.batch_size) {
-      this.named.add(shard);
+      this.memory.named.add(shard);
       await this.schedule(this.clock.now());
       return { taken: false };
     }
     const dispatch = this.dispatchOverride ?? this.transport(consumer, plan.accountId);
     if (!dispatch) return (await this.schedule(this.clock.now() + UNBOUND_RETRY_MS), { taken: false });
-    for (const f of figures) keepFresher(this.figures, f);
+    for (const f of figures) keepFresher(this.memory.figures, f);
     this.pushers.add(shard);
     let done!: () => void;
     this.pushing = new Promise<void>((r) => (done = r));
@@ -187,7 +175,7 @@ export class ConsumerShard extends DurableObject<Env> {
         consumer,
         [{ shard, messages }],
         dispatch,
-        { metrics: bindingMetrics(sumFigures([...this.figures.values()])) },
+        { metrics: bindingMetrics(sumFigures([...this.memory.figures.values()])) },
         Date.now(),
       );
       this.lastPushedAt = this.clock.now();
@@ -221,7 +209,7 @@ export class ConsumerShard extends DurableObject<Env> {
   override async alarm(): Promise<void> {
     this.cost.alarms++;
     // A backstop: a storage shard that pushed batches here may have lost the next with a restart.
-    for (const s of this.pushers) this.named.add(s);
+    for (const s of this.pushers) this.memory.named.add(s);
     this.pushers.clear();
     await this.rounds.alarmFired();
   }
@@ -314,7 +302,7 @@ export class ConsumerShard extends DurableObject<Env> {
     return plan;
   }
 
-  /** Delivers batches until no storage shard has ready messages or the round's budget is spent. Returns when to run again. */
+  /** Delivers batches until no storage shard has ready messages or the round's budget is spent (delivery-round.ts). Returns when to run again. */
   async deliverRound(queueId: string): Promise<number | null> {
     const index = (await this.storage.get<number>("index")) ?? 0;
     const plan = await this.currentPlan(queueId);
@@ -323,181 +311,7 @@ export class ConsumerShard extends DurableObject<Env> {
     if (!plan || !consumer || consumer.type !== "worker" || plan.paused) return null;
     const dispatch = this.dispatchOverride ?? this.transport(consumer, plan.accountId);
     if (!dispatch) return this.clock.now() + UNBOUND_RETRY_MS;
-
-    const started = this.clock.now();
-    const { batch_size: batchSize, max_wait_time_ms: maxWaitMs } = consumer.settings;
-    // The queue's figures for each batch's metadata, and the weights shards are picked by: the
-    // freshest of the plan's (heartbeats), each lease's exact figures of its shard and the
-    // figures of the others it hands on, kept from round to round.
-    const figures = this.figures;
-    for (const s of plan.shards) if (s.backlog) keepFresher(figures, s.backlog);
-    for (const name of figures.keys()) if (!plan.shards.some((s) => s.name === name)) figures.delete(name);
-    const weights = new Map(plan.shards.map((s) => [s.name, figures.get(s.name)?.count ?? null]));
-    const sweep = this.sweepAsked || started - this.lastSweep >= SWEEP_EVERY_MS;
-    if (sweep) {
-      this.sweepAsked = false;
-      this.lastSweep = started;
-    }
-    // Shards this shard's own lease found empty, and no wake-up named since, are passed over: that
-    // lease made the shard wake a consumer, naming itself, at its next arrival (consumer-wakeups.ts).
-    const idle = new Set<string>(
-      sweep ? [] : plan.shards.filter((s) => this.foundEmpty.has(s.name) && !this.named.has(s.name)).map((s) => s.name),
-    );
-    // Shards holding a partial batch that is not due yet (gather.ts), found in this round.
-    const filling = new Map<string, FillingShard>();
-    // The same, as last seen in any round: a remainder seen before joins the next full batch
-    // another shard fills. A shard gone from the plan is forgotten, one due by now looked at again.
-    const waiting = this.waiting;
-    for (const [name, f] of waiting)
-      if (f.waitUntil <= started || !plan.shards.some((s) => s.name === name)) waiting.delete(name);
-    let next: number | null = null;
-    const later = (t: number | null) => {
-      if (t !== null && (next === null || t < next)) next = t;
-    };
-    const leaseFrom = async (name: string, limit: number, waitMs: number) => {
-      this.named.delete(name);
-      const pushes = this.pushChoice.wanted(this.clock.now(), batchSize, maxWaitMs);
-      const lease = await storageShardFor(this.env, name).lease({
-        queueId,
-        limit,
-        leaseMs: this.leaseMs,
-        maxWaitMs: waitMs,
-        retentionMs: plan.retentionMs,
-        consumerShard: index,
-        pushes,
-      });
-      // Retired or unknown: the plan kept is older than the map.
-      if (lease.refused) this.planDoubted = true;
-      else keepFresher(figures, { ...lease.backlog, at: lease.backlog.at ?? Date.now() });
-      for (const b of lease.peers ?? []) if (weights.has(b.shard)) keepFresher(figures, b);
-      // Nothing here now or later (no delay, retry or lease to run out, or nothing stored at all):
-      // passed over until named.
-      if (
-        lease.messages.length === 0 &&
-        lease.waitUntil === null &&
-        (lease.nextVisibleAt === null || lease.backlog.count === 0) &&
-        !lease.refused
-      )
-        this.foundEmpty.add(name);
-      else this.foundEmpty.delete(name);
-      weights.set(name, figures.get(name)?.count ?? lease.backlog.count);
-      if (lease.messages.length === 0 && lease.waitUntil !== null)
-        waiting.set(name, { name, ready: lease.ready ?? 1, waitUntil: lease.waitUntil });
-      else waiting.delete(name);
-      return lease;
-    };
-    while (this.clock.now() - started < ROUND_BUDGET_MS) {
-      // The Coordinator woke this shard with another plan (a pause, a new consumer, a shard
-      // drained): the next round starts with it, now.
-      if (this.planWanted !== undefined && this.planWanted !== plan.version) return this.clock.now();
-      let batch: LeasedBatch;
-      let reserved = 0;
-      // When this batch's first lease was taken: its leases run from then, not from the dispatch.
-      let leasedAt = Date.now();
-      const shard = pickWeighted(
-        plan.shards.filter((s) => !idle.has(s.name) && !filling.has(s.name)),
-        weights,
-      );
-      if (shard) {
-        // Room in the batch for what already waits on filling shards, which joins it below.
-        reserved = reserveFor(waiting, batchSize, shard.name);
-        const lease = await leaseFrom(shard.name, batchSize - reserved, maxWaitMs);
-        if (lease.messages.length === 0) {
-          if (lease.waitUntil !== null)
-            filling.set(shard.name, { name: shard.name, ready: lease.ready ?? 1, waitUntil: lease.waitUntil });
-          else idle.add(shard.name);
-          later(lease.nextVisibleAt);
-          continue;
-        }
-        batch = [{ shard: shard.name, messages: lease.messages }];
-        leasedAt = Date.now();
-      } else {
-        // Every shard is empty or filling a batch: gather one batch from them, or wait.
-        if (filling.size === 0) return next;
-        const decision = decideGather([...filling.values()], batchSize, maxWaitMs, this.clock.now());
-        if (!decision.gather) {
-          later(decision.wakeAt);
-          return next;
-        }
-        batch = [];
-      }
-      // A batch short of full (room left for what waits elsewhere, its shard's oldest message
-      // due, or shards that fill it only together) takes what the other shards have ready,
-      // the oldest first, up to the batch size.
-      let left = batchSize - batch.reduce((n, p) => n + p.messages.length, 0);
-      // Not past a third of the lease: a slow shard must not let the leases already taken run out before the dispatch.
-      const inTime = () => Date.now() - leasedAt < this.leaseMs / 3;
-      for (const s of oldestFirst(plan.shards, waiting)) {
-        if (left <= 0 || !inTime()) break;
-        if (idle.has(s.name) || batch.some((p) => p.shard === s.name)) continue;
-        filling.delete(s.name);
-        const lease = await leaseFrom(s.name, left, 0);
-        later(lease.nextVisibleAt);
-        if (lease.messages.length === 0) {
-          idle.add(s.name);
-          continue;
-        }
-        batch.push({ shard: s.name, messages: lease.messages });
-        left -= lease.messages.length;
-      }
-      // Less waited elsewhere than the room left for it: the first shard, which gave all it was asked, fills the rest.
-      const first = batch[0];
-      if (shard && first && left > 0 && first.messages.length === batchSize - reserved && inTime()) {
-        const more = await leaseFrom(first.shard, left, 0);
-        first.messages = first.messages.concat(more.messages);
-      }
-      if (batch.length === 0) continue;
-      // Leased and not yet handed over: a reset here leaves the leases to expire.
-      this.hooks.at("abort-leased", this.ctx);
-      const settled = await this.deliverBatch(
-        plan,
-        consumer,
-        batch,
-        dispatch,
-        { metrics: bindingMetrics(sumFigures([...figures.values()])) },
-        leasedAt,
-        {
-          shard: index,
-          limit: batchSize,
-          maxWaitMs,
-          ...(this.pushChoice.wanted(this.clock.now(), batchSize, maxWaitMs) ? { leaseMs: this.leaseMs } : {}),
-        },
-      );
-      // A shard its settle left with nothing ready is passed over, as an empty lease would have
-      // found it (and it wakes this shard at its next arrival): no lease to find out.
-      for (const { shard: name, after } of settled) {
-        if (!after || after.ready) continue;
-        idle.add(name);
-        waiting.delete(name);
-        later(after.nextVisibleAt);
-        if (after.nextVisibleAt === null) this.foundEmpty.add(name);
-      }
-      // A long round still reports, so the Coordinator sees it working until its next report
-      // (a short one reports at its end, when one is due).
-      if (this.clock.now() - started >= serviceConfig(this.env).heartbeatIntervalMs)
-        await this.reports.duringLongRound(queueId);
-    }
-    return this.clock.now();
-  }
-
-  /** Hands one batch (leased from one shard or gathered from several) to the consumer and settles it on each shard. */
-  private async deliverBatch(
-    plan: DeliveryPlan,
-    consumer: ConsumerRecord,
-    batch: LeasedBatch,
-    dispatch: Dispatch,
-    metadata: MessageBatchMetadata,
-    leasedAt: number,
-    settler: NonNullable<SettleRequest["consumer"]>,
-  ): Promise<Array<{ shard: string; after?: SettleResult["after"] }>> {
-    const parts = await this.handOver(plan, consumer, batch, dispatch, metadata, leasedAt);
-    // Each shard settles its own messages; the batch is in hand, so the dead-letter queue gets its messages without a read.
-    return Promise.all(
-      parts.map(async (p) => ({
-        shard: p.shard,
-        after: (await applyDisposition(this.env, plan, consumer, p.shard, p.disposition, p.messages, settler)).after,
-      })),
-    );
+    return runRound(this.roundDeps, queueId, index, plan, consumer, dispatch);
   }
 
   /** The handler run on a batch (batch-delivery.ts), counted for the next report. */
