@@ -26,6 +26,7 @@ import { deliveringNow } from "./consumer-scaler";
 import { versionedPlan, type VersionedPlan } from "./delivery-plan";
 import { deleteConsumer, insertConsumer, readConsumers, updateConsumer, type NewConsumer } from "./consumers";
 import { ControlLoop } from "./control-loop";
+import { tick, type TickDeps } from "./control-tick";
 import { queueCounters } from "./counters";
 import { recentDecisions, type Decision } from "./decisions";
 import {
@@ -33,10 +34,10 @@ import {
   readConsumerShards,
   readStorageBeats,
   recordConsumerReport,
-  recordStorageBeat,
   type ConsumerShardReport,
   type ConsumerShardStatus,
 } from "./heartbeats";
+import { answerHeartbeat, shardBacklogs, type HeartbeatAnswerDeps } from "./heartbeat-answer";
 import { armAlarm, MapPublisher } from "./map-publisher";
 import { QueueStore, type InitializeQueue } from "./queue-store";
 import { migrateCoordinator } from "./schema";
@@ -44,7 +45,7 @@ import { PullWaiters } from "./pull-waiters";
 import { MAX_PULL_WAIT_MS } from "../src/kernel/limits";
 import { assertInJurisdiction } from "../src/kernel/jurisdiction";
 import { readSendLatency, recordSendLatency } from "./send-latency";
-import { readSeries, recordPoint, SERIES_STEP_MS, type SeriesPoint } from "./time-series";
+import { readSeries, SERIES_STEP_MS, type SeriesPoint } from "./time-series";
 import { describeQueue, LAST_PURGE, type PurgeRecord } from "./queue-description";
 
 export type { InitializeQueue } from "./queue-store";
@@ -55,7 +56,7 @@ export type { PurgeRecord } from "./queue-description";
  * The Coordinator of one queue (named by queue id): its settings and its shard map.
  * It creates the queue's storage shards, versions the map on every change and
  * publishes it to KV, where brokers read it. Its rows live in the queue store
- * (queue-store.ts); its alarm runs the control loop (control-loop.ts).
+ * (queue-store.ts); its alarm runs the control loop (control-tick.ts, control-loop.ts).
  */
 export class Coordinator extends DurableObject<Env> {
   /**
@@ -70,6 +71,8 @@ export class Coordinator extends DurableObject<Env> {
   private readonly store: QueueStore;
   private readonly loop: ControlLoop;
   private readonly publisher: MapPublisher;
+  /** What the tick and the heartbeat's answer need of this object (control-tick.ts, heartbeat-answer.ts). */
+  private readonly parts: TickDeps & HeartbeatAnswerDeps;
   clock: Clock = systemClock;
   /** Long-polling pulls waiting for messages; tests swap in their own timers. */
   readonly pullWaiters = new PullWaiters(() => this.clock.now());
@@ -90,6 +93,21 @@ export class Coordinator extends DurableObject<Env> {
       planVersion: () => this.plan()?.version ?? "",
     });
     this.publisher = new MapPublisher(this.store, this.storage, env.SHARD_MAPS, () => this.clock.now());
+    this.parts = {
+      store: this.store,
+      sql: this.sql,
+      storage: this.storage,
+      env,
+      loop: this.loop,
+      publisher: this.publisher,
+      hooks: this.hooks,
+      now: () => this.clock.now(),
+      waitUntil: (work) => ctx.waitUntil(work),
+      consumers: () => this.consumers(),
+      backlogByShard: () => this.backlogByShard(),
+      heartbeats: () => this.heartbeats(),
+      consumersRunning: () => this.consumerShards().running,
+    };
     // A change a reset cut short is finished or undone now, not at the next tick: keyed
     // sends of the keys it moves wait for it (docs/ordered-lanes.md).
     if (this.loop.halfDone()) void ctx.blockConcurrencyWhile(() => armAlarm(this.storage, this.clock.now()));
@@ -296,36 +314,9 @@ export class Coordinator extends DurableObject<Env> {
     return this.store.shardMap(this.clock.now());
   }
 
-  /**
-   * Keeps the latest report of each of this queue's shards; reports from shards it does not
-   * know are dropped. A report wakes the control loop, which runs while shards report and
-   * sleeps once they all do (tick). Ready messages wake consumer shards not delivering now;
-   * while a push consumer should take them, the shard is asked to report again.
-   */
+  /** A storage shard's report, and the answer it gets (heartbeat-answer.ts). */
   heartbeat(beat: StorageHeartbeat): HeartbeatReply {
-    const queue = this.store.queue();
-    if (!queue || !this.store.shards().some((s) => s.name === beat.shard)) return { known: false, retentionMs: null };
-    const now = this.clock.now();
-    recordStorageBeat(this.sql, beat, now);
-    const ready = beat.readyNow ?? beat.backlogCount > 0;
-    if (ready) this.ctx.waitUntil(this.loop.wakeConsumers("idle", now));
-    // A report on the slow cadence (traffic far below what the autoscaler acts on) has nothing for the control loop.
-    const interval = serviceConfig(this.env).heartbeatIntervalMs;
-    const slow = beat.nextReportAt !== undefined && beat.nextReportAt - beat.sentAt > 2 * interval;
-    if (queue.ready && !slow) this.ctx.waitUntil(armAlarm(this.storage, now + interval));
-    const pushed = this.consumers()[0]?.type === "worker" && !queue.settings.delivery_paused;
-    const region = this.store.shards().find((s) => s.name === beat.shard)!.region;
-    // The shard learns the queue's retention here, so it can expire messages no consumer reads,
-    // and its peers' figures, which it hands on to brokers and consumer shards.
-    const backlogs = this.backlogByShard().filter((b) => b.shard !== beat.shard);
-    // Ready messages a consumer took some of in the period are being taken: no need to report sooner for them.
-    const untaken = ready && pushed && beat.messagesOut === 0;
-    return {
-      known: true,
-      retentionMs: queue.settings.message_retention_period * 1000,
-      stayAwake: untaken || this.loop.settling(region, now),
-      backlogs,
-    };
+    return answerHeartbeat(this.parts, beat);
   }
 
   /** A consumer shard's report after a round of delivery. */
@@ -343,23 +334,11 @@ export class Coordinator extends DurableObject<Env> {
   }
 
   /**
-   * The backlog of every shard not retired, as its latest heartbeat reported it: what
-   * send answers sum their queue figures from (src/routing/queue-figures.ts), cached by brokers.
-   * Each figure is as of its report, or now for a sleeping shard: its last report stays true while it sleeps.
+   * Every shard's backlog as its latest heartbeat reported it, what send answers sum their queue
+   * figures from (heartbeat-answer.ts shardBacklogs).
    */
   backlogByShard(): ShardBacklog[] {
-    const beats = this.heartbeats();
-    const live = new Set(notRetired(this.store.shards()).map((s) => s.name));
-    const now = this.clock.now();
-    return beats
-      .filter((h) => live.has(h.name))
-      .map((h) => ({
-        shard: h.name,
-        count: h.backlog_count,
-        bytes: h.backlog_bytes,
-        oldestAt: h.oldest_at,
-        at: h.sleeping ? now : h.received_at,
-      }));
+    return shardBacklogs(this.heartbeats(), this.store.shards(), this.clock.now());
   }
 
   /** The latest heartbeat of every shard that has sent one. */
@@ -381,13 +360,13 @@ export class Coordinator extends DurableObject<Env> {
   /**
    * The control loop, every heartbeat interval while the queue exists: finish any change
    * a reset interrupted, run the autoscaler and carry out its decisions, size the
-   * consumer shards, and publish the map (deferred writes, and a periodic refresh).
+   * consumer shards, and publish the map (deferred writes, and a periodic refresh): control-tick.ts.
    */
   override async alarm(): Promise<void> {
     this.cost.alarms++;
     const now = this.clock.now();
     try {
-      await this.tick(now);
+      await tick(this.parts, now);
     } catch (err) {
       // Not thrown: the platform retries a throwing alarm 6 times and then drops it, and
       // the control loop would stop for good (the fault run's throw-alarm fault).
@@ -395,49 +374,6 @@ export class Coordinator extends DurableObject<Env> {
       console.error(`coordinator ${queue?.queue_id}: control loop failed, next tick in one interval:`, err);
       if (queue?.ready) await armAlarm(this.storage, now + serviceConfig(this.env).heartbeatIntervalMs);
     }
-  }
-
-  private async tick(now: number): Promise<void> {
-    this.hooks.alarmStarts();
-    const queue = this.store.readyQueue();
-    if (!queue) return;
-    await this.loop.activatePending();
-    await this.loop.undoCutChanges();
-    await this.loop.reconcileStates(now);
-    await this.loop.settleEpoch();
-    const scaleInDue = await this.loop.autoscale(now);
-    await this.loop.wakeConsumers("idle", this.clock.now());
-    this.loop.pruneRetired(now);
-    const interval = serviceConfig(this.env).heartbeatIntervalMs;
-    const beats = this.heartbeats();
-    // Shards report while they are busy; once none has for two intervals, they all sleep, and so does
-    // this loop. Shards on the slow cadence (traffic far below what the autoscaler acts on) and
-    // shards whose report was their last keep it asleep.
-    const awake =
-      beats.some(
-        (b) =>
-          !b.sleeping && b.received_at >= now - 2 * interval && (b.next_report_at ?? 0) <= b.received_at + 2 * interval,
-      ) || this.loop.halfDone();
-    // The point before a sleep is written whatever the step: the series carries it through the quiet time (time-series.ts).
-    recordPoint(
-      this.sql,
-      now,
-      beats,
-      this.store.shards().filter((s) => s.state === "active").length,
-      this.consumerShards().running,
-      !awake,
-    );
-    await this.publisher.publish();
-    // A scale-in due between ticks is decided when due, so a queue is back at its minimum
-    // within SCALE_IN_AFTER_MS of its load going quiet (and the heartbeat that shows it);
-    // a retired shard is forgotten when due. Neither is a loop: one alarm each.
-    const next = Math.min(
-      awake ? now + interval : Infinity,
-      scaleInDue ?? Infinity,
-      this.loop.nextPruneAt() ?? Infinity,
-    );
-    if (next !== Infinity) await armAlarm(this.storage, Math.max(next, now + 1));
-    this.hooks.alarmEnds(now);
   }
 
   /**
