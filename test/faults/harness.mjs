@@ -20,7 +20,8 @@ import { DLQ, drain, MAX_RETRIES, quarantined, QUEUE, setUp, TOKEN } from "./que
 import { formatTable, writeReport } from "./report.mjs";
 import { replayCommand } from "./run-options.mjs";
 import { END_STEP_MS, Watchdog } from "./watchdog.mjs";
-import { Budget, rateLimiter, runConsumer, runProducer, runRedriver } from "./workload.mjs";
+import { runConsumer } from "./pull-consumer.mjs";
+import { Budget, rateLimiter, runProducer, runRedriver } from "./workload.mjs";
 import { dlqPurger } from "./dlq-purger.mjs";
 import { keyedPoison } from "./keyed-poison.mjs";
 import { RETRY_DELAYS_S, runPauser } from "./pause-delay.mjs";
