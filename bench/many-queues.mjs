@@ -4,17 +4,19 @@
 // creates N queues through the REST API, each with a consumer (alternately a Worker push
 // consumer, the example consumer, and an http_pull consumer), sends one message to each,
 // receives every message exactly once (push: the example consumer's tally; pull: pull, then
-// ack), checks every backlog is 0, waits --settle-seconds, and then measures a quiet window:
-// the Durable Object requests the stack makes in it, and the CPU and memory of workerd.
+// ack), checks every backlog is 0, waits --settle-seconds, and then measures a quiet window
+// (quiet-window.mjs): the Durable Object requests the stack makes in it, and the CPU and
+// memory of workerd.
 // bench/README.md ("Many queues") says what each figure is.
-import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { applyConfig } from "../cli/workers/apply-config.mjs";
 import { writeDevConfig } from "../cli/wrangler/dev-config.mjs";
 import { freePort, ROOT, startWrangler } from "../cli/wrangler/dev-server.mjs";
-import { groupPids } from "./scaling.mjs";
+import { mb, printReport, secs } from "./many-queues-report.mjs";
+import { quietWindow, workerdFigures } from "./quiet-window.mjs";
 import { sleep } from "../src/kernel/sleep.ts";
 
 export const MANY_HELP = `npm run bench -- many [--queues N] [--quiet-seconds S] [--settle-seconds S] [--concurrency C] [--state DIR] [--json FILE]
@@ -36,8 +38,6 @@ const PREFIX = "many-";
 const PUSH_SCRIPT = "shardq-example-consumer";
 /** The service's config for this run: wrangler.toml with the test hooks on (gitignored). */
 const CONFIG_FILE = "wrangler.bench-many.toml";
-/** How often the quiet window is sampled (the timeline in the JSON). */
-const SAMPLE_MS = 5000;
 /** Errors kept per phase; the rest are counted. */
 const KEEP_ERRORS = 3;
 
@@ -301,7 +301,8 @@ export async function manyQueues(argv) {
       await sleep(settleLeft);
     }
     log(`quiet window: ${quietSeconds} s`);
-    report.quiet = await quietWindow(base, servicePid, producerPid, quietSeconds);
+    const readRequests = async () => /** @type {number} */ ((await api(base, "GET", "/test-hooks/requests")).requests);
+    report.quiet = await quietWindow(readRequests, servicePid, producerPid, quietSeconds);
     const q = /** @type {any} */ (report.quiet);
     log(
       `quiet ${quietSeconds} s: ${q.do_requests} Durable Object requests (${q.do_requests_per_hour} /h), workerd ${q.workerd.cpu_percent_of_core} % of a core, RSS ${mb(q.workerd.rss_bytes_end)} MB (max ${mb(q.workerd.rss_bytes_max)} MB)`,
@@ -318,111 +319,6 @@ export async function manyQueues(argv) {
   }
   printReport(report);
   if (o.json) writeFileSync(o.json, `${JSON.stringify(report, null, 2)}\n`);
-}
-
-/**
- * The quiet window: the isolate's Durable Object request count (the test hooks' route, which
- * asks no object) and workerd's CPU ticks and RSS at its start and end, sampled every
- * SAMPLE_MS for the timeline. The producer stack's workerd apart: it is `npm start`'s too,
- * but holds no queue.
- * @param {string} base @param {number} servicePid @param {number} producerPid @param {number} seconds
- */
-async function quietWindow(base, servicePid, producerPid, seconds) {
-  /** How long each read of the count took: the window's edges are known to within it. */
-  const readMs = /** @type {number[]} */ ([]);
-  const requests = async () => {
-    const started = performance.now();
-    const n = /** @type {number} */ ((await api(base, "GET", "/test-hooks/requests")).requests);
-    readMs.push(Math.round(performance.now() - started));
-    return n;
-  };
-  const r0 = await requests();
-  const s0 = workerdFigures(servicePid);
-  const p0 = workerdFigures(producerPid);
-  const t0 = performance.now();
-  const samples = [];
-  let rssMax = s0.rss_bytes;
-  // A sample that came late (a busy machine) moves the next ones, never the window's end.
-  for (
-    let t = SAMPLE_MS;
-    t < seconds * 1000;
-    t = Math.max(t + SAMPLE_MS, Math.ceil((performance.now() - t0) / SAMPLE_MS) * SAMPLE_MS)
-  ) {
-    await sleep(t0 + t - performance.now());
-    const s = workerdFigures(servicePid);
-    rssMax = Math.max(rssMax, s.rss_bytes);
-    samples.push({
-      t_s: Math.round(t / 1000),
-      do_requests: (await requests()) - r0,
-      cpu_seconds: round(s.cpu_seconds - s0.cpu_seconds, 2),
-      rss_bytes: s.rss_bytes,
-    });
-  }
-  await sleep(t0 + seconds * 1000 - performance.now());
-  const r1 = await requests();
-  const elapsed = (performance.now() - t0) / 1000;
-  const s1 = workerdFigures(servicePid);
-  const p1 = workerdFigures(producerPid);
-  rssMax = Math.max(rssMax, s1.rss_bytes);
-  const cpu = s1.cpu_seconds - s0.cpu_seconds;
-  return {
-    seconds: round(elapsed, 1),
-    do_requests: r1 - r0,
-    do_requests_per_hour: Math.round(((r1 - r0) * 3600) / elapsed),
-    count_read_ms: { first: readMs[0], last: readMs[readMs.length - 1], max: Math.max(...readMs) },
-    workerd: {
-      processes: s1.processes,
-      cpu_seconds: round(cpu, 2),
-      cpu_percent_of_core: round((100 * cpu) / elapsed, 2),
-      rss_bytes_start: s0.rss_bytes,
-      rss_bytes_end: s1.rss_bytes,
-      rss_bytes_max: rssMax,
-      // Which of the two does the work: the runtime's own figures beside the sum.
-      each: s1.each.map((p) => ({
-        role: p.role,
-        cpu_percent_of_core: round(
-          (100 * (p.cpu_seconds - (s0.each.find((q) => q.pid === p.pid)?.cpu_seconds ?? 0))) / elapsed,
-          2,
-        ),
-        rss_bytes: p.rss_bytes,
-      })),
-    },
-    producer_workerd: {
-      cpu_percent_of_core: round((100 * (p1.cpu_seconds - p0.cpu_seconds)) / elapsed, 2),
-      rss_bytes: p1.rss_bytes,
-    },
-    samples,
-  };
-}
-
-/**
- * The workerd processes of a `wrangler dev` (its process group): CPU seconds so far (utime +
- * stime) and RSS, summed, and per process. wrangler runs two: its proxy, listening on the
- * port given (`--socket-addr=entry=...:<port>`), and the runtime behind it, on a port of its
- * own choosing (`entry=...:0`), which holds the Workers and every Durable Object.
- * @param {number} pgid
- */
-function workerdFigures(pgid) {
-  let ticks = 0;
-  let rss = 0;
-  /** @type {Array<{ pid: number, role: string, cpu_seconds: number, rss_bytes: number }>} */
-  const each = [];
-  for (const pid of groupPids(pgid)) {
-    try {
-      if (readFileSync(`/proc/${pid}/comm`, "utf8").trim() !== "workerd") continue;
-      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-      const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      const t = Number(f[11]) + Number(f[12]);
-      const r = Number(/^VmRSS:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? 0) * 1024;
-      const runtime = /--socket-addr=entry=[^ \0]*:0(?:\0|$)/.test(readFileSync(`/proc/${pid}/cmdline`, "utf8"));
-      ticks += t;
-      rss += r;
-      each.push({ pid, role: runtime ? "runtime" : "proxy", cpu_seconds: t / 100, rss_bytes: r }); // USER_HZ is 100 on Linux
-    } catch {
-      // gone since the listing
-    }
-  }
-  return { processes: each.length, cpu_seconds: ticks / 100, rss_bytes: rss, each };
 }
 
 /**
@@ -463,46 +359,6 @@ async function api(base, method, path, body) {
   return /** @type {any} */ (JSON.parse(text)).result;
 }
 
-/** @param {Record<string, any>} r */
-function printReport(r) {
-  const lines = [`many queues: ${r.queues} (${r.push} push, ${r.pull} pull)`];
-  for (const [name, p] of Object.entries(r.phases))
-    lines.push(
-      `  ${name.padEnd(13)} ${String(p.ok).padStart(6)} ok ${String(p.failed).padStart(6)} failed  ${secs(p.ms).padStart(7)} s${p.errors.length ? `  first errors: ${p.errors.join(" | ")}` : ""}`,
-    );
-  if (r.delivery) {
-    const d = r.delivery;
-    lines.push(
-      `  delivered once: ${d.every_message_once ? "yes" : "NO"}; push ${d.push.received} received, ${d.push.distinct} distinct, ${d.push.duplicates} duplicates of ${d.push.sent}${d.push.latency_ms ? ` (latency p50 ${d.push.latency_ms.p50} ms, p99 ${d.push.latency_ms.p99} ms)` : ""}; pull ${d.pull.acked} acked, ${d.pull.duplicates} duplicates of ${r.pull}; backlog left ${d.backlog_left.messages}`,
-    );
-  }
-  if (r.memory_after_setup)
-    lines.push(
-      `  workerd after set-up: RSS ${mb(r.memory_after_setup.rss_bytes)} MB (at start ${mb(r.memory_at_start.rss_bytes)} MB)`,
-    );
-  if (r.quiet) {
-    const q = r.quiet;
-    lines.push(
-      `  quiet ${q.seconds} s (after ${r.settle_seconds} s settling): ${q.do_requests} Durable Object requests (${q.do_requests_per_hour} /h; the count read in at most ${q.count_read_ms.max} ms)`,
-    );
-    lines.push(
-      `  workerd: ${q.workerd.cpu_percent_of_core} % of a core (${q.workerd.cpu_seconds} CPU s), RSS ${mb(q.workerd.rss_bytes_start)} -> ${mb(q.workerd.rss_bytes_end)} MB (max ${mb(q.workerd.rss_bytes_max)} MB), ${q.workerd.processes} process(es)`,
-    );
-    lines.push(
-      `    ${q.workerd.each.map((/** @type {any} */ p) => `${p.role}: ${p.cpu_percent_of_core} %, ${mb(p.rss_bytes)} MB`).join("; ")}`,
-    );
-    lines.push(
-      `  producer's workerd: ${q.producer_workerd.cpu_percent_of_core} % of a core, RSS ${mb(q.producer_workerd.rss_bytes)} MB`,
-    );
-    lines.push(
-      `  goals: 0 requests ${q.do_requests === 0 ? "met" : "NOT met"}; under 2 % of a core ${q.workerd.cpu_percent_of_core < 2 ? "met" : "NOT met"}`,
-    );
-  }
-  if (r.state_bytes !== undefined) lines.push(`  state on disk: ${mb(r.state_bytes)} MB`);
-  if (r.error) lines.push(`  stopped by an error: ${r.error}`);
-  console.log(lines.join("\n"));
-}
-
 /** @param {string} dir */
 function dirBytes(dir) {
   let total = 0;
@@ -514,10 +370,6 @@ function dirBytes(dir) {
   }
   return total;
 }
-
-const secs = (/** @type {number} */ ms) => (ms / 1000).toFixed(1);
-const mb = (/** @type {number} */ bytes) => (bytes / 1024 / 1024).toFixed(0);
-const round = (/** @type {number} */ x, /** @type {number} */ digits) => Number(x.toFixed(digits));
 
 /** @param {string | undefined} v @param {string} flag @param {number} min @param {number} max */
 function whole(v, flag, min, max) {

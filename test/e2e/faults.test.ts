@@ -13,7 +13,8 @@
 import { describe, expect, it } from "vitest";
 import { backlogDefaults, backlogOut, backlogReplay, runBacklog } from "../faults/backlog.mjs";
 import { check } from "../faults/checker.mjs";
-import { defaultOut, defaults, replayCommand, runFaults } from "../faults/harness.mjs";
+import { runFaults } from "../faults/harness.mjs";
+import { defaultOut, defaults, replayCommand } from "../faults/run-options.mjs";
 import { readHistory } from "../faults/history.mjs";
 
 describe("hard kills, storage and consumer shard resets, and control-plane faults under load", () => {

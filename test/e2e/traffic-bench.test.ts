@@ -7,7 +7,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { costRateChart } from "../../bench/charts.mjs";
-import { monthlyUsd, priceWindow, stackVars, trafficMarkdown, withoutReading } from "../../bench/traffic.mjs";
+import { monthlyUsd, priceWindow, withoutReading } from "../../bench/cost-window.mjs";
+import { stackVars, trafficMarkdown } from "../../bench/traffic.mjs";
 import { ROOT } from "../../cli/wrangler/dev-server.mjs";
 
 const zero = { rpcs: 0, alarms: 0, rowsWritten: 0, rowsRead: 0, objects: 1, active: 0, restarted: 0 };

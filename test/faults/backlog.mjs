@@ -20,7 +20,8 @@ import { apiClient } from "./client.mjs";
 import { runDirs, Service } from "./faults.mjs";
 import { History, readHistory } from "./history.mjs";
 import { randomSeed } from "./prng.mjs";
-import { Budget, runConsumer } from "./workload.mjs";
+import { runConsumer } from "./pull-consumer.mjs";
+import { Budget } from "./workload.mjs";
 
 const TOKEN = "shardq-local-dev-token";
 /** The fill levels at which memory is compared and every read answer is asked. */

@@ -6,10 +6,10 @@
 
 /**
  * @param {Map<string, { inv: number, ok: number }>} corrupted  message id -> when the corruption was invoked and answered
- * @param {import("./checker.mjs").Delivery[]} deliveries
+ * @param {import("./history-records.mjs").Delivery[]} deliveries
  * @param {Array<{ l: string, t: number }>} confirmedAcks
- * @param {Map<string, import("./checker.mjs").Delivery[]>} byId
- * @param {Map<string, import("./checker.mjs").Delivery>} byLease
+ * @param {Map<string, import("./history-records.mjs").Delivery[]>} byId
+ * @param {Map<string, import("./history-records.mjs").Delivery>} byLease
  * @param {any} drained  the harness's "drained" phase, with the quarantined total it read
  */
 export function checkCorruption(corrupted, deliveries, confirmedAcks, byId, byLease, drained) {

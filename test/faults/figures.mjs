@@ -3,8 +3,8 @@
 // the checker's verdict; these only describe.
 
 /**
- * @typedef {import("./checker.mjs").Delivery} Delivery
- * @typedef {import("./checker.mjs").Abort} Abort
+ * @typedef {import("./history-records.mjs").Delivery} Delivery
+ * @typedef {import("./history-records.mjs").Abort} Abort
  */
 
 /**

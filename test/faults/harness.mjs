@@ -3,137 +3,36 @@
 // dead-letter queue, run producers and consumers while the nemesis hard-kills and
 // restarts the service and resets single storage shards and consumer shards at the
 // points the test hooks aim at (faults.mjs), with quiet phases in between where the
-// producers stop and faults go on (quiet-phases.mjs), stop the faults, drain the queues,
-// then check the history and report. Used by run.mjs (`npm run test:faults`) and by
-// test/e2e/faults.test.ts (the short run in `npm test`).
+// producers stop and faults go on (quiet-phases.mjs), stop the faults, drain the queues
+// (queues.mjs), then check the history and report. Used by run.mjs (`npm run test:faults`)
+// and by test/e2e/faults.test.ts (the short run in `npm test`).
 import { mkdirSync } from "node:fs";
 import { join, relative, resolve } from "node:path";
 import { freePort, ROOT } from "../../cli/wrangler/dev-server.mjs";
 import { check } from "./checker.mjs";
 import { apiClient } from "./client.mjs";
 import { CONTROL_KINDS, MAX_PLAY_OUT_MS } from "./control-faults.mjs";
-import { faultSchedule, FAULT_KINDS, runDirs, runNemesis, SHARD_ABORT_KINDS, Service } from "./faults.mjs";
+import { faultSchedule, runDirs, runNemesis, SHARD_ABORT_KINDS, Service } from "./faults.mjs";
 import { History, readHistory } from "./history.mjs";
-import { JURISDICTION, preparePushConsumer, PUSH_QUEUE, setUpPush, withConsumerAborts } from "./push-faults.mjs";
+import { preparePushConsumer, PUSH_QUEUE, setUpPush, withConsumerAborts } from "./push-faults.mjs";
 import { startPushSink } from "./push-sink.mjs";
-import { randomSeed } from "./prng.mjs";
+import { DLQ, drain, MAX_RETRIES, quarantined, QUEUE, setUp, TOKEN } from "./queues.mjs";
 import { formatTable, writeReport } from "./report.mjs";
+import { replayCommand } from "./run-options.mjs";
 import { END_STEP_MS, Watchdog } from "./watchdog.mjs";
-import { Budget, rateLimiter, runConsumer, runProducer, runRedriver, sleep } from "./workload.mjs";
+import { runConsumer } from "./pull-consumer.mjs";
+import { Budget, rateLimiter, runProducer, runRedriver } from "./workload.mjs";
 import { dlqPurger } from "./dlq-purger.mjs";
 import { keyedPoison } from "./keyed-poison.mjs";
 import { RETRY_DELAYS_S, runPauser } from "./pause-delay.mjs";
 import { quietGate, runQuietPhase, withQuietPhases } from "./quiet-phases.mjs";
 
-export const TOKEN = "shardq-local-dev-token";
-export const QUEUE = "faults";
-export const DLQ = "faults-dlq";
-/** Deliveries of a poison message before it is dead-lettered: max_retries + 1. */
-const MAX_RETRIES = 2;
+/** @typedef {import("./run-options.mjs").FaultOptions} FaultOptions */
+
 /** The waits pull consumers draw for each pull (long polling): at once half the time. */
 const LONG_POLLS_MS = [0, 0, 250, 1000, 3000];
 /** Long polls of a second or more abandoned part way and cancelled, as a consumer that stops does. */
 const ABANDON_RATE = 0.1;
-
-/**
- * @typedef {object} FaultOptions
- * @property {"short" | "full"} mode
- * @property {number} seed
- * @property {number} messages     messages to send (those certainly refused are sent again as new ones)
- * @property {string[]} faults     the fault kinds injected (FAULT_KINDS)
- * @property {number} kills        hard kills during the load (when faults has "kill")
- * @property {number} aborts       storage shard resets during the load, the abort kinds of faults in turn
- * @property {number} corruptions  corruptions during the load (when faults has "corrupt"), each of `corruptEach` stored bodies
- * @property {number} corruptEach
- * @property {number} controls     control-plane faults during the load (control-faults.mjs), their kinds of faults in turn
- * @property {number} holdMapMs    how long a stale-map fault keeps the published map as it was
- * @property {number[]} alarmThrows  how many alarms in a row a throw-alarm fault makes throw (seeded pick; 7 outlasts the platform's 6 retries)
- * @property {number} keyRate      share of batches sent with an Idempotency-Key (and sent again while unknown)
- * @property {number} pushRate     share of the producers' batches and single sends that go to the push queue (push-faults.mjs)
- * @property {number} orderedRate  share of the producers' messages sent with an ordering_key (0.5 unless `--unordered`: 0), checked by order-checker.mjs
- * @property {number} orderingKeys ordering keys per producer
- * @property {number} pushLeaseMs  shardq's push lease (PUSH_LEASE_MS): the push consumer hangs and acks late past it
- * @property {number} consumerAborts  consumer shard resets of the push queue during the load (when faults has "abort-consumer")
- * @property {number} producers
- * @property {number} consumers    pull consumers of the queue (the dead-letter queue has one more)
- * @property {number} rate         messages/s over all producers; 0: spread the messages over the planned fault time
- * @property {[number, number]} upMs     the service runs this long (seeded, uniform) before each kill
- * @property {[number, number]} downMs   and stays dead this long
- * @property {[number, number]} abortUpMs  the service runs this long before each abort
- * @property {number[]} visibilityMs     visibility timeouts a pull picks from
- * @property {number} drainTimeoutMs
- * @property {number} quietPhases  quiet phases (quiet-phases.mjs): traffic stops, consumers keep asking, faults go on
- * @property {number} quietMs      how long each lasts
- * @property {string} out          directory for history.jsonl, service.log, report.json and report.md
- * @property {boolean} keepState   keep wrangler's state directory
- * @property {(line: string) => void} log
- */
-
-/** @param {"short" | "full"} mode @returns {Omit<FaultOptions, "out" | "log">} */
-export function defaults(mode) {
-  // A quiet phase outlasts the 60 s after which an idle object sleeps; the short run's is shorter, to stay about 2.5 minutes.
-  const common = {
-    quietPhases: mode === "short" ? 1 : 2,
-    quietMs: mode === "short" ? 40_000 : 90_000,
-    seed: randomSeed(),
-    faults: [...FAULT_KINDS],
-    producers: 4,
-    consumers: 4,
-    rate: 0,
-    downMs: /** @type {[number, number]} */ ([0, 1000]),
-    visibilityMs: [2000, 3000, 5000],
-    keepState: false,
-    pushRate: 0.3,
-    orderedRate: 0.5,
-    orderingKeys: 20,
-    pushLeaseMs: 4000,
-    consumerAborts: mode === "short" ? 2 : 10,
-  };
-  return mode === "short"
-    ? {
-        ...common,
-        mode,
-        messages: 3000,
-        kills: 3,
-        aborts: 4,
-        corruptions: 1,
-        corruptEach: 5,
-        controls: 3,
-        holdMapMs: 10_000,
-        alarmThrows: [1, 2],
-        keyRate: 0.2,
-        upMs: [2000, 5000],
-        abortUpMs: [1000, 2500],
-        drainTimeoutMs: 60_000,
-      }
-    : {
-        ...common,
-        mode,
-        messages: 200_000,
-        kills: 20,
-        aborts: 20,
-        corruptions: 5,
-        corruptEach: 10,
-        controls: 15,
-        holdMapMs: 60_000,
-        alarmThrows: [1, 3, 7],
-        keyRate: 0.2,
-        upMs: [3000, 8000],
-        abortUpMs: [1500, 4000],
-        drainTimeoutMs: 300_000,
-      };
-}
-
-/** The command that replays a run. @param {FaultOptions} o */
-export function replayCommand(o) {
-  return `npm run test:faults -- ${o.mode === "short" ? "--short " : ""}--seed ${o.seed} --messages ${o.messages} --faults ${o.faults.join(",")} --kills ${o.kills} --aborts ${o.aborts} --corruptions ${o.corruptions} --controls ${o.controls} --alarm-throws ${o.alarmThrows.join(",")}${o.rate ? ` --rate ${o.rate}` : ""}${o.orderedRate ? ` --ordered --ordered-rate ${o.orderedRate}` : " --unordered"} --quiet ${o.quietPhases} --quiet-ms ${o.quietMs}`;
-}
-
-/** A run's output directory under test-artifacts/faults. @param {FaultOptions["mode"]} mode @param {number} seed */
-export function defaultOut(mode, seed) {
-  const stamp = new Date().toISOString().replace(/[:.]/g, "-").slice(0, 19);
-  return join(ROOT, "test-artifacts", "faults", `${stamp}-${mode}-seed${seed}`);
-}
 
 /** Time for the check and the report after the run's last step (a full run's history holds about a million lines). */
 const CHECK_MS = 10 * 60_000;
@@ -476,92 +375,4 @@ async function run(o, history, dog) {
   o.log(formatTable(result, meta));
   o.log(`report: ${files.md}`);
   return { result, meta, files };
-}
-
-/**
- * The queue and its dead-letter queue, each with an HTTP pull consumer. A poison
- * message is retried MAX_RETRIES times and then moved to the dead-letter queue.
- * @param {ReturnType<typeof apiClient>} api
- */
-async function setUp(api) {
-  const must = async (/** @type {string} */ what, /** @type {Promise<import("./client.mjs").Outcome>} */ call) => {
-    const r = await call;
-    if (r.outcome !== "ok") throw new Error(`set-up: ${what}: ${r.error}`);
-  };
-  await must("create the dead-letter queue", api.call("POST", "", { queue_name: DLQ, jurisdiction: JURISDICTION }));
-  await must("create the queue", api.call("POST", "", { queue_name: QUEUE, jurisdiction: JURISDICTION }));
-  await must(
-    "its pull consumer",
-    api.call("POST", `/${QUEUE}/consumers`, {
-      type: "http_pull",
-      settings: { max_retries: MAX_RETRIES, retry_delay: 0, visibility_timeout_ms: 5000 },
-      dead_letter_queue: DLQ,
-    }),
-  );
-  await must(
-    "the dead-letter queue's pull consumer",
-    api.call("POST", `/${DLQ}/consumers`, {
-      type: "http_pull",
-      settings: { max_retries: 100, retry_delay: 0, visibility_timeout_ms: 5000 },
-    }),
-  );
-}
-
-/**
- * Waits until the three queues' backlogs (stored and not acked, leased included) have been 0
- * for two seconds and no late ack is pending, or the deadline passes.
- * @param {ReturnType<typeof apiClient>} api @param {Set<Promise<void>>} late @param {number} deadline
- */
-async function drain(api, late, deadline) {
-  /** @type {Record<string, number | null>} */
-  let backlog = {};
-  let zeroSince = 0;
-  while (Date.now() < deadline) {
-    const queues = [QUEUE, PUSH_QUEUE, DLQ];
-    const answers = await Promise.all(queues.map((q) => api.call("GET", `/${q}/metrics`)));
-    backlog = Object.fromEntries(
-      queues.map((q, i) => [q, answers[i]?.outcome === "ok" ? answers[i].result.backlog_count : null]),
-    );
-    if (queues.every((q) => backlog[q] === 0) && late.size === 0) {
-      zeroSince ||= Date.now();
-      if (Date.now() - zeroSince >= 2000) return { drained: true, backlog };
-    } else zeroSince = 0;
-    await sleep(500);
-  }
-  return { drained: false, backlog };
-}
-
-/**
- * The queue's quarantined total as Prometheus' GET /metrics gives it (the Coordinator's
- * counters: every shard's heartbeat totals, with those of shards since retired carried
- * in; the per-shard heartbeats of GET .../metrics leave retired shards out, and a
- * stale-map fault retires some), read until it reaches what was corrupted or 7 s pass:
- * each shard reports every HEARTBEAT_INTERVAL_MS (5 s), so a quarantine just before the
- * drain ended shows late. The checker compares it with the corrupted ids.
- * @param {ReturnType<typeof apiClient>} api @param {number} expected
- */
-async function quarantined(api, expected) {
-  const deadline = Date.now() + 7_000;
-  const url = api.queues.replace(/\/accounts\/[^/]+\/queues$/, "/metrics");
-  const line = new RegExp(`^shardq_messages_quarantined_total\\{[^}]*queue="${QUEUE}"[^}]*\\} (\\d+)$`, "m");
-  /** @type {number | null} */
-  let total = null;
-  while (Date.now() < deadline) {
-    try {
-      // Raced against a timer too, as every harness call is (client.mjs): a fetch may not settle.
-      const read = fetch(url, {
-        headers: { authorization: `Bearer ${TOKEN}` },
-        signal: AbortSignal.timeout(5000),
-      }).then(async (res) => ({ ok: res.ok, text: await res.text() }));
-      read.catch(() => {});
-      const res = await Promise.race([read, sleep(6000).then(() => ({ ok: false, text: "" }))]);
-      const m = line.exec(res.text);
-      if (res.ok && m) total = Number(m[1]);
-      if (total !== null && total >= expected) break;
-    } catch {
-      // The service may be busy; read again.
-    }
-    await sleep(500);
-  }
-  return { quarantined: total };
 }

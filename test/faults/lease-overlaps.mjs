@@ -5,7 +5,7 @@
 // reset of the message's shard it is counted apart: those end leases held in memory.
 
 /**
- * @typedef {import("./checker.mjs").Delivery} Delivery
+ * @typedef {import("./history-records.mjs").Delivery} Delivery
  * @param {Delivery[]} ds  one message's pull deliveries, sorted by answer
  * @param {{ heldUntil: (d: Delivery) => number, tol: number, killBetween: (from: number, to: number) => boolean,
  *   abortBetween: (shard: string | null, from: number, to: number) => unknown, brief: (d: Delivery) => object }} o

@@ -3,7 +3,7 @@
 // checks moves change: one id stored twice (within a stay), and a delivery after a
 // confirmed ack (a cut-off redrive may leave two copies that go on separately).
 
-/** @typedef {import("./checker.mjs").Delivery} Delivery */
+/** @typedef {import("./history-records.mjs").Delivery} Delivery */
 /**
  * Each message's stays: runs of its deliveries in one queue other than a dead-letter
  * queue, in time order. A stay ends when the message is delivered from another queue or

@@ -7,9 +7,10 @@ import { parseArgs } from "node:util";
 import { backlogOptions, runBacklog } from "./backlog.mjs";
 import { check } from "./checker.mjs";
 import { FAULT_KINDS } from "./faults.mjs";
-import { defaultOut, defaults, runFaults } from "./harness.mjs";
+import { runFaults } from "./harness.mjs";
 import { readHistory } from "./history.mjs";
 import { formatTable, writeReport } from "./report.mjs";
+import { defaultOut, defaults } from "./run-options.mjs";
 
 const HELP = `npm run test:faults -- [options]
   --short            the short run (3,000 messages, 3 kills, 4 aborts, 1 corruption of 5 bodies,
