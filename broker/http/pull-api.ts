@@ -18,15 +18,10 @@ import { HttpError, unavailable } from "../../src/kernel/errors";
 import { LIMITS, MAX_PULL_WAIT_MS } from "../../src/kernel/limits";
 import { randomHex } from "../../src/kernel/ids";
 import { sleep } from "../../src/kernel/sleep";
-import {
-  leaseRefOf,
-  type DeliveryPlan,
-  type LeasedMessage,
-  type LeaseRef,
-  type PullWaitAnswer,
-  type ShardBacklog,
-  type WaitCap,
-} from "../../src/kernel/protocol";
+import type { ShardBacklog } from "../../src/kernel/figures";
+import { leaseRefOf, type LeasedMessage, type LeaseRef } from "../../src/kernel/protocol";
+import type { PullWaitAnswer, WaitCap } from "../../src/kernel/pull-waits";
+import type { DeliveryPlan } from "../../src/kernel/shard-map";
 import { ok } from "./envelope";
 import { leaseSigningKey, signLease, toBase64, verifyLease, type LeaseToken } from "./lease-tokens";
 import { readJson, readOptionalJson } from "./read-json";
