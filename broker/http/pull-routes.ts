@@ -1,15 +1,7 @@
 /** The routes of pull consumers (./route-table.ts): leasing, cancelling a long poll, acking and extending. */
 import * as R from "../openapi/result-schemas";
-import {
-  ackBody,
-  ackMessages,
-  cancelPull,
-  cancelPullBody,
-  extendBody,
-  extendLeases,
-  pullBody,
-  pullMessages,
-} from "./pull-api";
+import { ackBody, ackMessages, extendBody, extendLeases } from "./ack-api";
+import { cancelPull, cancelPullBody, pullBody, pullMessages } from "./pull-api";
 import type { Route } from "./route";
 import { account, C, ok, QUEUE, queueRef } from "./route-kit";
 
