@@ -1,5 +1,5 @@
 /** The routes on a queue's consumer (./route-table.ts): a Worker, or pull over HTTP. */
-import * as R from "../openapi/result-schemas";
+import { consumer, consumerList, nullResult } from "../openapi/queue-results";
 import {
   createConsumer,
   createConsumerBody,
@@ -24,7 +24,7 @@ export const CONSUMER_ROUTES: readonly Route[] = [
     operationId: "listConsumers",
     tag: "Consumers",
     summary: "The queue's consumers (at most one)",
-    answer: ok(R.consumerList, "The consumers."),
+    answer: ok(consumerList, "The consumers."),
   },
   {
     method: "POST",
@@ -38,7 +38,7 @@ export const CONSUMER_ROUTES: readonly Route[] = [
     description:
       "A worker consumer names, exactly, a Worker shardq has a service binding to (CONSUMER_<NAME>) for the caller's account (WORKER_CONSUMER_ACCOUNTS; unset: the local account only); any other name, or a Worker bound for other accounts only, is the same 400 naming script_name. 409 when the queue already has a consumer.",
     body: { id: "CreateConsumerRequest", schema: createConsumerBody, required: true },
-    answer: { kind: "envelope", status: 201, result: R.consumer, description: "The consumer added." },
+    answer: { kind: "envelope", status: 201, result: consumer, description: "The consumer added." },
     errors: [409],
   },
   {
@@ -50,7 +50,7 @@ export const CONSUMER_ROUTES: readonly Route[] = [
     operationId: "getConsumer",
     tag: "Consumers",
     summary: "Read a consumer",
-    answer: ok(R.consumer, "The consumer."),
+    answer: ok(consumer, "The consumer."),
   },
   {
     method: "PUT",
@@ -69,7 +69,7 @@ export const CONSUMER_ROUTES: readonly Route[] = [
     answer: {
       kind: "envelope",
       status: 200,
-      result: R.consumer,
+      result: consumer,
       description: "Replaced: the consumer as it is now.",
       created: "Added: the consumer, under the id the path names.",
     },
@@ -85,7 +85,7 @@ export const CONSUMER_ROUTES: readonly Route[] = [
     summary: "Change a consumer's settings or dead-letter queue",
     description: "type and script_name may be given but must not change.",
     body: { id: "UpdateConsumerRequest", schema: updateConsumerBody, required: true },
-    answer: ok(R.consumer, "The consumer as it is now."),
+    answer: ok(consumer, "The consumer as it is now."),
   },
   {
     method: "DELETE",
@@ -96,6 +96,6 @@ export const CONSUMER_ROUTES: readonly Route[] = [
     operationId: "deleteConsumer",
     tag: "Consumers",
     summary: "Remove a consumer",
-    answer: ok(R.nullResult, "Removed."),
+    answer: ok(nullResult, "Removed."),
   },
 ];

@@ -3,7 +3,7 @@
  * format, and one queue's backlog, control plane and last hour.
  */
 import { prometheusMetrics } from "../metrics/prometheus-api";
-import * as R from "../openapi/result-schemas";
+import { queueMetrics, seriesResult, shardsResult } from "../openapi/figure-results";
 import { getSeries } from "./dashboard-api";
 import { getMetrics } from "./messages-api";
 import type { Route } from "./route";
@@ -37,7 +37,7 @@ export const FIGURE_ROUTES: readonly Route[] = [
     operationId: "getQueueMetrics",
     tag: "Figures",
     summary: "The queue's backlog, summed and per shard",
-    answer: ok(R.queueMetrics, "The queue's figures."),
+    answer: ok(queueMetrics, "The queue's figures."),
   },
   {
     method: "GET",
@@ -47,7 +47,7 @@ export const FIGURE_ROUTES: readonly Route[] = [
     operationId: "getShards",
     tag: "Figures",
     summary: "The queue's control plane",
-    answer: ok(R.shardsResult, "Shard map, heartbeats, consumer shards, decisions."),
+    answer: ok(shardsResult, "Shard map, heartbeats, consumer shards, decisions."),
   },
   {
     method: "GET",
@@ -57,6 +57,6 @@ export const FIGURE_ROUTES: readonly Route[] = [
     operationId: "getSeries",
     tag: "Figures",
     summary: "The queue's last hour, a point per step",
-    answer: ok(R.seriesResult, "Points, oldest first."),
+    answer: ok(seriesResult, "Points, oldest first."),
   },
 ];

@@ -4,7 +4,15 @@
  */
 import { LIMITS } from "../../src/kernel/limits";
 import { httpBatch, httpMessage } from "../../src/routing/pending-messages";
-import * as R from "../openapi/result-schemas";
+import {
+  batchResult,
+  cancelResult,
+  messageStatus,
+  peekPostResult,
+  peekResult,
+  purgePeekedResult,
+  sendResult,
+} from "../openapi/message-results";
 import { peekBody, peekByPost, peekMessages, peekQuery, purgePeeked, purgePeekedBody } from "./dashboard-api";
 import { sendBatch, sendMessage } from "./messages-api";
 import { cancelMessage, lookupMessage } from "./operations-api";
@@ -23,7 +31,7 @@ export const MESSAGE_ROUTES: readonly Route[] = [
     description:
       "Oldest first over all shards, keyed messages (with their `ordering_key`) among them: those a consumer could be given now. Leases nothing and counts no attempt.",
     query: peekQuery,
-    answer: ok(R.peekResult, "Up to `limit` ready messages."),
+    answer: ok(peekResult, "Up to `limit` ready messages."),
     errors: [503],
   },
   {
@@ -43,7 +51,7 @@ export const MESSAGE_ROUTES: readonly Route[] = [
       "or a JSON number a double cannot hold as written (1e400, 1e-400, an integer such as 12345678901234567890 that would arrive as another): send such a number as a string.",
     idempotencyKey: true,
     body: { id: "SendMessageRequest", schema: httpMessage, required: true },
-    answer: ok(R.sendResult, "Stored: the message's id, and the queue's figures."),
+    answer: ok(sendResult, "Stored: the message's id, and the queue's figures."),
     errors: [409, 413, 503],
   },
   {
@@ -66,7 +74,7 @@ export const MESSAGE_ROUTES: readonly Route[] = [
         messages: { id: "SendMessageRequest", schema: httpMessage, minItems: 1, maxItems: LIMITS.maxBatchMessages },
       },
     },
-    answer: ok(R.batchResult, "Stored: the messages' ids in the request's order, and the queue's figures."),
+    answer: ok(batchResult, "Stored: the messages' ids in the request's order, and the queue's figures."),
     errors: [409, 413, 503],
   },
   {
@@ -82,7 +90,7 @@ export const MESSAGE_ROUTES: readonly Route[] = [
       "GET .../messages in the shape of Cloudflare's peek: up to batch_size (default 10, at most 100) ready messages, oldest first over all shards, leasing nothing and counting no attempt. " +
       "Each carries a `ref` that POST .../messages/purge deletes it by. No body at all reads as `{}`.",
     body: { id: "PeekRequest", schema: peekBody, required: false },
-    answer: ok(R.peekPostResult, "Up to `batch_size` ready messages, each with its ref."),
+    answer: ok(peekPostResult, "Up to `batch_size` ready messages, each with its ref."),
     errors: [503],
   },
   {
@@ -98,7 +106,7 @@ export const MESSAGE_ROUTES: readonly Route[] = [
       "Cloudflare's purge of peeked messages: each message a ref names is deleted wherever it stands (ready, delayed or leased), as DELETE .../messages/{message_id} deletes one. " +
       "A ref that cannot be honoured (the message is gone, or it is not a ref a peek gave) is a warning under it, never a failed request.",
     body: { id: "PurgePeekedRequest", schema: purgePeekedBody, required: true },
-    answer: ok(R.purgePeekedResult, "How many were deleted, and a warning for each ref that was not."),
+    answer: ok(purgePeekedResult, "How many were deleted, and a warning for each ref that was not."),
     errors: [503],
   },
   {
@@ -110,7 +118,7 @@ export const MESSAGE_ROUTES: readonly Route[] = [
     tag: "Messages",
     summary: "Look up a message by id",
     description: "Its state and figures, without its body; a message dead-lettered is found in the dead-letter queue.",
-    answer: ok(R.messageStatus, "The message."),
+    answer: ok(messageStatus, "The message."),
     errors: [503],
   },
   {
@@ -121,7 +129,7 @@ export const MESSAGE_ROUTES: readonly Route[] = [
     operationId: "cancelMessage",
     tag: "Messages",
     summary: "Cancel a message by id",
-    answer: ok(R.cancelResult, "Deleted."),
+    answer: ok(cancelResult, "Deleted."),
     errors: [503],
   },
 ];

@@ -1,5 +1,5 @@
 /** The routes that create, read, change and delete an account's queues (./route-table.ts). */
-import * as R from "../openapi/result-schemas";
+import { nullResult, queueInfo, queueList } from "../openapi/queue-results";
 import {
   createQueue,
   createQueueBody,
@@ -34,7 +34,7 @@ export const QUEUE_ROUTES: readonly Route[] = [
     answer: {
       kind: "envelope",
       status: 200,
-      result: R.queueList,
+      result: queueList,
       paged: true,
       description:
         "One page of queues; result_info: this page's number and size, count on it, total_count matching the filters, total_pages.",
@@ -51,7 +51,7 @@ export const QUEUE_ROUTES: readonly Route[] = [
     summary: "Create a queue",
     description: "409 when the account already has a queue of that name.",
     body: { id: "CreateQueueRequest", schema: createQueueBody, required: true },
-    answer: { kind: "envelope", status: 201, result: R.queueInfo, description: "The queue created." },
+    answer: { kind: "envelope", status: 201, result: queueInfo, description: "The queue created." },
     errors: [409],
   },
   {
@@ -63,7 +63,7 @@ export const QUEUE_ROUTES: readonly Route[] = [
     operationId: "getQueue",
     tag: "Queues",
     summary: "Read a queue",
-    answer: ok(R.queueInfo, "The queue."),
+    answer: ok(queueInfo, "The queue."),
   },
   {
     method: "PUT",
@@ -78,7 +78,7 @@ export const QUEUE_ROUTES: readonly Route[] = [
       "Cloudflare's update, which takes no partial update: the queue's settings become those given, and any left out goes back to its default (delivery_delay 0, delivery_paused false, the default retention), as on a queue just created. " +
       "queue_name may be given but must not change: a queue cannot be renamed. A jurisdiction is refused (400): shardq does not place queues in one.",
     body: { id: "ReplaceQueueRequest", schema: replaceQueueBody, required: true },
-    answer: ok(R.queueInfo, "The queue as it is now."),
+    answer: ok(queueInfo, "The queue as it is now."),
   },
   {
     method: "PATCH",
@@ -92,7 +92,7 @@ export const QUEUE_ROUTES: readonly Route[] = [
     description:
       "Cloudflare's edit: only the settings given change. queue_name may be given but must not change: a queue cannot be renamed.",
     body: { id: "UpdateQueueRequest", schema: updateQueueBody, required: true },
-    answer: ok(R.queueInfo, "The queue as it is now."),
+    answer: ok(queueInfo, "The queue as it is now."),
   },
   {
     method: "DELETE",
@@ -105,7 +105,7 @@ export const QUEUE_ROUTES: readonly Route[] = [
     summary: "Delete a queue and every message in it",
     description:
       "409 naming the consumer and the queue it consumes when the queue is some consumer's dead-letter queue: its messages out of retries would have nowhere to go. Remove that consumer or change its dead_letter_queue first.",
-    answer: ok(R.nullResult, "Deleted."),
+    answer: ok(nullResult, "Deleted."),
     errors: [409],
   },
 ];

@@ -1,7 +1,7 @@
 /**
  * Every route of the HTTP API, each declared once: its method and path, the token scopes it
  * accepts, its handler, and what it takes (the very schemas its handler parses with) and
- * answers (broker/openapi/result-schemas.ts). The router registers these routes under each
+ * answers (broker/openapi/*-results.ts). The router registers these routes under each
  * base (./router.ts), its check reads their access by path (./path-access.ts), and GET
  * /openapi.json describes them (broker/openapi/document.ts). Adding a route is adding an
  * entry to its group (./queue-routes.ts, ./message-routes.ts, ./pull-routes.ts,
@@ -15,7 +15,7 @@
  * test-hook routes are not here: they exist only in a build with SHARDQ_TEST_HOOKS on, never
  * in one users run, and are left out of the description (./test-hooks-api.ts).
  */
-import * as R from "../openapi/result-schemas";
+import { healthResult } from "../openapi/envelope-schemas";
 import { CONSUMER_ROUTES } from "./consumer-routes";
 import { EVENT_SUBSCRIPTION_ROUTES } from "./event-subscription-routes";
 import { FIGURE_ROUTES } from "./figure-routes";
@@ -37,7 +37,7 @@ const PUBLIC_ROUTES: readonly Route[] = [
     tag: "Health",
     summary: "Readiness probe",
     description: "200 from a Worker that is up and routing. Reads no binding and needs no token; never cached.",
-    answer: ok(R.healthResult, "Up."),
+    answer: ok(healthResult, "Up."),
   },
   {
     method: "HEAD",
