@@ -2,7 +2,8 @@
  * Which storage shard a consumer round leases from next, and the figures it weighs them by:
  * kept from round to round, each shard's freshest (its own lease's, or a peer's as handed on).
  */
-import type { DeliveryPlan, ShardBacklog } from "../src/kernel/protocol";
+import type { ShardBacklog } from "../src/kernel/figures";
+import type { DeliveryPlan } from "../src/kernel/shard-map";
 
 type PlannedShard = DeliveryPlan["shards"][number];
 

@@ -9,7 +9,7 @@ import { consumerShardFor, storageShardFor } from "../src/kernel/addressing";
 import { minShardsIn, serviceConfig } from "../src/kernel/config";
 import { MAX_CONCURRENCY } from "../src/kernel/consumer-settings";
 import type { Env } from "../src/kernel/env";
-import type { ShardState } from "../src/kernel/protocol";
+import type { ShardState } from "../src/kernel/shard-map";
 import type { ShardHeartbeat } from "../src/kernel/heartbeat";
 import type { FaultPoint } from "../src/kernel/test-hooks";
 import { decide, type ScalingAction, type ShardView } from "./autoscaler";

@@ -5,17 +5,9 @@ import { minShardsIn, serviceConfig } from "../src/kernel/config";
 import { applyConsumerPatch, type ConsumerRecord, type ConsumerSettingsPatch } from "../src/kernel/consumer-settings";
 import type { Env } from "../src/kernel/env";
 import { randomHex } from "../src/kernel/ids";
-import {
-  notRetired,
-  type DeliveryPlan,
-  type PullCancelAnswer,
-  type PullWaitAnswer,
-  type QueueCounters,
-  type SendLatencyCounts,
-  type ShardBacklog,
-  type ShardMap,
-  type ShardState,
-} from "../src/kernel/protocol";
+import type { QueueCounters, SendLatencyCounts, ShardBacklog } from "../src/kernel/figures";
+import type { PullCancelAnswer, PullWaitAnswer } from "../src/kernel/pull-waits";
+import { notRetired, type DeliveryPlan, type ShardMap, type ShardState } from "../src/kernel/shard-map";
 import type { HeartbeatReply, ShardHeartbeat, StorageHeartbeat } from "../src/kernel/heartbeat";
 import type { QueueInfo } from "../src/kernel/queue-info";
 import { applySettingsPatch, type QueueSettingsPatch } from "../src/kernel/settings";

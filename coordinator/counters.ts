@@ -18,7 +18,7 @@
  * to that shard's carry (a report sent before the one on file, a late duplicate, is
  * not taken for a restart); a forgotten shard's totals and carry go to the queue's.
  */
-import { type DeliveryTotals, COUNTER_NAMES, type QueueCounters } from "../src/kernel/protocol";
+import { type DeliveryTotals, COUNTER_NAMES, type QueueCounters } from "../src/kernel/figures";
 
 /** The carry row of shards no longer on file. No shard is named "". */
 const FORGOTTEN = "";

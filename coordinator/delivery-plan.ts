@@ -7,7 +7,7 @@
  */
 import { crc32 } from "../src/kernel/checksum";
 import type { ConsumerRecord } from "../src/kernel/consumer-settings";
-import { notRetired, type DeliveryPlan, type ShardEntry, type ShardState } from "../src/kernel/protocol";
+import { notRetired, type DeliveryPlan, type ShardEntry, type ShardState } from "../src/kernel/shard-map";
 import type { QueueRecord } from "./queue-store";
 
 export type VersionedPlan = Omit<DeliveryPlan, "shards"> & {

@@ -1,5 +1,5 @@
 /** The latest report of every shard of a queue, kept by its Coordinator. */
-import type { DeliveryTotals } from "../src/kernel/protocol";
+import type { DeliveryTotals } from "../src/kernel/figures";
 import type { StorageHeartbeat, ShardHeartbeat } from "../src/kernel/heartbeat";
 import { carryShardRestart } from "./counters";
 import type { CostMeter, MeterReading } from "../src/kernel/sql-meter";

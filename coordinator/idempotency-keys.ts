@@ -2,7 +2,7 @@ import { DurableObject } from "cloudflare:workers";
 import { systemClock, type Clock } from "../src/kernel/clock";
 import type { Env } from "../src/kernel/env";
 import { runMigrations } from "../src/kernel/sqlite-migrations";
-import type { ClaimOutcome, KeyClaim } from "../src/kernel/protocol";
+import type { ClaimOutcome, KeyClaim } from "../src/kernel/id-claims";
 import { meteredStorage, newMeter, readMeter, type MeterReading } from "../src/kernel/sql-meter";
 import { meteredRpcs } from "../src/kernel/rpc-meter";
 

@@ -24,7 +24,7 @@
  * and long polling", says why); a pull over one is refused before it waits.
  */
 import { MAX_WAITING_PULLS_PER_QUEUE, MAX_WAITING_PULLS_PER_TOKEN } from "../src/kernel/limits";
-import type { WaitCap } from "../src/kernel/protocol";
+import type { WaitCap } from "../src/kernel/pull-waits";
 import { systemTimers, type Timers } from "../src/kernel/clock";
 
 /** The timers waits run on: the system's, or a test's. */

@@ -4,7 +4,7 @@
  * so the RPC methods and the control loop change a shard the same way, every change
  * of the map bumps its version with it, and the settings JSON is parsed in one place.
  */
-import type { ShardEntry, ShardMap, ShardState } from "../src/kernel/protocol";
+import type { ShardEntry, ShardMap, ShardState } from "../src/kernel/shard-map";
 import type { QueueSettings } from "../src/kernel/settings";
 
 export interface InitializeQueue {

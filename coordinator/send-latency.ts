@@ -1,4 +1,4 @@
-import type { SendLatencyCounts } from "../src/kernel/protocol";
+import type { SendLatencyCounts } from "../src/kernel/figures";
 /**
  * A queue's send latency histogram, kept by its Coordinator: the sum of what every
  * broker isolate measured (broker/metrics/latency-histogram.ts). An isolate's own counts die

@@ -13,7 +13,8 @@
  * consumer shard's backstop round (consumer-shard/round-schedule.ts), as a lost wake-up is.
  */
 import type { Timers } from "../src/kernel/clock";
-import type { LeasedMessage, LeaseRef, SettleRequest, ShardBacklog } from "../src/kernel/protocol";
+import type { ShardBacklog } from "../src/kernel/figures";
+import type { LeasedMessage, LeaseRef, SettleRequest } from "../src/kernel/protocol";
 import type { PushReply } from "../src/kernel/push-reply";
 
 /** The longest wait for a batch to fill that a timer here carries; longer ones wake the consumer shard for its own round. */

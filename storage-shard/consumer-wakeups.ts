@@ -14,7 +14,7 @@
  */
 import { consumerShardFor, coordinatorFor } from "../src/kernel/addressing";
 import type { Env } from "../src/kernel/env";
-import type { ShardIdentity } from "../src/kernel/protocol";
+import type { ShardIdentity } from "../src/kernel/shard-map";
 import { sleep } from "../src/kernel/sleep";
 import type { PushTarget } from "./batch-push";
 

@@ -2,15 +2,9 @@ import { DurableObject } from "cloudflare:workers";
 import { systemClock, systemTimers, type Clock, type Timers } from "../src/kernel/clock";
 import { serviceConfig } from "../src/kernel/config";
 import type { Env } from "../src/kernel/env";
-import type {
-  DeliveryTotals,
-  Epoch,
-  ShardIdentity,
-  ShardState,
-  ShardBacklog,
-  ShardRefusal,
-  ShardStats,
-} from "../src/kernel/protocol";
+import type { DeliveryTotals, ShardBacklog, ShardStats } from "../src/kernel/figures";
+import type { ShardRefusal } from "../src/kernel/protocol";
+import type { Epoch, ShardIdentity, ShardState } from "../src/kernel/shard-map";
 import {
   REPORT_BACKLOG_GROWTH,
   SLOW_BELOW_SHARE,

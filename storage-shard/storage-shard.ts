@@ -1,23 +1,18 @@
 import { crc32 } from "../src/kernel/checksum";
+import type { ShardStats } from "../src/kernel/figures";
+import type { DrawnIdAnswer, DrawnIdProbe } from "../src/kernel/id-claims";
+import type { MessageFilter, MessageStatus, PurgeResult } from "../src/kernel/message-operations";
 import type {
   AppendRequest,
   AppendResult,
-  DrawnIdAnswer,
-  DrawnIdProbe,
-  Epoch,
   LeasedMessage,
   LeaseRef,
   LeaseRequest,
   LeaseResult,
-  MessageFilter,
-  MessageStatus,
-  PurgeResult,
-  ShardIdentity,
-  ShardState,
   SettleRequest,
   SettleResult,
-  ShardStats,
 } from "../src/kernel/protocol";
+import type { Epoch, ShardIdentity, ShardState } from "../src/kernel/shard-map";
 import { expireOld, lease, nextVisible } from "./segments/segment-leases";
 import { extend, readLeased, settle } from "./segments/segment-settlement";
 import {

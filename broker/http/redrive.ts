@@ -11,13 +11,9 @@ import { catalogFor, coordinatorFor, storageShardFor } from "../../src/kernel/ad
 import type { Env } from "../../src/kernel/env";
 import { HttpError, unavailable } from "../../src/kernel/errors";
 import { LIMITS, MAX_MATCHING_LEASE } from "../../src/kernel/limits";
-import {
-  leaseRefOf,
-  notRetired,
-  type LeasedMessage,
-  type MessageFilter,
-  type ShardMap,
-} from "../../src/kernel/protocol";
+import type { MessageFilter } from "../../src/kernel/message-operations";
+import { leaseRefOf, type LeasedMessage } from "../../src/kernel/protocol";
+import { notRetired, type ShardMap } from "../../src/kernel/shard-map";
 import { sleep } from "../../src/kernel/sleep";
 import { ok } from "./envelope";
 import { moveMessages } from "../../src/routing/move-messages";

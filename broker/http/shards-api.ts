@@ -1,6 +1,6 @@
 import { coordinatorFor, shardMapKeyById } from "../../src/kernel/addressing";
 import type { Env } from "../../src/kernel/env";
-import type { ShardMap } from "../../src/kernel/protocol";
+import type { ShardMap } from "../../src/kernel/shard-map";
 import { ok } from "./envelope";
 import { lookupQueueId } from "../../src/routing/queue-lookup";
 

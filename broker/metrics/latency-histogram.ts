@@ -18,7 +18,7 @@ import { coordinatorFor } from "../../src/kernel/addressing";
 import type { Env } from "../../src/kernel/env";
 import { formatBound, type HistogramValue } from "./prometheus";
 import { findQueue } from "../../src/routing/queue-lookup";
-import type { SendLatencyCounts } from "../../src/kernel/protocol";
+import type { SendLatencyCounts } from "../../src/kernel/figures";
 import { sleep } from "../../src/kernel/sleep";
 
 /** Bucket upper bounds, in seconds; +Inf is implied. */

@@ -11,7 +11,8 @@
  */
 import { catalogFor, coordinatorFor } from "../../src/kernel/addressing";
 import type { Env } from "../../src/kernel/env";
-import type { ShardMap, ShardState, CounterName, QueueCounters, SendLatencyCounts } from "../../src/kernel/protocol";
+import type { CounterName, QueueCounters, SendLatencyCounts } from "../../src/kernel/figures";
+import type { ShardMap, ShardState } from "../../src/kernel/shard-map";
 import type { QueueMetrics } from "../../src/kernel/queue-info";
 import { cumulativeBuckets, sendLatency } from "./latency-histogram";
 import { queueMetrics } from "../../src/routing/queue-metrics";

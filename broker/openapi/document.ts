@@ -12,7 +12,8 @@ import { version } from "../../package.json";
 import { MESSAGE_ID_PATTERN } from "../../src/kernel/ids";
 import { IDEMPOTENCY_KEY_PATTERN } from "../../src/routing/idempotent-send";
 import { CLOUDFLARE_BASE, PUBLIC, type RequestBody, type Route } from "../http/route";
-import { errorEnvelope, resultInfo, resultRegistry, successEnvelope } from "./result-schemas";
+import { errorEnvelope, resultInfo, successEnvelope } from "./envelope-schemas";
+import { resultRegistry } from "./schema-kit";
 
 type Json = Record<string, unknown>;
 

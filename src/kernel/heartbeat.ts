@@ -3,7 +3,8 @@
  * and the report as the Coordinator keeps it (coordinator/heartbeats.ts). Split from
  * protocol.ts, which holds the rest of what crosses RPC between the parts.
  */
-import type { CostFigures, DeliveryTotals, ShardBacklog, ShardState, ShardStats } from "./protocol";
+import type { CostFigures, DeliveryTotals, ShardBacklog, ShardStats } from "./figures";
+import type { ShardState } from "./shard-map";
 
 /**
  * How often a storage shard awake with traffic far below what the autoscaler acts on

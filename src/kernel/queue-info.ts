@@ -1,5 +1,5 @@
 import type { QueueSettings } from "./settings";
-import type { HoldReason } from "./protocol";
+import type { HoldReason } from "./figures";
 import type { Jurisdiction } from "./jurisdiction";
 import type { ConsumerRecord } from "./consumer-settings";
 
@@ -52,7 +52,7 @@ export interface QueueMetrics {
       messages_out_per_second: number;
       leased: number;
       refusals: number;
-      totals: import("./protocol").DeliveryTotals;
+      totals: import("./figures").DeliveryTotals;
     } | null;
   }>;
 }

@@ -11,7 +11,7 @@
  * (docs/guarantees.md, "Moves"). An idempotent send tried again asks every shard first
  * (idempotent-send.ts), so it does not count on this.
  */
-import type { ShardEntry, ShardMap } from "../kernel/protocol";
+import type { ShardEntry, ShardMap } from "../kernel/shard-map";
 import { locate, shardNumber } from "../kernel/ids";
 import { ownerOfKey } from "../kernel/ordering";
 

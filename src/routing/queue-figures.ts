@@ -8,7 +8,7 @@
  */
 import { coordinatorFor } from "../kernel/addressing";
 import type { Env } from "../kernel/env";
-import type { ShardBacklog } from "../kernel/protocol";
+import type { ShardBacklog } from "../kernel/figures";
 
 export interface QueueFigures {
   backlogCount: number;

@@ -15,7 +15,7 @@
 import { catalogFor } from "../kernel/addressing";
 import type { Env } from "../kernel/env";
 import { queueNotFound } from "../kernel/errors";
-import type { ShardMap } from "../kernel/protocol";
+import type { ShardMap } from "../kernel/shard-map";
 import { authoritativeShardMap, cachedShardMap } from "./shard-map-cache";
 
 export interface QueueLookup {

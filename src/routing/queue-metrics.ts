@@ -1,5 +1,5 @@
 import type { Env } from "../kernel/env";
-import { notRetired, type ShardMap } from "../kernel/protocol";
+import { notRetired, type ShardMap } from "../kernel/shard-map";
 import type { ShardHeartbeat } from "../kernel/heartbeat";
 import type { QueueMetrics } from "../kernel/queue-info";
 import { coordinatorFor, storageShardFor } from "../kernel/addressing";

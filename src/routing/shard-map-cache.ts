@@ -1,7 +1,7 @@
 import { serviceConfig } from "../kernel/config";
 import type { Env } from "../kernel/env";
 import { QUEUE_ID_PATTERN } from "../kernel/ids";
-import type { ShardMap, ShardState } from "../kernel/protocol";
+import type { ShardMap, ShardState } from "../kernel/shard-map";
 import { QUEUE_NAME_PATTERN } from "../kernel/settings";
 import { catalogFor, coordinatorFor, shardMapKeyById, shardMapKeyByName } from "../kernel/addressing";
 

@@ -10,7 +10,7 @@
  * taking sends (not in the map, not active, refused). A slow stream stays on one shard
  * and lets the others sleep.
  */
-import type { ShardEntry, ShardMap } from "../kernel/protocol";
+import type { ShardEntry, ShardMap } from "../kernel/shard-map";
 import { pickShard, shardsTakingSends } from "./placement";
 
 /** As many as the largest consumer batch: a shard keeps the stream until it could fill one. */

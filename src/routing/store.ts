@@ -2,15 +2,9 @@ import { serviceConfig } from "../kernel/config";
 import type { Env } from "../kernel/env";
 import { unavailable } from "../kernel/errors";
 import { randomHex } from "../kernel/ids";
-import {
-  notRetired,
-  type AppendRequest,
-  type AppendResult,
-  type EncodedMessage,
-  type ShardBacklog,
-  type ShardEntry,
-  type ShardMap,
-} from "../kernel/protocol";
+import type { ShardBacklog } from "../kernel/figures";
+import type { AppendRequest, AppendResult, EncodedMessage } from "../kernel/protocol";
+import { notRetired, type ShardEntry, type ShardMap } from "../kernel/shard-map";
 import { storageShardFor } from "../kernel/addressing";
 import { sleep } from "../kernel/sleep";
 import type { PendingMessage } from "./pending-messages";

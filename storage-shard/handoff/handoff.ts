@@ -13,7 +13,7 @@
  * the epoch is left, and sent from there (an outbox). A release that arrives before the
  * registration it ends (both travel at once) leaves a tombstone that cancels it.
  */
-import type { Epoch } from "../../src/kernel/protocol";
+import type { Epoch } from "../../src/kernel/shard-map";
 import { ownerOfKey } from "../../src/kernel/ordering";
 import { bridgesChanged } from "./bridges";
 import type { DeliveryState } from "../segments/delivery-state";

@@ -6,7 +6,9 @@
  * state only while something holds it back (key-book.ts). Every function runs inside the
  * caller's transactionSync.
  */
-import type { HeldKey, HoldReason, LaneFigures, LeasedMessage } from "../../src/kernel/protocol";
+import type { HoldReason, LaneFigures } from "../../src/kernel/figures";
+import type { HeldKey } from "../../src/kernel/message-operations";
+import type { LeasedMessage } from "../../src/kernel/protocol";
 import { leaseSlots } from "../segments/segment-leases";
 import type { DeliveryState } from "../segments/delivery-state";
 import type { KeyHold } from "./key-book";

@@ -23,7 +23,7 @@
  * is not counted as a retry); a late ack for a lost lease still settles its slot; the
  * next append opens a new head; totals lose what was counted since they were last written.
  */
-import type { DeliveryTotals } from "../../src/kernel/protocol";
+import type { DeliveryTotals } from "../../src/kernel/figures";
 import { KeyBook } from "../keyed/key-book";
 import { decodeHeaders, type Header } from "./segment";
 

@@ -8,7 +8,7 @@
  * held the id, and nothing says with what: taken all the same, so a producer never gets an
  * id a consumer has already seen with another body.
  */
-import type { DrawnIdAnswer, DrawnIdProbe } from "../../src/kernel/protocol";
+import type { DrawnIdAnswer, DrawnIdProbe } from "../../src/kernel/id-claims";
 import type { DeliveryState } from "./delivery-state";
 import { bodyOf, locate, offsetsOf, SEGMENT_MAX_MESSAGES, SEGS_PER_MS } from "./segment";
 import { bodiesOf, findSlot, headersOf } from "./segment-rows";

@@ -8,7 +8,8 @@
  * not (segment-rows.ts findSlot) does.
  */
 import { crc32 } from "../../src/kernel/checksum";
-import type { LeasedMessage, LeaseRef, MessageFilter, MessageStatus } from "../../src/kernel/protocol";
+import type { MessageFilter, MessageStatus } from "../../src/kernel/message-operations";
+import type { LeasedMessage, LeaseRef } from "../../src/kernel/protocol";
 import { leaseSlots, timestampOf, type BacklogDelta } from "./segment-leases";
 import type { DeliveryState } from "./delivery-state";
 import { MAX_MATCHING_LEASE, PURGE_PER_CALL } from "../../src/kernel/limits";

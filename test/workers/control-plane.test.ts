@@ -4,7 +4,7 @@ import type { Coordinator } from "../../coordinator/coordinator";
 import { coordinatorFor, shardMapKeyById } from "../../src/kernel/addressing";
 import { ManualClock } from "../../src/kernel/clock";
 import { forgetSticks } from "../../src/routing/sticky-placement";
-import type { ShardMap } from "../../src/kernel/protocol";
+import type { ShardMap } from "../../src/kernel/shard-map";
 import type { StorageHeartbeat } from "../../src/kernel/heartbeat";
 import { api, backlog, createQueue, producer, queuePath, storedMessages } from "./helpers";
 import { sleep } from "../../src/kernel/sleep";

@@ -12,7 +12,8 @@ import { forgetShardMap } from "../../src/routing/shard-map-cache";
 import { IDEMPOTENCY_WINDOW_MS, IN_PROGRESS_MS, type IdempotencyKeys } from "../../coordinator/idempotency-keys";
 import { coordinatorFor, idempotencyKeysFor } from "../../src/kernel/addressing";
 import { api, backlog, BASE, createQueue, queuePath, send, storedMessages, TOKEN } from "./helpers";
-import type { AppendRequest, KeyClaim } from "../../src/kernel/protocol";
+import type { KeyClaim } from "../../src/kernel/id-claims";
+import type { AppendRequest } from "../../src/kernel/protocol";
 import { sleep } from "../../src/kernel/sleep";
 
 const KEY = "idempotency-key";

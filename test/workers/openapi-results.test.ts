@@ -11,12 +11,8 @@ import { router } from "../../broker/http/router";
 import { buildOpenApiDocument } from "../../broker/openapi/document";
 import type { Route } from "../../broker/http/route";
 import { ROUTES } from "../../broker/http/route-table";
-import {
-  consumer as consumerSchema,
-  errorEnvelope,
-  resultInfo,
-  successEnvelope,
-} from "../../broker/openapi/result-schemas";
+import { errorEnvelope, resultInfo, successEnvelope } from "../../broker/openapi/envelope-schemas";
+import { consumer as consumerSchema } from "../../broker/openapi/queue-results";
 import { coordinatorFor, storageShardFor } from "../../src/kernel/addressing";
 import type { Env } from "../../src/kernel/env";
 import { api, BASE, createQueue, queuePath, queuesPath } from "./helpers";

@@ -1,6 +1,6 @@
 import { createExecutionContext } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { verdictOf } from "../../broker/http/pull-api";
+import { verdictOf } from "../../broker/http/ack-api";
 import type { LeaseToken } from "../../broker/http/lease-tokens";
 import { decide } from "../../src/delivery/disposition";
 import { dispositionOf, FAILED_DISPATCH } from "../../src/delivery/outcome";

@@ -16,7 +16,7 @@ import { readSendLatency, recordSendLatency } from "../../coordinator/send-laten
 import { meteredSql, newMeter, settleReads } from "../../src/kernel/sql-meter";
 import { runMigrations } from "../../src/kernel/sqlite-migrations";
 import type { Env } from "../../src/kernel/env";
-import type { DeliveryTotals, SendLatencyCounts } from "../../src/kernel/protocol";
+import type { DeliveryTotals, SendLatencyCounts } from "../../src/kernel/figures";
 import type { StorageHeartbeat } from "../../src/kernel/heartbeat";
 import { parseExposition, valueOf } from "./exposition";
 

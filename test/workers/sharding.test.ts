@@ -9,7 +9,7 @@ import { serviceConfig } from "../../src/kernel/config";
 import { crc32 } from "../../src/kernel/checksum";
 import { cachedShardMap } from "../../src/routing/shard-map-cache";
 import type { ServiceConfig } from "../../src/kernel/config";
-import type { ShardMap } from "../../src/kernel/protocol";
+import type { ShardMap } from "../../src/kernel/shard-map";
 import { catalogFor, coordinatorFor } from "../../src/kernel/addressing";
 import { api, createQueue, producer, queuePath, send, storedMessages } from "./helpers";
 import { sleep } from "../../src/kernel/sleep";

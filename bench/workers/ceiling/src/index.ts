@@ -9,13 +9,9 @@
  * figures (stats()) before and after.
  */
 import { crc32 } from "../../../../src/kernel/checksum";
-import type {
-  AppendRequest,
-  AppendResult,
-  EncodedMessage,
-  ShardIdentity,
-  ShardStats,
-} from "../../../../src/kernel/protocol";
+import type { ShardStats } from "../../../../src/kernel/figures";
+import type { AppendRequest, AppendResult, EncodedMessage } from "../../../../src/kernel/protocol";
+import type { ShardIdentity } from "../../../../src/kernel/shard-map";
 
 /** The StorageShard methods this driver calls, typed here: the binding reaches another script's class. */
 interface ShardStub {

@@ -13,7 +13,7 @@
  * only) reads what each of the queue's Durable Objects was billed for since it started.
  */
 import type { CostMeter, MeterReading } from "../../../../src/kernel/sql-meter";
-import type { CostFigures, ShardStats } from "../../../../src/kernel/protocol";
+import type { CostFigures, ShardStats } from "../../../../src/kernel/figures";
 import { IDEMPOTENCY_BUCKETS } from "../../../../src/routing/idempotent-send";
 import { batchingQueue } from "../../../../src/producer/batching-queue";
 import { KeyedSender } from "./ordering";
