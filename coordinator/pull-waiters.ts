@@ -10,7 +10,7 @@
  * A notification that finds nobody waiting is kept for a moment: a pull that found nothing
  * and is on its way here would otherwise miss the message that came meanwhile and wait out
  * its whole wait. Waiters live in memory: a Coordinator that restarts fails their calls,
- * and each pull looks at the shards again (broker/http/pull-api.ts).
+ * and each pull looks at the shards again (broker/http/long-poll.ts).
  *
  * A pull whose client went away is cancelled by its wait id: a waiter still waiting is
  * dropped, so the next message wakes a pull someone will read; one already woken hands its

@@ -2,7 +2,7 @@ import { unfaithful, UnfaithfulNumber } from "../../src/kernel/encoding";
 import { HttpError } from "../../src/kernel/errors";
 import { LIMITS } from "../../src/kernel/limits";
 
-/** Requests on a route Cloudflare's API serves (`cloudflare` in broker/http/route-table.ts): their bodies are JSON whatever their content type says. */
+/** Requests on a route Cloudflare's API serves (`cloudflare` in the route groups, broker/http/*-routes.ts): their bodies are JSON whatever their content type says. */
 const anyContentType = new WeakSet<Request>();
 
 /**

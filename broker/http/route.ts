@@ -23,7 +23,7 @@ export type Method = "GET" | "HEAD" | "POST" | "PUT" | "PATCH" | "DELETE";
 /** A request past the router's checks: its token's principal is known (absent on PUBLIC routes). */
 export type ApiRequest = IRequest & { principal: Principal };
 
-/** Returning nothing lets the router try the next route that matches (./route-table.ts, withMessageId). */
+/** Returning nothing lets the router try the next route that matches (./message-routes.ts, withMessageId). */
 export type Handler = (
   request: ApiRequest,
   env: Env,

@@ -3,7 +3,7 @@
  * written by hand, so it cannot drift from what the service does: it describes the routes of
  * the table the router registers and checks (broker/http/route-table.ts), each with the
  * scopes the router checks, request bodies and parameters from the zod schemas the handlers
- * parse with, answers from ./result-schemas.ts (which test/workers/openapi-results.test.ts
+ * parse with, answers from the result schemas (./*-results.ts, which test/workers/openapi-results.test.ts
  * holds to real answers). The table is passed in, not imported: it imports this module for
  * the handler of GET /openapi.json.
  */

@@ -1,5 +1,5 @@
 /**
- * The pieces the result schemas (./result-schemas.ts) are built of: the registry that names
+ * The pieces the result schemas (./*-results.ts) are built of: the registry that names
  * and describes the OpenAPI description's components, and the field types answers share.
  */
 import { z } from "zod";

@@ -1,6 +1,6 @@
 /**
  * The one settlement rule, for push consumers (src/delivery/outcome.ts turns a queue()
- * handler's calls into verdicts) and pull consumers (broker/http/pull-api.ts turns an
+ * handler's calls into verdicts) and pull consumers (broker/http/ack-api.ts turns an
  * ack request's acks and retries into verdicts) alike: whether a message the consumer
  * wants retried gets another delivery, after what delay, or is out of retries. Written
  * once so the two transports cannot drift apart on it.

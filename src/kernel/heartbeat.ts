@@ -1,7 +1,7 @@
 /**
  * A storage shard's heartbeat: what it reports to its Coordinator, the Coordinator's answer,
- * and the report as the Coordinator keeps it (coordinator/heartbeats.ts). Split from
- * protocol.ts, which holds the rest of what crosses RPC between the parts.
+ * and the report as the Coordinator keeps it (coordinator/heartbeats.ts). One of the modules
+ * beside protocol.ts that each hold one conversation of what crosses RPC between the parts.
  */
 import type { CostFigures, DeliveryTotals, ShardBacklog, ShardStats } from "./figures";
 import type { ShardState } from "./shard-map";

@@ -1,6 +1,6 @@
 /**
- * What crosses RPC for a pushed batch (storage-shard/batch-push.ts): split from protocol.ts,
- * which holds the rest of what crosses RPC between the parts.
+ * What crosses RPC for a pushed batch (storage-shard/batch-push.ts): one of the modules
+ * beside protocol.ts that each hold one conversation of what crosses RPC between the parts.
  */
 import type { SettleRequest } from "./protocol";
 

@@ -13,7 +13,7 @@ export const DLQ = "backlog-dlq";
 
 /**
  * The queue and its dead-letter queue, each with an HTTP pull consumer (a poison message
- * moves after 3 deliveries, as in harness.mjs), and the queue's delivery paused.
+ * moves after 3 deliveries, as in queues.mjs), and the queue's delivery paused.
  * @param {Api} api
  */
 export async function setUp(api) {

@@ -1,4 +1,4 @@
-// The checker's lease-overlap rule (checker.mjs calls it for each message's pull deliveries):
+// The checker's lease-overlap rule (redelivery-checker.mjs calls it for each message's pull deliveries):
 // two deliveries of one message in one queue whose leases were held at once, one granted
 // (between its pull's invoke and answer) while the other was certainly held, or both
 // certainly held at some moment, beyond the clock slack `tol`. Across a hard kill or a

@@ -142,7 +142,7 @@ async function settle(o, acks, retries, delay = 0) {
   }
   const warnings = /** @type {Record<string, string>} */ (r.result?.warnings ?? {});
   const counted = (/** @type {{ token: string }} */ a) => !(a.token in warnings);
-  // A shard that did not answer may have applied it (pull-api.ts UNREACHABLE): unknown, not stale.
+  // A shard that did not answer may have applied it (ack-api.ts UNREACHABLE): unknown, not stale.
   const unsure = (/** @type {{ token: string }} */ a) => warnings[a.token]?.includes("did not answer") === true;
   o.history.complete(op, "ok", {
     acked: acks.filter(counted).map((a) => a.l),

@@ -8,7 +8,7 @@
 // truly overlapped, with no tolerance needed. An invocation with no end was cut off by
 // a kill (its span ends there).
 //
-// Each message a handler was given counts as delivered (checker.mjs: lost, unexpected,
+// Each message a handler was given counts as delivered (send-checker.mjs: lost, unexpected,
 // wrong id, garbled, duplicates). Beyond those, per push queue:
 //
 //   push overlap   a delivery of a message starting while an earlier one of it had started

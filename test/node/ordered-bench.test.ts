@@ -5,7 +5,7 @@ import { goalsMarkdown } from "../../bench/goals.mjs";
 import { pairRatio, timelineFigures } from "../../bench/ordered.mjs";
 
 type Figures = Record<string, number | [number, number]>;
-/** A summary row per figure, as compare's summarize() makes them, shardq only: one run, or [min, max] of three. */
+/** A summary row per figure, as compare-report.mjs's summarize() makes them, shardq only: one run, or [min, max] of three. */
 function rows(byWorkload: Record<string, Record<string, number | [number, number]>>) {
   return Object.entries(byWorkload).flatMap(([workload, figures]) =>
     Object.entries(figures).map(([metric, v]) => {

@@ -1,7 +1,7 @@
 /**
  * The OpenAPI description's answers are the real ones: each operation is called
  * as a client would, and its whole answer parsed with the schema the description gives it
- * (broker/openapi/result-schemas.ts, strict: a field renamed, added or dropped fails here).
+ * (broker/openapi/*-results.ts, strict: a field renamed, added or dropped fails here).
  * Refusals are parsed with the error envelope, and their status must be one the description
  * lists for the operation. The last test fails when an operation was left out of this file.
  */
