@@ -1,7 +1,7 @@
 import type { ContentType } from "../src/kernel/protocol";
 import { runMigrations, type MigrationStep } from "../src/kernel/sqlite-migrations";
 import { encodeHeaders, nextSegment, packBodies, SEGMENT_MAX_BYTES, Settled, type Header } from "./segments/segment";
-import type { NewMessage } from "./segments/segment-rows";
+import type { NewMessage } from "./segments/segment-placement";
 import { LANE_LEASES_V16, LANES_SCHEMA, LOCATED_LANE_IDS, neverReuseLseq } from "./keyed/lanes-schema";
 import { HELD_LEASES_SCHEMA } from "./segments/held-leases";
 import { HANDOFF_SCHEMA } from "./handoff/handoff-schema";

@@ -28,7 +28,7 @@ import { DueWakeups, nextDueAfter } from "./due-wakeups";
 import { coordinatorFor } from "../src/kernel/addressing";
 import { meteredSql, newMeter, settleReads, type CostMeter } from "../src/kernel/sql-meter";
 import { peekReady } from "./segments/segment-operations";
-import { writeDeferred } from "./segments/segment-rows";
+import { writeDeferred } from "./segments/segment-edit";
 import { migrate } from "./schema";
 import { loadEpoch, mayOweHandoffs, owedHandoffs, releasesDue } from "./handoff/handoff";
 import { HandoffOutbox } from "./handoff/handoff-outbox";

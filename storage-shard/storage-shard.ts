@@ -31,7 +31,7 @@ import {
 } from "./segments/segment-operations";
 import { migrate } from "./schema";
 import { appendBatch } from "./segments/append";
-import { writeDeferred } from "./segments/segment-rows";
+import { writeDeferred } from "./segments/segment-edit";
 import { drawnIds } from "./segments/drawn-ids";
 import { knownIds } from "./segments/remembered-ids";
 import { acceptBridges, acceptReleases, enterEpoch, forgetHandoffs, loadEpoch } from "./handoff/handoff";
