@@ -32,7 +32,7 @@ import { writeDeferred } from "./segments/segment-edit";
 import { migrate } from "./schema";
 import { loadEpoch, mayOweHandoffs, owedHandoffs, releasesDue } from "./handoff/handoff";
 import { HandoffOutbox } from "./handoff/handoff-outbox";
-import { exactKeyFigures, keyFigures } from "./keyed/keyed-operations";
+import { exactKeyFigures, keyFigures } from "./keyed/held-keys";
 import { restoreKeyed } from "./keyed/keyed-leases";
 import { shardNumber } from "./segments/segment";
 import { testHooksFor } from "../src/kernel/test-hooks";
