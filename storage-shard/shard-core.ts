@@ -34,8 +34,9 @@ import { ShardReports } from "./shard-reports";
 /**
  * What every storage shard keeps and how it looks after itself: its identity, state and
  * epoch, its backlog figures, its one alarm (shard-alarm.ts) and its reports to the
- * Coordinator (shard-reports.ts), and the helpers its RPCs write and read through. The RPCs are StorageShard's
- * (storage-shard.ts).
+ * Coordinator (shard-reports.ts), and the helpers its RPCs write and read through. The RPCs
+ * are StorageShard's (storage-shard.ts) and, for the queue operations, ShardOperations'
+ * (shard-operations.ts).
  */
 export abstract class ShardCore extends DurableObject<Env> {
   protected readonly sql: SqlStorage;
