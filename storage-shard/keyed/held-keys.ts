@@ -1,8 +1,9 @@
 /**
  * The keys held back here, as operators see them (GET .../ordering/held: heldKeys) and as
  * heartbeats count them (keyFigures). A key has state only while something holds it back
- * (key-book.ts); a pass over the keyed segments finds the others. Every function runs inside
- * the caller's transactionSync.
+ * (key-book.ts): an operator's reading passes over every keyed message, a heartbeat's reads
+ * the key book only, as it goes with every report. Every function runs inside the caller's
+ * transactionSync.
  */
 import type { HeldKey, HoldReason, LaneFigures } from "../../src/kernel/protocol";
 import type { DeliveryState } from "../segments/delivery-state";
