@@ -1,7 +1,7 @@
 import type { ContentType } from "../src/kernel/protocol";
 import { runMigrations, type MigrationStep } from "../src/kernel/sqlite-migrations";
 import { encodeHeaders, nextSegment, packBodies, SEGMENT_MAX_BYTES, Settled, type Header } from "./segments/segment";
-import type { NewMessage } from "./segments/segment-rows";
+import type { NewMessage } from "./segments/segment-placement";
 import { LANE_LEASES_V16, LANES_SCHEMA, LOCATED_LANE_IDS, neverReuseLseq } from "./keyed/lanes-schema";
 import { HELD_LEASES_SCHEMA } from "./segments/held-leases";
 import { HANDOFF_SCHEMA } from "./handoff/handoff-schema";
@@ -146,7 +146,7 @@ export const MIGRATIONS: readonly MigrationStep[] = [
    ${KEY_LEASES_SCHEMA}`,
   // Lanes' messages and leases converted to those, the lane tables dropped (keyed-upgrade.ts).
   convertLanesToSegments,
-  // Whether a shard has held keyed messages, kept across restarts (segment-rows.ts noteKeyed): one pass here, once.
+  // Whether a shard has held keyed messages, kept across restarts (segment-writes.ts noteKeyed): one pass here, once.
   `INSERT OR REPLACE INTO meta (key, value) SELECT 'keyed', '1' WHERE EXISTS (SELECT 1 FROM segments WHERE keyed > 0)`,
   // A move remembered with the message it brought, forgotten when that message moves on (remembered-ids.ts forgetMovesOf).
   `ALTER TABLE remembered_moves ADD COLUMN id TEXT;

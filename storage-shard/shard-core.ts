@@ -2,47 +2,35 @@ import { DurableObject } from "cloudflare:workers";
 import { systemClock, systemTimers, type Clock, type Timers } from "../src/kernel/clock";
 import { serviceConfig } from "../src/kernel/config";
 import type { Env } from "../src/kernel/env";
+import type { Epoch, ShardIdentity, ShardState } from "../src/kernel/shard-map";
 import type { DeliveryTotals, ShardBacklog, ShardStats } from "../src/kernel/figures";
 import type { ShardRefusal } from "../src/kernel/protocol";
-import type { Epoch, ShardIdentity, ShardState } from "../src/kernel/shard-map";
-import {
-  REPORT_BACKLOG_GROWTH,
-  SLOW_BELOW_SHARE,
-  SLOW_REPORT_MS,
-  type StorageHeartbeat,
-} from "../src/kernel/heartbeat";
 import { ShardAlarm } from "./shard-alarm";
 import { QuietTimer } from "./quiet-timer";
 import { restoreHeldLeases, writeHeldLeases } from "./segments/held-leases";
 import { ActivityMeter, TokenBucket } from "./capacity";
-import { expireLeases, expireOld, lease, leasedCount, type BacklogDelta } from "./segments/segment-leases";
+import { expireLeases, expireOld, leasedCount, type BacklogDelta } from "./segments/segment-leases";
 import { DeliveryState } from "./segments/delivery-state";
 import { ConsumerWakeups } from "./consumer-wakeups";
 import { DueWakeups, nextDueAfter } from "./due-wakeups";
-import { coordinatorFor } from "../src/kernel/addressing";
 import { meteredSql, newMeter, settleReads, type CostMeter } from "../src/kernel/sql-meter";
 import { peekReady } from "./segments/segment-operations";
-import { writeDeferred } from "./segments/segment-rows";
+import { writeDeferred } from "./segments/segment-edit";
 import { migrate } from "./schema";
-import { loadEpoch, mayOweHandoffs, owedHandoffs, releasesDue } from "./handoff/handoff";
+import { loadEpoch, mayOweHandoffs, releasesDue } from "./handoff/handoff";
 import { HandoffOutbox } from "./handoff/handoff-outbox";
-import { exactKeyFigures, keyFigures } from "./keyed/keyed-operations";
+import { exactKeyFigures, keyFigures } from "./keyed/held-keys";
 import { restoreKeyed } from "./keyed/keyed-leases";
 import { shardNumber } from "./segments/segment";
 import { testHooksFor } from "../src/kernel/test-hooks";
-
-/**
- * Reports a shard sends, while a push consumer should be taking its ready messages and nobody
- * does, before it sleeps anyway: each wakes consumers (a round lost to a reset), and a
- * consumer that never comes (its Worker unbound) is a backlog waiting for a consumer.
- */
-const STAY_AWAKE_REPORTS = 6;
+import { ShardReports } from "./shard-reports";
 
 /**
  * What every storage shard keeps and how it looks after itself: its identity, state and
  * epoch, its backlog figures, its one alarm (shard-alarm.ts) and its reports to the
- * Coordinator, and the helpers its RPCs write and read through. The RPCs are StorageShard's
- * (storage-shard.ts).
+ * Coordinator (shard-reports.ts), and the helpers its RPCs write and read through. The RPCs
+ * are StorageShard's (storage-shard.ts) and, for the queue operations, ShardOperations'
+ * (shard-operations.ts).
  */
 export abstract class ShardCore extends DurableObject<Env> {
   protected readonly sql: SqlStorage;
@@ -62,19 +50,8 @@ export abstract class ShardCore extends DurableObject<Env> {
   protected leasedNow = 0;
   /** The one alarm: reports while awake, due work while asleep (shard-alarm.ts). */
   protected readonly alarms: ShardAlarm;
-  /** When the next report is due after the one under way: set by report(), null after a failure (an interval on). */
-  protected nextReportAt: number | null = null;
-  /** The backlog the last report showed (a slow shard reports sooner once it grows: busy). */
-  protected reportedBacklog = 0;
-  /** The figures of the last report sent (in memory: a restart reports once more). */
-  protected lastReport: string | null = null;
-  /** Whether that report said messages were ready (null: none sent since this instance started). */
-  protected reportedReady: boolean | null = null;
-  /** The Coordinator asked for reports although nothing changes (HeartbeatReply.stayAwake); how many such reports in a row. */
-  protected stayAwake = false;
-  protected idleReports = 0;
-  /** The queue's other shards' figures as the Coordinator's last heartbeat reply gave them, handed on with appends and leases. */
-  protected peers: ShardBacklog[] = [];
+  /** Its reports to the Coordinator, and what their replies said (shard-reports.ts). */
+  protected readonly reports: ShardReports;
   /** The queue's retention as the Coordinator last said it (kept in meta: a sleeping shard's alarm needs it after a restart). */
   protected retentionMs: number | null;
   /** Messages becoming ready later, told to the Coordinator while pulls wait (due-wakeups.ts). */
@@ -100,8 +77,6 @@ export abstract class ShardCore extends DurableObject<Env> {
   );
   /** Whether held_leases has rows this instance wrote (held-leases.ts). */
   private leasesWritten = false;
-  /** The report under way: the alarm's and the quiet work's never run side by side. */
-  private reporting: Promise<boolean> | null = null;
   /** The fault harness's resets; inert unless SHARDQ_TEST_HOOKS is "on" (src/kernel/test-hooks.ts). */
   protected readonly hooks = testHooksFor(this.env, "storage");
 
@@ -147,6 +122,26 @@ export abstract class ShardCore extends DurableObject<Env> {
     this.activity = new ActivityMeter(now);
     const perSecond = serviceConfig(env).shardCapacityPerSecond;
     this.capacity = perSecond > 0 ? new TokenBucket(perSecond, now) : null;
+    this.reports = new ShardReports({
+      env,
+      sql: this.sql,
+      hooks: this.hooks,
+      activity: this.activity,
+      delivery: this.delivery,
+      identity: () => this.identity,
+      state: () => this.state,
+      epoch: () => this.epoch,
+      backlogCount: () => this.backlogCount,
+      takeLapsedLeases: (now) => this.takeLapsedLeases(now),
+      countLeases: (now) => (this.leasedNow = leasedCount(this.delivery, now)),
+      flushReleases: (force) => this.flushReleases(force),
+      figures: () => this.figures(),
+      readyNow: (now) => this.readyNow(now),
+      expire: (now, retentionMs) => {
+        this.learnRetention(retentionMs);
+        return this.expirePastRetention(now, retentionMs);
+      },
+    });
     this.alarms = new ShardAlarm(
       serviceConfig(env).heartbeatIntervalMs,
       (at) => {
@@ -155,7 +150,7 @@ export abstract class ShardCore extends DurableObject<Env> {
         void ctx.storage.setAlarm(at);
       },
       () => this.due.wakeAt,
-      () => this.busy(this.clock.now()),
+      () => this.reports.busy(this.clock.now()),
       () => this.quiet.touch(),
       () => {
         // Billed as a row written, as setting one is.
@@ -217,7 +212,8 @@ export abstract class ShardCore extends DurableObject<Env> {
 
   /** The peers' figures for an append or lease answer; nothing on a queue of one shard. */
   protected peerFigures(): { peers?: ShardBacklog[] } {
-    return this.peers.length > 0 ? { peers: this.peers } : {};
+    const peers = this.reports.peers;
+    return peers.length > 0 ? { peers } : {};
   }
 
   protected afterRemoval(r: { delta: BacklogDelta; held: number }, now: number): void {
@@ -305,11 +301,11 @@ export abstract class ShardCore extends DurableObject<Env> {
     // in memory were lost with it, and their messages are ready again.
     if (causes.has("due") || (causes.size === 0 && this.identity && this.state !== "retired")) this.dueWork(now);
     if (causes.has("heartbeat")) {
-      this.nextReportAt = null;
+      this.reports.nextReportAt = null;
       const again = await this.report(now).catch(
         (err: unknown) => (console.error(`storage shard ${this.identity?.name}: heartbeat failed:`, err), true),
       );
-      if (again) this.alarms.reportAt(this.nextReportAt ?? now + serviceConfig(this.env).heartbeatIntervalMs);
+      if (again) this.alarms.reportAt(this.reports.nextReportAt ?? now + serviceConfig(this.env).heartbeatIntervalMs);
       else this.alarms.sleep(this.nextDue(now));
     }
     this.due.plan(now);
@@ -330,7 +326,7 @@ export abstract class ShardCore extends DurableObject<Env> {
         (err: unknown) => (console.error(`storage shard ${this.identity?.name}: heartbeat failed:`, err), true),
       );
       if (!again) this.alarms.sleep(this.nextDue(now));
-      else if (this.nextReportAt !== null) this.alarms.reportAt(this.nextReportAt);
+      else if (this.reports.nextReportAt !== null) this.alarms.reportAt(this.reports.nextReportAt);
     }
     this.persistDeferred(now, true);
     this.leasesWritten = this.ctx.storage.transactionSync(() =>
@@ -346,15 +342,20 @@ export abstract class ShardCore extends DurableObject<Env> {
    */
   protected dueWork(now: number): void {
     if (!this.identity || this.state === "retired") return;
-    if (this.retentionMs !== null && this.backlogCount > 0) {
-      const retention = this.retentionMs;
-      this.applyDelta(this.ctx.storage.transactionSync(() => expireOld(this.sql, this.delivery, now, retention, true)));
-      this.flushReleases();
-    }
+    if (this.retentionMs !== null && this.backlogCount > 0) this.expirePastRetention(now, this.retentionMs);
     // Ready messages the last report already showed were there for anyone asking: a consumer was
     // told then. Not of those whose lease ran out since: the lapse tells.
-    if (!this.takeLapsedLeases(now) && this.readyNow(now) && this.reportedReady !== true) this.wakeups.notifyAgain();
+    if (!this.takeLapsedLeases(now) && this.readyNow(now) && this.reports.reportedReady !== true)
+      this.wakeups.notifyAgain();
     this.alarms.wake(now);
+  }
+
+  /** Deletes the messages past `retentionMs`, and writes the releases of keys that frees; whether it deleted any. */
+  protected expirePastRetention(now: number, retentionMs: number): boolean {
+    const delta = this.ctx.storage.transactionSync(() => expireOld(this.sql, this.delivery, now, retentionMs, true));
+    this.applyDelta(delta);
+    this.flushReleases();
+    return delta.count !== 0;
   }
 
   /**
@@ -395,113 +396,9 @@ export abstract class ShardCore extends DurableObject<Env> {
     return times.length === 0 ? null : Math.min(...times);
   }
 
-  /**
-   * Reports this shard's figures, unless nothing changed since the last report: then it
-   * sleeps (answers false). Deletes messages past the queue's retention (the reply carries
-   * it). Answers whether to stay awake: it does while the period had activity, while it owes
-   * hand-offs of ordering keys (the report's alarm tries them again), and for a few reports
-   * while the Coordinator says its ready messages wait for a push consumer.
-   */
+  /** The report to the Coordinator (shard-reports.ts), called through the object so that a test can make the alarm's work fail by replacing it. */
   protected report(now: number, quiet = false): Promise<boolean> {
-    if (this.reporting) return this.reporting;
-    this.reporting = this.sendReport(now, quiet).finally(() => (this.reporting = null));
-    return this.reporting;
-  }
-
-  /** report(): `quiet`, its requests stopped, so this report is its last unless it has reason to stay awake. */
-  private async sendReport(now: number, quiet: boolean): Promise<boolean> {
-    this.hooks.alarmStarts();
-    if (!this.identity || this.state === "retired") return false;
-    this.takeLapsedLeases(now);
-    const period = this.activity.roll(now);
-    // Reset to the truth: the running count drifts up (leases run out), and a draining shard reporting leases it does not hold is never retired.
-    this.leasedNow = leasedCount(this.delivery, now);
-    this.flushReleases(true);
-    const beat: StorageHeartbeat = {
-      ...this.figures(),
-      ...period,
-      shard: this.identity.name,
-      state: this.state,
-      leasedNow: this.leasedNow,
-      sentAt: now,
-      handoffs: owedHandoffs(this.sql),
-      readyNow: this.readyNow(now),
-      ...(this.epoch ? { epoch: this.epoch.seq } : {}),
-    };
-    // Far below what the autoscaler acts on, an active shard reports on the slow cadence, and says so.
-    const config = serviceConfig(this.env);
-    const slow = this.state === "active" && !this.stayAwake && (beat.handoffs ?? 0) === 0 && !this.busyPeriod(period);
-    const nextReportAt =
-      now + (slow ? Math.max(SLOW_REPORT_MS, config.heartbeatIntervalMs) : config.heartbeatIntervalMs);
-    const owes = (beat.handoffs ?? 0) > 0;
-    const last = quiet && this.state === "active" && !this.stayAwake && !owes;
-    if (last) beat.last = true;
-    else beat.nextReportAt = nextReportAt;
-    const { cost: _cost, periodMs: _period, sentAt: _sent, nextReportAt: _next, last: _last, ...figures } = beat;
-    const signature = JSON.stringify(figures);
-    if (signature === this.lastReport && !this.stayAwake && !owes) {
-      this.hooks.alarmEnds(now);
-      return false;
-    }
-    const notable = this.delivery.notable;
-    this.delivery.notable = false;
-    const reply = await coordinatorFor(this.env, this.identity.queueId)
-      .heartbeat(beat)
-      .catch((err: unknown) => {
-        this.activity.unroll(period, now);
-        this.delivery.notable ||= notable;
-        throw err;
-      });
-    if (!reply.known) return false;
-    this.lastReport = signature;
-    this.reportedReady = beat.readyNow ?? null;
-    this.reportedBacklog = beat.backlogCount;
-    // Asked to stay awake (ready messages nobody took, or the autoscaler waiting): within an interval.
-    this.nextReportAt = reply.stayAwake ? now + config.heartbeatIntervalMs : nextReportAt;
-    if (reply.backlogs) this.peers = reply.backlogs.filter((b) => b.shard !== beat.shard);
-    let expired = false;
-    if (reply.retentionMs !== null) {
-      this.learnRetention(reply.retentionMs);
-      const delta = this.ctx.storage.transactionSync(() =>
-        expireOld(this.sql, this.delivery, now, reply.retentionMs!, true),
-      );
-      this.applyDelta(delta);
-      this.flushReleases();
-      expired = delta.count !== 0;
-    }
-    // The running totals, when a minute passed; a shard going to sleep writes them at once (alarm(): persistDeferred).
-    this.delivery.flushTotals(now);
-    this.hooks.alarmEnds(now);
-    const active = period.messagesIn + period.messagesOut + period.refusals > 0;
-    this.idleReports = active ? 0 : this.idleReports + 1;
-    this.stayAwake = reply.stayAwake === true && this.idleReports < STAY_AWAKE_REPORTS;
-    // Messages it expired after the report are not in it: one more report, so its last one is true.
-    return (active && !last) || this.stayAwake || owes || expired;
-  }
-
-  /** Whether a period's traffic (in, out, refused) reaches SLOW_BELOW_SHARE of what the autoscaler aims a shard at. */
-  private busyPeriod(p: { messagesIn: number; messagesOut: number; refusals: number; periodMs: number }): boolean {
-    if (p.refusals > 0) return true;
-    const target = serviceConfig(this.env).targetPerShard * SLOW_BELOW_SHARE;
-    return (
-      ((p.messagesIn + p.messagesOut) * 1000) / Math.max(p.periodMs, serviceConfig(this.env).heartbeatIntervalMs) >=
-      target
-    );
-  }
-
-  /** Traffic since the last report that the Coordinator should hear of within an interval (shard-alarm.ts). */
-  protected busy(now: number): boolean {
-    const a = this.activity;
-    return (
-      this.delivery.notable ||
-      this.backlogCount - this.reportedBacklog >= REPORT_BACKLOG_GROWTH ||
-      this.busyPeriod({
-        messagesIn: a.messagesIn,
-        messagesOut: a.messagesOut,
-        refusals: a.refusals,
-        periodMs: now - a.periodStart,
-      })
-    );
+    return this.reports.report(now, quiet);
   }
 
   protected refuse(reason: ShardRefusal): { ok: false; refused: ShardRefusal } {

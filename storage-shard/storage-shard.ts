@@ -15,27 +15,15 @@ import type {
 import type { Epoch, ShardIdentity, ShardState } from "../src/kernel/shard-map";
 import { expireOld, lease, nextVisible } from "./segments/segment-leases";
 import { extend, readLeased, settle } from "./segments/segment-settlement";
-import {
-  cancelMessage,
-  countMatching,
-  findMessage,
-  leaseMatching,
-  peekReady,
-  purgeSome,
-  releaseLeases,
-} from "./segments/segment-operations";
+import { releaseLeases } from "./segments/segment-operations";
 import { migrate } from "./schema";
 import { appendBatch } from "./segments/append";
-import { writeDeferred } from "./segments/segment-rows";
-import { drawnIds } from "./segments/drawn-ids";
-import { knownIds } from "./segments/remembered-ids";
+import { writeDeferred } from "./segments/segment-edit";
 import { acceptBridges, acceptReleases, enterEpoch, forgetHandoffs, loadEpoch } from "./handoff/handoff";
 import { ownerOfKey } from "../src/kernel/ordering";
-import { heldKeys, takeKeyHead, type HeadTaken } from "./keyed/keyed-operations";
 import { type FaultPoint, type TestHookStatus } from "../src/kernel/test-hooks";
 import { corruptBodies } from "./segments/corrupt-bodies";
-import { PURGE_PER_CALL } from "../src/kernel/limits";
-import { ShardCore } from "./shard-core";
+import { ShardOperations } from "./shard-operations";
 import { BatchPush } from "./batch-push";
 import { systemClock } from "../src/kernel/clock";
 import type { Env } from "../src/kernel/env";
@@ -48,7 +36,7 @@ import { meteredRpcs } from "../src/kernel/rpc-meter";
  * before it answers: the RPC reply is held by the output gate until the write is
  * durable, so an acknowledged send is never lost. Never uses allowUnconfirmed.
  */
-export class StorageShard extends ShardCore {
+export class StorageShard extends ShardOperations {
   /** Due batches pushed to their consumer shard, outcome in the reply (batch-push.ts). */
   readonly pushes = new BatchPush({
     timers: () => (this.clock === systemClock ? this.timers : null),
@@ -96,7 +84,7 @@ export class StorageShard extends ShardCore {
       this.pushBatches &&
       (this.retentionMs ?? this.leasedRetentionMs) !== null &&
       this.pushes.arm(t, at ?? this.clock.now());
-    // Here, not in ShardCore: this is the class instantiated (src/kernel/rpc-meter.ts).
+    // Here, not in ShardCore or ShardOperations: this is the class instantiated (src/kernel/rpc-meter.ts).
     return meteredRpcs(this, this.cost, ["testHook", "quietNow"]);
   }
 
@@ -342,103 +330,6 @@ export class StorageShard extends ShardCore {
   /** Messages still held under these leases, with their bodies: what a dead-letter move needs. */
   readLeased(queueId: string, refs: LeaseRef[]): LeasedMessage[] {
     return this.ifServing(queueId, [], () => readLeased(this.sql, this.delivery, refs));
-  }
-
-  // Queue operations (storage-shard/segments/segment-operations.ts): purge, lookup and cancel by id, redrive.
-
-  /** Deletes up to `limit` messages of any state (ready, delayed, leased), oldest first; with `withIds`, answers their ids. */
-  purge(queueId: string, limit: number = PURGE_PER_CALL, withIds = false): PurgeResult {
-    if (this.notServing(queueId)) return { deleted: 0, more: false, ...(withIds ? { ids: [] } : {}) };
-    const now = this.clock.now();
-    const ids: string[] | undefined = withIds ? [] : undefined;
-    const r = this.inTransaction(now, () => purgeSome(this.sql, this.delivery, now, limit, ids));
-    this.afterRemoval(r, now);
-    this.flushReleases();
-    // Emptied: the next arrival must wake a consumer again, as after a lease that found nothing.
-    if (!r.more) this.wakeups.forget();
-    return { deleted: r.count, more: r.more, ...(ids ? { ids } : {}) };
-  }
-
-  findMessage(queueId: string, id: string): MessageStatus | null {
-    const now = this.clock.now();
-    return this.ifServing(queueId, null, () => findMessage(this.sql, this.delivery, now, id));
-  }
-
-  /**
-   * Which of `ids` (ids their sender chose or kept) this shard holds or remembers storing,
-   * in any state, retired too: a retried idempotent send asks every shard of its queue,
-   * since the shard that took an earlier attempt may have stopped taking sends since.
-   */
-  heldIds(queueId: string, ids: string[]): string[] {
-    if (!this.identity || this.identity.queueId !== queueId) return [];
-    return [...knownIds(this.sql, ids)];
-  }
-
-  /**
-   * Whether this shard drew ids a producer now sends as its own, and for this message or
-   * another (drawn-ids.ts). Retired too: the ids it drew stay taken once it is emptied.
-   */
-  drawnIds(queueId: string, probes: DrawnIdProbe[]): DrawnIdAnswer[] {
-    if (!this.identity || this.identity.queueId !== queueId) return probes.map(() => null);
-    return drawnIds(this.sql, this.delivery, this.shardNo, this.clock.now(), probes);
-  }
-
-  /** The ordering keys held back here and why (keyed-operations.ts heldKeys). */
-  heldKeys(queueId: string, limit: number): ReturnType<typeof heldKeys> {
-    return this.ifServing(queueId, { keys: [], lanes: 0, held: { leased: 0, retry: 0, delayed: 0, handoff: 0 } }, () =>
-      heldKeys(this.sql, this.delivery, this.clock.now(), limit),
-    );
-  }
-
-  /** The head of a held key, if it is the message named, leased alone for an operator's release (keyed-operations.ts takeKeyHead). */
-  takeLaneHead(queueId: string, key: string, expected: string, leaseMs: number): HeadTaken {
-    const now = this.clock.now();
-    return this.ifServing(queueId, null, () => {
-      this.alarms.wake(now);
-      return this.ctx.storage.transactionSync(() => takeKeyHead(this.sql, this.delivery, now, key, expected, leaseMs));
-    });
-  }
-
-  /** Ready messages with their bodies, untouched (the dashboard's peek). */
-  peekReady(queueId: string, limit: number): Array<MessageStatus & { body: Uint8Array; orderingKey?: string }> {
-    return this.ifServing(queueId, [], () => peekReady(this.sql, this.delivery, this.clock.now(), limit));
-  }
-
-  /** Deletes one message wherever it stands; false when this shard does not hold it. */
-  cancelMessage(queueId: string, id: string): boolean {
-    if (this.notServing(queueId)) return false;
-    const now = this.clock.now();
-    const r = this.inTransaction(now, () => cancelMessage(this.sql, this.delivery, now, id));
-    this.afterRemoval(r, now);
-    this.flushReleases();
-    return r.count > 0;
-  }
-
-  /** Leases ready messages matching a filter, attempts unchanged: a redrive's batch, acked through settle(). */
-  leaseMatching(queueId: string, filter: MessageFilter, limit: number, leaseMs: number): LeasedMessage[] {
-    if (this.notServing(queueId)) return [];
-    const now = this.clock.now();
-    const { messages, delta } = this.inTransaction(now, () =>
-      leaseMatching(this.sql, this.delivery, now, filter, limit, leaseMs),
-    );
-    this.applyDelta(delta);
-    if (messages.length > 0) this.alarms.wake(now);
-    this.leasedNow += messages.length;
-    return messages;
-  }
-
-  /** Ends leases early so the messages are ready again now (a redrive that could not write them). */
-  releaseLeases(queueId: string, refs: LeaseRef[]): number {
-    if (this.notServing(queueId)) return 0;
-    const now = this.clock.now();
-    const released = this.ctx.storage.transactionSync(() => releaseLeases(this.sql, this.delivery, now, refs));
-    this.leasedNow = Math.max(0, this.leasedNow - released);
-    if (released > 0) this.alarms.wake(now);
-    return released;
-  }
-
-  countMatching(queueId: string, filter: MessageFilter): number {
-    return this.ifServing(queueId, 0, () => countMatching(this.sql, this.delivery, this.clock.now(), filter));
   }
 
   /**

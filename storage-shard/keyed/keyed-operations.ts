@@ -1,22 +1,19 @@
 /**
- * Operations on keyed messages that are not delivery (segment-leases.ts and keyed-scan.ts are): the
- * keys held back as operators see them and as heartbeats count them, an operator's release of
- * a held key, and what a lookup, a peek and a redrive (segment-operations.ts) must know of a key's
- * order. A keyed message is a segment slot like any other (docs/ordered-lanes.md); a key has
- * state only while something holds it back (key-book.ts). Every function runs inside the
- * caller's transactionSync.
+ * Operations on keyed messages that are not delivery (segment-leases.ts and keyed-scan.ts are)
+ * nor the keys held back (held-keys.ts): an operator's release of a held key, and what a
+ * lookup, a peek and a redrive (segment-operations.ts) must know of a key's order. A keyed
+ * message is a segment slot like any other (docs/ordered-lanes.md); a key has state only while
+ * something holds it back (key-book.ts). Every function runs inside the caller's transactionSync.
  */
-import type { HoldReason, LaneFigures } from "../../src/kernel/figures";
-import type { HeldKey } from "../../src/kernel/message-operations";
 import type { LeasedMessage } from "../../src/kernel/protocol";
 import { leaseSlots } from "../segments/segment-leases";
 import type { DeliveryState } from "../segments/delivery-state";
-import type { KeyHold } from "./key-book";
 import type { Candidate } from "./keyed-scan";
-import { comparePos, posOf, slotKey, type Header, type Pos } from "../segments/segment";
-import { headersOf, readState, settledOf, type SegmentState } from "../segments/segment-rows";
+import { comparePos, posOf, slotKey, type Header } from "../segments/segment";
+import { headersOf, readState, type SegmentState } from "../segments/segment-rows";
 import { KEYED_DUE } from "../segments/segment-placement";
-import { blockedFrom, bridgedAny, bridgedKeys } from "../handoff/bridges";
+import { blockedFrom, bridgedAny } from "../handoff/bridges";
+import { byPos, headOf, liveSlot, type KeyedSlot } from "./keyed-slots";
 
 /** What a shard answers an operator's release of a key (takeKeyHead). */
 export type HeadTaken =
@@ -28,209 +25,6 @@ export type HeadTaken =
   | { heldBy: string }
   /** No message of the key here. */
   | null;
-
-/** An unsettled keyed slot, with its place in its key's order. */
-interface KeyedSlot extends Candidate {
-  pos: Pos;
-}
-
-const byPos = (a: KeyedSlot, b: KeyedSlot): number => comparePos(a.pos, b.pos);
-
-/** Keyed segments read per page of a pass over them. */
-const KEYED_PAGE = 64;
-
-/**
- * Every unsettled keyed slot here, segment by segment: `rewrite` when it is a copy written
- * again (its segment is KEYED_DUE). Reads the keyed segments' headers: an operator's pass.
- */
-function eachKeyed(sql: SqlStorage, ds: DeliveryState, visit: (at: KeyedSlot, rewrite: boolean) => void): void {
-  for (let after = 0; ;) {
-    const rows = sql
-      .exec<{ seg: number; due_at: number | null; settled: ArrayBuffer }>(
-        "SELECT seg, due_at, settled FROM segments WHERE keyed > 0 AND seg > ? ORDER BY seg LIMIT ?",
-        after,
-        KEYED_PAGE,
-      )
-      .toArray();
-    if (rows.length === 0) return;
-    for (const r of rows) {
-      after = r.seg;
-      const headers = headersOf(sql, ds, r.seg);
-      if (!headers) continue;
-      const settled = settledOf(ds, r.seg, r.settled);
-      headers.forEach((h, slot) => {
-        if (h.key !== undefined && !settled.has(slot))
-          visit({ seg: r.seg, slot, header: h, pos: posOf(h, r.seg, slot) }, r.due_at === KEYED_DUE);
-      });
-    }
-  }
-}
-
-/** One key's messages here as the pass finds them: how many, and its head (the lowest place). */
-interface KeySeen {
-  count: number;
-  head: KeyedSlot;
-  rewrite: boolean;
-}
-
-/**
- * Why a key is held back now, or null when its head could be leased. Its batch in flight comes
- * first, then a hand-off holding its head, then its head's own time (a retry's, or a delay's).
- */
-function reasonOf(
-  ds: DeliveryState,
-  now: number,
-  key: string,
-  seen: KeySeen,
-  from: number | undefined,
-): HoldReason | null {
-  if ((ds.keys.holds.get(key)?.lease ?? null) !== null) return "leased";
-  const h = seen.head.header;
-  if (from !== undefined && (h.gen ?? 0) >= from) return "handoff";
-  if (h.dueAt > now) return seen.rewrite || h.attempts > 0 ? "retry" : "delayed";
-  return null;
-}
-
-/**
- * The keys held back here, longest held first (at most `limit`), and over all of them how many
- * keys have messages here and how many are held, by reason. One pass over the keyed segments:
- * a delayed head the lease scan has not reached yet is in no hold, and is found here.
- */
-export function heldKeys(
-  sql: SqlStorage,
-  ds: DeliveryState,
-  now: number,
-  limit: number,
-): { keys: HeldKey[]; lanes: number; held: Record<HoldReason, number> } {
-  const seen = new Map<string, KeySeen>();
-  eachKeyed(sql, ds, (at, rewrite) => {
-    const key = at.header.key!;
-    const s = seen.get(key);
-    if (!s) seen.set(key, { count: 1, head: at, rewrite });
-    else {
-      s.count++;
-      if (byPos(at, s.head) < 0) Object.assign(s, { head: at, rewrite });
-    }
-  });
-  const bridged = bridgedKeys(sql, [...seen.keys()]);
-  const held: Record<HoldReason, number> = { leased: 0, retry: 0, delayed: 0, handoff: 0 };
-  const keys: HeldKey[] = [];
-  for (const [key, s] of seen) {
-    const reason = reasonOf(ds, now, key, s, bridged.get(key));
-    if (reason === null) continue;
-    held[reason]++;
-    // A key with no hold has been held since its head arrived: a delayed head nothing has read yet, or one a hand-off holds.
-    keys.push({
-      key,
-      reason,
-      blocker: null,
-      since: ds.keys.holds.get(key)?.since ?? s.head.header.enqueuedAt,
-      messages: s.count,
-    });
-  }
-  keys.sort((a, b) => a.since - b.since || (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
-  const listed = keys.slice(0, Math.max(0, limit));
-  for (const k of listed) k.blocker = blockerOf(sql, ds, k, seen.get(k.key)!.head);
-  return { keys: listed, lanes: seen.size, held };
-}
-
-/** The message holding a listed key (the first of its batch in flight, or its head), or the shard a hand-off waits on. */
-function blockerOf(sql: SqlStorage, ds: DeliveryState, k: HeldKey, head: KeyedSlot): string | null {
-  if (k.reason === "handoff")
-    return (
-      sql
-        .exec<{ holder: string }>(
-          "SELECT holder FROM bridges WHERE key = ? AND released = 0 ORDER BY gen LIMIT 1",
-          k.key,
-        )
-        .toArray()[0]?.holder ?? null
-    );
-  if (k.reason === "leased")
-    return leaseHead(sql, ds, ds.keys.holds.get(k.key)!.lease!, k.key)?.header.id ?? head.header.id;
-  return head.header.id;
-}
-
-/**
- * The keys held here and how many are held back, by reason: what GET .../metrics and
- * Prometheus show, summed over shards. Sent with every heartbeat, so it reads the key book
- * only (one read of the bridges when any holds a key): `lanes` counts the keys with a hold,
- * that is held back, with a batch in flight or with messages the scan passed, not every key
- * with messages here (GET .../ordering/held counts those). A delayed head the scan has not
- * reached yet is not in the book, and not counted until it is.
- */
-export function keyFigures(sql: SqlStorage, ds: DeliveryState, now: number): LaneFigures {
-  const held: Record<HoldReason, number> = { leased: 0, retry: 0, delayed: 0, handoff: 0 };
-  let oldestHeldSince: number | null = null;
-  const count = (reason: HoldReason, since: number) => {
-    held[reason]++;
-    if (oldestHeldSince === null || since < oldestHeldSince) oldestHeldSince = since;
-  };
-  const open: string[] = [];
-  for (const [key, hold] of ds.keys.holds) {
-    const head = hold.waiting[0];
-    if (hold.lease !== null) count("leased", hold.since);
-    else if (head && head.dueAt > now) count(head.rewrite ? "retry" : "delayed", hold.since);
-    else open.push(key);
-  }
-  // Of the others, a key a bridge holds waits on its hand-off (the scan parked its messages).
-  for (const key of bridgedKeys(sql, open).keys()) count("handoff", ds.keys.holds.get(key)!.since);
-  return { lanes: ds.keys.holds.size, held, oldestHeldSince };
-}
-
-/**
- * keyFigures as every keyed message here says it (heldKeys' reading): a delayed head the scan
- * has not reached is counted too. Null on a shard that has not seen a keyed message since it started.
- */
-export function exactKeyFigures(sql: SqlStorage, ds: DeliveryState, now: number): LaneFigures | null {
-  // A shard that has seen no keyed message since it started (nor held a key from before) reads none:
-  // its segments' keyed counts sit after their bodies, which a pass would read through.
-  if (!ds.keys.used) return null;
-  const { keys, lanes, held } = heldKeys(sql, ds, now, 1);
-  return { lanes, held, oldestHeldSince: keys[0]?.since ?? null };
-}
-
-/** A slot's header while it is unsettled and still the message `id`, else null. */
-function liveSlot(sql: SqlStorage, ds: DeliveryState, seg: number, slot: number, id: string): KeyedSlot | null {
-  const state = readState(sql, seg);
-  const h = state ? headersOf(sql, ds, seg)?.[slot] : undefined;
-  if (!state || !h || h.id !== id || settledOf(ds, seg, state.settled).has(slot)) return null;
-  return { seg, slot, header: h, pos: posOf(h, seg, slot) };
-}
-
-/** The first message of `key` (by its place) in the lease `lease`. */
-function leaseHead(sql: SqlStorage, ds: DeliveryState, lease: string, key: string): KeyedSlot | null {
-  let best: KeyedSlot | null = null;
-  for (const s of ds.keys.slotsOf(lease, key)) {
-    const [seg, slot] = s.split(".").map(Number) as [number, number];
-    const h = headersOf(sql, ds, seg)?.[slot];
-    if (!h) continue;
-    const at = { seg, slot, header: h, pos: posOf(h, seg, slot) };
-    if (!best || byPos(at, best) < 0) best = at;
-  }
-  return best;
-}
-
-/**
- * A key's head: its unsettled message with the lowest place. Its batch in flight starts with
- * it (nothing earlier of a key is left out of its batch), else its first waiting message is it
- * while no message the scan passed is ahead; else the keyed segments are read.
- */
-function headOf(sql: SqlStorage, ds: DeliveryState, key: string, hold: KeyHold | undefined): KeyedSlot | null {
-  // A batch in flight and a retried copy waiting may both hold the key: the head is the first of them in the key's order.
-  const leased = hold && hold.lease !== null ? leaseHead(sql, ds, hold.lease, key) : null;
-  const w = hold?.waiting[0];
-  const waiting =
-    w && (hold!.parkedFrom === null || comparePos(w.pos, [hold!.parkedFrom, 0]) <= 0)
-      ? liveSlot(sql, ds, w.seg, w.slot, w.id)
-      : null;
-  if (leased && waiting) return byPos(leased, waiting) <= 0 ? leased : waiting;
-  if (leased ?? waiting) return leased ?? waiting;
-  let best: KeyedSlot | null = null;
-  eachKeyed(sql, ds, (at) => {
-    if (at.header.key === key && (!best || byPos(at, best) < 0)) best = at;
-  });
-  return best;
-}
 
 /**
  * An operator's release of a held key (POST .../ordering/release): its head, leased alone

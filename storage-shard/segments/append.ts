@@ -6,8 +6,9 @@
 import type { AppendRequest, EncodedMessage } from "../../src/kernel/protocol";
 import type { DeliveryState } from "./delivery-state";
 import { DEDUPE_SEGMENTS, knownIds, movesDone, rememberIds, rememberMoves, type MoveIn } from "./remembered-ids";
-import { appendToHead, findSlot, idsOfBatch, writeSegments, type NewMessage } from "./segment-rows";
-import { placement } from "./segment-placement";
+import { findSlot } from "./segment-rows";
+import { appendToHead, idsOfBatch, writeSegments } from "./segment-writes";
+import { placement, type NewMessage } from "./segment-placement";
 
 /**
  * The batch's new segments, inside append's transaction. A batch of fresh messages

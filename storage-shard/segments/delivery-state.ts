@@ -9,7 +9,7 @@
  *   here or settled, so the next lease reads on from the cursor and never re-reads them.
  * - The number the next segment gets, and the headers of segments read lately (a slot's
  *   never change, and an ack soon after a lease needs them again).
- * - The open head segment, where small appends go (segment-rows.ts appendToHead).
+ * - The open head segment, where small appends go (segment-writes.ts appendToHead).
  * - Deferred acks: acks nobody waits on, settled here at once and written with the next
  *   write of their segment (docs/segments.md).
  * - The running totals, written to SQLite at most once a minute while traffic flows and
@@ -106,12 +106,12 @@ export class DeliveryState {
    * The earliest arrival among scheduled segments (null: none), kept so the backlog's
    * oldest message costs no scan per call; undefined when a delete may have removed it
    * and it must be read again. Writes lower it, deletes of a scheduled segment at or
-   * before it forget it (segment-rows.ts).
+   * before it forget it (segment-writes.ts, segment-edit.ts).
    */
   scheduledOldest: number | null | undefined = undefined;
   /** The last segment number used: the next is above it and above the cursor (segment.ts nextSegment). */
   lastSeg: number;
-  /** Null when the next append writes a new segment (segment-rows.ts appendToHead). */
+  /** Null when the next append writes a new segment (segment-writes.ts appendToHead). */
   head: Head | null = null;
   /** Acks applied here and not yet written, by segment: the slots, and when the first was deferred. */
   readonly deferred = new Map<number, { slots: Set<number>; since: number }>();
@@ -122,7 +122,7 @@ export class DeliveryState {
   /**
    * A rare total moved since the last report (dead-lettered, dropped, expired, quarantined,
    * purged, cancelled): what operators alert on, reported within an interval even on the
-   * slow cadence (shard-core.ts busy). Cleared by the report.
+   * slow cadence (shard-reports.ts busy). Cleared by the report.
    */
   notable = false;
   /** The earliest `until` among memory leases (a lower bound): when to look for expired ones. */

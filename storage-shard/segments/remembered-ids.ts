@@ -18,7 +18,7 @@
  * One extra row per such message (a move's also indexed by message id, so that leaving by a
  * move forgets it: forgetMovesOf), kept REMEMBER_MS, the idempotency window; plain sends
  * (ids the shard draws) pay nothing: one written again after a lost reply carries the
- * token of its batch, found among the newest segments (segment-rows.ts idsOfBatch).
+ * token of its batch, found among the newest segments (segment-writes.ts idsOfBatch).
  */
 export const REMEMBER_MS = 24 * 60 * 60 * 1000;
 /** How far back (in segments) a batch written again looks for its first write: it lands right after. */

@@ -17,20 +17,10 @@ import { randomHex } from "../../src/kernel/ids";
 import type { LeasedMessage, LeaseRequest, LeaseResult } from "../../src/kernel/protocol";
 import type { DeliveryState, MemoryLease } from "./delivery-state";
 import { copyOf, leaseIdOf, posOf, slotKey, type Header } from "./segment";
-import {
-  Bodies,
-  headersOf,
-  readState,
-  rewritten,
-  SegmentEdit,
-  settledOf,
-  STATE_COLUMNS,
-  writeSegments,
-  type NewMessage,
-  type SegmentState,
-  type Written,
-} from "./segment-rows";
-import { KEYED_DUE } from "./segment-placement";
+import { Bodies, headersOf, readState, settledOf, STATE_COLUMNS, type SegmentState } from "./segment-rows";
+import { rewritten, writeSegments, type Written } from "./segment-writes";
+import { SegmentEdit } from "./segment-edit";
+import { KEYED_DUE, type NewMessage } from "./segment-placement";
 import { KeyPlan, type Candidate } from "../keyed/keyed-scan";
 import { writeKeyedLease, type LeasedSlot } from "../keyed/keyed-leases";
 

@@ -14,15 +14,8 @@ import { leaseSlots, timestampOf, type BacklogDelta } from "./segment-leases";
 import type { DeliveryState } from "./delivery-state";
 import { MAX_MATCHING_LEASE, PURGE_PER_CALL } from "../../src/kernel/limits";
 import { offsetsOf, parseLeaseId, slotKey, type Header } from "./segment";
-import {
-  findSlot,
-  headersOf,
-  readState,
-  SegmentEdit,
-  settledOf,
-  STATE_COLUMNS,
-  type SegmentState,
-} from "./segment-rows";
+import { findSlot, headersOf, readState, settledOf, STATE_COLUMNS, type SegmentState } from "./segment-rows";
+import { SegmentEdit } from "./segment-edit";
 import { KEYED_DUE } from "./segment-placement";
 import type { Candidate } from "../keyed/keyed-scan";
 import { giveBack, KeyedMatches, keyWaitsUntil, PeekGate, trimKeyedLease, unwait } from "../keyed/keyed-operations";

@@ -1,7 +1,7 @@
 /**
  * Which messages of a write share a segment, and what kind of segment each is: ready on
  * arrival, due later (scheduled), keyed (in the write's order, delayed ones too), or keyed
- * copies written again (scheduled, due never: KEYED_DUE). segment-rows.ts writes them.
+ * copies written again (scheduled, due never: KEYED_DUE). segment-writes.ts writes them.
  */
 import { SEGMENT_MAX_BYTES, SEGMENT_MAX_MESSAGES, type Header } from "./segment";
 

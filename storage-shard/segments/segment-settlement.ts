@@ -13,16 +13,10 @@ import type { LeasedMessage, LeaseRef, SettleRequest, SettleResult } from "../..
 import { timestampOf, writeRewrites, type BacklogDelta } from "./segment-leases";
 import type { DeliveryState, MemoryLease } from "./delivery-state";
 import { copyOf, parseLeaseId, slotKey, type LeaseName } from "./segment";
-import {
-  Bodies,
-  headersOf,
-  readState,
-  rewritten,
-  SegmentEdit,
-  settledOf,
-  type NewMessage,
-  type SegmentState,
-} from "./segment-rows";
+import { Bodies, headersOf, readState, settledOf, type SegmentState } from "./segment-rows";
+import { rewritten } from "./segment-writes";
+import { SegmentEdit } from "./segment-edit";
+import type { NewMessage } from "./segment-placement";
 import { extendKeyedLease } from "../keyed/keyed-leases";
 import { forgetMovesOf } from "./remembered-ids";
 

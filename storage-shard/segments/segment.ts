@@ -6,7 +6,7 @@
  *
  * A slot is a message's place in its segment (0 to count - 1). A slot's header and body
  * never change once written (the open head segment takes new slots after its last, see
- * segment-rows.ts appendToHead); what changes is which slots are settled (acked,
+ * segment-writes.ts appendToHead); what changes is which slots are settled (acked,
  * dead-lettered, retried elsewhere, expired, ...), and the segment row is deleted when all are.
  */
 import type { ContentType } from "../../src/kernel/protocol";

@@ -10,7 +10,7 @@ import { locate } from "../../src/kernel/ids";
 import type { EncodedMessage, LeasedMessage, LeaseRequest, SettleRequest } from "../../src/kernel/protocol";
 import type { StorageShard } from "../../storage-shard/storage-shard";
 import { DEFERRED_MAX_MS } from "../../storage-shard/segments/delivery-state";
-import { HEAD_MAX_AGE_MS, HEAD_MAX_BYTES, HEAD_MAX_MESSAGES } from "../../storage-shard/segments/segment-rows";
+import { HEAD_MAX_AGE_MS, HEAD_MAX_BYTES, HEAD_MAX_MESSAGES } from "../../storage-shard/segments/segment-writes";
 
 const QUEUE = "4e".padEnd(32, "0");
 const utf8 = new TextEncoder();

@@ -65,7 +65,7 @@ describe("storage shard", () => {
         }>("SELECT seg, enqueued_at, due_at, count, live, live_bytes, headers FROM segments ORDER BY seg")
         .toArray();
       // The delayed message of the first batch apart from the one ready at once; the third batch
-      // goes into the open head the second opened (segment-rows.ts appendToHead): one row for both.
+      // goes into the open head the second opened (segment-writes.ts appendToHead): one row for both.
       expect(rows.map((r) => [r.count, r.due_at])).toEqual([
         [1, null],
         [1, 1_005_000],
