@@ -1,10 +1,10 @@
 /**
- * The hostile-input suites' table runner (hostile-*.test.ts): every malformed, oversized,
+ * The hostile-input suites' queue and case runner (hostile-*.test.ts): every malformed, oversized,
  * mistyped or out-of-range request is answered with the right 4xx and a JSON error naming the
  * field at fault, never a 5xx, and leaves nothing behind: the queue's backlog, settings and
  * consumers, and the account's queues, are as they were before it.
  */
-import { describe, expect, it } from "vitest";
+import { expect } from "vitest";
 import { api, createQueue, queuePath } from "./helpers";
 
 const Q = "hostile";
@@ -50,28 +50,21 @@ export type Case = {
 };
 
 /**
- * One `it` per case, under `describe` by group, for each of `groups` ([what, request]; the request
- * carries its expected status and field): refused, and nothing changed.
+ * One case of the refusal tables (hostile-bodies, hostile-content-types, hostile-names and
+ * hostile-numbers.test.ts): its request answered with its status and a JSON error naming its
+ * field, and nothing changed.
  */
-export function refusesEach(groups: Record<string, Array<[string, Case]>>): void {
-  describe("hostile input: the right 4xx, a JSON error naming the field, nothing stored", () => {
-    for (const [group, cases] of Object.entries(groups)) {
-      describe(group, () => {
-        it.each(cases)("%s", async (_what, c) => {
-          await hostileQueue();
-          const before = await snapshot();
-          const res = await api(c.method, c.path, c.body, { raw: c.raw, headers: c.headers });
-          expect(res.status).toBe(c.status);
-          expect(res.json).toMatchObject({ success: false, messages: [], result: null });
-          expect(res.json.errors[0].field).toBe(c.field);
-          expect(res.json.errors[0].message).toBeTruthy();
-          expect(await snapshot()).toEqual(before);
-          // A refused create leaves no queue behind by that name.
-          const name = (c.body as { queue_name?: unknown } | undefined)?.queue_name;
-          if (typeof name === "string" && /^[a-z0-9-]{1,63}$/.test(name))
-            expect((await api("GET", queuePath(name))).status).toBe(404);
-        });
-      });
-    }
-  });
+export async function refused(c: Case): Promise<void> {
+  await hostileQueue();
+  const before = await snapshot();
+  const res = await api(c.method, c.path, c.body, { raw: c.raw, headers: c.headers });
+  expect(res.status).toBe(c.status);
+  expect(res.json).toMatchObject({ success: false, messages: [], result: null });
+  expect(res.json.errors[0].field).toBe(c.field);
+  expect(res.json.errors[0].message).toBeTruthy();
+  expect(await snapshot()).toEqual(before);
+  // A refused create leaves no queue behind by that name.
+  const name = (c.body as { queue_name?: unknown } | undefined)?.queue_name;
+  if (typeof name === "string" && /^[a-z0-9-]{1,63}$/.test(name))
+    expect((await api("GET", queuePath(name))).status).toBe(404);
 }
