@@ -26,7 +26,11 @@ export const orderingKeySchema = z
   .string({ error: "must be a string" })
   .regex(/^[\x20-\x7e]{1,128}$/, "must be 1 to 128 printable ASCII characters (U+0020 to U+007E)");
 
-/** The options of Cloudflare's Queue.send(), and shardq's `orderingKey`. */
+/**
+ * The options of Cloudflare's Queue.send(), and shardq's `orderingKey`. The binding also takes
+ * shardq's `id`, checked by the broker alone (src/routing/pending-messages.ts): batchingQueue,
+ * whose send() checks these, does not carry an id through its batches, and so refuses one.
+ */
 export const sendOptionsSchema = z
   .object({
     contentType: z

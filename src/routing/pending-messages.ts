@@ -21,7 +21,7 @@ export interface PendingMessage {
   contentType: ContentType;
   delaySeconds: number | undefined;
   checksum: number;
-  /** The id the producer chose (HTTP `id`); stored once under it (src/routing/idempotent-send.ts). */
+  /** The id the producer chose (`id`, over HTTP or the binding); stored once under it (./idempotent-send.ts). */
   id?: string;
   /** Set on a move from another queue: which stored copy it moves (src/routing/move-messages.ts). */
   moveKey?: string;
@@ -30,6 +30,14 @@ export interface PendingMessage {
   /** Its ordering key: delivered after every message of the key accepted before it (docs/ordered-lanes.md). */
   orderingKey?: string;
 }
+
+/**
+ * A message id the producer chooses, over HTTP and through the binding: the form of the ids
+ * shardq draws, so that a queue's ids, chosen or drawn, are one set (src/routing/idempotent-send.ts).
+ */
+export const chosenIdSchema = z
+  .string({ error: "must be a string" })
+  .regex(MESSAGE_ID_PATTERN, "must be 32 lowercase hex characters");
 
 /**
  * HTTP: Cloudflare's REST shapes. Only json and text travel over HTTP, as on Cloudflare.
@@ -41,10 +49,7 @@ export const httpMessage = z
     body: z.unknown(),
     content_type: z.enum(["json", "text"], { error: 'must be "json" or "text"' }).optional(),
     delay_seconds: delaySecondsSchema.optional(),
-    id: z
-      .string({ error: "must be a string" })
-      .regex(MESSAGE_ID_PATTERN, "must be 32 lowercase hex characters")
-      .optional(),
+    id: chosenIdSchema.optional(),
     ordering_key: orderingKeySchema.optional(),
   })
   .strict();
@@ -57,6 +62,12 @@ export const httpBatch = z
   })
   .strict();
 
+/**
+ * One message of the binding's sendBatch(): Cloudflare's MessageSendRequest with shardq's
+ * `orderingKey`, as batchingQueue checks it (src/kernel/send-rules.ts), and shardq's `id`.
+ */
+const bindingBatchRequestSchema = batchRequestSchema.extend({ id: chosenIdSchema.optional() }).strict();
+
 export function fromHttpMessage(input: unknown): PendingMessage {
   const m = parseWith(httpMessage, input);
   const [one] = encodeAll(
@@ -65,26 +76,22 @@ export function fromHttpMessage(input: unknown): PendingMessage {
         body: m.body,
         contentType: m.content_type ?? "json",
         delaySeconds: m.delay_seconds,
+        id: m.id,
         orderingKey: m.ordering_key,
       },
     ],
     [],
   );
-  return m.id === undefined ? one! : { ...one!, id: m.id };
+  return one!;
 }
 
 export function fromHttpBatch(input: unknown): { messages: PendingMessage[]; delaySeconds: number | undefined } {
   const b = parseWith(httpBatch, input);
   checkCount(b.messages.length);
-  const seen = new Map<string, number>();
+  const distinct = distinctIds();
   const parsed = b.messages.map((raw, i) => {
     const m = parseWith(httpMessage, raw, ["messages", i]);
-    if (m.id !== undefined) {
-      // One id, one message: a batch naming an id twice is a mistake, not a retry.
-      const first = seen.get(m.id);
-      if (first !== undefined) throw HttpError.invalid(`messages[${i}].id`, `repeats the id of messages[${first}]`);
-      seen.set(m.id, i);
-    }
+    distinct(m.id, i);
     return {
       body: m.body,
       contentType: m.content_type ?? ("json" as const),
@@ -93,22 +100,33 @@ export function fromHttpBatch(input: unknown): { messages: PendingMessage[]; del
       orderingKey: m.ordering_key,
     };
   });
-  const encoded = encodeAll(parsed, ["messages"]);
-  return {
-    messages: encoded.map((e, i) => (parsed[i]!.id === undefined ? e : { ...e, id: parsed[i]!.id })),
-    delaySeconds: b.delay_seconds,
-  };
+  return { messages: encodeAll(parsed, ["messages"]), delaySeconds: b.delay_seconds };
 }
 
+/**
+ * The binding's send(): Cloudflare's options and shardq's `orderingKey`, checked as batchingQueue
+ * checks them (src/kernel/send-rules.ts), and shardq's `id`, checked here. A bad id is named `id`,
+ * as the HTTP API names it, so that its refusals read the same over both.
+ */
 export function fromSend(body: unknown, options: unknown): PendingMessage {
-  const { bytes, contentType, delaySeconds, orderingKey } = checkSend(body, options);
+  const { id, rest } = splitId(options);
+  const chosen = id === undefined ? undefined : parseWith(chosenIdSchema, id, ["id"]);
+  const { bytes, contentType, delaySeconds, orderingKey } = checkSend(body, rest);
   return {
     body: bytes,
     contentType,
     delaySeconds,
     checksum: crc32(bytes),
+    ...(chosen !== undefined ? { id: chosen } : {}),
     ...(orderingKey !== undefined ? { orderingKey } : {}),
   };
+}
+
+/** send()'s options without `id`, and the id: options without one pass on as they came. */
+function splitId(options: unknown): { id: unknown; rest: unknown } {
+  if (typeof options !== "object" || options === null || !("id" in options)) return { id: undefined, rest: options };
+  const { id, ...rest } = options as Record<string, unknown>;
+  return { id, rest };
 }
 
 export function fromSendBatch(
@@ -119,16 +137,30 @@ export function fromSendBatch(
     throw HttpError.invalid("messages", "must be an array of { body, contentType?, delaySeconds? }");
   checkCount(messages.length);
   const o = parseWith(batchOptionsSchema, options ?? {}, ["options"]);
+  const distinct = distinctIds();
   const parsed = messages.map((raw, i) => {
-    const m = parseWith(batchRequestSchema, raw, ["messages", i]);
+    const m = parseWith(bindingBatchRequestSchema, raw, ["messages", i]);
+    distinct(m.id, i);
     return {
       body: m.body,
       contentType: m.contentType ?? ("json" as const),
       delaySeconds: m.delaySeconds,
+      id: m.id,
       orderingKey: m.orderingKey,
     };
   });
   return { messages: encodeAll(parsed, ["messages"]), delaySeconds: o.delaySeconds };
+}
+
+/** Refuses a batch's message whose id an earlier one gave: one id, one message, a repeat is no retry. */
+function distinctIds(): (id: string | undefined, index: number) => void {
+  const seen = new Map<string, number>();
+  return (id, i) => {
+    if (id === undefined) return;
+    const first = seen.get(id);
+    if (first !== undefined) throw HttpError.invalid(`messages[${i}].id`, `repeats the id of messages[${first}]`);
+    seen.set(id, i);
+  };
 }
 
 function checkCount(n: number): void {
@@ -144,6 +176,7 @@ function encodeAll(
     body: unknown;
     contentType: ContentType;
     delaySeconds: number | undefined;
+    id?: string | undefined;
     orderingKey?: string | undefined;
   }>,
   path: Array<string | number>,
@@ -158,6 +191,7 @@ function encodeAll(
       contentType: m.contentType,
       delaySeconds: m.delaySeconds,
       checksum: crc32(bytes),
+      ...(m.id !== undefined ? { id: m.id } : {}),
       ...(m.orderingKey !== undefined ? { orderingKey: m.orderingKey } : {}),
     };
   });

@@ -1,7 +1,8 @@
 // A refused send is the caller's error, not shardq's crash: through the producer binding
 // (send() and sendBatch(), from a user's Worker in its own `wrangler dev` under `shardq dev`,
 // as in real use) and over HTTP (POST .../messages and .../messages/batch), each refusal
-// rejects the caller's call with the message Cloudflare's own binding or API would give, and
+// rejects the caller's call with the message Cloudflare's own binding or API would give (a
+// chosen id used for another message: the message of shardq's HTTP API), and
 // nothing in the log of any process says a Worker crashed or hung. Before the fix shardq's
 // log showed, for every refused binding call, `✘ [ERROR] Uncaught TypeError: body: must be a
 // string...` with its stack, then "The Workers runtime canceled this request because it
@@ -80,6 +81,33 @@ describe("refused sends", () => {
       expect(await d.call(call), what).toEqual({ ok: false, name, message });
     }
 
+    // A chosen id sent again with another message: shardq's own refusal (a 409 over HTTP).
+    const id = "0000000000000000000000000000c0de";
+    expect((await d.call({ op: "send", body: "first", options: { id } })).ok).toBe(true);
+    const reused: Array<[string, Parameters<OneProducerSession["call"]>[0], string, string]> = [
+      [
+        "send: a bad id",
+        { op: "send", body: 1, options: { id: "c0de" } },
+        "TypeError",
+        "id: must be 32 lowercase hex characters",
+      ],
+      [
+        "send: an id sent with another body",
+        { op: "send", body: "second", options: { id } },
+        "Error",
+        "id: was already sent to this queue with a different body, content type or delay in the last 24 hours",
+      ],
+      [
+        "sendBatch: an id sent with another body",
+        { op: "sendBatch", messages: [{ body: "second", id }] },
+        "Error",
+        "messages[0].id: was already sent to this queue with a different body, content type or delay in the last 24 hours",
+      ],
+    ];
+    for (const [what, call, name, message] of reused) {
+      expect(await d.call(call), what).toEqual({ ok: false, name, message });
+    }
+
     const http: Array<[string, string, unknown, number, string]> = [
       [
         "HTTP send: text that is not a string",
@@ -116,11 +144,11 @@ describe("refused sends", () => {
       expect(r.json.errors[0].message, what).toBe(message);
     }
 
-    // Nothing was stored, and both ways still send.
+    // Nothing was stored but the id's first message, and both ways still send.
     const sent = await d.call({ op: "send", body: { ok: true } });
     expect(sent.ok, JSON.stringify(sent)).toBe(true);
     expect((await d.api("POST", `/${QUEUE}/messages`, { body: { ok: true } })).status).toBe(200);
-    expect((await d.api("GET", `/${QUEUE}/metrics`)).json.result.backlog_count).toBe(2);
+    expect((await d.api("GET", `/${QUEUE}/metrics`)).json.result.backlog_count).toBe(3);
 
     // workerd's "hung" verdict came a moment after the call; give it time to show.
     await sleep(3000);

@@ -173,6 +173,19 @@ describe("batchingQueue", () => {
     ]);
   });
 
+  it("refuses a send() with shardq's `id`, which it does not carry through its batches, sending nothing", async () => {
+    const { queue, calls } = fakeQueue();
+    const q = batchingQueue(queue, { lingerMs: 1 });
+    const refused = await q.send({ n: 1 }, { id: "0".repeat(32) } as QueueSendOptions).then(
+      () => null,
+      (e: Error) => e,
+    );
+    expect(refused).toBeInstanceOf(TypeError);
+    expect(refused!.message).toBe("options.id: is not a known field");
+    await q.flush();
+    expect(calls).toEqual([]);
+  });
+
   it("refuses options it cannot honour", () => {
     const { queue } = fakeQueue();
     expect(() => batchingQueue(queue, { maxBatch: 101 })).toThrow(RangeError);

@@ -183,16 +183,18 @@ describe("an id a storage shard drew", () => {
 });
 
 describe("the producer binding", () => {
-  it("takes no id of its own, and the ids it is given cannot be taken over HTTP", async () => {
+  it("stores a chosen id as it is given, and neither the ids it draws nor the ones it is given can be taken over HTTP", async () => {
     const q = "ids-binding";
     await queueWithPuller(q);
     const binding = producer(q);
-    await expect(binding.send("mine", { id: "0123456789abcdef0123456789abcdef" })).rejects.toThrow(/options/);
+    const chosen = "0123456789abcdef0123456789abcdef";
+    expect((await binding.send("mine", { id: chosen })).messageId).toBe(chosen);
     const x = (await binding.send("real")).messageId;
     const [y] = (await binding.sendBatch([{ body: "real-keyed", orderingKey: "acct-3" }])).messageIds;
     expectConflictOn(await send(q, "evil", { id: x }), "id");
     expectConflictOn(await send(q, "evil", { id: y }), "id");
-    expect(await backlog(q)).toBe(2);
+    expectConflictOn(await send(q, "evil", { id: chosen }), "id");
+    expect(await backlog(q)).toBe(3);
   });
 });
 
