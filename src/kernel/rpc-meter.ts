@@ -21,7 +21,7 @@ const RUNTIME_HANDLERS: ReadonlySet<PropertyKey> = new Set([
  * the object's own work that tests drive through runInDurableObject.
  *
  * The object's constructor returns this, as its last statement: workerd keeps what the constructor
- * returns, and calls RPC methods, fetch and alarm on it (so do the vitest pool's stubs and its
+ * returns, and calls RPC methods, fetch and alarm on it (so do the vitest pool's Durable Object handles and its
  * runInDurableObject). The method itself runs with `this` the object, not the proxy, and so does
  * everything the object made (its fields' closures were made with `this` the object): a method
  * that calls another of its object's methods is one request, not two, without a second, private
