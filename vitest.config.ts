@@ -48,6 +48,7 @@ const SLOW_E2E = [
   "faults",
   "load-tester",
   "many-queues-bench",
+  "outbox-cloudflare",
   "own-workers",
   "package",
   "persistence",
