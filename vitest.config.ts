@@ -23,7 +23,8 @@ const outboxProbe = await buildOutboxProbe();
 /**
  * The Worker under test as the pool names it ("vitest-plugin-runner-<project>"): an auxiliary
  * Worker reaches shardq's QueueProducer through a service binding to it, as a user's Worker binds
- * to "shardq".
+ * to "shardq". The name is the pool's own (it offers no public one for the main Worker); should
+ * it change, test/workers/outbox-shardq.test.ts fails at its first send, not silently.
  */
 const RUNNER = "vitest-plugin-runner-workers";
 /** The outbox probe's objects, declared in its Worker and bound in the Worker under test. */
