@@ -50,6 +50,7 @@ const SLOW_E2E = [
   "load-tester",
   "many-queues-bench",
   "outbox-cloudflare",
+  "outbox-example",
   "own-workers",
   "package",
   "persistence",
