@@ -231,7 +231,9 @@ export async function runOutboxKills(o) {
   const rng = prng(o.seed, "outbox", "kills");
   const gap = o.spanMs / (o.kills + 1);
   for (let n = 1; n <= o.kills && !o.until(); n++) {
-    await sleep(rng.between(0.5 * gap, 1.5 * gap));
+    // In steps, so that the end of the load ends the wait too.
+    const at = Date.now() + rng.between(0.5 * gap, 1.5 * gap);
+    while (Date.now() < at && !o.until()) await sleep(Math.min(250, at - Date.now()));
     if (o.until()) break;
     const op = o.history.invoke("outbox-nemesis", "outbox-kill", { n });
     await o.worker.kill();
