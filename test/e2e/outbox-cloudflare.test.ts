@@ -74,6 +74,7 @@ describe("the outbox and the inbox on Cloudflare's local queues", () => {
 
   it("apply effects twice without the inbox, and the check sees it", async () => {
     const { result } = await runOnCloudflare(20261129, false);
+    console.log(`without the inbox on Cloudflare's local queues: ${result.failures.join("; ")}`);
     expect(result.failures.some((f) => / effects applied twice$/.test(f))).toBe(true);
   }, 180_000);
 });
