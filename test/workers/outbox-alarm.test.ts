@@ -7,7 +7,7 @@
 import { describe, expect, it } from "vitest";
 import { unwrap } from "../../src/inbox/inbox";
 import { eventually } from "./helpers";
-import { producerObject, producerStub } from "./outbox-helpers";
+import { producerObject, producerHandle } from "./outbox-helpers";
 import { sleep } from "../../src/kernel/sleep";
 
 const emptied = (p: { rows(): Promise<number> }, timeoutMs = 15_000) =>
@@ -70,7 +70,7 @@ describe("failed sends", () => {
       (c) => c.length === 1,
     );
     await Promise.resolve(p.abort()).catch(() => {});
-    const again = producerStub("reset");
+    const again = producerHandle("reset");
     await again.setHold(false);
     // Nothing in memory survived: only the alarm set in the recording transaction brings it out.
     await emptied(again);

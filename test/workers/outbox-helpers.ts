@@ -11,7 +11,7 @@ const bindings = env as unknown as {
 };
 
 /**
- * An object's methods as a test calls them. RPC's own stub types turn results typed `unknown`
+ * An object's methods as a test calls them. RPC's own handle types turn results typed `unknown`
  * (a message's body) into `never`; what comes back is what the method returned, structured-cloned.
  */
 export type Remote<T> = {
@@ -20,13 +20,13 @@ export type Remote<T> = {
 
 /** A producer object of its own for one test, set up with `config`. */
 export async function producerObject(name: string, config: ProducerConfig) {
-  const stub = producerStub(name);
-  await stub.setup(name, config);
-  return stub;
+  const handle = producerHandle(name);
+  await handle.setup(name, config);
+  return handle;
 }
 
-/** A fresh stub of the producer `name`: a stub is broken for good once its object was reset. */
-export function producerStub(name: string): Remote<OutboxProducer> {
+/** A fresh handle on the producer `name`: a handle is broken for good once its object was reset. */
+export function producerHandle(name: string): Remote<OutboxProducer> {
   return bindings.OUTBOX_PRODUCER.get(bindings.OUTBOX_PRODUCER.idFromName(name)) as unknown as Remote<OutboxProducer>;
 }
 

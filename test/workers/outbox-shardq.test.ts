@@ -19,7 +19,7 @@ beforeAll(async () => {
   await fakeConsumer(q.queue_id, async (batch) => {
     const name = (unwrap(batch.messages[0]!).body as { to: string }).to;
     delivered.set(name, [...(delivered.get(name) ?? []), ...forInbox(batch.messages)]);
-    // A stub of its own: the handler runs in the consumer shard's request, not the test's.
+    // A handle of its own: the handler runs in the consumer shard's request, not the test's.
     const { outcomes } = await consumerObject(name).apply(forInbox(batch.messages));
     settle(batch.messages, outcomes);
   });
