@@ -1,6 +1,11 @@
 import { cloudflareTest } from "@cloudflare/vitest-plugin";
 import { defineConfig } from "vitest/config";
-import { buildBatchingProbe, buildExampleConsumer, buildOutcomeProbe } from "./scripts/build-examples.mjs";
+import {
+  buildBatchingProbe,
+  buildExampleConsumer,
+  buildOutboxProbe,
+  buildOutcomeProbe,
+} from "./scripts/build-examples.mjs";
 import { buildClient } from "./scripts/build-client.mjs";
 
 // lib/: the client library as `shardq/client` serves it, which the Node examples import, and
@@ -13,6 +18,20 @@ const exampleConsumer = await buildExampleConsumer();
 const outcomeProbe = await buildOutcomeProbe();
 // And the batching probe producer of test/workers/batching-queue.test.ts.
 const batchingProbe = await buildBatchingProbe();
+// And the objects using shardq/outbox and shardq/inbox (test/workers/outbox*.test.ts, inbox.test.ts).
+const outboxProbe = await buildOutboxProbe();
+/**
+ * The Worker under test as the pool names it ("vitest-plugin-runner-<project>"): an auxiliary
+ * Worker reaches shardq's QueueProducer through a service binding to it, as a user's Worker binds
+ * to "shardq". The name is the pool's own (it offers no public one for the main Worker); should
+ * it change, test/workers/outbox-shardq.test.ts fails at its first send, not silently.
+ */
+const RUNNER = "vitest-plugin-runner-workers";
+/** The outbox probe's objects, declared in its Worker and bound in the Worker under test. */
+const OUTBOX_PROBE_OBJECTS = {
+  OUTBOX_PRODUCER: { className: "OutboxProducer", useSQLite: true },
+  INBOX_CONSUMER: { className: "InboxConsumer", useSQLite: true },
+};
 
 /**
  * End-to-end files that run for long (a fault run, a benchmark, a queue left to fall asleep,
@@ -30,6 +49,8 @@ const SLOW_E2E = [
   "faults",
   "load-tester",
   "many-queues-bench",
+  "outbox-cloudflare",
+  "outbox-example",
   "own-workers",
   "package",
   "persistence",
@@ -69,6 +90,12 @@ export default defineConfig({
                 // A producer Worker with a module-scope batchingQueue (test/workers/batching-queue.test.ts).
                 BATCHING_PROBE: "shardq-batching-probe",
               },
+              durableObjects: Object.fromEntries(
+                Object.entries(OUTBOX_PROBE_OBJECTS).map(([name, o]) => [
+                  name,
+                  { ...o, scriptName: "shardq-outbox-probe" },
+                ]),
+              ),
               workers: [
                 {
                   name: "shardq-example-consumer",
@@ -88,6 +115,20 @@ export default defineConfig({
                   modules: true,
                   scriptPath: batchingProbe,
                   compatibilityDate: "2026-11-01",
+                },
+                {
+                  name: "shardq-outbox-probe",
+                  modules: true,
+                  scriptPath: outboxProbe,
+                  compatibilityDate: "2026-11-01",
+                  durableObjects: OUTBOX_PROBE_OBJECTS,
+                  serviceBindings: {
+                    SHARDQ_QUEUE: {
+                      name: RUNNER,
+                      entrypoint: "QueueProducer",
+                      props: { account: "local", queue: "outbox-e2e" },
+                    },
+                  },
                 },
               ],
               bindings: {

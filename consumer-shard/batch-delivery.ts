@@ -10,7 +10,7 @@ import { decodeBody } from "../src/kernel/encoding";
 import type { Env } from "../src/kernel/env";
 import { leaseRefOf, type DispatchOutcome, type LeasedMessage } from "../src/kernel/protocol";
 import { joinDispositions, type Disposition } from "../src/delivery/disposition";
-import { dispositionOf, FAILED_DISPATCH } from "../src/delivery/outcome";
+import { dispositionOf, FAILED_DISPATCH, unreachedDispatch } from "../src/delivery/outcome";
 import type { Dispatch } from "./transports";
 
 /** A batch as leased: its messages by the storage shard that holds them, in the order they go out. */
@@ -65,13 +65,18 @@ export async function handOver(
     }
     return { shard, messages, readable, unreadable };
   });
-  const outcome = await withLeasesHeld(o, batch, () =>
-    o.dispatch(
-      o.queueName,
-      parts.flatMap((p) => p.readable.map((r) => r.message)),
-      o.metadata,
-    ),
-  );
+  const outcome =
+    (await withLeasesHeld(o, batch, () =>
+      o.dispatch(
+        o.queueName,
+        parts.flatMap((p) => p.readable.map((r) => r.message)),
+        o.metadata,
+      ),
+    )) ??
+    unreachedDispatch(
+      parts.flatMap((p) => p.readable.map((r) => r.leased)),
+      o.consumer.settings,
+    );
   return {
     outcome,
     parts: parts.map((p) => ({
@@ -92,13 +97,13 @@ export async function handOver(
 /**
  * Runs the handler while renewing the batch's leases (QuiCK's Algorithm 3), so a slow
  * handler is not raced by a second delivery, up to the maximum execution time. A
- * dispatch that fails outright counts as a handler that threw.
+ * dispatch that fails outright answers null: the caller retries its messages with a backoff.
  */
 async function withLeasesHeld(
   o: HandOver,
   batch: LeasedBatch,
   run: () => Promise<DispatchOutcome>,
-): Promise<DispatchOutcome> {
+): Promise<DispatchOutcome | null> {
   const held = batch.map((p) => ({ shard: storageShardFor(o.env, p.shard), refs: p.messages.map(leaseRefOf) }));
   const count = batch.reduce((n, p) => n + p.messages.length, 0);
   const started = Date.now();
@@ -119,7 +124,7 @@ async function withLeasesHeld(
     return await run();
   } catch (err) {
     console.error(`dispatch of ${count} message(s) failed:`, err);
-    return FAILED_DISPATCH;
+    return null;
   } finally {
     clearInterval(timer);
   }

@@ -4,6 +4,8 @@
 //                                           Bun, browsers, Workers)
 //   shardq/consumer  lib/consumer/index.js  from src/consumer/entrypoint.ts  } for users' Workers,
 //   shardq/producer  lib/producer/index.js  from src/producer/batching-queue.ts } which wrangler bundles
+//   shardq/outbox    lib/outbox/index.js    from src/outbox/outbox.ts  } for users' Durable Objects:
+//   shardq/inbox     lib/inbox/index.js     from src/inbox/inbox.ts    } no imports but cloudflare:*
 // and their declarations under lib/types (the tree of src/). The two Workers modules keep their
 // imports of "cloudflare:workers" and of shardq's own dependencies (zod, devalue): the user's
 // wrangler resolves those, one copy for the whole Worker.
@@ -23,6 +25,8 @@ export const CLIENT_OUT = join(ROOT, "lib");
 const WORKER_ENTRIES = [
   { source: join("src", "consumer", "entrypoint.ts"), out: "consumer" },
   { source: join("src", "producer", "batching-queue.ts"), out: "producer" },
+  { source: join("src", "outbox", "outbox.ts"), out: "outbox" },
+  { source: join("src", "inbox", "inbox.ts"), out: "inbox" },
 ];
 
 /**

@@ -1,6 +1,7 @@
 // Bundles the example consumer to examples/consumer/dist/index.js, the outcome probe
-// consumer to test/fixtures/outcome-probe/dist/index.js and the batching probe producer to
-// test/fixtures/batching-probe/dist/index.js: the Workers test pool loads auxiliary Workers as built
+// consumer to test/fixtures/outcome-probe/dist/index.js, the batching probe producer to
+// test/fixtures/batching-probe/dist/index.js and the outbox probe's objects to
+// test/fixtures/outbox-probe/dist/index.js: the Workers test pool loads auxiliary Workers as built
 // JavaScript. vitest.config.ts calls these.
 import { build } from "esbuild";
 import { join } from "node:path";
@@ -40,5 +41,13 @@ export async function buildBatchingProbe() {
   return bundle(
     join(ROOT, "test", "fixtures", "batching-probe", "index.ts"),
     join(ROOT, "test", "fixtures", "batching-probe", "dist", "index.js"),
+  );
+}
+
+/** The producer and consumer objects of test/workers/outbox*.test.ts and inbox.test.ts (test/fixtures/outbox-probe/index.ts). */
+export async function buildOutboxProbe() {
+  return bundle(
+    join(ROOT, "test", "fixtures", "outbox-probe", "index.ts"),
+    join(ROOT, "test", "fixtures", "outbox-probe", "dist", "index.js"),
   );
 }

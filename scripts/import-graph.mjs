@@ -15,7 +15,9 @@ const FOLDERS = ["src", "broker", "coordinator", "storage-shard", "consumer-shar
  * The layers, top first: a file may import its own part and any part of a lower layer,
  * nothing above it and no other part of its own layer (parts of a layer talk over RPC).
  * The client libraries (the consumer helper, the batching producer) run inside users' Workers,
- * and the HTTP client (src/client) wherever fetch runs: they may import the kernel only.
+ * and the HTTP client (src/client) wherever fetch runs: they may import the kernel only. The
+ * outbox and the inbox run inside users' Durable Objects and import nothing of the service: only
+ * the envelope they share (src/envelope, which imports nothing).
  * Above the service sit the tools that run it: the benchmarks, the repository's scripts, and
  * the CLI (bin/ the command, cli/ its code); they may use the service's code, never the reverse.
  */
@@ -26,11 +28,11 @@ export const LAYERS = [
   { layer: "command line", parts: ["cli"] },
   { layer: "entry", parts: ["src/worker.ts"] },
   { layer: "edge", parts: ["broker", "consumer-shard"] },
-  { layer: "client library", parts: ["src/consumer", "src/producer", "src/client"] },
+  { layer: "client library", parts: ["src/consumer", "src/producer", "src/client", "src/outbox", "src/inbox"] },
   { layer: "delivery service", parts: ["src/delivery"] },
   { layer: "routing service", parts: ["src/routing"] },
   { layer: "durable objects", parts: ["coordinator", "storage-shard"] },
-  { layer: "kernel", parts: ["src/kernel"] },
+  { layer: "kernel", parts: ["src/kernel", "src/envelope"] },
 ];
 
 /**
@@ -40,6 +42,13 @@ export const LAYERS = [
  * Rooms of one part import each other freely: keyed messages are segment slots.
  */
 export const ROOMS = { "storage-shard": ["segments", "keyed", "handoff"] };
+
+/**
+ * Parts that import nothing of the service but what is named here: the outbox and the inbox run
+ * in users' Durable Objects beside any binding, and share only the envelope, which stands alone.
+ */
+/** @type {Record<string, string[]>} */
+export const SELF_CONTAINED = { "src/outbox": ["src/envelope"], "src/inbox": ["src/envelope"], "src/envelope": [] };
 
 /** The layer index and part of a file, or null for a file no layer (or room) names. @param {string} file */
 export function placeOf(file) {
@@ -140,9 +149,14 @@ export function importGraph() {
       continue;
     }
     const clientOnly = a.part === "src/consumer" || a.part === "src/producer";
+    const selfContained = SELF_CONTAINED[a.part];
     for (const to of targets) {
       const b = placeOf(to);
       if (!b || b.part === a.part) continue;
+      if (selfContained && !selfContained.includes(b.part)) {
+        wrongWay.push(`${from} (${a.part}, which imports only ${selfContained.join(", ") || "nothing"}) imports ${to}`);
+        continue;
+      }
       const kernel = b.part === "src/kernel";
       // Objects are reached over RPC, with what crosses it in the kernel's protocol: only the entry exports their classes.
       const objectCode = LAYERS[b.index]?.layer === "durable objects" && LAYERS[a.index]?.layer !== "entry";

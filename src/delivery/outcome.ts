@@ -56,3 +56,28 @@ export const FAILED_DISPATCH: DispatchOutcome = {
   explicitAcks: [],
   retryMessages: [],
 };
+
+/** The longest wait before a message whose dispatch never came back is tried again. */
+export const UNREACHED_BACKOFF_MAX_SECONDS = 60;
+
+/**
+ * A dispatch that never came back (the consumer Worker unreachable, or its process gone during
+ * the call): every message is retried, as after a thrown handler, and the try counts, but the
+ * retry waits at least a backoff that doubles with the message's attempts, 1 s after its first
+ * delivery up to UNREACHED_BACKOFF_MAX_SECONDS. With a retry_delay of 0 a tight loop would spend a
+ * message's every retry in the seconds a Worker takes to restart (a reload under `shardq dev`, a
+ * deploy) and drop it; with the backoff a restart costs a few tries, and a consumer gone for good
+ * still runs its messages out of retries, at most a minute apart.
+ */
+export function unreachedDispatch(messages: readonly LeasedMessage[], settings: RetrySettings): DispatchOutcome {
+  return {
+    ...FAILED_DISPATCH,
+    retryMessages: messages.map((m) => ({
+      msgId: m.id,
+      delaySeconds: Math.max(
+        settings.retry_delay,
+        Math.min(UNREACHED_BACKOFF_MAX_SECONDS, 2 ** Math.min(Math.max(0, m.attempts - 1), 6)),
+      ),
+    })),
+  };
+}

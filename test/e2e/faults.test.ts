@@ -70,6 +70,11 @@ describe("hard kills, storage and consumer shard resets, and control-plane fault
       expect(f.push.consumer_aborts.count + f.push.consumer_aborts.skipped, replay).toBe(2);
       // The control plane: a Coordinator reset mid-autoscale, alarms thrown, a stale map; each fired (or was skipped, with its reason) and recovered.
       expect(f.control?.count, replay).toBe(3);
+      // The outbox and inbox workload: each increment a producer object committed was applied
+      // exactly once by the consumer objects, across a kill of their Worker and shardq's faults.
+      expect(f.outbox, replay).toMatchObject({ exact: true, producers: 4, kills: 1 });
+      expect(f.outbox.committed, replay).toBeGreaterThan(200);
+      expect(f.outbox.applied, replay).toBe(f.outbox.committed);
       expect(result.failures, replay).toEqual([]);
       // A bound on the run, not a speed target: a run that hangs fails here rather than at the timeout.
       expect(meta.total_s).toBeLessThan(200);
@@ -102,6 +107,11 @@ describe("hard kills, storage and consumer shard resets, and control-plane fault
       const ph: string = pushVictim!.value.msgs.find(once).h;
       pushVictim!.value.msgs = pushVictim!.value.msgs.filter((m: { h: string }) => m.h !== ph);
       expect(new Set(check(ops).examples.lost)).toEqual(new Set([h, ph]));
+      // And an effect the outbox workload lost: one producer's applications one short.
+      const final = ops.find((op) => op.p === "outbox" && op.f === "final");
+      expect(final?.value.producers[0].balance.distinct).toBeGreaterThan(0);
+      final!.value.producers[0].balance.distinct -= 1;
+      expect(check(ops).failures).toContain("outbox: 1 committed increments never applied");
     },
   );
 });

@@ -25,6 +25,8 @@
 //                 reported deleted is never delivered after it, and is counted apart from lost
 //   ready         no message ready longer than 10 s while a consumer asked (ready-checker.mjs),
 //                 and each quiet phase's delayed messages delivered within it (quiet-phases.mjs)
+//   outbox        each increment a producer object committed applied exactly once by the
+//                 consumer objects, through shardq/outbox and shardq/inbox (outbox-checker.mjs)
 //
 // Valid when: nothing lost, nothing unexpected, no wrong id, no message id stored twice,
 // no lease overlap while the service and the shard stayed up, no delivery after a
@@ -47,6 +49,7 @@ import { readRecords } from "./history-records.mjs";
 import { deliveredAfterAck, moveFigures, staysOf, storedTwiceWithinStays } from "./move-checker.mjs";
 import { checkIds } from "./id-checker.mjs";
 import { checkOrder } from "./order-checker.mjs";
+import { checkOutbox } from "./outbox-checker.mjs";
 import { checkPausesAndDelays } from "./pause-delay.mjs";
 import { checkPush } from "./push-checker.mjs";
 import { checkPurges, purgesOf } from "./purge-checker.mjs";
@@ -194,7 +197,10 @@ export function check(ops, opts = {}) {
   const pauseCheck = checkPausesAndDelays(ops);
   const readyCheck = checkReady(ops);
   const quietCheck = checkQuiet(ops);
+  const outboxCheck = checkOutbox(ops);
   const figures = {
+    /** @type {any} the outbox and inbox workload's (outbox-checker.mjs), null without one */
+    outbox: outboxCheck.figures,
     sent,
     delivered: {
       deliveries: deliveries.length,
@@ -269,7 +275,17 @@ export function check(ops, opts = {}) {
       `${fired.length} of the ${plan.aborts ?? 0} planned aborts fired${skipped ? ` (${skipped} skipped: the load was over)` : ""}`,
     );
   // Each rule kept in its own module (the control-plane faults: each fired, or was skipped for a stated reason, and the service recovered).
-  for (const c of [control, pushCheck, orderCheck, idCheck, purgeCheck, pauseCheck, readyCheck, quietCheck])
+  for (const c of [
+    control,
+    pushCheck,
+    orderCheck,
+    idCheck,
+    purgeCheck,
+    pauseCheck,
+    readyCheck,
+    quietCheck,
+    outboxCheck,
+  ])
     failures.push(...c.failures);
   if (plan?.redrive && !redrives.some((r) => r.outcome === "ok"))
     failures.push("no redrive of the dead-letter queue succeeded: the run moved nothing");
@@ -297,6 +313,7 @@ export function check(ops, opts = {}) {
       pause_delay: pauseCheck.examples,
       ready_too_long: readyCheck.examples,
       quiet: quietCheck.examples,
+      ...outboxCheck.examples,
     },
   };
 }

@@ -121,10 +121,12 @@ export function runDirs(kind) {
 export class Service {
   /**
    * @param {{ port: number, sourceDir: string, stateDir: string, registry: string, logFile: string,
-   *   workers?: Array<{ config: string, binding: string, service: string }>, vars?: Record<string, string>, inspectorPort?: number }} o
+   *   workers?: Array<{ config: string, binding: string, service: string }>, vars?: Record<string, string>, inspectorPort?: number,
+   *   remoteConsumers?: Array<{ binding: string, service: string, entrypoint: string }> }} o
    *   workers: consumer Workers run in the same wrangler dev (a service binding must stay in-process), bound
    *   to shardq, killed and restarted with it; vars: more vars for shardq; inspectorPort: where
-   *   wrangler serves shardq's V8 inspector (default none)
+   *   wrangler serves shardq's V8 inspector (default none); remoteConsumers: consumer Workers in a wrangler
+   *   dev of their own, reached through the dev registry at an entrypoint
    */
   constructor(o) {
     this.o = o;
@@ -173,7 +175,10 @@ export class Service {
 
   /** The generated config: wrangler.toml plus the local-dev flag, bindings to the consumer Workers, the hooks on. */
   config() {
-    const consumers = (this.o.workers ?? []).map((w) => ({ binding: w.binding, service: w.service }));
+    const consumers = [
+      ...(this.o.workers ?? []).map((w) => ({ binding: w.binding, service: w.service })),
+      ...(this.o.remoteConsumers ?? []),
+    ];
     this.configFile ??= writeDevConfig({
       file: join(this.o.sourceDir, "wrangler.faults.toml"),
       consumers,
@@ -210,7 +215,7 @@ export class Service {
  * logging the message ids it corrupted. A control fault (control-faults.mjs) runs, and
  * the nemesis goes on while it plays out; it returns once every one has.
  * @param {{ history: import("./history.mjs").History, service: Service, schedule: FaultStep[], deadline: number,
- *   api: ReturnType<typeof import("./client.mjs").apiClient>, queue: string, corruptEach: number, corrupted: string[], loadDone: () => boolean,
+ *   api: ReturnType<typeof import("./client.mjs").apiClient>, queue: string, outboxQueue?: string, corruptEach: number, corrupted: string[], loadDone: () => boolean,
  *   controlFaults: import("./control-faults.mjs").ControlContext, onEvent?: (line: string) => void, quiet?: (step: FaultStep, n: number) => Promise<string> }} o
  *   quiet: runs a quiet phase, a step of kind "quiet" (quiet-phases.mjs)
  * @returns {Promise<number>} the faults done
@@ -263,7 +268,9 @@ export async function runNemesis(o) {
       continue;
     }
     if (step.kind !== "kill") {
-      const r = await abortShard(o, step, ++aborts);
+      // Every third storage shard reset hits the outbox workload's queue, when the run has one.
+      const n = ++aborts;
+      const r = await abortShard(n % 3 === 0 && o.outboxQueue ? { ...o, queue: o.outboxQueue } : o, step, n);
       o.onEvent?.(
         `fault ${i + 1}/${o.schedule.length}: ${step.kind} of ${r.shard}: ${r.fired ? `reset ${r.ms} ms after arming` : `NOT fired (${r.error})`}`,
       );

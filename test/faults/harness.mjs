@@ -26,6 +26,8 @@ import { dlqPurger } from "./dlq-purger.mjs";
 import { keyedPoison } from "./keyed-poison.mjs";
 import { RETRY_DELAYS_S, runPauser } from "./pause-delay.mjs";
 import { quietGate, runQuietPhase, withQuietPhases } from "./quiet-phases.mjs";
+import { outboxInRun } from "./outbox-workload.mjs";
+import { shardqName } from "../../cli/workers/dev-session.mjs";
 
 /** @typedef {import("./run-options.mjs").FaultOptions} FaultOptions */
 
@@ -66,6 +68,15 @@ async function run(o, history, dog) {
   const historyFile = history.file;
   const pushTally = { delivered: 0 };
   const sink = await startPushSink({ history, tally: pushTally });
+  // The outbox and inbox workload's Worker runs in a wrangler dev of its own (outbox-workload.mjs).
+  const outbox = outboxInRun({
+    o,
+    history,
+    sourceDir,
+    registry,
+    logFile: join(o.out, "outbox.log"),
+    shardq: shardqName(),
+  });
   const service = new Service({
     port,
     sourceDir,
@@ -73,6 +84,7 @@ async function run(o, history, dog) {
     registry,
     logFile: join(o.out, "service.log"),
     workers: [preparePushConsumer(sourceDir, { seed: o.seed, sinkUrl: sink.url, leaseMs: o.pushLeaseMs })],
+    remoteConsumers: outbox.remoteConsumers,
     vars: { PUSH_LEASE_MS: String(o.pushLeaseMs) },
   });
   const api = apiClient({ base: service.base, token: TOKEN });
@@ -103,6 +115,8 @@ async function run(o, history, dog) {
   let consumers = [];
   /** @type {Array<Promise<void>>} */
   let producers = [];
+  /** @type {Promise<void>} */
+  let outboxLoad = Promise.resolve();
   const late = /** @type {Set<Promise<void>>} */ (new Set());
   const control = { stop: false };
   /** @type {string[]} the message ids the nemesis corrupted */
@@ -114,6 +128,7 @@ async function run(o, history, dog) {
     const firstStartMs = await service.start();
     await setUp(api);
     await setUpPush(api, DLQ);
+    await outbox.start(api);
     // Spread the sends over the planned fault time, so every kill lands under load.
     // A restart takes longer than the first start, and an abort waits for the call it aims at
     // (a storage shard's: 2.5 s at the median; a consumer shard's, for the batch in its
@@ -268,6 +283,7 @@ async function run(o, history, dog) {
         deadline: loadDeadline,
         api,
         queue: QUEUE,
+        outboxQueue: outbox.queue,
         corruptEach: o.corruptEach,
         corrupted,
         loadDone: () => producing === 0,
@@ -305,8 +321,14 @@ async function run(o, history, dog) {
           tally: pauses,
         }),
       );
-      dog.step("the producers, the nemesis, the redriver and the pauser");
-      await Promise.all([...producers, nemesis, redriver, pauser]);
+      outboxLoad = outbox.load({
+        gate,
+        until: () => control.stop || producing === 0 || Date.now() > loadDeadline,
+        spanMs: plannedMs,
+        onEvent: (line) => o.log(`  ${line}`),
+      });
+      dog.step("the producers, the nemesis, the redriver, the pauser and the outbox workload");
+      await Promise.all([...producers, nemesis, redriver, pauser, outboxLoad]);
     } finally {
       clearInterval(progress);
     }
@@ -322,6 +344,12 @@ async function run(o, history, dog) {
     drainMs = Date.now() - drainStart;
     if (planned.corruptions > 0) Object.assign(drained, await quarantined(api, new Set(corrupted).size));
     history.note("harness", "phase", { phase: "drained", ...drained });
+    dog.step("the outbox workload to settle");
+    const settled = await outbox.settle();
+    if (settled)
+      o.log(
+        `outbox workload ${settled.settled ? "settled" : "NOT settled"}: ${outbox.tally.increments} increments acknowledged (${outbox.tally.messages} messages), ${outbox.tally.unknown} unknown`,
+      );
     o.log(
       `drain ${drained.drained ? "done" : "NOT done"} in ${Math.round(drainMs / 1000)} s (backlog ${JSON.stringify(drained.backlog)})`,
     );
@@ -335,10 +363,12 @@ async function run(o, history, dog) {
       Promise.allSettled([...producers, ...consumers]),
       END_STEP_MS.clients,
     );
+    await dog.bounded("the outbox workload's producers to stop", outboxLoad, END_STEP_MS.clients);
     await dog.bounded(`the late acks (${late.size})`, Promise.allSettled([...late]), END_STEP_MS.late);
     // Push handlers still running (a hang) report into nothing from here on.
     await dog.bounded("the push sink to close", sink.close(), END_STEP_MS.sink);
     await dog.bounded("the history file to close", history.close(), END_STEP_MS.history);
+    await dog.bounded("the outbox workload's Worker to stop", outbox.stop(), END_STEP_MS.service);
     await dog.bounded("the service to stop", service.stop(), END_STEP_MS.service);
     dirs.remove(o.keepState);
   }

@@ -120,8 +120,9 @@ export function pushDeliveries(ops) {
  */
 export function checkPush(ops, pushed, pulled, opts = {}) {
   const queues = new Set(pushed.map((d) => d.q));
-  /** @type {number[]} */
-  const kills = [];
+  /** Each kill's span, from its invoke to its completion (the process is dead by then; null: never completed). */
+  /** @type {Array<{ inv: number, ok: number | null }>} */
+  const spans = [];
   /** @type {ConsumerAbort[]} */
   const aborts = [];
   /** Storage shard resets aimed at a push queue: its "abort" operations that name the queue. */
@@ -138,7 +139,7 @@ export function checkPush(ops, pushed, pulled, opts = {}) {
     if (o.f === "consumer-abort-skipped") skipped++;
     if (o.type === "invoke") {
       invokes.set(o.op, o);
-      if (o.f === "kill") kills.push(o.t);
+      if (o.f === "kill") spans.push({ inv: o.t, ok: null });
       else if (o.f === "consumer-abort")
         aborts.push({
           n: o.value?.n ?? aborts.length + 1,
@@ -156,7 +157,10 @@ export function checkPush(ops, pushed, pulled, opts = {}) {
     const inv = invokes.get(o.op);
     invokes.delete(o.op);
     if (!inv) continue;
-    if (o.f === "consumer-abort" || (o.f === "abort" && typeof inv.value?.q === "string")) {
+    if (o.f === "kill") {
+      const k = spans.find((x) => x.inv === inv.t);
+      if (k) k.ok = o.t;
+    } else if (o.f === "consumer-abort" || (o.f === "abort" && typeof inv.value?.q === "string")) {
       const a = [...aborts, ...resets].find((x) => x.inv === inv.t);
       if (a) {
         a.ok = o.t;
@@ -168,6 +172,8 @@ export function checkPush(ops, pushed, pulled, opts = {}) {
       if (o.type === "ok") sent.ok += n;
     }
   }
+  /** When each kill began, as the figures count them. */
+  const kills = spans.map((k) => k.inv);
   const fired = aborts.filter((a) => a.fired && a.ok !== null);
   const firedResets = resets.filter((a) => a.fired && a.ok !== null);
 
@@ -179,16 +185,17 @@ export function checkPush(ops, pushed, pulled, opts = {}) {
    * @returns {Excuse | null}
    */
   const excuse = (q, from, to) => {
-    const k = kills.find((t) => t > from && t < to);
-    if (k !== undefined) return { kind: "kill", at: k };
+    // A kill is a span: a handler may start (and report it) while the process is being killed.
+    const k = spans.find((x) => x.inv < to && (x.ok ?? Infinity) > from);
+    if (k !== undefined) return { kind: "kill", at: k.inv };
     const a = fired.filter((x) => x.q === q && x.inv < to && /** @type {number} */ (x.ok) > from).at(-1);
     if (a) return { kind: "abort-consumer", at: /** @type {number} */ (a.ok), abort: a };
     const r = firedResets.find((x) => x.q === q && x.inv < to && /** @type {number} */ (x.ok) > from);
     if (r) return { kind: "storage-reset", at: /** @type {number} */ (r.ok) };
     return null;
   };
-  /** A span with no end was cut off by the next kill, or is still open. @param {PushDelivery} d */
-  const endOf = (d) => d.end ?? kills.find((t) => t > d.start) ?? Infinity;
+  /** A span with no end was cut off by the first kill that had not finished when it started, or is still open. @param {PushDelivery} d */
+  const endOf = (d) => d.end ?? spans.find((x) => (x.ok ?? Infinity) > d.start)?.ok ?? Infinity;
 
   /** @type {Map<string, PushDelivery[]>} */
   const byMessage = new Map();

@@ -124,6 +124,14 @@ export function summaryRows(r, meta) {
         ])
       : []),
     ...pushSummaryRows(f.push),
+    ...(f.outbox
+      ? /** @type {Array<[string, string]>} */ ([
+          [
+            "outbox and inbox",
+            `${f.outbox.exact ? "exact" : "**not exact**"}: ${n(f.outbox.committed)} increments committed by ${f.outbox.producers} producer objects (${f.outbox.id_mode} with ids: "id", ${f.outbox.keyed} keyed), ${n(f.outbox.applied)} applied once each; ${n(f.outbox.duplicates)} repeats dropped by the inbox; ${n(f.outbox.increments_ok)} increments answered, ${n(f.outbox.increments_unknown)} unknown; ${f.outbox.kills} kills of their Worker, ${n(f.outbox.resets)} producer resets, ${n(f.outbox.refused)} sends refused and ${n(f.outbox.answers_lost)} answers lost (at least)`,
+          ],
+        ])
+      : []),
     ...(f.order?.messages
       ? /** @type {Array<[string, string]>} */ ([
           [
@@ -208,6 +216,7 @@ function markdown(r, meta) {
     "- corrupted at rest: the corrupt fault flips a byte of some stored bodies of one shard (checksums kept). Those messages must be quarantined when next leased (never delivered from a pull invoked after the corruption) and counted in the quarantined total the shards report (GET .../metrics, heartbeat totals); they are not lost. Garbled: a delivered body that is not exactly the bytes sent (every body is fixed by its harness id, poison flag and padding).",
     "- message ids stored twice: one message id of a queue delivered from two stored copies (storage shard and copy, read from the lease id) within one stay, as an append retried after a lost reply would store it if the shard did not skip the ids it holds; counted apart when a redrive cut off after the message left a queue let its copy come back beside its source.",
     "- delivered after ack: a pull, invoked after an ack of the message was confirmed, that delivered it.",
+    "- outbox and inbox (outbox-workload.mjs): producer objects of a Worker run in a wrangler dev of its own (killed and restarted apart from shardq) add 1 to 4 to a counter and record one message per increment through shardq/outbox in the same transaction; the Worker's queue() handler, reached through ShardqConsumer, applies each through shardq/inbox in consumer objects. The binding refuses some sends and loses some answers, producer objects reset right after some commits, the handler throws before applying, or applies and throws before settling, or hangs past the push lease, and some effects throw. Exact: at the end every producer's counter T was applied as seqs 1..T, each once, keyed producers' in order, and no outbox holds anything. The figures of refusals, lost answers and resets are kept in the objects' memory and start again after a kill: lower bounds.",
     "- ordering keys (`--ordered`): a share of each producer's messages carry one of its 20 ordering keys, at most one a key in a send, so a key's sends go one after another. Per queue and key, a comes before b when a's send was answered ok before b's was invoked (a send left unknown comes after those, before none: it may still be applied later). First delivered before an earlier one: b was certainly granted (a pull grants between its invoke and its answer, a push before its handler's start) before a's first pull was invoked. Batches out of order: a pull's answer or a queue() call holding b ahead of a. Delivered while an earlier one was held: a delivery of b, in a batch without a, granted before a could have been released, a's release being no earlier than the first ack that may have applied under its leases (or the end of a push handler that acked it), or, when it was dead-lettered or never acked, the end of its last lease (as for lease overlaps) or a fault that may have ended it; no fault excuses it, as a key's lease is persisted. Wrong key: a pull answering with another ordering_key than sent. Only a message's first stay in its queue counts.",
     "",
   ];

@@ -24,6 +24,8 @@ import { randomSeed } from "./prng.mjs";
  * @property {number} orderingKeys ordering keys per producer
  * @property {number} pushLeaseMs  shardq's push lease (PUSH_LEASE_MS): the push consumer hangs and acks late past it
  * @property {number} consumerAborts  consumer shard resets of the push queue during the load (when faults has "abort-consumer")
+ * @property {number} outboxProducers  producer objects of the outbox and inbox workload (outbox-workload.mjs); 0: none
+ * @property {number} outboxKills  kills of that workload's own Worker process during the load (when faults has "kill")
  * @property {number} producers
  * @property {number} consumers    pull consumers of the queue (the dead-letter queue has one more)
  * @property {number} rate         messages/s over all producers; 0: spread the messages over the planned fault time
@@ -58,6 +60,8 @@ export function defaults(mode) {
     orderingKeys: 20,
     pushLeaseMs: 4000,
     consumerAborts: mode === "short" ? 2 : 10,
+    outboxProducers: 4,
+    outboxKills: mode === "short" ? 1 : 5,
   };
   return mode === "short"
     ? {
@@ -96,7 +100,7 @@ export function defaults(mode) {
 
 /** The command that replays a run. @param {FaultOptions} o */
 export function replayCommand(o) {
-  return `npm run test:faults -- ${o.mode === "short" ? "--short " : ""}--seed ${o.seed} --messages ${o.messages} --faults ${o.faults.join(",")} --kills ${o.kills} --aborts ${o.aborts} --corruptions ${o.corruptions} --controls ${o.controls} --alarm-throws ${o.alarmThrows.join(",")}${o.rate ? ` --rate ${o.rate}` : ""}${o.orderedRate ? ` --ordered --ordered-rate ${o.orderedRate}` : " --unordered"} --quiet ${o.quietPhases} --quiet-ms ${o.quietMs}`;
+  return `npm run test:faults -- ${o.mode === "short" ? "--short " : ""}--seed ${o.seed} --messages ${o.messages} --faults ${o.faults.join(",")} --kills ${o.kills} --aborts ${o.aborts} --corruptions ${o.corruptions} --controls ${o.controls} --alarm-throws ${o.alarmThrows.join(",")}${o.rate ? ` --rate ${o.rate}` : ""}${o.orderedRate ? ` --ordered --ordered-rate ${o.orderedRate}` : " --unordered"} --quiet ${o.quietPhases} --quiet-ms ${o.quietMs} --outbox-producers ${o.outboxProducers} --outbox-kills ${o.outboxKills}`;
 }
 
 /** A run's output directory under test-artifacts/faults. @param {FaultOptions["mode"]} mode @param {number} seed */

@@ -50,6 +50,11 @@ const HELP = `npm run test:faults -- [options]
                      shard reset at the wake-up (quiet-phases.mjs); 0 for none
   --quiet-ms MS      how long each quiet phase lasts (default 90000; short 40000)
   --producers N      producers (default 4)
+  --outbox-producers N  producer objects of the outbox and inbox workload (default 4; 0 for none):
+                     each increment of a counter sends one message through shardq/outbox, a
+                     consumer object applies it through shardq/inbox, and at the end every
+                     committed increment must have been applied exactly once (outbox-workload.mjs)
+  --outbox-kills N   kills of that workload's own Worker process (default 5; short 1)
   --consumers N      pull consumers (default 4)
   --out DIR          where history.jsonl, service.log, report.json and report.md go
                      (default test-artifacts/faults/<time>-<mode>-seed<N>)
@@ -83,6 +88,8 @@ async function main(argv) {
       quiet: { type: "string" },
       "quiet-ms": { type: "string" },
       producers: { type: "string" },
+      "outbox-producers": { type: "string" },
+      "outbox-kills": { type: "string" },
       consumers: { type: "string" },
       out: { type: "string" },
       "keep-state": { type: "boolean", default: false },
@@ -162,6 +169,8 @@ async function main(argv) {
     quietPhases: int(v.quiet, "quiet", 0, 10, d.quietPhases),
     quietMs: int(v["quiet-ms"], "quiet-ms", 30_000, 600_000, d.quietMs),
     producers: int(v.producers, "producers", 1, 64, d.producers),
+    outboxProducers: int(v["outbox-producers"], "outbox-producers", 0, 64, d.outboxProducers),
+    outboxKills: int(v["outbox-kills"], "outbox-kills", 0, 100, d.outboxKills),
     consumers: int(v.consumers, "consumers", 1, 64, d.consumers),
     keepState: v["keep-state"] ?? false,
     out: v.out ? resolve(v.out) : defaultOut(mode, seed),

@@ -30,7 +30,7 @@ export async function abortShard(o, step, n) {
   const shard = await pickShard(o, step);
   const hooks = `/${o.queue}/test-hooks`;
   const t0 = Date.now();
-  const op = o.history.invoke("nemesis", "abort", { n, kind: step.kind, shard });
+  const op = o.history.invoke("nemesis", "abort", { n, kind: step.kind, shard, q: o.queue });
   const armed = await retrying(() =>
     o.api.call("POST", hooks, { shard, arm: HOOK_POINT[/** @type {"abort-append" | "abort-ack"} */ (step.kind)] }),
   );

@@ -51,6 +51,24 @@ describe("the fault checker", () => {
     expect(r.failures).toEqual(["1 push overlaps while up (one message in two queue() handlers at once)"]);
   });
 
+  it("ends a handler that started while the service was being killed with the kill, not at the next one", () => {
+    const s = new Script();
+    s.send(["d"]);
+    // SIGKILL sent; the handler reports its start before the process is gone, and never its end.
+    const kill = s.n++;
+    s.ops.push({ op: kill, p: "nemesis", type: "invoke", f: "kill", t: (s.t += 10), value: { n: 1 } });
+    s.pushStart([{ h: "d" }], 5);
+    s.ops.push({ op: kill, p: "nemesis", type: "ok", f: "kill", t: (s.t += 1500) });
+    const start = s.n++;
+    s.ops.push({ op: start, p: "nemesis", type: "invoke", f: "start", t: (s.t += 10), value: { n: 1 } });
+    s.ops.push({ op: start, p: "nemesis", type: "ok", f: "start", t: (s.t += 5000), value: { ready_ms: 5000 } });
+    const d2 = s.pushStart([{ h: "d", a: 2 }], 100);
+    s.pushEnd(d2, { acked: ["d"] });
+    const r = s.drained();
+    expect(r.figures.push).toMatchObject({ overlaps_while_up: 0 });
+    expect(r.failures).toEqual([]);
+  });
+
   it("reports a push delivery after a handler acked the message with no fault between, and not one after a consumer shard abort", () => {
     const s = new Script();
     s.send(["a", "b"]);
