@@ -60,17 +60,22 @@ export class DueWakeups {
 
 /** The first time after `now` a message here becomes ready: a scheduled segment, a lease end, a key's waiting head. */
 export function nextDueAfter(sql: SqlStorage, ds: DeliveryState, now: number): number | null {
-  const times = [
-    sql
-      .exec<{ t: number | null }>(
-        "SELECT MIN(due_at) AS t FROM segments WHERE due_at IS NOT NULL AND due_at > ? AND due_at < ?",
-        now,
-        KEYED_DUE,
-      )
-      .one().t,
-    ds.nextExpiryAfter(now),
-    ds.keys.nextDue(now),
-  ];
+  const times = [nextScheduledAfter(sql, now), ds.nextExpiryAfter(now), ds.keys.nextDue(now)];
   const due = times.filter((t): t is number => t !== null);
   return due.length === 0 ? null : Math.min(...due);
+}
+
+/**
+ * The first time after `now` a scheduled segment (delayed or retried messages) is next looked
+ * at: one read of the due index. A segment whose time has passed has ready messages, and
+ * its later ones get their time once a lease takes those.
+ */
+export function nextScheduledAfter(sql: SqlStorage, now: number): number | null {
+  return sql
+    .exec<{ t: number | null }>(
+      "SELECT MIN(due_at) AS t FROM segments WHERE due_at IS NOT NULL AND due_at > ? AND due_at < ?",
+      now,
+      KEYED_DUE,
+    )
+    .one().t;
 }

@@ -16,6 +16,16 @@
  * the shard for a report of its new figures. While a long-polling pull waits, the shard
  * also watches its due times (due-wakeups.ts) through the same alarm.
  *
+ * Awake, the alarm is also never later than the delayed or retried messages written since
+ * it woke (`dueBy`). The quiet work would put the alarm there, but it runs on a timer in
+ * memory: a process killed before it ran left only the report's alarm, minutes away on the
+ * slow cadence, and the messages came due with nobody to tell. After due work it moves on to
+ * the next scheduled segment. Not covered: a segment's later messages, whose time the
+ * lease that takes its first gives (a lease of a stored lease's segment would re-arm the
+ * alarm at every lease period); they wait for the next report, quiet work or due time.
+ * The alarm moves only sooner, so this costs an alarm per due time that comes before the
+ * next report, at most one per batch written with a delay, none while the report comes first.
+ *
  * Awake with traffic far below what the autoscaler acts on, it reports on a slow cadence
  * (src/kernel/heartbeat.ts SLOW_REPORT_MS, its report saying when the next is due): at a message a second a report
  * every interval was a Coordinator request and two rows written per few messages. Traffic
@@ -24,10 +34,16 @@
  */
 export type AlarmCause = "heartbeat" | "due" | "watch";
 
+/** The shortest of these delays that is one (a message ready at once comes due at no time), or null. */
+export function shortestDelay(delaysMs: number[]): number | null {
+  const delayed = delaysMs.filter((d) => d > 0);
+  return delayed.length === 0 ? null : Math.min(...delayed);
+}
+
 export class ShardAlarm {
   /** Awake: when the next report is due. Null while asleep. */
   private heartbeatAt: number | null = null;
-  /** Asleep: when the earliest due work comes. */
+  /** When the earliest due work comes: asleep, from the rows; awake, also the delays written since. */
   private dueAt: number | null = null;
   /** When the one alarm is set for, as far as this instance knows. */
   private alarmAt: number | null = null;
@@ -64,14 +80,19 @@ export class ShardAlarm {
       return;
     }
     this.heartbeatAt = now + this.intervalMs;
-    this.dueAt = null;
     this.arm();
   }
 
   /** After a report, awake: the next one at `at` (an interval on, or the slow cadence's). */
   reportAt(at: number): void {
     this.heartbeatAt = at;
-    this.dueAt = null;
+    this.arm();
+  }
+
+  /** Messages written here come due at `at` (a delay, a retry's delay): the alarm is no later. */
+  dueBy(at: number): void {
+    if (this.dueAt !== null && this.dueAt <= at) return;
+    this.dueAt = at;
     this.arm();
   }
 

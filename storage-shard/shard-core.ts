@@ -12,7 +12,7 @@ import { ActivityMeter, TokenBucket } from "./capacity";
 import { expireLeases, expireOld, leasedCount, type BacklogDelta } from "./segments/segment-leases";
 import { DeliveryState } from "./segments/delivery-state";
 import { ConsumerWakeups } from "./consumer-wakeups";
-import { DueWakeups, nextDueAfter } from "./due-wakeups";
+import { DueWakeups, nextDueAfter, nextScheduledAfter } from "./due-wakeups";
 import { meteredSql, newMeter, settleReads, type CostMeter } from "../src/kernel/sql-meter";
 import { peekReady } from "./segments/segment-operations";
 import { writeDeferred } from "./segments/segment-edit";
@@ -299,7 +299,10 @@ export abstract class ShardCore extends DurableObject<Env> {
     if (this.due.takeDue(now)) this.wakeups.notifyAgain();
     // Due work, or an alarm this instance did not set (armed before a restart): leases held
     // in memory were lost with it, and their messages are ready again.
-    if (causes.has("due") || (causes.size === 0 && this.identity && this.state !== "retired")) this.dueWork(now);
+    if (causes.has("due") || (causes.size === 0 && this.identity && this.state !== "retired")) {
+      this.dueWork(now);
+      this.scheduledDueBy(now);
+    }
     if (causes.has("heartbeat")) {
       this.reports.nextReportAt = null;
       const again = await this.report(now).catch(
@@ -348,6 +351,12 @@ export abstract class ShardCore extends DurableObject<Env> {
     if (!this.takeLapsedLeases(now) && this.readyNow(now) && this.reports.reportedReady !== true)
       this.wakeups.notifyAgain();
     this.alarms.wake(now);
+  }
+
+  /** After due work, awake: the alarm stays no later than the next scheduled segment (shard-alarm.ts). */
+  protected scheduledDueBy(now: number): void {
+    const next = this.identity && this.state !== "retired" ? nextScheduledAfter(this.sql, now) : null;
+    if (next !== null) this.alarms.dueBy(next);
   }
 
   /** Deletes the messages past `retentionMs`, and writes the releases of keys that frees; whether it deleted any. */

@@ -26,6 +26,7 @@ import { corruptBodies } from "./segments/corrupt-bodies";
 import { ShardOperations } from "./shard-operations";
 import { BatchPush } from "./batch-push";
 import { systemClock } from "../src/kernel/clock";
+import { shortestDelay } from "./shard-alarm";
 import type { Env } from "../src/kernel/env";
 import { consumerShardFor } from "../src/kernel/addressing";
 import { assertInJurisdiction } from "../src/kernel/jurisdiction";
@@ -209,6 +210,8 @@ export class StorageShard extends ShardOperations {
     // Counted once committed; written with the next write's totals (at most a second on).
     this.delivery.bump("stored", stored);
     this.takeLapsedLeases(now);
+    const delay = stored > 0 ? shortestDelay(req.messages.map((m) => m.delayMs)) : null;
+    if (delay !== null) this.alarms.dueBy(now + delay);
     this.wakeups.afterAppend(stored, this.backlogCount - this.leasedNow, now);
     if (this.due.plan(now)) this.alarms.arm();
     this.activity.messagesIn += stored;
@@ -282,6 +285,8 @@ export class StorageShard extends ShardOperations {
     const { result, delta, keysReady } = this.inTransaction(now, () => settle(this.sql, this.delivery, now, req));
     this.applyDelta(delta);
     this.alarms.wake(now);
+    const delay = result.retried > 0 ? shortestDelay(req.retries.map((r) => r.delayMs)) : null;
+    if (delay !== null) this.alarms.dueBy(now + delay);
     this.flushReleases();
     // A key's next messages are ready: consumers are woken if nobody leased them a moment later.
     if (keysReady > 0) {

@@ -165,6 +165,11 @@ export function checkPush(ops, pushed, pulled, opts = {}) {
       if (a) {
         a.ok = o.t;
         a.fired = o.type === "ok" && o.value?.fired === true;
+        // Armed, and nothing came to fire it before the queue emptied after the load: skipped.
+        if (o.type === "ok" && o.value?.skipped === true && o.f === "consumer-abort") {
+          aborts.splice(aborts.indexOf(/** @type {ConsumerAbort} */ (a)), 1);
+          skipped++;
+        }
       }
     } else if (o.f === "send" && (inv.value?.q === plan?.pushQueue || queues.has(inv.value?.q))) {
       const n = inv.value?.hs?.length ?? 0;

@@ -28,14 +28,17 @@ export const CONSUMER_ABORT_POINTS = /** @type {const} */ (["abort-leased", "abo
 /** The push consumer's max_retries: a poison message is delivered 3 times, then dead-lettered, as from the pull queue. */
 const MAX_RETRIES = 2;
 /**
- * How long an armed consumer shard may take to reach its point: it hands out one batch
- * at a time, and the one in its consumer's hands may hang for 2 push leases (8 s) first.
+ * How long an abort may take to reach its point, on whichever shard it is armed: a shard
+ * hands out one batch at a time, the one in its consumer's hands may hang for 2 push leases
+ * (8 s) first, and after a kill or a storage shard reset the push queue may deliver nothing
+ * for several seconds.
  */
-const CONSUMER_ABORT_FIRE_TIMEOUT_MS = 20_000;
+const CONSUMER_ABORT_FIRE_TIMEOUT_MS = 40_000;
 /**
- * Armed this long without firing, the abort moves to another consumer shard that delivers, if
- * there is one: reports are 30 s apart, and a shard that said it delivers may have gone quiet
- * since (the storage shards wake the consumer shard that leased from them last).
+ * Armed this long on one shard without firing, the abort moves to another consumer shard,
+ * one that delivers if there is one, and on again each time: reports are 30 s apart, and a
+ * shard that said it delivers may have gone quiet since (the storage shards wake the
+ * consumer shard that leased from them last).
  */
 const CONSUMER_ABORT_RETARGET_MS = 10_000;
 
@@ -130,10 +133,11 @@ export function withConsumerAborts(schedule, seed, o) {
  * consumer shard of PUSH_QUEUE (a seeded pick among those that last reported a round
  * running) and polls until its instance id changes (it reset between the invoke and the
  * completion logged, as "consumer-abort" of the nemesis) or the timeout passes (disarmed,
- * logged as failed: the checker fails the run). Armed CONSUMER_ABORT_RETARGET_MS without
- * firing, it moves once to another shard that delivers, within the same logged operation
- * (the checkers excuse what an abort does by its time, not its shard). Once the load is over no new batch may
- * come to fire it, so with nothing left in the queue it is skipped (logged as such).
+ * logged as failed, with the shards it was armed on: the checker fails the run). Armed
+ * CONSUMER_ABORT_RETARGET_MS on one shard without firing, it moves to another, within the
+ * same logged operation (the checkers excuse what an abort does by its time, not its shard).
+ * Once the load is over no new batch may come to fire it, so with nothing left in the queue
+ * it is skipped (logged as such), before arming or at the timeout.
  * @param {{ history: import("./history.mjs").History, api: Api, schedule: FaultStep[], loadDone: () => boolean }} o
  * @param {number} i
  * @returns {Promise<string>} what happened, for the run's log
@@ -175,19 +179,21 @@ export async function abortConsumerShard(o, i) {
     resetAt.set(index, Date.now());
     return `abort-consumer ${n} (${point}) of consumer shard ${index}${index !== first ? ` (moved from ${first})` : ""}: reset ${Date.now() - t0} ms after arming`;
   };
-  let moved = false;
+  const armedOn = [index];
+  let armedAt = t0;
   while (Date.now() - t0 < CONSUMER_ABORT_FIRE_TIMEOUT_MS) {
     await sleep(50);
     const fresh = await changed();
     if (fresh !== null) return fired(fresh);
-    if (!moved && Date.now() - t0 >= CONSUMER_ABORT_RETARGET_MS) {
-      moved = true;
+    if (Date.now() - armedAt >= CONSUMER_ABORT_RETARGET_MS) {
+      armedAt = Date.now();
       const other = await pickConsumerShard(o.api, step.pick, new Set([index]));
       if (other === null) continue;
       await retrying(() => o.api.call("POST", hooks, { consumer_shard: index, arm: null }));
       const late = await changed();
       if (late !== null) return fired(late);
       index = other;
+      armedOn.push(index);
       instance = (await retrying(() => o.api.call("POST", hooks, { consumer_shard: index, arm: point }))).result
         .instance;
     }
@@ -196,9 +202,16 @@ export async function abortConsumerShard(o, i) {
   // It may have fired between the last look and the disarming.
   const late = await changed();
   if (late !== null) return fired(late);
+  const m = await o.api.call("GET", `/${PUSH_QUEUE}/metrics`);
+  const backlog = m.outcome === "ok" ? /** @type {number} */ (m.result.backlog_count) : null;
+  if (o.loadDone() && backlog === 0) {
+    const why = "the load was over and the push queue emptied before a batch reached the point";
+    o.history.complete(op, "ok", { fired: false, skipped: true, why, armed_on: armedOn });
+    return `abort-consumer ${n} (${point}) skipped: ${why}`;
+  }
   const error = `not reset within ${CONSUMER_ABORT_FIRE_TIMEOUT_MS} ms of arming`;
-  o.history.complete(op, "fail", { fired: false, error });
-  return `abort-consumer ${n} (${point}) of consumer shard ${index}: NOT fired (${error})`;
+  o.history.complete(op, "fail", { fired: false, error, armed_on: armedOn, backlog, load_done: o.loadDone() });
+  return `abort-consumer ${n} (${point}) on consumer shards ${armedOn.join(", ")}: NOT fired (${error}; push backlog ${backlog ?? "unknown"})`;
 }
 
 /** When an abort of this run last reset each consumer shard (by index). */

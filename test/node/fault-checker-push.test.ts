@@ -1,7 +1,7 @@
 // The fault checker (test/faults/checker.mjs, push-checker.mjs) on hand-made histories of
 // the push path, one per anomaly: a message a queue() handler was given not lost, two handlers
 // holding one message at once, a delivery after a handler acked, a retried message never seen
-// again, a consumer shard abort that never fired.
+// again, a consumer shard abort that never fired (and one skipped once the queue emptied).
 import { describe, expect, it } from "vitest";
 import { Script } from "./fault-script.ts";
 
@@ -154,5 +154,18 @@ describe("the fault checker", () => {
     const r = s.drained();
     expect(r.failures).toEqual(["0 of the 1 planned consumer shard aborts fired"]);
     expect(r.figures.push.consumer_aborts).toMatchObject({ planned: 1, count: 1, fired: 0 });
+  });
+
+  it("counts an abort that nothing came to fire before the queue emptied after the load as skipped, not as one that failed", () => {
+    const s = new Script();
+    s.plan({ consumerAborts: 2 });
+    s.send(["a"]);
+    s.consumerAbort("abort-leased");
+    const d = s.pushStart([{ h: "a" }]);
+    s.pushEnd(d, { acked: ["a"] });
+    s.consumerAbort("abort-dispatched", "skipped");
+    const r = s.drained();
+    expect(r.failures).toEqual([]);
+    expect(r.figures.push.consumer_aborts).toMatchObject({ planned: 2, count: 1, fired: 1, skipped: 1 });
   });
 });

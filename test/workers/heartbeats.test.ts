@@ -7,6 +7,7 @@ import { SLOW_REPORT_MS } from "../../src/kernel/heartbeat";
 import type { Coordinator } from "../../coordinator/coordinator";
 import type { StorageShard } from "../../storage-shard/storage-shard";
 import { api, createQueue, producer, queuePath } from "./helpers";
+import { onlyShard as onlyShardAt } from "./shard-clock-helpers";
 import { QUIET_MS } from "../../storage-shard/quiet-timer";
 
 /**
@@ -16,20 +17,7 @@ import { QUIET_MS } from "../../storage-shard/quiet-timer";
 const FUTURE = Date.now() + 100_000_000_000;
 
 describe("storage shard heartbeats", () => {
-  async function onlyShard(name: string, settings?: Record<string, unknown>) {
-    const q = await createQueue(name, settings);
-    const map = (await coordinatorFor(env, q.queue_id).shardMap())!;
-    for (const s of map.shards.slice(1)) await coordinatorFor(env, q.queue_id).setShardState(s.name, "draining");
-    const shardName = map.shards[0]!.name;
-    const shard = env.STORAGE_SHARD.get(env.STORAGE_SHARD.idFromName(shardName));
-    const clock = new ManualClock(FUTURE);
-    await runInDurableObject(shard, (obj: StorageShard) => {
-      obj.clock = clock;
-    });
-    // The first report closes the period that began on the real clock.
-    expect(await runDurableObjectAlarm(shard)).toBe(true);
-    return { q, shard, shardName, clock };
-  }
+  const onlyShard = (name: string, settings?: Record<string, unknown>) => onlyShardAt(name, FUTURE, settings);
 
   /** A shard that took a send and reported once on the slow cadence: its next report minutes away. */
   async function onSlowCadence(name: string, send: () => Promise<unknown>) {
@@ -37,9 +25,8 @@ describe("storage shard heartbeats", () => {
     await send();
     only.clock.advance(5000);
     expect(await runDurableObjectAlarm(only.shard)).toBe(true);
-    const alarm = () => runInDurableObject(only.shard, async (_obj: StorageShard, state) => state.storage.getAlarm());
-    expect(await alarm()).toBe(only.clock.now() + SLOW_REPORT_MS);
-    return { ...only, alarm };
+    expect(await only.alarm()).toBe(only.clock.now() + SLOW_REPORT_MS);
+    return only;
   }
 
   it("report backlog, arrivals, departures and leases to the Coordinator every interval", async () => {
@@ -309,8 +296,9 @@ describe("storage shard heartbeats", () => {
     await producer("beats-due").send("later", { delaySeconds: 60 });
     clock.advance(5000);
     await runDurableObjectAlarm(shard);
+    // Its requests stopped: the quiet work sends its last report.
     clock.advance(5000);
-    await runDurableObjectAlarm(shard);
+    await runInDurableObject(shard, (obj: StorageShard) => obj.quietNow());
     // Asleep: the alarm is the delayed message's due time.
     const dueAt = await runInDurableObject(shard, async (_obj: StorageShard, state) => state.storage.getAlarm());
     expect(dueAt).toBeGreaterThan(clock.now() + 40_000);
