@@ -1,7 +1,9 @@
 import { describe, expect, it } from "vitest";
-import { coalesceStats } from "../../src/routing/coalesce";
-import { PROBE_EVERY } from "../../src/routing/linger-policy";
-import { api, createQueue, producer, queuePath, storedMessages } from "./helpers";
+import { env } from "cloudflare:test";
+import { coalesceStats, sendCoalesced } from "../../src/routing/coalesce";
+import { fromSend } from "../../src/routing/pending-messages";
+import { PROBE_EVERY, STEADY_GAP_MS } from "../../src/routing/linger-policy";
+import { ACCOUNT, api, createQueue, producer, queuePath, storedMessages } from "./helpers";
 import { sleep } from "../../src/kernel/sleep";
 
 describe("coalescing concurrent single sends", () => {
@@ -42,15 +44,22 @@ describe("coalescing concurrent single sends", () => {
 
   it("lets a batch opened in a steady stream wait a moment for the sends right behind it", async () => {
     await createQueue("coalesce-steady");
-    const q = producer("coalesce-steady");
+    // The coalescer itself, called in this isolate: the sends start at one instant, in order,
+    // where sends through the binding arrive as separate requests whose gaps the machine's load sets.
+    const target = { accountId: ACCOUNT, queueRef: "coalesce-steady", region: undefined };
+    const send = (i: number) => sendCoalesced(env, target, fromSend(i, undefined));
     // Many producers at once: most sends arrive while another is being written.
-    await Promise.all(Array.from({ length: 20 }, (_, i) => q.send(i)));
+    await Promise.all(Array.from({ length: 20 }, (_, i) => send(i)));
+    await sleep(STEADY_GAP_MS + 10);
     const before = { ...coalesceStats };
-    // The first goes alone; the second opens a batch 0 ms after it and lingers, so the third joins it.
-    const ids = (await Promise.all([q.send(1), q.send(2), q.send(3)])).map((r) => r.messageId);
+    // The first opens a batch longer than STEADY_GAP_MS after the last one and goes alone; the
+    // second opens one 0 ms after it and lingers, so the third joins it.
+    const ids = (await Promise.all([send(1), send(2), send(3)])).map((r) => r.id);
     expect(new Set(ids).size).toBe(3);
     expect(coalesceStats.writes - before.writes).toBe(2);
     expect(coalesceStats.lingers - before.lingers).toBe(1);
+    const { messages } = await storedMessages("coalesce-steady");
+    expect(messages.map((m) => m.id)).toEqual(expect.arrayContaining(ids));
   });
 
   it("makes a producer that awaits each send wait for company only on the rare probe", async () => {
