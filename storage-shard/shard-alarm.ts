@@ -34,10 +34,11 @@
  */
 export type AlarmCause = "heartbeat" | "due" | "watch";
 
-/** The shortest of these delays that is one (a message ready at once comes due at no time), or null. */
-export function shortestDelay(delaysMs: number[]): number | null {
-  const delayed = delaysMs.filter((d) => d > 0);
-  return delayed.length === 0 ? null : Math.min(...delayed);
+/** The shortest delay among these that has one (a message ready at once comes due at no time), or null; no array made on the send path. */
+export function shortestDelay(items: ReadonlyArray<{ delayMs: number }>): number | null {
+  let shortest = Infinity;
+  for (const { delayMs } of items) if (delayMs > 0 && delayMs < shortest) shortest = delayMs;
+  return shortest === Infinity ? null : shortest;
 }
 
 export class ShardAlarm {

@@ -210,7 +210,7 @@ export class StorageShard extends ShardOperations {
     // Counted once committed; written with the next write's totals (at most a second on).
     this.delivery.bump("stored", stored);
     this.takeLapsedLeases(now);
-    const delay = stored > 0 ? shortestDelay(req.messages.map((m) => m.delayMs)) : null;
+    const delay = stored > 0 ? shortestDelay(req.messages) : null;
     if (delay !== null) this.alarms.dueBy(now + delay);
     this.wakeups.afterAppend(stored, this.backlogCount - this.leasedNow, now);
     if (this.due.plan(now)) this.alarms.arm();
@@ -285,7 +285,7 @@ export class StorageShard extends ShardOperations {
     const { result, delta, keysReady } = this.inTransaction(now, () => settle(this.sql, this.delivery, now, req));
     this.applyDelta(delta);
     this.alarms.wake(now);
-    const delay = result.retried > 0 ? shortestDelay(req.retries.map((r) => r.delayMs)) : null;
+    const delay = result.retried > 0 ? shortestDelay(req.retries) : null;
     if (delay !== null) this.alarms.dueBy(now + delay);
     this.flushReleases();
     // A key's next messages are ready: consumers are woken if nobody leased them a moment later.

@@ -5,19 +5,11 @@ import type { LeaseToken } from "../../broker/http/lease-tokens";
 import { decide } from "../../src/delivery/disposition";
 import { dispositionOf, FAILED_DISPATCH } from "../../src/delivery/outcome";
 import { consumerEntrypoint, createBatch } from "../../src/consumer/entrypoint";
-import type { LeasedMessage, DispatchOutcome } from "../../src/kernel/protocol";
+import type { DispatchOutcome } from "../../src/kernel/protocol";
 import { sleep } from "../../src/kernel/sleep";
+import { leased } from "./leased-message";
 
 const settings = { max_retries: 3, retry_delay: 7 };
-const leased = (id: string, attempts = 1): LeasedMessage => ({
-  id,
-  body: new Uint8Array(),
-  contentType: "json",
-  enqueuedAt: 0,
-  attempts,
-  leaseId: "L",
-  copyKey: "",
-});
 const batchOf = (...ids: string[]) => ids.map((id) => ({ id, timestamp: new Date(0), body: id, attempts: 1 }));
 
 /** Runs a handler against a MessageBatch exactly as the ShardqConsumer entrypoint does. */

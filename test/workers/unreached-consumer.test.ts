@@ -12,23 +12,13 @@ import type { Dispatch } from "../../consumer-shard/transports";
 import { createBatch } from "../../src/consumer/entrypoint";
 import { dispositionOf, unreachedDispatch } from "../../src/delivery/outcome";
 import { consumerShardFor } from "../../src/kernel/addressing";
-import type { LeasedMessage } from "../../src/kernel/protocol";
 import { addConsumer, backlog, createQueue, eventually, producer } from "./helpers";
-
-const leased = (attempts: number): LeasedMessage => ({
-  id: `m${attempts}`,
-  body: new Uint8Array(),
-  contentType: "json",
-  enqueuedAt: 0,
-  attempts,
-  leaseId: "L",
-  copyKey: "",
-});
+import { leased } from "./leased-message";
 
 describe("a dispatch that never came back", () => {
   it("retries each message after 1, 2, 4 ... 60 s by its attempts, or the retry_delay when longer, and still runs out of retries", () => {
     const settings = { max_retries: 9, retry_delay: 0 };
-    const messages = Array.from({ length: 10 }, (_, i) => leased(i + 1));
+    const messages = Array.from({ length: 10 }, (_, i) => leased(`m${i + 1}`, i + 1));
     const d = dispositionOf(messages, unreachedDispatch(messages, settings), settings);
     expect(d.retries.map((r) => r.delayMs / 1000)).toEqual([1, 2, 4, 8, 16, 32, 60, 60, 60]);
     expect(d.outOfRetries).toEqual([{ id: "m10", leaseId: "L" }]);
